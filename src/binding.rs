@@ -1,0 +1,250 @@
+//! Every `#[wasm_bindgen]` item of idemflow. This module converts values and
+//! maps errors; it decides nothing. Inputs are read inside the function bodies
+//! (never in the ABI layer), so a bad input returns an ordinary `Err` and every
+//! Rust value is dropped on the way out: rejected calls do not leak memory.
+
+use js_sys::{Array, JsString, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+use crate::decide::{self, plan_deposit_confirmation};
+use crate::error::{Error, CODES};
+use crate::event::validate;
+use crate::field::MAX_TEXT_BYTES;
+use crate::fingerprint::fingerprint as fingerprint_of;
+use crate::input::{Input, Source};
+use crate::json;
+use crate::ruleset::{table, verify, RuleSet};
+
+/// Throws a JS `Error` carrying `idemflowCode`, `disposition` and `details`;
+/// the package's JS turns it into an `IdemflowError`.
+fn throw(error: Error) -> JsValue {
+    let js = js_sys::Error::new(&error.to_string());
+    let details = serde_json::to_string(&error.details()).unwrap_or_else(|_| "{}".into());
+    let details = js_sys::JSON::parse(&details).unwrap_or_else(|_| js_sys::Object::new().into());
+    let _ = Reflect::set(&js, &"idemflowCode".into(), &error.code().into());
+    let _ = Reflect::set(&js, &"disposition".into(), &error.disposition().as_str().into());
+    let _ = Reflect::set(&js, &"details".into(), &details);
+    js.into()
+}
+
+type JsResult<T> = Result<T, JsValue>;
+
+/// A JS object read one property at a time, only when the core asks.
+struct JsObject<'a>(&'a JsValue);
+
+impl Source for JsObject<'_> {
+    fn field(&self, name: &str) -> Input {
+        match Reflect::get(self.0, &JsValue::from_str(name)) {
+            Ok(value) => to_input(&value),
+            Err(thrown) => Input::Unreadable(describe(&thrown)),
+        }
+    }
+}
+
+fn describe(thrown: &JsValue) -> String {
+    if let Some(error) = thrown.dyn_ref::<js_sys::Error>() {
+        let message: String = error.message().into();
+        return message.chars().take(200).collect();
+    }
+    thrown.as_string().map(|s| s.chars().take(200).collect()).unwrap_or_else(|| "a non-Error value was thrown".into())
+}
+
+fn to_input(value: &JsValue) -> Input {
+    if value.is_undefined() {
+        return Input::Absent;
+    }
+    if value.is_null() {
+        return Input::Null;
+    }
+    if let Some(text) = value.dyn_ref::<JsString>() {
+        let units = text.length() as usize;
+        // A UTF-8 string is never shorter than its UTF-16 form: longer than the
+        // longest field in units means too long in bytes, without copying it.
+        if units > MAX_TEXT_BYTES {
+            return Input::TooLong { utf16_units: units as u64 };
+        }
+        let copied = String::from(text);
+        // wasm-bindgen turns a lone surrogate into U+FFFD on the way in; only
+        // a string that now holds U+FFFD needs the slower exact check.
+        if copied.contains('\u{FFFD}') && !text.is_valid_utf16() {
+            return Input::IllFormedText;
+        }
+        return Input::Text(copied);
+    }
+    if let Some(number) = value.as_f64() {
+        return Input::Number(number);
+    }
+    Input::Other(kind(value))
+}
+
+fn kind(value: &JsValue) -> &'static str {
+    if value.as_bool().is_some() {
+        "boolean"
+    } else if value.is_bigint() {
+        "bigint"
+    } else if value.is_symbol() {
+        "symbol"
+    } else if value.is_function() {
+        "function"
+    } else if Array::is_array(value) {
+        "array"
+    } else if value.is_object() {
+        "object"
+    } else {
+        "unknown"
+    }
+}
+
+fn as_event(value: &JsValue) -> Result<JsObject<'_>, Error> {
+    if value.is_object() && !Array::is_array(value) {
+        Ok(JsObject(value))
+    } else {
+        let what = if value.is_undefined() { "missing" } else if value.is_null() { "null" } else { kind(value) };
+        Err(Error::InvalidEvent { field: "event".into(), reason: format!("must be an object, not {what}"), event_id: None })
+    }
+}
+
+fn as_record<'a>(value: &'a JsValue, name: &str) -> Result<Option<JsObject<'a>>, Error> {
+    if value.is_undefined() || value.is_null() {
+        Ok(None)
+    } else if value.is_object() && !Array::is_array(value) {
+        Ok(Some(JsObject(value)))
+    } else {
+        Err(Error::InvalidArgument { reason: format!("{name} must be an object or null, not {}", kind(value)) })
+    }
+}
+
+enum Rules {
+    Builtin(&'static RuleSet),
+    Loaded(Box<RuleSet>),
+}
+
+/// A loaded, verified rule set held in wasm memory, so a worker parses its
+/// rules once and not per event.
+#[wasm_bindgen(js_name = CompiledRuleSet)]
+pub struct CompiledRuleSet(Rules);
+
+impl CompiledRuleSet {
+    fn rules(&self) -> &RuleSet {
+        match &self.0 {
+            Rules::Builtin(r) => r,
+            Rules::Loaded(r) => r,
+        }
+    }
+}
+
+#[wasm_bindgen(js_class = CompiledRuleSet)]
+impl CompiledRuleSet {
+    #[wasm_bindgen(getter)]
+    pub fn id(&self) -> String {
+        self.rules().id.clone()
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn version(&self) -> f64 {
+        self.rules().version as f64
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn hash(&self) -> String {
+        self.rules().hash.clone()
+    }
+
+    #[wasm_bindgen(js_name = definitionJson)]
+    pub fn definition_json(&self) -> String {
+        self.rules().definition.to_string()
+    }
+
+    #[wasm_bindgen(js_name = tableJson)]
+    pub fn table_json(&self) -> String {
+        table::rows_json(self.rules()).to_string()
+    }
+
+    #[wasm_bindgen(js_name = tableMarkdown)]
+    pub fn table_markdown(&self) -> String {
+        table::markdown(self.rules())
+    }
+}
+
+#[wasm_bindgen(js_name = builtinRuleSet)]
+pub fn builtin_rule_set(name: &str) -> JsResult<CompiledRuleSet> {
+    RuleSet::builtin(name).map(|r| CompiledRuleSet(Rules::Builtin(r))).map_err(throw)
+}
+
+#[wasm_bindgen(js_name = loadRuleSet)]
+pub fn load_rule_set(definition: &str) -> JsResult<CompiledRuleSet> {
+    RuleSet::from_json(definition).map(|r| CompiledRuleSet(Rules::Loaded(Box::new(r)))).map_err(throw)
+}
+
+/// The property report as JSON; throws only when the definition is malformed.
+#[wasm_bindgen(js_name = verifyRuleSet)]
+pub fn verify_rule_set(definition: &str) -> JsResult<String> {
+    let value: serde_json::Value = serde_json::from_str(definition).map_err(|e| {
+        throw(Error::RuleSetInvalid { path: "$".into(), reason: format!("not JSON: {e}"), report: None })
+    })?;
+    let rule_set = crate::ruleset::load_unverified(&value).map_err(throw)?;
+    verify::verify(&rule_set).map(|r| r.to_json().to_string()).map_err(throw)
+}
+
+#[wasm_bindgen(js_name = validateEvent)]
+pub fn validate_event(rules: &CompiledRuleSet, event: JsValue) -> JsResult<()> {
+    let event = as_event(&event).map_err(throw)?;
+    validate(rules.rules(), &event).map(|_| ()).map_err(throw)
+}
+
+#[wasm_bindgen]
+pub fn fingerprint(rules: &CompiledRuleSet, event: JsValue) -> JsResult<String> {
+    let event = as_event(&event).map_err(throw)?;
+    let valid = validate(rules.rules(), &event).map_err(throw)?;
+    Ok(fingerprint_of(rules.rules(), &valid))
+}
+
+#[wasm_bindgen(js_name = fingerprintJson)]
+pub fn fingerprint_json(rules: &CompiledRuleSet, event: &str) -> JsResult<String> {
+    json::fingerprint_json(rules.rules(), event).map_err(throw)
+}
+
+/// The decision as JSON text (one string across the boundary is cheaper than
+/// building the object property by property).
+#[wasm_bindgen]
+pub fn decide(rules: &CompiledRuleSet, event: JsValue, receipt: JsValue, workflow: JsValue) -> JsResult<String> {
+    let event = as_event(&event).map_err(throw)?;
+    let receipt = as_record(&receipt, "receipt").map_err(throw)?;
+    let workflow = as_record(&workflow, "workflow").map_err(throw)?;
+    let decision = decide::decide(
+        rules.rules(),
+        &event,
+        receipt.as_ref().map(|r| r as &dyn Source),
+        workflow.as_ref().map(|w| w as &dyn Source),
+    )
+    .map_err(throw)?;
+    serde_json::to_string(&decision).map_err(|e| throw(Error::InvalidArgument { reason: e.to_string() }))
+}
+
+#[wasm_bindgen(js_name = decideJson)]
+pub fn decide_json(rules: &CompiledRuleSet, input: &str) -> JsResult<String> {
+    json::decide_json(rules.rules(), input).map_err(throw)
+}
+
+#[wasm_bindgen(js_name = planDepositConfirmation)]
+pub fn plan_deposit(workflow: JsValue, event: JsValue) -> JsResult<String> {
+    let event = as_event(&event).map_err(throw)?;
+    let workflow = as_record(&workflow, "workflow").map_err(throw)?;
+    plan_deposit_confirmation(&event, workflow.as_ref().map(|w| w as &dyn Source)).map(str::to_string).map_err(throw)
+}
+
+/// `{code: disposition}` for every error code.
+#[wasm_bindgen(js_name = errorCodes)]
+pub fn error_codes() -> String {
+    let map: serde_json::Map<String, serde_json::Value> =
+        CODES.iter().map(|(code, d)| (code.to_string(), d.as_str().into())).collect();
+    serde_json::Value::Object(map).to_string()
+}
+
+/// The size of the wasm linear memory in bytes (it only ever grows): tests pin
+/// that rejected calls do not make it grow.
+#[wasm_bindgen(js_name = memoryBytes)]
+pub fn memory_bytes() -> f64 {
+    (core::arch::wasm32::memory_size(0) * 65536) as f64
+}

@@ -1,0 +1,333 @@
+//! The decision: from an event, the stored inbox receipt for its id and the
+//! stored workflow, what happened and exactly what the host must write, in
+//! one transaction, to record it.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::event::{truncate, validate, Event};
+use crate::field::FieldKind;
+use crate::fingerprint::{fingerprint, PREFIX};
+use crate::input::{Input, Source};
+use crate::jcs::MAX_SAFE_INTEGER;
+use crate::ruleset::{Answer, FailCode, Piece, RuleSet, Template, Transition};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The event moved the workflow: write the receipt, the update and the operations.
+    Applied,
+    /// The workflow already reflects this fact (a new event id for it): write the receipt only.
+    AlreadyApplied,
+    /// A valid event that no longer changes anything (a timer that lost the race): receipt only.
+    Stale,
+    /// This event id was recorded before with the same meaning: write nothing.
+    DuplicateDelivery,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleSetRef {
+    pub id: String,
+    pub version: u64,
+    pub hash: String,
+}
+
+/// The inbox row, keyed (uniquely) by event id.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Receipt {
+    pub event_id: String,
+    pub fingerprint: String,
+    pub workflow_id: String,
+    pub event_type: String,
+    pub outcome: Outcome,
+    pub rule_set: RuleSetRef,
+}
+
+/// The status and revision the workflow must still have for the write to apply.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Expect {
+    pub status: String,
+    pub revision: u64,
+}
+
+/// A compare-and-set write of one workflow. `expect: None` means the workflow
+/// must not exist yet (an insert). `set` holds `status`, `revision` and the
+/// recorded fields that change; a field set to `null` is removed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkflowWrite {
+    pub id: String,
+    pub expect: Option<Expect>,
+    pub set: Map<String, Value>,
+}
+
+/// An intention to act, committed with the state change. The id is
+/// deterministic, so a second attempt to schedule it trips the unique key.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboxOperation {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub operation_type: String,
+    pub workflow_id: String,
+    pub event_id: String,
+    pub status: &'static str,
+    pub payload: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WriteSet {
+    pub receipt: Option<Receipt>,
+    pub workflow: Option<WorkflowWrite>,
+    pub outbox: Vec<OutboxOperation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    pub outcome: Outcome,
+    pub event_id: String,
+    pub workflow_id: String,
+    pub event_type: String,
+    pub fingerprint: String,
+    pub write_set: WriteSet,
+}
+
+/// A stored workflow as far as a decision needs it.
+struct Workflow<'a> {
+    source: &'a dyn Source,
+    status: usize,
+    revision: u64,
+}
+
+fn record_error(record: &'static str, field: &str, reason: impl Into<String>) -> Error {
+    Error::InvalidRecord { record, field: field.to_string(), reason: reason.into() }
+}
+
+fn read_workflow<'a>(rule_set: &RuleSet, event: &Event, source: &'a dyn Source) -> Result<Workflow<'a>> {
+    let id = FieldKind::Text.check(source.field("id")).map_err(|reason| record_error("workflow", "id", reason))?;
+    if id != event.workflow_id {
+        return Err(Error::InvalidArgument {
+            reason: format!(
+                "workflow.id {:?} is not the event's workflowId {:?}",
+                truncate(&id),
+                truncate(&event.workflow_id)
+            ),
+        });
+    }
+    let status_name = match source.field("status") {
+        Input::Text(name) => name,
+        other => return Err(record_error("workflow", "status", format!("must be a string, not {}", other.kind()))),
+    };
+    let status = rule_set.status_index(&status_name).ok_or_else(|| {
+        record_error(
+            "workflow",
+            "status",
+            format!("{:?} is not a status of rule set {}", truncate(&status_name), rule_set.id),
+        )
+    })?;
+    let revision = match source.field("revision") {
+        Input::Number(n) if n.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER as f64).contains(&n) => n as u64,
+        other => {
+            return Err(record_error(
+                "workflow",
+                "revision",
+                format!("must be a whole number from 0 to 2^53 - 1, not {}", other.kind()),
+            ))
+        }
+    };
+    Ok(Workflow { source, status, revision })
+}
+
+fn recorded(workflow: &Workflow, rule_set: &RuleSet, field: usize) -> Result<Option<String>> {
+    let spec = &rule_set.fields[field];
+    match workflow.source.field(&spec.name) {
+        Input::Absent | Input::Null => Ok(None),
+        other => spec.kind.check(other).map(Some).map_err(|reason| record_error("workflow", &spec.name, reason)),
+    }
+}
+
+fn stored_fingerprint(receipt: &dyn Source) -> Result<String> {
+    match receipt.field("fingerprint") {
+        Input::Text(fp) if fp.starts_with(PREFIX) => Ok(fp),
+        Input::Text(_) => Err(record_error("receipt", "fingerprint", format!("must start with {PREFIX}"))),
+        other => Err(record_error("receipt", "fingerprint", format!("must be a string, not {}", other.kind()))),
+    }
+}
+
+/// Validates `event` and decides. `receipt` is the inbox row stored under the
+/// event's id, `workflow` the stored workflow for its workflowId.
+pub fn decide(
+    rule_set: &RuleSet,
+    event: &dyn Source,
+    receipt: Option<&dyn Source>,
+    workflow: Option<&dyn Source>,
+) -> Result<Decision> {
+    let event = validate(rule_set, event)?;
+    decide_valid(rule_set, &event, receipt, workflow)
+}
+
+pub fn decide_valid(
+    rule_set: &RuleSet,
+    event: &Event,
+    receipt: Option<&dyn Source>,
+    workflow: Option<&dyn Source>,
+) -> Result<Decision> {
+    let fp = fingerprint(rule_set, event);
+    let mut decision = Decision {
+        outcome: Outcome::DuplicateDelivery,
+        event_id: event.event_id.clone(),
+        workflow_id: event.workflow_id.clone(),
+        event_type: event.type_name(rule_set).to_string(),
+        fingerprint: fp,
+        write_set: WriteSet { receipt: None, workflow: None, outbox: Vec::new() },
+    };
+
+    if let Some(receipt) = receipt {
+        let stored = stored_fingerprint(receipt)?;
+        if stored != decision.fingerprint {
+            return Err(Error::EventIdConflict {
+                event_id: event.event_id.clone(),
+                workflow_id: event.workflow_id.clone(),
+                stored_fingerprint: stored,
+                fingerprint: decision.fingerprint,
+            });
+        }
+        return Ok(decision);
+    }
+
+    let workflow = workflow.map(|source| read_workflow(rule_set, event, source)).transpose()?;
+    let state = workflow.as_ref().map_or(0, |w| w.status + 1);
+    let rule = rule_set.rule_for(event.event_type, state);
+
+    if let Some(wf) = &workflow {
+        for &field in &rule.guard {
+            let actual = event.value_of(rule_set, field).unwrap_or_default();
+            let stored = recorded(wf, rule_set, field)?;
+            if stored.as_deref() != Some(actual) {
+                return Err(Error::IdentityMismatch {
+                    field: rule_set.fields[field].name.clone(),
+                    workflow_id: event.workflow_id.clone(),
+                    event_id: event.event_id.clone(),
+                    event_type: decision.event_type.clone(),
+                    recorded: stored,
+                    actual: actual.to_string(),
+                    disposition: crate::error::Disposition::Reconcile,
+                });
+            }
+        }
+    }
+
+    decision.outcome = match &rule.answer {
+        Answer::Fail { code, disposition } => {
+            let (event_id, workflow_id, event_type) =
+                (event.event_id.clone(), event.workflow_id.clone(), decision.event_type.clone());
+            return Err(match (code, &workflow) {
+                (FailCode::InvalidTransition, Some(wf)) => Error::InvalidTransition {
+                    workflow_id,
+                    event_id,
+                    event_type,
+                    status: rule_set.statuses[wf.status].name.clone(),
+                    disposition: *disposition,
+                },
+                _ => Error::UnknownWorkflow { workflow_id, event_id, event_type, disposition: *disposition },
+            });
+        }
+        Answer::AlreadyApplied => Outcome::AlreadyApplied,
+        Answer::Stale => Outcome::Stale,
+        Answer::Applied(transition) => {
+            apply(rule_set, event, workflow.as_ref(), transition, &mut decision.write_set)?;
+            Outcome::Applied
+        }
+    };
+    decision.write_set.receipt = Some(Receipt {
+        event_id: event.event_id.clone(),
+        fingerprint: decision.fingerprint.clone(),
+        workflow_id: event.workflow_id.clone(),
+        event_type: decision.event_type.clone(),
+        outcome: decision.outcome,
+        rule_set: RuleSetRef { id: rule_set.id.clone(), version: rule_set.version, hash: rule_set.hash.clone() },
+    });
+    Ok(decision)
+}
+
+fn apply(
+    rule_set: &RuleSet,
+    event: &Event,
+    workflow: Option<&Workflow>,
+    transition: &Transition,
+    write_set: &mut WriteSet,
+) -> Result<()> {
+    let read_revision = workflow.map_or(0, |w| w.revision);
+    let revision = read_revision
+        .checked_add(transition.revision_step)
+        .filter(|r| *r <= MAX_SAFE_INTEGER)
+        .ok_or_else(|| record_error("workflow", "revision", "would pass 2^53 - 1"))?;
+    let mut set = Map::new();
+    set.insert("status".into(), Value::String(rule_set.statuses[transition.to].name.clone()));
+    set.insert("revision".into(), Value::from(revision));
+    for &field in &transition.record {
+        let value = event.value_of(rule_set, field).unwrap_or_default();
+        set.insert(rule_set.fields[field].name.clone(), Value::String(value.to_string()));
+    }
+    for &field in &transition.clear {
+        set.insert(rule_set.fields[field].name.clone(), Value::Null);
+    }
+    write_set.workflow = Some(WorkflowWrite {
+        id: event.workflow_id.clone(),
+        expect: workflow.map(|w| Expect { status: rule_set.statuses[w.status].name.clone(), revision: w.revision }),
+        set,
+    });
+    for emit in &transition.emit {
+        let mut payload = Map::new();
+        for &field in &emit.payload {
+            let value = event.value_of(rule_set, field).unwrap_or_default();
+            payload.insert(rule_set.fields[field].name.clone(), Value::String(value.to_string()));
+        }
+        write_set.outbox.push(OutboxOperation {
+            id: render(rule_set, event, &emit.id_template),
+            operation_type: emit.operation_type.clone(),
+            workflow_id: event.workflow_id.clone(),
+            event_id: event.event_id.clone(),
+            status: "pending",
+            payload,
+        });
+    }
+    Ok(())
+}
+
+fn render(rule_set: &RuleSet, event: &Event, template: &Template) -> String {
+    let mut out = String::new();
+    for piece in &template.pieces {
+        match piece {
+            Piece::Literal(text) => out.push_str(text),
+            Piece::WorkflowId => out.push_str(&event.workflow_id),
+            Piece::EventId => out.push_str(&event.event_id),
+            Piece::Field(f) => out.push_str(event.value_of(rule_set, *f).unwrap_or_default()),
+        }
+    }
+    out
+}
+
+/// What the seed's `planDepositConfirmation` answered: `advance` or
+/// `already-applied` for a DEPOSIT_CONFIRMED event under `deposit-swap`.
+pub fn plan_deposit_confirmation(event: &dyn Source, workflow: Option<&dyn Source>) -> Result<&'static str> {
+    let rule_set = RuleSet::builtin("deposit-swap")?;
+    let event = validate(rule_set, event)?;
+    if event.type_name(rule_set) != "DEPOSIT_CONFIRMED" {
+        return Err(Error::InvalidEvent {
+            field: "type".into(),
+            reason: "must be \"DEPOSIT_CONFIRMED\"".into(),
+            event_id: Some(event.event_id.clone()),
+        });
+    }
+    let decision = decide_valid(rule_set, &event, None, workflow)?;
+    Ok(match decision.outcome {
+        Outcome::Applied => "advance",
+        Outcome::AlreadyApplied => "already-applied",
+        Outcome::Stale => "stale",
+        Outcome::DuplicateDelivery => "duplicate-delivery",
+    })
+}

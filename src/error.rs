@@ -1,0 +1,173 @@
+//! The one error type of idemflow. Every variant has a stable `code` and a
+//! `disposition` that tells the host what to do with the delivery.
+
+use serde_json::{json, Map, Value};
+
+/// What the host should do with a delivery that failed with this error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// The input is wrong and will never succeed: dead-letter it.
+    Reject,
+    /// Transient: redeliver later.
+    Retry,
+    /// A person or a reconciliation job must look.
+    Reconcile,
+}
+
+impl Disposition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Disposition::Reject => "reject",
+            Disposition::Retry => "retry",
+            Disposition::Reconcile => "reconcile",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Disposition> {
+        match text {
+            "reject" => Some(Disposition::Reject),
+            "retry" => Some(Disposition::Retry),
+            "reconcile" => Some(Disposition::Reconcile),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    #[error("invalid event: {field} {reason}")]
+    InvalidEvent { field: String, reason: String, event_id: Option<String> },
+
+    #[error("event id {event_id} was already recorded with another payload (stored {stored_fingerprint}, delivered {fingerprint})")]
+    EventIdConflict { event_id: String, workflow_id: String, stored_fingerprint: String, fingerprint: String },
+
+    #[error("workflow {workflow_id} does not exist (event {event_id}, {event_type})")]
+    UnknownWorkflow { workflow_id: String, event_id: String, event_type: String, disposition: Disposition },
+
+    #[error("{field} of event {event_id} ({actual}) does not match the one recorded on workflow {workflow_id} ({})", recorded.as_deref().unwrap_or("nothing recorded"))]
+    IdentityMismatch {
+        field: String,
+        workflow_id: String,
+        event_id: String,
+        event_type: String,
+        recorded: Option<String>,
+        actual: String,
+        disposition: Disposition,
+    },
+
+    #[error("{event_type} cannot apply to workflow {workflow_id} in status {status} (event {event_id})")]
+    InvalidTransition { workflow_id: String, event_id: String, event_type: String, status: String, disposition: Disposition },
+
+    #[error("outbox operation {operation_id} already exists")]
+    OutboxConflict { operation_id: String, workflow_id: String, event_id: String },
+
+    #[error("workflow {workflow_id} changed since it was read (expected status {expected_status}, revision {expected_revision})")]
+    ConcurrentUpdate { workflow_id: String, event_id: String, expected_status: String, expected_revision: u64 },
+
+    #[error("stored {record} is invalid: {field} {reason}")]
+    InvalidRecord { record: &'static str, field: String, reason: String },
+
+    #[error("invalid argument: {reason}")]
+    InvalidArgument { reason: String },
+
+    #[error("rule set invalid at {path}: {reason}")]
+    RuleSetInvalid { path: String, reason: String, report: Option<Value> },
+}
+
+/// Every code with its default disposition, in a stable order. Hosts read this
+/// table rather than keeping their own copy.
+pub const CODES: &[(&str, Disposition)] = &[
+    ("INVALID_EVENT", Disposition::Reject),
+    ("EVENT_ID_CONFLICT", Disposition::Reconcile),
+    ("UNKNOWN_WORKFLOW", Disposition::Retry),
+    ("IDENTITY_MISMATCH", Disposition::Reconcile),
+    ("INVALID_TRANSITION", Disposition::Reconcile),
+    ("OUTBOX_CONFLICT", Disposition::Reconcile),
+    ("CONCURRENT_UPDATE", Disposition::Retry),
+    ("INVALID_RECORD", Disposition::Reconcile),
+    ("INVALID_ARGUMENT", Disposition::Reject),
+    ("RULESET_INVALID", Disposition::Reject),
+];
+
+pub fn default_disposition(code: &str) -> Option<Disposition> {
+    CODES.iter().find(|(c, _)| *c == code).map(|(_, d)| *d)
+}
+
+impl Error {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::InvalidEvent { .. } => "INVALID_EVENT",
+            Error::EventIdConflict { .. } => "EVENT_ID_CONFLICT",
+            Error::UnknownWorkflow { .. } => "UNKNOWN_WORKFLOW",
+            Error::IdentityMismatch { .. } => "IDENTITY_MISMATCH",
+            Error::InvalidTransition { .. } => "INVALID_TRANSITION",
+            Error::OutboxConflict { .. } => "OUTBOX_CONFLICT",
+            Error::ConcurrentUpdate { .. } => "CONCURRENT_UPDATE",
+            Error::InvalidRecord { .. } => "INVALID_RECORD",
+            Error::InvalidArgument { .. } => "INVALID_ARGUMENT",
+            Error::RuleSetInvalid { .. } => "RULESET_INVALID",
+        }
+    }
+
+    pub fn disposition(&self) -> Disposition {
+        match self {
+            Error::UnknownWorkflow { disposition, .. }
+            | Error::IdentityMismatch { disposition, .. }
+            | Error::InvalidTransition { disposition, .. } => *disposition,
+            other => default_disposition(other.code()).unwrap_or(Disposition::Reject),
+        }
+    }
+
+    /// The ids and values involved, as a plain JSON object.
+    pub fn details(&self) -> Map<String, Value> {
+        let value = match self {
+            Error::InvalidEvent { field, reason, event_id } => {
+                json!({ "field": field, "reason": reason, "eventId": event_id })
+            }
+            Error::EventIdConflict { event_id, workflow_id, stored_fingerprint, fingerprint } => json!({
+                "eventId": event_id, "workflowId": workflow_id,
+                "storedFingerprint": stored_fingerprint, "fingerprint": fingerprint,
+            }),
+            Error::UnknownWorkflow { workflow_id, event_id, event_type, .. } => {
+                json!({ "workflowId": workflow_id, "eventId": event_id, "eventType": event_type })
+            }
+            Error::IdentityMismatch { field, workflow_id, event_id, event_type, recorded, actual, .. } => json!({
+                "field": field, "workflowId": workflow_id, "eventId": event_id, "eventType": event_type,
+                "recorded": recorded, "actual": actual,
+            }),
+            Error::InvalidTransition { workflow_id, event_id, event_type, status, .. } => json!({
+                "workflowId": workflow_id, "eventId": event_id, "eventType": event_type, "status": status,
+            }),
+            Error::OutboxConflict { operation_id, workflow_id, event_id } => {
+                json!({ "operationId": operation_id, "workflowId": workflow_id, "eventId": event_id })
+            }
+            Error::ConcurrentUpdate { workflow_id, event_id, expected_status, expected_revision } => json!({
+                "workflowId": workflow_id, "eventId": event_id,
+                "expectedStatus": expected_status, "expectedRevision": expected_revision,
+            }),
+            Error::InvalidRecord { record, field, reason } => {
+                json!({ "record": record, "field": field, "reason": reason })
+            }
+            Error::InvalidArgument { reason } => json!({ "reason": reason }),
+            Error::RuleSetInvalid { path, reason, report } => {
+                json!({ "path": path, "reason": reason, "report": report })
+            }
+        };
+        match value {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        }
+    }
+
+    /// `{code, disposition, message, details}`: the shape every binding hands on.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "code": self.code(),
+            "disposition": self.disposition().as_str(),
+            "message": self.to_string(),
+            "details": self.details(),
+        })
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

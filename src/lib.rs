@@ -1,0 +1,24 @@
+//! idemflow: the rule core shared by Node workers that consume at-least-once
+//! deliveries. It validates events, fingerprints what they mean, and decides
+//! (duplicate-delivery, already-applied, stale, applied) with the exact write
+//! set a host commits in one transaction. It performs no I/O.
+//!
+//! This crate is pure Rust; `binding` (wasm32 only) is the one module that
+//! talks to JavaScript.
+
+pub mod decide;
+pub mod error;
+pub mod event;
+pub mod field;
+pub mod fingerprint;
+pub mod input;
+pub mod jcs;
+pub mod json;
+pub mod ruleset;
+
+#[cfg(target_arch = "wasm32")]
+pub mod binding;
+
+pub use decide::{decide, Decision, Outcome};
+pub use error::{Disposition, Error, Result};
+pub use ruleset::RuleSet;

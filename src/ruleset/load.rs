@@ -1,0 +1,420 @@
+//! Structural checks of a rule-set definition. Every refusal names the path of
+//! the bad part (`rules[4].then.to`) so an author can find it.
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::{Answer, Emit, EventType, FailCode, Field, Member, Piece, Rule, RuleSet, Status, Template, Transition};
+use crate::error::{default_disposition, Disposition, Error, Result};
+use crate::field::FieldKind;
+use crate::jcs::{canonical_json, hex, MAX_SAFE_INTEGER};
+
+/// How the decision table names "no workflow yet".
+pub const NONE: &str = "(none)";
+/// `on` and `in` may say "*" for every event type or every status.
+const ANY: &str = "*";
+/// Names an event type, status or field may not take: they are the event's own members.
+const RESERVED_FIELDS: &[&str] = &["type", "eventId", "workflowId", "id", "status", "revision"];
+const MAX_TRACKED: usize = 32;
+
+fn invalid(path: &str, reason: impl Into<String>) -> Error {
+    Error::RuleSetInvalid { path: path.to_string(), reason: reason.into(), report: None }
+}
+
+fn object<'a>(value: &'a Value, path: &str, allowed: &[&str]) -> Result<&'a Map<String, Value>> {
+    let map = value.as_object().ok_or_else(|| invalid(path, "must be an object"))?;
+    if let Some(key) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(invalid(&format!("{path}.{key}"), format!("is not a known key (known: {})", allowed.join(", "))));
+    }
+    Ok(map)
+}
+
+fn required<'a>(map: &'a Map<String, Value>, key: &str, path: &str) -> Result<&'a Value> {
+    map.get(key).ok_or_else(|| invalid(&format!("{path}.{key}"), "is required"))
+}
+
+fn string<'a>(value: &'a Value, path: &str) -> Result<&'a str> {
+    value.as_str().ok_or_else(|| invalid(path, "must be a string"))
+}
+
+fn array<'a>(value: &'a Value, path: &str) -> Result<&'a Vec<Value>> {
+    value.as_array().ok_or_else(|| invalid(path, "must be an array"))
+}
+
+fn boolean(map: &Map<String, Value>, key: &str, path: &str) -> Result<bool> {
+    match map.get(key) {
+        None => Ok(false),
+        Some(v) => v.as_bool().ok_or_else(|| invalid(&format!("{path}.{key}"), "must be true or false")),
+    }
+}
+
+fn name(value: &Value, path: &str, upper: bool) -> Result<String> {
+    let text = string(value, path)?;
+    let ok = !text.is_empty()
+        && text.len() <= 64
+        && text.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let ok = ok && (!upper || text.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'));
+    if !ok {
+        let shape = if upper { "UPPER_SNAKE_CASE" } else { "a letter, then letters, digits, '_' or '-'" };
+        return Err(invalid(path, format!("{text:?} is not a valid name ({shape}, at most 64 characters)")));
+    }
+    Ok(text.to_string())
+}
+
+fn unique<T>(names: &[T], key: impl Fn(&T) -> &str, path: &str) -> Result<()> {
+    for (i, a) in names.iter().enumerate() {
+        if names[..i].iter().any(|b| key(b) == key(a)) {
+            return Err(invalid(&format!("{path}[{i}]"), format!("{:?} is declared twice", key(a))));
+        }
+    }
+    Ok(())
+}
+
+pub fn load(definition: &Value) -> Result<RuleSet> {
+    let root = object(
+        definition,
+        "$",
+        &["id", "version", "description", "statuses", "fields", "events", "rules", "otherwise"],
+    )?;
+    let id = name(required(root, "id", "$")?, "$.id", false)?;
+    let version = match required(root, "version", "$")?.as_u64() {
+        Some(v) if (1..=MAX_SAFE_INTEGER).contains(&v) => v,
+        _ => return Err(invalid("$.version", "must be a positive integer")),
+    };
+    let description = match root.get("description") {
+        None => None,
+        Some(v) => Some(string(v, "$.description")?.to_string()),
+    };
+
+    let statuses = load_statuses(required(root, "statuses", "$")?)?;
+    let fields = load_fields(root.get("fields"))?;
+    let events = load_events(required(root, "events", "$")?, &fields)?;
+
+    let mut rule_set = RuleSet {
+        id,
+        version,
+        description,
+        hash: String::new(),
+        definition: definition.clone(),
+        cells: vec![vec![Vec::new(); statuses.len() + 1]; events.len()],
+        statuses,
+        fields,
+        events,
+        rules: Vec::new(),
+    };
+
+    for (i, rule) in array(required(root, "rules", "$")?, "$.rules")?.iter().enumerate() {
+        load_rule(&mut rule_set, rule, &format!("$.rules[{i}]"))?;
+    }
+    if let Some(otherwise) = root.get("otherwise") {
+        let answer = load_answer(&rule_set, otherwise, "$.otherwise", &[])?;
+        if matches!(answer, Answer::Applied(_)) {
+            return Err(invalid("$.otherwise", "must not be 'applied': a transition needs an explicit row"));
+        }
+        let index = rule_set.rules.len();
+        rule_set.rules.push(Rule { origin: "otherwise".into(), guard: Vec::new(), answer });
+        for row in rule_set.cells.iter_mut() {
+            for cell in row.iter_mut().filter(|c| c.is_empty()) {
+                cell.push(index);
+            }
+        }
+    }
+
+    let tracked = rule_set.rules.iter().filter_map(|r| match &r.answer {
+        Answer::Applied(t) => Some(t.emit.len()),
+        _ => None,
+    });
+    if tracked.sum::<usize>() > MAX_TRACKED || rule_set.fields.len() > MAX_TRACKED {
+        return Err(invalid("$", format!("at most {MAX_TRACKED} fields and {MAX_TRACKED} emitted operations")));
+    }
+
+    let canonical = canonical_json(definition).map_err(|reason| invalid("$", reason))?;
+    rule_set.hash = format!("sha256:{}", hex(&Sha256::digest(canonical.as_bytes())));
+    Ok(rule_set)
+}
+
+fn load_statuses(value: &Value) -> Result<Vec<Status>> {
+    let mut statuses = Vec::new();
+    for (i, entry) in array(value, "$.statuses")?.iter().enumerate() {
+        let path = format!("$.statuses[{i}]");
+        let map = object(entry, &path, &["name", "initial", "terminal", "description"])?;
+        statuses.push(Status {
+            name: name(required(map, "name", &path)?, &format!("{path}.name"), false)?,
+            initial: boolean(map, "initial", &path)?,
+            terminal: boolean(map, "terminal", &path)?,
+        });
+    }
+    if statuses.is_empty() {
+        return Err(invalid("$.statuses", "must declare at least one status"));
+    }
+    unique(&statuses, |s| &s.name, "$.statuses")?;
+    Ok(statuses)
+}
+
+fn load_fields(value: Option<&Value>) -> Result<Vec<Field>> {
+    let Some(value) = value else { return Ok(Vec::new()) };
+    let mut fields = Vec::new();
+    for (i, entry) in array(value, "$.fields")?.iter().enumerate() {
+        let path = format!("$.fields[{i}]");
+        let map = object(entry, &path, &["name", "kind", "description"])?;
+        let field_name = name(required(map, "name", &path)?, &format!("{path}.name"), false)?;
+        if RESERVED_FIELDS.contains(&field_name.as_str()) {
+            return Err(invalid(&format!("{path}.name"), format!("{field_name:?} is reserved")));
+        }
+        let kind_text = string(required(map, "kind", &path)?, &format!("{path}.kind"))?;
+        let kind = FieldKind::parse(kind_text)
+            .ok_or_else(|| invalid(&format!("{path}.kind"), "must be \"text\" or \"units\""))?;
+        fields.push(Field { name: field_name, kind });
+    }
+    unique(&fields, |f| &f.name, "$.fields")?;
+    Ok(fields)
+}
+
+fn field_list(value: Option<&Value>, path: &str, fields: &[Field], within: Option<&[usize]>) -> Result<Vec<usize>> {
+    let Some(value) = value else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    for (i, item) in array(value, path)?.iter().enumerate() {
+        let item_path = format!("{path}[{i}]");
+        let text = string(item, &item_path)?;
+        let index = fields
+            .iter()
+            .position(|f| f.name == text)
+            .ok_or_else(|| invalid(&item_path, format!("{text:?} is not a declared field")))?;
+        if let Some(allowed) = within {
+            if !allowed.contains(&index) {
+                return Err(invalid(&item_path, format!("{text:?} is not carried by this event type")));
+            }
+        }
+        if out.contains(&index) {
+            return Err(invalid(&item_path, format!("{text:?} is listed twice")));
+        }
+        out.push(index);
+    }
+    Ok(out)
+}
+
+fn load_events(value: &Value, fields: &[Field]) -> Result<Vec<EventType>> {
+    let mut events = Vec::new();
+    for (i, entry) in array(value, "$.events")?.iter().enumerate() {
+        let path = format!("$.events[{i}]");
+        let map = object(entry, &path, &["type", "fields", "identity", "description"])?;
+        let event_name = name(required(map, "type", &path)?, &format!("{path}.type"), true)?;
+        let carried = field_list(map.get("fields"), &format!("{path}.fields"), fields, None)?;
+        let identity = match map.get("identity") {
+            None => carried.clone(),
+            Some(v) => field_list(Some(v), &format!("{path}.identity"), fields, Some(&carried))?,
+        };
+        let mut members = vec![Member::Type, Member::WorkflowId];
+        members.extend(identity.iter().map(|f| Member::Field(carried.iter().position(|c| c == f).unwrap_or(0))));
+        let member_name = |m: &Member| match m {
+            Member::Type => "type".to_string(),
+            Member::WorkflowId => "workflowId".to_string(),
+            Member::Field(p) => fields[carried[*p]].name.clone(),
+        };
+        // Field names are ASCII, so byte order is RFC 8785's UTF-16 order.
+        members.sort_by_key(member_name);
+        events.push(EventType { name: event_name, fields: carried, fingerprint_members: members });
+    }
+    if events.is_empty() {
+        return Err(invalid("$.events", "must declare at least one event type"));
+    }
+    unique(&events, |e| &e.name, "$.events")?;
+    Ok(events)
+}
+
+fn names_or_any(value: &Value, path: &str) -> Result<Vec<String>> {
+    let items = match value {
+        Value::String(s) => vec![Value::String(s.clone())],
+        other => array(other, path)?.clone(),
+    };
+    if items.is_empty() {
+        return Err(invalid(path, "must name at least one"));
+    }
+    items.iter().enumerate().map(|(i, v)| string(v, &format!("{path}[{i}]")).map(str::to_string)).collect()
+}
+
+fn load_rule(rule_set: &mut RuleSet, value: &Value, path: &str) -> Result<()> {
+    let map = object(value, path, &["on", "in", "guard", "then", "description"])?;
+    let mut events = Vec::new();
+    for (i, text) in names_or_any(required(map, "on", path)?, &format!("{path}.on"))?.iter().enumerate() {
+        if text == ANY {
+            events.extend(0..rule_set.events.len());
+        } else {
+            let index = rule_set.event_index(text).ok_or_else(|| {
+                invalid(&format!("{path}.on[{i}]"), format!("{text:?} is not a declared event type"))
+            })?;
+            events.push(index);
+        }
+    }
+    let mut states = Vec::new();
+    for (i, text) in names_or_any(required(map, "in", path)?, &format!("{path}.in"))?.iter().enumerate() {
+        if text == ANY {
+            states.extend(1..rule_set.state_count());
+        } else if text == NONE {
+            states.push(0);
+        } else {
+            let index = rule_set.status_index(text).ok_or_else(|| {
+                invalid(&format!("{path}.in[{i}]"), format!("{text:?} is not a declared status (or \"{NONE}\", \"*\")"))
+            })?;
+            states.push(index + 1);
+        }
+    }
+
+    // Fields a rule reads must be carried by every event type it answers.
+    let mut carried: Vec<usize> = (0..rule_set.fields.len()).collect();
+    for e in &events {
+        carried.retain(|f| rule_set.events[*e].fields.contains(f));
+    }
+    let guard = field_list(map.get("guard"), &format!("{path}.guard"), &rule_set.fields, Some(&carried))?;
+    if !guard.is_empty() && states.contains(&0) {
+        return Err(invalid(&format!("{path}.guard"), format!("there is nothing recorded to compare in \"{NONE}\"")));
+    }
+    let answer = load_answer(rule_set, required(map, "then", path)?, &format!("{path}.then"), &carried)?;
+
+    let index = rule_set.rules.len();
+    rule_set.rules.push(Rule { origin: path.trim_start_matches("$.").to_string(), guard, answer });
+    for e in &events {
+        for s in &states {
+            let cell = &mut rule_set.cells[*e][*s];
+            if !cell.contains(&index) {
+                cell.push(index);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn load_answer(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize]) -> Result<Answer> {
+    let map = object(
+        value,
+        path,
+        &["outcome", "to", "record", "clear", "emit", "revisionStep", "error", "disposition"],
+    )?;
+    if let Some(code_value) = map.get("error") {
+        if map.contains_key("outcome") {
+            return Err(invalid(path, "has both 'outcome' and 'error'"));
+        }
+        if let Some(key) = map.keys().find(|k| !["error", "disposition"].contains(&k.as_str())) {
+            return Err(invalid(&format!("{path}.{key}"), "only 'disposition' goes with 'error'"));
+        }
+        let code_text = string(code_value, &format!("{path}.error"))?;
+        let code = match code_text {
+            "UNKNOWN_WORKFLOW" => FailCode::UnknownWorkflow,
+            "INVALID_TRANSITION" => FailCode::InvalidTransition,
+            _ => {
+                return Err(invalid(
+                    &format!("{path}.error"),
+                    "must be \"UNKNOWN_WORKFLOW\" or \"INVALID_TRANSITION\" (identity mismatches come from guards)",
+                ))
+            }
+        };
+        let disposition = match map.get("disposition") {
+            None => default_disposition(code.as_str()).unwrap_or(Disposition::Reconcile),
+            Some(v) => Disposition::parse(string(v, &format!("{path}.disposition"))?).ok_or_else(|| {
+                invalid(&format!("{path}.disposition"), "must be \"reject\", \"retry\" or \"reconcile\"")
+            })?,
+        };
+        return Ok(Answer::Fail { code, disposition });
+    }
+
+    let outcome = string(
+        map.get("outcome").ok_or_else(|| invalid(path, "needs 'outcome' or 'error'"))?,
+        &format!("{path}.outcome"),
+    )?;
+    let plain = |answer: Answer| {
+        if let Some(key) = map.keys().find(|k| k.as_str() != "outcome") {
+            return Err(invalid(&format!("{path}.{key}"), format!("does not go with outcome {outcome:?}")));
+        }
+        Ok(answer)
+    };
+    match outcome {
+        "already-applied" => return plain(Answer::AlreadyApplied),
+        "stale" => return plain(Answer::Stale),
+        "applied" => {}
+        _ => {
+            return Err(invalid(
+                &format!("{path}.outcome"),
+                "must be \"applied\", \"already-applied\" or \"stale\"",
+            ))
+        }
+    }
+    if map.contains_key("disposition") {
+        return Err(invalid(&format!("{path}.disposition"), "goes only with 'error'"));
+    }
+    let to_text = string(required(map, "to", path)?, &format!("{path}.to"))?;
+    let to = rule_set
+        .status_index(to_text)
+        .ok_or_else(|| invalid(&format!("{path}.to"), format!("{to_text:?} is not a declared status")))?;
+    let record = field_list(map.get("record"), &format!("{path}.record"), &rule_set.fields, Some(carried))?;
+    let clear = field_list(map.get("clear"), &format!("{path}.clear"), &rule_set.fields, None)?;
+    if let Some(both) = record.iter().find(|f| clear.contains(f)) {
+        return Err(invalid(&format!("{path}.clear"), format!("{:?} is both recorded and cleared", rule_set.fields[*both].name)));
+    }
+    let revision_step = match map.get("revisionStep") {
+        None => 1,
+        Some(v) => v
+            .as_u64()
+            .filter(|n| *n <= 1_000_000)
+            .ok_or_else(|| invalid(&format!("{path}.revisionStep"), "must be a whole number from 0 to 1000000"))?,
+    };
+    let mut emit = Vec::new();
+    if let Some(list) = map.get("emit") {
+        for (i, entry) in array(list, &format!("{path}.emit"))?.iter().enumerate() {
+            emit.push(load_emit(rule_set, entry, &format!("{path}.emit[{i}]"), carried)?);
+        }
+    }
+    Ok(Answer::Applied(Transition { to, record, clear, emit, revision_step }))
+}
+
+fn load_emit(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize]) -> Result<Emit> {
+    let map = object(value, path, &["type", "id", "payload"])?;
+    let operation_type = name(required(map, "type", path)?, &format!("{path}.type"), true)?;
+    let id_template = parse_template(rule_set, string(required(map, "id", path)?, &format!("{path}.id"))?, &format!("{path}.id"), carried)?;
+    let payload = field_list(map.get("payload"), &format!("{path}.payload"), &rule_set.fields, Some(carried))?;
+    Ok(Emit { operation_type, id_template, payload })
+}
+
+/// `start-exchange:{workflowId}`: literal text with `{workflowId}`, `{eventId}`
+/// or `{field}` placeholders. Every id names its workflow, so two workflows
+/// never share an operation id.
+fn parse_template(rule_set: &RuleSet, text: &str, path: &str, carried: &[usize]) -> Result<Template> {
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        match rest.find('{') {
+            None => {
+                pieces.push(Piece::Literal(rest.to_string()));
+                break;
+            }
+            Some(open) => {
+                if open > 0 {
+                    pieces.push(Piece::Literal(rest[..open].to_string()));
+                }
+                let close = rest[open..].find('}').ok_or_else(|| invalid(path, "has an unclosed '{'"))? + open;
+                let placeholder = &rest[open + 1..close];
+                pieces.push(match placeholder {
+                    "workflowId" => Piece::WorkflowId,
+                    "eventId" => Piece::EventId,
+                    other => {
+                        let index = rule_set
+                            .fields
+                            .iter()
+                            .position(|f| f.name == other)
+                            .filter(|i| carried.contains(i))
+                            .ok_or_else(|| invalid(path, format!("{{{other}}} is not a field carried by this event type")))?;
+                        Piece::Field(index)
+                    }
+                });
+                rest = &rest[close + 1..];
+            }
+        }
+    }
+    if let Some(Piece::Literal(l)) = pieces.iter().find(|p| matches!(p, Piece::Literal(l) if l.contains('}'))) {
+        return Err(invalid(path, format!("has a stray '}}' in {l:?}")));
+    }
+    if !pieces.contains(&Piece::WorkflowId) {
+        return Err(invalid(path, "must contain {workflowId}, so that two workflows never share an operation id"));
+    }
+    Ok(Template { text: text.to_string(), pieces })
+}

@@ -1,0 +1,236 @@
+//! Rule sets: a workflow's statuses, the events it accepts and a decision
+//! table that gives exactly one answer for every (event type, status) pair.
+//! A definition is JSON data; loading checks its structure (with a path to
+//! the bad part) and then proves its properties (see `verify`).
+
+mod load;
+pub mod table;
+pub mod verify;
+
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+use crate::error::{Disposition, Error, Result};
+use crate::field::FieldKind;
+
+pub use load::NONE;
+
+/// The state of a workflow as the decision table sees it: absent, or a status.
+/// Index 0 is "no workflow yet"; index `i + 1` is `statuses[i]`.
+pub type StateIndex = usize;
+
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub name: String,
+    pub initial: bool,
+    pub terminal: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Field {
+    pub name: String,
+    pub kind: FieldKind,
+}
+
+#[derive(Debug, Clone)]
+pub struct EventType {
+    pub name: String,
+    /// Indices into `RuleSet::fields`, in declared order.
+    pub fields: Vec<usize>,
+    /// The members of the fingerprint object in canonical (RFC 8785) order.
+    pub fingerprint_members: Vec<Member>,
+}
+
+/// A member of an event's fingerprint object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Member {
+    Type,
+    WorkflowId,
+    /// Position in the event type's `fields`.
+    Field(usize),
+}
+
+impl Member {
+    pub fn name<'a>(&self, rule_set: &'a RuleSet, event: &EventType) -> &'a str {
+        match self {
+            Member::Type => "type",
+            Member::WorkflowId => "workflowId",
+            Member::Field(i) => &rule_set.fields[event.fields[*i]].name,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Answer {
+    Applied(Transition),
+    AlreadyApplied,
+    Stale,
+    Fail { code: FailCode, disposition: Disposition },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailCode {
+    UnknownWorkflow,
+    InvalidTransition,
+}
+
+impl FailCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailCode::UnknownWorkflow => "UNKNOWN_WORKFLOW",
+            FailCode::InvalidTransition => "INVALID_TRANSITION",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Transition {
+    /// Status index (into `statuses`) the workflow moves to.
+    pub to: usize,
+    /// Field indices (into `RuleSet::fields`) copied from the event onto the workflow.
+    pub record: Vec<usize>,
+    /// Field indices removed from the workflow.
+    pub clear: Vec<usize>,
+    pub emit: Vec<Emit>,
+    pub revision_step: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Emit {
+    pub operation_type: String,
+    pub id_template: Template,
+    /// Field indices (into `RuleSet::fields`) copied from the event into the payload.
+    pub payload: Vec<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    pub text: String,
+    pub pieces: Vec<Piece>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    Literal(String),
+    WorkflowId,
+    EventId,
+    Field(usize),
+}
+
+impl Template {
+    /// True when every event makes a different id: such ids cannot repeat.
+    pub fn per_event(&self) -> bool {
+        self.pieces.contains(&Piece::EventId)
+    }
+}
+
+/// One row of the decision table as written (or the `otherwise` row).
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Where it was written: `rules[3]` or `otherwise`.
+    pub origin: String,
+    pub guard: Vec<usize>,
+    pub answer: Answer,
+}
+
+#[derive(Debug)]
+pub struct RuleSet {
+    pub id: String,
+    pub version: u64,
+    pub description: Option<String>,
+    pub hash: String,
+    pub definition: Value,
+    pub statuses: Vec<Status>,
+    pub fields: Vec<Field>,
+    pub events: Vec<EventType>,
+    pub rules: Vec<Rule>,
+    /// `cells[event][state]`: the rules that answer that pair. A verified rule
+    /// set has exactly one in every cell.
+    pub cells: Vec<Vec<Vec<usize>>>,
+}
+
+impl RuleSet {
+    /// Loads and verifies a definition. A definition that fails any property
+    /// is refused: a worker never runs rules that were not proven.
+    pub fn from_value(definition: &Value) -> Result<RuleSet> {
+        let rule_set = load::load(definition)?;
+        let report = verify::verify(&rule_set)?;
+        if let Some(failed) = report.properties.iter().find(|p| !p.ok) {
+            return Err(Error::RuleSetInvalid {
+                path: failed.name.to_string(),
+                reason: format!("verification failed: {}", failed.description),
+                report: Some(report.to_json()),
+            });
+        }
+        Ok(rule_set)
+    }
+
+    pub fn from_json(text: &str) -> Result<RuleSet> {
+        let value: Value = serde_json::from_str(text).map_err(|e| Error::RuleSetInvalid {
+            path: "$".into(),
+            reason: format!("not JSON: {e}"),
+            report: None,
+        })?;
+        RuleSet::from_value(&value)
+    }
+
+    pub fn builtin(name: &str) -> Result<&'static RuleSet> {
+        static DEPOSIT_SWAP: OnceLock<RuleSet> = OnceLock::new();
+        static ORDER_SHIPMENT: OnceLock<RuleSet> = OnceLock::new();
+        let (cell, text) = match name {
+            "deposit-swap" => (&DEPOSIT_SWAP, BUILTIN_DEPOSIT_SWAP),
+            "order-shipment" => (&ORDER_SHIPMENT, BUILTIN_ORDER_SHIPMENT),
+            other => {
+                return Err(Error::InvalidArgument {
+                    reason: format!("no built-in rule set named {other:?} (there are: {})", BUILTIN_NAMES.join(", ")),
+                })
+            }
+        };
+        if let Some(loaded) = cell.get() {
+            return Ok(loaded);
+        }
+        let loaded = RuleSet::from_json(text)?;
+        Ok(cell.get_or_init(|| loaded))
+    }
+
+    pub fn status_index(&self, name: &str) -> Option<usize> {
+        self.statuses.iter().position(|s| s.name == name)
+    }
+
+    pub fn event_index(&self, name: &str) -> Option<usize> {
+        self.events.iter().position(|e| e.name == name)
+    }
+
+    pub fn state_name(&self, state: StateIndex) -> &str {
+        if state == 0 {
+            NONE
+        } else {
+            &self.statuses[state - 1].name
+        }
+    }
+
+    pub fn state_count(&self) -> usize {
+        self.statuses.len() + 1
+    }
+
+    /// The rule that answers `event` in `state`. Loading guarantees there is one.
+    pub fn rule_for(&self, event: usize, state: StateIndex) -> &Rule {
+        &self.rules[self.cells[event][state][0]]
+    }
+}
+
+/// Checks a definition's structure only; `verify::verify` then reports its
+/// properties. Workers load rule sets with [`RuleSet::from_value`].
+pub fn load_unverified(definition: &Value) -> Result<RuleSet> {
+    load::load(definition)
+}
+
+/// The property report for a definition; errs only when it is malformed.
+pub fn verify_definition(definition: &Value) -> Result<verify::Report> {
+    verify::verify(&load::load(definition)?)
+}
+
+pub const BUILTIN_NAMES: &[&str] = &["deposit-swap", "order-shipment"];
+pub const BUILTIN_DEPOSIT_SWAP: &str = include_str!("deposit-swap.json");
+pub const BUILTIN_ORDER_SHIPMENT: &str = include_str!("order-shipment.json");

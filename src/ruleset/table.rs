@@ -1,0 +1,109 @@
+//! The decision table as rows a person can read: one row per rule and event
+//! type, listing the statuses it answers.
+
+use serde_json::{json, Value};
+
+use super::{Answer, RuleSet};
+
+pub struct Row {
+    pub event: String,
+    pub states: Vec<String>,
+    pub guard: Vec<String>,
+    pub answer: Value,
+    pub summary: String,
+    pub origin: String,
+}
+
+pub fn rows(rule_set: &RuleSet) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (e, event) in rule_set.events.iter().enumerate() {
+        let mut grouped: Vec<(usize, Vec<String>)> = Vec::new();
+        for at in 0..rule_set.state_count() {
+            for &rule in &rule_set.cells[e][at] {
+                let name = rule_set.state_name(at).to_string();
+                match grouped.iter_mut().find(|(r, _)| *r == rule) {
+                    Some((_, states)) => states.push(name),
+                    None => grouped.push((rule, vec![name])),
+                }
+            }
+        }
+        for (rule_index, states) in grouped {
+            let rule = &rule_set.rules[rule_index];
+            rows.push(Row {
+                event: event.name.clone(),
+                states,
+                guard: rule.guard.iter().map(|f| rule_set.fields[*f].name.clone()).collect(),
+                answer: answer_json(rule_set, &rule.answer),
+                summary: summary(rule_set, &rule.answer),
+                origin: rule.origin.clone(),
+            });
+        }
+    }
+    rows
+}
+
+fn answer_json(rule_set: &RuleSet, answer: &Answer) -> Value {
+    let names = |fields: &[usize]| fields.iter().map(|f| rule_set.fields[*f].name.clone()).collect::<Vec<_>>();
+    match answer {
+        Answer::Applied(t) => json!({
+            "outcome": "applied",
+            "to": rule_set.statuses[t.to].name,
+            "record": names(&t.record),
+            "clear": names(&t.clear),
+            "emit": t.emit.iter().map(|e| json!({
+                "type": e.operation_type, "id": e.id_template.text, "payload": names(&e.payload),
+            })).collect::<Vec<_>>(),
+            "revisionStep": t.revision_step,
+        }),
+        Answer::AlreadyApplied => json!({ "outcome": "already-applied" }),
+        Answer::Stale => json!({ "outcome": "stale" }),
+        Answer::Fail { code, disposition } => json!({ "error": code.as_str(), "disposition": disposition.as_str() }),
+    }
+}
+
+fn summary(rule_set: &RuleSet, answer: &Answer) -> String {
+    match answer {
+        Answer::Applied(t) => {
+            let mut text = format!("applied → {}", rule_set.statuses[t.to].name);
+            let names = |fields: &[usize]| fields.iter().map(|f| rule_set.fields[*f].name.as_str()).collect::<Vec<_>>().join(", ");
+            if !t.record.is_empty() {
+                text.push_str(&format!("; records {}", names(&t.record)));
+            }
+            if !t.clear.is_empty() {
+                text.push_str(&format!("; clears {}", names(&t.clear)));
+            }
+            for e in &t.emit {
+                text.push_str(&format!("; emits {} `{}`", e.operation_type, e.id_template.text));
+            }
+            text
+        }
+        Answer::AlreadyApplied => "already-applied".into(),
+        Answer::Stale => "stale (receipt only)".into(),
+        Answer::Fail { code, disposition } => format!("{} ({})", code.as_str(), disposition.as_str()),
+    }
+}
+
+pub fn rows_json(rule_set: &RuleSet) -> Value {
+    Value::Array(
+        rows(rule_set)
+            .into_iter()
+            .map(|r| json!({
+                "event": r.event, "statuses": r.states, "guard": r.guard,
+                "answer": r.answer, "summary": r.summary, "rule": r.origin,
+            }))
+            .collect(),
+    )
+}
+
+/// A Markdown table: what `idemflow rules table` prints and the README shows.
+pub fn markdown(rule_set: &RuleSet) -> String {
+    let mut out = format!(
+        "Rule set `{}` v{} (`{}`)\n\n| Event | In status | Guard | Answer |\n| --- | --- | --- | --- |\n",
+        rule_set.id, rule_set.version, rule_set.hash
+    );
+    for row in rows(rule_set) {
+        let guard = if row.guard.is_empty() { "".to_string() } else { row.guard.join(", ") };
+        out.push_str(&format!("| {} | {} | {} | {} |\n", row.event, row.states.join(", "), guard, row.summary));
+    }
+    out
+}
