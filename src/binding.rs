@@ -9,7 +9,7 @@ use wasm_bindgen::JsCast;
 
 use crate::decide::{self, plan_deposit_confirmation};
 use crate::error::{Error, CODES};
-use crate::event::validate;
+use crate::event::{validate, validate_as};
 use crate::field::MAX_TEXT_BYTES;
 use crate::fingerprint::fingerprint as fingerprint_of;
 use crate::input::{Input, Source};
@@ -191,6 +191,15 @@ pub fn verify_rule_set(definition: &str) -> JsResult<String> {
 pub fn validate_event(rules: &CompiledRuleSet, event: JsValue) -> JsResult<()> {
     let event = as_event(&event).map_err(throw)?;
     validate(rules.rules(), &event).map(|_| ()).map_err(throw)
+}
+
+/// The validated event as JSON text: a plain copy the host works from, so a
+/// getter is read once and a later change to the caller's object changes nothing.
+#[wasm_bindgen(js_name = normalizeEvent)]
+pub fn normalize_event(rules: &CompiledRuleSet, event: JsValue, expected_type: Option<String>) -> JsResult<String> {
+    let event = as_event(&event).map_err(throw)?;
+    let valid = validate_as(rules.rules(), &event, expected_type.as_deref()).map_err(throw)?;
+    Ok(valid.to_json(rules.rules()).to_string())
 }
 
 #[wasm_bindgen]

@@ -70,3 +70,31 @@ pub fn truncate(text: &str) -> String {
         None => text.to_string(),
     }
 }
+
+impl Event {
+    /// The validated event as a plain JSON object: its own members and the
+    /// fields its type declares, nothing else.
+    pub fn to_json(&self, rule_set: &RuleSet) -> serde_json::Value {
+        let mut map = serde_json::Map::new();
+        map.insert("eventId".into(), self.event_id.clone().into());
+        map.insert("workflowId".into(), self.workflow_id.clone().into());
+        map.insert("type".into(), self.type_name(rule_set).into());
+        for (position, field) in rule_set.events[self.event_type].fields.iter().enumerate() {
+            map.insert(rule_set.fields[*field].name.clone(), self.values[position].clone().into());
+        }
+        serde_json::Value::Object(map)
+    }
+}
+
+/// Validates `event` and, when `expected_type` is given, that it is of that type.
+pub fn validate_as(rule_set: &RuleSet, event: &dyn Source, expected_type: Option<&str>) -> Result<Event> {
+    let valid = validate(rule_set, event)?;
+    match expected_type {
+        Some(expected) if expected != valid.type_name(rule_set) => Err(invalid(
+            "type",
+            format!("must be {expected:?}, not {:?}", valid.type_name(rule_set)),
+            Some(&valid.event_id),
+        )),
+        _ => Ok(valid),
+    }
+}

@@ -1,0 +1,62 @@
+# idemflow: `make demo` runs the example worker, `make test` runs every test.
+# Everything needed is installed here, idempotently: the wasm32 target, the
+# wasm-bindgen CLI at exactly the crate's version, and npm packages.
+
+SHELL := /bin/bash
+CARGO_BIN := $(HOME)/.cargo/bin
+export PATH := $(CARGO_BIN):$(PATH)
+
+WASM_BINDGEN_VERSION := $(shell sed -n 's/^wasm-bindgen = "=\([^"]*\)"/\1/p' Cargo.toml)
+WASM := target/wasm32-unknown-unknown/release/idemflow.wasm
+VERSION := $(shell sed -n 's/^version = "\([^"]*\)"/\1/p' Cargo.toml | head -n 1)
+TARBALL := target/npm/idemflow-$(VERSION).tgz
+SOURCES := $(shell find src js -type f) Cargo.toml Cargo.lock pkg.json README.md scripts/assemble-pkg.cjs
+
+.PHONY: all tools pkg test test-native test-wasm test-js demo bench clean
+
+all: pkg
+
+tools:
+	@rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+	@if [ "$$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $(WASM_BINDGEN_VERSION)" ]; then \
+	  echo "installing wasm-bindgen-cli $(WASM_BINDGEN_VERSION) (a few minutes, once)"; \
+	  cargo install wasm-bindgen-cli --version $(WASM_BINDGEN_VERSION) --force; \
+	fi
+
+pkg: tools $(TARBALL)
+
+$(TARBALL): $(SOURCES)
+	cargo build --release --target wasm32-unknown-unknown
+	rm -rf pkg && mkdir -p pkg/wasm target/npm
+	wasm-bindgen --target nodejs --out-dir pkg/wasm --out-name idemflow $(WASM)
+	node scripts/assemble-pkg.cjs . pkg
+	rm -f target/npm/idemflow-*.tgz
+	cd pkg && npm pack --silent --pack-destination ../target/npm >/dev/null
+	@ls -l $(TARBALL)
+
+# The JS test project installs the packed package as a user would.
+tests/js/node_modules/.installed: tests/js/package.json $(TARBALL)
+	cd tests/js && npm install --no-audit --no-fund --loglevel=error
+	cd tests/js && npm install --no-audit --no-fund --no-save --loglevel=error ../../$(TARBALL)
+	touch $@
+
+test: test-native test-wasm test-js
+
+test-native:
+	cargo test
+
+test-wasm: tools
+	CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner cargo test --target wasm32-unknown-unknown
+
+test-js: pkg tests/js/node_modules/.installed
+	cd tests/js && npx --no-install tsc -p tsconfig.json
+	cd tests/js && node --test --test-concurrency=1 'test/*.test.mjs' 'test/*.test.cjs'
+
+demo: pkg tests/js/node_modules/.installed
+	cd tests/js && node ../../js/examples/deposit-demo.mjs
+
+bench: pkg tests/js/node_modules/.installed
+	cd tests/js && node ../../js/examples/bench.mjs
+
+clean:
+	rm -rf pkg target/npm tests/js/node_modules

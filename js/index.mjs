@@ -1,0 +1,22 @@
+// idemflow for ES modules: the same objects as the CommonJS entry point.
+import idemflow from './index.cjs';
+
+export const {
+  IdemflowError,
+  isIdemflowError,
+  RuleSet,
+  validateEvent,
+  normalizeEvent,
+  fingerprint,
+  decide,
+  decideJSON,
+  planDepositConfirmation,
+  verifyRuleSet,
+  processEvent,
+  processDepositConfirmed,
+  commitWriteSet,
+  InMemoryStore,
+  wasmMemoryBytes,
+} = idemflow;
+
+export default idemflow;

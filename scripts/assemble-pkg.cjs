@@ -1,0 +1,24 @@
+'use strict';
+// Writes pkg/: the package's JS from js/, the README, and package.json from
+// the pkg.json template with the version taken from Cargo.toml.
+// Usage: node scripts/assemble-pkg.cjs <repo root> <pkg dir>
+const fs = require('node:fs');
+const path = require('node:path');
+
+const [root, out] = process.argv.slice(2).map((p) => path.resolve(p));
+const cargo = fs.readFileSync(path.join(root, 'Cargo.toml'), 'utf8');
+const version = /^version\s*=\s*"([^"]+)"/m.exec(cargo)?.[1];
+if (!version) throw new Error('no version in Cargo.toml');
+
+const manifest = JSON.parse(fs.readFileSync(path.join(root, 'pkg.json'), 'utf8'));
+manifest.version = version;
+
+const js = path.join(root, 'js');
+for (const entry of fs.readdirSync(js, { withFileTypes: true })) {
+  if (entry.name === 'examples') continue; // examples are run from the repository, not shipped
+  fs.cpSync(path.join(js, entry.name), path.join(out, entry.name), { recursive: true });
+}
+fs.copyFileSync(path.join(root, 'README.md'), path.join(out, 'README.md'));
+fs.writeFileSync(path.join(out, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
+fs.chmodSync(path.join(out, 'bin', 'idemflow.cjs'), 0o755);
+console.log(`pkg/: idemflow ${version}`);
