@@ -3,7 +3,7 @@
 //! (never in the ABI layer), so a bad input returns an ordinary `Err` and every
 //! Rust value is dropped on the way out: rejected calls do not leak memory.
 
-use js_sys::{Array, JsString, Reflect};
+use js_sys::{JsString, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
@@ -35,19 +35,47 @@ struct JsObject<'a>(&'a JsValue);
 
 impl Source for JsObject<'_> {
     fn field(&self, name: &str) -> Input {
-        match Reflect::get(self.0, &JsValue::from_str(name)) {
-            Ok(value) => to_input(&value),
-            Err(thrown) => Input::Unreadable(describe(&thrown)),
+        let value = read_property(self.0, name);
+        if value.is_symbol() {
+            if let Some(why) = read_failure(&value) {
+                return Input::Unreadable(why);
+            }
         }
+        to_input(&value)
     }
 }
 
-fn describe(thrown: &JsValue) -> String {
-    if let Some(error) = thrown.dyn_ref::<js_sys::Error>() {
-        let message: String = error.message().into();
-        return message.chars().take(200).collect();
-    }
-    thrown.as_string().map(|s| s.chars().take(200).collect()).unwrap_or_else(|| "a non-Error value was thrown".into())
+// Reading a property can run a getter or a proxy trap that throws. The throw
+// is caught inside JS and reported as a sentinel symbol: an exception that
+// reaches wasm through a `catch` import costs an externref slot in
+// wasm-bindgen 0.2.130, so 100,000 throwing getters would grow the memory.
+#[wasm_bindgen(inline_js = "
+const FAILED = Symbol('idemflow: property read failed');
+let lastThrown;
+module.exports.read_property = function (target, key) {
+  try { return target[key]; } catch (thrown) { lastThrown = thrown; return FAILED; }
+};
+module.exports.read_failure = function (value) {
+  if (value !== FAILED) return undefined;
+  const thrown = lastThrown;
+  lastThrown = undefined;
+  try {
+    if (typeof thrown === 'string') return thrown.slice(0, 200);
+    const message = thrown !== null && typeof thrown === 'object' ? thrown.message : undefined;
+    return typeof message === 'string' ? message.slice(0, 200) : 'a value without a message was thrown';
+  } catch (_) {
+    return 'a value that cannot be inspected was thrown';
+  }
+};
+module.exports.is_array = function (value) {
+  try { return Array.isArray(value); } catch (_) { return false; }
+};
+")]
+extern "C" {
+    fn read_property(target: &JsValue, key: &str) -> JsValue;
+    fn read_failure(value: &JsValue) -> Option<String>;
+    /// `Array.isArray`, false for a revoked proxy (which can be neither read nor listed).
+    fn is_array(value: &JsValue) -> bool;
 }
 
 fn to_input(value: &JsValue) -> Input {
@@ -87,7 +115,7 @@ fn kind(value: &JsValue) -> &'static str {
         "symbol"
     } else if value.is_function() {
         "function"
-    } else if Array::is_array(value) {
+    } else if is_array(value) {
         "array"
     } else if value.is_object() {
         "object"
@@ -97,7 +125,7 @@ fn kind(value: &JsValue) -> &'static str {
 }
 
 fn as_event(value: &JsValue) -> Result<JsObject<'_>, Error> {
-    if value.is_object() && !Array::is_array(value) {
+    if value.is_object() && !is_array(value) {
         Ok(JsObject(value))
     } else {
         let what = if value.is_undefined() { "missing" } else if value.is_null() { "null" } else { kind(value) };
@@ -108,7 +136,7 @@ fn as_event(value: &JsValue) -> Result<JsObject<'_>, Error> {
 fn as_record<'a>(value: &'a JsValue, name: &str) -> Result<Option<JsObject<'a>>, Error> {
     if value.is_undefined() || value.is_null() {
         Ok(None)
-    } else if value.is_object() && !Array::is_array(value) {
+    } else if value.is_object() && !is_array(value) {
         Ok(Some(JsObject(value)))
     } else {
         Err(Error::InvalidArgument { reason: format!("{name} must be an object or null, not {}", kind(value)) })
