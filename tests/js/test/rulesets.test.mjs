@@ -1,0 +1,313 @@
+// Rule sets through the installed package: every cell of both built-in
+// tables through processEvent, the lifecycle stories, and the verifier.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { IdemflowError, InMemoryStore, RuleSet, decide, fingerprint, processEvent, verifyRuleSet } from 'idemflow';
+
+const depositSwap = RuleSet.builtin('deposit-swap');
+const orderShipment = RuleSet.builtin('order-shipment');
+
+const recorded = { depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000', payoutUnits: '4100000000', payoutRef: 'payout-9' };
+const eventFields = {
+  DEPOSIT_DETECTED: { depositRef: recorded.depositRef, amountUnits: recorded.amountUnits },
+  DEPOSIT_CONFIRMED: { depositRef: recorded.depositRef, amountUnits: recorded.amountUnits },
+  EXCHANGE_COMPLETED: { payoutUnits: recorded.payoutUnits },
+  PAYOUT_CONFIRMED: { payoutRef: recorded.payoutRef },
+  DEADLINE_PASSED: {},
+  DEPOSIT_REVERSED: { depositRef: recorded.depositRef, amountUnits: recorded.amountUnits },
+};
+
+// The expected table, written out by hand from the issue (not read from the rule set).
+const UW = { error: 'UNKNOWN_WORKFLOW', disposition: 'retry' };
+const IT = { error: 'INVALID_TRANSITION', disposition: 'reconcile' };
+const AA = { outcome: 'already-applied' };
+const ST = { outcome: 'stale' };
+const to = (status, ...operations) => ({ outcome: 'applied', status, operations });
+const expected = {
+  DEPOSIT_DETECTED: { '(none)': UW, waiting: to('deposit'), deposit: AA, exchange: AA, sending: AA, success: AA, overdue: to('review', 'OPEN_REVIEW:open-review:swap-1'), review: AA },
+  DEPOSIT_CONFIRMED: { '(none)': UW, waiting: IT, deposit: to('exchange', 'START_EXCHANGE:start-exchange:swap-1'), exchange: AA, sending: AA, success: AA, overdue: IT, review: IT },
+  EXCHANGE_COMPLETED: { '(none)': UW, waiting: IT, deposit: IT, exchange: to('sending', 'SEND_PAYOUT:send-payout:swap-1'), sending: AA, success: AA, overdue: IT, review: IT },
+  PAYOUT_CONFIRMED: { '(none)': UW, waiting: IT, deposit: IT, exchange: IT, sending: to('success'), success: AA, overdue: IT, review: IT },
+  DEADLINE_PASSED: { '(none)': UW, waiting: to('overdue'), deposit: ST, exchange: ST, sending: ST, success: ST, overdue: ST, review: ST },
+  DEPOSIT_REVERSED: { '(none)': UW, waiting: ST, deposit: to('waiting'), exchange: to('review', 'OPEN_REVIEW:open-review:swap-1'), sending: to('review', 'OPEN_REVIEW:open-review:swap-1'), success: to('review', 'OPEN_REVIEW:open-review:swap-1'), overdue: ST, review: IT },
+};
+// Cells whose answer is guarded by the recorded fields the event carries.
+const guarded = {
+  DEPOSIT_DETECTED: ['deposit', 'exchange', 'sending', 'success', 'review'],
+  DEPOSIT_CONFIRMED: ['deposit', 'exchange', 'sending', 'success'],
+  EXCHANGE_COMPLETED: ['sending', 'success'],
+  PAYOUT_CONFIRMED: ['success'],
+  DEPOSIT_REVERSED: ['deposit', 'exchange', 'sending', 'success'],
+};
+
+function storeIn(status) {
+  return new InMemoryStore(status === '(none)' ? [] : [{ id: 'swap-1', status, revision: 7, ...recorded }]);
+}
+
+function eventOf(type, overrides = {}) {
+  return { eventId: `evt-${type}`, workflowId: 'swap-1', type, ...eventFields[type], ...overrides };
+}
+
+async function outcomeOf(promise) {
+  try {
+    return await promise;
+  } catch (error) {
+    if (!(error instanceof IdemflowError)) throw error;
+    return { error: error.code, disposition: error.disposition, details: error.details };
+  }
+}
+
+for (const [type, row] of Object.entries(expected)) {
+  for (const [status, answer] of Object.entries(row)) {
+    test(`deposit-swap: ${type} in ${status} → ${answer.error ?? answer.outcome}${answer.status ? ` ${answer.status}` : ''}`, async () => {
+      const store = storeIn(status);
+      const result = await outcomeOf(processEvent(store, eventOf(type), { ruleSet: depositSwap }));
+      const { workflows, inbox, outbox } = store.snapshot();
+      if (answer.error) {
+        assert.equal(result.error, answer.error);
+        assert.equal(result.disposition, answer.disposition);
+        assert.equal(inbox.size, 0, 'an error records no receipt');
+        return;
+      }
+      assert.equal(result.outcome, answer.outcome);
+      assert.equal(inbox.get(`evt-${type}`).outcome, answer.outcome);
+      const after = workflows.get('swap-1');
+      if (answer.outcome === 'applied') {
+        assert.equal(after.status, answer.status);
+        assert.equal(after.revision, 8);
+        assert.equal(result.revision, 8);
+        assert.deepEqual([...outbox.values()].map((op) => `${op.type}:${op.id}`), answer.operations);
+        assert.deepEqual(result.operationIds, answer.operations.map((o) => o.split(':').slice(1).join(':')));
+      } else {
+        assert.equal(after.status, status);
+        assert.equal(after.revision, 7);
+        assert.equal(outbox.size, 0);
+      }
+    });
+  }
+}
+
+for (const [type, statuses] of Object.entries(guarded)) {
+  for (const status of statuses) {
+    for (const field of Object.keys(eventFields[type])) {
+      test(`deposit-swap: ${type} in ${status} with another ${field} is IDENTITY_MISMATCH`, async () => {
+        const store = storeIn(status);
+        const changed = field.endsWith('Units') ? '999' : 'other-ref';
+        const result = await outcomeOf(processEvent(store, eventOf(type, { [field]: changed }), { ruleSet: depositSwap }));
+        assert.equal(result.error, 'IDENTITY_MISMATCH');
+        assert.equal(result.details.field, field);
+        assert.equal(result.details.recorded, recorded[field]);
+        assert.equal(result.details.actual, changed);
+        assert.equal(store.snapshot().inbox.size, 0);
+      });
+    }
+  }
+}
+
+test('deposit-swap: the table the rule set reports has exactly the expected answers', () => {
+  for (const row of depositSwap.table()) {
+    for (const status of row.statuses) {
+      const answer = expected[row.event][status];
+      if (answer.error) assert.deepEqual(row.answer, { error: answer.error, disposition: answer.disposition }, `${row.event}/${status}`);
+      else if (answer.outcome === 'applied') assert.equal(row.answer.to, answer.status, `${row.event}/${status}`);
+      else assert.deepEqual(row.answer, { outcome: answer.outcome }, `${row.event}/${status}`);
+    }
+  }
+  const cells = depositSwap.table().reduce((n, row) => n + row.statuses.length, 0);
+  assert.equal(cells, 6 * 8);
+});
+
+async function run(store, type, eventId, fields = {}) {
+  return processEvent(store, eventOf(type, { eventId, ...fields }), { ruleSet: depositSwap });
+}
+
+test('the full happy path goes waiting → deposit → exchange → sending → success', async () => {
+  const store = new InMemoryStore([{ id: 'swap-1', status: 'waiting', revision: 0 }]);
+  const steps = [
+    ['DEPOSIT_DETECTED', 'deposit', []],
+    ['DEPOSIT_CONFIRMED', 'exchange', ['start-exchange:swap-1']],
+    ['EXCHANGE_COMPLETED', 'sending', ['send-payout:swap-1']],
+    ['PAYOUT_CONFIRMED', 'success', []],
+  ];
+  for (const [i, [type, status, operations]] of steps.entries()) {
+    const result = await run(store, type, `e${i}`);
+    assert.deepEqual(result, { outcome: 'applied', status, revision: i + 1, operationIds: operations, operationId: operations[0] ?? null });
+  }
+  const { workflows, outbox } = store.snapshot();
+  assert.deepEqual(workflows.get('swap-1'), { id: 'swap-1', status: 'success', revision: 4, ...recorded });
+  assert.equal(outbox.get('send-payout:swap-1').payload.payoutUnits, recorded.payoutUnits);
+  assert.deepEqual(outbox.get('start-exchange:swap-1').payload, { depositRef: recorded.depositRef, amountUnits: recorded.amountUnits });
+});
+
+test('a late deposit goes to review, never to exchange', async () => {
+  const store = new InMemoryStore([{ id: 'swap-1', status: 'waiting', revision: 0 }]);
+  assert.equal((await run(store, 'DEADLINE_PASSED', 'd1')).status, 'overdue');
+  const late = await run(store, 'DEPOSIT_DETECTED', 'd2');
+  assert.deepEqual([late.status, late.operationIds], ['review', ['open-review:swap-1']]);
+  const confirm = await outcomeOf(run(store, 'DEPOSIT_CONFIRMED', 'd3'));
+  assert.equal(confirm.error, 'INVALID_TRANSITION');
+  assert.equal(store.snapshot().outbox.has('start-exchange:swap-1'), false);
+});
+
+test('a reversal before the exchange returns the workflow to waiting and clears the deposit', async () => {
+  const store = new InMemoryStore([{ id: 'swap-1', status: 'waiting', revision: 0 }]);
+  await run(store, 'DEPOSIT_DETECTED', 'r1');
+  assert.equal((await run(store, 'DEPOSIT_REVERSED', 'r2')).status, 'waiting');
+  assert.deepEqual(store.snapshot().workflows.get('swap-1'), { id: 'swap-1', status: 'waiting', revision: 2 });
+  // The reversed deposit can no longer be confirmed; a new deposit starts over.
+  assert.equal((await outcomeOf(run(store, 'DEPOSIT_CONFIRMED', 'r3'))).error, 'INVALID_TRANSITION');
+  await run(store, 'DEPOSIT_DETECTED', 'r4', { depositRef: 'btc-mainnet:tx-def:vout-1' });
+  assert.equal((await run(store, 'DEPOSIT_CONFIRMED', 'r5', { depositRef: 'btc-mainnet:tx-def:vout-1' })).status, 'exchange');
+  assert.equal(store.snapshot().outbox.size, 1);
+});
+
+test('a reversal after the exchange started opens a review instead of compensating', async () => {
+  const store = new InMemoryStore([{ id: 'swap-1', status: 'waiting', revision: 0 }]);
+  await run(store, 'DEPOSIT_DETECTED', 'x1');
+  await run(store, 'DEPOSIT_CONFIRMED', 'x2');
+  const reversal = await run(store, 'DEPOSIT_REVERSED', 'x3');
+  assert.deepEqual([reversal.status, reversal.operationIds], ['review', ['open-review:swap-1']]);
+  assert.deepEqual([...store.snapshot().outbox.keys()].sort(), ['open-review:swap-1', 'start-exchange:swap-1']);
+  assert.equal((await outcomeOf(run(store, 'DEPOSIT_REVERSED', 'x4'))).error, 'INVALID_TRANSITION');
+});
+
+test('a deadline racing a detection: deadline first makes the deposit late', async () => {
+  const store = new InMemoryStore([{ id: 'swap-1', status: 'waiting', revision: 0 }]);
+  assert.equal((await run(store, 'DEADLINE_PASSED', 't1')).status, 'overdue');
+  assert.equal((await run(store, 'DEPOSIT_DETECTED', 't2')).status, 'review');
+});
+
+test('a deadline racing a detection: detection first makes the deadline stale', async () => {
+  const store = new InMemoryStore([{ id: 'swap-1', status: 'waiting', revision: 0 }]);
+  assert.equal((await run(store, 'DEPOSIT_DETECTED', 't1')).status, 'deposit');
+  assert.deepEqual(await run(store, 'DEADLINE_PASSED', 't2'), { outcome: 'stale' });
+  const { workflows, inbox } = store.snapshot();
+  assert.equal(workflows.get('swap-1').status, 'deposit');
+  assert.equal(workflows.get('swap-1').revision, 1);
+  assert.equal(inbox.get('t2').outcome, 'stale');
+});
+
+test('order-shipment: the first request creates the workflow and one CREATE_SHIPMENT', async () => {
+  const store = new InMemoryStore();
+  const request = { eventId: 'evt-1', workflowId: 'order-1', type: 'SHIPMENT_REQUESTED' };
+  const first = await processEvent(store, request, { ruleSet: orderShipment });
+  assert.deepEqual(first, { outcome: 'applied', status: 'shipping', revision: 1, operationId: 'create-shipment:order-1', operationIds: ['create-shipment:order-1'] });
+  assert.deepEqual(await processEvent(store, request, { ruleSet: orderShipment }), { outcome: 'duplicate-delivery' });
+  assert.deepEqual(await processEvent(store, { ...request, eventId: 'evt-2' }, { ruleSet: orderShipment }), { outcome: 'already-applied' });
+  const conflict = await outcomeOf(processEvent(store, { ...request, workflowId: 'other-order' }, { ruleSet: orderShipment }));
+  assert.equal(conflict.error, 'EVENT_ID_CONFLICT');
+  const { workflows, outbox } = store.snapshot();
+  assert.deepEqual(workflows.get('order-1'), { id: 'order-1', status: 'shipping', revision: 1 });
+  assert.equal(workflows.has('other-order'), false);
+  assert.equal(outbox.size, 1);
+});
+
+test('order-shipment: concurrent first requests under different ids create one shipment', async () => {
+  const store = new InMemoryStore();
+  const results = await Promise.all(Array.from({ length: 10 }, (_, i) =>
+    processEvent(store, { eventId: `evt-${i}`, workflowId: 'order-9', type: 'SHIPMENT_REQUESTED' }, { ruleSet: 'order-shipment' })));
+  assert.equal(results.filter((r) => r.outcome === 'applied').length, 1);
+  assert.equal(store.snapshot().outbox.size, 1);
+});
+
+test('receipts record the rule set id, version and hash', () => {
+  const decision = decide({ event: eventOf('DEADLINE_PASSED'), receipt: null, workflow: { id: 'swap-1', status: 'waiting', revision: 0 }, ruleSet: depositSwap });
+  assert.deepEqual(decision.writeSet.receipt.ruleSet, { id: 'deposit-swap', version: 1, hash: depositSwap.hash });
+});
+
+test('fingerprints cover type, workflowId and the identity fields of the event type', () => {
+  const deadline = eventOf('DEADLINE_PASSED');
+  assert.equal(fingerprint({ ...deadline, eventId: 'other', extra: 'x' }, { ruleSet: depositSwap }), fingerprint(deadline, { ruleSet: depositSwap }));
+  assert.notEqual(fingerprint(eventOf('DEPOSIT_DETECTED')), fingerprint(eventOf('DEPOSIT_CONFIRMED')));
+});
+
+test('the rule-set hash is the same for the same rules in another key order, and changes with a rule', () => {
+  const definition = depositSwap.definition();
+  const reordered = Object.fromEntries(Object.entries(definition).reverse());
+  assert.equal(RuleSet.fromJSON(reordered).hash, depositSwap.hash);
+  const changed = structuredClone(definition);
+  changed.rules.find((r) => r.on === 'DEADLINE_PASSED' && r.in === 'waiting').then.revisionStep = 2;
+  const other = RuleSet.fromJSON(changed);
+  assert.notEqual(other.hash, depositSwap.hash);
+  assert.match(other.hash, /^sha256:[0-9a-f]{64}$/);
+});
+
+test('rule sets are compiled once: the same definition gives the same instance', () => {
+  const definition = orderShipment.definition();
+  assert.equal(RuleSet.fromJSON(definition), RuleSet.fromJSON(JSON.stringify(definition)));
+  assert.equal(RuleSet.builtin('deposit-swap'), depositSwap);
+});
+
+// A small custom rule set and broken variants, one per verifier property.
+function custom() {
+  return {
+    id: 'ticket',
+    version: 1,
+    statuses: [{ name: 'open', initial: true }, { name: 'closed', terminal: true }],
+    fields: [{ name: 'reason', kind: 'text' }],
+    events: [{ type: 'CLOSE', fields: ['reason'] }, { type: 'PING' }],
+    rules: [
+      { on: '*', in: '(none)', then: { error: 'UNKNOWN_WORKFLOW' } },
+      { on: 'CLOSE', in: 'open', then: { outcome: 'applied', to: 'closed', record: ['reason'], emit: [{ type: 'NOTIFY', id: 'notify:{workflowId}', payload: ['reason'] }] } },
+      { on: 'CLOSE', in: 'closed', guard: ['reason'], then: { outcome: 'already-applied' } },
+      { on: 'PING', in: '*', then: { outcome: 'stale' } },
+    ],
+  };
+}
+
+test('a custom rule set verifies and runs through processEvent', async () => {
+  const report = verifyRuleSet(custom());
+  assert.equal(report.ok, true);
+  assert.deepEqual(report.properties.map((p) => p.name), [
+    'one-answer-per-pair', 'every-status-reachable', 'terminal-statuses-final',
+    'operation-ids-unique', 'revision-increases', 'guards-read-recorded-fields',
+  ]);
+  const ruleSet = RuleSet.fromJSON(custom());
+  const store = new InMemoryStore([{ id: 't-1', status: 'open', revision: 0 }]);
+  const close = { eventId: 'c1', workflowId: 't-1', type: 'CLOSE', reason: 'fixed' };
+  assert.deepEqual((await processEvent(store, close, { ruleSet })).operationIds, ['notify:t-1']);
+  assert.deepEqual(await processEvent(store, { ...close, eventId: 'c2' }, { ruleSet }), { outcome: 'already-applied' });
+  assert.equal((await outcomeOf(processEvent(store, { ...close, eventId: 'c3', reason: 'dup' }, { ruleSet }))).error, 'IDENTITY_MISMATCH');
+});
+
+const broken = {
+  'one-answer-per-pair (a pair with no answer)': [(d) => { d.rules = d.rules.filter((r) => r.on !== 'PING'); }, (c) => assert.equal(c.event, 'PING')],
+  'one-answer-per-pair (a pair with two answers)': [(d) => { d.rules.push({ on: 'PING', in: 'open', then: { outcome: 'already-applied' } }); }, (c) => assert.deepEqual([c.event, c.status, c.rules], ['PING', 'open', ['rules[3]', 'rules[4]']])],
+  'every-status-reachable': [(d) => { d.statuses.push({ name: 'limbo' }); d.rules[3].in = ['open', 'closed', 'limbo']; d.rules.push({ on: 'CLOSE', in: 'limbo', then: { error: 'INVALID_TRANSITION' } }); }, (c) => assert.deepEqual(c.unreachable, ['limbo'])],
+  'terminal-statuses-final': [(d) => { d.rules[2] = { on: 'CLOSE', in: 'closed', then: { outcome: 'applied', to: 'closed' } }; }, (c) => assert.deepEqual(c.steps.map((s) => `${s.event}:${s.from}->${s.to}`), ['CLOSE:open->closed', 'CLOSE:closed->closed'])],
+  'operation-ids-unique': [(d) => { d.statuses[1].terminal = false; d.rules[2] = { on: 'CLOSE', in: 'closed', then: { outcome: 'applied', to: 'open', clear: ['reason'] } }; }, (c) => { assert.equal(c.operationId, 'notify:{workflowId}'); assert.deepEqual(c.steps.map((s) => s.event), ['CLOSE', 'CLOSE', 'CLOSE']); }],
+  'revision-increases': [(d) => { d.rules[1].then.revisionStep = 0; }, (c) => assert.deepEqual(c.steps.map((s) => s.rule), ['rules[1]'])],
+  'guards-read-recorded-fields': [(d) => { d.rules[1].then.record = []; }, (c) => { assert.equal(c.field, 'reason'); assert.equal(c.steps.at(-1).rule, 'rules[2]'); }],
+};
+
+for (const [name, [breakIt, checkCounterexample]] of Object.entries(broken)) {
+  test(`the verifier finds a broken rule set: ${name}`, () => {
+    const definition = custom();
+    breakIt(definition);
+    const report = verifyRuleSet(definition);
+    const property = name.split(' ')[0];
+    assert.equal(report.ok, false);
+    const failed = report.properties.filter((p) => !p.ok).map((p) => p.name);
+    assert.deepEqual(failed, [property]);
+    checkCounterexample(report.properties.find((p) => p.name === property).counterexample);
+    assert.throws(() => RuleSet.fromJSON(definition), (error) =>
+      error instanceof IdemflowError && error.code === 'RULESET_INVALID' && error.details.path === property && error.details.report.ok === false);
+  });
+}
+
+test('a malformed definition is RULESET_INVALID with the path of the bad part', () => {
+  const cases = [
+    [(d) => { d.rules[1].then.to = 'shut'; }, '$.rules[1].then.to'],
+    [(d) => { d.rules[1].then.emit[0].id = 'notify'; }, '$.rules[1].then.emit[0].id'],
+    [(d) => { d.events[0].fields = ['reason', 'missing']; }, '$.events[0].fields[1]'],
+    [(d) => { d.rules[0].colour = 'red'; }, '$.rules[0].colour'],
+    [(d) => { d.version = 0; }, '$.version'],
+    [(d) => { d.fields[0].kind = 'float'; }, '$.fields[0].kind'],
+    [(d) => { d.rules[2].then = { outcome: 'already-applied', to: 'open' }; }, '$.rules[2].then.to'],
+  ];
+  for (const [breakIt, path] of cases) {
+    const definition = custom();
+    breakIt(definition);
+    assert.throws(() => verifyRuleSet(definition), (error) => error instanceof IdemflowError && error.code === 'RULESET_INVALID' && error.details.path === path, path);
+  }
+});

@@ -1,0 +1,67 @@
+// Compiled with tsc --strict (never run): the public types as an ESM consumer sees them.
+import {
+  IdemflowError,
+  InMemoryStore,
+  RuleSet,
+  decide,
+  fingerprint,
+  processEvent,
+  validateEvent,
+  verifyRuleSet,
+  type Decision,
+  type Disposition,
+  type ProcessResult,
+  type WriteSet,
+} from 'idemflow';
+
+const store = new InMemoryStore([{ id: 'swap-42', status: 'deposit', revision: 3, depositRef: 'r', amountUnits: '1' }]);
+const event = { eventId: 'e', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'r', amountUnits: '1' };
+
+async function handle(raw: unknown): Promise<'ack' | 'nack' | 'dead-letter' | 'alert'> {
+  try {
+    validateEvent(raw);
+    const result: ProcessResult = await processEvent(store, raw, { ruleSet: RuleSet.builtin('deposit-swap') });
+    if (result.outcome === 'applied') {
+      const id: string | null = result.operationId;
+      const revision: number = result.revision;
+      void id;
+      void revision;
+    }
+    return 'ack';
+  } catch (error) {
+    if (!(error instanceof IdemflowError)) throw error;
+    const disposition: Disposition = error.disposition;
+    const field: string | undefined = error.details.field;
+    void field;
+    switch (disposition) {
+      case 'retry':
+        return 'nack';
+      case 'reject':
+        return 'dead-letter';
+      case 'reconcile':
+        return 'alert';
+    }
+  }
+}
+
+const fp: string = fingerprint(event);
+const decision: Decision = decide({ event, receipt: null, workflow: null });
+const writes: WriteSet = decision.writeSet;
+const expectRevision: number | undefined = writes.workflow?.expect?.revision;
+const hash: string = RuleSet.fromJSON(RuleSet.builtin('order-shipment').definition()).hash;
+const ok: boolean = verifyRuleSet(RuleSet.builtin('deposit-swap')).ok;
+void [fp, expectRevision, hash, ok, handle];
+
+// No `any` on the public surface: each of these fails to compile if the type were `any`.
+type IsAny<T> = 0 extends 1 & T ? true : false;
+const noAny: [
+  IsAny<ReturnType<typeof decide>>,
+  IsAny<ReturnType<typeof fingerprint>>,
+  IsAny<Awaited<ReturnType<typeof processEvent>>>,
+  IsAny<ReturnType<typeof verifyRuleSet>>,
+  IsAny<IdemflowError['details']>,
+  IsAny<IdemflowError['code']>,
+  IsAny<ReturnType<RuleSet['table']>>,
+  IsAny<ReturnType<InMemoryStore['snapshot']>>,
+] = [false, false, false, false, false, false, false, false];
+void noAny;
