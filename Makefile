@@ -12,7 +12,7 @@ VERSION := $(shell sed -n 's/^version = "\([^"]*\)"/\1/p' Cargo.toml | head -n 1
 TARBALL := target/npm/idemflow-$(VERSION).tgz
 SOURCES := $(shell find src js -type f) Cargo.toml Cargo.lock pkg.json README.md scripts/assemble-pkg.cjs
 
-.PHONY: all tools pkg test test-native test-wasm test-js demo bench clean
+.PHONY: all tools pkg test test-native test-wasm test-js examples demo bench clean
 
 all: pkg
 
@@ -52,11 +52,15 @@ test-js: pkg tests/js/node_modules/.installed
 	cd tests/js && npx --no-install tsc -p tsconfig.json
 	cd tests/js && node --test --test-concurrency=1 'test/*.test.mjs' 'test/*.test.cjs'
 
-demo: pkg tests/js/node_modules/.installed
-	cd tests/js && node ../../js/examples/deposit-demo.mjs
+# Examples import 'idemflow' by name, so they run from the test project that installed it.
+examples: pkg tests/js/node_modules/.installed
+	rm -rf tests/js/examples && cp -r js/examples tests/js/examples
 
-bench: pkg tests/js/node_modules/.installed
-	cd tests/js && node ../../js/examples/bench.mjs
+demo: examples
+	cd tests/js && node examples/deposit-demo.mjs
+
+bench: examples
+	cd tests/js && node examples/bench.mjs
 
 clean:
 	rm -rf pkg target/npm tests/js/node_modules

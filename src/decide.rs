@@ -11,7 +11,7 @@ use crate::field::FieldKind;
 use crate::fingerprint::{fingerprint, PREFIX};
 use crate::input::{Input, Source};
 use crate::jcs::MAX_SAFE_INTEGER;
-use crate::ruleset::{Answer, FailCode, Piece, RuleSet, Template, Transition};
+use crate::ruleset::{Answer, FailCode, RuleSet, Transition};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -117,10 +117,8 @@ fn read_workflow<'a>(rule_set: &RuleSet, event: &Event, source: &'a dyn Source) 
             ),
         });
     }
-    let status_name = match source.field("status") {
-        Input::Text(name) => name,
-        other => return Err(record_error("workflow", "status", format!("must be a string, not {}", other.kind()))),
-    };
+    let status_name =
+        FieldKind::Text.check(source.field("status")).map_err(|reason| record_error("workflow", "status", reason))?;
     let status = rule_set.status_index(&status_name).ok_or_else(|| {
         record_error(
             "workflow",
@@ -149,12 +147,20 @@ fn recorded(workflow: &Workflow, rule_set: &RuleSet, field: usize) -> Result<Opt
     }
 }
 
+/// A stored fingerprint must have the shape this version writes: `fp1:` and 64
+/// lowercase hex digits. Anything else is a corrupt record, not a conflict.
 fn stored_fingerprint(receipt: &dyn Source) -> Result<String> {
-    match receipt.field("fingerprint") {
-        Input::Text(fp) if fp.starts_with(PREFIX) => Ok(fp),
-        Input::Text(_) => Err(record_error("receipt", "fingerprint", format!("must start with {PREFIX}"))),
-        other => Err(record_error("receipt", "fingerprint", format!("must be a string, not {}", other.kind()))),
-    }
+    let reason = match receipt.field("fingerprint") {
+        Input::Text(fp) => {
+            let digest = fp.strip_prefix(PREFIX).unwrap_or_default();
+            if digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+                return Ok(fp);
+            }
+            format!("must be {PREFIX} followed by 64 lowercase hex digits")
+        }
+        other => FieldKind::Text.check(other).err().unwrap_or_else(|| "must be a string".into()),
+    };
+    Err(record_error("receipt", "fingerprint", reason))
 }
 
 /// Validates `event` and decides. `receipt` is the inbox row stored under the
@@ -200,7 +206,7 @@ pub fn decide_valid(
 
     let workflow = workflow.map(|source| read_workflow(rule_set, event, source)).transpose()?;
     let state = workflow.as_ref().map_or(0, |w| w.status + 1);
-    let rule = rule_set.rule_for(event.event_type, state);
+    let rule = rule_set.rule_for(event.event_type, state)?;
 
     if let Some(wf) = &workflow {
         for &field in &rule.guard {
@@ -287,7 +293,7 @@ fn apply(
             payload.insert(rule_set.fields[field].name.clone(), Value::String(value.to_string()));
         }
         write_set.outbox.push(OutboxOperation {
-            id: render(rule_set, event, &emit.id_template),
+            id: emit.id_template.render(&event.workflow_id),
             operation_type: emit.operation_type.clone(),
             workflow_id: event.workflow_id.clone(),
             event_id: event.event_id.clone(),
@@ -296,19 +302,6 @@ fn apply(
         });
     }
     Ok(())
-}
-
-fn render(rule_set: &RuleSet, event: &Event, template: &Template) -> String {
-    let mut out = String::new();
-    for piece in &template.pieces {
-        match piece {
-            Piece::Literal(text) => out.push_str(text),
-            Piece::WorkflowId => out.push_str(&event.workflow_id),
-            Piece::EventId => out.push_str(&event.event_id),
-            Piece::Field(f) => out.push_str(event.value_of(rule_set, *f).unwrap_or_default()),
-        }
-    }
-    out
 }
 
 /// What the seed's `planDepositConfirmation` answered: `advance` or

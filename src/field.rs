@@ -9,7 +9,8 @@ pub const MAX_UNITS_DIGITS: usize = 78;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FieldKind {
-    /// An identifier or reference: non-blank, at most 512 UTF-8 bytes, no control characters.
+    /// An identifier or reference: not blank, at most 512 UTF-8 bytes, no C0
+    /// control characters (U+0000-U+001F) and no DEL (U+007F).
     Text,
     /// A positive integer amount in base units, as decimal digits without a leading zero.
     Units,
@@ -71,7 +72,7 @@ fn check_text(text: &str) -> Result<(), String> {
     if let Some(c) = text.chars().find(|c| (*c as u32) < 0x20 || *c == '\u{7f}') {
         return Err(format!("must not contain control characters (found U+{:04X})", c as u32));
     }
-    if text.trim().is_empty() {
+    if text.chars().all(is_js_whitespace) {
         return Err("must not be only whitespace".into());
     }
     Ok(())
@@ -88,4 +89,23 @@ fn check_units(text: &str) -> Result<(), String> {
         return Err("must be positive and have no leading zero".into());
     }
     Ok(())
+}
+
+/// What JavaScript's `String.prototype.trim` removes (WhiteSpace and
+/// LineTerminator), so "blank" means the same on both sides of the boundary.
+fn is_js_whitespace(c: char) -> bool {
+    matches!(
+        c,
+        '\u{9}'..='\u{d}'
+            | ' '
+            | '\u{a0}'
+            | '\u{1680}'
+            | '\u{2000}'..='\u{200a}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{202f}'
+            | '\u{205f}'
+            | '\u{3000}'
+            | '\u{feff}'
+    )
 }

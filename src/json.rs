@@ -31,7 +31,17 @@ fn kind(value: &Value) -> &'static str {
 
 /// An event given as JSON text: `fp1:…`.
 pub fn fingerprint_json(rule_set: &RuleSet, event: &str) -> Result<String> {
-    let event = parse_object(event, "event")?;
+    let event = match serde_json::from_str::<Value>(event) {
+        Ok(Value::Object(map)) => map,
+        Ok(other) => {
+            return Err(Error::InvalidEvent {
+                field: "event".into(),
+                reason: format!("must be an object, not {}", kind(&other)),
+                event_id: None,
+            })
+        }
+        Err(e) => return Err(Error::InvalidArgument { reason: format!("event is not valid JSON: {e}") }),
+    };
     Ok(fingerprint(rule_set, &validate(rule_set, &event)?))
 }
 

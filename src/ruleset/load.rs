@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::{Answer, Emit, EventType, FailCode, Field, Member, Piece, Rule, RuleSet, Status, Template, Transition};
+use super::{Answer, Emit, EventType, FailCode, Field, Member, Rule, RuleSet, Status, Template, Transition};
 use crate::error::{default_disposition, Disposition, Error, Result};
 use crate::field::FieldKind;
 use crate::jcs::{canonical_json, hex, MAX_SAFE_INTEGER};
@@ -370,51 +370,29 @@ fn load_answer(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize])
 fn load_emit(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize]) -> Result<Emit> {
     let map = object(value, path, &["type", "id", "payload"])?;
     let operation_type = name(required(map, "type", path)?, &format!("{path}.type"), true)?;
-    let id_template = parse_template(rule_set, string(required(map, "id", path)?, &format!("{path}.id"))?, &format!("{path}.id"), carried)?;
+    let id_template = parse_template(string(required(map, "id", path)?, &format!("{path}.id"))?, &format!("{path}.id"))?;
     let payload = field_list(map.get("payload"), &format!("{path}.payload"), &rule_set.fields, Some(carried))?;
     Ok(Emit { operation_type, id_template, payload })
 }
 
-/// `start-exchange:{workflowId}`: literal text with `{workflowId}`, `{eventId}`
-/// or `{field}` placeholders. Every id names its workflow, so two workflows
-/// never share an operation id.
-fn parse_template(rule_set: &RuleSet, text: &str, path: &str, carried: &[usize]) -> Result<Template> {
-    let mut pieces = Vec::new();
-    let mut rest = text;
-    while !rest.is_empty() {
-        match rest.find('{') {
-            None => {
-                pieces.push(Piece::Literal(rest.to_string()));
-                break;
-            }
-            Some(open) => {
-                if open > 0 {
-                    pieces.push(Piece::Literal(rest[..open].to_string()));
-                }
-                let close = rest[open..].find('}').ok_or_else(|| invalid(path, "has an unclosed '{'"))? + open;
-                let placeholder = &rest[open + 1..close];
-                pieces.push(match placeholder {
-                    "workflowId" => Piece::WorkflowId,
-                    "eventId" => Piece::EventId,
-                    other => {
-                        let index = rule_set
-                            .fields
-                            .iter()
-                            .position(|f| f.name == other)
-                            .filter(|i| carried.contains(i))
-                            .ok_or_else(|| invalid(path, format!("{{{other}}} is not a field carried by this event type")))?;
-                        Piece::Field(index)
-                    }
-                });
-                rest = &rest[close + 1..];
-            }
-        }
+/// `start-exchange:{workflowId}`: a name, a colon and the workflow id. The
+/// name has no colon, so an id splits back into (name, workflow id) in exactly
+/// one way: two templates, or two workflows, can never make the same id.
+fn parse_template(text: &str, path: &str) -> Result<Template> {
+    const PLACEHOLDER: &str = ":{workflowId}";
+    let name = text.strip_suffix(PLACEHOLDER).unwrap_or_default();
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !ok {
+        return Err(invalid(
+            path,
+            format!(
+                "{:?} must be <name>:{{workflowId}}, the name of letters, digits, '-', '_' or '.' (no colon), so that no two operations share an id",
+                crate::event::truncate(text)
+            ),
+        ));
     }
-    if let Some(Piece::Literal(l)) = pieces.iter().find(|p| matches!(p, Piece::Literal(l) if l.contains('}'))) {
-        return Err(invalid(path, format!("has a stray '}}' in {l:?}")));
-    }
-    if !pieces.contains(&Piece::WorkflowId) {
-        return Err(invalid(path, "must contain {workflowId}, so that two workflows never share an operation id"));
-    }
-    Ok(Template { text: text.to_string(), pieces })
+    Ok(Template { text: text.to_string(), name: name.to_string() })
 }

@@ -104,24 +104,22 @@ pub struct Emit {
     pub payload: Vec<usize>,
 }
 
+/// An operation id template, `<name>:{workflowId}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
+    /// As written, e.g. `start-exchange:{workflowId}`.
     pub text: String,
-    pub pieces: Vec<Piece>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Piece {
-    Literal(String),
-    WorkflowId,
-    EventId,
-    Field(usize),
+    /// The part before `:{workflowId}`, e.g. `start-exchange`.
+    pub name: String,
 }
 
 impl Template {
-    /// True when every event makes a different id: such ids cannot repeat.
-    pub fn per_event(&self) -> bool {
-        self.pieces.contains(&Piece::EventId)
+    pub fn render(&self, workflow_id: &str) -> String {
+        let mut id = String::with_capacity(self.name.len() + 1 + workflow_id.len());
+        id.push_str(&self.name);
+        id.push(':');
+        id.push_str(workflow_id);
+        id
     }
 }
 
@@ -214,9 +212,21 @@ impl RuleSet {
         self.statuses.len() + 1
     }
 
-    /// The rule that answers `event` in `state`. Loading guarantees there is one.
-    pub fn rule_for(&self, event: usize, state: StateIndex) -> &Rule {
-        &self.rules[self.cells[event][state][0]]
+    /// The rule that answers `event` in `state`. A verified rule set has exactly
+    /// one; an unverified one (see `load_unverified`) may not, and is refused here.
+    pub fn rule_for(&self, event: usize, state: StateIndex) -> Result<&Rule> {
+        match self.cells.get(event).and_then(|row| row.get(state)).map(Vec::as_slice) {
+            Some([only]) => Ok(&self.rules[*only]),
+            other => Err(Error::InvalidArgument {
+                reason: format!(
+                    "rule set {} has {} answers for {} in {}; load it with RuleSet::from_value, which verifies it",
+                    self.id,
+                    other.map_or(0, <[usize]>::len),
+                    self.events.get(event).map_or("?", |e| e.name.as_str()),
+                    if state < self.state_count() { self.state_name(state) } else { "?" },
+                ),
+            }),
+        }
     }
 }
 

@@ -66,7 +66,7 @@ struct Step {
 
 struct Explorer<'a> {
     rule_set: &'a RuleSet,
-    /// Distinct operation-id templates that can repeat (those without `{eventId}`).
+    /// Distinct operation-id templates: one id per template and workflow.
     templates: Vec<&'a str>,
     states: Vec<State>,
     parents: Vec<Option<(usize, Step)>>,
@@ -124,7 +124,7 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
     let mut templates: Vec<&str> = Vec::new();
     for rule in &rule_set.rules {
         if let Answer::Applied(t) = &rule.answer {
-            for emit in t.emit.iter().filter(|e| !e.id_template.per_event()) {
+            for emit in &t.emit {
                 if !templates.contains(&emit.id_template.text.as_str()) {
                     templates.push(&emit.id_template.text);
                 }
@@ -171,7 +171,7 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
                     fail(&mut failures, "revision-increases", explorer.path(node, Some(&step)));
                 }
                 let mut emitted = state.emitted;
-                for emit in transition.emit.iter().filter(|e| !e.id_template.per_event()) {
+                for emit in &transition.emit {
                     let bit = 1u64 << explorer.templates.iter().position(|t| *t == emit.id_template.text).unwrap_or(0);
                     if emitted & bit != 0 {
                         let mut example = explorer.path(node, Some(&step));

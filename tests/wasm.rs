@@ -1,0 +1,566 @@
+#![cfg(target_arch = "wasm32")]
+//! Layer 2: the shared vectors and the JavaScript-only hazards (lone
+//! surrogates, throwing getters, huge strings, leaks), run through the wasm
+//! binding in Node with wasm-bindgen-test.
+
+use js_sys::{Function, JsString, Object, Reflect, JSON};
+use serde_json::{json, Value};
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_test::wasm_bindgen_test;
+
+use idemflow::binding::{self, CompiledRuleSet};
+
+const FINGERPRINT: &str = include_str!("vectors/fingerprint.json");
+const VALIDATION: &str = include_str!("vectors/validation.json");
+const DECISIONS: &str = include_str!("vectors/decisions.json");
+const RULESETS: &str = include_str!("vectors/rulesets.json");
+
+// ------------------------------------------------------------------ helpers
+
+fn parse(text: &str) -> Value {
+    serde_json::from_str(text).expect("JSON")
+}
+
+fn cases(text: &str) -> Vec<Value> {
+    parse(text)["cases"].as_array().expect("vector file has cases").clone()
+}
+
+fn name(case: &Value) -> &str {
+    case["name"].as_str().expect("case has a name")
+}
+
+/// A JS value built by JS's own JSON.parse.
+fn js(value: &Value) -> JsValue {
+    JSON::parse(&value.to_string()).expect("JSON.parse")
+}
+
+fn js_text(text: &str) -> JsValue {
+    JSON::parse(text).expect("JSON.parse")
+}
+
+fn builtin(name: &str) -> CompiledRuleSet {
+    binding::builtin_rule_set(name).unwrap_or_else(|_| panic!("built-in {name}"))
+}
+
+fn rule_set(case: &Value) -> CompiledRuleSet {
+    builtin(case["ruleSet"].as_str().unwrap_or("deposit-swap"))
+}
+
+fn contains(actual: &Value, expected: &Value) -> bool {
+    match (actual, expected) {
+        (Value::Object(a), Value::Object(e)) => e.iter().all(|(k, v)| a.get(k).is_some_and(|x| contains(x, v))),
+        (Value::Array(a), Value::Array(e)) => a.len() == e.len() && a.iter().zip(e).all(|(x, v)| contains(x, v)),
+        _ => actual == expected,
+    }
+}
+
+/// What the binding threw, read back as JS sees it.
+struct Thrown {
+    code: String,
+    disposition: String,
+    details: Value,
+    message: String,
+}
+
+fn thrown(label: &str, error: JsValue) -> Thrown {
+    let error = error.dyn_into::<js_sys::Error>().unwrap_or_else(|v| panic!("{label}: threw a non-Error {v:?}"));
+    let get = |key: &str| Reflect::get(&error, &JsValue::from_str(key)).expect("readable");
+    let details = JSON::stringify(&get("details")).expect("details are JSON");
+    Thrown {
+        code: get("idemflowCode").as_string().unwrap_or_else(|| panic!("{label}: no idemflowCode")),
+        disposition: get("disposition").as_string().unwrap_or_else(|| panic!("{label}: no disposition")),
+        details: parse(&String::from(details)),
+        message: error.message().into(),
+    }
+}
+
+/// Checks a thrown error against `{code, disposition?, details?, field?, path?}`.
+fn assert_thrown(label: &str, error: JsValue, expected: &Value) -> Thrown {
+    let t = thrown(label, error);
+    assert_eq!(t.code, expected["code"].as_str().unwrap(), "{label}: code ({})", t.message);
+    if let Some(disposition) = expected.get("disposition") {
+        assert_eq!(t.disposition, disposition.as_str().unwrap(), "{label}: disposition");
+    }
+    if let Some(subset) = expected.get("details") {
+        assert!(contains(&t.details, subset), "{label}: details {} do not contain {subset}", t.details);
+    }
+    for key in ["field", "path"] {
+        if let Some(value) = expected.get(key) {
+            assert_eq!(&t.details[key], value, "{label}: details.{key} ({})", t.message);
+        }
+    }
+    assert!(!t.message.is_empty(), "{label}: message");
+    t
+}
+
+fn invalid_event(field: &str) -> Value {
+    json!({ "code": "INVALID_EVENT", "disposition": "reject", "field": field })
+}
+
+fn expect_err<T>(label: &str, result: Result<T, JsValue>) -> JsValue {
+    match result {
+        Ok(_) => panic!("{label}: expected a thrown error"),
+        Err(error) => error,
+    }
+}
+
+fn expected_decision(case: &Value) -> Value {
+    let (event, expect) = (&case["event"], &case["expect"]);
+    json!({
+        "outcome": expect["outcome"], "eventId": event["eventId"], "workflowId": event["workflowId"],
+        "eventType": event["type"], "fingerprint": expect["fingerprint"], "writeSet": expect["writeSet"],
+    })
+}
+
+fn check_decision(case: &Value, result: Result<String, JsValue>, via: &str) {
+    let label = format!("{} (via {via})", name(case));
+    match (result, case["expect"].get("error")) {
+        (Ok(text), None) => assert_eq!(parse(&text), expected_decision(case), "{label}"),
+        (Err(error), Some(expected)) => {
+            assert_thrown(&label, error, expected);
+        }
+        (Ok(text), Some(expected)) => panic!("{label}: expected {expected}, decided {text}"),
+        (Err(error), None) => panic!("{label}: expected a decision, got {}", thrown(&label, error).message),
+    }
+}
+
+fn seed() -> Value {
+    json!({ "eventId": "chain-watcher:event-001", "workflowId": "swap-42", "type": "DEPOSIT_CONFIRMED",
+            "depositRef": "btc-mainnet:tx-abc:vout-0", "amountUnits": "12500000" })
+}
+
+const SEED_FINGERPRINT: &str = "fp1:f7aec2ec118bdfeaf8378d30fc20a30c1e4a1ff4be23ea1ca294215f182989fb";
+
+/// The seed event as a JS object, with `key` replaced by `value`.
+fn seed_with(key: &str, value: &JsValue) -> JsValue {
+    let event = js(&seed());
+    Reflect::set(&event, &JsValue::from_str(key), value).unwrap();
+    event
+}
+
+// ------------------------------------------------------------------ vectors
+
+#[wasm_bindgen_test]
+fn fingerprint_vectors_through_the_binding() {
+    for case in cases(FINGERPRINT) {
+        let rules = rule_set(&case);
+        let expected = case["fingerprint"].as_str().unwrap();
+        let event = js(&case["event"]);
+        assert!(binding::validate_event(&rules, event.clone()).is_ok(), "{}", name(&case));
+        let fp = binding::fingerprint(&rules, event).unwrap_or_else(|e| panic!("{}: {}", name(&case), thrown("", e).message));
+        assert_eq!(fp, expected, "{}", name(&case));
+        let via_json = binding::fingerprint_json(&rules, &case["event"].to_string()).map_err(|e| thrown("", e).message);
+        assert_eq!(via_json.as_deref(), Ok(expected), "{} (fingerprintJson)", name(&case));
+    }
+}
+
+#[wasm_bindgen_test]
+fn validation_vectors_through_validate_event_fingerprint_and_decide() {
+    for case in cases(VALIDATION) {
+        let rules = rule_set(&case);
+        let event = js(&case["event"]);
+        let validated = binding::validate_event(&rules, event.clone());
+        let fp = binding::fingerprint(&rules, event.clone());
+        let decided = binding::decide(&rules, event, JsValue::NULL, JsValue::NULL);
+        let input = json!({ "event": case["event"], "receipt": null, "workflow": null }).to_string();
+        let decided_json = binding::decide_json(&rules, &input);
+        match case.get("error") {
+            None => {
+                assert!(validated.is_ok(), "{}", name(&case));
+                assert!(fp.is_ok(), "{}", name(&case));
+                for result in [decided, decided_json] {
+                    if let Err(error) = result {
+                        assert_ne!(thrown(name(&case), error).code, "INVALID_EVENT", "{}", name(&case));
+                    }
+                }
+            }
+            Some(expected) => {
+                let label = |via: &str| format!("{} ({via})", name(&case));
+                assert_thrown(&label("validateEvent"), expect_err("", validated), expected);
+                assert_thrown(&label("fingerprint"), expect_err("", fp), expected);
+                assert_thrown(&label("decide"), expect_err("", decided), expected);
+                assert_thrown(&label("decideJson"), expect_err("", decided_json), expected);
+            }
+        }
+    }
+}
+
+#[wasm_bindgen_test]
+fn decision_vectors_through_decide() {
+    for case in cases(DECISIONS) {
+        let rules = rule_set(&case);
+        let result = binding::decide(&rules, js(&case["event"]), js(&case["receipt"]), js(&case["workflow"]));
+        check_decision(&case, result, "decide");
+    }
+}
+
+#[wasm_bindgen_test]
+fn decision_vectors_through_decide_json() {
+    for case in cases(DECISIONS) {
+        let input = json!({ "event": case["event"], "receipt": case["receipt"], "workflow": case["workflow"] });
+        let result = binding::decide_json(&rule_set(&case), &input.to_string());
+        check_decision(&case, result, "decideJson");
+    }
+}
+
+#[wasm_bindgen_test]
+fn broken_rule_set_vectors_through_verify_rule_set_and_load_rule_set() {
+    let vectors = parse(RULESETS);
+    for case in vectors["broken"].as_array().unwrap() {
+        let text = case["definition"].to_string();
+        let report = parse(&binding::verify_rule_set(&text).unwrap_or_else(|e| panic!("{}: {}", name(case), thrown("", e).message)));
+        assert_eq!(report["ok"], false, "{}", name(case));
+        let properties = report["properties"].as_array().unwrap();
+        assert_eq!(properties.len(), vectors["properties"].as_array().unwrap().len());
+        for (property, listed) in properties.iter().zip(vectors["properties"].as_array().unwrap()) {
+            assert_eq!(&property["name"], listed);
+            let should_fail = property["name"] == case["failing"];
+            assert_eq!(property["ok"], !should_fail, "{}: {property}", name(case));
+            if should_fail {
+                assert!(contains(&property["counterexample"], &case["counterexample"]), "{}: {property}", name(case));
+            }
+        }
+        let refused = assert_thrown(name(case), expect_err(name(case), binding::load_rule_set(&text)), &case["loadError"]);
+        assert_eq!(refused.details["report"]["ok"], false, "{}", name(case));
+    }
+}
+
+#[wasm_bindgen_test]
+fn malformed_rule_set_vectors_are_thrown_with_their_path() {
+    for case in parse(RULESETS)["malformed"].as_array().unwrap() {
+        let text = case["definitionText"].as_str().map(str::to_string).unwrap_or_else(|| case["definition"].to_string());
+        let label = |via: &str| format!("{} ({via})", name(case));
+        assert_thrown(&label("verifyRuleSet"), expect_err(name(case), binding::verify_rule_set(&text)), &case["error"]);
+        assert_thrown(&label("loadRuleSet"), expect_err(name(case), binding::load_rule_set(&text)), &case["error"]);
+    }
+}
+
+#[wasm_bindgen_test]
+fn rule_set_hash_vectors_through_load_rule_set() {
+    for case in parse(RULESETS)["hashes"].as_array().unwrap() {
+        let loaded = binding::load_rule_set(case["definitionText"].as_str().unwrap())
+            .unwrap_or_else(|e| panic!("{}: {}", name(case), thrown("", e).message));
+        assert_eq!(loaded.hash(), case["hash"].as_str().unwrap(), "{}", name(case));
+    }
+}
+
+#[wasm_bindgen_test]
+fn builtin_rule_sets_carry_their_id_version_hash_and_table() {
+    for expected in parse(RULESETS)["builtins"].as_array().unwrap() {
+        let rules = builtin(expected["name"].as_str().unwrap());
+        assert_eq!(rules.id(), expected["id"].as_str().unwrap());
+        assert_eq!(rules.version(), expected["version"].as_f64().unwrap());
+        assert_eq!(rules.hash(), expected["hash"].as_str().unwrap());
+        let report = parse(&binding::verify_rule_set(&rules.definition_json()).map_err(|_| ()).unwrap());
+        assert_eq!(report["ok"], true);
+        assert_eq!(report["ruleSet"]["hash"], expected["hash"]);
+        assert!(rules.table_markdown().contains(&rules.hash()));
+    }
+    assert_eq!(parse(&builtin("deposit-swap").table_json()).as_array().unwrap().len(), 24);
+}
+
+#[wasm_bindgen_test]
+fn an_unknown_builtin_is_thrown_as_invalid_argument() {
+    let error = expect_err("builtin", binding::builtin_rule_set("deposit_swap"));
+    assert_thrown("builtin", error, &json!({ "code": "INVALID_ARGUMENT", "disposition": "reject" }));
+}
+
+#[wasm_bindgen_test]
+fn error_codes_list_every_code_with_its_disposition() {
+    assert_eq!(
+        parse(&binding::error_codes()),
+        json!({
+            "INVALID_EVENT": "reject", "EVENT_ID_CONFLICT": "reconcile", "UNKNOWN_WORKFLOW": "retry",
+            "IDENTITY_MISMATCH": "reconcile", "INVALID_TRANSITION": "reconcile", "OUTBOX_CONFLICT": "reconcile",
+            "CONCURRENT_UPDATE": "retry", "INVALID_RECORD": "reconcile", "INVALID_ARGUMENT": "reject",
+            "RULESET_INVALID": "reject",
+        })
+    );
+}
+
+#[wasm_bindgen_test]
+fn plan_deposit_confirmation_answers_as_the_seed_did() {
+    let workflow = |status: &str| {
+        js(&json!({ "id": "swap-42", "status": status, "revision": 3,
+                    "depositRef": "btc-mainnet:tx-abc:vout-0", "amountUnits": "12500000" }))
+    };
+    let plan = |wf: JsValue| binding::plan_deposit(wf, js(&seed()));
+    assert_eq!(plan(workflow("deposit")).map_err(|_| ()), Ok("advance".to_string()));
+    assert_eq!(plan(workflow("success")).map_err(|_| ()), Ok("already-applied".to_string()));
+    assert_thrown("waiting", expect_err("waiting", plan(workflow("waiting"))), &json!({ "code": "INVALID_TRANSITION" }));
+    assert_thrown("none", expect_err("none", plan(JsValue::NULL)), &json!({ "code": "UNKNOWN_WORKFLOW", "disposition": "retry" }));
+    let mut detected = seed();
+    detected["type"] = json!("DEPOSIT_DETECTED");
+    let error = expect_err("type", binding::plan_deposit(workflow("deposit"), js(&detected)));
+    assert_thrown("type", error, &invalid_event("type"));
+}
+
+// ------------------------------------------------------- values that are not events
+
+#[wasm_bindgen_test]
+fn a_value_that_is_not_an_object_is_an_invalid_event_named_event() {
+    let rules = builtin("deposit-swap");
+    let values = [
+        JsValue::NULL,
+        JsValue::UNDEFINED,
+        JsValue::from_f64(5.0),
+        JsValue::from_str("{\"eventId\":\"e\"}"),
+        JsValue::TRUE,
+        js(&json!([seed()])),
+    ];
+    for value in values {
+        let label = format!("{value:?}");
+        assert_thrown(&label, expect_err(&label, binding::validate_event(&rules, value.clone())), &invalid_event("event"));
+        assert_thrown(&label, expect_err(&label, binding::fingerprint(&rules, value.clone())), &invalid_event("event"));
+        let decided = binding::decide(&rules, value, JsValue::NULL, JsValue::NULL);
+        assert_thrown(&label, expect_err(&label, decided), &invalid_event("event"));
+    }
+}
+
+#[wasm_bindgen_test]
+fn a_receipt_or_workflow_that_is_not_an_object_is_an_invalid_argument() {
+    let rules = builtin("deposit-swap");
+    let bad = json!({ "code": "INVALID_ARGUMENT", "disposition": "reject" });
+    let as_receipt = binding::decide(&rules, js(&seed()), JsValue::from_str("fp1:0"), JsValue::NULL);
+    assert_thrown("receipt", expect_err("receipt", as_receipt), &bad);
+    let as_workflow = binding::decide(&rules, js(&seed()), JsValue::UNDEFINED, JsValue::from_f64(1.0));
+    assert_thrown("workflow", expect_err("workflow", as_workflow), &bad);
+}
+
+#[wasm_bindgen_test]
+fn an_amount_given_as_a_bigint_is_an_invalid_event() {
+    let rules = builtin("deposit-swap");
+    let event = seed_with("amountUnits", &js_sys::BigInt::from(12_500_000u64).into());
+    assert_thrown("bigint", expect_err("bigint", binding::fingerprint(&rules, event)), &invalid_event("amountUnits"));
+}
+
+#[wasm_bindgen_test]
+fn a_revision_that_is_nan_or_infinite_is_an_invalid_record() {
+    let rules = builtin("deposit-swap");
+    for revision in [f64::NAN, f64::INFINITY, -0.5] {
+        let workflow = js(&json!({ "id": "swap-42", "status": "deposit",
+                                   "depositRef": "btc-mainnet:tx-abc:vout-0", "amountUnits": "12500000" }));
+        Reflect::set(&workflow, &"revision".into(), &JsValue::from_f64(revision)).unwrap();
+        let error = expect_err("revision", binding::decide(&rules, js(&seed()), JsValue::NULL, workflow));
+        assert_thrown("revision", error, &json!({ "code": "INVALID_RECORD", "details": { "record": "workflow", "field": "revision" } }));
+    }
+}
+
+// ---------------------------------------------------------- lone surrogates
+
+#[wasm_bindgen_test]
+fn a_lone_surrogate_event_id_is_an_invalid_event() {
+    let rules = builtin("deposit-swap");
+    let event = js_text(
+        r#"{"eventId":"\ud800","workflowId":"swap-42","type":"DEPOSIT_CONFIRMED","depositRef":"r","amountUnits":"1"}"#,
+    );
+    let t = assert_thrown("eventId", expect_err("eventId", binding::validate_event(&rules, event)), &invalid_event("eventId"));
+    assert!(t.details["reason"].as_str().unwrap().contains("surrogate"), "{}", t.details);
+}
+
+#[wasm_bindgen_test]
+fn a_lone_surrogate_is_not_fingerprinted_like_u_fffd() {
+    let rules = builtin("deposit-swap");
+    let lone = JsString::from("swap-42-").concat(&JsString::from_char_code1(0xD800));
+    let replacement = JsValue::from_str("swap-42-\u{FFFD}");
+    let with_lone = binding::fingerprint(&rules, seed_with("workflowId", &lone));
+    assert_thrown("lone", expect_err("lone", with_lone), &invalid_event("workflowId"));
+    let with_replacement = binding::fingerprint(&rules, seed_with("workflowId", &replacement)).map_err(|_| ()).unwrap();
+    assert!(with_replacement.starts_with("fp1:"));
+
+    // The same holds for an identity field, where a collision would merge two deposits.
+    let lone_ref = JsString::from("btc:tx-").concat(&JsString::from_char_code1(0xDC00));
+    let with_lone_ref = binding::fingerprint(&rules, seed_with("depositRef", &lone_ref));
+    assert_thrown("lone ref", expect_err("lone ref", with_lone_ref), &invalid_event("depositRef"));
+}
+
+#[wasm_bindgen_test]
+fn a_lone_surrogate_next_to_a_real_u_fffd_is_still_refused() {
+    let rules = builtin("deposit-swap");
+    for text in [r#""\ufffd\ud800""#, r#""\ud800\ufffd""#, r#""\ude00\ud83d""#, r#""a\udfff""#] {
+        let event = seed_with("depositRef", &js_text(text));
+        assert_thrown(text, expect_err(text, binding::validate_event(&rules, event)), &invalid_event("depositRef"));
+    }
+    for text in [r#""\ud83d\ude00""#, r#""\ufffd""#, r#""\ud800\udc00""#] {
+        let event = seed_with("depositRef", &js_text(text));
+        assert!(binding::validate_event(&rules, event).is_ok(), "{text}");
+    }
+}
+
+#[wasm_bindgen_test]
+fn a_lone_surrogate_in_the_type_is_an_invalid_event() {
+    let rules = builtin("deposit-swap");
+    let event = seed_with("type", &js_text(r#""DEPOSIT_CONFIRMED\ud800""#));
+    assert_thrown("type", expect_err("type", binding::fingerprint(&rules, event)), &invalid_event("type"));
+}
+
+#[wasm_bindgen_test]
+fn a_lone_surrogate_in_a_recorded_field_is_an_invalid_record() {
+    let rules = builtin("deposit-swap");
+    let workflow = js(&json!({ "id": "swap-42", "status": "deposit", "revision": 2, "amountUnits": "12500000" }));
+    Reflect::set(&workflow, &"depositRef".into(), &js_text(r#""btc-mainnet:tx-abc:vout-0\ud800""#)).unwrap();
+    let error = expect_err("record", binding::decide(&rules, js(&seed()), JsValue::NULL, workflow));
+    assert_thrown("record", error, &json!({ "code": "INVALID_RECORD", "details": { "record": "workflow", "field": "depositRef" } }));
+}
+
+// ------------------------------------------------------------ hostile objects
+
+/// `Object.defineProperty(target, key, { get() { throw new Error(message) }, enumerable: true })`.
+fn define_throwing_getter(target: &JsValue, key: &str, message: &str) {
+    let getter = Function::new_no_args(&format!("throw new Error({});", Value::String(message.into())));
+    let descriptor = Object::new();
+    Reflect::set(&descriptor, &"get".into(), &getter).unwrap();
+    Reflect::set(&descriptor, &"enumerable".into(), &JsValue::TRUE).unwrap();
+    Object::define_property(target.unchecked_ref::<Object>(), &JsValue::from_str(key), &descriptor);
+}
+
+#[wasm_bindgen_test]
+fn a_getter_that_throws_is_an_invalid_event_for_its_field() {
+    let rules = builtin("deposit-swap");
+    let event = js(&json!({ "eventId": "e-1", "workflowId": "swap-42", "type": "DEPOSIT_CONFIRMED", "amountUnits": "1" }));
+    define_throwing_getter(&event, "depositRef", "boom");
+    for (via, result) in [
+        ("validateEvent", binding::validate_event(&rules, event.clone()).map(|_| String::new())),
+        ("fingerprint", binding::fingerprint(&rules, event.clone())),
+        ("decide", binding::decide(&rules, event.clone(), JsValue::NULL, JsValue::NULL)),
+    ] {
+        let t = assert_thrown(via, expect_err(via, result), &invalid_event("depositRef"));
+        assert!(t.details["reason"].as_str().unwrap().contains("boom"), "{via}: {}", t.details);
+        assert_eq!(t.details["eventId"], "e-1");
+    }
+}
+
+#[wasm_bindgen_test]
+fn a_throwing_getter_on_a_property_the_rules_do_not_read_is_never_touched() {
+    let rules = builtin("deposit-swap");
+    let event = js(&seed());
+    define_throwing_getter(&event, "observedAt", "must not be read");
+    assert_eq!(binding::fingerprint(&rules, event).map_err(|e| thrown("", e).message), Ok(SEED_FINGERPRINT.to_string()));
+}
+
+#[wasm_bindgen_test]
+fn a_proxy_whose_get_trap_throws_is_an_invalid_event() {
+    let rules = builtin("deposit-swap");
+    let handler = Object::new();
+    let trap = Function::new_with_args("target, key", "throw new Error('trap for ' + String(key));");
+    Reflect::set(&handler, &"get".into(), &trap).unwrap();
+    let proxy = js_sys::Proxy::new(&js(&seed()), &handler);
+    let error = expect_err("proxy", binding::fingerprint(&rules, proxy.into()));
+    let t = assert_thrown("proxy", error, &invalid_event("eventId"));
+    assert!(t.details["reason"].as_str().unwrap().contains("trap for eventId"), "{}", t.details);
+}
+
+#[wasm_bindgen_test]
+fn a_revoked_proxy_is_an_invalid_event() {
+    let rules = builtin("deposit-swap");
+    let pair = js_sys::Proxy::revocable(&js(&seed()), &Object::new());
+    let proxy = Reflect::get(&pair, &"proxy".into()).unwrap();
+    let revoke: Function = Reflect::get(&pair, &"revoke".into()).unwrap().unchecked_into();
+    revoke.call0(&JsValue::NULL).unwrap();
+    let error = expect_err("revoked", binding::fingerprint(&rules, proxy.clone()));
+    assert_thrown("revoked", error, &invalid_event("eventId"));
+    let error = expect_err("revoked workflow", binding::decide(&rules, js(&seed()), JsValue::NULL, proxy));
+    assert_thrown("revoked workflow", error, &json!({ "code": "INVALID_RECORD", "details": { "field": "id" } }));
+}
+
+#[wasm_bindgen_test]
+fn a_throwing_getter_on_a_stored_workflow_is_an_invalid_record() {
+    let rules = builtin("deposit-swap");
+    let workflow = js(&json!({ "id": "swap-42", "revision": 2 }));
+    define_throwing_getter(&workflow, "status", "storage layer exploded");
+    let error = expect_err("workflow", binding::decide(&rules, js(&seed()), JsValue::NULL, workflow));
+    assert_thrown("workflow", error, &json!({ "code": "INVALID_RECORD", "details": { "record": "workflow", "field": "status" } }));
+}
+
+// ------------------------------------------------------------------ memory
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// A 10 MB JS string made in JS: it never passes through wasm memory on the way in.
+fn ten_megabytes(unit: &str) -> JsValue {
+    JsString::from(unit).repeat(10_000_000 / unit.len() as i32).into()
+}
+
+#[wasm_bindgen_test]
+fn the_memory_meter_sees_a_ten_megabyte_allocation() {
+    // The control for the tests below: memory_bytes() does move when wasm copies 10 MB.
+    let before = binding::memory_bytes();
+    let copied = "x".repeat(10_000_000);
+    let grown = binding::memory_bytes() - before;
+    assert!(grown >= 9.0 * MIB, "memory grew by only {grown} bytes");
+    drop(copied);
+}
+
+#[wasm_bindgen_test]
+fn a_ten_megabyte_string_is_an_invalid_event_without_growing_memory() {
+    let rules = builtin("deposit-swap");
+    // Warm up allocator paths first so the measurement sees only the big calls.
+    let _ = binding::fingerprint(&rules, seed_with("eventId", &JsValue::from_str(&"e".repeat(600))));
+    let before = binding::memory_bytes();
+    for (field, unit) in [("eventId", "e"), ("workflowId", "w"), ("depositRef", "é"), ("amountUnits", "1"), ("type", "T")] {
+        let event = seed_with(field, &ten_megabytes(unit));
+        let t = assert_thrown(field, expect_err(field, binding::fingerprint(&rules, event.clone())), &invalid_event(field));
+        assert!(t.message.len() < 1000, "{field}: the message does not quote the string");
+        let decided = binding::decide(&rules, event, JsValue::NULL, JsValue::NULL);
+        assert_thrown(field, expect_err(field, decided), &invalid_event(field));
+    }
+    let workflow = js(&json!({ "id": "swap-42", "revision": 2 }));
+    Reflect::set(&workflow, &"status".into(), &ten_megabytes("s")).unwrap();
+    let error = expect_err("status", binding::decide(&rules, js(&seed()), JsValue::NULL, workflow));
+    assert_thrown("status", error, &json!({ "code": "INVALID_RECORD", "details": { "field": "status" } }));
+    let grown = binding::memory_bytes() - before;
+    assert!(grown <= MIB, "memory grew by {grown} bytes");
+}
+
+#[wasm_bindgen_test]
+fn ten_thousand_rejected_calls_do_not_grow_memory() {
+    let rules = builtin("deposit-swap");
+    let bad_event = seed_with("amountUnits", &JsValue::from_str("012"));
+    let lone = seed_with("eventId", &JsString::from_char_code1(0xD800).into());
+    let getter = js(&seed());
+    define_throwing_getter(&getter, "depositRef", "boom");
+    let bad_workflow = js(&json!({ "id": "swap-42", "status": "archived", "revision": 1 }));
+    let conflict = js(&json!({ "fingerprint": "fp1:0000" }));
+    let malformed = parse(RULESETS)["malformed"][0]["definitionText"].as_str().unwrap().to_string();
+    let broken = parse(RULESETS)["broken"][0]["definition"].to_string();
+
+    let round = |i: usize| {
+        let error = match i % 9 {
+            0 => binding::fingerprint(&rules, bad_event.clone()).err(),
+            1 => binding::validate_event(&rules, lone.clone()).err(),
+            2 => binding::decide(&rules, getter.clone(), JsValue::NULL, JsValue::NULL).err(),
+            3 => binding::decide(&rules, js(&seed()), JsValue::NULL, bad_workflow.clone()).err(),
+            4 => binding::decide(&rules, js(&seed()), conflict.clone(), JsValue::NULL).err(),
+            5 => binding::decide_json(&rules, "{\"event\": {\"eventId\": \"\"}}").err(),
+            6 => binding::fingerprint(&rules, JsValue::NULL).err(),
+            7 => binding::load_rule_set(&malformed).err(),
+            _ => binding::load_rule_set(&broken).err(),
+        };
+        assert!(error.is_some(), "call {i} was not rejected");
+    };
+    for i in 0..900 {
+        round(i);
+    }
+    let before = binding::memory_bytes();
+    for i in 0..10_000 {
+        round(i);
+    }
+    assert_eq!(binding::memory_bytes(), before, "rejected calls grew wasm memory");
+}
+
+#[wasm_bindgen_test]
+fn accepted_calls_do_not_grow_memory_either() {
+    let rules = builtin("deposit-swap");
+    let workflow = js(&json!({ "id": "swap-42", "status": "deposit", "revision": 2,
+                               "depositRef": "btc-mainnet:tx-abc:vout-0", "amountUnits": "12500000" }));
+    let event = js(&seed());
+    for _ in 0..500 {
+        binding::decide(&rules, event.clone(), JsValue::NULL, workflow.clone()).map_err(|_| ()).unwrap();
+    }
+    let before = binding::memory_bytes();
+    for _ in 0..10_000 {
+        binding::decide(&rules, event.clone(), JsValue::NULL, workflow.clone()).map_err(|_| ()).unwrap();
+        assert_eq!(binding::fingerprint(&rules, event.clone()).map_err(|_| ()).unwrap(), SEED_FINGERPRINT);
+    }
+    assert_eq!(binding::memory_bytes(), before, "accepted calls grew wasm memory");
+}
