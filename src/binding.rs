@@ -3,9 +3,8 @@
 //! (never in the ABI layer), so a bad input returns an ordinary `Err` and every
 //! Rust value is dropped on the way out: rejected calls do not leak memory.
 
-use js_sys::{JsString, Reflect};
+use js_sys::Reflect;
 use wasm_bindgen::prelude::*;
-use wasm_bindgen::JsCast;
 
 use crate::decide::{self, plan_deposit_confirmation};
 use crate::error::{Error, CODES};
@@ -35,13 +34,9 @@ struct JsObject<'a>(&'a JsValue);
 
 impl Source for JsObject<'_> {
     fn field(&self, name: &str) -> Input {
-        let value = read_property(self.0, name);
-        if value.is_symbol() {
-            if let Some(why) = read_failure(&value) {
-                return Input::Unreadable(why);
-            }
-        }
-        to_input(&value)
+        // A UTF-8 string is never shorter than its UTF-16 form: longer than the
+        // longest field in units means too long in bytes, and it is not copied.
+        to_input(read_field(self.0, &key(name), MAX_TEXT_BYTES as u32))
     }
 }
 
@@ -51,9 +46,13 @@ impl Source for JsObject<'_> {
 // wasm-bindgen 0.2.130, so 100,000 throwing getters would grow the memory.
 #[wasm_bindgen(inline_js = "
 const FAILED = Symbol('idemflow: property read failed');
+const TOO_LONG = Symbol('idemflow: string too long');
 let lastThrown;
-module.exports.read_property = function (target, key) {
-  try { return target[key]; } catch (thrown) { lastThrown = thrown; return FAILED; }
+module.exports.read_field = function (target, key, maxUnits) {
+  let value;
+  try { value = target[key]; } catch (thrown) { lastThrown = thrown; return FAILED; }
+  if (typeof value === 'string' && value.length > maxUnits) return TOO_LONG;
+  return value;
 };
 module.exports.read_failure = function (value) {
   if (value !== FAILED) return undefined;
@@ -67,43 +66,86 @@ module.exports.read_failure = function (value) {
     return 'a value that cannot be inspected was thrown';
   }
 };
+module.exports.is_too_long = function (value) { return value === TOO_LONG; };
+module.exports.is_well_formed = function (text) {
+  for (let i = 0; i < text.length; i += 1) {
+    const unit = text.charCodeAt(i);
+    if (unit >= 0xd800 && unit <= 0xdbff) {
+      const next = text.charCodeAt(i + 1);
+      if (!(next >= 0xdc00 && next <= 0xdfff)) return false;
+      i += 1;
+    } else if (unit >= 0xdc00 && unit <= 0xdfff) {
+      return false;
+    }
+  }
+  return true;
+};
 module.exports.is_array = function (value) {
   try { return Array.isArray(value); } catch (_) { return false; }
 };
 ")]
 extern "C" {
-    fn read_property(target: &JsValue, key: &str) -> JsValue;
+    /// `target[key]`, or a sentinel symbol when the read threw (a getter, a
+    /// proxy) or the value is a string longer than `max_units` UTF-16 units.
+    /// Catching inside JS keeps exceptions out of the wasm call path: one that
+    /// reaches wasm through a `catch` import costs an externref slot in
+    /// wasm-bindgen 0.2.130, so 100,000 throwing getters would grow memory.
+    fn read_field(target: &JsValue, key: &JsValue, max_units: u32) -> JsValue;
     fn read_failure(value: &JsValue) -> Option<String>;
+    fn is_too_long(value: &JsValue) -> bool;
+    fn is_well_formed(text: &JsValue) -> bool;
     /// `Array.isArray`, false for a revoked proxy (which can be neither read nor listed).
     fn is_array(value: &JsValue) -> bool;
 }
 
-fn to_input(value: &JsValue) -> Input {
+thread_local! {
+    /// Property names as JS strings, made once: decoding a name on every read
+    /// was a measurable share of a decision.
+    static KEYS: std::cell::RefCell<std::collections::HashMap<String, JsValue>> = Default::default();
+}
+
+fn key(name: &str) -> JsValue {
+    KEYS.with(|keys| {
+        let mut keys = keys.borrow_mut();
+        match keys.get(name) {
+            Some(key) => key.clone(),
+            None => {
+                let key = JsValue::from_str(name);
+                keys.insert(name.to_string(), key.clone());
+                key
+            }
+        }
+    })
+}
+
+fn to_input(value: JsValue) -> Input {
+    // The common case first: one crossing copies a string in.
+    if let Some(text) = value.as_string() {
+        // wasm-bindgen turns a lone surrogate into U+FFFD on the way in; only
+        // a string that now holds U+FFFD needs the exact check.
+        if text.contains('\u{FFFD}') && !is_well_formed(&value) {
+            return Input::IllFormedText;
+        }
+        return Input::Text(text);
+    }
     if value.is_undefined() {
         return Input::Absent;
     }
     if value.is_null() {
         return Input::Null;
     }
-    if let Some(text) = value.dyn_ref::<JsString>() {
-        let units = text.length() as usize;
-        // A UTF-8 string is never shorter than its UTF-16 form: longer than the
-        // longest field in units means too long in bytes, without copying it.
-        if units > MAX_TEXT_BYTES {
-            return Input::TooLong { utf16_units: units as u64 };
-        }
-        let copied = String::from(text);
-        // wasm-bindgen turns a lone surrogate into U+FFFD on the way in; only
-        // a string that now holds U+FFFD needs the slower exact check.
-        if copied.contains('\u{FFFD}') && !text.is_valid_utf16() {
-            return Input::IllFormedText;
-        }
-        return Input::Text(copied);
-    }
     if let Some(number) = value.as_f64() {
         return Input::Number(number);
     }
-    Input::Other(kind(value))
+    if value.is_symbol() {
+        if is_too_long(&value) {
+            return Input::TooLong { utf16_units: MAX_TEXT_BYTES as u64 + 1 };
+        }
+        if let Some(why) = read_failure(&value) {
+            return Input::Unreadable(why);
+        }
+    }
+    Input::Other(kind(&value))
 }
 
 fn kind(value: &JsValue) -> &'static str {
@@ -284,4 +326,52 @@ pub fn error_codes() -> String {
 #[wasm_bindgen(js_name = memoryBytes)]
 pub fn memory_bytes() -> f64 {
     (core::arch::wasm32::memory_size(0) * 65536) as f64
+}
+
+// ---------------------------------------------------------------------------
+// Outbox policy (issue 5). New items only; each converts its arguments and
+// hands them to `crate::outbox`, which decides. Times are integer ms since
+// the epoch, checked in the core (a fraction, NaN or a negative is refused).
+// ---------------------------------------------------------------------------
+
+/// The policy's settings (absent ones defaulted) as JSON text; the consumer
+/// passes this text back to the functions below.
+#[wasm_bindgen(js_name = outboxPolicy)]
+pub fn outbox_policy(options: JsValue) -> JsResult<String> {
+    let options = as_record(&options, "outbox options").map_err(throw)?;
+    match options {
+        Some(source) => crate::outbox::policy_json(&source),
+        None => crate::outbox::policy_json(&serde_json::Map::new()),
+    }
+    .map_err(throw)
+}
+
+/// `{"operationId", "attempt"}` (JSON text) in; `{"attempt", "ceilingMs", "delayMs"}` out.
+#[wasm_bindgen(js_name = outboxBackoff)]
+pub fn outbox_backoff(policy: &str, request: &str) -> JsResult<String> {
+    crate::outbox::backoff_json(policy, request).map_err(throw)
+}
+
+/// When a claim taken or renewed at `now` expires.
+#[wasm_bindgen(js_name = outboxLeaseExpiresAt)]
+pub fn outbox_lease_expires_at(policy: &str, now: f64) -> JsResult<f64> {
+    crate::outbox::lease_expires_at_args(policy, now).map(|t| t as f64).map_err(throw)
+}
+
+/// Whether a stored operation may be claimed at `now`.
+#[wasm_bindgen(js_name = outboxClaimable)]
+pub fn outbox_claimable(status: &str, next_attempt_at: f64, lease_expires_at: Option<f64>, now: f64) -> JsResult<bool> {
+    crate::outbox::claimable_args(status, next_attempt_at, lease_expires_at, now).map_err(throw)
+}
+
+/// `{"verdict":"run"}`, or dead when the claim is past `maxAttempts`.
+#[wasm_bindgen(js_name = outboxAdmit)]
+pub fn outbox_admit(policy: &str, attempts: f64) -> JsResult<String> {
+    crate::outbox::admit_json(policy, attempts).map_err(throw)
+}
+
+/// A handler's result (JSON text) in; the verdict to record out.
+#[wasm_bindgen(js_name = outboxClassify)]
+pub fn outbox_classify(policy: &str, request: &str) -> JsResult<String> {
+    crate::outbox::classify_json(policy, request).map_err(throw)
 }
