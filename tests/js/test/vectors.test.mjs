@@ -1,0 +1,118 @@
+// Layer 3 of the shared vectors (tests/vectors/*.json): the same cases the
+// native and wasm layers run, through the installed package.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { IdemflowError, RuleSet, decide, fingerprint, validateEvent, verifyRuleSet } from 'idemflow';
+
+const load = (name) => JSON.parse(readFileSync(new URL(`../../vectors/${name}.json`, import.meta.url), 'utf8'));
+const rules = (name) => RuleSet.builtin(name ?? 'deposit-swap');
+
+function subset(actual, expected, path = '') {
+  if (expected !== null && typeof expected === 'object' && !Array.isArray(expected)) {
+    assert.ok(actual !== null && typeof actual === 'object', `${path} is an object`);
+    for (const [key, value] of Object.entries(expected)) subset(actual[key], value, `${path}.${key}`);
+  } else if (Array.isArray(expected)) {
+    assert.equal(actual.length, expected.length, `${path} length`);
+    expected.forEach((value, i) => subset(actual[i], value, `${path}[${i}]`));
+  } else {
+    assert.deepEqual(actual, expected, path);
+  }
+}
+
+function caught(fn) {
+  try {
+    fn();
+  } catch (error) {
+    assert.ok(error instanceof IdemflowError, `not an IdemflowError: ${error}`);
+    return error;
+  }
+  assert.fail('expected an IdemflowError');
+}
+
+function matchesError(error, expected) {
+  assert.equal(error.code, expected.code);
+  if (expected.disposition) assert.equal(error.disposition, expected.disposition);
+  if (expected.details) subset(error.details, expected.details, 'details');
+  if (expected.field) assert.equal(error.details.field, expected.field);
+  if (expected.path) assert.equal(error.details.path, expected.path);
+}
+
+for (const c of load('fingerprint').cases) {
+  test(`fingerprint vector: ${c.name}`, () => {
+    assert.equal(fingerprint(c.event, { ruleSet: rules(c.ruleSet) }), c.fingerprint);
+    assert.equal(`fp1:${createHash('sha256').update(c.canonical, 'utf8').digest('hex')}`, c.fingerprint);
+  });
+}
+
+for (const c of load('validation').cases) {
+  test(`validation vector: ${c.name}`, () => {
+    const ruleSet = rules(c.ruleSet);
+    if (c.valid) {
+      validateEvent(c.event, { ruleSet });
+      assert.match(fingerprint(c.event, { ruleSet }), /^fp1:[0-9a-f]{64}$/);
+      return;
+    }
+    for (const fn of [
+      () => validateEvent(c.event, { ruleSet }),
+      () => fingerprint(c.event, { ruleSet }),
+      () => decide({ event: c.event, receipt: null, workflow: null, ruleSet }),
+    ]) {
+      matchesError(caught(fn), c.error);
+    }
+  });
+}
+
+for (const c of load('decisions').cases) {
+  test(`decision vector: ${c.name}`, () => {
+    const input = { event: c.event, receipt: c.receipt, workflow: c.workflow, ruleSet: rules(c.ruleSet) };
+    if (c.expect.error) {
+      matchesError(caught(() => decide(input)), c.expect.error);
+      return;
+    }
+    assert.deepEqual(decide(input), {
+      outcome: c.expect.outcome,
+      eventId: c.event.eventId,
+      workflowId: c.event.workflowId,
+      eventType: c.event.type,
+      fingerprint: c.expect.fingerprint,
+      writeSet: c.expect.writeSet,
+    });
+  });
+}
+
+const rulesets = load('rulesets');
+
+test('rule-set vectors: the built-ins have the recorded ids, versions and hashes', () => {
+  for (const b of rulesets.builtins) {
+    const ruleSet = RuleSet.builtin(b.name);
+    assert.deepEqual([ruleSet.id, ruleSet.version, ruleSet.hash], [b.id, b.version, b.hash]);
+    const report = verifyRuleSet(ruleSet);
+    assert.equal(report.ok, true);
+    assert.deepEqual(report.properties.map((p) => p.name), rulesets.properties);
+  }
+});
+
+for (const c of rulesets.broken) {
+  test(`rule-set vector (broken): ${c.name}`, () => {
+    const report = verifyRuleSet(c.definition);
+    assert.deepEqual(report.properties.filter((p) => !p.ok).map((p) => p.name), [c.failing]);
+    subset(report.properties.find((p) => p.name === c.failing).counterexample, c.counterexample, 'counterexample');
+    matchesError(caught(() => RuleSet.fromJSON(c.definition)), c.loadError);
+  });
+}
+
+for (const c of rulesets.malformed) {
+  test(`rule-set vector (malformed): ${c.name}`, () => {
+    const definition = c.definitionText ?? c.definition;
+    matchesError(caught(() => verifyRuleSet(definition)), c.error);
+    matchesError(caught(() => RuleSet.fromJSON(definition)), c.error);
+  });
+}
+
+for (const c of rulesets.hashes) {
+  test(`rule-set vector (hash): ${c.name}`, () => {
+    assert.equal(RuleSet.fromJSON(c.definitionText).hash, c.hash);
+  });
+}
