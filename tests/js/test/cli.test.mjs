@@ -100,3 +100,16 @@ test('unknown commands and missing arguments print the usage and exit 2', () => 
   }
   assert.equal(idemflow(['help']).code, 0);
 });
+
+test('the README quick start runs as written and prints what its comments say', () => {
+  const text = readFileSync(readme, 'utf8');
+  const block = /<!-- quick start: begin -->\n```js\n([\s\S]*?)```\n<!-- quick start: end -->/.exec(text);
+  assert.ok(block, 'README has the quick start block');
+  const file = fileURLToPath(new URL('../quick-start.tmp.mjs', import.meta.url));
+  writeFileSync(file, block[1]);
+  const run = spawnSync(process.execPath, [file], { encoding: 'utf8' });
+  assert.equal(run.status, 0, run.stderr);
+  const promised = [...block[1].matchAll(/^ {2}(?:confirmation|\{).*\/\/ (.+)$/gm)].map((m) => m[1]);
+  assert.equal(promised.length, 6);
+  assert.deepEqual(run.stdout.trim().split('\n'), promised);
+});
