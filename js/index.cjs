@@ -5,6 +5,7 @@ const { IdemflowError, isIdemflowError } = require('./errors.cjs');
 const core = require('./core.cjs');
 const { processEvent, processDepositConfirmed, commitWriteSet } = require('./host.cjs');
 const { InMemoryStore } = require('./memory.cjs');
+const { createOutboxConsumer } = require('./outbox.cjs');
 
 module.exports = {
   IdemflowError,
@@ -22,4 +23,5 @@ module.exports = {
   commitWriteSet,
   InMemoryStore,
   wasmMemoryBytes: core.wasmMemoryBytes,
+  createOutboxConsumer,
 };

@@ -287,19 +287,247 @@ export function commitWriteSet(tx: StoreTransaction, writeSet: WriteSet): Promis
 
 export interface MemorySnapshot {
   workflows: Map<string, Workflow>;
-  inbox: Map<string, Receipt>;
-  outbox: Map<string, OutboxOperation>;
+  inbox: Map<string, Receipt & { recordedAt?: number }>;
+  outbox: Map<string, StoredOperation>;
 }
 
 /** All-or-nothing transactions serialised within one process; not durable. */
-export class InMemoryStore implements Store {
-  constructor(workflows?: Iterable<Workflow>);
+export class InMemoryStore implements Store, OutboxStore, OutboxAdmin {
+  /** `options.now`: the clock for recordedAt, createdAt and updatedAt (default Date.now). */
+  constructor(workflows?: Iterable<Workflow>, options?: { now?: () => number });
+  /** A store holding copies of a snapshot's tables (Maps, or arrays of [key, value] entries). */
+  static fromSnapshot(
+    snapshot: { [T in keyof MemorySnapshot]?: MemorySnapshot[T] | Iterable<[string, unknown]> },
+    options?: { now?: () => number },
+  ): InMemoryStore;
+  now(): number;
   transaction<T>(fn: (tx: StoreTransaction) => Promise<T>): Promise<T>;
   process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
   snapshot(): MemorySnapshot;
   getWorkflow(id: string): Promise<Workflow | null>;
   putWorkflow(workflow: Workflow): Promise<void>;
+  getReceipt(eventId: string): Promise<(Receipt & { recordedAt?: number }) | null>;
+  getOperation(id: string): Promise<StoredOperation | null>;
+  claimOperations(args: ClaimArgs): Promise<ClaimedOperation[]>;
+  renewLease(args: RenewArgs): Promise<boolean>;
+  completeOperation(args: FencedArgs): Promise<boolean>;
+  failOperation(args: FailArgs): Promise<boolean>;
+  releaseOperation(args: FencedArgs): Promise<boolean>;
+  requeue(operationId: string, options?: { now?: number }): Promise<boolean>;
+  listOperations(args?: ListOperationsArgs): Promise<StoredOperation[]>;
+  purgeReceipts(args: PurgeArgs): Promise<PurgeResult>;
+  purgeOperations(args: PurgeArgs & { status?: 'done' | 'dead' }): Promise<PurgeResult>;
 }
 
 /** Size of the wasm linear memory in bytes (diagnostics: it only grows). */
 export function wasmMemoryBytes(): number;
+
+// ---- Outbox consumer (docs/outbox.md) ---------------------------------------
+
+export type OperationStatus = 'pending' | 'claimed' | 'done' | 'dead';
+
+/** An outbox row as a store holds it. Times are milliseconds since the epoch. */
+export interface StoredOperation {
+  id: string;
+  type: string;
+  workflowId: string;
+  eventId: string;
+  payload: { [field: string]: string };
+  status: OperationStatus;
+  /** Claims so far (each claim adds one; a release gives it back). */
+  attempts: number;
+  nextAttemptAt: number;
+  leaseOwner: string | null;
+  leaseExpiresAt: number | null;
+  /** Adds one on every claim; a record under an older token is refused. */
+  fencingToken: number;
+  lastError: string | null;
+  createdAt: number;
+  updatedAt: number;
+}
+
+/** An operation as claimOperations returns it. */
+export interface ClaimedOperation extends StoredOperation {
+  status: 'claimed';
+  leaseOwner: string;
+  leaseExpiresAt: number;
+}
+
+export interface ClaimArgs {
+  owner: string;
+  now: number;
+  /** now + leaseMs, computed by the core. */
+  leaseExpiresAt: number;
+  limit: number;
+  /** Only these operation types (the consumer's handlers). */
+  types?: string[];
+}
+
+/** Identifies one claim: the operation and the fencing token it was claimed with. */
+export interface FencedArgs {
+  id: string;
+  fencingToken: number;
+  now: number;
+}
+
+export interface RenewArgs extends FencedArgs {
+  leaseExpiresAt: number;
+}
+
+export type FailArgs =
+  | (FencedArgs & { status: 'pending'; nextAttemptAt: number; lastError: string })
+  | (FencedArgs & { status: 'dead'; lastError: string });
+
+export interface ListOperationsArgs {
+  status?: OperationStatus;
+  /** Default 100. */
+  limit?: number;
+  /** Page on: operations are listed by id. */
+  afterId?: string;
+}
+
+export interface PurgeArgs {
+  /** Rows recorded (receipts) or finished (operations) before this time are deleted. */
+  olderThan: number | Date;
+  /** Rows deleted per transaction (default 1000). */
+  batchSize?: number;
+}
+
+export interface PurgeResult {
+  deleted: number;
+  /** Transactions that deleted something. */
+  batches: number;
+}
+
+/**
+ * What the consumer needs of a store. Every method is one atomic step; the
+ * fenced ones resolve to false, recording nothing, when the operation is no
+ * longer claimed under that token.
+ */
+export interface OutboxStore {
+  claimOperations(args: ClaimArgs): Promise<ClaimedOperation[]>;
+  renewLease(args: RenewArgs): Promise<boolean>;
+  completeOperation(args: FencedArgs): Promise<boolean>;
+  failOperation(args: FailArgs): Promise<boolean>;
+  /** Back to pending, due now, the attempt not counted. */
+  releaseOperation(args: FencedArgs): Promise<boolean>;
+  /** The consumer's default clock when options.now is not given. */
+  now?(): number;
+}
+
+/** What an operator (or a retention job) needs of a store. */
+export interface OutboxAdmin {
+  /** A dead operation back to pending with attempts 0; false unless it was dead. */
+  requeue(operationId: string, options?: { now?: number }): Promise<boolean>;
+  listOperations(args?: ListOperationsArgs): Promise<StoredOperation[]>;
+  purgeReceipts(args: PurgeArgs): Promise<PurgeResult>;
+  purgeOperations(args: PurgeArgs & { status?: 'done' | 'dead' }): Promise<PurgeResult>;
+}
+
+export interface HandlerContext {
+  /** The operation id: pass it to the downstream provider so a second run has no second effect. */
+  readonly idempotencyKey: string;
+  /** 1 for the first claim. */
+  readonly attempt: number;
+  readonly fencingToken: number;
+  readonly owner: string;
+  /** Aborted when the lease is lost or the consumer stops past its timeout. */
+  readonly signal: AbortSignal;
+}
+
+/**
+ * Runs one operation. Resolve for success. Throw to fail: an error with
+ * `retryable: false` (or an IdemflowError whose disposition is reject or
+ * reconcile) makes the operation dead at once; any other error is retried
+ * after the backoff until maxAttempts.
+ */
+export type OperationHandler = (operation: ClaimedOperation, context: HandlerContext) => unknown;
+
+export interface OutboxPolicySettings {
+  /** Claims an operation may use (default 5, at most 1000). */
+  maxAttempts?: number;
+  /** Backoff ceiling after the first attempt, doubling per attempt (default 1000). */
+  baseDelayMs?: number;
+  /** The ceiling's cap (default 300000, at most 7 days). */
+  maxDelayMs?: number;
+  /** How long a claim holds (default 30000, at most 24 h). */
+  leaseMs?: number;
+}
+
+export interface OutboxConsumerOptions extends OutboxPolicySettings {
+  /** The lease owner (default host:pid:random). */
+  owner?: string;
+  /** Handlers running at once (default 4). */
+  concurrency?: number;
+  /** How long start()'s loop waits when nothing is due (default 1000). */
+  pollIntervalMs?: number;
+  /** The clock, ms since the epoch (default store.now(), else Date.now). */
+  now?: () => number;
+  /** Renew running handlers' leases every renewEveryMs (default true). */
+  autoRenew?: boolean;
+}
+
+/** The policy as the core normalised it. */
+export interface OutboxPolicy {
+  readonly maxAttempts: number;
+  readonly baseDelayMs: number;
+  readonly maxDelayMs: number;
+  readonly leaseMs: number;
+  readonly renewEveryMs: number;
+  /** The wait after failed attempt `attempt`: full jitter, fixed by (operationId, attempt). */
+  backoffDelay(operationId: string, attempt: number): number;
+}
+
+export interface OperationEvent {
+  operationId: string;
+  type: string;
+  attempt: number;
+  fencingToken: number;
+}
+
+export type DeadReason = 'max-attempts' | 'non-retryable' | 'claims-expired';
+
+export interface OutboxConsumerEvents {
+  claimed: OperationEvent & { owner: string; leaseExpiresAt: number };
+  done: OperationEvent;
+  'retry-scheduled': OperationEvent & { delayMs: number; nextAttemptAt: number; error: string };
+  dead: OperationEvent & { reason: DeadReason; error: string };
+  released: OperationEvent;
+  'lease-lost': OperationEvent;
+  /** A result the store refused: the claim had been taken over; nothing was recorded. */
+  'stale-completion': OperationEvent & { verdict: 'done' | 'retry' | 'dead' | 'release' };
+  'store-error': Partial<OperationEvent> & { during: string; error: unknown };
+  stopped: { abandoned: string[] };
+}
+
+export interface RoundCounts {
+  claimed: number;
+  done: number;
+  retried: number;
+  dead: number;
+  released: number;
+  stale: number;
+  errors: number;
+}
+
+export interface OutboxConsumer {
+  readonly owner: string;
+  readonly policy: OutboxPolicy;
+  readonly inFlight: number;
+  readonly running: boolean;
+  stats(): RoundCounts & { leaseLost: number };
+  start(): this;
+  stop(options?: { timeoutMs?: number; abortGraceMs?: number }): Promise<{ abandoned: string[] }>;
+  runOnce(): Promise<RoundCounts>;
+  drain(options?: { maxRounds?: number }): Promise<RoundCounts & { rounds: number }>;
+  renewLeases(): Promise<{ renewed: number; lost: number }>;
+  on<E extends keyof OutboxConsumerEvents>(event: E, listener: (payload: OutboxConsumerEvents[E]) => void): this;
+  once<E extends keyof OutboxConsumerEvents>(event: E, listener: (payload: OutboxConsumerEvents[E]) => void): this;
+  off<E extends keyof OutboxConsumerEvents>(event: E, listener: (payload: OutboxConsumerEvents[E]) => void): this;
+}
+
+export function createOutboxConsumer(
+  store: OutboxStore,
+  handlers: { [type: string]: OperationHandler } | Map<string, OperationHandler>,
+  options?: OutboxConsumerOptions,
+): OutboxConsumer;

@@ -17,6 +17,7 @@ export const {
   commitWriteSet,
   InMemoryStore,
   wasmMemoryBytes,
+  createOutboxConsumer,
 } = idemflow;
 
 export default idemflow;

@@ -1,0 +1,579 @@
+// The outbox consumer and the store side of the outbox, on every backend.
+// Time is an injected clock: no test waits on, or asserts, a wall-clock time.
+import test, { describe } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { fork } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { IdemflowError, InMemoryStore, createOutboxConsumer, processEvent } from 'idemflow';
+import { FileStore } from '../workers/outbox-file-store.mjs';
+
+const T0 = Date.UTC(2026, 0, 1);
+const LEASE = 60_000;
+const EVENTS = ['claimed', 'done', 'retry-scheduled', 'dead', 'released', 'lease-lost', 'stale-completion', 'store-error', 'stopped'];
+const WORKER = fileURLToPath(new URL('../workers/outbox-consumer.mjs', import.meta.url));
+
+/** A clock the test moves by hand. */
+function clock(start = T0) {
+  const c = { t: start, now: () => c.t, advance: (ms) => { c.t += ms; } };
+  return c;
+}
+
+// Each backend opens a store holding `workflows` whose clock is `c.now`.
+// The durable adapters add their entries here.
+const backends = [
+  { name: 'in-memory', open: async (workflows, c) => new InMemoryStore(workflows, { now: c.now }) },
+];
+
+const swap = (i) => ({ id: `swap-${i}`, status: 'deposit', revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i) });
+const confirmation = (i, eventId = `confirm-${i}`) => ({
+  eventId, workflowId: `swap-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i),
+});
+const opId = (i) => `start-exchange:swap-${i}`;
+
+/** A store with `count` swaps confirmed: one pending START_EXCHANGE operation each. */
+async function confirmed(backend, count, c) {
+  const store = await backend.open(Array.from({ length: count }, (_, i) => swap(i + 1)), c);
+  for (let i = 1; i <= count; i += 1) assert.equal((await processEvent(store, confirmation(i))).outcome, 'applied');
+  return store;
+}
+
+function consumer(store, handlers, options = {}) {
+  return createOutboxConsumer(store, handlers, { leaseMs: LEASE, autoRenew: false, ...options });
+}
+
+/** Every event a consumer emits, in order. */
+function recorder(c) {
+  const log = [];
+  for (const name of EVENTS) c.on(name, (payload) => log.push({ event: name, ...payload }));
+  return log;
+}
+
+/** A promise the test resolves by hand. */
+function gate() {
+  let open;
+  const opened = new Promise((resolve) => { open = resolve; });
+  return { opened, open };
+}
+
+/** The documented backoff, derived here from its definition with node:crypto. */
+function documentedDelay(operationId, attempt, { baseDelayMs, maxDelayMs }) {
+  const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** (attempt - 1));
+  const attemptBytes = Buffer.alloc(4);
+  attemptBytes.writeUInt32BE(attempt);
+  const digest = createHash('sha256')
+    .update('idemflow/outbox/backoff/v1').update(Buffer.from([0])).update(attemptBytes).update(operationId, 'utf8')
+    .digest();
+  return Number((digest.readBigUInt64BE(0) * BigInt(ceiling + 1)) >> 64n);
+}
+
+function failing(message, extra = {}) {
+  return async () => { throw Object.assign(new Error(message), extra); };
+}
+
+test('the backoff is pinned: the same numbers as the Rust tests', () => {
+  const c = consumer(new InMemoryStore(), { START_EXCHANGE: () => {} }, { baseDelayMs: 1000, maxDelayMs: 300_000 });
+  assert.equal(c.policy.backoffDelay('start-exchange:swap-42', 1), 479);
+  assert.equal(c.policy.backoffDelay('start-exchange:swap-42', 2), 1557);
+  assert.equal(c.policy.backoffDelay('start-exchange:swap-42', 3), 3761);
+  assert.equal(documentedDelay('start-exchange:swap-42', 3, c.policy), 3761);
+});
+
+test('createOutboxConsumer refuses a store without the outbox interface, no handlers and a bad policy', () => {
+  const invalid = (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT';
+  assert.throws(() => createOutboxConsumer({ transaction() {} }, { START_EXCHANGE: () => {} }), (error) => invalid(error) && error.details.missing.includes('claimOperations'));
+  assert.throws(() => createOutboxConsumer(new InMemoryStore(), {}), invalid);
+  assert.throws(() => createOutboxConsumer(new InMemoryStore(), { START_EXCHANGE: 'not a function' }), invalid);
+  assert.throws(() => createOutboxConsumer(new InMemoryStore(), { START_EXCHANGE: () => {} }, { maxAttempts: 0 }), invalid);
+  assert.throws(() => createOutboxConsumer(new InMemoryStore(), { START_EXCHANGE: () => {} }, { baseDelayMs: 5000, maxDelayMs: 10 }), invalid);
+  assert.throws(() => createOutboxConsumer(new InMemoryStore(), { START_EXCHANGE: () => {} }, { concurrency: 0 }), invalid);
+});
+
+for (const backend of backends) {
+  describe(`outbox on ${backend.name}`, () => {
+    test('a new operation is pending, due at once, with no attempts, lease or token', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      const operation = await store.getOperation(opId(1));
+      assert.deepEqual(
+        { ...operation, payload: undefined },
+        {
+          id: opId(1), type: 'START_EXCHANGE', workflowId: 'swap-1', eventId: 'confirm-1', payload: undefined,
+          status: 'pending', attempts: 0, nextAttemptAt: T0, leaseOwner: null, leaseExpiresAt: null,
+          fencingToken: 0, lastError: null, createdAt: T0, updatedAt: T0,
+        },
+      );
+      assert.equal((await store.getReceipt('confirm-1')).recordedAt, T0);
+    });
+
+    test('a claim leases the operation to its owner, counts an attempt and raises the fencing token; the handler gets the id as idempotency key', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      const open = gate();
+      const seen = [];
+      const worker = consumer(store, {
+        START_EXCHANGE: async (operation, context) => {
+          seen.push({ id: operation.id, payload: operation.payload, key: context.idempotencyKey, attempt: context.attempt, token: context.fencingToken });
+          await open.opened;
+        },
+      }, { owner: 'worker-a' });
+      const round = worker.runOnce();
+      await once(worker, 'claimed');
+      const claimed = await store.getOperation(opId(1));
+      assert.deepEqual(
+        [claimed.status, claimed.leaseOwner, claimed.leaseExpiresAt, claimed.attempts, claimed.fencingToken],
+        ['claimed', 'worker-a', T0 + LEASE, 1, 1],
+      );
+      open.open();
+      assert.deepEqual(await round, { claimed: 1, done: 1, retried: 0, dead: 0, released: 0, stale: 0, errors: 0 });
+      assert.deepEqual(seen, [{ id: opId(1), payload: { depositRef: 'btc:tx-1:vout-0', amountUnits: '1001' }, key: opId(1), attempt: 1, token: 1 }]);
+      const done = await store.getOperation(opId(1));
+      assert.deepEqual([done.status, done.leaseOwner, done.leaseExpiresAt, done.attempts, done.fencingToken], ['done', null, null, 1, 1]);
+    });
+
+    test('a consumer claims only the types it has handlers for', async () => {
+      const c = clock();
+      const store = await backend.open([{ id: 'swap-9', status: 'exchange', revision: 2, depositRef: 'r', amountUnits: '5' }, swap(1)], c);
+      await processEvent(store, confirmation(1));
+      await processEvent(store, { eventId: 'x-9', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '4' });
+      const worker = consumer(store, { SEND_PAYOUT: () => {} });
+      const log = recorder(worker);
+      assert.equal((await worker.drain()).done, 1);
+      assert.equal((await store.getOperation('send-payout:swap-9')).status, 'done');
+      const untouched = await store.getOperation(opId(1));
+      assert.deepEqual([untouched.status, untouched.attempts, untouched.fencingToken], ['pending', 0, 0], 'never claimed');
+      assert.deepEqual(log.map((e) => [e.event, e.operationId]), [['claimed', 'send-payout:swap-9'], ['done', 'send-payout:swap-9']]);
+    });
+
+    test('a retryable failure schedules the next attempt at the time the policy gives, capped', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      const settings = { maxAttempts: 4, baseDelayMs: 1_000, maxDelayMs: 3_000 };
+      const worker = consumer(store, { START_EXCHANGE: failing('provider unavailable') }, settings);
+      const log = recorder(worker);
+      for (const attempt of [1, 2, 3]) {
+        assert.equal((await worker.drain()).retried, 1);
+        const delay = documentedDelay(opId(1), attempt, settings);
+        assert.ok(delay <= Math.min(3_000, 1_000 * 2 ** (attempt - 1)));
+        const operation = await store.getOperation(opId(1));
+        assert.deepEqual(
+          [operation.status, operation.attempts, operation.nextAttemptAt, operation.lastError],
+          ['pending', attempt, c.t + delay, 'Error: provider unavailable'],
+        );
+        assert.deepEqual(log.at(-1), {
+          event: 'retry-scheduled', operationId: opId(1), type: 'START_EXCHANGE', attempt, fencingToken: attempt,
+          delayMs: delay, nextAttemptAt: c.t + delay, error: 'Error: provider unavailable',
+        });
+        c.t = operation.nextAttemptAt - 1;
+        assert.equal((await worker.runOnce()).claimed, 0, 'not due a millisecond early');
+        c.t = operation.nextAttemptAt;
+      }
+    });
+
+    test('a poison operation goes dead after maxAttempts, is listed, and runs again after requeue', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      let healthy = false;
+      const worker = consumer(store, {
+        START_EXCHANGE: async () => { if (!healthy) throw Object.assign(new Error('malformed payload'), { code: 'PROVIDER_500' }); },
+      }, { maxAttempts: 3, baseDelayMs: 10, maxDelayMs: 10 });
+      const log = recorder(worker);
+      for (let round = 0; round < 3; round += 1) {
+        await worker.drain();
+        c.advance(10);
+      }
+      assert.deepEqual(log.filter((e) => e.event !== 'claimed').map((e) => [e.event, e.attempt]), [['retry-scheduled', 1], ['retry-scheduled', 2], ['dead', 3]]);
+      assert.equal(log.at(-1).reason, 'max-attempts');
+      const dead = await store.listOperations({ status: 'dead' });
+      assert.deepEqual(dead.map((op) => [op.id, op.attempts, op.lastError]), [[opId(1), 3, 'PROVIDER_500: malformed payload']]);
+      c.advance(1_000_000);
+      assert.equal((await worker.drain()).claimed, 0, 'dead operations are never claimed');
+
+      assert.equal(await store.requeue(opId(1)), true);
+      const requeued = await store.getOperation(opId(1));
+      assert.deepEqual([requeued.status, requeued.attempts, requeued.nextAttemptAt], ['pending', 0, c.t]);
+      assert.equal(await store.requeue(opId(1)), false, 'only a dead operation can be requeued');
+      healthy = true;
+      assert.equal((await worker.drain()).done, 1);
+      const done = await store.getOperation(opId(1));
+      assert.deepEqual([done.status, done.attempts, done.fencingToken], ['done', 1, 4]);
+    });
+
+    test('a failure marked retryable: false is dead after one attempt', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      const worker = consumer(store, { START_EXCHANGE: failing('amount below minimum', { retryable: false, code: 'REJECTED' }) });
+      const log = recorder(worker);
+      assert.equal((await worker.drain()).dead, 1);
+      assert.deepEqual(log.at(-1), {
+        event: 'dead', operationId: opId(1), type: 'START_EXCHANGE', attempt: 1, fencingToken: 1,
+        reason: 'non-retryable', error: 'REJECTED: amount below minimum',
+      });
+      assert.equal((await store.getOperation(opId(1))).status, 'dead');
+    });
+
+    test('IdemflowError dispositions: reconcile is dead at once, retry is retried', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 2, c);
+      const worker = consumer(store, {
+        START_EXCHANGE: async (operation) => {
+          const disposition = operation.workflowId === 'swap-1' ? 'reconcile' : 'retry';
+          throw new IdemflowError('INVALID_TRANSITION', 'needs a person', { disposition });
+        },
+      });
+      await worker.drain();
+      assert.equal((await store.getOperation(opId(1))).status, 'dead');
+      assert.equal((await store.getOperation(opId(2))).status, 'pending');
+    });
+
+    test('a thrown non-Error is retried with its text as the last error', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      const worker = consumer(store, { START_EXCHANGE: async () => { throw 'socket closed \ud800'; } });
+      assert.equal((await worker.drain()).retried, 1);
+      assert.equal((await store.getOperation(opId(1))).lastError, 'Error: socket closed \ufffd');
+    });
+
+    test('an expired claim is taken over by another consumer with a higher fencing token', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      const stuck = gate();
+      const a = consumer(store, { START_EXCHANGE: () => stuck.opened }, { owner: 'a' });
+      const aRound = a.runOnce();
+      await once(a, 'claimed');
+      const runs = [];
+      const b = consumer(store, { START_EXCHANGE: (operation, { idempotencyKey, fencingToken }) => { runs.push([idempotencyKey, fencingToken]); } }, { owner: 'b' });
+      c.advance(LEASE - 1);
+      assert.equal((await b.runOnce()).claimed, 0, 'the lease still holds');
+      c.advance(1);
+      assert.equal((await b.runOnce()).done, 1);
+      assert.deepEqual(runs, [[opId(1), 2]]);
+      const done = await store.getOperation(opId(1));
+      assert.deepEqual([done.status, done.attempts, done.fencingToken], ['done', 2, 2]);
+      stuck.open();
+      assert.equal((await aRound).stale, 1);
+    });
+
+    test('a stale completion is refused and reported while the new owner still runs', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      const aGate = gate();
+      const bGate = gate();
+      const a = consumer(store, { START_EXCHANGE: () => aGate.opened }, { owner: 'a' });
+      const b = consumer(store, { START_EXCHANGE: () => bGate.opened }, { owner: 'b' });
+      const aLog = recorder(a);
+      const aRound = a.runOnce();
+      await once(a, 'claimed');
+      c.advance(LEASE);
+      const bRound = b.runOnce();
+      await once(b, 'claimed');
+      aGate.open();
+      assert.deepEqual(await aRound, { claimed: 1, done: 0, retried: 0, dead: 0, released: 0, stale: 1, errors: 0 });
+      assert.deepEqual(aLog.at(-1), { event: 'stale-completion', operationId: opId(1), type: 'START_EXCHANGE', attempt: 1, fencingToken: 1, verdict: 'done' });
+      const held = await store.getOperation(opId(1));
+      assert.deepEqual([held.status, held.leaseOwner, held.fencingToken], ['claimed', 'b', 2], 'not recorded as done');
+      bGate.open();
+      assert.equal((await bRound).done, 1);
+    });
+
+    test('a stale failure after the new owner finished records nothing', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      const aGate = gate();
+      const a = consumer(store, {
+        START_EXCHANGE: async () => { await aGate.opened; throw Object.assign(new Error('late and wrong'), { retryable: false }); },
+      }, { owner: 'a' });
+      const aRound = a.runOnce();
+      await once(a, 'claimed');
+      c.advance(LEASE);
+      assert.equal((await consumer(store, { START_EXCHANGE: () => {} }, { owner: 'b' }).runOnce()).done, 1);
+      const before = await store.getOperation(opId(1));
+      aGate.open();
+      assert.equal((await aRound).stale, 1);
+      assert.deepEqual(await store.getOperation(opId(1)), before);
+    });
+
+    test('every fenced store write under an old token is refused and changes nothing', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      const [first] = await store.claimOperations({ owner: 'a', now: c.t, leaseExpiresAt: c.t + 10, limit: 1 });
+      c.advance(10);
+      const [second] = await store.claimOperations({ owner: 'b', now: c.t, leaseExpiresAt: c.t + 10, limit: 1 });
+      assert.deepEqual([first.fencingToken, second.fencingToken], [1, 2]);
+      const before = await store.getOperation(opId(1));
+      const old = { id: opId(1), fencingToken: 1, now: c.t };
+      assert.equal(await store.renewLease({ ...old, leaseExpiresAt: c.t + 99 }), false);
+      assert.equal(await store.completeOperation(old), false);
+      assert.equal(await store.failOperation({ ...old, status: 'pending', nextAttemptAt: c.t, lastError: 'x' }), false);
+      assert.equal(await store.failOperation({ ...old, status: 'dead', lastError: 'x' }), false);
+      assert.equal(await store.releaseOperation(old), false);
+      assert.deepEqual(await store.getOperation(opId(1)), before);
+      assert.equal(await store.completeOperation({ ...old, fencingToken: 2 }), true);
+    });
+
+    test('renewing a lease keeps the claim past its first expiry', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      const open = gate();
+      const a = consumer(store, { START_EXCHANGE: () => open.opened }, { owner: 'a' });
+      const aRound = a.runOnce();
+      await once(a, 'claimed');
+      c.advance(LEASE - 1);
+      assert.deepEqual(await a.renewLeases(), { renewed: 1, lost: 0 });
+      assert.equal((await store.getOperation(opId(1))).leaseExpiresAt, c.t + LEASE);
+      c.advance(2);
+      assert.equal((await consumer(store, { START_EXCHANGE: () => {} }, { owner: 'b' }).runOnce()).claimed, 0);
+      open.open();
+      assert.equal((await aRound).done, 1);
+      assert.equal((await store.getOperation(opId(1))).fencingToken, 1);
+    });
+
+    test('a consumer whose claim was taken over learns it on renewal: lease-lost and an aborted signal', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      let signal;
+      const aGate = gate();
+      const a = consumer(store, { START_EXCHANGE: (operation, context) => { signal = context.signal; return aGate.opened; } }, { owner: 'a' });
+      const log = recorder(a);
+      const aRound = a.runOnce();
+      await once(a, 'claimed');
+      c.advance(LEASE);
+      const bGate = gate();
+      const b = consumer(store, { START_EXCHANGE: () => bGate.opened }, { owner: 'b' });
+      const bRound = b.runOnce();
+      await once(b, 'claimed');
+      assert.equal(signal.aborted, false);
+      assert.deepEqual(await a.renewLeases(), { renewed: 0, lost: 1 });
+      assert.equal(signal.aborted, true);
+      assert.equal(log.at(-1).event, 'lease-lost');
+      assert.equal((await store.getOperation(opId(1))).leaseOwner, 'b');
+      aGate.open();
+      bGate.open();
+      assert.equal((await aRound).stale, 1);
+      assert.equal((await bRound).done, 1);
+    });
+
+    test('two consumers never run one operation at the same time', async () => {
+      const c = clock();
+      const count = 12;
+      const store = await confirmed(backend, count, c);
+      const running = new Set();
+      const runs = new Map();
+      let overlaps = 0;
+      const handler = async (operation) => {
+        if (running.has(operation.id)) overlaps += 1;
+        running.add(operation.id);
+        runs.set(operation.id, (runs.get(operation.id) ?? 0) + 1);
+        for (let i = 0; i < 5; i += 1) await new Promise((resolve) => setImmediate(resolve));
+        running.delete(operation.id);
+      };
+      const a = consumer(store, { START_EXCHANGE: handler }, { owner: 'a', concurrency: 3 });
+      const b = consumer(store, { START_EXCHANGE: handler }, { owner: 'b', concurrency: 3 });
+      const [aTotal, bTotal] = await Promise.all([a.drain(), b.drain()]);
+      assert.equal(overlaps, 0);
+      assert.equal(aTotal.done + bTotal.done, count);
+      assert.ok(aTotal.done > 0 && bTotal.done > 0, 'both consumers took work');
+      assert.deepEqual([...runs.values()], Array(count).fill(1));
+      assert.equal((await store.listOperations({ status: 'done' })).length, count);
+    });
+
+    test('claims are limited to the free slots of the concurrency limit', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 5, c);
+      const open = gate();
+      const worker = consumer(store, { START_EXCHANGE: () => open.opened }, { concurrency: 2 });
+      const round = worker.runOnce();
+      await once(worker, 'claimed');
+      assert.equal(worker.inFlight, 2);
+      assert.equal((await store.listOperations({ status: 'claimed' })).length, 2);
+      assert.equal((await worker.runOnce()).claimed, 0, 'no free slot');
+      open.open();
+      assert.equal((await round).done, 2);
+      assert.equal((await worker.drain()).done, 3);
+    });
+
+    test('a claim past maxAttempts (every earlier claim expired) is dead without running the handler', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      const crashed = gate();
+      for (const owner of ['crashed-1', 'crashed-2']) {
+        const doomed = consumer(store, { START_EXCHANGE: () => crashed.opened }, { owner, maxAttempts: 2 });
+        doomed.runOnce();
+        await once(doomed, 'claimed');
+        c.advance(LEASE);
+      }
+      let ran = false;
+      const survivor = consumer(store, { START_EXCHANGE: () => { ran = true; } }, { owner: 'survivor', maxAttempts: 2 });
+      const log = recorder(survivor);
+      assert.equal((await survivor.runOnce()).dead, 1);
+      assert.equal(ran, false);
+      assert.equal(log.at(-1).reason, 'claims-expired');
+      const dead = await store.getOperation(opId(1));
+      assert.deepEqual([dead.status, dead.attempts], ['dead', 3]);
+      assert.match(dead.lastError, /^CLAIMS_EXPIRED: gave up after 2 attempts/);
+      crashed.open();
+    });
+
+    test('stop() waits for running handlers and records their results', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      const open = gate();
+      const worker = consumer(store, { START_EXCHANGE: () => open.opened });
+      const round = worker.runOnce();
+      await once(worker, 'claimed');
+      let stopped = false;
+      const stopping = worker.stop().then((result) => { stopped = true; return result; });
+      for (let i = 0; i < 20; i += 1) await new Promise((resolve) => setImmediate(resolve));
+      assert.equal(stopped, false, 'stop() is still waiting for the handler');
+      open.open();
+      assert.deepEqual(await stopping, { abandoned: [] });
+      assert.equal((await round).done, 1);
+      assert.equal((await store.getOperation(opId(1))).status, 'done');
+    });
+
+    test('stop() past its timeout aborts handlers; one that gives up is released, the attempt not counted', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      const worker = consumer(store, {
+        START_EXCHANGE: (operation, { signal }) => new Promise((resolve, reject) => { signal.addEventListener('abort', () => reject(signal.reason)); }),
+      });
+      const log = recorder(worker);
+      const round = worker.runOnce();
+      await once(worker, 'claimed');
+      assert.deepEqual(await worker.stop({ timeoutMs: 0 }), { abandoned: [] });
+      assert.equal((await round).released, 1);
+      assert.deepEqual(log.map((e) => e.event), ['claimed', 'released', 'stopped']);
+      const released = await store.getOperation(opId(1));
+      assert.deepEqual(
+        [released.status, released.attempts, released.leaseOwner, released.nextAttemptAt, released.fencingToken],
+        ['pending', 0, null, c.t, 1],
+      );
+      const next = consumer(store, { START_EXCHANGE: (operation, { attempt }) => assert.equal(attempt, 1) });
+      assert.equal((await next.runOnce()).done, 1);
+    });
+
+    test('stop() abandons a handler that ignores the abort; its claim expires for another consumer', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      const never = gate();
+      const worker = consumer(store, { START_EXCHANGE: () => never.opened });
+      worker.runOnce();
+      await once(worker, 'claimed');
+      assert.deepEqual(await worker.stop({ timeoutMs: 0, abortGraceMs: 0 }), { abandoned: [opId(1)] });
+      assert.equal((await store.getOperation(opId(1))).status, 'claimed');
+      c.advance(LEASE);
+      assert.equal((await consumer(store, { START_EXCHANGE: () => {} }).runOnce()).done, 1);
+      never.open();
+    });
+
+    test('start() runs due work until stop()', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 3, c);
+      const worker = consumer(store, { START_EXCHANGE: () => {} }, { pollIntervalMs: 5 });
+      let done = 0;
+      const allDone = new Promise((resolve) => worker.on('done', () => { done += 1; if (done === 3) resolve(); }));
+      worker.start();
+      assert.equal(worker.running, true);
+      await allDone;
+      await worker.stop();
+      assert.equal(worker.running, false);
+      assert.equal((await store.listOperations({ status: 'done' })).length, 3);
+    });
+
+    test('purgeReceipts deletes receipts older than the cutoff in batches and keeps newer ones', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 5, c);
+      c.advance(1_000);
+      await processEvent(store, confirmation(1, 'confirm-1-again'));
+      const result = await store.purgeReceipts({ olderThan: T0 + 1, batchSize: 2 });
+      assert.deepEqual(result, { deleted: 5, batches: 3 });
+      for (let i = 1; i <= 5; i += 1) assert.equal(await store.getReceipt(`confirm-${i}`), null);
+      assert.notEqual(await store.getReceipt('confirm-1-again'), null);
+    });
+
+    test('a purge lets other transactions run between its batches', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 4, c);
+      await store.putWorkflow(swap(5));
+      c.advance(1_000);
+      const purge = store.purgeReceipts({ olderThan: new Date(T0 + 1), batchSize: 1 });
+      assert.equal((await processEvent(store, confirmation(5))).outcome, 'applied');
+      const oldLeft = (await Promise.all([1, 2, 3, 4].map((i) => store.getReceipt(`confirm-${i}`)))).filter((r) => r !== null);
+      assert.ok(oldLeft.length > 0, 'the delivery committed while the purge still had batches to go');
+      assert.deepEqual(await purge, { deleted: 4, batches: 4 });
+      assert.notEqual(await store.getReceipt('confirm-5'), null);
+    });
+
+    test('a replay of an event whose receipt was purged is stopped by the business guard', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 1, c);
+      await consumer(store, { START_EXCHANGE: () => {} }).drain();
+      c.advance(1_000);
+      assert.equal((await store.purgeReceipts({ olderThan: c.t })).deleted, 1);
+      const replay = await processEvent(store, confirmation(1));
+      assert.deepEqual(replay, { outcome: 'already-applied' }, 'not duplicate-delivery: the receipt is gone; not applied again');
+      const workflow = await store.getWorkflow('swap-1');
+      assert.deepEqual([workflow.status, workflow.revision], ['exchange', 2]);
+      const operation = await store.getOperation(opId(1));
+      assert.deepEqual([operation.status, operation.attempts], ['done', 1], 'the operation was not scheduled again');
+    });
+
+    test('purgeOperations deletes done operations in batches; pending, claimed and dead ones stay', async () => {
+      const c = clock();
+      const store = await confirmed(backend, 6, c);
+      const claimed = await store.claimOperations({ owner: 'setup', now: c.t, leaseExpiresAt: c.t + LEASE, limit: 5 });
+      assert.deepEqual(claimed.map((op) => op.id), [1, 2, 3, 4, 5].map(opId));
+      for (const op of claimed.slice(0, 3)) assert.equal(await store.completeOperation({ id: op.id, fencingToken: op.fencingToken, now: c.t }), true);
+      assert.equal(await store.failOperation({ id: opId(4), fencingToken: 1, now: c.t, status: 'dead', lastError: 'REJECTED: no' }), true);
+      const byStatus = async () => Object.fromEntries(await Promise.all([1, 2, 3, 4, 5, 6].map(async (i) => [i, (await store.getOperation(opId(i)))?.status ?? 'purged'])));
+      c.advance(1);
+      assert.deepEqual(await store.purgeOperations({ olderThan: c.t, batchSize: 2 }), { deleted: 3, batches: 2 });
+      assert.deepEqual(await byStatus(), { 1: 'purged', 2: 'purged', 3: 'purged', 4: 'dead', 5: 'claimed', 6: 'pending' });
+      assert.equal((await processEvent(store, confirmation(1, 'confirm-1-late'))).outcome, 'already-applied');
+      assert.equal(await store.getOperation(opId(1)), null, 'a purged operation is not scheduled again');
+      assert.deepEqual(await store.purgeOperations({ olderThan: c.t, status: 'dead' }), { deleted: 1, batches: 1 });
+    });
+  });
+}
+
+describe('crash recovery across processes (in-memory tables in a locked file)', () => {
+  test('a consumer process SIGKILLed mid-handler leaves a claim that another consumer takes over once the lease expires', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'idemflow-outbox-'));
+    try {
+      const c = clock();
+      const store = FileStore.create(path.join(dir, 'store.json'), [swap(1)], { now: c.now });
+      assert.equal((await processEvent(store, confirmation(1))).outcome, 'applied');
+
+      const child = fork(WORKER, [path.join(dir, 'store.json'), String(c.t), String(LEASE)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+      const [started] = await once(child, 'message');
+      const exited = once(child, 'exit');
+      child.kill('SIGKILL');
+      const [, signal] = await exited;
+      assert.equal(signal, 'SIGKILL');
+      assert.deepEqual(started, { started: opId(1), fencingToken: 1, owner: `worker-${child.pid}` });
+
+      const orphan = await store.getOperation(opId(1));
+      assert.deepEqual(
+        [orphan.status, orphan.leaseOwner, orphan.leaseExpiresAt, orphan.attempts, orphan.fencingToken],
+        ['claimed', `worker-${child.pid}`, c.t + LEASE, 1, 1],
+      );
+
+      const runs = [];
+      const survivor = consumer(store, { START_EXCHANGE: (operation, { idempotencyKey, fencingToken }) => { runs.push([idempotencyKey, fencingToken]); } }, { owner: 'survivor' });
+      c.advance(LEASE - 1);
+      assert.equal((await survivor.runOnce()).claimed, 0, 'the dead worker\'s lease still holds');
+      c.advance(1);
+      assert.equal((await survivor.runOnce()).done, 1);
+      // The handler ran twice (once in the killed process), both times with the same idempotency key.
+      assert.deepEqual(runs, [[opId(1), 2]]);
+      const done = await store.getOperation(opId(1));
+      assert.deepEqual([done.status, done.leaseOwner, done.attempts, done.fencingToken], ['done', null, 2, 2]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
