@@ -50,7 +50,7 @@ test-wasm: tools
 
 test-js: pkg tests/js/node_modules/.installed
 	cd tests/js && npx --no-install tsc -p tsconfig.json
-	cd tests/js && node --test --test-concurrency=1 'test/*.test.mjs' 'test/*.test.cjs'
+	cd tests/js && node --test --test-concurrency=1 test/*.test.mjs test/*.test.cjs
 
 # Examples import 'idemflow' by name, so they run from the test project that installed it.
 examples: pkg tests/js/node_modules/.installed
@@ -58,9 +58,13 @@ examples: pkg tests/js/node_modules/.installed
 
 demo: examples
 	cd tests/js && node examples/deposit-demo.mjs
+	@echo
+	cd tests/js && node examples/consumer-demo.mjs
 
 bench: examples
 	cd tests/js && node examples/bench.mjs
+	@echo
+	cd tests/js && node bench/adapters.mjs
 
 clean:
 	rm -rf pkg target/npm tests/js/node_modules

@@ -64,6 +64,9 @@ pub enum Error {
     #[error("workflow {workflow_id} changed since it was read (expected status {expected_status}, revision {expected_revision})")]
     ConcurrentUpdate { workflow_id: String, event_id: String, expected_status: String, expected_revision: u64 },
 
+    #[error("the store is unavailable: {reason}")]
+    StoreUnavailable { reason: String },
+
     #[error("stored {record} is invalid: {field} {reason}")]
     InvalidRecord { record: &'static str, field: String, reason: String },
 
@@ -87,6 +90,7 @@ pub const CODES: &[(&str, Disposition)] = &[
     ("INVALID_RECORD", Disposition::Reconcile),
     ("INVALID_ARGUMENT", Disposition::Reject),
     ("RULESET_INVALID", Disposition::Reject),
+    ("STORE_UNAVAILABLE", Disposition::Retry),
 ];
 
 pub fn default_disposition(code: &str) -> Option<Disposition> {
@@ -103,6 +107,7 @@ impl Error {
             Error::InvalidTransition { .. } => "INVALID_TRANSITION",
             Error::OutboxConflict { .. } => "OUTBOX_CONFLICT",
             Error::ConcurrentUpdate { .. } => "CONCURRENT_UPDATE",
+            Error::StoreUnavailable { .. } => "STORE_UNAVAILABLE",
             Error::InvalidRecord { .. } => "INVALID_RECORD",
             Error::InvalidArgument { .. } => "INVALID_ARGUMENT",
             Error::RuleSetInvalid { .. } => "RULESET_INVALID",
@@ -145,6 +150,7 @@ impl Error {
                 "workflowId": workflow_id, "eventId": event_id,
                 "expectedStatus": expected_status, "expectedRevision": expected_revision,
             }),
+            Error::StoreUnavailable { reason } => json!({ "reason": reason }),
             Error::InvalidRecord { record, field, reason } => {
                 json!({ "record": record, "field": field, "reason": reason })
             }

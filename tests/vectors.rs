@@ -495,6 +495,7 @@ fn every_error_code_has_a_stable_default_disposition() {
             ("INVALID_RECORD", "reconcile"),
             ("INVALID_ARGUMENT", "reject"),
             ("RULESET_INVALID", "reject"),
+            ("STORE_UNAVAILABLE", "retry"),
         ]
     );
 }

@@ -273,7 +273,7 @@ fn error_codes_list_every_code_with_its_disposition() {
             "INVALID_EVENT": "reject", "EVENT_ID_CONFLICT": "reconcile", "UNKNOWN_WORKFLOW": "retry",
             "IDENTITY_MISMATCH": "reconcile", "INVALID_TRANSITION": "reconcile", "OUTBOX_CONFLICT": "reconcile",
             "CONCURRENT_UPDATE": "retry", "INVALID_RECORD": "reconcile", "INVALID_ARGUMENT": "reject",
-            "RULESET_INVALID": "reject",
+            "RULESET_INVALID": "reject", "STORE_UNAVAILABLE": "retry",
         })
     );
 }

@@ -1,0 +1,84 @@
+// Types shared by the durable stores (idemflow/sqlite, idemflow/postgres,
+// idemflow/mysql, idemflow/mongodb).
+import type {
+  EventInput,
+  ProcessOptions,
+  ProcessResult,
+  RecordedOutcome,
+  RuleSetRef,
+  Store,
+  StoredOperation,
+  StoreTransaction,
+  Workflow,
+} from './index.js';
+
+/** The outbox row and its statuses are the package's own types (idemflow's StoredOperation). */
+export type { OperationStatus, StoredOperation } from './index.js';
+
+/** Names of the three tables (collections in MongoDB); `schema.name` is allowed in SQL. */
+export interface TableNames {
+  workflows: string;
+  inbox: string;
+  outbox: string;
+}
+
+/** `{ workflows: 'workflows', inbox: 'event_inbox', outbox: 'event_outbox' }` */
+export declare const DEFAULT_TABLES: Readonly<TableNames>;
+
+/**
+ * The code of the IdemflowError a store throws when its database cannot be
+ * reached (refused or lost connection, server shutting down); its
+ * disposition is 'retry'.
+ */
+export declare const STORE_UNAVAILABLE: 'STORE_UNAVAILABLE';
+
+/** True for the IdemflowError a store throws when its database cannot be reached. */
+export declare function isStoreUnavailable(error: unknown): boolean;
+
+export interface StoreOptions {
+  /** Table names; any left out keep their default. */
+  tables?: Partial<TableNames>;
+  /** Whole read-decide-write cycles processEvent tries when a race is lost (default 5). */
+  maxAttempts?: number;
+  /** The clock for recorded_at, created_at and updated_at: milliseconds since the epoch (default Date.now). */
+  now?: () => number;
+}
+
+/** An inbox row as stored. (A type, not an interface, so it fits StoredReceipt's index signature.) */
+export type RecordedReceipt = {
+  eventId: string;
+  fingerprint: string;
+  workflowId: string;
+  eventType: string;
+  outcome: RecordedOutcome;
+  ruleSet: RuleSetRef | null;
+  /** Milliseconds since the epoch. */
+  recordedAt: number;
+};
+
+/** One transaction of a durable store: the Store contract plus a read of the outbox. */
+export interface DurableStoreTransaction extends StoreTransaction {
+  getReceipt(eventId: string): Promise<RecordedReceipt | null>;
+  getOperation(id: string): Promise<StoredOperation | null>;
+}
+
+/** What every durable store offers a host. */
+export interface DurableStore extends Store {
+  readonly tables: Readonly<TableNames>;
+  maxAttempts?: number;
+  /** The store's clock (Date.now unless options.now was given). */
+  now(): number;
+  /** Creates the tables and indexes if they do not exist; safe to run on every start. */
+  migrate(): Promise<void>;
+  transaction<T>(fn: (tx: DurableStoreTransaction) => Promise<T>): Promise<T>;
+  /** processEvent(this, event, options): the same outcomes as InMemoryStore. */
+  process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
+  /**
+   * Inserts or replaces a workflow. Fields other than id, status and revision
+   * must be strings (amounts are decimal strings); null leaves a field out.
+   */
+  putWorkflow(workflow: Workflow): Promise<void>;
+  getWorkflow(id: string): Promise<Workflow | null>;
+  getReceipt(eventId: string): Promise<RecordedReceipt | null>;
+  getOperation(id: string): Promise<StoredOperation | null>;
+}

@@ -1,0 +1,338 @@
+// @ts-check
+'use strict';
+// MongoDB over the official driver: one session per transaction, run by
+// session.withTransaction with snapshot reads and majority writes. Receipts
+// and operations are keyed by `_id`, which is unique by itself; a workflow
+// changes only by a compare-and-set on (_id, status, revision). Transactions
+// need a replica set or a sharded cluster.
+
+const { IdemflowError } = require('./errors.cjs');
+const { processEvent } = require('./host.cjs');
+const common = require('./adapter-common.cjs');
+
+/**
+ * @typedef {import('mongodb').MongoClient} MongoClient
+ * @typedef {import('mongodb').Db} Db
+ * @typedef {import('mongodb').ClientSession} ClientSession
+ * @typedef {import('mongodb').TransactionOptions} TransactionOptions
+ * @typedef {{ _id: string, status: string, revision: number, data: Record<string, string>, createdAt: number, updatedAt: number }} WorkflowDocument
+ * @typedef {{ _id: string, fingerprint: string, workflowId: string, eventType: string, outcome: string,
+ *   ruleSetId: string | null, ruleSetVersion: number | null, ruleSetHash: string | null, recordedAt: number }} ReceiptDocument
+ * @typedef {{ _id: string, type: string, workflowId: string, eventId: string, payload: Record<string, unknown>, status: string,
+ *   attempts: number, nextAttemptAt: number, leaseOwner: string | null, leaseExpiresAt: number | null, fencingToken: number,
+ *   lastError: string | null, createdAt: number, updatedAt: number }} OperationDocument
+ */
+
+/** @type {TransactionOptions} */
+const TRANSACTION_OPTIONS = {
+  readConcern: { level: 'snapshot' },
+  writeConcern: { w: 'majority' },
+  readPreference: 'primary',
+};
+
+const NAMESPACE_EXISTS = 48;
+const DUPLICATE_KEY = 11000;
+const WRITE_CONFLICT = 112;
+const UNAVAILABLE_NAMES = new Set([
+  'MongoNetworkError', 'MongoNetworkTimeoutError', 'MongoServerSelectionError', 'MongoNotConnectedError',
+  'MongoTopologyClosedError', 'MongoPoolClosedError', 'MongoWaitQueueTimeoutError', 'PoolClearedError', 'PoolClosedError',
+]);
+
+/**
+ * What kind of failure a driver error is.
+ * @param {any} error
+ * @returns {{ type: string, reason?: string } | null}
+ */
+function classify(error) {
+  if (error === null || typeof error !== 'object') return null;
+  if (error.code === DUPLICATE_KEY) return { type: 'unique' };
+  const labelled = (/** @type {string} */ label) => typeof error.hasErrorLabel === 'function' && error.hasErrorLabel(label);
+  if (UNAVAILABLE_NAMES.has(error.name) || common.isNetworkError(error)) {
+    return { type: 'unavailable', reason: error.name === 'MongoServerSelectionError' ? 'no-server-selectable' : 'connection-lost' };
+  }
+  if (error.code === WRITE_CONFLICT || labelled('TransientTransactionError')) return { type: 'race', reason: 'write-conflict' };
+  if (labelled('UnknownTransactionCommitResult') || labelled('RetryableWriteError')) return { type: 'unavailable', reason: 'commit-unknown' };
+  return null;
+}
+
+/**
+ * @param {unknown} error
+ * @param {(error: unknown) => IdemflowError} [onUnique]
+ */
+function mapError(error, onUnique) {
+  return common.mapDriverError(error, classify, onUnique);
+}
+
+/**
+ * Runs one driver call and maps what it throws.
+ * @template T
+ * @param {() => Promise<T>} call
+ * @param {(error: unknown) => IdemflowError} [onUnique]
+ * @returns {Promise<T>}
+ */
+async function run(call, onUnique) {
+  try {
+    return await call();
+  } catch (error) {
+    throw mapError(error, onUnique);
+  }
+}
+
+/** @param {WorkflowDocument | null} doc */
+function workflowFromDocument(doc) {
+  if (!doc) return null;
+  return common.workflowFromRow({ id: doc._id, status: doc.status, revision: doc.revision, data: doc.data ?? {} });
+}
+
+/** @param {ReceiptDocument | null} doc */
+function receiptFromDocument(doc) {
+  if (!doc) return null;
+  return common.receiptFromRow({
+    event_id: doc._id, fingerprint: doc.fingerprint, workflow_id: doc.workflowId, event_type: doc.eventType,
+    outcome: doc.outcome, rule_set_id: doc.ruleSetId, rule_set_version: doc.ruleSetVersion, rule_set_hash: doc.ruleSetHash,
+    recorded_at: doc.recordedAt,
+  });
+}
+
+/** @param {OperationDocument | null} doc */
+function operationFromDocument(doc) {
+  if (!doc) return null;
+  return common.operationFromRow({
+    id: doc._id, type: doc.type, workflow_id: doc.workflowId, event_id: doc.eventId, payload: doc.payload ?? {},
+    status: doc.status, attempts: doc.attempts, next_attempt_at: doc.nextAttemptAt, lease_owner: doc.leaseOwner,
+    lease_expires_at: doc.leaseExpiresAt, fencing_token: doc.fencingToken, last_error: doc.lastError,
+    created_at: doc.createdAt, updated_at: doc.updatedAt,
+  });
+}
+
+class MongoTransaction {
+  /** @type {MongoStore} */
+  #store;
+  /** @type {ClientSession} */
+  #session;
+
+  /**
+   * @param {MongoStore} store
+   * @param {ClientSession} session
+   */
+  constructor(store, session) {
+    this.#store = store;
+    this.#session = session;
+  }
+
+  /** @param {string} eventId */
+  async getReceipt(eventId) {
+    const session = this.#session;
+    return receiptFromDocument(await run(() => this.#store._inbox().findOne({ _id: eventId }, { session })));
+  }
+
+  /** @param {string} id */
+  async getWorkflow(id) {
+    const session = this.#session;
+    return workflowFromDocument(await run(() => this.#store._workflows().findOne({ _id: id }, { session })));
+  }
+
+  /** @param {string} id */
+  async getOperation(id) {
+    const session = this.#session;
+    return operationFromDocument(await run(() => this.#store._outbox().findOne({ _id: id }, { session })));
+  }
+
+  /** @param {import('./index.js').Receipt} receipt */
+  async insertReceipt(receipt) {
+    const { eventId, ...fields } = common.receiptRecord(receipt, this.#store.now());
+    const session = this.#session;
+    /** @type {ReceiptDocument} */
+    const doc = { _id: eventId, ...fields };
+    await run(() => this.#store._inbox().insertOne(doc, { session }), (e) => common.receiptExists(receipt, e));
+  }
+
+  /** @param {import('./index.js').WorkflowWrite} write */
+  async writeWorkflow(write) {
+    const change = common.workflowPatch(write);
+    const now = this.#store.now();
+    const session = this.#session;
+    const workflows = this.#store._workflows();
+    if (change.expect === null) {
+      /** @type {WorkflowDocument} */
+      const doc = { _id: change.id, status: change.status, revision: change.revision, data: change.kept, createdAt: now, updatedAt: now };
+      await run(() => workflows.insertOne(doc, { session }), (e) => common.workflowChanged(write, e));
+      return;
+    }
+    /** @type {Record<string, unknown>} */
+    const set = { status: change.status, revision: change.revision, updatedAt: now };
+    for (const [field, value] of Object.entries(change.kept)) set[`data.${field}`] = value;
+    /** @type {Record<string, ''>} */
+    const unset = {};
+    for (const field of change.removed) unset[`data.${field}`] = '';
+    const update = change.removed.length > 0 ? { $set: set, $unset: unset } : { $set: set };
+    const { expect } = change;
+    const result = await run(() => workflows.updateOne({ _id: change.id, status: expect.status, revision: expect.revision }, update, { session }));
+    if (result.matchedCount !== 1) throw common.workflowChanged(write);
+  }
+
+  /** @param {import('./index.js').OutboxOperation} operation */
+  async insertOperation(operation) {
+    const { id, ...fields } = common.operationRecord(operation, this.#store.now());
+    /** @type {OperationDocument} */
+    const doc = { _id: id, ...fields };
+    const session = this.#session;
+    await run(() => this.#store._outbox().insertOne(doc, { session }), (e) => common.operationExists(operation, e));
+  }
+}
+
+/**
+ * A store over a MongoClient. Collections live in `options.db` (a Db or a
+ * database name; default: the connection string's database).
+ */
+class MongoStore {
+  /** @type {() => number} */
+  #clock;
+
+  /**
+   * @param {MongoClient} client
+   * @param {{ db?: Db | string, tables?: { workflows?: string, inbox?: string, outbox?: string }, maxAttempts?: number, now?: () => number }} [options]
+   */
+  constructor(client, options = {}) {
+    if (client === null || typeof client !== 'object' || typeof client.withSession !== 'function' || typeof client.db !== 'function') {
+      throw common.invalidArgument('MongoStore needs a MongoClient', { reason: 'not a MongoClient' });
+    }
+    const opts = options ?? {};
+    /** The MongoClient this store works through. */
+    this.client = client;
+    /** @type {Db} */
+    this.db = typeof opts.db === 'object' && opts.db !== null ? opts.db : client.db(opts.db);
+    /** @type {{ workflows: string, inbox: string, outbox: string }} */
+    this.tables = /** @type {{ workflows: string, inbox: string, outbox: string }} */ (common.resolveTables(opts.tables));
+    /** @type {number | undefined} */
+    this.maxAttempts = common.resolveMaxAttempts(opts.maxAttempts);
+    this.#clock = common.resolveClock(opts.now);
+  }
+
+  now() {
+    return this.#clock();
+  }
+
+  /** @internal @returns {import('mongodb').Collection<WorkflowDocument>} */
+  _workflows() {
+    return this.db.collection(this.tables.workflows);
+  }
+
+  /** @internal @returns {import('mongodb').Collection<ReceiptDocument>} */
+  _inbox() {
+    return this.db.collection(this.tables.inbox);
+  }
+
+  /** @internal @returns {import('mongodb').Collection<OperationDocument>} */
+  _outbox() {
+    return this.db.collection(this.tables.outbox);
+  }
+
+  /**
+   * Creates the collections (transactions cannot create them on older
+   * servers) and the indexes on recordedAt and (status, nextAttemptAt).
+   */
+  async migrate() {
+    for (const name of Object.values(this.tables)) {
+      await run(async () => {
+        try {
+          await this.db.createCollection(name);
+        } catch (error) {
+          if (!(error && typeof error === 'object' && 'code' in error && error.code === NAMESPACE_EXISTS)) throw error;
+        }
+      });
+    }
+    await run(() => this._inbox().createIndex({ recordedAt: 1 }));
+    await run(() => this._outbox().createIndex({ status: 1, nextAttemptAt: 1 }));
+  }
+
+  /**
+   * Runs fn(tx) in a session transaction (snapshot reads, majority writes).
+   * If fn throws, the transaction aborts and the error is rethrown as it was.
+   * A write conflict surfaces as CONCURRENT_UPDATE, so processEvent's bounded
+   * retry, not the driver's, runs the cycle again.
+   * @template T
+   * @param {(tx: MongoTransaction) => Promise<T>} fn
+   * @returns {Promise<T>}
+   */
+  async transaction(fn) {
+    /** @type {{ value: T } | null} */
+    let outcome = null;
+    /** @type {unknown} */
+    let fnError = null;
+    try {
+      await this.client.withSession(async (session) => {
+        await session.withTransaction(async () => {
+          outcome = null;
+          try {
+            outcome = { value: await fn(new MongoTransaction(this, session)) };
+          } catch (error) {
+            fnError = error;
+            throw error;
+          }
+        }, TRANSACTION_OPTIONS);
+      });
+    } catch (error) {
+      if (error === fnError) throw error;
+      throw mapError(error);
+    }
+    if (outcome === null) throw common.lostRace(new Error('the transaction ended without running'), 'transaction-aborted');
+    return /** @type {{ value: T }} */ (outcome).value;
+  }
+
+  /**
+   * processEvent(this, event, options).
+   * @param {import('./index.js').EventInput} event
+   * @param {import('./index.js').ProcessOptions} [options]
+   */
+  process(event, options) {
+    return processEvent(this, event, options);
+  }
+
+  /**
+   * Inserts or replaces a workflow, for hosts that create workflows and for tests.
+   * @param {import('./index.js').Workflow} workflow
+   */
+  async putWorkflow(workflow) {
+    const row = common.workflowColumns(workflow);
+    const now = this.now();
+    const data = JSON.parse(row.data);
+    await run(() => this._workflows().updateOne(
+      { _id: row.id },
+      { $set: { status: row.status, revision: row.revision, data, updatedAt: now }, $setOnInsert: { createdAt: now } },
+      { upsert: true, writeConcern: { w: 'majority' } },
+    ));
+  }
+
+  /** @param {string} id */
+  async getWorkflow(id) {
+    return workflowFromDocument(await run(() => this._workflows().findOne({ _id: id })));
+  }
+
+  /**
+   * The inbox receipt stored for an event id, or null.
+   * @param {string} eventId
+   */
+  async getReceipt(eventId) {
+    return receiptFromDocument(await run(() => this._inbox().findOne({ _id: eventId })));
+  }
+
+  /**
+   * The outbox operation with this id, or null.
+   * @param {string} id
+   */
+  async getOperation(id) {
+    return operationFromDocument(await run(() => this._outbox().findOne({ _id: id })));
+  }
+}
+
+/** @type {(error: unknown) => boolean} */
+const isStoreUnavailable = common.isStoreUnavailable;
+
+module.exports = {
+  MongoStore,
+  MongoTransaction,
+  DEFAULT_TABLES: common.DEFAULT_TABLES,
+  STORE_UNAVAILABLE: common.STORE_UNAVAILABLE,
+  isStoreUnavailable,
+};

@@ -1,0 +1,37 @@
+// idemflow/mongodb: MongoDB (replica set or sharded cluster) over the official driver.
+import type { Db, MongoClient } from 'mongodb';
+import type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames } from './adapter-common.js';
+import type { EventInput, ProcessOptions, ProcessResult, Workflow } from './index.js';
+
+export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus } from './adapter-common.js';
+export { DEFAULT_TABLES, STORE_UNAVAILABLE, isStoreUnavailable } from './adapter-common.js';
+
+export interface MongoStoreOptions extends StoreOptions {
+  /** The database: a Db or its name (default: the database of the connection string). */
+  db?: Db | string;
+}
+
+/**
+ * A durable store over MongoDB. Documents: workflows {_id, status, revision,
+ * data, createdAt, updatedAt}; inbox {_id: eventId, fingerprint, workflowId,
+ * eventType, outcome, ruleSetId, ruleSetVersion, ruleSetHash, recordedAt};
+ * outbox {_id, type, workflowId, eventId, payload, status, attempts,
+ * nextAttemptAt, leaseOwner, leaseExpiresAt, fencingToken, lastError,
+ * createdAt, updatedAt}.
+ */
+export declare class MongoStore implements DurableStore {
+  constructor(client: MongoClient, options?: MongoStoreOptions);
+  /** The MongoClient the store works through (the host owns and closes it). */
+  readonly client: MongoClient;
+  readonly db: Db;
+  readonly tables: Readonly<TableNames>;
+  maxAttempts?: number;
+  now(): number;
+  migrate(): Promise<void>;
+  transaction<T>(fn: (tx: DurableStoreTransaction) => Promise<T>): Promise<T>;
+  process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
+  putWorkflow(workflow: Workflow): Promise<void>;
+  getWorkflow(id: string): Promise<Workflow | null>;
+  getReceipt(eventId: string): Promise<RecordedReceipt | null>;
+  getOperation(id: string): Promise<StoredOperation | null>;
+}

@@ -1,0 +1,349 @@
+'use strict';
+// MySQL and MariaDB over the host's mysql2 Pool or Connection (promise or
+// callback flavour). Ids are compared byte for byte: a binary NO PAD
+// collation where the server has one, so "a", "A" and "a " are three ids.
+// Every write is guarded by a primary key or a compare-and-set on
+// (id, status, revision); deadlocks and lock wait timeouts run the whole
+// cycle again, like a lost compare-and-set.
+
+const { IdemflowError } = require('./errors.cjs');
+const { processEvent } = require('./host.cjs');
+const common = require('./adapter-common.cjs');
+
+const UNAVAILABLE_ERRNO = new Set([1040, 1053, 1077, 1152, 1158, 1159, 1160, 1161, 1927, 2002, 2003, 2006, 2013, 2055]);
+const UNAVAILABLE_CODES = new Set([
+  'PROTOCOL_CONNECTION_LOST', 'PROTOCOL_ENQUEUE_AFTER_FATAL_ERROR', 'PROTOCOL_ENQUEUE_AFTER_QUIT',
+  'PROTOCOL_SEQUENCE_TIMEOUT', 'POOL_CLOSED', 'POOL_ENQUEUELIMIT',
+]);
+
+function quote(name) {
+  return name.split('.').map((part) => `\`${part}\``).join('.');
+}
+
+/** What kind of failure a mysql2 error is (errno is the server's error number). */
+function classify(error) {
+  if (error === null || typeof error !== 'object') return null;
+  const errno = typeof error.errno === 'number' ? error.errno : null;
+  if (errno === 1062 || error.code === 'ER_DUP_ENTRY') return { type: 'unique' };
+  if (errno === 1213) return { type: 'race', reason: 'deadlock' };
+  if (errno === 1205) return { type: 'race', reason: 'lock-timeout' };
+  if (errno === 1020) return { type: 'race', reason: 'serialization-failure' }; // record changed since last read
+  if (common.isNetworkError(error)) {
+    return { type: 'unavailable', reason: error.code === 'ECONNREFUSED' ? 'connection-refused' : 'network-error' };
+  }
+  if (error.fatal === true || UNAVAILABLE_CODES.has(error.code) || UNAVAILABLE_ERRNO.has(errno)
+    || /Pool is closed|Can't add new command when connection is in closed state|connection is in closed state/i.test(String(error.message))) {
+    return { type: 'unavailable', reason: 'connection-lost' };
+  }
+  return null;
+}
+
+function mapError(error, onUnique) {
+  return common.mapDriverError(error, classify, onUnique);
+}
+
+async function run(connection, sql, params, onUnique) {
+  let result;
+  try {
+    [result] = await connection.query(sql, params);
+  } catch (error) {
+    throw mapError(error, onUnique);
+  }
+  return Array.isArray(result) ? { rows: result, count: result.length } : { rows: [], count: Number(result.affectedRows ?? 0) };
+}
+
+/** The promise flavour of a mysql2 Pool or Connection. */
+function promiseFlavour(db) {
+  if (db !== null && typeof db === 'object' && typeof db.promise === 'function' && typeof db.query === 'function') {
+    const wrapped = db.promise();
+    if (wrapped && typeof wrapped.query === 'function') return wrapped;
+  }
+  return db;
+}
+
+function kindOf(db) {
+  if (db === null || typeof db !== 'object' || typeof db.query !== 'function') return null;
+  if (typeof db.getConnection === 'function') return 'pool';
+  if (typeof db.beginTransaction === 'function') return 'connection';
+  return null;
+}
+
+class MysqlTransaction {
+  #store;
+  #connection;
+
+  constructor(store, connection) {
+    this.#store = store;
+    this.#connection = connection;
+  }
+
+  #sql(name) {
+    return this.#store._sql[name];
+  }
+
+  async getReceipt(eventId) {
+    const { rows } = await run(this.#connection, this.#sql('receipt'), [eventId]);
+    return common.receiptFromRow(rows[0]);
+  }
+
+  async getWorkflow(id) {
+    const { rows } = await run(this.#connection, this.#sql('workflow'), [id]);
+    return common.workflowFromRow(rows[0]);
+  }
+
+  async getOperation(id) {
+    const { rows } = await run(this.#connection, this.#sql('operation'), [id]);
+    return common.operationFromRow(rows[0]);
+  }
+
+  async insertReceipt(receipt) {
+    const values = common.receiptValues(receipt, this.#store.now());
+    await run(this.#connection, this.#sql('insertReceipt'), values, (e) => common.receiptExists(receipt, e));
+  }
+
+  async writeWorkflow(write) {
+    const change = common.workflowPatch(write);
+    const now = this.#store.now();
+    if (change.expect === null) {
+      await run(this.#connection, this.#sql('insertWorkflow'),
+        [change.id, change.status, change.revision, JSON.stringify(change.kept), now, now], (e) => common.workflowChanged(write, e));
+      return;
+    }
+    // JSON_SET and JSON_REMOVE rather than JSON_MERGE_PATCH: MariaDB 10.11's
+    // merge patch skips removals whose keys come in another order than the document's.
+    const kept = Object.entries(change.kept);
+    let data = 'data';
+    const paths = [];
+    if (kept.length > 0) {
+      data = `JSON_SET(${data}, ${kept.map(() => '?, ?').join(', ')})`;
+      for (const [field, value] of kept) paths.push(`$."${field}"`, value);
+    }
+    if (change.removed.length > 0) {
+      data = `JSON_REMOVE(${data}, ${change.removed.map(() => '?').join(', ')})`;
+      for (const field of change.removed) paths.push(`$."${field}"`);
+    }
+    const { count } = await run(this.#connection, this.#store._sql.updateWorkflow.replace('data = ?', `data = ${data}`),
+      [change.status, change.revision, ...paths, now, change.id, change.expect.status, change.expect.revision]);
+    if (count !== 1) throw common.workflowChanged(write);
+  }
+
+  async insertOperation(operation) {
+    const values = common.operationValues(operation, this.#store.now());
+    await run(this.#connection, this.#sql('insertOperation'), values, (e) => common.operationExists(operation, e));
+  }
+}
+
+/**
+ * A store over a mysql2 Pool (a connection per transaction) or a single
+ * Connection (transactions queue on it), promise or callback flavour.
+ */
+class MysqlStore {
+  #kind;
+  #serializer = new common.Serializer();
+  #clock;
+  #collation;
+
+  /**
+   * @param {object} db a mysql2 Pool or Connection
+   * @param {{ tables?: object, maxAttempts?: number, now?: () => number, collation?: string }} [options]
+   */
+  constructor(db, options = {}) {
+    const client = promiseFlavour(db);
+    const kind = kindOf(client);
+    if (kind === null) {
+      throw common.invalidArgument('MysqlStore needs a mysql2 Pool or Connection', { reason: 'not a mysql2 client' });
+    }
+    const opts = options ?? {};
+    if (opts.collation !== undefined && !/^[A-Za-z0-9_]+$/.test(String(opts.collation))) {
+      throw common.invalidArgument('options.collation must be a collation name', { field: 'collation', reason: 'not a collation name' });
+    }
+    this.#kind = kind;
+    /** The mysql2 Pool or Connection (promise flavour) this store works through. */
+    this.client = client;
+    this.tables = common.resolveTables(opts.tables);
+    this.maxAttempts = common.resolveMaxAttempts(opts.maxAttempts);
+    this.#clock = common.resolveClock(opts.now);
+    this.#collation = opts.collation ?? null;
+    /** @internal */
+    this._sql = statements(this.tables);
+  }
+
+  now() {
+    return this.#clock();
+  }
+
+  /**
+   * Creates the tables (InnoDB, utf8mb4) and their indexes if they do not
+   * exist. Id columns use a binary NO PAD collation: utf8mb4_nopad_bin on
+   * MariaDB, utf8mb4_0900_bin on MySQL 8 (options.collation overrides).
+   */
+  async migrate() {
+    const { workflows, inbox, outbox } = this.tables;
+    const collation = this.#collation ?? await this.#idCollation();
+    const id = `VARCHAR(768) CHARACTER SET utf8mb4 COLLATE ${collation}`;
+    const name = `VARCHAR(255) CHARACTER SET utf8mb4 COLLATE ${collation}`;
+    const table = `ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=${collation}`;
+    const ddl = [
+      `CREATE TABLE IF NOT EXISTS ${quote(workflows)} (
+        id ${id} NOT NULL PRIMARY KEY,
+        status ${name} NOT NULL,
+        revision BIGINT NOT NULL,
+        data LONGTEXT NOT NULL,
+        created_at BIGINT NULL,
+        updated_at BIGINT NULL
+      ) ${table}`,
+      `CREATE TABLE IF NOT EXISTS ${quote(inbox)} (
+        event_id ${id} NOT NULL PRIMARY KEY,
+        fingerprint ${name} NOT NULL,
+        workflow_id ${id} NOT NULL,
+        event_type ${name} NOT NULL,
+        outcome ${name} NOT NULL,
+        rule_set_id ${name} NULL,
+        rule_set_version INT NULL,
+        rule_set_hash ${name} NULL,
+        recorded_at BIGINT NOT NULL,
+        INDEX \`${common.indexName(inbox, 'recorded_at_idx')}\` (recorded_at)
+      ) ${table}`,
+      `CREATE TABLE IF NOT EXISTS ${quote(outbox)} (
+        id ${id} NOT NULL PRIMARY KEY,
+        type ${name} NOT NULL,
+        workflow_id ${id} NOT NULL,
+        event_id ${id} NOT NULL,
+        payload LONGTEXT NOT NULL,
+        status ${name} NOT NULL,
+        attempts INT NOT NULL DEFAULT 0,
+        next_attempt_at BIGINT NOT NULL,
+        lease_owner ${name} NULL,
+        lease_expires_at BIGINT NULL,
+        fencing_token BIGINT NOT NULL DEFAULT 0,
+        last_error TEXT NULL,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        INDEX \`${common.indexName(outbox, 'status_next_attempt_idx')}\` (status, next_attempt_at)
+      ) ${table}`,
+    ];
+    // DDL commits implicitly in MySQL, so it runs statement by statement.
+    for (const statement of ddl) await this.#query(statement, []);
+  }
+
+  async #idCollation() {
+    const { rows } = await this.#query('SELECT VERSION() AS version', []);
+    const version = String(rows[0].version);
+    if (/mariadb/i.test(version)) return 'utf8mb4_nopad_bin';
+    return Number.parseInt(version, 10) >= 8 ? 'utf8mb4_0900_bin' : 'utf8mb4_bin';
+  }
+
+  /**
+   * Runs fn(tx) between BEGIN and COMMIT on one connection; if fn throws, the
+   * transaction rolls back and the error is rethrown as it was.
+   */
+  async transaction(fn) {
+    const work = (connection) => onConnection(connection, (c) => fn(new MysqlTransaction(this, c)));
+    if (this.#kind === 'connection') return this.#serializer.run(() => work(this.client));
+    let connection;
+    try {
+      connection = await this.client.getConnection();
+    } catch (error) {
+      throw mapError(error);
+    }
+    let broken = false;
+    try {
+      return await work(connection);
+    } catch (error) {
+      broken = error instanceof IdemflowError && error.code === common.STORE_UNAVAILABLE;
+      throw error;
+    } finally {
+      if (broken) connection.destroy();
+      else connection.release();
+    }
+  }
+
+  /** processEvent(this, event, options). */
+  process(event, options) {
+    return processEvent(this, event, options);
+  }
+
+  /** Inserts or replaces a workflow, for hosts that create workflows and for tests. */
+  async putWorkflow(workflow) {
+    const row = common.workflowColumns(workflow);
+    const now = this.now();
+    await this.#query(this._sql.putWorkflow, [row.id, row.status, row.revision, row.data, now, now]);
+  }
+
+  async getWorkflow(id) {
+    const { rows } = await this.#query(this._sql.workflow, [id]);
+    return common.workflowFromRow(rows[0]);
+  }
+
+  /** The inbox receipt stored for an event id, or null. */
+  async getReceipt(eventId) {
+    const { rows } = await this.#query(this._sql.receipt, [eventId]);
+    return common.receiptFromRow(rows[0]);
+  }
+
+  /** The outbox operation with this id, or null. */
+  async getOperation(id) {
+    const { rows } = await this.#query(this._sql.operation, [id]);
+    return common.operationFromRow(rows[0]);
+  }
+
+  #query(sql, params) {
+    if (this.#kind === 'connection') return this.#serializer.run(() => run(this.client, sql, params));
+    return run(this.client, sql, params);
+  }
+}
+
+async function onConnection(connection, work) {
+  await run(connection, 'START TRANSACTION', []);
+  let result;
+  try {
+    result = await work(connection);
+  } catch (error) {
+    await rollback(connection);
+    throw error;
+  }
+  try {
+    await run(connection, 'COMMIT', []);
+  } catch (error) {
+    await rollback(connection);
+    throw error;
+  }
+  return result;
+}
+
+async function rollback(connection) {
+  try {
+    await connection.query('ROLLBACK');
+  } catch {
+    // The connection is gone; the server rolls the transaction back itself.
+  }
+}
+
+function statements(tables) {
+  const workflows = quote(tables.workflows);
+  const inbox = quote(tables.inbox);
+  const outbox = quote(tables.outbox);
+  const marks = (n) => Array.from({ length: n }, () => '?').join(', ');
+  return {
+    receipt: `SELECT ${common.INBOX_COLUMNS.join(', ')} FROM ${inbox} WHERE event_id = ?`,
+    workflow: `SELECT id, status, revision, data FROM ${workflows} WHERE id = ?`,
+    operation: `SELECT ${common.OUTBOX_COLUMNS.join(', ')} FROM ${outbox} WHERE id = ?`,
+    insertReceipt: `INSERT INTO ${inbox} (${common.INBOX_COLUMNS.join(', ')}) VALUES (${marks(common.INBOX_COLUMNS.length)})`,
+    insertWorkflow: `INSERT INTO ${workflows} (id, status, revision, data, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)`,
+    // `data = ?` is replaced by the JSON_SET/JSON_REMOVE of each write.
+    updateWorkflow: `UPDATE ${workflows} SET status = ?, revision = ?, data = ?, updated_at = ?
+      WHERE id = ? AND status = ? AND revision = ?`,
+    putWorkflow: `INSERT INTO ${workflows} (id, status, revision, data, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+      ON DUPLICATE KEY UPDATE status = VALUES(status), revision = VALUES(revision), data = VALUES(data),
+      updated_at = VALUES(updated_at)`,
+    insertOperation: `INSERT INTO ${outbox} (${common.OUTBOX_COLUMNS.join(', ')}) VALUES (${marks(common.OUTBOX_COLUMNS.length)})`,
+  };
+}
+
+module.exports = {
+  MysqlStore,
+  MysqlTransaction,
+  DEFAULT_TABLES: common.DEFAULT_TABLES,
+  STORE_UNAVAILABLE: common.STORE_UNAVAILABLE,
+  isStoreUnavailable: common.isStoreUnavailable,
+};

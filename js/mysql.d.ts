@@ -1,0 +1,45 @@
+// idemflow/mysql: MySQL 8 and MariaDB over a mysql2 Pool or Connection.
+import type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames } from './adapter-common.js';
+import type { EventInput, ProcessOptions, ProcessResult, Workflow } from './index.js';
+
+export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus } from './adapter-common.js';
+export { DEFAULT_TABLES, STORE_UNAVAILABLE, isStoreUnavailable } from './adapter-common.js';
+
+/** A mysql2 Connection, promise flavour (`mysql2/promise`). */
+export interface MysqlConnection {
+  query(sql: string, values?: unknown): Promise<[unknown, unknown]>;
+  beginTransaction(): Promise<void>;
+}
+
+/** A mysql2 Pool, promise flavour: the store checks out one connection per transaction. */
+export interface MysqlPool {
+  query(sql: string, values?: unknown): Promise<[unknown, unknown]>;
+  getConnection(): Promise<MysqlConnection & { release(): void; destroy(): void }>;
+}
+
+/** A mysql2 Pool or Connection of the callback flavour (`mysql2`); the store uses its .promise(). */
+export interface MysqlCallbackClient {
+  promise(): MysqlPool | MysqlConnection;
+}
+
+export interface MysqlStoreOptions extends StoreOptions {
+  /** Collation of the id columns made by migrate() (default utf8mb4_nopad_bin on MariaDB, utf8mb4_0900_bin on MySQL 8). */
+  collation?: string;
+}
+
+/** A durable store over MySQL or MariaDB (InnoDB). */
+export declare class MysqlStore implements DurableStore {
+  constructor(db: MysqlPool | MysqlConnection | MysqlCallbackClient, options?: MysqlStoreOptions);
+  /** The Pool or Connection (promise flavour) the store works through (the host owns and closes it). */
+  readonly client: MysqlPool | MysqlConnection;
+  readonly tables: Readonly<TableNames>;
+  maxAttempts?: number;
+  now(): number;
+  migrate(): Promise<void>;
+  transaction<T>(fn: (tx: DurableStoreTransaction) => Promise<T>): Promise<T>;
+  process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
+  putWorkflow(workflow: Workflow): Promise<void>;
+  getWorkflow(id: string): Promise<Workflow | null>;
+  getReceipt(eventId: string): Promise<RecordedReceipt | null>;
+  getOperation(id: string): Promise<StoredOperation | null>;
+}

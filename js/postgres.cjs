@@ -1,0 +1,342 @@
+'use strict';
+// PostgreSQL over the host's `pg` Pool or Client, or over PGlite in process.
+// Transactions run at the server's isolation level (READ COMMITTED by
+// default): every write is guarded by a unique key or by a compare-and-set on
+// (id, status, revision), so a concurrent writer makes the guard fail and the
+// whole cycle runs again; serialisation failures and deadlocks do the same.
+
+const { IdemflowError } = require('./errors.cjs');
+const { processEvent } = require('./host.cjs');
+const common = require('./adapter-common.cjs');
+
+const MIGRATION_LOCK = 'idemflow.migrate';
+const UNAVAILABLE_MESSAGE = /Connection terminated|connection error|not queryable|Cannot use a pool after calling end|timeout exceeded when trying to connect|Client was closed|PGlite is closed|closed/i;
+
+function quote(name) {
+  return name.split('.').map((part) => `"${part}"`).join('.');
+}
+
+/** What kind of failure a pg or PGlite error is (SQLSTATE in error.code). */
+function classify(error) {
+  if (error === null || typeof error !== 'object') return null;
+  const code = typeof error.code === 'string' ? error.code : '';
+  if (code === '23505') return { type: 'unique' };
+  if (code === '40001') return { type: 'race', reason: 'serialization-failure' };
+  if (code === '40P01') return { type: 'race', reason: 'deadlock' };
+  if (code === '55P03') return { type: 'race', reason: 'lock-timeout' };
+  if (code === '57014') return { type: 'race', reason: 'statement-timeout' };
+  if (code.startsWith('08')) return { type: 'unavailable', reason: 'connection-lost' };
+  if (code === '57P01' || code === '57P02' || code === '57P03') return { type: 'unavailable', reason: 'server-unavailable' };
+  if (code.startsWith('53')) return { type: 'unavailable', reason: 'server-out-of-resources' };
+  if (common.isNetworkError(error)) {
+    return { type: 'unavailable', reason: code === 'ECONNREFUSED' ? 'connection-refused' : 'network-error' };
+  }
+  if (!/^[0-9A-Z]{5}$/.test(code) && UNAVAILABLE_MESSAGE.test(String(error.message))) {
+    return { type: 'unavailable', reason: 'connection-lost' };
+  }
+  return null;
+}
+
+function mapError(error, onUnique) {
+  return common.mapDriverError(error, classify, onUnique);
+}
+
+/** `{rows, count}` from pg (rowCount) or PGlite (affectedRows). */
+async function run(queryable, sql, params, onUnique) {
+  let result;
+  try {
+    result = await queryable.query(sql, params);
+  } catch (error) {
+    throw mapError(error, onUnique);
+  }
+  return { rows: result.rows ?? [], count: Number(result.rowCount ?? result.affectedRows ?? 0), command: result.command };
+}
+
+function kindOf(db) {
+  if (db === null || typeof db !== 'object' || typeof db.query !== 'function') return null;
+  if (typeof db.transaction === 'function' && typeof db.exec === 'function') return 'pglite';
+  if (typeof db.connect === 'function' && typeof db.totalCount === 'number') return 'pool';
+  return 'client';
+}
+
+class PostgresTransaction {
+  #store;
+  #queryable;
+
+  constructor(store, queryable) {
+    this.#store = store;
+    this.#queryable = queryable;
+  }
+
+  #sql(name) {
+    return this.#store._sql[name];
+  }
+
+  async getReceipt(eventId) {
+    const { rows } = await run(this.#queryable, this.#sql('receipt'), [eventId]);
+    return common.receiptFromRow(rows[0]);
+  }
+
+  async getWorkflow(id) {
+    const { rows } = await run(this.#queryable, this.#sql('workflow'), [id]);
+    return common.workflowFromRow(rows[0]);
+  }
+
+  async getOperation(id) {
+    const { rows } = await run(this.#queryable, this.#sql('operation'), [id]);
+    return common.operationFromRow(rows[0]);
+  }
+
+  async insertReceipt(receipt) {
+    const values = common.receiptValues(receipt, this.#store.now());
+    const { count } = await run(this.#queryable, this.#sql('insertReceipt'), values, (e) => common.receiptExists(receipt, e));
+    if (count === 0) throw common.receiptExists(receipt);
+  }
+
+  async writeWorkflow(write) {
+    const change = common.workflowPatch(write);
+    const now = this.#store.now();
+    const { count } = change.expect === null
+      ? await run(this.#queryable, this.#sql('insertWorkflow'),
+        [change.id, change.status, change.revision, JSON.stringify(change.kept), now, now], (e) => common.workflowChanged(write, e))
+      : await run(this.#queryable, this.#sql('updateWorkflow'),
+        [change.status, change.revision, JSON.stringify(change.patch), now, change.id, change.expect.status, change.expect.revision]);
+    if (count !== 1) throw common.workflowChanged(write);
+  }
+
+  async insertOperation(operation) {
+    const values = common.operationValues(operation, this.#store.now());
+    const { count } = await run(this.#queryable, this.#sql('insertOperation'), values, (e) => common.operationExists(operation, e));
+    if (count === 0) throw common.operationExists(operation);
+  }
+}
+
+/**
+ * A store over a `pg` Pool (a connection per transaction), a `pg` Client
+ * (transactions queue on the one connection) or a PGlite instance.
+ */
+class PostgresStore {
+  #kind;
+  #serializer = new common.Serializer();
+  #clock;
+
+  /**
+   * @param {object} db a pg Pool, a pg Client (connected) or a PGlite instance
+   * @param {{ tables?: object, maxAttempts?: number, now?: () => number }} [options]
+   */
+  constructor(db, options = {}) {
+    const kind = kindOf(db);
+    if (kind === null) {
+      throw common.invalidArgument('PostgresStore needs a pg Pool, a pg Client or a PGlite instance', { reason: 'not a Postgres client' });
+    }
+    const opts = options ?? {};
+    this.#kind = kind;
+    /** The pg Pool, pg Client or PGlite instance this store works through. */
+    this.client = db;
+    this.tables = common.resolveTables(opts.tables);
+    this.maxAttempts = common.resolveMaxAttempts(opts.maxAttempts);
+    this.#clock = common.resolveClock(opts.now);
+    /** @internal */
+    this._sql = statements(this.tables);
+  }
+
+  now() {
+    return this.#clock();
+  }
+
+  /**
+   * Creates the tables and indexes if they do not exist, under an advisory
+   * lock so that workers starting together do not trip over each other.
+   */
+  async migrate() {
+    const { workflows, inbox, outbox } = this.tables;
+    const ddl = [
+      `SELECT pg_advisory_xact_lock(hashtext('${MIGRATION_LOCK}'))`,
+      `CREATE TABLE IF NOT EXISTS ${quote(workflows)} (
+        id TEXT PRIMARY KEY,
+        status TEXT NOT NULL,
+        revision BIGINT NOT NULL,
+        data TEXT NOT NULL,
+        created_at BIGINT,
+        updated_at BIGINT
+      )`,
+      `CREATE TABLE IF NOT EXISTS ${quote(inbox)} (
+        event_id TEXT PRIMARY KEY,
+        fingerprint TEXT NOT NULL,
+        workflow_id TEXT NOT NULL,
+        event_type TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        rule_set_id TEXT,
+        rule_set_version INTEGER,
+        rule_set_hash TEXT,
+        recorded_at BIGINT NOT NULL
+      )`,
+      `CREATE INDEX IF NOT EXISTS "${common.indexName(inbox, 'recorded_at_idx')}" ON ${quote(inbox)} (recorded_at)`,
+      `CREATE TABLE IF NOT EXISTS ${quote(outbox)} (
+        id TEXT PRIMARY KEY,
+        type TEXT NOT NULL,
+        workflow_id TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at BIGINT NOT NULL,
+        lease_owner TEXT NULL,
+        lease_expires_at BIGINT NULL,
+        fencing_token BIGINT NOT NULL DEFAULT 0,
+        last_error TEXT NULL,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL
+      )`,
+      `CREATE INDEX IF NOT EXISTS "${common.indexName(outbox, 'status_next_attempt_idx')}" ON ${quote(outbox)} (status, next_attempt_at)`,
+    ];
+    await this.#inTransaction(async (queryable) => {
+      for (const statement of ddl) await run(queryable, statement, []);
+    });
+  }
+
+  /**
+   * Runs fn(tx) between BEGIN and COMMIT on one connection; if fn throws, the
+   * transaction rolls back and the error is rethrown as it was.
+   */
+  transaction(fn) {
+    return this.#inTransaction((queryable) => fn(new PostgresTransaction(this, queryable)));
+  }
+
+  /** processEvent(this, event, options). */
+  process(event, options) {
+    return processEvent(this, event, options);
+  }
+
+  /** Inserts or replaces a workflow, for hosts that create workflows and for tests. */
+  async putWorkflow(workflow) {
+    const row = common.workflowColumns(workflow);
+    const now = this.now();
+    await this.#query(this._sql.putWorkflow, [row.id, row.status, row.revision, row.data, now, now]);
+  }
+
+  async getWorkflow(id) {
+    const { rows } = await this.#query(this._sql.workflow, [id]);
+    return common.workflowFromRow(rows[0]);
+  }
+
+  /** The inbox receipt stored for an event id, or null. */
+  async getReceipt(eventId) {
+    const { rows } = await this.#query(this._sql.receipt, [eventId]);
+    return common.receiptFromRow(rows[0]);
+  }
+
+  /** The outbox operation with this id, or null. */
+  async getOperation(id) {
+    const { rows } = await this.#query(this._sql.operation, [id]);
+    return common.operationFromRow(rows[0]);
+  }
+
+  /** One statement outside any transaction of this store. */
+  #query(sql, params) {
+    if (this.#kind === 'client') return this.#serializer.run(() => run(this.client, sql, params));
+    return run(this.client, sql, params);
+  }
+
+  async #inTransaction(work) {
+    // Errors thrown by `work` pass through untouched; only the driver's own
+    // failures (BEGIN, COMMIT, acquiring a connection) are mapped here.
+    let workError = null;
+    const guarded = async (queryable) => {
+      try {
+        return await work(queryable);
+      } catch (error) {
+        workError = error;
+        throw error;
+      }
+    };
+    if (this.#kind === 'pglite') {
+      try {
+        return await this.client.transaction((tx) => guarded(tx));
+      } catch (error) {
+        if (error === workError) throw error;
+        throw mapError(error);
+      }
+    }
+    if (this.#kind === 'client') return this.#serializer.run(() => onConnection(this.client, guarded));
+    let connection;
+    try {
+      connection = await this.client.connect();
+    } catch (error) {
+      throw mapError(error);
+    }
+    let broken;
+    try {
+      return await onConnection(connection, guarded);
+    } catch (error) {
+      if (error instanceof IdemflowError && error.code === common.STORE_UNAVAILABLE) broken = error;
+      throw error;
+    } finally {
+      connection.release(broken);
+    }
+  }
+}
+
+async function onConnection(connection, work) {
+  await run(connection, 'BEGIN', []);
+  let result;
+  try {
+    result = await work(connection);
+  } catch (error) {
+    await rollback(connection);
+    throw error;
+  }
+  let committed;
+  try {
+    committed = await run(connection, 'COMMIT', []);
+  } catch (error) {
+    await rollback(connection);
+    throw error;
+  }
+  // COMMIT of a transaction a failed statement had aborted answers ROLLBACK.
+  if (committed.command === 'ROLLBACK') {
+    throw common.lostRace(new Error('COMMIT rolled back an aborted transaction'), 'transaction-aborted');
+  }
+  return result;
+}
+
+async function rollback(connection) {
+  try {
+    await connection.query('ROLLBACK');
+  } catch {
+    // The connection is gone; the server rolls the transaction back itself.
+  }
+}
+
+function statements(tables) {
+  const workflows = quote(tables.workflows);
+  const inbox = quote(tables.inbox);
+  const outbox = quote(tables.outbox);
+  const marks = (n) => Array.from({ length: n }, (_, i) => `$${i + 1}`).join(', ');
+  return {
+    receipt: `SELECT ${common.INBOX_COLUMNS.join(', ')} FROM ${inbox} WHERE event_id = $1`,
+    workflow: `SELECT id, status, revision, data FROM ${workflows} WHERE id = $1`,
+    operation: `SELECT ${common.OUTBOX_COLUMNS.join(', ')} FROM ${outbox} WHERE id = $1`,
+    insertReceipt: `INSERT INTO ${inbox} (${common.INBOX_COLUMNS.join(', ')}) VALUES (${marks(common.INBOX_COLUMNS.length)})
+      ON CONFLICT (event_id) DO NOTHING`,
+    insertWorkflow: `INSERT INTO ${workflows} (id, status, revision, data, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
+      ON CONFLICT (id) DO NOTHING`,
+    // A merge patch: || replaces the fields it names, and the fields set to
+    // null are dropped (recorded fields are flat strings, so no nested nulls).
+    updateWorkflow: `UPDATE ${workflows} SET status = $1, revision = $2, data = jsonb_strip_nulls(data::jsonb || $3::jsonb)::text,
+      updated_at = $4 WHERE id = $5 AND status = $6 AND revision = $7`,
+    putWorkflow: `INSERT INTO ${workflows} (id, status, revision, data, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
+      ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, revision = EXCLUDED.revision, data = EXCLUDED.data,
+      updated_at = EXCLUDED.updated_at`,
+    insertOperation: `INSERT INTO ${outbox} (${common.OUTBOX_COLUMNS.join(', ')}) VALUES (${marks(common.OUTBOX_COLUMNS.length)})
+      ON CONFLICT (id) DO NOTHING`,
+  };
+}
+
+module.exports = {
+  PostgresStore,
+  PostgresTransaction,
+  DEFAULT_TABLES: common.DEFAULT_TABLES,
+  STORE_UNAVAILABLE: common.STORE_UNAVAILABLE,
+  isStoreUnavailable: common.isStoreUnavailable,
+};

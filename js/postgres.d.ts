@@ -1,0 +1,48 @@
+// idemflow/postgres: PostgreSQL over a pg Pool or Client, or PGlite in process.
+import type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames } from './adapter-common.js';
+import type { EventInput, ProcessOptions, ProcessResult, Workflow } from './index.js';
+
+export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus } from './adapter-common.js';
+export { DEFAULT_TABLES, STORE_UNAVAILABLE, isStoreUnavailable } from './adapter-common.js';
+
+/** What the store needs of a query result: pg reports rowCount, PGlite affectedRows. */
+export interface PostgresResult {
+  rows: unknown[];
+  rowCount?: number | null;
+  affectedRows?: number;
+}
+
+/** A connected pg Client (or a client checked out of a Pool). */
+export interface PostgresClient {
+  query(text: string, values?: unknown[]): Promise<PostgresResult>;
+}
+
+/** A pg Pool: the store checks out one client per transaction. */
+export interface PostgresPool extends PostgresClient {
+  readonly totalCount: number;
+  connect(): Promise<PostgresClient & { release(err?: Error | boolean): void }>;
+}
+
+/** A PGlite instance. */
+export interface PGliteLike {
+  query<T>(query: string, params?: unknown[]): Promise<PostgresResult>;
+  exec(query: string): Promise<unknown>;
+  transaction<T>(callback: (tx: { query<R>(query: string, params?: unknown[]): Promise<PostgresResult> }) => Promise<T>): Promise<T>;
+}
+
+/** A durable store over PostgreSQL: a connection per transaction from a Pool, or transactions queued on one Client or PGlite. */
+export declare class PostgresStore implements DurableStore {
+  constructor(db: PostgresPool | PostgresClient | PGliteLike, options?: StoreOptions);
+  /** The pg Pool, pg Client or PGlite instance the store works through (the host owns and closes it). */
+  readonly client: PostgresPool | PostgresClient | PGliteLike;
+  readonly tables: Readonly<TableNames>;
+  maxAttempts?: number;
+  now(): number;
+  migrate(): Promise<void>;
+  transaction<T>(fn: (tx: DurableStoreTransaction) => Promise<T>): Promise<T>;
+  process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
+  putWorkflow(workflow: Workflow): Promise<void>;
+  getWorkflow(id: string): Promise<Workflow | null>;
+  getReceipt(eventId: string): Promise<RecordedReceipt | null>;
+  getOperation(id: string): Promise<StoredOperation | null>;
+}

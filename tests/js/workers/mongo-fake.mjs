@@ -1,0 +1,201 @@
+// An in-process stand-in for the few calls of the official mongodb driver that
+// MongoStore makes (withSession, withTransaction, insertOne, findOne,
+// updateOne, createCollection, createIndex). It is NOT MongoDB: transactions
+// simply run one at a time on copies that replace the collections on commit.
+// It lets the conformance suite execute the adapter's own code (document
+// shapes, update operators, duplicate-key mapping, sessions) on machines with
+// no MongoDB server; the real driver and server run when IDEMFLOW_MONGODB_URL is set.
+
+class FakeServerError extends Error {
+  constructor(message, code) {
+    super(message);
+    this.name = 'MongoServerError';
+    this.code = code;
+  }
+
+  hasErrorLabel() {
+    return false;
+  }
+}
+
+const DUPLICATE_KEY = 11000;
+const NAMESPACE_EXISTS = 48;
+
+function matches(doc, filter) {
+  return Object.entries(filter).every(([key, value]) => doc[key] === value);
+}
+
+function setPath(doc, dotted, value) {
+  const keys = dotted.split('.');
+  let target = doc;
+  for (const key of keys.slice(0, -1)) {
+    if (target[key] === null || typeof target[key] !== 'object') target[key] = {};
+    target = target[key];
+  }
+  target[keys.at(-1)] = structuredClone(value);
+}
+
+function unsetPath(doc, dotted) {
+  const keys = dotted.split('.');
+  let target = doc;
+  for (const key of keys.slice(0, -1)) {
+    target = target?.[key];
+    if (target === null || typeof target !== 'object') return;
+  }
+  delete target[keys.at(-1)];
+}
+
+class FakeCollection {
+  #db;
+  #name;
+
+  constructor(db, name) {
+    this.#db = db;
+    this.#name = name;
+  }
+
+  #docs(session) {
+    return this.#db._docs(this.#name, session);
+  }
+
+  async insertOne(doc, { session } = {}) {
+    return this.#db._write(session, () => {
+      const docs = this.#docs(session);
+      if (docs.has(doc._id)) throw new FakeServerError(`E11000 duplicate key error collection: ${this.#name} dup key: { _id: ${JSON.stringify(doc._id)} }`, DUPLICATE_KEY);
+      docs.set(doc._id, structuredClone(doc));
+      return { acknowledged: true, insertedId: doc._id };
+    });
+  }
+
+  async findOne(filter, { session } = {}) {
+    for (const doc of this.#docs(session).values()) if (matches(doc, filter)) return structuredClone(doc);
+    return null;
+  }
+
+  async updateOne(filter, update, { session, upsert = false } = {}) {
+    return this.#db._write(session, () => {
+      const docs = this.#docs(session);
+      let doc = [...docs.values()].find((candidate) => matches(candidate, filter));
+      let upserted = false;
+      if (!doc) {
+        if (!upsert) return { acknowledged: true, matchedCount: 0, modifiedCount: 0, upsertedCount: 0 };
+        doc = structuredClone(filter);
+        for (const [path, value] of Object.entries(update.$setOnInsert ?? {})) setPath(doc, path, value);
+        docs.set(doc._id, doc);
+        upserted = true;
+      }
+      for (const [path, value] of Object.entries(update.$set ?? {})) setPath(doc, path, value);
+      for (const path of Object.keys(update.$unset ?? {})) unsetPath(doc, path);
+      return { acknowledged: true, matchedCount: upserted ? 0 : 1, modifiedCount: upserted ? 0 : 1, upsertedCount: upserted ? 1 : 0 };
+    });
+  }
+
+  async countDocuments() {
+    return this.#docs(undefined).size;
+  }
+
+  async createIndex() {
+    return 'index';
+  }
+
+  async drop() {
+    this.#db._drop(this.#name);
+    return true;
+  }
+}
+
+class FakeDb {
+  #client;
+  #collections = new Map();
+
+  constructor(client) {
+    this.#client = client;
+  }
+
+  collection(name) {
+    return new FakeCollection(this, name);
+  }
+
+  async createCollection(name) {
+    if (this.#collections.has(name)) throw new FakeServerError(`Collection ${name} already exists`, NAMESPACE_EXISTS);
+    this.#collections.set(name, new Map());
+    return this.collection(name);
+  }
+
+  /** @internal the documents a session sees: its transaction's copy, or the committed ones */
+  _docs(name, session) {
+    if (!this.#collections.has(name)) this.#collections.set(name, new Map());
+    const transaction = session?._transaction;
+    if (!transaction) return this.#collections.get(name);
+    const key = `${name}`;
+    if (!transaction.copies.has(key)) transaction.copies.set(key, { db: this, name, docs: structuredClone(this.#collections.get(name)) });
+    return transaction.copies.get(key).docs;
+  }
+
+  /** @internal writes outside a transaction wait for the running one, like a lock */
+  _write(session, write) {
+    if (session?._transaction) return write();
+    return this.#client._exclusive(async () => write());
+  }
+
+  /** @internal */
+  _commit(name, docs) {
+    this.#collections.set(name, docs);
+  }
+
+  /** @internal */
+  _drop(name) {
+    this.#collections.delete(name);
+  }
+}
+
+class FakeSession {
+  #client;
+  _transaction = null;
+
+  constructor(client) {
+    this.#client = client;
+  }
+
+  async withTransaction(callback) {
+    return this.#client._exclusive(async () => {
+      this._transaction = { copies: new Map() };
+      try {
+        const result = await callback(this);
+        for (const { db, name, docs } of this._transaction.copies.values()) db._commit(name, docs);
+        return result;
+      } finally {
+        this._transaction = null;
+      }
+    });
+  }
+}
+
+export class FakeMongoClient {
+  #dbs = new Map();
+  #tail = Promise.resolve();
+
+  db(name = 'test') {
+    if (!this.#dbs.has(name)) this.#dbs.set(name, new FakeDb(this));
+    return this.#dbs.get(name);
+  }
+
+  async withSession(executor) {
+    return executor(new FakeSession(this));
+  }
+
+  async close() {}
+
+  /** @internal one transaction (or write) at a time */
+  async _exclusive(fn) {
+    const previous = this.#tail;
+    let release;
+    this.#tail = new Promise((resolve) => { release = resolve; });
+    await previous;
+    try {
+      return await fn();
+    } finally {
+      release();
+    }
+  }
+}
