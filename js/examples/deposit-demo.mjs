@@ -3,8 +3,12 @@
 // few tampered with) and go through idemflow into a store. At the end it
 // checks that every confirmed swap scheduled exactly one exchange.
 //
-// Run with `make demo`. Options: --swaps N, --seed S.
+// Run with `make demo`. Options: --swaps N, --seed S, --store sqlite|memory
+// (default sqlite: the embedded store, one database file, demo.sqlite).
+import fs from 'node:fs';
+import path from 'node:path';
 import { IdemflowError, InMemoryStore, RuleSet, processEvent } from 'idemflow';
+import { SqliteStore } from 'idemflow/sqlite';
 
 const args = Object.fromEntries(process.argv.slice(2).map((arg, i, all) => (arg.startsWith('--') ? [arg.slice(2), all[i + 1]] : null)).filter(Boolean));
 const SWAPS = Number(args.swaps ?? 2000);
@@ -26,7 +30,26 @@ const rand = random(SEED);
 const pick = (n) => Math.floor(rand() * n);
 
 async function openStore(workflows) {
-  return { store: new InMemoryStore(workflows), name: 'in-memory store', counts: async (s) => s.snapshot() };
+  if ((args.store ?? 'sqlite') === 'memory') {
+    return { store: new InMemoryStore(workflows), name: 'in-memory store', counts: async (s) => s.snapshot() };
+  }
+  const file = path.resolve('demo.sqlite');
+  for (const suffix of ['', '-wal', '-shm']) fs.rmSync(`${file}${suffix}`, { force: true });
+  const store = SqliteStore.open(file);
+  await store.migrate();
+  // The host stores its swaps; one transaction for all of them.
+  await store.transaction(async (tx) => {
+    for (const { id, ...set } of workflows) await tx.writeWorkflow({ id, expect: null, set });
+  });
+  const { tables, db } = store;
+  const counts = async () => ({
+    workflows: new Map(db.prepare(`SELECT id, status, revision FROM ${tables.workflows}`).all()
+      .map((row) => [row.id, { status: row.status, revision: Number(row.revision) }])),
+    inbox: { size: Number(db.prepare(`SELECT COUNT(*) AS n FROM ${tables.inbox}`).get().n) },
+    outbox: new Map(db.prepare(`SELECT id, type, workflow_id FROM ${tables.outbox}`).all()
+      .map((row) => [row.id, { id: row.id, type: row.type, workflowId: row.workflow_id }])),
+  });
+  return { store, name: `SQLite file ${path.basename(file)} (WAL, BEGIN IMMEDIATE)`, counts, close: () => store.close() };
 }
 
 const ruleSet = RuleSet.builtin('deposit-swap');
