@@ -192,6 +192,18 @@ pub fn decide_valid(
     };
 
     if let Some(receipt) = receipt {
+        // A receipt read under another key is a host bug, not a duplicate.
+        if let Input::Text(stored_id) = receipt.field("eventId") {
+            if stored_id != event.event_id {
+                return Err(Error::InvalidArgument {
+                    reason: format!(
+                        "receipt.eventId {:?} is not the event's eventId {:?}",
+                        truncate(&stored_id),
+                        truncate(&event.event_id)
+                    ),
+                });
+            }
+        }
         let stored = stored_fingerprint(receipt)?;
         if stored != decision.fingerprint {
             return Err(Error::EventIdConflict {

@@ -943,3 +943,16 @@ fn deciding_with_an_unverified_rule_set_that_misses_a_pair_is_an_error_not_a_pan
     });
     assert_eq!(outcome.ok(), Some(true), "decide must return an error, not panic");
 }
+
+#[test]
+fn a_receipt_stored_under_another_event_id_is_an_invalid_argument_not_a_duplicate() {
+    let rules = RuleSet::builtin("deposit-swap").unwrap();
+    let event = seed_event();
+    let fp = idemflow::json::fingerprint_json(rules, &event.to_string()).unwrap();
+    let receipt = json!({ "eventId": "someone-else", "fingerprint": fp });
+    let error = decide(rules, object(&event), Some(object(&receipt) as &dyn idemflow::input::Source), None).unwrap_err();
+    assert_eq!(error.code(), "INVALID_ARGUMENT");
+    let same = json!({ "eventId": event["eventId"], "fingerprint": fp });
+    let decision = decide(rules, object(&event), Some(object(&same) as &dyn idemflow::input::Source), None).unwrap();
+    assert_eq!(decision.outcome, Outcome::DuplicateDelivery);
+}
