@@ -291,6 +291,288 @@ function operationFromRow(row) {
   };
 }
 
+// ---- The outbox store interface (docs/outbox.md) ---------------------------
+// The arguments of every outbox method are checked here, once for every
+// store, and turned into requests a subclass of OutboxStoreBase carries out on
+// its driver. Times come from the caller (the core computed them): a store
+// compares and records them and does no clock arithmetic of its own.
+
+const OPERATION_STATUSES = new Set(['pending', 'claimed', 'done', 'dead']);
+const DEFAULT_LIST_LIMIT = 100;
+const DEFAULT_BATCH_SIZE = 1000;
+const MAX_BATCH_SIZE = 100000;
+
+function namedArgs(args, method) {
+  if (args === null || typeof args !== 'object') {
+    throw invalidArgument(`${method} takes an object of named arguments`, { reason: 'not an object' });
+  }
+  return args;
+}
+
+function wholeNumber(value, field, min = 0) {
+  if (!Number.isSafeInteger(value) || value < min) {
+    throw invalidArgument(`${field} must be a whole number from ${min} to 2^53 - 1`, { field, reason: 'not a safe integer' });
+  }
+  return value;
+}
+
+/** A time in ms since the epoch, from a number or a Date. */
+function instant(value, field) {
+  return wholeNumber(value instanceof Date ? value.getTime() : value, field);
+}
+
+/** `{ owner, now, leaseExpiresAt, limit, types }` of claimOperations; `types` null for every type. */
+function claimRequest(args) {
+  const { owner, now, leaseExpiresAt, limit, types = null } = namedArgs(args, 'claimOperations');
+  if (types !== null && !(Array.isArray(types) && types.every((type) => typeof type === 'string'))) {
+    throw invalidArgument('types must be an array of operation types', { field: 'types', reason: 'not an array of strings' });
+  }
+  return {
+    owner: checkText(owner, 'owner'),
+    now: instant(now, 'now'),
+    leaseExpiresAt: instant(leaseExpiresAt, 'leaseExpiresAt'),
+    limit: wholeNumber(limit, 'limit', 1),
+    types: types === null ? null : [...new Set(types)],
+  };
+}
+
+/**
+ * One guarded write to one operation: `set` (columns to values; null clears)
+ * where the row still has `id`, `status` and, for a claim's own writes,
+ * `fencingToken`. `giveBackAttempt` takes one off attempts.
+ */
+function guardedChange(id, status, fencingToken, set, giveBackAttempt = false) {
+  return { id, status, fencingToken, set, giveBackAttempt };
+}
+
+const LEASE_CLEARED = Object.freeze({ lease_owner: null, lease_expires_at: null });
+
+/** The claim's own write: fenced on status 'claimed' and the claim's token. */
+function fencedChange(args, method, changes, giveBackAttempt = false) {
+  const { id, fencingToken, now } = namedArgs(args, method);
+  checkText(id, 'id');
+  wholeNumber(fencingToken, 'fencingToken', 1);
+  instant(now, 'now');
+  return guardedChange(id, 'claimed', fencingToken, { ...changes(args), updated_at: now }, giveBackAttempt);
+}
+
+function failure({ status, nextAttemptAt, lastError }) {
+  if (status !== 'pending' && status !== 'dead') {
+    throw invalidArgument("failOperation status must be 'pending' (retry) or 'dead'", { field: 'status', reason: 'unknown status' });
+  }
+  if (typeof lastError !== 'string') throw invalidArgument('lastError must be a string', { field: 'lastError', reason: 'not a string' });
+  const retry = status === 'pending' ? { next_attempt_at: instant(nextAttemptAt, 'nextAttemptAt') } : {};
+  return { status, ...retry, last_error: lastError, ...LEASE_CLEARED };
+}
+
+/** What each fenced method of the store interface writes (docs/outbox.md, "The store interface"). */
+const FENCED = {
+  renewLease: (args) => fencedChange(args, 'renewLease', ({ leaseExpiresAt }) => ({ lease_expires_at: instant(leaseExpiresAt, 'leaseExpiresAt') })),
+  completeOperation: (args) => fencedChange(args, 'completeOperation', () => ({ status: 'done', ...LEASE_CLEARED })),
+  failOperation: (args) => fencedChange(args, 'failOperation', failure),
+  releaseOperation: (args) => fencedChange(args, 'releaseOperation', ({ now }) => ({ status: 'pending', next_attempt_at: now, ...LEASE_CLEARED }), true),
+};
+
+/** An operator's requeue: a dead operation back to pending, due now, attempts 0 (lastError kept). */
+function requeueChange(operationId, options, clock) {
+  const now = instant(namedArgs(options ?? {}, 'requeue').now ?? clock(), 'now');
+  return guardedChange(checkText(operationId, 'operationId'), 'dead', undefined,
+    { status: 'pending', attempts: 0, next_attempt_at: now, ...LEASE_CLEARED, updated_at: now });
+}
+
+/** `{ status, limit, afterId }` of listOperations; status and afterId null when absent. */
+function listRequest(args) {
+  const { status = null, limit = DEFAULT_LIST_LIMIT, afterId = null } = namedArgs(args ?? {}, 'listOperations');
+  if (status !== null && !OPERATION_STATUSES.has(status)) {
+    throw invalidArgument('status must be pending, claimed, done or dead', { field: 'status', reason: 'unknown status' });
+  }
+  return { status, limit: wholeNumber(limit, 'limit', 1), afterId: afterId === null ? null : checkText(afterId, 'afterId') };
+}
+
+/** `{ olderThan, batchSize, status }` of purgeReceipts (status null) and purgeOperations (done or dead). */
+function purgeRequest(args, method) {
+  const { olderThan, batchSize = DEFAULT_BATCH_SIZE, status = 'done' } = namedArgs(args, method);
+  if (!Number.isSafeInteger(batchSize) || batchSize < 1 || batchSize > MAX_BATCH_SIZE) {
+    throw invalidArgument(`batchSize must be a whole number from 1 to ${MAX_BATCH_SIZE}`, { field: 'batchSize', reason: 'out of range' });
+  }
+  if (method === 'purgeOperations' && status !== 'done' && status !== 'dead') {
+    throw invalidArgument("purgeOperations status must be 'done' or 'dead'", { field: 'status', reason: 'not a finished status' });
+  }
+  return { olderThan: instant(olderThan, 'olderThan'), batchSize, status: method === 'purgeOperations' ? status : null };
+}
+
+function byId(a, b) {
+  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+}
+
+/** The camelCase field of an outbox column (MongoDB documents and operation objects). */
+function fieldOf(column) {
+  return column.replace(/_([a-z])/g, (_, letter) => letter.toUpperCase());
+}
+
+/**
+ * The outbox store interface over a database. A subclass says how its driver
+ * claims (`_claim(request)` → operations), applies a guarded change
+ * (`_update(change)` → matched), lists (`_list(request)` → operations) and
+ * deletes one purge batch (`_purgeBatch('receipts' | 'operations', request)`
+ * → rows deleted); the checks and the semantics live here.
+ */
+class OutboxStoreBase {
+  /** Claims up to `limit` due operations for `owner`, returned oldest due first. */
+  async claimOperations(args) {
+    const request = claimRequest(args);
+    if (request.types !== null && request.types.length === 0) return [];
+    const claimed = await this._claim(request);
+    return claimed.sort((a, b) => a.nextAttemptAt - b.nextAttemptAt || byId(a, b));
+  }
+
+  /** Extends a claim to `leaseExpiresAt`; false when the claim is no longer this token's. */
+  async renewLease(args) {
+    return this._update(FENCED.renewLease(args));
+  }
+
+  /** Marks the operation done; false (nothing recorded) when the token is stale. */
+  async completeOperation(args) {
+    return this._update(FENCED.completeOperation(args));
+  }
+
+  /** A retry (`status: 'pending'`, `nextAttemptAt`) or a dead letter; false (nothing recorded) when the token is stale. */
+  async failOperation(args) {
+    return this._update(FENCED.failOperation(args));
+  }
+
+  /** Gives a claim back unfinished: pending and due now, the attempt not counted. */
+  async releaseOperation(args) {
+    return this._update(FENCED.releaseOperation(args));
+  }
+
+  /** A dead operation back to pending, due now, attempts 0; false unless it was dead. */
+  async requeue(operationId, options) {
+    return this._update(requeueChange(operationId, options, () => this.now()));
+  }
+
+  /** Operations with `status` (all when absent), by id, at most `limit`, after `afterId` when given. */
+  async listOperations(args) {
+    return this._list(listRequest(args));
+  }
+
+  /** Deletes receipts recorded before `olderThan`, `batchSize` per statement; `{ deleted, batches }`. */
+  async purgeReceipts(args) {
+    return this.#purge('receipts', purgeRequest(args, 'purgeReceipts'));
+  }
+
+  /** Deletes `done` (or `dead`) operations last updated before `olderThan`, in batches; `{ deleted, batches }`. */
+  async purgeOperations(args) {
+    return this.#purge('operations', purgeRequest(args, 'purgeOperations'));
+  }
+
+  async #purge(target, request) {
+    let deleted = 0;
+    let batches = 0;
+    for (;;) {
+      const removed = await this._purgeBatch(target, request);
+      deleted += removed;
+      if (removed > 0) batches += 1;
+      if (removed < request.batchSize) return { deleted, batches };
+    }
+  }
+}
+
+/**
+ * The outbox statements the SQL stores share, for one dialect: `numbered`
+ * placeholders ($1, $2… for PostgreSQL; `?` otherwise), a `purgeLock` clause
+ * for the purge's inner select, and `deleteLimit` where DELETE takes its own
+ * ORDER BY … LIMIT (MySQL, which refuses LIMIT in an IN subquery).
+ * statement() and the methods built on it return `{ sql, values, returnsRows }`;
+ * typeFilter(), due() and claimSet() write fragments through a caller's bind.
+ */
+class OutboxSql {
+  constructor(tables, quote, { numbered = false, purgeLock = '', deleteLimit = false } = {}) {
+    this.outbox = quote(tables.outbox);
+    this.inbox = quote(tables.inbox);
+    this.columns = OUTBOX_COLUMNS.join(', ');
+    this.dialect = { numbered, purgeLock, deleteLimit };
+  }
+
+  /**
+   * `{ sql, values, returnsRows }` from `write(bind)`, where bind(value)
+   * returns the value's placeholder.
+   */
+  statement(write, returnsRows = false) {
+    const values = [];
+    const bind = (value) => {
+      values.push(value);
+      return this.dialect.numbered ? `$${values.length}` : '?';
+    };
+    return { sql: write(bind), values, returnsRows };
+  }
+
+  /** `type IN (…) AND ` when the claim names its types, else nothing. */
+  typeFilter(bind, { types }) {
+    return types === null ? '' : `type IN (${types.map(bind).join(', ')}) AND `;
+  }
+
+  /** The core's claim condition (and the types filter), for a WHERE. */
+  due(bind, request) {
+    const { now } = request;
+    return `${this.typeFilter(bind, request)}((status = 'pending' AND next_attempt_at <= ${bind(now)}) OR (status = 'claimed' AND lease_expires_at <= ${bind(now)}))`;
+  }
+
+  /** The SET list of a claim. */
+  claimSet(bind, { owner, now, leaseExpiresAt }) {
+    return `status = 'claimed', lease_owner = ${bind(owner)}, lease_expires_at = ${bind(leaseExpiresAt)}, `
+      + `fencing_token = fencing_token + 1, attempts = attempts + 1, updated_at = ${bind(now)}`;
+  }
+
+  /** The guarded UPDATE of one operation; its matched row count is the answer. */
+  update(change) {
+    return this.statement((bind) => {
+      const set = Object.entries(change.set).map(([column, value]) => `${column} = ${value === null ? 'NULL' : bind(value)}`);
+      if (change.giveBackAttempt) set.push('attempts = attempts - 1');
+      const where = [`id = ${bind(change.id)}`, `status = ${bind(change.status)}`];
+      if (change.fencingToken !== undefined) where.push(`fencing_token = ${bind(change.fencingToken)}`);
+      return `UPDATE ${this.outbox} SET ${set.join(', ')} WHERE ${where.join(' AND ')}`;
+    });
+  }
+
+  list({ status, limit, afterId }) {
+    return this.statement((bind) => {
+      const where = [status === null ? null : `status = ${bind(status)}`, afterId === null ? null : `id > ${bind(afterId)}`].filter(Boolean);
+      return `SELECT ${this.columns} FROM ${this.outbox}${where.length > 0 ? ` WHERE ${where.join(' AND ')}` : ''} ORDER BY id LIMIT ${bind(limit)}`;
+    }, true);
+  }
+
+  /** One batch of a purge: at most batchSize rows, oldest first. */
+  purgeBatch(target, { olderThan, batchSize, status }) {
+    return this.statement((bind) => {
+      const [table, key, order, where] = target === 'receipts'
+        ? [this.inbox, 'event_id', 'recorded_at', `recorded_at < ${bind(olderThan)}`]
+        : [this.outbox, 'id', 'updated_at', `status = ${bind(status)} AND updated_at < ${bind(olderThan)}`];
+      if (this.dialect.deleteLimit) return `DELETE FROM ${table} WHERE ${where} ORDER BY ${order} LIMIT ${bind(batchSize)}`;
+      return `DELETE FROM ${table} WHERE ${key} IN (SELECT ${key} FROM ${table} WHERE ${where} ORDER BY ${order} LIMIT ${bind(batchSize)}${this.dialect.purgeLock})`;
+    });
+  }
+}
+
+/**
+ * The outbox over SQL: a subclass sets `_outboxSql` (an OutboxSql) and
+ * implements `_claim(request)` and `_execute(statement)` → `{ rows, count }`,
+ * count being the rows a write matched.
+ */
+class SqlOutboxStoreBase extends OutboxStoreBase {
+  async _update(change) {
+    return (await this._execute(this._outboxSql.update(change))).count === 1;
+  }
+
+  async _list(request) {
+    return (await this._execute(this._outboxSql.list(request))).rows.map(operationFromRow);
+  }
+
+  async _purgeBatch(target, request) {
+    return (await this._execute(this._outboxSql.purgeBatch(target, request))).count;
+  }
+}
+
 // ---- Errors a store throws -------------------------------------------------
 
 function receiptExists(receipt, cause) {
@@ -416,6 +698,10 @@ module.exports = {
   operationRecord,
   operationValues,
   operationFromRow,
+  OutboxStoreBase,
+  SqlOutboxStoreBase,
+  OutboxSql,
+  fieldOf,
   receiptExists,
   workflowChanged,
   operationExists,

@@ -2,6 +2,8 @@
 // idemflow/mysql, idemflow/mongodb).
 import type {
   EventInput,
+  OutboxAdmin,
+  OutboxStore,
   ProcessOptions,
   ProcessResult,
   RecordedOutcome,
@@ -62,8 +64,18 @@ export interface DurableStoreTransaction extends StoreTransaction {
   getOperation(id: string): Promise<StoredOperation | null>;
 }
 
-/** What every durable store offers a host. */
-export interface DurableStore extends Store {
+/**
+ * The outbox store interface (docs/outbox.md), which every durable store
+ * inherits: the consumer's claims and fenced writes (OutboxStore) and an
+ * operator's listing, requeue and purges (OutboxAdmin). A fenced write
+ * resolves false, recording nothing, when the operation is no longer claimed
+ * under that token; requeue without `options.now` uses the store's clock.
+ */
+export declare abstract class OutboxStoreBase {}
+export interface OutboxStoreBase extends OutboxStore, OutboxAdmin {}
+
+/** What every durable store offers a host: the Store contract, the outbox interface and helpers. */
+export interface DurableStore extends Store, OutboxStore, OutboxAdmin {
   readonly tables: Readonly<TableNames>;
   maxAttempts?: number;
   /** The store's clock (Date.now unless options.now was given). */

@@ -4,7 +4,8 @@
 // session.withTransaction with snapshot reads and majority writes. Receipts
 // and operations are keyed by `_id`, which is unique by itself; a workflow
 // changes only by a compare-and-set on (_id, status, revision). Transactions
-// need a replica set or a sharded cluster.
+// need a replica set or a sharded cluster. The outbox claim is one
+// findOneAndUpdate per operation: a single-document update is atomic.
 
 const { IdemflowError } = require('./errors.cjs');
 const { processEvent } = require('./host.cjs');
@@ -29,6 +30,13 @@ const TRANSACTION_OPTIONS = {
   writeConcern: { w: 'majority' },
   readPreference: 'primary',
 };
+
+/**
+ * Outbox writes outside a transaction: a claim or a result a failover could
+ * roll back is not reported as recorded.
+ * @type {{ writeConcern: import('mongodb').WriteConcernSettings }}
+ */
+const MAJORITY = { writeConcern: { w: 'majority' } };
 
 const NAMESPACE_EXISTS = 48;
 const DUPLICATE_KEY = 11000;
@@ -183,9 +191,10 @@ class MongoTransaction {
 
 /**
  * A store over a MongoClient. Collections live in `options.db` (a Db or a
- * database name; default: the connection string's database).
+ * database name; default: the connection string's database). It is also an
+ * outbox store (docs/outbox.md).
  */
-class MongoStore {
+class MongoStore extends common.OutboxStoreBase {
   /** @type {() => number} */
   #clock;
 
@@ -194,6 +203,7 @@ class MongoStore {
    * @param {{ db?: Db | string, tables?: { workflows?: string, inbox?: string, outbox?: string }, maxAttempts?: number, now?: () => number }} [options]
    */
   constructor(client, options = {}) {
+    super();
     if (client === null || typeof client !== 'object' || typeof client.withSession !== 'function' || typeof client.db !== 'function') {
       throw common.invalidArgument('MongoStore needs a MongoClient', { reason: 'not a MongoClient' });
     }
@@ -230,7 +240,8 @@ class MongoStore {
 
   /**
    * Creates the collections (transactions cannot create them on older
-   * servers) and the indexes on recordedAt and (status, nextAttemptAt).
+   * servers) and the indexes on recordedAt, (status, nextAttemptAt),
+   * (status, leaseExpiresAt) and (status, updatedAt).
    */
   async migrate() {
     for (const name of Object.values(this.tables)) {
@@ -244,6 +255,8 @@ class MongoStore {
     }
     await run(() => this._inbox().createIndex({ recordedAt: 1 }));
     await run(() => this._outbox().createIndex({ status: 1, nextAttemptAt: 1 }));
+    await run(() => this._outbox().createIndex({ status: 1, leaseExpiresAt: 1 }));
+    await run(() => this._outbox().createIndex({ status: 1, updatedAt: 1 }));
   }
 
   /**
@@ -323,6 +336,83 @@ class MongoStore {
    */
   async getOperation(id) {
     return operationFromDocument(await run(() => this._outbox().findOne({ _id: id })));
+  }
+
+  // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)
+
+  /**
+   * @internal Claims one due document per findOneAndUpdate, up to `limit`,
+   * oldest due first. If the database fails after some claims, those are
+   * returned (to be run, not left to expire); the next claim meets the failure.
+   * @param {{ owner: string, now: number, leaseExpiresAt: number, limit: number, types: string[] | null }} request
+   */
+  async _claim(request) {
+    const { owner, now, leaseExpiresAt, limit, types } = request;
+    /** @type {import('mongodb').Filter<OperationDocument>} */
+    const due = {
+      ...(types === null ? {} : { type: { $in: types } }),
+      $or: [{ status: 'pending', nextAttemptAt: { $lte: now } }, { status: 'claimed', leaseExpiresAt: { $lte: now } }],
+    };
+    const update = { $set: { status: 'claimed', leaseOwner: owner, leaseExpiresAt, updatedAt: now }, $inc: { fencingToken: 1, attempts: 1 } };
+    const claimed = [];
+    while (claimed.length < limit) {
+      let doc;
+      try {
+        doc = await run(() => this._outbox().findOneAndUpdate(due, update, { sort: { nextAttemptAt: 1, _id: 1 }, returnDocument: 'after', ...MAJORITY }));
+      } catch (error) {
+        if (claimed.length === 0) throw error;
+        break;
+      }
+      if (doc === null) break;
+      claimed.push(/** @type {import('./index.js').StoredOperation} */ (operationFromDocument(doc)));
+    }
+    return claimed;
+  }
+
+  /**
+   * @internal A guarded change as updateOne: filter on _id, status and the token, `$set` the fields.
+   * @param {{ id: string, status: string, fencingToken: number | undefined, set: Record<string, unknown>, giveBackAttempt: boolean }} change
+   */
+  async _update(change) {
+    /** @type {import('mongodb').Filter<OperationDocument>} */
+    const filter = { _id: change.id, status: change.status, ...(change.fencingToken === undefined ? {} : { fencingToken: change.fencingToken }) };
+    const set = Object.fromEntries(Object.entries(change.set).map(([column, value]) => [common.fieldOf(column), value]));
+    const result = await run(() => this._outbox().updateOne(filter, change.giveBackAttempt ? { $set: set, $inc: { attempts: -1 } } : { $set: set }, MAJORITY));
+    return result.matchedCount === 1;
+  }
+
+  /**
+   * @internal
+   * @param {{ status: string | null, limit: number, afterId: string | null }} request
+   */
+  async _list({ status, limit, afterId }) {
+    /** @type {import('mongodb').Filter<OperationDocument>} */
+    const filter = { ...(status === null ? {} : { status }), ...(afterId === null ? {} : { _id: { $gt: afterId } }) };
+    const docs = await run(() => this._outbox().find(filter, { sort: { _id: 1 }, limit }).toArray());
+    return docs.map(operationFromDocument);
+  }
+
+  /**
+   * @internal One purge batch: the ids of the oldest matching documents, then deleteMany
+   * of those still matching. Returns how many were deleted.
+   * @param {'receipts' | 'operations'} target
+   * @param {{ olderThan: number, batchSize: number, status: string | null }} request
+   */
+  async _purgeBatch(target, { olderThan, batchSize, status }) {
+    /**
+     * @template {{ _id: string }} T
+     * @param {import('mongodb').Collection<T>} collection
+     * @param {import('mongodb').Filter<T>} filter
+     * @param {import('mongodb').Sort} sort
+     */
+    const batch = async (collection, filter, sort) => {
+      const ids = (await run(() => collection.find(filter, { projection: { _id: 1 }, sort, limit: batchSize }).toArray())).map((doc) => doc._id);
+      if (ids.length === 0) return 0;
+      return (await run(() => collection.deleteMany({ ...filter, _id: { $in: ids } }, MAJORITY))).deletedCount;
+    };
+    return target === 'receipts'
+      ? batch(this._inbox(), { recordedAt: { $lt: olderThan } }, { recordedAt: 1 })
+      : batch(this._outbox(), { status: String(status), updatedAt: { $lt: olderThan } }, { updatedAt: 1 });
   }
 }
 

@@ -1,6 +1,7 @@
 // idemflow/mongodb: MongoDB (replica set or sharded cluster) over the official driver.
 import type { Db, MongoClient } from 'mongodb';
 import type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames } from './adapter-common.js';
+import { OutboxStoreBase } from './adapter-common.js';
 import type { EventInput, ProcessOptions, ProcessResult, Workflow } from './index.js';
 
 export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus } from './adapter-common.js';
@@ -17,9 +18,9 @@ export interface MongoStoreOptions extends StoreOptions {
  * eventType, outcome, ruleSetId, ruleSetVersion, ruleSetHash, recordedAt};
  * outbox {_id, type, workflowId, eventId, payload, status, attempts,
  * nextAttemptAt, leaseOwner, leaseExpiresAt, fencingToken, lastError,
- * createdAt, updatedAt}.
+ * createdAt, updatedAt}. An outbox store too: a claim is one findOneAndUpdate per operation.
  */
-export declare class MongoStore implements DurableStore {
+export declare class MongoStore extends OutboxStoreBase implements DurableStore {
   constructor(client: MongoClient, options?: MongoStoreOptions);
   /** The MongoClient the store works through (the host owns and closes it). */
   readonly client: MongoClient;

@@ -4,13 +4,18 @@
 // collation where the server has one, so "a", "A" and "a " are three ids.
 // Every write is guarded by a primary key or a compare-and-set on
 // (id, status, revision); deadlocks and lock wait timeouts run the whole
-// cycle again, like a lost compare-and-set.
+// cycle again, like a lost compare-and-set. The outbox claim locks due rows
+// FOR UPDATE SKIP LOCKED (MySQL 8, MariaDB 10.6+) and updates them in the
+// same short transaction.
 
 const { IdemflowError } = require('./errors.cjs');
 const { processEvent } = require('./host.cjs');
 const common = require('./adapter-common.cjs');
 
 const UNAVAILABLE_ERRNO = new Set([1040, 1053, 1077, 1152, 1158, 1159, 1160, 1161, 1927, 2002, 2003, 2006, 2013, 2055]);
+const DUPLICATE_INDEX_NAME = 1061;
+// What a claim takes, in this order: [status, due column, index suffix].
+const DUE = [['claimed', 'lease_expires_at', 'status_lease_expires_idx'], ['pending', 'next_attempt_at', 'status_next_attempt_idx']];
 const UNAVAILABLE_CODES = new Set([
   'PROTOCOL_CONNECTION_LOST', 'PROTOCOL_ENQUEUE_AFTER_FATAL_ERROR', 'PROTOCOL_ENQUEUE_AFTER_QUIT',
   'PROTOCOL_SEQUENCE_TIMEOUT', 'POOL_CLOSED', 'POOL_ENQUEUELIMIT',
@@ -135,9 +140,10 @@ class MysqlTransaction {
 
 /**
  * A store over a mysql2 Pool (a connection per transaction) or a single
- * Connection (transactions queue on it), promise or callback flavour.
+ * Connection (transactions queue on it), promise or callback flavour. It is
+ * also an outbox store (docs/outbox.md).
  */
-class MysqlStore {
+class MysqlStore extends common.SqlOutboxStoreBase {
   #kind;
   #serializer = new common.Serializer();
   #clock;
@@ -148,6 +154,7 @@ class MysqlStore {
    * @param {{ tables?: object, maxAttempts?: number, now?: () => number, collation?: string }} [options]
    */
   constructor(db, options = {}) {
+    super();
     const client = promiseFlavour(db);
     const kind = kindOf(client);
     if (kind === null) {
@@ -166,6 +173,8 @@ class MysqlStore {
     this.#collation = opts.collation ?? null;
     /** @internal */
     this._sql = statements(this.tables);
+    /** @internal */
+    this._outboxSql = new common.OutboxSql(this.tables, quote, { deleteLimit: true });
   }
 
   now() {
@@ -224,6 +233,16 @@ class MysqlStore {
     ];
     // DDL commits implicitly in MySQL, so it runs statement by statement.
     for (const statement of ddl) await this.#query(statement, []);
+    // Indexes added after the first release: MySQL has no CREATE INDEX IF NOT
+    // EXISTS, so an index that is there already (1061) is what was wanted.
+    const indexes = [['status_lease_expires_idx', 'status, lease_expires_at'], ['status_updated_idx', 'status, updated_at']];
+    for (const [suffix, columns] of indexes) {
+      try {
+        await this.#query(`CREATE INDEX \`${common.indexName(outbox, suffix)}\` ON ${quote(outbox)} (${columns})`, []);
+      } catch (error) {
+        if (error.cause?.errno !== DUPLICATE_INDEX_NAME) throw error;
+      }
+    }
   }
 
   async #idCollation() {
@@ -238,8 +257,13 @@ class MysqlStore {
    * transaction rolls back and the error is rethrown as it was.
    */
   async transaction(fn) {
-    const work = (connection) => onConnection(connection, (c) => fn(new MysqlTransaction(this, c)));
-    if (this.#kind === 'connection') return this.#serializer.run(() => work(this.client));
+    return this.#inTransaction((connection) => fn(new MysqlTransaction(this, connection)));
+  }
+
+  /** work(connection) between START TRANSACTION and COMMIT on one connection (at `isolation` when given). */
+  async #inTransaction(work, isolation) {
+    const begin = (connection) => onConnection(connection, work, isolation);
+    if (this.#kind === 'connection') return this.#serializer.run(() => begin(this.client));
     let connection;
     try {
       connection = await this.client.getConnection();
@@ -248,7 +272,7 @@ class MysqlStore {
     }
     let broken = false;
     try {
-      return await work(connection);
+      return await begin(connection);
     } catch (error) {
       broken = error instanceof IdemflowError && error.code === common.STORE_UNAVAILABLE;
       throw error;
@@ -287,13 +311,56 @@ class MysqlStore {
     return common.operationFromRow(rows[0]);
   }
 
+  // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)
+
+  /**
+   * A short READ COMMITTED transaction: lock due rows FOR UPDATE SKIP LOCKED,
+   * update them, read them back. Expired claims (few, and waiting longest)
+   * come first, then pending operations. Each select walks its own index in
+   * order (forced: on a small table the optimizer would rather sort), so it
+   * locks only the rows it returns; ties come in primary key order, which the
+   * index holds (naming id in ORDER BY would make the server sort again).
+   * @internal
+   */
+  async _claim(request) {
+    const sql = this._outboxSql;
+    const { outbox } = this.tables;
+    const lockDue = (status, column, index, limit) => sql.statement((bind) => `SELECT id FROM ${sql.outbox}
+      FORCE INDEX (\`${common.indexName(outbox, index)}\`)
+      WHERE ${sql.typeFilter(bind, request)}status = '${status}' AND ${column} <= ${bind(request.now)}
+      ORDER BY ${column} LIMIT ${bind(limit)} FOR UPDATE SKIP LOCKED`, true);
+    return this.#inTransaction(async (connection) => {
+      const ids = [];
+      for (const [status, column, index] of DUE) {
+        if (ids.length === request.limit) break;
+        const { rows } = await execute(connection, lockDue(status, column, index, request.limit - ids.length));
+        ids.push(...rows.map((row) => row.id));
+      }
+      if (ids.length === 0) return [];
+      await execute(connection, sql.statement((bind) => `UPDATE ${sql.outbox} SET ${sql.claimSet(bind, request)} WHERE id IN (${bind(ids)})`));
+      const { rows } = await run(connection, `SELECT ${sql.columns} FROM ${sql.outbox} WHERE id IN (?)`, [ids]);
+      return rows.map(common.operationFromRow);
+    }, 'READ COMMITTED');
+  }
+
+  /** @internal one outbox statement in autocommit */
+  _execute({ sql, values }) {
+    return this.#query(sql, values);
+  }
+
   #query(sql, params) {
     if (this.#kind === 'connection') return this.#serializer.run(() => run(this.client, sql, params));
     return run(this.client, sql, params);
   }
 }
 
-async function onConnection(connection, work) {
+function execute(connection, { sql, values }) {
+  return run(connection, sql, values);
+}
+
+async function onConnection(connection, work, isolation) {
+  // SET TRANSACTION (without SESSION) applies to the next transaction only.
+  if (isolation) await run(connection, `SET TRANSACTION ISOLATION LEVEL ${isolation}`, []);
   await run(connection, 'START TRANSACTION', []);
   let result;
   try {

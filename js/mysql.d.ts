@@ -1,5 +1,6 @@
 // idemflow/mysql: MySQL 8 and MariaDB over a mysql2 Pool or Connection.
 import type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames } from './adapter-common.js';
+import { OutboxStoreBase } from './adapter-common.js';
 import type { EventInput, ProcessOptions, ProcessResult, Workflow } from './index.js';
 
 export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus } from './adapter-common.js';
@@ -27,8 +28,11 @@ export interface MysqlStoreOptions extends StoreOptions {
   collation?: string;
 }
 
-/** A durable store over MySQL or MariaDB (InnoDB). */
-export declare class MysqlStore implements DurableStore {
+/**
+ * A durable store over MySQL or MariaDB (InnoDB). An outbox store too: a claim locks due rows
+ * FOR UPDATE SKIP LOCKED (MySQL 8, MariaDB 10.6+) in a short READ COMMITTED transaction.
+ */
+export declare class MysqlStore extends OutboxStoreBase implements DurableStore {
   constructor(db: MysqlPool | MysqlConnection | MysqlCallbackClient, options?: MysqlStoreOptions);
   /** The Pool or Connection (promise flavour) the store works through (the host owns and closes it). */
   readonly client: MysqlPool | MysqlConnection;

@@ -4,6 +4,8 @@
 // default): every write is guarded by a unique key or by a compare-and-set on
 // (id, status, revision), so a concurrent writer makes the guard fail and the
 // whole cycle runs again; serialisation failures and deadlocks do the same.
+// The outbox claim is one statement: a CTE that locks due rows FOR UPDATE
+// SKIP LOCKED, then UPDATE … RETURNING.
 
 const { IdemflowError } = require('./errors.cjs');
 const { processEvent } = require('./host.cjs');
@@ -113,9 +115,10 @@ class PostgresTransaction {
 
 /**
  * A store over a `pg` Pool (a connection per transaction), a `pg` Client
- * (transactions queue on the one connection) or a PGlite instance.
+ * (transactions queue on the one connection) or a PGlite instance. It is
+ * also an outbox store (docs/outbox.md).
  */
-class PostgresStore {
+class PostgresStore extends common.SqlOutboxStoreBase {
   #kind;
   #serializer = new common.Serializer();
   #clock;
@@ -125,6 +128,7 @@ class PostgresStore {
    * @param {{ tables?: object, maxAttempts?: number, now?: () => number }} [options]
    */
   constructor(db, options = {}) {
+    super();
     const kind = kindOf(db);
     if (kind === null) {
       throw common.invalidArgument('PostgresStore needs a pg Pool, a pg Client or a PGlite instance', { reason: 'not a Postgres client' });
@@ -138,6 +142,8 @@ class PostgresStore {
     this.#clock = common.resolveClock(opts.now);
     /** @internal */
     this._sql = statements(this.tables);
+    /** @internal */
+    this._outboxSql = new common.OutboxSql(this.tables, quote, { numbered: true, purgeLock: ' FOR UPDATE SKIP LOCKED' });
   }
 
   now() {
@@ -189,6 +195,8 @@ class PostgresStore {
         updated_at BIGINT NOT NULL
       )`,
       `CREATE INDEX IF NOT EXISTS "${common.indexName(outbox, 'status_next_attempt_idx')}" ON ${quote(outbox)} (status, next_attempt_at)`,
+      `CREATE INDEX IF NOT EXISTS "${common.indexName(outbox, 'status_lease_expires_idx')}" ON ${quote(outbox)} (status, lease_expires_at)`,
+      `CREATE INDEX IF NOT EXISTS "${common.indexName(outbox, 'status_updated_idx')}" ON ${quote(outbox)} (status, updated_at)`,
     ];
     await this.#inTransaction(async (queryable) => {
       for (const statement of ddl) await run(queryable, statement, []);
@@ -230,6 +238,29 @@ class PostgresStore {
   async getOperation(id) {
     const { rows } = await this.#query(this._sql.operation, [id]);
     return common.operationFromRow(rows[0]);
+  }
+
+  // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)
+
+  /**
+   * One statement in autocommit: rows another consumer is claiming right now
+   * are locked and skipped, not waited for; a row committed meanwhile is
+   * re-checked against the condition when it is locked.
+   * @internal
+   */
+  async _claim(request) {
+    const sql = this._outboxSql;
+    const { rows } = await this._execute(sql.statement((bind) => `WITH due AS (
+        SELECT id FROM ${sql.outbox} WHERE ${sql.due(bind, request)}
+        ORDER BY next_attempt_at, id LIMIT ${bind(request.limit)} FOR UPDATE SKIP LOCKED)
+      UPDATE ${sql.outbox} AS o SET ${sql.claimSet(bind, request)}
+      FROM due WHERE o.id = due.id RETURNING o.*`));
+    return rows.map(common.operationFromRow);
+  }
+
+  /** @internal one outbox statement in autocommit */
+  _execute({ sql, values }) {
+    return this.#query(sql, values);
   }
 
   /** One statement outside any transaction of this store. */

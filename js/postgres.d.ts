@@ -1,5 +1,6 @@
 // idemflow/postgres: PostgreSQL over a pg Pool or Client, or PGlite in process.
 import type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames } from './adapter-common.js';
+import { OutboxStoreBase } from './adapter-common.js';
 import type { EventInput, ProcessOptions, ProcessResult, Workflow } from './index.js';
 
 export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus } from './adapter-common.js';
@@ -30,8 +31,11 @@ export interface PGliteLike {
   transaction<T>(callback: (tx: { query<R>(query: string, params?: unknown[]): Promise<PostgresResult> }) => Promise<T>): Promise<T>;
 }
 
-/** A durable store over PostgreSQL: a connection per transaction from a Pool, or transactions queued on one Client or PGlite. */
-export declare class PostgresStore implements DurableStore {
+/**
+ * A durable store over PostgreSQL: a connection per transaction from a Pool, or transactions queued on one Client or PGlite.
+ * An outbox store too: a claim is one statement that locks due rows FOR UPDATE SKIP LOCKED.
+ */
+export declare class PostgresStore extends OutboxStoreBase implements DurableStore {
   constructor(db: PostgresPool | PostgresClient | PGliteLike, options?: StoreOptions);
   /** The pg Pool, pg Client or PGlite instance the store works through (the host owns and closes it). */
   readonly client: PostgresPool | PostgresClient | PGliteLike;

@@ -4,6 +4,7 @@
 // BEGIN IMMEDIATE, so it holds the write lock from its first read and no
 // other process can change what it read; the busy timeout queues writers
 // instead of failing them. Transactions on one handle run one at a time.
+// The outbox claim is one UPDATE … RETURNING inside BEGIN IMMEDIATE.
 
 const { IdemflowError } = require('./errors.cjs');
 const { processEvent } = require('./host.cjs');
@@ -99,9 +100,10 @@ class SqliteTransaction {
 /**
  * A store over one SQLite handle (better-sqlite3 `Database` or node:sqlite
  * `DatabaseSync`). The constructor sets WAL mode and the busy timeout on the
- * handle; migrate() creates the tables.
+ * handle; migrate() creates the tables. It is also an outbox store
+ * (docs/outbox.md).
  */
-class SqliteStore {
+class SqliteStore extends common.SqlOutboxStoreBase {
   #db;
   #owned;
   #sql;
@@ -115,6 +117,7 @@ class SqliteStore {
    *   busyTimeoutMs?: number, synchronous?: 'OFF'|'NORMAL'|'FULL'|'EXTRA', wal?: boolean }} [options]
    */
   constructor(db, options = {}) {
+    super();
     if (!isHandle(db)) {
       throw common.invalidArgument('SqliteStore needs a better-sqlite3 Database or a node:sqlite DatabaseSync', { reason: 'not a SQLite handle' });
     }
@@ -133,6 +136,8 @@ class SqliteStore {
       throw common.invalidArgument('options.synchronous must be OFF, NORMAL, FULL or EXTRA', { field: 'synchronous', reason: 'unknown level' });
     }
     this.#sql = statements(this.tables);
+    /** @internal */
+    this._outboxSql = new common.OutboxSql(this.tables, quote);
     this.#exec(`PRAGMA busy_timeout = ${busyTimeoutMs}`);
     // WAL lets readers go on while one writer commits; it is a property of the file.
     if (opts.wal !== false) this.#exec('PRAGMA journal_mode = WAL');
@@ -223,17 +228,10 @@ class SqliteStore {
         created_at BIGINT NOT NULL,
         updated_at BIGINT NOT NULL
       );
-      CREATE INDEX IF NOT EXISTS ${indexName(outbox, 'status_next_attempt_idx')} ON ${quote(common.baseName(outbox))} (status, next_attempt_at);`;
-    await this.#serializer.run(async () => {
-      this.#exec('BEGIN IMMEDIATE');
-      try {
-        this.#exec(ddl);
-        this.#exec('COMMIT');
-      } catch (error) {
-        this.#rollback();
-        throw mapError(error);
-      }
-    });
+      CREATE INDEX IF NOT EXISTS ${indexName(outbox, 'status_next_attempt_idx')} ON ${quote(common.baseName(outbox))} (status, next_attempt_at);
+      CREATE INDEX IF NOT EXISTS ${indexName(outbox, 'status_lease_expires_idx')} ON ${quote(common.baseName(outbox))} (status, lease_expires_at);
+      CREATE INDEX IF NOT EXISTS ${indexName(outbox, 'status_updated_idx')} ON ${quote(common.baseName(outbox))} (status, updated_at);`;
+    await this.#serializer.run(() => this.#immediate(() => this.#exec(ddl)));
   }
 
   /**
@@ -241,27 +239,31 @@ class SqliteStore {
    * rethrow. Calls on one store queue behind each other.
    */
   transaction(fn) {
-    return this.#serializer.run(async () => {
-      try {
-        this.#exec('BEGIN IMMEDIATE');
-      } catch (error) {
-        throw mapError(error);
-      }
-      let result;
-      try {
-        result = await fn(new SqliteTransaction(this));
-      } catch (error) {
-        this.#rollback();
-        throw error;
-      }
-      try {
-        this.#exec('COMMIT');
-      } catch (error) {
-        this.#rollback();
-        throw mapError(error);
-      }
-      return result;
-    });
+    return this.#serializer.run(() => this.#immediate(() => fn(new SqliteTransaction(this))));
+  }
+
+  /**
+   * BEGIN IMMEDIATE, work(), COMMIT; ROLLBACK and rethrow (as it was) if work
+   * throws. A work that returns no promise runs to COMMIT without yielding,
+   * so it never holds the write lock across an await.
+   */
+  async #immediate(work) {
+    this.#exec('BEGIN IMMEDIATE');
+    let result;
+    try {
+      result = work();
+      if (typeof result?.then === 'function') result = await result;
+    } catch (error) {
+      this.#rollback();
+      throw error;
+    }
+    try {
+      this.#exec('COMMIT');
+    } catch (error) {
+      this.#rollback();
+      throw error;
+    }
+    return result;
   }
 
   /** processEvent(this, event, options). */
@@ -295,6 +297,35 @@ class SqliteStore {
     return this.#serializer.run(async () => common.operationFromRow(this._get('operation', id)));
   }
 
+  // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)
+
+  /**
+   * One UPDATE … RETURNING inside BEGIN IMMEDIATE: the write lock is taken
+   * before the due rows are read, so no other process claims them meanwhile.
+   * @internal
+   */
+  async _claim(request) {
+    const sql = this._outboxSql;
+    const claim = sql.statement((bind) => `UPDATE ${sql.outbox} SET ${sql.claimSet(bind, request)}
+      WHERE id IN (SELECT id FROM ${sql.outbox} WHERE ${sql.due(bind, request)} ORDER BY next_attempt_at, id LIMIT ${bind(request.limit)})
+      RETURNING ${sql.columns}`, true);
+    return this.#serializer.run(() => this.#immediate(() => this.#execute(claim).rows.map(common.operationFromRow)));
+  }
+
+  /** @internal one outbox statement, alone on the handle */
+  _execute(statement) {
+    return this.#serializer.run(async () => this.#execute(statement));
+  }
+
+  #execute({ sql, values, returnsRows }) {
+    try {
+      const prepared = this.#prepared(sql);
+      return returnsRows ? { rows: prepared.all(...values), count: 0 } : { rows: [], count: Number(prepared.run(...values).changes) };
+    } catch (error) {
+      throw mapError(error);
+    }
+  }
+
   /** Closes the handle if this store opened it (SqliteStore.open); otherwise does nothing. */
   async close() {
     if (this.#owned) this.#db.close();
@@ -316,13 +347,18 @@ class SqliteStore {
     }
   }
 
-  #statement(name) {
-    let statement = this.#statements.get(name);
+  /** A prepared statement, kept by its text (the outbox's vary with the number of types). */
+  #prepared(sql) {
+    let statement = this.#statements.get(sql);
     if (!statement) {
-      statement = this.#db.prepare(this.#sql[name]);
-      this.#statements.set(name, statement);
+      statement = this.#db.prepare(sql);
+      this.#statements.set(sql, statement);
     }
     return statement;
+  }
+
+  #statement(name) {
+    return this.#prepared(this.#sql[name]);
   }
 
   /** @internal one row by key, or undefined */

@@ -1,5 +1,6 @@
 // idemflow/sqlite: the embedded store over better-sqlite3 or node:sqlite.
 import type { DurableStore, DurableStoreTransaction, StoreOptions, TableNames } from './adapter-common.js';
+import { OutboxStoreBase } from './adapter-common.js';
 import type { EventInput, ProcessOptions, ProcessResult, Workflow } from './index.js';
 
 export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus } from './adapter-common.js';
@@ -9,6 +10,7 @@ export { DEFAULT_TABLES, STORE_UNAVAILABLE, isStoreUnavailable } from './adapter
 export interface SqliteHandle {
   prepare(sql: string): {
     get(...params: unknown[]): unknown;
+    all(...params: unknown[]): unknown[];
     run(...params: unknown[]): { changes: number | bigint };
   };
   exec(sql: string): unknown;
@@ -29,8 +31,11 @@ export interface SqliteOpenOptions extends SqliteStoreOptions {
   driver?: 'better-sqlite3' | 'node:sqlite';
 }
 
-/** A durable store over one SQLite handle; transactions use BEGIN IMMEDIATE and run one at a time per store. */
-export declare class SqliteStore implements DurableStore {
+/**
+ * A durable store over one SQLite handle; transactions use BEGIN IMMEDIATE and run one at a time per store.
+ * An outbox store too: a claim is one UPDATE … RETURNING inside BEGIN IMMEDIATE.
+ */
+export declare class SqliteStore extends OutboxStoreBase implements DurableStore {
   constructor(db: SqliteHandle, options?: SqliteStoreOptions);
   /** Opens (or creates) a database file; the store owns the handle and close() closes it. */
   static open(filename: string, options?: SqliteOpenOptions): SqliteStore;

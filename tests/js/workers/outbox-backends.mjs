@@ -1,0 +1,197 @@
+// The stores the outbox suite runs on: one entry per backend of the
+// conformance suite. Server backends skip with one line when their URL is not
+// set; `processes` says why a backend cannot be shared with other processes
+// at all, `racing` why not with several at once. `setup()` gives an environment:
+//   open(workflows, clock, { connections }) a store over fresh tables holding `workflows`
+//   another(clock)                          a second store, with its own connection, over the same tables
+//   openShared(workflows, clock)            tables a consumer process opens too (the crash test):
+//                                           { store, spec, beforeChild(), afterChild() → store }
+//   cleanup()                               after each test: drop its tables, close its connections
+//   close()                                 after the suite
+// A consumer process opens the shared tables with openSpec(spec, now).
+import fs from 'node:fs';
+import path from 'node:path';
+import { InMemoryStore } from 'idemflow';
+import { FileStore } from './outbox-file-store.mjs';
+import {
+  MONGODB_URL, MYSQL_URL, PG_URL, hasNodeSqlite, openPglite, openStore, tablesFor, tempDir, uniquePrefix,
+} from './backends.mjs';
+
+async function filled(store, workflows) {
+  await store.migrate?.();
+  for (const workflow of workflows) await store.putWorkflow(workflow);
+  return store;
+}
+
+/**
+ * An environment over `connect(tables, clock, options)` → a helper
+ * `{ store, drop(), close() }` (backends.mjs), and `spec(tables)` → what
+ * another process needs to open the same tables.
+ */
+function durable(connect, spec) {
+  let opened = [];
+  let cleanups = [];
+  let tables = null;
+  const track = async (clock, options) => {
+    const helper = await connect(tables, clock, options);
+    opened.push(helper);
+    return helper.store;
+  };
+  return {
+    async open(workflows, clock, options = {}) {
+      tables = tablesFor(uniquePrefix());
+      return filled(await track(clock, options), workflows);
+    },
+    another: (clock) => track(clock, {}),
+    async openShared(workflows, clock) {
+      const store = await this.open(workflows, clock);
+      return { store, spec: spec(tables), beforeChild: async () => {}, afterChild: async () => store };
+    },
+    /** Runs `fn` at the next cleanup. */
+    onCleanup(fn) {
+      cleanups.push(fn);
+    },
+    async cleanup() {
+      const helpers = opened;
+      const extra = cleanups;
+      opened = [];
+      cleanups = [];
+      if (helpers.length > 0) await helpers[0].drop();
+      for (const helper of helpers.reverse()) await helper.close();
+      for (const fn of extra) await fn();
+    },
+    close: async () => {},
+  };
+}
+
+const connectServer = (kind, url) => (tables, clock, { connections }) => openStore(kind, { tables, now: clock.now, url, poolSize: connections });
+
+export const backends = [
+  {
+    id: 'memory',
+    name: 'in-memory',
+    setup: async () => {
+      const dir = tempDir('outbox-memory');
+      let current = null;
+      return {
+        open: async (workflows, clock) => {
+          current = new InMemoryStore(workflows, { now: clock.now });
+          return current;
+        },
+        another: async () => current,
+        // In-memory tables cannot cross processes: a locked JSON file holds them (a test harness only).
+        openShared: async (workflows, clock) => {
+          const file = path.join(dir, `${uniquePrefix()}.json`);
+          const store = FileStore.create(file, workflows, { now: clock.now });
+          return { store, spec: { kind: 'file', file }, beforeChild: async () => {}, afterChild: async () => store };
+        },
+        cleanup: async () => {},
+        close: async () => fs.rmSync(dir, { recursive: true, force: true }),
+      };
+    },
+  },
+  ...['sqlite', 'sqlite-node'].map((kind) => ({
+    id: kind,
+    name: kind === 'sqlite' ? 'SQLite file via better-sqlite3' : 'SQLite file via node:sqlite',
+    skip: kind === 'sqlite-node' && !hasNodeSqlite() ? `node:sqlite needs Node 22.13+ (this is ${process.version}); the Node 22 run covers it` : false,
+    setup: async () => {
+      const dir = tempDir(`outbox-${kind}`);
+      const file = (tables) => path.join(dir, `${tables.inbox}.db`);
+      const env = durable(
+        (tables, clock) => openStore(kind, { tables, now: clock.now, file: file(tables) }),
+        (tables) => ({ kind, tables, file: file(tables) }),
+      );
+      return { ...env, close: async () => fs.rmSync(dir, { recursive: true, force: true }) };
+    },
+  })),
+  {
+    id: 'pglite',
+    name: 'PostgreSQL via PGlite (in process)',
+    racing: 'PGlite is one process\'s database: processes take turns with it, they cannot race on it (two consumers race in process above)',
+    setup: async () => {
+      const pglite = await openPglite();
+      const env = durable((tables, clock) => pglite.open(tables, { now: clock.now }), () => null);
+      return {
+        ...env,
+        // PGlite is one process's database: the consumer process gets the data directory while the test has it closed.
+        async openShared(workflows, clock) {
+          const dir = tempDir('outbox-pglite');
+          const spec = { kind: 'pglite', dir, tables: tablesFor(uniquePrefix()) };
+          let current = await openSpec(spec, clock.now);
+          let held = true;
+          env.onCleanup(async () => {
+            if (held) await current.close();
+            fs.rmSync(dir, { recursive: true, force: true });
+          });
+          await filled(current.store, workflows);
+          return {
+            store: current.store,
+            spec,
+            beforeChild: async () => {
+              held = false;
+              await current.close();
+            },
+            afterChild: async () => {
+              current = await openSpec(spec, clock.now);
+              held = true;
+              return current.store;
+            },
+          };
+        },
+        close: () => pglite.close(),
+      };
+    },
+  },
+  {
+    id: 'pg',
+    name: 'PostgreSQL server',
+    skip: PG_URL ? false : 'set IDEMFLOW_PG_URL=postgres://user@host:5432/db to run the outbox suite on a PostgreSQL server',
+    setup: async () => durable(connectServer('pg', PG_URL), (tables) => ({ kind: 'pg', url: PG_URL, tables })),
+  },
+  {
+    id: 'mysql',
+    name: 'MariaDB/MySQL server',
+    skip: MYSQL_URL ? false : 'set IDEMFLOW_MYSQL_URL=mysql://user@host:3306/db to run the outbox suite on MariaDB or MySQL',
+    setup: async () => durable(connectServer('mysql', MYSQL_URL), (tables) => ({ kind: 'mysql', url: MYSQL_URL, tables })),
+  },
+  {
+    id: 'mongodb-fake',
+    name: 'MongoStore over an in-process fake of the driver (not a MongoDB server)',
+    processes: 'the fake lives inside one process; the MongoDB server suite runs this when IDEMFLOW_MONGODB_URL is set',
+    setup: async () => {
+      const { FakeMongoClient } = await import('./mongo-fake.mjs');
+      const { MongoStore } = await import('idemflow/mongodb');
+      const client = new FakeMongoClient();
+      return durable((tables, clock) => {
+        const store = new MongoStore(client, { tables, db: 'outbox', now: clock.now });
+        const drop = async () => { for (const name of Object.values(tables)) await store.db.collection(name).drop(); };
+        return { store, drop, close: async () => {} };
+      }, () => null);
+    },
+  },
+  {
+    id: 'mongodb',
+    name: 'MongoDB replica set',
+    skip: MONGODB_URL ? false : 'no MongoDB here: set IDEMFLOW_MONGODB_URL=mongodb://host/db?replicaSet=rs0 to run the outbox suite on MongoDB',
+    setup: async () => durable(connectServer('mongodb', MONGODB_URL), (tables) => ({ kind: 'mongodb', url: MONGODB_URL, tables })),
+  },
+];
+
+/** Opens the shared tables of `spec` with a fixed clock: `{ store, close() }`. */
+export async function openSpec(spec, now) {
+  switch (spec.kind) {
+    case 'file':
+      return { store: new FileStore(spec.file, { now }), close: async () => {} };
+    case 'pglite': {
+      const { PGlite } = await import('@electric-sql/pglite');
+      const { PostgresStore } = await import('idemflow/postgres');
+      const db = new PGlite(spec.dir);
+      await db.waitReady;
+      return { store: new PostgresStore(db, { tables: spec.tables, now }), close: () => db.close() };
+    }
+    default: {
+      const helper = await openStore(spec.kind, { tables: spec.tables, file: spec.file, url: spec.url, now, poolSize: 1 });
+      return { store: helper.store, close: () => helper.close() };
+    }
+  }
+}
