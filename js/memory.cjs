@@ -7,10 +7,7 @@
 const { IdemflowError } = require('./errors.cjs');
 const { processEvent } = require('./host.cjs');
 const { isClaimable } = require('./outbox.cjs');
-
-const DEFAULT_BATCH_SIZE = 1000;
-const MAX_BATCH_SIZE = 100000;
-const OPERATION_STATUSES = new Set(['pending', 'claimed', 'done', 'dead']);
+const { OutboxStoreBase, fieldOf, invalidArgument, resolveClock } = require('./adapter-common.cjs');
 
 function copy(value) {
   return value === undefined ? null : structuredClone(value);
@@ -25,51 +22,8 @@ function applySet(base, set) {
   return next;
 }
 
-function invalidArgument(message, details) {
-  return new IdemflowError('INVALID_ARGUMENT', message, { details });
-}
-
-function resolveClock(now) {
-  if (now === undefined) return Date.now;
-  if (typeof now !== 'function') {
-    throw invalidArgument('options.now must be a function returning milliseconds since the epoch', { field: 'now', reason: 'not a function' });
-  }
-  return now;
-}
-
-function argsObject(args, method) {
-  if (args === null || typeof args !== 'object') {
-    throw invalidArgument(`${method} takes an object of named arguments`, { reason: 'not an object' });
-  }
-  return args;
-}
-
-function wholeNumber(value, field, min = 0) {
-  if (!Number.isSafeInteger(value) || value < min) {
-    throw invalidArgument(`${field} must be a whole number from ${min} to 2^53 - 1`, { field, reason: 'not a safe integer' });
-  }
-  return value;
-}
-
-function text(value, field) {
-  if (typeof value !== 'string' || value.length === 0) {
-    throw invalidArgument(`${field} must be a non-empty string`, { field, reason: 'not a non-empty string' });
-  }
-  return value;
-}
-
-/** A time (ms since the epoch) from a number or a Date. */
-function instant(value, field) {
-  const ms = value instanceof Date ? value.getTime() : value;
-  return wholeNumber(ms, field);
-}
-
-function batchSize(value) {
-  if (value === undefined) return DEFAULT_BATCH_SIZE;
-  if (!Number.isSafeInteger(value) || value < 1 || value > MAX_BATCH_SIZE) {
-    throw invalidArgument(`batchSize must be a whole number from 1 to ${MAX_BATCH_SIZE}`, { field: 'batchSize', reason: 'out of range' });
-  }
-  return value;
+function byId(a, b) {
+  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
 }
 
 /** The outbox row for a new operation: pending and due now. */
@@ -164,7 +118,7 @@ class MemoryTransaction {
   }
 }
 
-class InMemoryStore {
+class InMemoryStore extends OutboxStoreBase {
   #data = { workflows: new Map(), inbox: new Map(), outbox: new Map() };
   #tail = Promise.resolve();
   #clock;
@@ -175,6 +129,7 @@ class InMemoryStore {
    *   createdAt and updatedAt (ms since the epoch; default Date.now)
    */
   constructor(workflows = [], options = {}) {
+    super();
     this.#clock = resolveClock((options ?? {}).now);
     for (const workflow of workflows) {
       const id = workflow !== null && typeof workflow === 'object' ? workflow.id : undefined;
@@ -198,7 +153,10 @@ class InMemoryStore {
    */
   static fromSnapshot(snapshot, options = {}) {
     const store = new InMemoryStore([], options);
-    const tables = argsObject(snapshot, 'fromSnapshot');
+    if (snapshot === null || typeof snapshot !== 'object') {
+      throw invalidArgument('fromSnapshot takes what snapshot() returned', { reason: 'not an object' });
+    }
+    const tables = snapshot;
     for (const table of ['workflows', 'inbox', 'outbox']) {
       for (const [key, value] of new Map(tables[table] ?? [])) store.#data[table].set(key, structuredClone(value));
     }
@@ -264,31 +222,18 @@ class InMemoryStore {
   }
 
   // ---- The outbox store interface (docs/outbox.md) --------------------------
+  // OutboxStoreBase checks the arguments and gives every method its meaning;
+  // these four carry the requests out on the maps, each alone, like one SQL
+  // statement.
 
-  /**
-   * Claims up to `limit` due operations for `owner`, oldest due first: a
-   * pending one whose next attempt is due, or a claimed one whose lease has
-   * expired (the core's claim condition). Each claim sets the lease, adds one
-   * to attempts and one to the fencing token.
-   */
-  async claimOperations(args) {
-    const { owner, now, leaseExpiresAt, limit, types } = argsObject(args, 'claimOperations');
-    text(owner, 'owner');
-    instant(now, 'now');
-    instant(leaseExpiresAt, 'leaseExpiresAt');
-    wholeNumber(limit, 'limit', 1);
-    if (types !== undefined && types !== null && !(Array.isArray(types) && types.every((t) => typeof t === 'string'))) {
-      throw invalidArgument('types must be an array of operation types', { field: 'types', reason: 'not an array of strings' });
-    }
-    const wanted = types === undefined || types === null ? null : new Set(types);
+  async _claim({ owner, now, leaseExpiresAt, limit, types }) {
+    const wanted = types === null ? null : new Set(types);
     return this.#alone(async () => {
-      const due = [];
-      for (const operation of this.#data.outbox.values()) {
-        if (wanted !== null && !wanted.has(operation.type)) continue;
-        if (isClaimable(operation, now)) due.push(operation);
-      }
-      due.sort((a, b) => a.nextAttemptAt - b.nextAttemptAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-      return due.slice(0, limit).map((operation) => {
+      const due = [...this.#data.outbox.values()]
+        .filter((operation) => (wanted === null || wanted.has(operation.type)) && isClaimable(operation, now))
+        .sort((a, b) => a.nextAttemptAt - b.nextAttemptAt || byId(a, b))
+        .slice(0, limit);
+      return due.map((operation) => {
         Object.assign(operation, {
           status: 'claimed',
           leaseOwner: owner,
@@ -302,137 +247,38 @@ class InMemoryStore {
     });
   }
 
-  /** Applies `change` when the operation is still claimed under `fencingToken`; false otherwise. */
-  #fenced(args, method, change) {
-    const { id, fencingToken, now } = argsObject(args, method);
-    text(id, 'id');
-    wholeNumber(fencingToken, 'fencingToken', 1);
-    instant(now, 'now');
+  async _update({ id, status, fencingToken, set, giveBackAttempt }) {
     return this.#alone(async () => {
       const operation = this.#data.outbox.get(id);
-      if (operation === undefined || operation.status !== 'claimed' || operation.fencingToken !== fencingToken) return false;
-      Object.assign(operation, change(operation), { updatedAt: now });
+      if (operation === undefined || operation.status !== status) return false;
+      if (fencingToken !== undefined && operation.fencingToken !== fencingToken) return false;
+      for (const [column, value] of Object.entries(set)) operation[fieldOf(column)] = value;
+      if (giveBackAttempt) operation.attempts = Math.max(0, operation.attempts - 1);
       return true;
     });
   }
 
-  /** Extends a claim to `leaseExpiresAt`; false when the claim is no longer this token's. */
-  async renewLease(args) {
-    const leaseExpiresAt = instant(argsObject(args, 'renewLease').leaseExpiresAt, 'leaseExpiresAt');
-    return this.#fenced(args, 'renewLease', () => ({ leaseExpiresAt }));
-  }
-
-  /** Marks the operation done; false (nothing recorded) when the token is stale. */
-  async completeOperation(args) {
-    return this.#fenced(args, 'completeOperation', () => ({ status: 'done', leaseOwner: null, leaseExpiresAt: null }));
-  }
-
-  /**
-   * Records a failed attempt: `status: 'pending'` with `nextAttemptAt` (a
-   * retry), or `status: 'dead'`. False (nothing recorded) when the token is stale.
-   */
-  async failOperation(args) {
-    const { status, nextAttemptAt, lastError } = argsObject(args, 'failOperation');
-    if (status !== 'pending' && status !== 'dead') {
-      throw invalidArgument("failOperation status must be 'pending' (retry) or 'dead'", { field: 'status', reason: 'unknown status' });
-    }
-    if (status === 'pending') instant(nextAttemptAt, 'nextAttemptAt');
-    if (typeof lastError !== 'string') {
-      throw invalidArgument('lastError must be a string', { field: 'lastError', reason: 'not a string' });
-    }
-    return this.#fenced(args, 'failOperation', (operation) => ({
-      status,
-      nextAttemptAt: status === 'pending' ? nextAttemptAt : operation.nextAttemptAt,
-      lastError,
-      leaseOwner: null,
-      leaseExpiresAt: null,
-    }));
-  }
-
-  /** Gives a claim back unfinished: pending and due now, the attempt not counted. */
-  async releaseOperation(args) {
-    const { now } = argsObject(args, 'releaseOperation');
-    return this.#fenced(args, 'releaseOperation', (operation) => ({
-      status: 'pending',
-      nextAttemptAt: now,
-      attempts: Math.max(0, operation.attempts - 1),
-      leaseOwner: null,
-      leaseExpiresAt: null,
-    }));
-  }
-
-  /**
-   * An operator's retry of a dead operation: pending, due now, attempts back
-   * to 0 (lastError is kept until the next attempt). False unless it was dead.
-   */
-  async requeue(operationId, options = {}) {
-    text(operationId, 'operationId');
-    const now = instant((options ?? {}).now ?? this.#clock(), 'now');
-    return this.#alone(async () => {
-      const operation = this.#data.outbox.get(operationId);
-      if (operation === undefined || operation.status !== 'dead') return false;
-      Object.assign(operation, { status: 'pending', attempts: 0, nextAttemptAt: now, leaseOwner: null, leaseExpiresAt: null, updatedAt: now });
-      return true;
-    });
-  }
-
-  /** Operations with `status` (all when absent), by id, at most `limit`, after `afterId` when given. */
-  async listOperations(args = {}) {
-    const { status, limit = 100, afterId } = argsObject(args ?? {}, 'listOperations');
-    if (status !== undefined && !OPERATION_STATUSES.has(status)) {
-      throw invalidArgument('status must be pending, claimed, done or dead', { field: 'status', reason: 'unknown status' });
-    }
-    wholeNumber(limit, 'limit', 1);
-    if (afterId !== undefined) text(afterId, 'afterId');
+  async _list({ status, limit, afterId }) {
     return this.#alone(async () => [...this.#data.outbox.values()]
-      .filter((op) => (status === undefined || op.status === status) && (afterId === undefined || op.id > afterId))
-      .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+      .filter((op) => (status === null || op.status === status) && (afterId === null || op.id > afterId))
+      .sort(byId)
       .slice(0, limit)
       .map(copy));
   }
 
-  /**
-   * Deletes receipts recorded before `olderThan`, `batchSize` per
-   * transaction, so no transaction holds the store for long. Receipts without
-   * recordedAt are kept. Returns `{ deleted, batches }`.
-   */
-  async purgeReceipts(args) {
-    const { olderThan, batchSize: size } = argsObject(args, 'purgeReceipts');
-    const cutoff = instant(olderThan, 'olderThan');
-    return this.#purge('inbox', batchSize(size), (receipt) => typeof receipt.recordedAt === 'number' && receipt.recordedAt < cutoff);
-  }
-
-  /**
-   * Deletes `done` (or, when asked, `dead`) operations last updated before
-   * `olderThan`, in batches like purgeReceipts. Pending and claimed
-   * operations are never purged.
-   */
-  async purgeOperations(args) {
-    const { olderThan, batchSize: size, status = 'done' } = argsObject(args, 'purgeOperations');
-    const cutoff = instant(olderThan, 'olderThan');
-    if (status !== 'done' && status !== 'dead') {
-      throw invalidArgument("purgeOperations status must be 'done' or 'dead'", { field: 'status', reason: 'not a finished status' });
-    }
-    return this.#purge('outbox', batchSize(size), (op) => op.status === status && op.updatedAt < cutoff);
-  }
-
-  async #purge(table, size, old) {
-    let deleted = 0;
-    let batches = 0;
-    for (;;) {
-      const removed = await this.#alone(async () => {
-        const keys = [];
-        for (const [key, row] of this.#data[table]) {
-          if (keys.length >= size) break;
-          if (old(row)) keys.push(key);
-        }
-        for (const key of keys) this.#data[table].delete(key);
-        return keys.length;
-      });
-      deleted += removed;
-      if (removed > 0) batches += 1;
-      if (removed < size) return { deleted, batches };
-    }
+  async _purgeBatch(target, { olderThan, batchSize, status }) {
+    const [table, old] = target === 'receipts'
+      ? ['inbox', (receipt) => typeof receipt.recordedAt === 'number' && receipt.recordedAt < olderThan]
+      : ['outbox', (op) => op.status === status && op.updatedAt < olderThan];
+    return this.#alone(async () => {
+      const keys = [];
+      for (const [key, row] of this.#data[table]) {
+        if (keys.length >= batchSize) break;
+        if (old(row)) keys.push(key);
+      }
+      for (const key of keys) this.#data[table].delete(key);
+      return keys.length;
+    });
   }
 }
 
