@@ -291,6 +291,56 @@ function operationFromRow(row) {
   };
 }
 
+/**
+ * The three tables and their indexes as SQLite and PostgreSQL both write them
+ * (MySQL needs its own types and collations), one statement each.
+ * `quote(table)` quotes a table name; `createIndex(table, suffix, columns)`
+ * writes the dialect's CREATE INDEX IF NOT EXISTS.
+ */
+function portableSchema({ workflows, inbox, outbox }, quote, createIndex) {
+  return [
+    `CREATE TABLE IF NOT EXISTS ${quote(workflows)} (
+      id TEXT PRIMARY KEY,
+      status TEXT NOT NULL,
+      revision BIGINT NOT NULL,
+      data TEXT NOT NULL,
+      created_at BIGINT,
+      updated_at BIGINT
+    )`,
+    `CREATE TABLE IF NOT EXISTS ${quote(inbox)} (
+      event_id TEXT PRIMARY KEY,
+      fingerprint TEXT NOT NULL,
+      workflow_id TEXT NOT NULL,
+      event_type TEXT NOT NULL,
+      outcome TEXT NOT NULL,
+      rule_set_id TEXT,
+      rule_set_version INTEGER,
+      rule_set_hash TEXT,
+      recorded_at BIGINT NOT NULL
+    )`,
+    createIndex(inbox, 'recorded_at_idx', 'recorded_at'),
+    `CREATE TABLE IF NOT EXISTS ${quote(outbox)} (
+      id TEXT PRIMARY KEY,
+      type TEXT NOT NULL,
+      workflow_id TEXT NOT NULL,
+      event_id TEXT NOT NULL,
+      payload TEXT NOT NULL,
+      status TEXT NOT NULL,
+      attempts INTEGER NOT NULL DEFAULT 0,
+      next_attempt_at BIGINT NOT NULL,
+      lease_owner TEXT NULL,
+      lease_expires_at BIGINT NULL,
+      fencing_token BIGINT NOT NULL DEFAULT 0,
+      last_error TEXT NULL,
+      created_at BIGINT NOT NULL,
+      updated_at BIGINT NOT NULL
+    )`,
+    createIndex(outbox, 'status_next_attempt_idx', 'status, next_attempt_at'),
+    createIndex(outbox, 'status_lease_expires_idx', 'status, lease_expires_at'),
+    createIndex(outbox, 'status_updated_idx', 'status, updated_at'),
+  ];
+}
+
 // ---- The outbox store interface (docs/outbox.md) ---------------------------
 // The arguments of every outbox method are checked here, once for every
 // store, and turned into requests a subclass of OutboxStoreBase carries out on
@@ -684,6 +734,7 @@ module.exports = {
   INBOX_COLUMNS,
   OUTBOX_COLUMNS,
   resolveTables,
+  portableSchema,
   resolveMaxAttempts,
   resolveClock,
   baseName,

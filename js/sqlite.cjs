@@ -190,47 +190,8 @@ class SqliteStore extends common.SqlOutboxStoreBase {
 
   /** Creates the three tables and their indexes if they do not exist. */
   async migrate() {
-    const { workflows, inbox, outbox } = this.tables;
-    const ddl = `
-      CREATE TABLE IF NOT EXISTS ${quote(workflows)} (
-        id TEXT PRIMARY KEY,
-        status TEXT NOT NULL,
-        revision BIGINT NOT NULL,
-        data TEXT NOT NULL,
-        created_at BIGINT,
-        updated_at BIGINT
-      );
-      CREATE TABLE IF NOT EXISTS ${quote(inbox)} (
-        event_id TEXT PRIMARY KEY,
-        fingerprint TEXT NOT NULL,
-        workflow_id TEXT NOT NULL,
-        event_type TEXT NOT NULL,
-        outcome TEXT NOT NULL,
-        rule_set_id TEXT,
-        rule_set_version INTEGER,
-        rule_set_hash TEXT,
-        recorded_at BIGINT NOT NULL
-      );
-      CREATE INDEX IF NOT EXISTS ${indexName(inbox, 'recorded_at_idx')} ON ${quote(common.baseName(inbox))} (recorded_at);
-      CREATE TABLE IF NOT EXISTS ${quote(outbox)} (
-        id TEXT PRIMARY KEY,
-        type TEXT NOT NULL,
-        workflow_id TEXT NOT NULL,
-        event_id TEXT NOT NULL,
-        payload TEXT NOT NULL,
-        status TEXT NOT NULL,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        next_attempt_at BIGINT NOT NULL,
-        lease_owner TEXT NULL,
-        lease_expires_at BIGINT NULL,
-        fencing_token BIGINT NOT NULL DEFAULT 0,
-        last_error TEXT NULL,
-        created_at BIGINT NOT NULL,
-        updated_at BIGINT NOT NULL
-      );
-      CREATE INDEX IF NOT EXISTS ${indexName(outbox, 'status_next_attempt_idx')} ON ${quote(common.baseName(outbox))} (status, next_attempt_at);
-      CREATE INDEX IF NOT EXISTS ${indexName(outbox, 'status_lease_expires_idx')} ON ${quote(common.baseName(outbox))} (status, lease_expires_at);
-      CREATE INDEX IF NOT EXISTS ${indexName(outbox, 'status_updated_idx')} ON ${quote(common.baseName(outbox))} (status, updated_at);`;
+    const ddl = common.portableSchema(this.tables, quote, (table, suffix, columns) =>
+      `CREATE INDEX IF NOT EXISTS ${indexName(table, suffix)} ON ${quote(common.baseName(table))} (${columns})`).join(';\n');
     await this.#serializer.run(() => this.#immediate(() => this.#exec(ddl)));
   }
 
