@@ -5,6 +5,7 @@
 
 const { createHash } = require('node:crypto');
 const { IdemflowError } = require('./errors.cjs');
+const { processEvent } = require('./host.cjs');
 
 const DEFAULT_TABLES = Object.freeze({ workflows: 'workflows', inbox: 'event_inbox', outbox: 'event_outbox' });
 
@@ -610,6 +611,36 @@ class OutboxSql {
  * count being the rows a write matched.
  */
 class SqlOutboxStoreBase extends OutboxStoreBase {
+  /** processEvent(this, event, options). */
+  process(event, options) {
+    return processEvent(this, event, options);
+  }
+
+  /** Inserts or replaces a workflow, for hosts that create workflows and for tests. */
+  async putWorkflow(workflow) {
+    const row = workflowColumns(workflow);
+    const now = this.now();
+    await this._execute({ sql: this._sql.putWorkflow, values: [row.id, row.status, row.revision, row.data, now, now] });
+  }
+
+  async getWorkflow(id) {
+    return workflowFromRow(await this.#one('workflow', id));
+  }
+
+  /** The inbox receipt stored for an event id, or null. */
+  async getReceipt(eventId) {
+    return receiptFromRow(await this.#one('receipt', eventId));
+  }
+
+  /** The outbox operation with this id, or null. */
+  async getOperation(id) {
+    return operationFromRow(await this.#one('operation', id));
+  }
+
+  async #one(statement, key) {
+    return (await this._execute({ sql: this._sql[statement], values: [key], returnsRows: true })).rows[0];
+  }
+
   async _update(change) {
     return (await this._execute(this._outboxSql.update(change))).count === 1;
   }

@@ -9,7 +9,6 @@
 // same short transaction.
 
 const { IdemflowError } = require('./errors.cjs');
-const { processEvent } = require('./host.cjs');
 const common = require('./adapter-common.cjs');
 
 const UNAVAILABLE_ERRNO = new Set([1040, 1053, 1077, 1152, 1158, 1159, 1160, 1161, 1927, 2002, 2003, 2006, 2013, 2055]);
@@ -280,35 +279,6 @@ class MysqlStore extends common.SqlOutboxStoreBase {
       if (broken) connection.destroy();
       else connection.release();
     }
-  }
-
-  /** processEvent(this, event, options). */
-  process(event, options) {
-    return processEvent(this, event, options);
-  }
-
-  /** Inserts or replaces a workflow, for hosts that create workflows and for tests. */
-  async putWorkflow(workflow) {
-    const row = common.workflowColumns(workflow);
-    const now = this.now();
-    await this.#query(this._sql.putWorkflow, [row.id, row.status, row.revision, row.data, now, now]);
-  }
-
-  async getWorkflow(id) {
-    const { rows } = await this.#query(this._sql.workflow, [id]);
-    return common.workflowFromRow(rows[0]);
-  }
-
-  /** The inbox receipt stored for an event id, or null. */
-  async getReceipt(eventId) {
-    const { rows } = await this.#query(this._sql.receipt, [eventId]);
-    return common.receiptFromRow(rows[0]);
-  }
-
-  /** The outbox operation with this id, or null. */
-  async getOperation(id) {
-    const { rows } = await this.#query(this._sql.operation, [id]);
-    return common.operationFromRow(rows[0]);
   }
 
   // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)

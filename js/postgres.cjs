@@ -8,7 +8,6 @@
 // SKIP LOCKED, then UPDATE … RETURNING.
 
 const { IdemflowError } = require('./errors.cjs');
-const { processEvent } = require('./host.cjs');
 const common = require('./adapter-common.cjs');
 
 const MIGRATION_LOCK = 'idemflow.migrate';
@@ -171,35 +170,6 @@ class PostgresStore extends common.SqlOutboxStoreBase {
    */
   transaction(fn) {
     return this.#inTransaction((queryable) => fn(new PostgresTransaction(this, queryable)));
-  }
-
-  /** processEvent(this, event, options). */
-  process(event, options) {
-    return processEvent(this, event, options);
-  }
-
-  /** Inserts or replaces a workflow, for hosts that create workflows and for tests. */
-  async putWorkflow(workflow) {
-    const row = common.workflowColumns(workflow);
-    const now = this.now();
-    await this.#query(this._sql.putWorkflow, [row.id, row.status, row.revision, row.data, now, now]);
-  }
-
-  async getWorkflow(id) {
-    const { rows } = await this.#query(this._sql.workflow, [id]);
-    return common.workflowFromRow(rows[0]);
-  }
-
-  /** The inbox receipt stored for an event id, or null. */
-  async getReceipt(eventId) {
-    const { rows } = await this.#query(this._sql.receipt, [eventId]);
-    return common.receiptFromRow(rows[0]);
-  }
-
-  /** The outbox operation with this id, or null. */
-  async getOperation(id) {
-    const { rows } = await this.#query(this._sql.operation, [id]);
-    return common.operationFromRow(rows[0]);
   }
 
   // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)

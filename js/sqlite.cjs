@@ -7,7 +7,6 @@
 // The outbox claim is one UPDATE … RETURNING inside BEGIN IMMEDIATE.
 
 const { IdemflowError } = require('./errors.cjs');
-const { processEvent } = require('./host.cjs');
 const common = require('./adapter-common.cjs');
 
 const DEFAULT_BUSY_TIMEOUT_MS = 5000;
@@ -106,7 +105,6 @@ class SqliteTransaction {
 class SqliteStore extends common.SqlOutboxStoreBase {
   #db;
   #owned;
-  #sql;
   #statements = new Map();
   #serializer = new common.Serializer();
   #clock;
@@ -135,7 +133,7 @@ class SqliteStore extends common.SqlOutboxStoreBase {
     if (synchronous !== null && !SYNCHRONOUS.has(synchronous)) {
       throw common.invalidArgument('options.synchronous must be OFF, NORMAL, FULL or EXTRA', { field: 'synchronous', reason: 'unknown level' });
     }
-    this.#sql = statements(this.tables);
+    this._sql = statements(this.tables);
     /** @internal */
     this._outboxSql = new common.OutboxSql(this.tables, quote);
     this.#exec(`PRAGMA busy_timeout = ${busyTimeoutMs}`);
@@ -227,37 +225,6 @@ class SqliteStore extends common.SqlOutboxStoreBase {
     return result;
   }
 
-  /** processEvent(this, event, options). */
-  process(event, options) {
-    return processEvent(this, event, options);
-  }
-
-  /** Inserts or replaces a workflow, for hosts that create workflows and for tests. */
-  async putWorkflow(workflow) {
-    const row = common.workflowColumns(workflow);
-    const now = this.now();
-    await this.#serializer.run(async () => {
-      this._run('putWorkflow', [row.id, row.status, row.revision, row.data, now, now]);
-    });
-  }
-
-  // Reads outside a transaction also queue, so they never see a transaction's
-  // uncommitted writes on this shared handle.
-
-  async getWorkflow(id) {
-    return this.#serializer.run(async () => common.workflowFromRow(this._get('workflow', id)));
-  }
-
-  /** The inbox receipt stored for an event id, or null. */
-  async getReceipt(eventId) {
-    return this.#serializer.run(async () => common.receiptFromRow(this._get('receipt', eventId)));
-  }
-
-  /** The outbox operation with this id, or null. */
-  async getOperation(id) {
-    return this.#serializer.run(async () => common.operationFromRow(this._get('operation', id)));
-  }
-
   // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)
 
   /**
@@ -273,7 +240,11 @@ class SqliteStore extends common.SqlOutboxStoreBase {
     return this.#serializer.run(() => this.#immediate(() => this.#execute(claim).rows.map(common.operationFromRow)));
   }
 
-  /** @internal one outbox statement, alone on the handle */
+  /**
+   * @internal one statement outside a transaction, queued like transactions
+   * are, so a read never sees a transaction's uncommitted writes on this
+   * shared handle.
+   */
   _execute(statement) {
     return this.#serializer.run(async () => this.#execute(statement));
   }
@@ -319,7 +290,7 @@ class SqliteStore extends common.SqlOutboxStoreBase {
   }
 
   #statement(name) {
-    return this.#prepared(this.#sql[name]);
+    return this.#prepared(this._sql[name]);
   }
 
   /** @internal one row by key, or undefined */
