@@ -606,6 +606,66 @@ class OutboxSql {
 }
 
 /**
+ * One transaction of a server SQL store (PostgreSQL, MySQL). `execute(sql,
+ * values, onUnique)` runs a statement on the transaction's connection and
+ * resolves `{ rows, count }`; `onUnique(cause)` is what a unique-key violation
+ * becomes. The statements come from the store's `_sql`; a dialect that writes
+ * a workflow patch its own way overrides `writeWorkflow`.
+ */
+class SqlTransaction {
+  constructor(store, execute) {
+    this._store = store;
+    this._execute = execute;
+  }
+
+  _sql(name) {
+    return this._store._sql[name];
+  }
+
+  async #one(name, key) {
+    return (await this._execute(this._sql(name), [key])).rows[0];
+  }
+
+  async getReceipt(eventId) {
+    return receiptFromRow(await this.#one('receipt', eventId));
+  }
+
+  async getWorkflow(id) {
+    return workflowFromRow(await this.#one('workflow', id));
+  }
+
+  async getOperation(id) {
+    return operationFromRow(await this.#one('operation', id));
+  }
+
+  async insertReceipt(receipt) {
+    const values = receiptValues(receipt, this._store.now());
+    const { count } = await this._execute(this._sql('insertReceipt'), values, (e) => receiptExists(receipt, e));
+    if (count === 0) throw receiptExists(receipt);
+  }
+
+  async writeWorkflow(write) {
+    const change = workflowPatch(write);
+    const now = this._store.now();
+    if (change.expect === null) {
+      const { count } = await this._execute(this._sql('insertWorkflow'),
+        [change.id, change.status, change.revision, JSON.stringify(change.kept), now, now], (e) => workflowChanged(write, e));
+      if (count !== 1) throw workflowChanged(write);
+      return;
+    }
+    const { count } = await this._execute(this._sql('updateWorkflow'),
+      [change.status, change.revision, JSON.stringify(change.patch), now, change.id, change.expect.status, change.expect.revision]);
+    if (count !== 1) throw workflowChanged(write);
+  }
+
+  async insertOperation(operation) {
+    const values = operationValues(operation, this._store.now());
+    const { count } = await this._execute(this._sql('insertOperation'), values, (e) => operationExists(operation, e));
+    if (count === 0) throw operationExists(operation);
+  }
+}
+
+/**
  * The outbox over SQL: a subclass sets `_outboxSql` (an OutboxSql) and
  * implements `_claim(request)` and `_execute(statement)` → `{ rows, count }`,
  * count being the rows a write matched.
@@ -782,6 +842,7 @@ module.exports = {
   operationFromRow,
   OutboxStoreBase,
   SqlOutboxStoreBase,
+  SqlTransaction,
   OutboxSql,
   fieldOf,
   receiptExists,

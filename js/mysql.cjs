@@ -72,47 +72,14 @@ function kindOf(db) {
   return null;
 }
 
-class MysqlTransaction {
-  #store;
-  #connection;
-
+class MysqlTransaction extends common.SqlTransaction {
   constructor(store, connection) {
-    this.#store = store;
-    this.#connection = connection;
-  }
-
-  #sql(name) {
-    return this.#store._sql[name];
-  }
-
-  async getReceipt(eventId) {
-    const { rows } = await run(this.#connection, this.#sql('receipt'), [eventId]);
-    return common.receiptFromRow(rows[0]);
-  }
-
-  async getWorkflow(id) {
-    const { rows } = await run(this.#connection, this.#sql('workflow'), [id]);
-    return common.workflowFromRow(rows[0]);
-  }
-
-  async getOperation(id) {
-    const { rows } = await run(this.#connection, this.#sql('operation'), [id]);
-    return common.operationFromRow(rows[0]);
-  }
-
-  async insertReceipt(receipt) {
-    const values = common.receiptValues(receipt, this.#store.now());
-    await run(this.#connection, this.#sql('insertReceipt'), values, (e) => common.receiptExists(receipt, e));
+    super(store, (sql, values, onUnique) => run(connection, sql, values, onUnique));
   }
 
   async writeWorkflow(write) {
     const change = common.workflowPatch(write);
-    const now = this.#store.now();
-    if (change.expect === null) {
-      await run(this.#connection, this.#sql('insertWorkflow'),
-        [change.id, change.status, change.revision, JSON.stringify(change.kept), now, now], (e) => common.workflowChanged(write, e));
-      return;
-    }
+    if (change.expect === null) return super.writeWorkflow(write);
     // JSON_SET and JSON_REMOVE rather than JSON_MERGE_PATCH: MariaDB 10.11's
     // merge patch skips removals whose keys come in another order than the document's.
     const kept = Object.entries(change.kept);
@@ -126,14 +93,9 @@ class MysqlTransaction {
       data = `JSON_REMOVE(${data}, ${change.removed.map(() => '?').join(', ')})`;
       for (const field of change.removed) paths.push(`$."${field}"`);
     }
-    const { count } = await run(this.#connection, this.#store._sql.updateWorkflow.replace('data = ?', `data = ${data}`),
-      [change.status, change.revision, ...paths, now, change.id, change.expect.status, change.expect.revision]);
+    const { count } = await this._execute(this._sql('updateWorkflow').replace('data = ?', `data = ${data}`),
+      [change.status, change.revision, ...paths, this._store.now(), change.id, change.expect.status, change.expect.revision]);
     if (count !== 1) throw common.workflowChanged(write);
-  }
-
-  async insertOperation(operation) {
-    const values = common.operationValues(operation, this.#store.now());
-    await run(this.#connection, this.#sql('insertOperation'), values, (e) => common.operationExists(operation, e));
   }
 }
 

@@ -60,55 +60,9 @@ function kindOf(db) {
   return 'client';
 }
 
-class PostgresTransaction {
-  #store;
-  #queryable;
-
+class PostgresTransaction extends common.SqlTransaction {
   constructor(store, queryable) {
-    this.#store = store;
-    this.#queryable = queryable;
-  }
-
-  #sql(name) {
-    return this.#store._sql[name];
-  }
-
-  async getReceipt(eventId) {
-    const { rows } = await run(this.#queryable, this.#sql('receipt'), [eventId]);
-    return common.receiptFromRow(rows[0]);
-  }
-
-  async getWorkflow(id) {
-    const { rows } = await run(this.#queryable, this.#sql('workflow'), [id]);
-    return common.workflowFromRow(rows[0]);
-  }
-
-  async getOperation(id) {
-    const { rows } = await run(this.#queryable, this.#sql('operation'), [id]);
-    return common.operationFromRow(rows[0]);
-  }
-
-  async insertReceipt(receipt) {
-    const values = common.receiptValues(receipt, this.#store.now());
-    const { count } = await run(this.#queryable, this.#sql('insertReceipt'), values, (e) => common.receiptExists(receipt, e));
-    if (count === 0) throw common.receiptExists(receipt);
-  }
-
-  async writeWorkflow(write) {
-    const change = common.workflowPatch(write);
-    const now = this.#store.now();
-    const { count } = change.expect === null
-      ? await run(this.#queryable, this.#sql('insertWorkflow'),
-        [change.id, change.status, change.revision, JSON.stringify(change.kept), now, now], (e) => common.workflowChanged(write, e))
-      : await run(this.#queryable, this.#sql('updateWorkflow'),
-        [change.status, change.revision, JSON.stringify(change.patch), now, change.id, change.expect.status, change.expect.revision]);
-    if (count !== 1) throw common.workflowChanged(write);
-  }
-
-  async insertOperation(operation) {
-    const values = common.operationValues(operation, this.#store.now());
-    const { count } = await run(this.#queryable, this.#sql('insertOperation'), values, (e) => common.operationExists(operation, e));
-    if (count === 0) throw common.operationExists(operation);
+    super(store, (sql, values, onUnique) => run(queryable, sql, values, onUnique));
   }
 }
 
