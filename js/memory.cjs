@@ -7,7 +7,7 @@
 const { IdemflowError } = require('./errors.cjs');
 const { processEvent } = require('./host.cjs');
 const { isClaimable } = require('./outbox.cjs');
-const { OutboxStoreBase, fieldOf, invalidArgument, resolveClock } = require('./adapter-common.cjs');
+const { OutboxStoreBase, fieldOf, invalidArgument, operationRecord, resolveClock } = require('./adapter-common.cjs');
 
 function copy(value) {
   return value === undefined ? null : structuredClone(value);
@@ -24,26 +24,6 @@ function applySet(base, set) {
 
 function byId(a, b) {
   return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
-}
-
-/** The outbox row for a new operation: pending and due now. */
-function newOperation(operation, now) {
-  return {
-    id: operation.id,
-    type: operation.type,
-    workflowId: operation.workflowId,
-    eventId: operation.eventId,
-    payload: structuredClone(operation.payload ?? {}),
-    status: 'pending',
-    attempts: 0,
-    nextAttemptAt: now,
-    leaseOwner: null,
-    leaseExpiresAt: null,
-    fencingToken: 0,
-    lastError: null,
-    createdAt: now,
-    updatedAt: now,
-  };
 }
 
 /** Reads see the transaction's own writes; nothing reaches the store until commit. */
@@ -107,7 +87,7 @@ class MemoryTransaction {
         details: { operationId: operation.id, workflowId: operation.workflowId, eventId: operation.eventId },
       });
     }
-    this.#writes.outbox.set(operation.id, newOperation(operation, this.#clock()));
+    this.#writes.outbox.set(operation.id, operationRecord(operation, this.#clock()));
   }
 
   /** @internal */

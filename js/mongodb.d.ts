@@ -20,19 +20,13 @@ export interface MongoStoreOptions extends StoreOptions {
  * nextAttemptAt, leaseOwner, leaseExpiresAt, fencingToken, lastError,
  * createdAt, updatedAt}. An outbox store too: a claim is one findOneAndUpdate per operation.
  */
-export declare class MongoStore extends OutboxStoreBase implements DurableStore {
+export declare class MongoStore extends OutboxStoreBase {
   constructor(client: MongoClient, options?: MongoStoreOptions);
   /** The MongoClient the store works through (the host owns and closes it). */
   readonly client: MongoClient;
   readonly db: Db;
-  readonly tables: Readonly<TableNames>;
-  maxAttempts?: number;
+}
+/** Every member of the DurableStore contract (declaration merging keeps them in one place). */
+export interface MongoStore extends DurableStore {
   now(): number;
-  migrate(): Promise<void>;
-  transaction<T>(fn: (tx: DurableStoreTransaction) => Promise<T>): Promise<T>;
-  process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
-  putWorkflow(workflow: Workflow): Promise<void>;
-  getWorkflow(id: string): Promise<Workflow | null>;
-  getReceipt(eventId: string): Promise<RecordedReceipt | null>;
-  getOperation(id: string): Promise<StoredOperation | null>;
 }

@@ -32,18 +32,12 @@ export interface MysqlStoreOptions extends StoreOptions {
  * A durable store over MySQL or MariaDB (InnoDB). An outbox store too: a claim locks due rows
  * FOR UPDATE SKIP LOCKED (MySQL 8, MariaDB 10.6+) in a short READ COMMITTED transaction.
  */
-export declare class MysqlStore extends OutboxStoreBase implements DurableStore {
+export declare class MysqlStore extends OutboxStoreBase {
   constructor(db: MysqlPool | MysqlConnection | MysqlCallbackClient, options?: MysqlStoreOptions);
   /** The Pool or Connection (promise flavour) the store works through (the host owns and closes it). */
   readonly client: MysqlPool | MysqlConnection;
-  readonly tables: Readonly<TableNames>;
-  maxAttempts?: number;
+}
+/** Every member of the DurableStore contract (declaration merging keeps them in one place). */
+export interface MysqlStore extends DurableStore {
   now(): number;
-  migrate(): Promise<void>;
-  transaction<T>(fn: (tx: DurableStoreTransaction) => Promise<T>): Promise<T>;
-  process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
-  putWorkflow(workflow: Workflow): Promise<void>;
-  getWorkflow(id: string): Promise<Workflow | null>;
-  getReceipt(eventId: string): Promise<RecordedReceipt | null>;
-  getOperation(id: string): Promise<StoredOperation | null>;
 }

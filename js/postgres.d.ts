@@ -35,18 +35,12 @@ export interface PGliteLike {
  * A durable store over PostgreSQL: a connection per transaction from a Pool, or transactions queued on one Client or PGlite.
  * An outbox store too: a claim is one statement that locks due rows FOR UPDATE SKIP LOCKED.
  */
-export declare class PostgresStore extends OutboxStoreBase implements DurableStore {
+export declare class PostgresStore extends OutboxStoreBase {
   constructor(db: PostgresPool | PostgresClient | PGliteLike, options?: StoreOptions);
   /** The pg Pool, pg Client or PGlite instance the store works through (the host owns and closes it). */
   readonly client: PostgresPool | PostgresClient | PGliteLike;
-  readonly tables: Readonly<TableNames>;
-  maxAttempts?: number;
+}
+/** Every member of the DurableStore contract (declaration merging keeps them in one place). */
+export interface PostgresStore extends DurableStore {
   now(): number;
-  migrate(): Promise<void>;
-  transaction<T>(fn: (tx: DurableStoreTransaction) => Promise<T>): Promise<T>;
-  process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
-  putWorkflow(workflow: Workflow): Promise<void>;
-  getWorkflow(id: string): Promise<Workflow | null>;
-  getReceipt(eventId: string): Promise<RecordedReceipt | null>;
-  getOperation(id: string): Promise<StoredOperation | null>;
 }

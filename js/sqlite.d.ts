@@ -35,21 +35,15 @@ export interface SqliteOpenOptions extends SqliteStoreOptions {
  * A durable store over one SQLite handle; transactions use BEGIN IMMEDIATE and run one at a time per store.
  * An outbox store too: a claim is one UPDATE … RETURNING inside BEGIN IMMEDIATE.
  */
-export declare class SqliteStore extends OutboxStoreBase implements DurableStore {
+export declare class SqliteStore extends OutboxStoreBase {
   constructor(db: SqliteHandle, options?: SqliteStoreOptions);
   /** Opens (or creates) a database file; the store owns the handle and close() closes it. */
   static open(filename: string, options?: SqliteOpenOptions): SqliteStore;
   readonly db: SqliteHandle;
-  readonly tables: Readonly<TableNames>;
-  maxAttempts?: number;
-  now(): number;
-  migrate(): Promise<void>;
-  transaction<T>(fn: (tx: DurableStoreTransaction) => Promise<T>): Promise<T>;
-  process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
-  putWorkflow(workflow: Workflow): Promise<void>;
-  getWorkflow(id: string): Promise<Workflow | null>;
-  getReceipt(eventId: string): Promise<import('./adapter-common.js').RecordedReceipt | null>;
-  getOperation(id: string): Promise<import('./adapter-common.js').StoredOperation | null>;
   /** Closes the handle when the store opened it (SqliteStore.open); otherwise does nothing. */
   close(): Promise<void>;
+}
+/** Every member of the DurableStore contract (declaration merging keeps them in one place). */
+export interface SqliteStore extends DurableStore {
+  now(): number;
 }
