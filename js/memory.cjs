@@ -7,7 +7,7 @@
 const { IdemflowError } = require('./errors.cjs');
 const { processEvent } = require('./host.cjs');
 const { isClaimable } = require('./outbox.cjs');
-const { OutboxStoreBase, fieldOf, invalidArgument, operationRecord, resolveClock } = require('./adapter-common.cjs');
+const { OutboxStoreBase, Serializer, fieldOf, invalidArgument, operationRecord, resolveClock } = require('./adapter-common.cjs');
 
 function copy(value) {
   return value === undefined ? null : structuredClone(value);
@@ -100,7 +100,7 @@ class MemoryTransaction {
 
 class InMemoryStore extends OutboxStoreBase {
   #data = { workflows: new Map(), inbox: new Map(), outbox: new Map() };
-  #tail = Promise.resolve();
+  #serializer = new Serializer();
   #clock;
 
   /**
@@ -161,16 +161,8 @@ class InMemoryStore extends OutboxStoreBase {
     });
   }
 
-  async #alone(fn) {
-    const previous = this.#tail;
-    let release;
-    this.#tail = new Promise((resolve) => { release = resolve; });
-    await previous;
-    try {
-      return await fn();
-    } finally {
-      release();
-    }
+  #alone(fn) {
+    return this.#serializer.run(fn);
   }
 
   /** Copies of every table, as Maps keyed by id. */
