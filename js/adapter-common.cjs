@@ -802,6 +802,15 @@ function mapDriverError(error, classify, onUnique) {
   return storeUnavailable(error, 'database-error');
 }
 
+/** ROLLBACK on a server connection; a connection that is gone rolls back by itself. */
+async function rollbackQuietly(connection) {
+  try {
+    await connection.query('ROLLBACK');
+  } catch {
+    // The connection is gone; the server rolls the transaction back itself.
+  }
+}
+
 /** Runs transactions one after another on one connection, in call order. */
 class Serializer {
   #tail = Promise.resolve();
@@ -853,5 +862,6 @@ module.exports = {
   isNetworkError,
   mapDriverError,
   Serializer,
+  rollbackQuietly,
   isStoreUnavailable: (error) => error instanceof IdemflowError && error.code === STORE_UNAVAILABLE,
 };

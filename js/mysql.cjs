@@ -298,24 +298,16 @@ async function onConnection(connection, work, isolation) {
   try {
     result = await work(connection);
   } catch (error) {
-    await rollback(connection);
+    await common.rollbackQuietly(connection);
     throw error;
   }
   try {
     await run(connection, 'COMMIT', []);
   } catch (error) {
-    await rollback(connection);
+    await common.rollbackQuietly(connection);
     throw error;
   }
   return result;
-}
-
-async function rollback(connection) {
-  try {
-    await connection.query('ROLLBACK');
-  } catch {
-    // The connection is gone; the server rolls the transaction back itself.
-  }
 }
 
 function statements(tables) {

@@ -200,14 +200,14 @@ async function onConnection(connection, work) {
   try {
     result = await work(connection);
   } catch (error) {
-    await rollback(connection);
+    await common.rollbackQuietly(connection);
     throw error;
   }
   let committed;
   try {
     committed = await run(connection, 'COMMIT', []);
   } catch (error) {
-    await rollback(connection);
+    await common.rollbackQuietly(connection);
     throw error;
   }
   // COMMIT of a transaction a failed statement had aborted answers ROLLBACK.
@@ -215,14 +215,6 @@ async function onConnection(connection, work) {
     throw common.lostRace(new Error('COMMIT rolled back an aborted transaction'), 'transaction-aborted');
   }
   return result;
-}
-
-async function rollback(connection) {
-  try {
-    await connection.query('ROLLBACK');
-  } catch {
-    // The connection is gone; the server rolls the transaction back itself.
-  }
 }
 
 function statements(tables) {
