@@ -279,11 +279,15 @@ function receiptFromRecord(record) {
   if (record === null || record === undefined) return null;
   if (typeof record !== 'object') throw invalidRecord('receipt', '(record)', 'is not an object');
   const ruleSet = record.ruleSet !== null && typeof record.ruleSet === 'object' ? record.ruleSet : null;
-  return receiptFromRow({
+  // A snapshot from before receipts were stamped holds none: left out, as it was.
+  const stamped = record.recordedAt !== undefined && record.recordedAt !== null;
+  const receipt = receiptFromRow({
     event_id: record.eventId, fingerprint: record.fingerprint, workflow_id: record.workflowId, event_type: record.eventType,
     outcome: record.outcome, rule_set_id: ruleSet ? ruleSet.id : record.ruleSet, rule_set_version: ruleSet?.version,
-    rule_set_hash: ruleSet?.hash, recorded_at: record.recordedAt,
+    rule_set_hash: ruleSet?.hash, recorded_at: stamped ? record.recordedAt : 0,
   });
+  if (!stamped) delete receipt.recordedAt;
+  return receipt;
 }
 
 /** A new inbox receipt's fields, named as in MongoDB and in INBOX_COLUMNS order. */
