@@ -180,11 +180,11 @@ const MAX_SAFE_BIGINT = BigInt(Number.MAX_SAFE_INTEGER);
  * a bigint, or the canonical decimal text some drivers hand back for BIGINT
  * (pg, mysql2 with bigNumberStrings). '', ' 3', '3e0', '0x3', 3.5 and -1 are refused.
  */
-function wholeColumn(value, record, field, id) {
+function wholeColumn(value, record, field, id, text = true) {
   let number = Number.NaN;
   if (typeof value === 'number') number = value;
   else if (typeof value === 'bigint') number = value >= 0n && value <= MAX_SAFE_BIGINT ? Number(value) : Number.NaN;
-  else if (typeof value === 'string' && CANONICAL_WHOLE.test(value)) number = Number(value);
+  else if (text && typeof value === 'string' && CANONICAL_WHOLE.test(value)) number = Number(value);
   if (!Number.isSafeInteger(number) || number < 0) {
     throw invalidRecord(record, field, `is not a whole number from 0 to 2^53 - 1 (${describeValue(value)})`, id);
   }
@@ -246,11 +246,15 @@ function objectColumn(value, record, field, id) {
 /**
  * `{id, status, revision, ...data}` from a row of the workflows table. The
  * recorded fields must be what a store writes: field names holding strings.
+ * `numbers`: the store holds numbers as numbers (MongoDB, memory), so a
+ * revision held as text, even '3', is damage: a compare-and-set on the number
+ * would never match it.
  */
-function workflowFromRow(row) {
+function workflowFromRow(row, { numbers = false } = {}) {
   if (!row) return null;
   const id = textColumn(row.id, 'workflow', 'id');
-  const workflow = { id, status: textColumn(row.status, 'workflow', 'status', id), revision: wholeColumn(row.revision, 'workflow', 'revision', id) };
+  const revision = wholeColumn(row.revision, 'workflow', 'revision', id, !numbers);
+  const workflow = { id, status: textColumn(row.status, 'workflow', 'status', id), revision };
   const data = objectColumn(row.data, 'workflow', 'data', id);
   for (const field of Object.keys(data)) {
     if (RESERVED_FIELDS.has(field)) continue;
@@ -271,7 +275,7 @@ function workflowFromRecord(record) {
   // Null prototype: a "__proto__" key stays a key, and the data reader refuses it.
   const data = Object.create(null);
   for (const key of Object.keys(record)) if (!RESERVED_FIELDS.has(key)) data[key] = record[key];
-  return workflowFromRow({ id: record.id, status: record.status, revision: record.revision, data });
+  return workflowFromRow({ id: record.id, status: record.status, revision: record.revision, data }, { numbers: true });
 }
 
 /** A receipt an in-memory store holds (as receiptRecord names it, ruleSet nested), read like a row. */

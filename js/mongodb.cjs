@@ -89,7 +89,7 @@ async function run(call, onUnique) {
 /** @param {WorkflowDocument | null} doc */
 function workflowFromDocument(doc) {
   if (!doc) return null;
-  return common.workflowFromRow({ id: doc._id, status: doc.status, revision: doc.revision, data: doc.data ?? {} });
+  return common.workflowFromRow({ id: doc._id, status: doc.status, revision: doc.revision, data: doc.data ?? {} }, { numbers: true });
 }
 
 /** @param {ReceiptDocument | null} doc */
