@@ -76,3 +76,16 @@ test('deposit-swap v1: the same property finds a confirmation or a reversal that
   assert.notDeepEqual(problems, []);
   assert.notDeepEqual(overtakings(shuffled.run), [], 'the counterexample has a confirmation or a reversal before its detection');
 });
+
+test('deposit-swap v2: the reference needs the declared races: without the deadline race the property fails on it', async (t) => {
+  // The deadline against the deposit is a race whose order is the meaning; an
+  // in-order delivery that ignores how the shuffled one decided it must differ.
+  const races = RACES.filter((pair) => !pair.includes('DEADLINE_PASSED'));
+  const store = new InMemoryStore();
+  const result = await fc.check(reorderProperty(store, V2, { races }), { numRuns: 2_000, seed: SEED });
+  assert.equal(result.failed, true, 'the property passed without the deadline race');
+  const { shuffled, inOrder, problems } = await runCase(store, V2, ...result.counterexample, races);
+  t.diagnostic(`${problems.join('; ')}; shuffled: ${describeTrace(shuffled.run)}; in order: ${describeTrace(inOrder.run)}`);
+  assert.notDeepEqual(problems, []);
+  assert.ok(shuffled.run.trace.some((a) => a.type === 'DEADLINE_PASSED'), 'the counterexample has a deadline');
+});
