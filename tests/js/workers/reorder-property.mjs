@@ -30,7 +30,8 @@
 //   when published, retries appended too.
 // - The end state compared: status, the recorded fields, the set of outbox
 //   operation ids (their templates: the ids embed the workflow id), the
-//   multiset of event types answered with a final error (reconcile, reject),
+//   multiset of event types answered with a final error (any disposition but
+//   retry),
 //   and the events left undelivered after a generous step bound (an event
 //   deferred forever). Not the revision: absorbing an overtaken event reaches
 //   the same state in fewer transitions (a confirmation in `waiting` goes
@@ -43,13 +44,14 @@
 // (the deadline against the deposit, the reversal against the money moving on)
 // the order the swap saw them in is the meaning, so the shuffled delivery is
 // compared with the in-order delivery that saw each racing pair in the same
-// order, and only with it. That reference is the FIFO above with one change:
-// the first event of a racing type waits while a racing partner that the
-// shuffled delivery saw before it has not been seen yet (the in-order queue
-// skips ahead to the next event that may go). Only first events are held:
-// once a type was seen, its re-publications and duplicates change nothing the
-// race decided, which is what the verifier's model says too (it keys races
-// on the first delivery of each type).
+// order, and only with it. ("Saw" means answered with anything but retry: a
+// deferred event did not reach the workflow.) That reference is the FIFO above
+// with one change: the first event of a racing type waits while a racing
+// partner that the shuffled delivery saw before it has not been seen yet (the
+// in-order queue skips ahead to the next event that may go). Only first events
+// are held: a race is decided by which type the swap saw first, as in the
+// verifier's model (it keys races on the first delivery of each type); what
+// later copies do after that is part of what the property checks.
 // One refinement makes that reference exist. A type that others follow is
 // implied by them: a confirmation or a reversal seen before its detection
 // means the swap learned of the deposit then. So the race position of
@@ -410,7 +412,7 @@ export async function checkStore(kind, { runs, seed }) {
   const coverage = new Coverage();
   let error = null;
   try {
-    await fc.assert(reorderProperty(store, V2, { coverage }), { numRuns: runs, seed });
+    await fc.assert(reorderProperty(store, V2, { coverage }), { numRuns: runs, seed, includeErrorInReport: true });
   } catch (failure) {
     error = failure instanceof Error ? failure.message : String(failure);
   } finally {
