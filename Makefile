@@ -80,3 +80,8 @@ bench: examples
 
 clean:
 	rm -rf pkg target/npm tests/js/node_modules
+
+# A longer reorder-safety campaign than the 10,000 cases per store of `make test`.
+.PHONY: reorder-campaign
+reorder-campaign: pkg tests/js/node_modules/.installed
+	cd tests/js && IDEMFLOW_REORDER_RUNS=$${IDEMFLOW_REORDER_RUNS:-200000} node --test test/reorder.test.mjs
