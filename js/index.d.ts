@@ -498,7 +498,7 @@ export interface OutboxConsumerEvents {
   /** A result the store refused: the claim had been taken over; nothing was recorded. */
   'stale-completion': OperationEvent & { verdict: 'done' | 'retry' | 'dead' | 'release' };
   'store-error': Partial<OperationEvent> & { during: string; error: unknown };
-  stopped: { abandoned: string[] };
+  stopped: { abandoned: string[]; claimPending: boolean };
 }
 
 export interface RoundCounts {
@@ -518,7 +518,8 @@ export interface OutboxConsumer {
   readonly running: boolean;
   stats(): RoundCounts & { leaseLost: number };
   start(): this;
-  stop(options?: { timeoutMs?: number; abortGraceMs?: number }): Promise<{ abandoned: string[] }>;
+  /** Resolves within timeoutMs + abortGraceMs: the operations left claimed, and whether a claim was still unanswered (its operations are released when it answers). */
+  stop(options?: { timeoutMs?: number; abortGraceMs?: number }): Promise<{ abandoned: string[]; claimPending: boolean }>;
   runOnce(): Promise<RoundCounts>;
   drain(options?: { maxRounds?: number }): Promise<RoundCounts & { rounds: number }>;
   renewLeases(): Promise<{ renewed: number; lost: number }>;
