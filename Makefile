@@ -12,7 +12,7 @@ VERSION := $(shell sed -n 's/^version = "\([^"]*\)"/\1/p' Cargo.toml | head -n 1
 TARBALL := target/npm/idemflow-$(VERSION).tgz
 SOURCES := $(shell find src js -type f) Cargo.toml Cargo.lock pkg.json README.md scripts/assemble-pkg.cjs
 
-.PHONY: all tools pkg test test-native test-wasm test-js examples demo bench clean
+.PHONY: all tools pkg test test-native test-wasm test-js examples demo bench clean faults
 
 all: pkg
 
@@ -51,6 +51,11 @@ test-wasm: tools
 test-js: pkg tests/js/node_modules/.installed
 	cd tests/js && npx --no-install tsc -p tsconfig.json
 	cd tests/js && node --test --test-concurrency=1 test/*.test.mjs test/*.test.cjs
+
+# The long fault campaign: throwaway PostgreSQL 15 and MariaDB servers of its
+# own, many faults and deliveries, the figures printed (make test runs a slice).
+faults: pkg tests/js/node_modules/.installed
+	cd tests/js && node workers/fault-campaign.mjs
 
 # Examples import 'idemflow' by name, so they run from the test project that installed it.
 examples: pkg tests/js/node_modules/.installed
