@@ -12,7 +12,7 @@ VERSION := $(shell sed -n 's/^version = "\([^"]*\)"/\1/p' Cargo.toml | head -n 1
 TARBALL := target/npm/idemflow-$(VERSION).tgz
 SOURCES := $(shell find src js -type f) Cargo.toml Cargo.lock pkg.json README.md scripts/assemble-pkg.cjs
 
-.PHONY: all tools pkg test test-native test-wasm test-js test-fuzz fuzz examples demo bench clean
+.PHONY: all tools pkg test test-native test-wasm test-js test-fuzz fuzz examples demo bench clean faults
 
 all: pkg
 
@@ -63,6 +63,11 @@ test-fuzz:
 
 fuzz:
 	fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# The long fault campaign: throwaway PostgreSQL 15 and MariaDB servers of its
+# own, many faults and deliveries, the figures printed (make test runs a slice).
+faults: pkg tests/js/node_modules/.installed
+	cd tests/js && node workers/fault-campaign.mjs
 
 # Examples import 'idemflow' by name, so they run from the test project that installed it.
 examples: pkg tests/js/node_modules/.installed

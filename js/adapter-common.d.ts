@@ -46,6 +46,22 @@ export interface StoreOptions {
   now?: () => number;
 }
 
+/** The bounds of a store over a server (PostgreSQL, PGlite, MySQL/MariaDB, MongoDB). */
+export interface TimeoutOptions {
+  /**
+   * Client-side bound on every store call (a transaction or a single outbox statement, connection
+   * checkout included), in ms (default 30000). Past it the call fails with STORE_UNAVAILABLE,
+   * details.reason 'timeout', and the connection it held is discarded.
+   */
+  timeoutMs?: number;
+  /**
+   * Server-side bound on each statement, in ms (default 10000; 0 leaves the server's own setting):
+   * PostgreSQL SET LOCAL statement_timeout, MariaDB SET STATEMENT max_statement_time and
+   * innodb_lock_wait_timeout, MongoDB maxTimeMS.
+   */
+  statementTimeoutMs?: number;
+}
+
 /** An inbox row as stored. (A type, not an interface, so it fits StoredReceipt's index signature.) */
 export type RecordedReceipt = {
   eventId: string;

@@ -585,7 +585,7 @@ export interface OutboxConsumerEvents {
   /** A result the store refused: the claim had been taken over; nothing was recorded. */
   'stale-completion': OperationEvent & { verdict: 'done' | 'retry' | 'dead' | 'release' };
   'store-error': Partial<OperationEvent> & { during: string; error: unknown };
-  stopped: { abandoned: string[] };
+  stopped: { abandoned: string[]; claimPending: boolean };
   /** A claimed row the store could not read: set aside as dead (when recorded), the rest of the claim runs. */
   quarantined: QuarantineReport;
 }
@@ -607,7 +607,8 @@ export interface OutboxConsumer {
   readonly running: boolean;
   stats(): RoundCounts & { leaseLost: number; quarantined: number };
   start(): this;
-  stop(options?: { timeoutMs?: number; abortGraceMs?: number }): Promise<{ abandoned: string[] }>;
+  /** Resolves within timeoutMs + abortGraceMs: the operations left claimed, and whether a claim was still unanswered (its operations are released when it answers). */
+  stop(options?: { timeoutMs?: number; abortGraceMs?: number }): Promise<{ abandoned: string[]; claimPending: boolean }>;
   runOnce(): Promise<RoundCounts>;
   drain(options?: { maxRounds?: number }): Promise<RoundCounts & { rounds: number }>;
   renewLeases(): Promise<{ renewed: number; lost: number }>;

@@ -72,13 +72,16 @@ function mapError(error, onUnique) {
 }
 
 /**
- * Runs one driver call and maps what it throws.
+ * Runs one driver call and maps what it throws. With a deadline, a call that
+ * would start after the time ran out fails at once (the caller has given up).
  * @template T
  * @param {() => Promise<T>} call
  * @param {(error: unknown) => IdemflowError} [onUnique]
+ * @param {{ check(): void }} [deadline]
  * @returns {Promise<T>}
  */
-async function run(call, onUnique) {
+async function run(call, onUnique, deadline) {
+  deadline?.check();
   try {
     return await call();
   } catch (error) {
@@ -122,53 +125,64 @@ class MongoTransaction {
   #store;
   /** @type {ClientSession} */
   #session;
+  /** @type {{ check(): void }} */
+  #deadline;
 
   /**
    * @param {MongoStore} store
    * @param {ClientSession} session
+   * @param {{ check(): void }} deadline
    */
-  constructor(store, session) {
+  constructor(store, session, deadline) {
     this.#store = store;
     this.#session = session;
+    this.#deadline = deadline;
+  }
+
+  /**
+   * One driver call of this transaction, within the transaction's deadline.
+   * @template T
+   * @param {(options: { session: ClientSession, maxTimeMS?: number }) => Promise<T>} call
+   * @param {(error: unknown) => IdemflowError} [onUnique]
+   * @returns {Promise<T>}
+   */
+  #run(call, onUnique) {
+    const options = { session: this.#session, ...this.#store._serverBound() };
+    return run(() => call(options), onUnique, this.#deadline);
   }
 
   /** @param {string} eventId */
   async getReceipt(eventId) {
-    const session = this.#session;
-    return receiptFromDocument(await run(() => this.#store._inbox().findOne({ _id: eventId }, { session })));
+    return receiptFromDocument(await this.#run((options) => this.#store._inbox().findOne({ _id: eventId }, options)));
   }
 
   /** @param {string} id */
   async getWorkflow(id) {
-    const session = this.#session;
-    return workflowFromDocument(await run(() => this.#store._workflows().findOne({ _id: id }, { session })));
+    return workflowFromDocument(await this.#run((options) => this.#store._workflows().findOne({ _id: id }, options)));
   }
 
   /** @param {string} id */
   async getOperation(id) {
-    const session = this.#session;
-    return common.operationView(operationRow(await run(() => this.#store._outbox().findOne({ _id: id }, { session }))));
+    return common.operationView(operationRow(await this.#run((options) => this.#store._outbox().findOne({ _id: id }, options))));
   }
 
   /** @param {import('./index.js').Receipt} receipt */
   async insertReceipt(receipt) {
     const { eventId, ...fields } = common.receiptRecord(receipt, this.#store.now());
-    const session = this.#session;
     /** @type {ReceiptDocument} */
     const doc = { _id: eventId, ...fields };
-    await run(() => this.#store._inbox().insertOne(doc, { session }), (e) => common.receiptExists(receipt, e));
+    await this.#run((options) => this.#store._inbox().insertOne(doc, options), (e) => common.receiptExists(receipt, e));
   }
 
   /** @param {import('./index.js').WorkflowWrite} write */
   async writeWorkflow(write) {
     const change = common.workflowPatch(write);
     const now = this.#store.now();
-    const session = this.#session;
     const workflows = this.#store._workflows();
     if (change.expect === null) {
       /** @type {WorkflowDocument} */
       const doc = { _id: change.id, status: change.status, revision: change.revision, data: change.kept, createdAt: now, updatedAt: now };
-      await run(() => workflows.insertOne(doc, { session }), (e) => common.workflowChanged(write, e));
+      await this.#run((options) => workflows.insertOne(doc, options), (e) => common.workflowChanged(write, e));
       return;
     }
     /** @type {Record<string, unknown>} */
@@ -179,7 +193,7 @@ class MongoTransaction {
     for (const field of change.removed) unset[`data.${field}`] = '';
     const update = change.removed.length > 0 ? { $set: set, $unset: unset } : { $set: set };
     const { expect } = change;
-    const result = await run(() => workflows.updateOne({ _id: change.id, status: expect.status, revision: expect.revision }, update, { session }));
+    const result = await this.#run((options) => workflows.updateOne({ _id: change.id, status: expect.status, revision: expect.revision }, update, options));
     if (result.matchedCount !== 1) throw common.workflowChanged(write);
   }
 
@@ -188,8 +202,7 @@ class MongoTransaction {
     const { id, ...fields } = common.operationRecord(operation, this.#store.now());
     /** @type {OperationDocument} */
     const doc = { _id: id, ...fields };
-    const session = this.#session;
-    await run(() => this.#store._outbox().insertOne(doc, { session }), (e) => common.operationExists(operation, e));
+    await this.#run((options) => this.#store._outbox().insertOne(doc, options), (e) => common.operationExists(operation, e));
   }
 }
 
@@ -201,10 +214,13 @@ class MongoTransaction {
 class MongoStore extends common.OutboxStoreBase {
   /** @type {() => number} */
   #clock;
+  /** @type {{ timeoutMs: number, statementTimeoutMs: number }} */
+  #timeouts;
 
   /**
    * @param {MongoClient} client
-   * @param {{ db?: Db | string, tables?: { workflows?: string, inbox?: string, outbox?: string }, maxAttempts?: number, now?: () => number }} [options]
+   * @param {{ db?: Db | string, tables?: { workflows?: string, inbox?: string, outbox?: string }, maxAttempts?: number, now?: () => number,
+   *   timeoutMs?: number, statementTimeoutMs?: number }} [options]
    */
   constructor(client, options = {}) {
     super();
@@ -221,10 +237,41 @@ class MongoStore extends common.OutboxStoreBase {
     /** @type {number | undefined} */
     this.maxAttempts = common.resolveMaxAttempts(opts.maxAttempts);
     this.#clock = common.resolveClock(opts.now);
+    this.#timeouts = common.resolveTimeouts(opts);
+    // The client re-emits its topology's 'error'; with no listener Node would end the process.
+    common.watchClient(client);
   }
 
   now() {
     return this.#clock();
+  }
+
+  /**
+   * @internal body(deadline), failed with STORE_UNAVAILABLE (reason 'timeout') after options.timeoutMs.
+   * @template T
+   * @param {string} operation
+   * @param {(deadline: { check(): void }) => Promise<T>} body
+   * @returns {Promise<T>}
+   */
+  _within(operation, body) {
+    return common.withDeadline(this.#timeouts.timeoutMs, operation, body);
+  }
+
+  /**
+   * @internal one driver call outside a transaction, within options.timeoutMs
+   * @template T
+   * @param {string} operation
+   * @param {() => Promise<T>} call
+   * @returns {Promise<T>}
+   */
+  _call(operation, call) {
+    return this._within(operation, (deadline) => run(call, undefined, deadline));
+  }
+
+  /** @internal the server-side bound of one operation: `{ maxTimeMS }`, or nothing when statementTimeoutMs is 0 */
+  _serverBound() {
+    const { statementTimeoutMs } = this.#timeouts;
+    return statementTimeoutMs > 0 ? { maxTimeMS: statementTimeoutMs } : {};
   }
 
   /** @internal @returns {import('mongodb').Collection<WorkflowDocument>} */
@@ -248,6 +295,11 @@ class MongoStore extends common.OutboxStoreBase {
    * (status, leaseExpiresAt) and (status, updatedAt).
    */
   async migrate() {
+    return this._within('migrate', (deadline) => this.#migrate(deadline));
+  }
+
+  /** @param {{ check(): void }} deadline */
+  async #migrate(deadline) {
     for (const name of Object.values(this.tables)) {
       await run(async () => {
         try {
@@ -255,12 +307,12 @@ class MongoStore extends common.OutboxStoreBase {
         } catch (error) {
           if (!(error && typeof error === 'object' && 'code' in error && error.code === NAMESPACE_EXISTS)) throw error;
         }
-      });
+      }, undefined, deadline);
     }
-    await run(() => this._inbox().createIndex({ recordedAt: 1 }));
-    await run(() => this._outbox().createIndex({ status: 1, nextAttemptAt: 1 }));
-    await run(() => this._outbox().createIndex({ status: 1, leaseExpiresAt: 1 }));
-    await run(() => this._outbox().createIndex({ status: 1, updatedAt: 1 }));
+    await run(() => this._inbox().createIndex({ recordedAt: 1 }), undefined, deadline);
+    await run(() => this._outbox().createIndex({ status: 1, nextAttemptAt: 1 }), undefined, deadline);
+    await run(() => this._outbox().createIndex({ status: 1, leaseExpiresAt: 1 }), undefined, deadline);
+    await run(() => this._outbox().createIndex({ status: 1, updatedAt: 1 }), undefined, deadline);
   }
 
   /**
@@ -272,22 +324,36 @@ class MongoStore extends common.OutboxStoreBase {
    * @param {(tx: MongoTransaction) => Promise<T>} fn
    * @returns {Promise<T>}
    */
-  async transaction(fn) {
+  transaction(fn) {
+    return this._within('transaction', (deadline) => this.#transactionWithin(deadline, fn));
+  }
+
+  /**
+   * @template T
+   * @param {{ check(): void }} deadline
+   * @param {(tx: MongoTransaction) => Promise<T>} fn
+   * @returns {Promise<T>}
+   */
+  async #transactionWithin(deadline, fn) {
     /** @type {{ value: T } | null} */
     let outcome = null;
     /** @type {unknown} */
     let fnError = null;
+    const { maxTimeMS } = this._serverBound();
+    const commitBound = maxTimeMS === undefined ? {} : { maxCommitTimeMS: maxTimeMS };
     try {
       await this.client.withSession(async (session) => {
         await session.withTransaction(async () => {
           outcome = null;
           try {
-            outcome = { value: await fn(new MongoTransaction(this, session)) };
+            // A retry of the driver's after the time ran out throws here, which ends its retries.
+            deadline.check();
+            outcome = { value: await fn(new MongoTransaction(this, session, deadline)) };
           } catch (error) {
             fnError = error;
             throw error;
           }
-        }, TRANSACTION_OPTIONS);
+        }, { ...TRANSACTION_OPTIONS, ...commitBound });
       });
     } catch (error) {
       if (error === fnError) throw error;
@@ -314,16 +380,16 @@ class MongoStore extends common.OutboxStoreBase {
     const row = common.workflowColumns(workflow);
     const now = this.now();
     const data = JSON.parse(row.data);
-    await run(() => this._workflows().updateOne(
+    await this._call('putWorkflow', () => this._workflows().updateOne(
       { _id: row.id },
       { $set: { status: row.status, revision: row.revision, data, updatedAt: now }, $setOnInsert: { createdAt: now } },
-      { upsert: true, writeConcern: { w: 'majority' } },
+      { upsert: true, writeConcern: { w: 'majority' }, ...this._serverBound() },
     ));
   }
 
   /** @param {string} id */
   async getWorkflow(id) {
-    return workflowFromDocument(await run(() => this._workflows().findOne({ _id: id })));
+    return workflowFromDocument(await this._call('getWorkflow', () => this._workflows().findOne({ _id: id }, this._serverBound())));
   }
 
   /**
@@ -331,7 +397,7 @@ class MongoStore extends common.OutboxStoreBase {
    * @param {string} eventId
    */
   async getReceipt(eventId) {
-    return receiptFromDocument(await run(() => this._inbox().findOne({ _id: eventId })));
+    return receiptFromDocument(await this._call('getReceipt', () => this._inbox().findOne({ _id: eventId }, this._serverBound())));
   }
 
   /**
@@ -339,7 +405,7 @@ class MongoStore extends common.OutboxStoreBase {
    * @param {string} id
    */
   async _row(id) {
-    return operationRow(await run(() => this._outbox().findOne({ _id: id })));
+    return operationRow(await this._call('getOperation', () => this._outbox().findOne({ _id: id }, this._serverBound())));
   }
 
   // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)
@@ -350,7 +416,15 @@ class MongoStore extends common.OutboxStoreBase {
    * returned (to be run, not left to expire); the next claim meets the failure.
    * @param {{ owner: string, now: number, leaseExpiresAt: number, limit: number, types: string[] | null }} request
    */
-  async _claim(request) {
+  _claim(request) {
+    return this._within('claimOperations', (deadline) => this.#claim(request, deadline));
+  }
+
+  /**
+   * @param {{ owner: string, now: number, leaseExpiresAt: number, limit: number, types: string[] | null }} request
+   * @param {{ check(): void }} deadline
+   */
+  async #claim(request, deadline) {
     const { owner, now, leaseExpiresAt, limit, types } = request;
     /** @type {import('mongodb').Filter<OperationDocument>} */
     const due = {
@@ -362,7 +436,9 @@ class MongoStore extends common.OutboxStoreBase {
     while (claimed.length < limit) {
       let doc;
       try {
-        doc = await run(() => this._outbox().findOneAndUpdate(due, update, { sort: { nextAttemptAt: 1, _id: 1 }, returnDocument: 'after', ...MAJORITY }));
+        doc = await run(() => this._outbox().findOneAndUpdate(due, update, {
+          sort: { nextAttemptAt: 1, _id: 1 }, returnDocument: 'after', ...MAJORITY, ...this._serverBound(),
+        }), undefined, deadline);
       } catch (error) {
         if (claimed.length === 0) throw error;
         break;
@@ -381,7 +457,8 @@ class MongoStore extends common.OutboxStoreBase {
     /** @type {import('mongodb').Filter<OperationDocument>} */
     const filter = { _id: change.id, status: change.status, ...(change.fencingToken === undefined ? {} : { fencingToken: change.fencingToken }) };
     const set = Object.fromEntries(Object.entries(change.set).map(([column, value]) => [common.fieldOf(column), value]));
-    const result = await run(() => this._outbox().updateOne(filter, change.giveBackAttempt ? { $set: set, $inc: { attempts: -1 } } : { $set: set }, MAJORITY));
+    const result = await this._call('update', () => this._outbox().updateOne(filter, change.giveBackAttempt ? { $set: set, $inc: { attempts: -1 } } : { $set: set },
+      { ...MAJORITY, ...this._serverBound() }));
     return result.matchedCount === 1;
   }
 
@@ -392,7 +469,7 @@ class MongoStore extends common.OutboxStoreBase {
   async _list({ status, limit, afterId }) {
     /** @type {import('mongodb').Filter<OperationDocument>} */
     const filter = { ...(status === null ? {} : { status }), ...(afterId === null ? {} : { _id: { $gt: afterId } }) };
-    const docs = await run(() => this._outbox().find(filter, { sort: { _id: 1 }, limit }).toArray());
+    const docs = await this._call('listOperations', () => this._outbox().find(filter, { sort: { _id: 1 }, limit, ...this._serverBound() }).toArray());
     return docs.map(operationRow);
   }
 
@@ -410,9 +487,10 @@ class MongoStore extends common.OutboxStoreBase {
      * @param {import('mongodb').Sort} sort
      */
     const batch = async (collection, filter, sort) => {
-      const ids = (await run(() => collection.find(filter, { projection: { _id: 1 }, sort, limit: batchSize }).toArray())).map((doc) => doc._id);
+      const ids = (await this._call('purge', () => collection.find(filter, { projection: { _id: 1 }, sort, limit: batchSize, ...this._serverBound() }).toArray()))
+        .map((doc) => doc._id);
       if (ids.length === 0) return 0;
-      return (await run(() => collection.deleteMany({ ...filter, _id: { $in: ids } }, MAJORITY))).deletedCount;
+      return (await this._call('purge', () => collection.deleteMany({ ...filter, _id: { $in: ids } }, { ...MAJORITY, ...this._serverBound() }))).deletedCount;
     };
     return target === 'receipts'
       ? batch(this._inbox(), { recordedAt: { $lt: olderThan } }, { recordedAt: 1 })

@@ -32,6 +32,8 @@ function classify(error) {
   if (errno === 1213) return { type: 'race', reason: 'deadlock' };
   if (errno === 1205) return { type: 'race', reason: 'lock-timeout' };
   if (errno === 1020) return { type: 'race', reason: 'serialization-failure' }; // record changed since last read
+  // max_statement_time (MariaDB 1969) or max_execution_time (MySQL 3024) ran out: redeliver later.
+  if (errno === 1969 || errno === 3024) return { type: 'unavailable', reason: 'timeout' };
   if (common.isNetworkError(error)) {
     return { type: 'unavailable', reason: error.code === 'ECONNREFUSED' ? 'connection-refused' : 'network-error' };
   }
@@ -109,10 +111,13 @@ class MysqlStore extends common.SqlOutboxStoreBase {
   #serializer = new common.Serializer();
   #clock;
   #collation;
+  #timeouts;
+  #watch = null;
+  #flavour = null;
 
   /**
    * @param {object} db a mysql2 Pool or Connection
-   * @param {{ tables?: object, maxAttempts?: number, now?: () => number, collation?: string }} [options]
+   * @param {{ tables?: object, maxAttempts?: number, now?: () => number, collation?: string, timeoutMs?: number, statementTimeoutMs?: number }} [options]
    */
   constructor(db, options = {}) {
     super();
@@ -132,6 +137,9 @@ class MysqlStore extends common.SqlOutboxStoreBase {
     this.maxAttempts = common.resolveMaxAttempts(opts.maxAttempts);
     this.#clock = common.resolveClock(opts.now);
     this.#collation = opts.collation ?? null;
+    this.#timeouts = common.resolveTimeouts(opts);
+    // A Connection the host hands in is held for the store's lifetime; pool connections are watched while checked out.
+    if (kind === 'connection') this.#watch = common.watchClient(client.connection ?? client);
     /** @internal */
     this._sql = statements(this.tables);
     /** @internal */
@@ -222,25 +230,77 @@ class MysqlStore extends common.SqlOutboxStoreBase {
   }
 
   /** work(connection) between START TRANSACTION and COMMIT on one connection (at `isolation` when given). */
-  async #inTransaction(work, isolation) {
-    const begin = (connection) => onConnection(connection, work, isolation);
-    if (this.#kind === 'connection') return this.#serializer.run(() => begin(this.client));
-    let connection;
-    try {
-      connection = await this.client.getConnection();
-    } catch (error) {
-      throw mapError(error);
+  #inTransaction(work, isolation, operation = 'transaction') {
+    return this.#onConnection(operation, (connection, raw) => onConnection(connection, raw, work, isolation));
+  }
+
+  /**
+   * use(connection, raw) on a connection of this store, within
+   * options.timeoutMs: `connection` checks the deadline before every
+   * statement and carries the server-side statement bound; `raw` is for the
+   * rollback after a failure.
+   */
+  #onConnection(operation, use) {
+    return common.withDeadline(this.#timeouts.timeoutMs, operation, async (deadline) => {
+      if (this.#kind === 'connection') {
+        // The host's Connection is not ours to close: work that ran out of time
+        // sends nothing more; the calls queued behind it time out in the queue.
+        return this.#serializer.run(async () => {
+          deadline.check();
+          const bounded = await this.#bounded(this.client, deadline, this.#watch);
+          return use(bounded, this.client);
+        });
+      }
+      let connection;
+      try {
+        connection = await this.client.getConnection();
+      } catch (error) {
+        throw mapError(error);
+      }
+      // mysql2 emits 'error' on a pool connection the server closed; its own listener is a once().
+      const watch = new common.ConnectionWatch(connection.connection ?? connection);
+      let released = false;
+      const release = (broken) => {
+        if (released) return;
+        released = true;
+        watch.stop(broken);
+        if (broken) connection.destroy();
+        else connection.release();
+      };
+      deadline.onExpire(() => release(true));
+      let broken = false;
+      try {
+        deadline.check();
+        return await use(await this.#bounded(connection, deadline, watch), connection);
+      } catch (error) {
+        broken = watch.error !== null || (error instanceof IdemflowError && error.code === common.STORE_UNAVAILABLE);
+        throw error;
+      } finally {
+        release(broken || watch.error !== null);
+      }
+    });
+  }
+
+  /**
+   * The connection with this call's deadline and, on MariaDB, its statements
+   * bounded on the server: `SET STATEMENT max_statement_time = …,
+   * innodb_lock_wait_timeout = … FOR` in front of every read and write, which
+   * leaves the session's own settings alone. (MySQL has no such prefix for
+   * writes; there only the client-side bound applies.)
+   */
+  async #bounded(connection, deadline, watch) {
+    const guarded = common.guardedConnection(connection, deadline, watch);
+    const { statementTimeoutMs } = this.#timeouts;
+    if (statementTimeoutMs === 0) return guarded;
+    if (this.#flavour === null) {
+      const { rows } = await run(guarded, 'SELECT VERSION() AS version', []);
+      this.#flavour = /mariadb/i.test(String(rows[0].version)) ? 'mariadb' : 'mysql';
     }
-    let broken = false;
-    try {
-      return await begin(connection);
-    } catch (error) {
-      broken = error instanceof IdemflowError && error.code === common.STORE_UNAVAILABLE;
-      throw error;
-    } finally {
-      if (broken) connection.destroy();
-      else connection.release();
-    }
+    if (this.#flavour !== 'mariadb') return guarded;
+    const seconds = (statementTimeoutMs / 1000).toFixed(3);
+    const lockWait = Math.max(1, Math.ceil(statementTimeoutMs / 1000));
+    const prefix = `SET STATEMENT max_statement_time = ${seconds}, innodb_lock_wait_timeout = ${lockWait} FOR `;
+    return common.guardedConnection(connection, deadline, watch, (sql) => (/^\s*(SELECT|INSERT|UPDATE|DELETE)\b/i.test(sql) ? prefix + sql : sql));
   }
 
   // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)
@@ -281,9 +341,9 @@ class MysqlStore extends common.SqlOutboxStoreBase {
     return this.#query(sql, values);
   }
 
-  #query(sql, params) {
-    if (this.#kind === 'connection') return this.#serializer.run(() => run(this.client, sql, params));
-    return run(this.client, sql, params);
+  /** One statement in autocommit, under the same bounds as a transaction. */
+  #query(sql, params, operation = 'statement') {
+    return this.#onConnection(operation, (connection) => run(connection, sql, params));
   }
 }
 
@@ -291,7 +351,8 @@ function execute(connection, { sql, values }) {
   return run(connection, sql, values);
 }
 
-async function onConnection(connection, work, isolation) {
+/** Statements go through `connection` (bounded); the rollback after a failure goes to `raw`. */
+async function onConnection(connection, raw, work, isolation) {
   // SET TRANSACTION (without SESSION) applies to the next transaction only.
   if (isolation) await run(connection, `SET TRANSACTION ISOLATION LEVEL ${isolation}`, []);
   await run(connection, 'START TRANSACTION', []);
@@ -299,13 +360,13 @@ async function onConnection(connection, work, isolation) {
   try {
     result = await work(connection);
   } catch (error) {
-    await common.rollbackQuietly(connection);
+    await common.rollbackQuietly(raw);
     throw error;
   }
   try {
     await run(connection, 'COMMIT', []);
   } catch (error) {
-    await common.rollbackQuietly(connection);
+    await common.rollbackQuietly(raw);
     throw error;
   }
   return result;

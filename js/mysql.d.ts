@@ -1,9 +1,9 @@
 // idemflow/mysql: MySQL 8 and MariaDB over a mysql2 Pool or Connection.
-import type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames } from './adapter-common.js';
+import type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, TimeoutOptions } from './adapter-common.js';
 import { OutboxStoreBase } from './adapter-common.js';
 import type { EventInput, ProcessOptions, ProcessResult, Workflow } from './index.js';
 
-export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus } from './adapter-common.js';
+export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus, TimeoutOptions } from './adapter-common.js';
 export { DEFAULT_TABLES, STORE_UNAVAILABLE, isStoreUnavailable } from './adapter-common.js';
 
 /** A mysql2 Connection, promise flavour (`mysql2/promise`). */
@@ -23,7 +23,7 @@ export interface MysqlCallbackClient {
   promise(): MysqlPool | MysqlConnection;
 }
 
-export interface MysqlStoreOptions extends StoreOptions {
+export interface MysqlStoreOptions extends StoreOptions, TimeoutOptions {
   /** Collation of the id columns made by migrate() (default utf8mb4_nopad_bin on MariaDB, utf8mb4_0900_bin on MySQL 8). */
   collation?: string;
 }

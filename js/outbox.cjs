@@ -168,6 +168,9 @@ class OutboxConsumer extends EventEmitter {
   #claiming = Promise.resolve();
   #loop = null;
   #stopping = false;
+  // Bumped by stop(): a claim round of an earlier epoch that answers late gives its operations back.
+  #epoch = 0;
+  #releasing = new Set();
   #wake = null;
   #renewTimer = null;
   #renewing = false;
@@ -245,19 +248,27 @@ class OutboxConsumer extends EventEmitter {
    * handler that then fails is released (back to pending, the attempt not
    * counted). Handlers still running `abortGraceMs` later are abandoned:
    * their leases are no longer renewed and expire, and another consumer
-   * takes them over. Resolves to `{ abandoned: operationIds }`.
+   * takes them over. A claim in flight gets the same `timeoutMs` (a
+   * database that does not answer cannot hold stop() up); operations a claim
+   * returns once stop() was called are released, not run. Resolves within
+   * `timeoutMs + abortGraceMs` to `{ abandoned: operationIds, claimPending }`:
+   * the operations left claimed, and whether a claim was still unanswered.
    */
   async stop(options = {}) {
     const opts = options ?? {};
     const timeoutMs = opts.timeoutMs === Infinity ? Infinity : wholeOption(opts.timeoutMs, 'timeoutMs', Infinity, 0, 2 ** 31 - 1);
     const abortGraceMs = wholeOption(opts.abortGraceMs, 'abortGraceMs', DEFAULT_ABORT_GRACE_MS, 0, 2 ** 31 - 1);
+    const started = Date.now();
+    const left = () => (timeoutMs === Infinity ? Infinity : Math.max(0, timeoutMs - (Date.now() - started)));
     this.#stopping = true;
     this.#wakeUp();
-    if (this.#loop !== null) await this.#loop;
+    // The poll loop ends once its claim round is answered.
+    const loopEnded = this.#loop ?? Promise.resolve();
     this.#loop = null;
-    await this.#claiming;
-    const running = () => Promise.all([...this.#inFlight].map((entry) => entry.finished));
-    if (!(await settlesWithin(running(), timeoutMs))) {
+    const claimSettled = await settlesWithin(Promise.all([loopEnded, this.#claiming]), left());
+    this.#epoch += 1;
+    const running = () => Promise.all([...[...this.#inFlight].map((entry) => entry.finished), ...this.#releasing]);
+    if (!(await settlesWithin(running(), left()))) {
       for (const entry of this.#inFlight) {
         entry.stopRequested = true;
         entry.controller.abort(new DOMException('the outbox consumer is stopping', 'AbortError'));
@@ -269,10 +280,12 @@ class OutboxConsumer extends EventEmitter {
       entry.abandoned = true;
       abandoned.push(entry.operation.id);
     }
+    for (const release of this.#releasing) abandoned.push(release.operationId);
     this.#stopRenewing();
     this.#stopping = false;
-    this.#emit('stopped', { abandoned });
-    return { abandoned };
+    const result = { abandoned, claimPending: !claimSettled };
+    this.#emit('stopped', { ...result });
+    return result;
   }
 
   /**
@@ -355,6 +368,7 @@ class OutboxConsumer extends EventEmitter {
   async #claimNow() {
     const free = this.#concurrency - this.#inFlight.size;
     if (this.#stopping || free <= 0) return [];
+    const epoch = this.#epoch;
     const now = this.#clock();
     const leaseExpiresAt = this.#policy.leaseExpiresAt(now);
     const claimed = await this.#store.claimOperations({
@@ -365,6 +379,11 @@ class OutboxConsumer extends EventEmitter {
         details: { record: 'operation', field: '(claim)', reason: 'not an array' },
       });
     }
+    // Answered after stop() was called: give the claims back rather than start work nobody waits for.
+    if (this.#stopping || epoch !== this.#epoch) {
+      for (const operation of claimed) this.#giveBack(operation);
+      return [];
+    }
     return claimed.map((operation) => this.#begin(operation));
   }
 
@@ -372,6 +391,15 @@ class OutboxConsumer extends EventEmitter {
   #quarantined({ operationId, error, lastError, recorded, storeError }) {
     this.#stats.quarantined += 1;
     this.#emit('quarantined', { operationId, error, lastError, recorded, ...(storeError === undefined ? {} : { storeError }) });
+  }
+
+  /** Releases a claim unrun (pending, due now, the attempt given back); if that fails, its lease expires. */
+  #giveBack(operation) {
+    const release = this.#store.releaseOperation({ id: operation.id, fencingToken: operation.fencingToken, now: this.#clock() })
+      .catch((error) => this.#emit('store-error', { operationId: operation.id, type: operation.type, during: 'release', error }))
+      .finally(() => this.#releasing.delete(release));
+    release.operationId = operation.id;
+    this.#releasing.add(release);
   }
 
   #begin(operation) {
@@ -502,7 +530,8 @@ class OutboxConsumer extends EventEmitter {
   }
 
   async #poll() {
-    while (!this.#stopping) {
+    const epoch = this.#epoch;
+    while (!this.#stopping && epoch === this.#epoch) {
       let claimed = 0;
       try {
         claimed = (await this.#claimRound()).length;

@@ -25,7 +25,8 @@ function classify(error) {
   if (code === '40001') return { type: 'race', reason: 'serialization-failure' };
   if (code === '40P01') return { type: 'race', reason: 'deadlock' };
   if (code === '55P03') return { type: 'race', reason: 'lock-timeout' };
-  if (code === '57014') return { type: 'race', reason: 'statement-timeout' };
+  // statement_timeout (or a cancel): the server is too slow or a lock is held too long; redeliver later.
+  if (code === '57014') return { type: 'unavailable', reason: 'timeout' };
   if (code.startsWith('08')) return { type: 'unavailable', reason: 'connection-lost' };
   if (code === '57P01' || code === '57P02' || code === '57P03') return { type: 'unavailable', reason: 'server-unavailable' };
   if (code.startsWith('53')) return { type: 'unavailable', reason: 'server-out-of-resources' };
@@ -75,10 +76,12 @@ class PostgresStore extends common.SqlOutboxStoreBase {
   #kind;
   #serializer = new common.Serializer();
   #clock;
+  #timeouts;
+  #watch = null;
 
   /**
    * @param {object} db a pg Pool, a pg Client (connected) or a PGlite instance
-   * @param {{ tables?: object, maxAttempts?: number, now?: () => number }} [options]
+   * @param {{ tables?: object, maxAttempts?: number, now?: () => number, timeoutMs?: number, statementTimeoutMs?: number }} [options]
    */
   constructor(db, options = {}) {
     super();
@@ -93,6 +96,9 @@ class PostgresStore extends common.SqlOutboxStoreBase {
     this.tables = common.resolveTables(opts.tables);
     this.maxAttempts = common.resolveMaxAttempts(opts.maxAttempts);
     this.#clock = common.resolveClock(opts.now);
+    this.#timeouts = common.resolveTimeouts(opts);
+    // A Client the host hands in is held for the store's lifetime; pool clients are watched while checked out.
+    if (kind === 'client') this.#watch = common.watchClient(db);
     /** @internal */
     this._sql = statements(this.tables);
     /** @internal */
@@ -115,7 +121,7 @@ class PostgresStore extends common.SqlOutboxStoreBase {
     ];
     await this.#inTransaction(async (queryable) => {
       for (const statement of ddl) await run(queryable, statement, []);
-    });
+    }, 'migrate');
   }
 
   /**
@@ -144,20 +150,25 @@ class PostgresStore extends common.SqlOutboxStoreBase {
     return rows; // read by OutboxStoreBase, which sets aside a row that cannot be read
   }
 
-  /** @internal one outbox statement in autocommit */
+  /**
+   * @internal one statement, in a transaction of its own so that it runs
+   * under the same bounds as every other call
+   */
   _execute({ sql, values }) {
-    return this.#query(sql, values);
+    return this.#inTransaction((queryable) => run(queryable, sql, values), 'statement');
   }
 
-  /** One statement outside any transaction of this store. */
-  #query(sql, params) {
-    if (this.#kind === 'client') return this.#serializer.run(() => run(this.client, sql, params));
-    return run(this.client, sql, params);
+  /**
+   * work(queryable) between BEGIN and COMMIT on one connection, within
+   * options.timeoutMs. Errors thrown by `work` pass through untouched; the
+   * driver's own failures (BEGIN, COMMIT, acquiring a connection, a lost
+   * connection) come out mapped.
+   */
+  #inTransaction(work, operation = 'transaction') {
+    return common.withDeadline(this.#timeouts.timeoutMs, operation, (deadline) => this.#transactionWithin(deadline, work));
   }
 
-  async #inTransaction(work) {
-    // Errors thrown by `work` pass through untouched; only the driver's own
-    // failures (BEGIN, COMMIT, acquiring a connection) are mapped here.
+  async #transactionWithin(deadline, work) {
     let workError = null;
     const guarded = async (queryable) => {
       try {
@@ -168,44 +179,82 @@ class PostgresStore extends common.SqlOutboxStoreBase {
       }
     };
     if (this.#kind === 'pglite') {
+      // In process: no server to stop and no connection to lose. The bound still
+      // holds while another transaction keeps PGlite's lock; work that gets the
+      // lock after its caller gave up runs nothing and rolls back.
+      const watch = new common.ConnectionWatch(null);
       try {
-        return await this.client.transaction((tx) => guarded(tx));
+        return await this.client.transaction((tx) => guarded(common.guardedConnection(tx, deadline, watch)));
       } catch (error) {
         if (error === workError) throw error;
         throw mapError(error);
       }
     }
-    if (this.#kind === 'client') return this.#serializer.run(() => onConnection(this.client, guarded));
+    if (this.#kind === 'client') {
+      // The host's Client is not ours to close: a transaction that ran out of
+      // time sends nothing more and rolls back once the server answers again;
+      // the transactions queued behind it time out in the queue meanwhile.
+      return this.#serializer.run(() => {
+        deadline.check();
+        return onConnection(this.client, common.guardedConnection(this.client, deadline, this.#watch), guarded, this.#timeouts);
+      });
+    }
     let connection;
     try {
       connection = await this.client.connect();
     } catch (error) {
       throw mapError(error);
     }
+    // pg-pool removes its own 'error' listener while a client is checked out.
+    const watch = new common.ConnectionWatch(connection);
+    let released = false;
+    const release = (error) => {
+      if (released) return;
+      released = true;
+      watch.stop(error !== undefined);
+      // With an error, the pool discards the client instead of handing it out again.
+      connection.release(error);
+    };
+    deadline.onExpire((timeout) => {
+      release(timeout);
+      // A stopped server would never answer the goodbye that ends the socket.
+      connection.connection?.stream?.destroy?.();
+    });
     let broken;
     try {
-      return await onConnection(connection, guarded);
+      deadline.check();
+      return await onConnection(connection, common.guardedConnection(connection, deadline, watch), guarded, this.#timeouts);
     } catch (error) {
-      if (error instanceof IdemflowError && error.code === common.STORE_UNAVAILABLE) broken = error;
+      if (watch.error !== null || (error instanceof IdemflowError && error.code === common.STORE_UNAVAILABLE)) broken = error;
       throw error;
     } finally {
-      connection.release(broken);
+      release(broken ?? (watch.error === null ? undefined : watch.error));
     }
   }
 }
 
-async function onConnection(connection, work) {
-  await run(connection, 'BEGIN', []);
+/**
+ * BEGIN (with the server-side bounds of this transaction), work, COMMIT.
+ * Statements go through `queryable` (bounded by the call's deadline); the
+ * rollback after a failure goes to the raw `connection`, so that even an
+ * abandoned transaction on a shared Client is rolled back.
+ */
+async function onConnection(connection, queryable, work, { timeoutMs, statementTimeoutMs }) {
+  // One round trip: SET LOCAL lasts until the transaction ends and leaves the
+  // connection's own settings as they were. A session that this process leaves
+  // idle inside the transaction longer than its own timeout is ended by the server.
+  const bounds = statementTimeoutMs > 0 ? `; SET LOCAL statement_timeout = ${statementTimeoutMs}` : '';
+  await run(queryable, `BEGIN${bounds}; SET LOCAL idle_in_transaction_session_timeout = ${timeoutMs}`, []);
   let result;
   try {
-    result = await work(connection);
+    result = await work(queryable);
   } catch (error) {
     await common.rollbackQuietly(connection);
     throw error;
   }
   let committed;
   try {
-    committed = await run(connection, 'COMMIT', []);
+    committed = await run(queryable, 'COMMIT', []);
   } catch (error) {
     await common.rollbackQuietly(connection);
     throw error;

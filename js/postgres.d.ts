@@ -1,9 +1,9 @@
 // idemflow/postgres: PostgreSQL over a pg Pool or Client, or PGlite in process.
-import type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames } from './adapter-common.js';
+import type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, TimeoutOptions } from './adapter-common.js';
 import { OutboxStoreBase } from './adapter-common.js';
 import type { EventInput, ProcessOptions, ProcessResult, Workflow } from './index.js';
 
-export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus } from './adapter-common.js';
+export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus, TimeoutOptions } from './adapter-common.js';
 export { DEFAULT_TABLES, STORE_UNAVAILABLE, isStoreUnavailable } from './adapter-common.js';
 
 /** What the store needs of a query result: pg reports rowCount, PGlite affectedRows. */
@@ -36,7 +36,7 @@ export interface PGliteLike {
  * An outbox store too: a claim is one statement that locks due rows FOR UPDATE SKIP LOCKED.
  */
 export declare class PostgresStore extends OutboxStoreBase {
-  constructor(db: PostgresPool | PostgresClient | PGliteLike, options?: StoreOptions);
+  constructor(db: PostgresPool | PostgresClient | PGliteLike, options?: StoreOptions & TimeoutOptions);
   /** The pg Pool, pg Client or PGlite instance the store works through (the host owns and closes it). */
   readonly client: PostgresPool | PostgresClient | PGliteLike;
 }

@@ -592,7 +592,7 @@ for (const backend of backends) {
       for (let i = 0; i < 20; i += 1) await new Promise((resolve) => setImmediate(resolve));
       assert.equal(stopped, false, 'stop() is still waiting for the handler');
       open.open();
-      assert.deepEqual(await stopping, { abandoned: [] });
+      assert.deepEqual(await stopping, { abandoned: [], claimPending: false });
       assert.equal((await round).done, 1);
       assert.equal((await store.getOperation(opId(1))).status, 'done');
     });
@@ -606,7 +606,7 @@ for (const backend of backends) {
       const log = recorder(worker);
       const round = worker.runOnce();
       await once(worker, 'claimed');
-      assert.deepEqual(await worker.stop({ timeoutMs: 0 }), { abandoned: [] });
+      assert.deepEqual(await worker.stop({ timeoutMs: 0 }), { abandoned: [], claimPending: false });
       assert.equal((await round).released, 1);
       assert.deepEqual(log.map((e) => e.event), ['claimed', 'released', 'stopped']);
       const released = await store.getOperation(opId(1));
@@ -625,7 +625,7 @@ for (const backend of backends) {
       const worker = consumer(store, { START_EXCHANGE: () => never.opened });
       worker.runOnce();
       await once(worker, 'claimed');
-      assert.deepEqual(await worker.stop({ timeoutMs: 0, abortGraceMs: 0 }), { abandoned: [opId(1)] });
+      assert.deepEqual(await worker.stop({ timeoutMs: 0, abortGraceMs: 0 }), { abandoned: [opId(1)], claimPending: false });
       assert.equal((await store.getOperation(opId(1))).status, 'claimed');
       c.advance(LEASE);
       assert.equal((await consumer(store, { START_EXCHANGE: () => {} }).runOnce()).done, 1);

@@ -87,14 +87,22 @@ export function plan({ workflows: workflowCount, deliveries: total, seed }) {
  * Runs every unit of `planned` through `workers` worker processes, each
  * holding at most `inFlight` deliveries. With `kills`, SIGKILLs a worker that
  * many times at random points (restarting it each time); its unacknowledged
- * deliveries go back to the front of the queue.
+ * deliveries go back to the front of the queue. A delivery nacked with a
+ * retry disposition is redelivered after `retryDelayMs`; `stats.nacks`
+ * counts them by `code/reason` (`uncoded` when the error was not an
+ * IdemflowError), `stats.crashes` the workers that exited on their own.
+ * `onAcked(acked)` is called after each acknowledgement (the fault tests
+ * inject faults from it).
  */
-export function run(planned, { workerConfig, workers: workerCount = 4, inFlight = 4, kills = 0, seed = 1, timeoutMs = 300_000 }) {
+export function run(planned, {
+  workerConfig, workers: workerCount = 4, inFlight = 4, kills = 0, seed = 1, timeoutMs = 300_000, retryDelayMs = 0, onAcked = null,
+}) {
   const rand = random(seed ^ 0x5eed);
   const total = planned.counts.deliveries;
   const queue = planned.units.map((unit) => unit.slice());
   const stats = {
     acked: 0, outcomes: {}, lostRaces: 0, retryNacks: 0, unexpected: [], kills: 0, redeliveredAfterKill: 0, restarts: 0,
+    crashes: 0, nacks: {},
   };
   const killAt = Array.from({ length: kills }, () => Math.floor(total * (0.05 + 0.85 * rand()))).sort((a, b) => a - b);
   const slots = [];
@@ -141,6 +149,7 @@ export function run(planned, { workerConfig, workers: workerCount = 4, inFlight 
           slot.killing = false;
           stats.redeliveredAfterKill += lost.length;
         } else {
+          stats.crashes += 1;
           stats.unexpected.push(`worker exited (${signal ?? code}) with ${lost.length} deliveries in flight`);
         }
         // Unacknowledged deliveries go back to the front, as a broker redelivers them.
@@ -160,7 +169,13 @@ export function run(planned, { workerConfig, workers: workerCount = 4, inFlight 
         stats.outcomes[message.outcome] = (stats.outcomes[message.outcome] ?? 0) + 1;
       } else if (message.disposition === 'retry') {
         stats.retryNacks += 1; // a retry disposition: the broker redelivers it later
-        queue.push([delivery]);
+        const kind = message.coded === false ? 'uncoded' : `${message.code}/${message.reason ?? '-'}`;
+        stats.nacks[kind] = (stats.nacks[kind] ?? 0) + 1;
+        if (retryDelayMs > 0) {
+          setTimeout(() => { queue.push([delivery]); pump(); }, retryDelayMs);
+        } else {
+          queue.push([delivery]);
+        }
       } else {
         stats.acked += 1; // dead-lettered: counted, and it fails the run
         stats.unexpected.push(`${message.code}: ${message.message}`);
@@ -169,6 +184,7 @@ export function run(planned, { workerConfig, workers: workerCount = 4, inFlight 
         killAt.shift();
         setTimeout(killOne, Math.floor(rand() * 15));
       }
+      if (message.type === 'ack' && onAcked) onAcked(stats.acked);
       if (stats.acked === total) finish();
       else pump();
     }

@@ -1,7 +1,7 @@
 // One worker process of the multi-process runs: it opens its own connection,
 // takes deliveries from the broker over IPC, runs each through the store and
 // acknowledges only after the transaction has committed (at-least-once).
-import { processEvent } from 'idemflow';
+import { IdemflowError, processEvent } from 'idemflow';
 import { openStore } from './backends.mjs';
 
 const config = JSON.parse(process.env.IDEMFLOW_WORKER_CONFIG);
@@ -26,6 +26,7 @@ async function deliver({ id, event }) {
     process.send({
       type: 'nack', id, lostRaces,
       code: error?.code ?? null, disposition: error?.disposition ?? null, message: String(error?.message ?? error),
+      coded: error instanceof IdemflowError, reason: error?.details?.reason ?? null,
     });
   }
 }

@@ -1,0 +1,354 @@
+// Faults on real servers: a throwaway PostgreSQL 15 and MariaDB of the
+// test's own (servers.mjs: own port, own data directory, killed at the end)
+// have their sessions terminated, are restarted, stopped with SIGSTOP and
+// (PostgreSQL) have a small tablespace filled, while stores work on them.
+// Each skips with one line when the server binaries are not here. Also the
+// bounds of PGlite and MongoStore (over the in-process fake), which need no
+// server. `make faults` runs a longer campaign (workers/fault-campaign.mjs).
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { fork } from 'node:child_process';
+import { EventEmitter } from 'node:events';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { IdemflowError, createOutboxConsumer } from 'idemflow';
+import { openPglite, openStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
+import { faultRun } from '../workers/fault-runs.mjs';
+import { FakeMongoClient } from '../workers/mongo-fake.mjs';
+import { mariadbMissing, postgresMissing, startMariadb, startPostgres } from '../workers/servers.mjs';
+
+const WORKERS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'workers');
+// Generous: a bound that is not kept shows up as a wait this long, never as a flaky failure.
+const WATCHDOG_MS = 20_000;
+const DELIVERIES = 600;
+const WORKFLOWS = 60;
+
+const workflow = (id) => ({ id, status: 'deposit', revision: 1, depositRef: `tx-${id}`, amountUnits: '100' });
+const confirmation = (id, n = 1) => ({ eventId: `${id}-e${n}`, workflowId: id, type: 'DEPOSIT_CONFIRMED', depositRef: `tx-${id}`, amountUnits: '100' });
+
+/** What `promise` settled to, or 'watchdog' if it did not within WATCHDOG_MS (then `onWatchdog` runs). */
+async function watched(promise, onWatchdog = () => {}) {
+  let timer;
+  const watchdog = new Promise((resolve) => { timer = setTimeout(resolve, WATCHDOG_MS, 'watchdog'); });
+  const outcome = await Promise.race([promise.then((value) => ({ value }), (error) => ({ error })), watchdog]);
+  clearTimeout(timer);
+  if (outcome === 'watchdog') onWatchdog();
+  return outcome;
+}
+
+function assertTimeout(outcome, what) {
+  assert.notEqual(outcome, 'watchdog', `${what} was still waiting after ${WATCHDOG_MS} ms`);
+  assert.ok(outcome.error instanceof IdemflowError, `${what} failed with an IdemflowError (got ${outcome.error ?? JSON.stringify(outcome.value)})`);
+  assert.equal(outcome.error.code, 'STORE_UNAVAILABLE');
+  assert.equal(outcome.error.disposition, 'retry');
+  assert.equal(outcome.error.details.reason, 'timeout');
+}
+
+/** Runs fault-terminate.mjs, ends its session when it reports one; `{ exitCode, signal, failure, after, stderr }`. */
+function terminateMidTransaction(db, kind, mode) {
+  return new Promise((resolve, reject) => {
+    const child = fork(path.join(WORKERS_DIR, 'fault-terminate.mjs'), [kind, db.url, mode, uniquePrefix()], { stdio: ['ignore', 'ignore', 'pipe', 'ipc'] });
+    let stderr = '';
+    let report = {};
+    child.stderr.on('data', (chunk) => { stderr += chunk; });
+    child.on('message', async (message) => {
+      if (message.session !== undefined) {
+        try {
+          if (kind === 'pg') {
+            if (mode === 'active') await waitFor(async () => (await db.query('SELECT state FROM pg_stat_activity WHERE pid = $1', [message.session]))[0]?.state === 'active');
+            await db.query('SELECT pg_terminate_backend($1)', [message.session]);
+          } else {
+            if (mode === 'active') await waitFor(async () => (await db.query('SELECT state FROM information_schema.processlist WHERE id = ?', [message.session]))[0]?.state === 'User sleep');
+            await db.query(`KILL ${Number(message.session)}`);
+          }
+          child.send('ended');
+        } catch (error) {
+          reject(error);
+        }
+      } else {
+        report = message;
+      }
+    });
+    child.on('exit', (exitCode, signal) => resolve({ exitCode, signal, stderr, ...report }));
+  });
+}
+
+/** A property of `target` for a Proxy: methods bound to it (stores keep private fields). */
+function passThrough(target, name) {
+  const value = Reflect.get(target, name);
+  return typeof value === 'function' ? value.bind(target) : value;
+}
+
+async function waitFor(condition) {
+  for (let i = 0; i < 200; i += 1) {
+    if (await condition()) return;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error('condition not reached in 10 s');
+}
+
+function assertSurvived(result, driverCodes) {
+  assert.equal(result.exitCode, 0, `the process survived (exit ${result.exitCode ?? result.signal}): ${result.stderr.slice(-600)}`);
+  assert.equal(result.failure?.coded, true, `the transaction failed with an IdemflowError: ${JSON.stringify(result.failure)}`);
+  assert.equal(result.failure.code, 'STORE_UNAVAILABLE');
+  assert.equal(result.failure.disposition, 'retry');
+  assert.ok(driverCodes.includes(result.failure.driverCode), `details.driverCode ${result.failure.driverCode} is the server's (${driverCodes.join(' or ')})`);
+  assert.equal(result.failure.causeCode, result.failure.driverCode, 'the driver error is the cause');
+  assert.equal(result.after, 'applied', 'the next delivery runs on a fresh connection');
+}
+
+/** A consumer polling a stopped server: stop({ timeoutMs }) while its claim is unanswered. */
+async function stopDuringStalledClaim(db, kind) {
+  const tables = tablesFor(uniquePrefix());
+  const helper = await openStore(kind, { url: db.url, tables, poolSize: 2, timeoutMs: 2000 });
+  try {
+    await helper.store.migrate();
+    let claimsStarted = 0;
+    let frozen = false;
+    let claimWhileFrozen;
+    const claimedWhileFrozen = new Promise((resolve) => { claimWhileFrozen = resolve; });
+    const store = new Proxy(helper.store, {
+      get(target, name) {
+        if (name !== 'claimOperations') return passThrough(target, name);
+        return (args) => {
+          claimsStarted += 1;
+          if (frozen) claimWhileFrozen();
+          return target.claimOperations(args);
+        };
+      },
+    });
+    const consumer = createOutboxConsumer(store, { START_EXCHANGE: async () => {} }, { pollIntervalMs: 20 });
+    consumer.on('store-error', () => {});
+    consumer.start();
+    await waitFor(async () => claimsStarted > 0);
+    db.server.freeze();
+    frozen = true;
+    try {
+      await claimedWhileFrozen;
+      const outcome = await watched(consumer.stop({ timeoutMs: 1000, abortGraceMs: 0 }), () => db.server.resume());
+      assert.notEqual(outcome, 'watchdog', `stop({ timeoutMs: 1000 }) was still waiting after ${WATCHDOG_MS} ms`);
+      assert.deepEqual(outcome.value, { abandoned: [], claimPending: true }, 'stop() says the claim was left unanswered');
+    } finally {
+      db.server.resume();
+    }
+  } finally {
+    await helper.drop().catch(() => {});
+    await helper.close();
+  }
+}
+
+/** store.process on a stopped server fails with a timeout within its bound. */
+async function processOnStoppedServer(db, kind) {
+  const tables = tablesFor(uniquePrefix());
+  const helper = await openStore(kind, { url: db.url, tables, poolSize: 2, timeoutMs: 1000 });
+  try {
+    await helper.store.migrate();
+    await helper.store.putWorkflow(workflow('wf-1'));
+    db.server.freeze();
+    try {
+      assertTimeout(await watched(helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' }), () => db.server.resume()), 'store.process on a stopped server');
+    } finally {
+      db.server.resume();
+    }
+    // The server is back: the redelivery applies, once.
+    assert.equal((await helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })).outcome, 'applied');
+    assert.equal(await helper.count('outbox'), 1);
+  } finally {
+    await helper.drop().catch(() => {});
+    await helper.close();
+  }
+}
+
+function assertRun(figures, t) {
+  t.diagnostic(`${figures.faults} faults (${figures.injected.join(', ')}), ${figures.deliveries} deliveries of ${figures.eventIds} event ids, `
+    + `crashes ${figures.crashes}, losses ${figures.losses}, duplicates ${figures.duplicates}, orphan receipts ${figures.orphanReceipts}; `
+    + `retry nacks ${JSON.stringify(figures.nacks)}`);
+  assert.deepEqual(figures.unexpected, [], 'no worker crashed, no delivery failed without a retry disposition');
+  assert.equal(figures.crashes, 0, 'no worker crashed');
+  assert.ok(!('uncoded' in figures.nacks), 'every error a worker saw is an IdemflowError');
+  for (const kind of Object.keys(figures.nacks)) {
+    assert.match(kind, /^(STORE_UNAVAILABLE|CONCURRENT_UPDATE)\//, `a worker saw ${kind}`);
+  }
+  assert.equal(figures.losses, 0, 'every event has a receipt; every confirmed workflow moved and has its START_EXCHANGE');
+  assert.equal(figures.duplicates, 0, 'one START_EXCHANGE and one applied receipt per confirmed workflow');
+  assert.equal(figures.orphanReceipts, 0, 'no receipt without its workflow change');
+  assert.equal(figures.faults, figures.injected.length);
+}
+
+describe('faults on a PostgreSQL 15 server of its own', { skip: postgresMissing() ?? false }, () => {
+  let db;
+  before(async () => { db = await startPostgres({ smallTablespaceMb: 8 }); });
+  after(async () => { await db?.close(); });
+
+  it('a backend terminated while the store holds it idle inside a transaction: the process survives, STORE_UNAVAILABLE with SQLSTATE 57P01', async () => {
+    assertSurvived(await terminateMidTransaction(db, 'pg', 'idle'), ['57P01']);
+  });
+
+  it('a backend terminated while a statement of the transaction runs: the process survives, STORE_UNAVAILABLE', async () => {
+    assertSurvived(await terminateMidTransaction(db, 'pg', 'active'), ['57P01']);
+  });
+
+  it('a stopped server (SIGSTOP): store.process fails with STORE_UNAVAILABLE reason timeout, and the redelivery applies once', async () => {
+    await processOnStoppedServer(db, 'pg');
+  });
+
+  it('a stopped server: consumer.stop({ timeoutMs }) returns while its claim is unanswered, and says so', async () => {
+    await stopDuringStalledClaim(db, 'pg');
+  });
+
+  it('a lock held past statementTimeoutMs: the statement is ended on the server, STORE_UNAVAILABLE reason timeout (57014)', async () => {
+    const tables = tablesFor(uniquePrefix());
+    const helper = await openStore('pg', { url: db.url, tables, poolSize: 2, statementTimeoutMs: 300, timeoutMs: 10_000 });
+    const { default: pg } = await import('pg');
+    const holder = new pg.Client({ connectionString: db.url });
+    try {
+      await helper.store.migrate();
+      await helper.store.putWorkflow(workflow('wf-1'));
+      await holder.connect();
+      await holder.query('BEGIN');
+      await holder.query(`SELECT * FROM "${tables.workflows}" WHERE id = 'wf-1' FOR UPDATE`);
+      const outcome = await watched(helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' }));
+      assertTimeout(outcome, 'store.process behind a held lock');
+      assert.equal(outcome.error.details.driverCode, '57014');
+      await holder.query('ROLLBACK');
+      assert.equal(await helper.count('inbox'), 0, 'nothing of the timed-out transaction was kept');
+    } finally {
+      await holder.end().catch(() => {});
+      await helper.drop().catch(() => {});
+      await helper.close();
+    }
+  });
+
+  it(`${DELIVERIES} deliveries through 4 worker processes while backends are terminated, the server restarted, stopped and its tablespace filled`, async (t) => {
+    const faults = ['terminate', 'pause', 'restart', 'terminate'];
+    if (db.tablespace) faults.push('diskFull');
+    else t.diagnostic(`no small tablespace: ${db.tablespaceError}`);
+    assertRun(await faultRun(db, 'pg', { faults, deliveries: DELIVERIES, workflows: WORKFLOWS, seed: 90_001 }), t);
+  });
+});
+
+describe('faults on a MariaDB server of its own', { skip: mariadbMissing() ?? false }, () => {
+  let db;
+  before(async () => { db = await startMariadb(); });
+  after(async () => { await db?.close(); });
+
+  it('a connection killed while the store holds it idle inside a transaction: the process survives, STORE_UNAVAILABLE', async () => {
+    assertSurvived(await terminateMidTransaction(db, 'mysql', 'idle'), ['1927', 'PROTOCOL_CONNECTION_LOST']);
+  });
+
+  it('a connection killed while a statement of the transaction runs: the process survives, STORE_UNAVAILABLE', async () => {
+    assertSurvived(await terminateMidTransaction(db, 'mysql', 'active'), ['1927', 'PROTOCOL_CONNECTION_LOST']);
+  });
+
+  it('a stopped server (SIGSTOP): store.process fails with STORE_UNAVAILABLE reason timeout, and the redelivery applies once', async () => {
+    await processOnStoppedServer(db, 'mysql');
+  });
+
+  it('a stopped server: consumer.stop({ timeoutMs }) returns while its claim is unanswered, and says so', async () => {
+    await stopDuringStalledClaim(db, 'mysql');
+  });
+
+  it('a lock held past statementTimeoutMs: the statement is ended on the server, STORE_UNAVAILABLE reason timeout (1969)', async () => {
+    const tables = tablesFor(uniquePrefix());
+    const helper = await openStore('mysql', { url: db.url, tables, poolSize: 2, statementTimeoutMs: 300, timeoutMs: 10_000 });
+    const { default: mysql } = await import('mysql2/promise');
+    const holder = await mysql.createConnection({ uri: db.url });
+    try {
+      await helper.store.migrate();
+      await helper.store.putWorkflow(workflow('wf-1'));
+      await holder.query('START TRANSACTION');
+      await holder.query(`SELECT * FROM \`${tables.workflows}\` WHERE id = 'wf-1' FOR UPDATE`);
+      const outcome = await watched(helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' }));
+      assert.notEqual(outcome, 'watchdog');
+      // The server ends the wait either as a statement timeout or as a lock wait timeout (a lost race, re-run until maxAttempts).
+      assert.ok(outcome.error instanceof IdemflowError, String(outcome.error));
+      assert.equal(outcome.error.disposition, 'retry');
+      assert.ok(['1969', '1205'].includes(outcome.error.details.driverCode), `driverCode ${outcome.error.details.driverCode}`);
+      await holder.query('ROLLBACK');
+      assert.equal(await helper.count('inbox'), 0, 'nothing of the timed-out transaction was kept');
+    } finally {
+      await holder.end().catch(() => {});
+      await helper.drop().catch(() => {});
+      await helper.close();
+    }
+  });
+
+  it(`${DELIVERIES} deliveries through 4 worker processes while connections are killed and the server restarted and stopped`, async (t) => {
+    const faults = ['terminate', 'pause', 'restart', 'terminate'];
+    assertRun(await faultRun(db, 'mysql', { faults, deliveries: DELIVERIES, workflows: WORKFLOWS, seed: 90_002 }), t);
+  });
+});
+
+describe('bounds without a server', () => {
+  it('PGlite: a transaction waiting behind the host\'s own fails with STORE_UNAVAILABLE reason timeout, and writes nothing when its turn comes', async () => {
+    const pglite = await openPglite();
+    try {
+      const tables = tablesFor(uniquePrefix());
+      const { store } = pglite.open(tables, { timeoutMs: 200 });
+      await store.migrate();
+      await store.putWorkflow(workflow('wf-1'));
+      let release;
+      const hostTransaction = pglite.db.transaction(() => new Promise((resolve) => { release = resolve; }));
+      assertTimeout(await watched(store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })), 'a PGlite transaction behind a held one');
+      release();
+      await hostTransaction;
+      // Whatever the abandoned call had queued has run by now; it wrote nothing.
+      assert.equal((await pglite.db.query(`SELECT count(*)::int AS n FROM "${tables.inbox}"`)).rows[0].n, 0);
+      assert.equal((await store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })).outcome, 'applied');
+    } finally {
+      await pglite.close();
+    }
+  });
+
+  it('MongoStore: a transaction the server does not answer fails with STORE_UNAVAILABLE reason timeout; the client\'s \'error\' does not end the process', async () => {
+    const { MongoStore } = await import('idemflow/mongodb');
+    const client = new FakeMongoClient();
+    // The real MongoClient is an EventEmitter that re-emits its topology's 'error'.
+    Object.setPrototypeOf(client, Object.assign(Object.create(Object.getPrototypeOf(client)), EventEmitter.prototype));
+    EventEmitter.call(client);
+    const store = new MongoStore(client, { db: 'faults', timeoutMs: 200 });
+    await store.migrate();
+    await store.putWorkflow(workflow('wf-1'));
+    assert.doesNotThrow(() => client.emit('error', new Error('topology: incompatible server')), 'an error listener is attached');
+    const hanging = new Proxy(client, {
+      get: (target, name) => (name === 'withSession' ? () => new Promise(() => {}) : passThrough(target, name)),
+    });
+    const stalled = new MongoStore(hanging, { db: store.db, timeoutMs: 200 });
+    assertTimeout(await watched(stalled.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })), 'a MongoDB transaction that is never answered');
+    assert.equal((await store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })).outcome, 'applied');
+  });
+
+  it('consumer.stop({ timeoutMs }) returns while claimOperations never answers, says so, and gives back what the claim returns later', async () => {
+    const { InMemoryStore } = await import('idemflow');
+    const inner = new InMemoryStore([workflow('wf-1')]);
+    await inner.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' });
+    let answer;
+    let claimed;
+    const claimStarted = new Promise((resolve) => { claimed = resolve; });
+    const store = new Proxy(inner, {
+      get(target, name) {
+        if (name !== 'claimOperations') return passThrough(target, name);
+        return (args) => {
+          claimed();
+          return new Promise((resolve) => { answer = () => resolve(target.claimOperations(args)); });
+        };
+      },
+    });
+    let ran = 0;
+    const consumer = createOutboxConsumer(store, { START_EXCHANGE: async () => { ran += 1; } }, { pollIntervalMs: 10 });
+    consumer.start();
+    await claimStarted;
+    const outcome = await watched(consumer.stop({ timeoutMs: 100, abortGraceMs: 0 }));
+    assert.notEqual(outcome, 'watchdog', 'stop() returned');
+    assert.deepEqual(outcome.value, { abandoned: [], claimPending: true });
+    answer();
+    // The late claim's operation is given back unrun: pending again (claimed once: token 1), the attempt not counted.
+    await waitFor(async () => {
+      const operation = await inner.getOperation('start-exchange:wf-1');
+      return operation.status === 'pending' && operation.fencingToken === 1;
+    });
+    assert.equal(ran, 0, 'no handler ran after stop()');
+    assert.equal((await inner.getOperation('start-exchange:wf-1')).attempts, 0);
+  });
+});

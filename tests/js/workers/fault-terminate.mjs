@@ -1,0 +1,77 @@
+// A process whose store holds a connection inside a transaction while the
+// parent ends that connection on the server (pg_terminate_backend, KILL).
+// It reports the session id, waits for the parent's 'ended', waits until the
+// driver has seen the connection close, then goes on with the transaction
+// and reports what the store threw, then processes an event on a fresh
+// connection. If the driver's 'error' reaches no listener, Node ends this
+// process with "Unhandled 'error' event" and the parent sees the crash.
+// Usage: node fault-terminate.mjs <pg|mysql> <url> <idle|active> <table prefix>
+import { IdemflowError } from 'idemflow';
+
+const [kind, url, mode, prefix] = process.argv.slice(2);
+const tables = { workflows: `${prefix}_workflows`, inbox: `${prefix}_inbox`, outbox: `${prefix}_outbox` };
+const event = { eventId: `${prefix}-e1`, workflowId: 'wf-1', type: 'DEPOSIT_CONFIRMED', depositRef: 'tx-1', amountUnits: '100' };
+
+let store;
+let pool;
+let sessionQuery;
+let sleepQuery;
+let closed;
+if (kind === 'pg') {
+  const { default: pg } = await import('pg');
+  const { PostgresStore } = await import('idemflow/postgres');
+  pool = new pg.Pool({ connectionString: url, max: 2 });
+  pool.on('error', () => {}); // what the docs ask of the host: idle clients that lose their server
+  // The checked-out client's own closing, seen without adding an 'error' listener to it (events.once would).
+  pool.on('acquire', (client) => { closed = new Promise((resolve) => client.once('end', resolve)); });
+  store = new PostgresStore(pool, { tables });
+  sessionQuery = 'SELECT pg_backend_pid() AS id';
+  sleepQuery = 'SELECT pg_sleep(30)';
+} else {
+  const { default: mysql } = await import('mysql2/promise');
+  const { MysqlStore } = await import('idemflow/mysql');
+  pool = mysql.createPool({ uri: url, connectionLimit: 2 });
+  pool.pool.on('acquire', (connection) => { closed = new Promise((resolve) => connection.stream.once('close', resolve)); });
+  store = new MysqlStore(pool, { tables });
+  sessionQuery = 'SELECT CONNECTION_ID() AS id';
+  sleepQuery = 'SELECT SLEEP(30)';
+}
+await store.migrate();
+await store.putWorkflow({ id: 'wf-1', status: 'deposit', revision: 1, depositRef: 'tx-1', amountUnits: '100' });
+
+const ended = new Promise((resolve) => process.on('message', (message) => { if (message === 'ended') resolve(); }));
+const describe = (error) => ({
+  coded: error instanceof IdemflowError,
+  code: error?.code ?? null,
+  disposition: error?.disposition ?? null,
+  reason: error?.details?.reason ?? null,
+  driverCode: error?.details?.driverCode ?? null,
+  causeCode: error?.cause?.code ?? null,
+  message: String(error?.message ?? error),
+});
+
+let failure = null;
+try {
+  await store.transaction(async (tx) => {
+    const [{ id }] = (await tx._execute(sessionQuery, [])).rows;
+    process.send({ session: Number(id) });
+    if (mode === 'active') {
+      await tx._execute(sleepQuery, []); // ended by the parent while it runs
+    } else {
+      await ended;
+      await closed; // the driver has read the end of the connection (and emitted 'error')
+    }
+    await tx.getWorkflow('wf-1');
+  });
+} catch (error) {
+  failure = describe(error);
+}
+let after;
+try {
+  after = (await store.process(event, { ruleSet: 'deposit-swap' })).outcome;
+} catch (error) {
+  after = describe(error);
+}
+process.send({ failure, after });
+await pool.end();
+process.disconnect(); // the IPC channel would keep the process alive
