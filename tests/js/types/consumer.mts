@@ -40,6 +40,8 @@ async function handle(raw: unknown): Promise<'ack' | 'nack' | 'dead-letter' | 'a
         return 'dead-letter';
       case 'reconcile':
         return 'alert';
+      case 'fatal':
+        throw error;
     }
   }
 }
