@@ -14,7 +14,7 @@
 //   node examples/nats-worker/worker.mjs
 //
 // IDEMFLOW_NATS_URL (default nats://127.0.0.1:4222), SWAPS_STREAM (default
-// swaps), PREFETCH (default 16), RETRY_BASE_DELAY_MS (default 500), ACK_WAIT_MS,
+// swaps), PREFETCH (default 16), RETRY_BASE_DELAY_MS (default 500), RETRY_MAX_DELAY_MS (default 60000), ACK_WAIT_MS,
 // and the store's variables (../shared/store.mjs).
 import { connect, headers } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
@@ -31,6 +31,7 @@ await store.migrate(); // idempotent
 const handle = createDeliveryHandler(store, {
   ruleSet: 'deposit-swap',
   baseDelayMs: Number(process.env.RETRY_BASE_DELAY_MS || 500),
+  maxDelayMs: Number(process.env.RETRY_MAX_DELAY_MS || 60_000),
 });
 
 const connection = await connect({ servers: NATS_URL });
@@ -62,14 +63,16 @@ async function onMessage(message) {
         break;
       case 'dead-letter':
         await publishCopy(names.dead, message, verdict.error);
-        message.term(verdict.error.code);
+        message.term(); // (a reason argument needs NATS server 2.10)
         break;
       case 'park':
         await publishCopy(names.parked, message, verdict.error);
         message.ack();
         break;
     }
-    const error = verdict.error ? { code: verdict.error.code, reason: verdict.error.details.reason ?? null } : {};
+    const error = verdict.error
+      ? { code: verdict.error.code, field: verdict.error.details.field, reason: verdict.error.details.reason }
+      : {};
     log({ role: 'worker', action: verdict.action, outcome: verdict.outcome, ...error, seq: message.seq, attempt, inFlight });
   } catch (error) {
     // Fatal (or a bug): stop without acknowledging; JetStream redelivers after ack_wait.

@@ -14,7 +14,7 @@
 //   node examples/rabbitmq-worker/worker.mjs
 //
 // IDEMFLOW_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672), SWAPS_QUEUE
-// (default swaps), PREFETCH (default 16), RETRY_BASE_DELAY_MS (default 500),
+// (default swaps), PREFETCH (default 16), RETRY_BASE_DELAY_MS (default 500), RETRY_MAX_DELAY_MS (default 60000),
 // and the store's variables (../shared/store.mjs).
 import amqp from 'amqplib';
 import { createDeliveryHandler } from 'idemflow';
@@ -30,6 +30,7 @@ await store.migrate(); // idempotent
 const handle = createDeliveryHandler(store, {
   ruleSet: 'deposit-swap',
   baseDelayMs: Number(process.env.RETRY_BASE_DELAY_MS || 500),
+  maxDelayMs: Number(process.env.RETRY_MAX_DELAY_MS || 60_000),
 });
 
 const connection = await amqp.connect(AMQP_URL);
@@ -50,7 +51,9 @@ async function onMessage(message) {
   try {
     const attempt = attemptOf(message);
     const verdict = await handle(message.content, { attempt });
-    const error = verdict.error ? { code: verdict.error.code, reason: verdict.error.details.reason ?? null } : {};
+    const error = verdict.error
+      ? { code: verdict.error.code, field: verdict.error.details.field, reason: verdict.error.details.reason }
+      : {};
     switch (verdict.action) {
       case 'ack':
         channel.ack(message);

@@ -45,7 +45,7 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * after publishing started, so their events first meet UNKNOWN_WORKFLOW and
  * come back through the retry path.
  */
-export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 100, runId = 'run' }) {
+export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 100, runId = 'run', confirmationOnly = 0.33 }) {
   const rand = random(seed);
   const kinds = ['confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed',
     'confirmed', 'confirmed', 'confirmed', 'complete', 'detected', 'detected', 'reversed', 'reversed',
@@ -72,7 +72,7 @@ export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 
     let history;
     switch (kind) {
       case 'confirmed':
-        history = rand() < 0.33
+        history = rand() < confirmationOnly
           ? [ev('DEPOSIT_CONFIRMED', deposit)]
           : [ev('DEPOSIT_DETECTED', deposit), ev('DEPOSIT_CONFIRMED', deposit)];
         break;
@@ -212,7 +212,8 @@ async function rabbitmq(url, base) {
 
 async function nats(url, base) {
   const { connect } = await import('@nats-io/transport-node');
-  const { jetstream, jetstreamManager } = await import('@nats-io/jetstream');
+  const { AckPolicy, jetstream, jetstreamManager } = await import('@nats-io/jetstream');
+  const { nanos } = await import('@nats-io/transport-node');
   const { ensureStream, streamNames } = await import(path.join(EXAMPLES, 'nats-worker/topology.mjs'));
   const names = streamNames(base);
   const connection = await connect({ servers: url });
@@ -227,7 +228,9 @@ async function nats(url, base) {
     const total = await subjectCount(subject);
     const bodies = [];
     if (total === 0) return bodies;
-    const consumer = await js.consumers.get(names.stream, { filter_subjects: [subject] });
+    // An ephemeral reader of one subject (filter_subject: servers before 2.10 know no filter_subjects).
+    const reader = await jsm.consumers.add(names.stream, { filter_subject: subject, ack_policy: AckPolicy.None, inactive_threshold: nanos(30_000) });
+    const consumer = await js.consumers.get(names.stream, reader.name);
     while (bodies.length < total) {
       const batch = await consumer.fetch({ max_messages: total - bodies.length, expires: 2000 });
       let got = 0;
@@ -287,9 +290,9 @@ function supervise(script, env, onLine) {
  * figures and the list of problems found (empty when every check holds).
  */
 export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now() % 100000, workers = 3, consumers = 2,
-  workerKills = 6, consumerKills = 3, timeoutMs = 150_000, note = () => {} }) {
+  workerKills = 6, consumerKills = 3, timeoutMs = 150_000, note = () => {}, planOptions = {} }) {
   const runId = uniquePrefix();
-  const plan = chaosPlan({ swaps, seed, runId });
+  const plan = chaosPlan({ swaps, seed, runId, ...planOptions });
   const expected = await oracle(plan);
   const expectedOps = new Set([...expected.values()].flatMap((e) => e.operations));
   const tables = tablesFor(runId);
@@ -325,7 +328,7 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     },
   });
 
-  const workerEnv = { ...broker.env, IDEMFLOW_PG_URL: PG_URL, IDEMFLOW_TABLE_PREFIX: runId, RETRY_BASE_DELAY_MS: '200', PREFETCH: '16' };
+  const workerEnv = { ...broker.env, IDEMFLOW_PG_URL: PG_URL, IDEMFLOW_TABLE_PREFIX: runId, RETRY_BASE_DELAY_MS: '200', RETRY_MAX_DELAY_MS: '2000', PREFETCH: '16' };
   const consumerEnv = { IDEMFLOW_PG_URL: PG_URL, IDEMFLOW_TABLE_PREFIX: runId, PROVIDER_URL: provider.url,
     OUTBOX_LEASE_MS: '3000', OUTBOX_BASE_DELAY_MS: '100', OUTBOX_POLL_MS: '100' };
 
@@ -336,7 +339,8 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
       if (!line.action || line.action === 'stop') return;
       lastWorkerLine = Date.now();
       figures.deliveries += 1;
-      const label = line.action === 'ack' ? `ack ${line.outcome}` : `${line.action} ${line.code}${line.reason ? ` (${line.reason})` : ''}`;
+      const why = line.field ? `field ${line.field}` : line.reason;
+      const label = line.action === 'ack' ? `ack ${line.outcome}` : `${line.action} ${line.code}${why ? ` (${why})` : ''}`;
       figures.verdicts[label] = (figures.verdicts[label] ?? 0) + 1;
       // SIGKILL a worker that just reported other deliveries still in its hands.
       if (figures.workerKills < workerKillAt.length && figures.deliveries >= workerKillAt[figures.workerKills] && line.inFlight >= 2) {
@@ -372,14 +376,17 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     for (const message of plan.messages) shares[Math.floor(rand() * shares.length)].push(message.body);
     const publishing = shares.map(async (share) => {
       const publisher = await broker.publisher();
-      for (const body of shuffle(share, rand)) await publisher.publish(body);
+      const bodies = shuffle(share, rand);
+      // In order within a publisher, a window of unconfirmed messages at a time.
+      for (let i = 0; i < bodies.length; i += 32) await Promise.all(bodies.slice(i, i + 32).map((body) => publisher.publish(body)));
       await publisher.close();
     });
-    // The host creates the late swaps while their events are already arriving.
-    await sleep(1500);
-    for (const swap of plan.swaps) if (swap.late) await db.store.putWorkflow({ id: swap.id, status: 'waiting', revision: 1 });
     await Promise.all(publishing);
     note(`${brokerName}: published ${plan.messages.length} messages in ${Date.now() - started} ms`);
+    // The host creates the late swaps only once their events have met UNKNOWN_WORKFLOW and wait in the retry path.
+    const lateCount = plan.swaps.filter((swap) => swap.late).length;
+    while ((figures.verdicts['retry UNKNOWN_WORKFLOW'] ?? 0) < lateCount && Date.now() - started < timeoutMs / 2 && fatal.length === 0) await sleep(100);
+    for (const swap of plan.swaps) if (swap.late) await db.store.putWorkflow({ id: swap.id, status: 'waiting', revision: 1 });
 
     // Drained: every receipt and every operation done, nothing waiting in the broker, workers quiet.
     const query = db.query;
