@@ -31,12 +31,22 @@ class RuleSet {
     Object.freeze(this);
   }
 
-  /** A rule set that ships with idemflow: 'deposit-swap' or 'order-shipment'. */
-  static builtin(name) {
-    let ruleSet = builtins.get(name);
+  /**
+   * A rule set that ships with idemflow: 'deposit-swap' or 'order-shipment', at
+   * its current version, or at `{ version }` (older versions stay loadable to
+   * audit the receipts they wrote).
+   */
+  static builtin(name, { version } = {}) {
+    const key = version === undefined ? String(name) : `${name}@${version}`;
+    let ruleSet = builtins.get(key);
     if (!ruleSet) {
-      ruleSet = new RuleSet(CREATE, call(() => wasm.builtinRuleSet(String(name))));
-      builtins.set(name, ruleSet);
+      if (version !== undefined && typeof version !== 'number') {
+        throw new IdemflowError('INVALID_ARGUMENT', `version must be a number, not ${typeof version}`, {
+          details: { reason: 'version must be a number' },
+        });
+      }
+      ruleSet = new RuleSet(CREATE, call(() => wasm.builtinRuleSet(String(name), version)));
+      builtins.set(key, ruleSet);
     }
     return ruleSet;
   }
@@ -160,7 +170,10 @@ function planDepositConfirmation(workflow, event) {
 function verifyRuleSet(definition) {
   if (definition instanceof RuleSet) definition = definition.definition();
   const text = definitionText(definition);
-  return JSON.parse(call(() => wasm.verifyRuleSet(text)));
+  const started = performance.now();
+  const report = JSON.parse(call(() => wasm.verifyRuleSet(text)));
+  report.elapsedMs = Math.round((performance.now() - started) * 100) / 100;
+  return report;
 }
 
 module.exports = {

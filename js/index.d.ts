@@ -1,7 +1,14 @@
 // Types of the idemflow package. Both entry points (import and require) export these names.
 
 /** What the host should do with a delivery that failed. */
+/**
+ * What to do with a delivery that failed: dead-letter it (`reject`), redeliver it
+ * later (`retry`), park it for a person (`reconcile`), or stop the worker, which is
+ * itself misconfigured (`fatal`: no delivery can succeed until it is fixed).
+ */
 export type Disposition = 'reject' | 'retry' | 'reconcile' | 'fatal';
+/** The dispositions a rule set's own answers may give. */
+export type RuleDisposition = 'reject' | 'retry' | 'reconcile';
 
 export type ErrorCode =
   | 'INVALID_EVENT'
@@ -154,7 +161,7 @@ export type Answer =
       revisionStep: number;
     }
   | { outcome: 'already-applied' | 'stale' }
-  | { error: 'UNKNOWN_WORKFLOW' | 'INVALID_TRANSITION'; disposition: Disposition };
+  | { error: 'UNKNOWN_WORKFLOW' | 'INVALID_TRANSITION'; disposition: RuleDisposition };
 
 export interface TableRow {
   event: string;
@@ -183,6 +190,17 @@ export interface RuleSetDefinition {
     description?: string;
   }[];
   otherwise?: RuleAnswerDefinition;
+  /**
+   * What producers promise about the order of a workflow's events. A rule set
+   * with this section claims to be reorder-safe, and the verifier proves it.
+   */
+  order?: {
+    /** `event` is emitted only after `after`: an event type, or an operation type the rules emit. */
+    follows?: { event: string; after: string; same?: string[]; description?: string }[];
+    /** Event types whose order is the meaning: the first the workflow sees wins. */
+    races?: { between: [string | string[], string | string[]]; description?: string }[];
+    description?: string;
+  };
 }
 
 export type RuleAnswerDefinition =
@@ -195,7 +213,7 @@ export type RuleAnswerDefinition =
       revisionStep?: number;
     }
   | { outcome: 'already-applied' | 'stale' }
-  | { error: 'UNKNOWN_WORKFLOW' | 'INVALID_TRANSITION'; disposition?: Disposition };
+  | { error: 'UNKNOWN_WORKFLOW' | 'INVALID_TRANSITION'; disposition?: RuleDisposition };
 
 export type PropertyName =
   | 'one-answer-per-pair'
@@ -203,7 +221,41 @@ export type PropertyName =
   | 'terminal-statuses-final'
   | 'operation-ids-unique'
   | 'revision-increases'
-  | 'guards-read-recorded-fields';
+  | 'guards-read-recorded-fields'
+  | 'reorder-safe';
+
+/** One delivery in a reorder-safe counterexample. */
+export interface DeliveryStep {
+  event: string;
+  from: string;
+  /** `applied`, `already-applied`, `stale`, or `CODE (disposition)`. */
+  answer: string;
+  to: string;
+  rule: string;
+}
+
+/** Where one delivery order of a history ends. */
+export interface DeliveryEnd {
+  status: string;
+  recorded: string[];
+  /** Operation-id templates emitted. */
+  emitted: string[];
+  answeredWithError: string[];
+  undelivered: string[];
+}
+
+/** Two delivery orders of one history that end differently. */
+export interface ReorderCounterexample {
+  start: string;
+  /** The history's events (each a type; the same facts throughout). */
+  history: string[];
+  /** The order the workflow saw declared racing types in, in words. */
+  races: string[];
+  expected: { inOrder: boolean; deliveries: DeliveryStep[]; end: DeliveryEnd };
+  actual: { deliveries: DeliveryStep[]; end: DeliveryEnd };
+  /** The first delivery at which the two orders differ. */
+  divergesAt: number;
+}
 
 export interface PathStep {
   event: string;
@@ -222,13 +274,27 @@ export interface VerificationReport {
     ok: boolean;
     /** Where a property fails: the path that breaks it and what it names. */
     counterexample: null | { start?: string; steps?: PathStep[]; [key: string]: unknown };
+    /** reorder-safe: further histories that fail, smallest first. */
+    moreCounterexamples?: ReorderCounterexample[];
+    /** reorder-safe: the bound, the declared order, the work done, or why it was skipped. */
+    checked?: {
+      bound: { events: number; copiesPerType: number };
+      histories: number;
+      configurations: number;
+      races?: ([string, string] | { between: [string, string]; description: string })[];
+      follows?: { event: string; after: string }[];
+      skipped?: string;
+    };
   }[];
+  /** Milliseconds the verification took, measured in JS. */
+  elapsedMs: number;
 }
 
 /** A verified rule set, compiled once and held in wasm memory. */
 export class RuleSet {
   private constructor();
-  static builtin(name: BuiltinRuleSetName): RuleSet;
+  /** A rule set that ships with idemflow; `version` loads an older one (for audit of stored receipts). */
+  static builtin(name: BuiltinRuleSetName, options?: { version?: number }): RuleSet;
   static fromJSON(definition: RuleSetDefinition | string): RuleSet;
   readonly id: string;
   readonly version: number;

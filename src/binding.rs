@@ -237,9 +237,23 @@ impl CompiledRuleSet {
     }
 }
 
+/// A built-in rule set; `version` picks an older one (for audit), `None` the current.
 #[wasm_bindgen(js_name = builtinRuleSet)]
-pub fn builtin_rule_set(name: &str) -> JsResult<CompiledRuleSet> {
-    RuleSet::builtin(name).map(|r| CompiledRuleSet(Rules::Builtin(r))).map_err(throw)
+pub fn builtin_rule_set(name: &str, version: Option<f64>) -> JsResult<CompiledRuleSet> {
+    let version = match version {
+        None => None,
+        Some(v) if v.fract() == 0.0 && (1.0..=crate::jcs::MAX_SAFE_INTEGER as f64).contains(&v) => {
+            Some(v as u64)
+        }
+        Some(v) => {
+            return Err(throw(Error::InvalidArgument {
+                reason: format!("version must be a positive whole number, not {v}"),
+            }))
+        }
+    };
+    RuleSet::builtin_version(name, version)
+        .map(|r| CompiledRuleSet(Rules::Builtin(r)))
+        .map_err(throw)
 }
 
 #[wasm_bindgen(js_name = loadRuleSet)]

@@ -318,8 +318,12 @@ fn apply(
 
 /// What the seed's `planDepositConfirmation` answered: `advance` or
 /// `already-applied` for a DEPOSIT_CONFIRMED event under `deposit-swap`.
-pub fn plan_deposit_confirmation(event: &dyn Source, workflow: Option<&dyn Source>) -> Result<&'static str> {
-    let rule_set = RuleSet::builtin("deposit-swap")?;
+pub fn plan_deposit_confirmation(
+    event: &dyn Source,
+    workflow: Option<&dyn Source>,
+) -> Result<&'static str> {
+    // The seed's rules are deposit-swap v1: no jump from waiting to exchange.
+    let rule_set = RuleSet::builtin_version("deposit-swap", Some(1))?;
     let event = validate(rule_set, event)?;
     if event.type_name(rule_set) != "DEPOSIT_CONFIRMED" {
         return Err(Error::InvalidEvent {

@@ -12,6 +12,10 @@ pub enum Disposition {
     Retry,
     /// A person or a reconciliation job must look.
     Reconcile,
+    /// The worker itself is misconfigured (a wrong argument, an unknown rule
+    /// set, a rule set that does not verify): no delivery can succeed until it
+    /// is fixed, so stop the worker rather than dead-letter or retry messages.
+    Fatal,
 }
 
 impl Disposition {
@@ -20,15 +24,25 @@ impl Disposition {
             Disposition::Reject => "reject",
             Disposition::Retry => "retry",
             Disposition::Reconcile => "reconcile",
+            Disposition::Fatal => "fatal",
         }
     }
 
+    /// The dispositions a rule may give; `fatal` is never a rule's answer.
     pub fn parse(text: &str) -> Option<Disposition> {
         match text {
             "reject" => Some(Disposition::Reject),
             "retry" => Some(Disposition::Retry),
             "reconcile" => Some(Disposition::Reconcile),
             _ => None,
+        }
+    }
+
+    /// Any disposition by name, `fatal` included (as a host reports it).
+    pub fn parse_any(text: &str) -> Option<Disposition> {
+        match text {
+            "fatal" => Some(Disposition::Fatal),
+            other => Disposition::parse(other),
         }
     }
 }
@@ -88,8 +102,8 @@ pub const CODES: &[(&str, Disposition)] = &[
     ("OUTBOX_CONFLICT", Disposition::Reconcile),
     ("CONCURRENT_UPDATE", Disposition::Retry),
     ("INVALID_RECORD", Disposition::Reconcile),
-    ("INVALID_ARGUMENT", Disposition::Reject),
-    ("RULESET_INVALID", Disposition::Reject),
+    ("INVALID_ARGUMENT", Disposition::Fatal),
+    ("RULESET_INVALID", Disposition::Fatal),
     ("STORE_UNAVAILABLE", Disposition::Retry),
 ];
 

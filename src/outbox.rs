@@ -336,6 +336,11 @@ pub const CLASSIFICATION: &[(Signal, Class, &str)] = &[
         Class::Dead,
         "an IdemflowError whose disposition is reconcile: a person must look",
     ),
+    (
+        Signal::Disposition(Disposition::Fatal),
+        Class::Retry,
+        "an IdemflowError whose disposition is fatal: the handler's worker is misconfigured; the operation is kept for a fixed worker",
+    ),
     (Signal::Unmarked, Class::Retry, "any other error is presumed transient"),
 ];
 
@@ -479,7 +484,7 @@ pub fn classify_json(policy: &str, request: &str) -> Result<String> {
             code: r.code,
             message: r.message.unwrap_or_default(),
             retryable: r.retryable,
-            disposition: r.disposition.as_deref().and_then(Disposition::parse),
+            disposition: r.disposition.as_deref().and_then(Disposition::parse_any),
             stopping: r.stopping,
         })
     };
@@ -743,6 +748,7 @@ mod tests {
             Signal::Disposition(Disposition::Retry),
             Signal::Disposition(Disposition::Reject),
             Signal::Disposition(Disposition::Reconcile),
+            Signal::Disposition(Disposition::Fatal),
             Signal::Unmarked,
         ];
         for signal in signals {

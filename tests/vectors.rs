@@ -41,9 +41,11 @@ fn object(value: &Value) -> &Map<String, Value> {
     value.as_object().expect("an object")
 }
 
-/// The case's built-in rule set; `deposit-swap` when the case names none.
+/// The case's built-in rule set (`deposit-swap` when the case names none) at
+/// the case's `ruleSetVersion` (the current version when absent).
 fn rule_set(case: &Value) -> &'static RuleSet {
-    RuleSet::builtin(case["ruleSet"].as_str().unwrap_or("deposit-swap")).expect("built-in rule set")
+    let name = case["ruleSet"].as_str().unwrap_or("deposit-swap");
+    RuleSet::builtin_version(name, case["ruleSetVersion"].as_u64()).expect("built-in rule set")
 }
 
 /// `expected` is contained in `actual`: objects may have more keys, arrays
@@ -248,8 +250,11 @@ fn decision_vectors_through_decide_json() {
 
 #[test]
 fn decision_vectors_cover_every_cell_of_the_deposit_swap_table() {
-    let rules = RuleSet::builtin("deposit-swap").unwrap();
-    let cases = cases(DECISIONS);
+    let rules = RuleSet::builtin_version("deposit-swap", Some(1)).unwrap();
+    let cases: Vec<Value> = cases(DECISIONS)
+        .into_iter()
+        .filter(|c| c["ruleSetVersion"] == 1)
+        .collect();
     for event in &rules.events {
         for state in 0..rules.state_count() {
             let wanted = format!("{} in {}: ", event.name, rules.state_name(state));
@@ -283,7 +288,14 @@ fn the_vector_file_lists_the_verifier_properties_in_order() {
 #[test]
 fn builtin_rule_sets_have_the_independently_computed_hashes() {
     for builtin in parse(RULESETS)["builtins"].as_array().unwrap() {
-        let rules = RuleSet::builtin(builtin["name"].as_str().unwrap()).unwrap();
+        let name = builtin["name"].as_str().unwrap();
+        let rules = RuleSet::builtin_version(name, builtin["version"].as_u64()).unwrap();
+        if builtin["current"] == true {
+            assert!(
+                std::ptr::eq(rules, RuleSet::builtin(name).unwrap()),
+                "{name}: the current version"
+            );
+        }
         assert_eq!(rules.id, builtin["id"].as_str().unwrap());
         assert_eq!(rules.version, builtin["version"].as_u64().unwrap());
         assert_eq!(rules.hash, builtin["hash"].as_str().unwrap());
@@ -305,7 +317,23 @@ fn broken_rule_sets_fail_exactly_the_named_property_with_its_counterexample() {
             assert_eq!(property["ok"], !should_fail, "{}: {}", name(case), property);
             if should_fail {
                 let example = &property["counterexample"];
-                assert!(contains(example, &case["counterexample"]), "{}: counterexample {example}", name(case));
+                assert!(
+                    contains(example, &case["counterexample"]),
+                    "{}: counterexample {example}",
+                    name(case)
+                );
+                for more in case["moreCounterexamples"].as_array().into_iter().flatten() {
+                    let found = property["moreCounterexamples"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|e| contains(e, more));
+                    assert!(
+                        found,
+                        "{}: no counterexample like {more} in {property}",
+                        name(case)
+                    );
+                }
             } else {
                 assert!(property["counterexample"].is_null(), "{}: {}", name(case), property);
             }
@@ -317,6 +345,97 @@ fn broken_rule_sets_fail_exactly_the_named_property_with_its_counterexample() {
     }
     for property in property_names() {
         assert!(failing.contains(&property), "no broken rule set fails {property}");
+    }
+}
+
+/// Delivers a case's events one at a time, as a host does: the receipt stored
+/// under the event id and the workflow go in, the write set is applied. An
+/// answer with disposition `retry` sends the event to the back of the queue.
+/// Returns the answers, the end workflow (without its id) and the operation ids.
+pub fn deliver_in_order(
+    case: &Value,
+    decide: impl Fn(&Value) -> Result<Value, Value>,
+) -> (Vec<Value>, Value, Vec<String>) {
+    let mut queue: std::collections::VecDeque<Value> = case["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .cloned()
+        .collect();
+    let mut workflow = case["workflow"].clone();
+    let mut receipts: BTreeMap<String, Value> = BTreeMap::new();
+    let (mut answers, mut operations) = (Vec::new(), Vec::new());
+    let mut budget = 100;
+    while let Some(event) = queue.pop_front() {
+        budget -= 1;
+        assert!(budget > 0, "{}: deliveries never settle", name(case));
+        let id = event["eventId"].as_str().unwrap().to_string();
+        let input = json!({ "event": event, "receipt": receipts.get(&id), "workflow": workflow });
+        match decide(&input) {
+            Ok(decision) => {
+                answers.push(decision["outcome"].clone());
+                let write_set = &decision["writeSet"];
+                if let Some(receipt) = write_set["receipt"].as_object() {
+                    receipts.insert(id, Value::Object(receipt.clone()));
+                }
+                if let Some(write) = write_set["workflow"].as_object() {
+                    let mut next = workflow.as_object().cloned().unwrap_or_else(|| {
+                        let mut fresh = Map::new();
+                        fresh.insert("id".into(), write["id"].clone());
+                        fresh
+                    });
+                    for (key, value) in write["set"].as_object().unwrap() {
+                        if value.is_null() {
+                            next.remove(key);
+                        } else {
+                            next.insert(key.clone(), value.clone());
+                        }
+                    }
+                    workflow = Value::Object(next);
+                }
+                for op in write_set["outbox"].as_array().unwrap() {
+                    operations.push(op["id"].as_str().unwrap().to_string());
+                }
+            }
+            Err(error) => {
+                answers
+                    .push(json!({ "error": error["code"], "disposition": error["disposition"] }));
+                if error["disposition"] == "retry" {
+                    queue.push_back(event);
+                }
+            }
+        }
+    }
+    if let Some(map) = workflow.as_object_mut() {
+        map.remove("id");
+    }
+    (answers, workflow, operations)
+}
+
+#[test]
+fn reordered_deliveries_give_the_answers_and_end_state_of_the_vectors() {
+    let cases = parse(RULESETS)["reorderings"].as_array().unwrap().clone();
+    assert!(cases.len() >= 8);
+    for case in &cases {
+        let rules = rule_set(case);
+        let (answers, end, operations) = deliver_in_order(case, |input| {
+            decide_json(rules, &input.to_string())
+                .map(|text| parse(&text))
+                .map_err(|e| e.to_json())
+        });
+        assert_eq!(
+            Value::from(answers),
+            case["answers"],
+            "{}: answers",
+            name(case)
+        );
+        assert_eq!(end, case["end"], "{}: end state", name(case));
+        assert_eq!(
+            json!(operations),
+            case["operations"],
+            "{}: operations",
+            name(case)
+        );
     }
 }
 
@@ -371,7 +490,7 @@ fn from_value_refuses_a_rule_set_that_fails_a_property() {
     definition["rules"].as_array_mut().unwrap().pop();
     let error = RuleSet::from_value(&definition).unwrap_err();
     assert_eq!(error.code(), "RULESET_INVALID");
-    assert_eq!(error.disposition().as_str(), "reject");
+    assert_eq!(error.disposition().as_str(), "fatal");
     let report = &error.details()["report"];
     let failed: Vec<&Value> = report["properties"].as_array().unwrap().iter().filter(|p| p["ok"] == false).collect();
     assert_eq!(failed.len(), 1);
@@ -405,7 +524,8 @@ fn the_rule_set_hash_is_stable_under_key_reordering_and_whitespace() {
 
 #[test]
 fn the_rule_set_hash_changes_when_a_rule_changes() {
-    let mut value: Value = serde_json::from_str(idemflow::ruleset::BUILTIN_DEPOSIT_SWAP).unwrap();
+    let mut value: Value =
+        serde_json::from_str(idemflow::ruleset::BUILTIN_DEPOSIT_SWAP_V1).unwrap();
     let before = RuleSet::from_value(&value).unwrap().hash;
     value["rules"][11]["then"] = json!({ "outcome": "already-applied" });
     let after = RuleSet::from_value(&value).unwrap().hash;
@@ -416,7 +536,7 @@ fn the_rule_set_hash_changes_when_a_rule_changes() {
 
 #[test]
 fn the_decision_table_prints_one_row_per_rule_and_event_type() {
-    let rules = RuleSet::builtin("deposit-swap").unwrap();
+    let rules = RuleSet::builtin_version("deposit-swap", Some(1)).unwrap();
     let markdown = table::markdown(rules);
     assert!(markdown.starts_with(&format!("Rule set `deposit-swap` v1 (`{}`)", rules.hash)));
     assert!(markdown.contains(
@@ -493,8 +613,8 @@ fn every_error_code_has_a_stable_default_disposition() {
             ("OUTBOX_CONFLICT", "reconcile"),
             ("CONCURRENT_UPDATE", "retry"),
             ("INVALID_RECORD", "reconcile"),
-            ("INVALID_ARGUMENT", "reject"),
-            ("RULESET_INVALID", "reject"),
+            ("INVALID_ARGUMENT", "fatal"),
+            ("RULESET_INVALID", "fatal"),
             ("STORE_UNAVAILABLE", "retry"),
         ]
     );
@@ -566,6 +686,17 @@ impl Host {
     fn with_waiting(id: &str) -> Host {
         let mut host = Host::new("deposit-swap");
         host.workflows.insert(id.into(), object(&json!({ "id": id, "status": "waiting", "revision": 1 })).clone());
+        host
+    }
+
+    /// The same host over `deposit-swap` v1, the in-order-only rules kept for audit.
+    fn with_waiting_v1(id: &str) -> Host {
+        let mut host = Host::new("deposit-swap");
+        host.rules = RuleSet::builtin_version("deposit-swap", Some(1)).unwrap();
+        host.workflows.insert(
+            id.into(),
+            object(&json!({ "id": id, "status": "waiting", "revision": 1 })).clone(),
+        );
         host
     }
 
@@ -756,15 +887,50 @@ fn a_late_deposit_goes_from_overdue_to_review_and_opens_a_review() {
         json!({ "id": "swap-42", "status": "review", "revision": 3, "depositRef": DEP, "amountUnits": AMT })
     );
     assert_eq!(host.operation_ids(), ["open-review:swap-42"]);
-    assert_eq!(host.outbox["open-review:swap-42"].operation_type, "OPEN_REVIEW");
-    // Never a straight exchange from a late deposit.
-    let error = host.decide(&confirmed("w:2")).unwrap_err();
-    assert_eq!((error.code(), error.disposition().as_str()), ("INVALID_TRANSITION", "reconcile"));
+    assert_eq!(
+        host.outbox["open-review:swap-42"].operation_type,
+        "OPEN_REVIEW"
+    );
+    // Never a straight exchange from a late deposit: its confirmation only adds a receipt.
+    let confirmation = host.deliver(&confirmed("w:2")).unwrap();
+    assert_eq!(confirmation.outcome, Outcome::AlreadyApplied);
+    assert!(confirmation.write_set.workflow.is_none() && confirmation.write_set.outbox.is_empty());
+    assert_eq!(host.operation_ids(), ["open-review:swap-42"]);
 }
 
 #[test]
-fn a_reversal_before_exchange_returns_to_waiting_and_clears_the_deposit() {
+fn a_reversal_before_exchange_is_final_for_its_deposit() {
     let mut host = Host::with_waiting("swap-42");
+    host.deliver(&detected("w:1")).unwrap();
+    let reversal = host.deliver(&reversed("w:2")).unwrap();
+    assert_eq!(reversal.outcome, Outcome::Applied);
+    assert_eq!(
+        host.workflow("swap-42"),
+        json!({ "id": "swap-42", "status": "reversed", "revision": 3, "depositRef": DEP, "amountUnits": AMT })
+    );
+    // Its confirmation, late or re-published, and a re-published detection change nothing.
+    assert_eq!(
+        host.deliver(&confirmed("w:3")).unwrap().outcome,
+        Outcome::Stale
+    );
+    assert_eq!(
+        host.deliver(&detected("w:4")).unwrap().outcome,
+        Outcome::Stale
+    );
+    assert!(host.outbox.is_empty());
+    // Another deposit on the same swap is a person's decision, in any order.
+    let mut other = detected("w:5");
+    other["depositRef"] = json!("btc-mainnet:tx-def:vout-1");
+    let error = host.decide(&other).unwrap_err();
+    assert_eq!(
+        (error.code(), error.disposition().as_str()),
+        ("IDENTITY_MISMATCH", "reconcile")
+    );
+}
+
+#[test]
+fn a_reversal_before_exchange_returns_to_waiting_and_clears_the_deposit_in_v1() {
+    let mut host = Host::with_waiting_v1("swap-42");
     host.deliver(&detected("w:1")).unwrap();
     let reversal = host.deliver(&reversed("w:2")).unwrap();
     assert_eq!(reversal.outcome, Outcome::Applied);
@@ -784,8 +950,8 @@ fn a_reversal_before_exchange_returns_to_waiting_and_clears_the_deposit() {
 }
 
 #[test]
-fn a_confirmation_of_the_reversed_deposit_after_a_new_one_is_an_identity_mismatch() {
-    let mut host = Host::with_waiting("swap-42");
+fn a_confirmation_of_the_reversed_deposit_after_a_new_one_is_an_identity_mismatch_in_v1() {
+    let mut host = Host::with_waiting_v1("swap-42");
     host.deliver(&detected("w:1")).unwrap();
     host.deliver(&reversed("w:2")).unwrap();
     let mut other = detected("w:3");
@@ -808,9 +974,16 @@ fn a_reversal_after_exchange_goes_to_review_and_keeps_the_deposit() {
     );
     assert_eq!(host.operation_ids(), ["open-review:swap-42", "start-exchange:swap-42"]);
     assert_eq!(host.outbox["open-review:swap-42"].event_id, "w:3");
-    // Review is final: the exchange result is for a person now.
-    assert_eq!(host.decide(&exchanged("w:4")).unwrap_err().code(), "INVALID_TRANSITION");
-    assert_eq!(host.decide(&reversed("w:5")).unwrap_err().code(), "INVALID_TRANSITION");
+    // Review is final: the exchange result is for a person now, and a
+    // re-published reversal changes nothing.
+    assert_eq!(
+        host.decide(&exchanged("w:4")).unwrap().outcome,
+        Outcome::Stale
+    );
+    assert_eq!(
+        host.decide(&reversed("w:5")).unwrap().outcome,
+        Outcome::AlreadyApplied
+    );
 }
 
 #[test]

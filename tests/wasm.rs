@@ -39,11 +39,14 @@ fn js_text(text: &str) -> JsValue {
 }
 
 fn builtin(name: &str) -> CompiledRuleSet {
-    binding::builtin_rule_set(name).unwrap_or_else(|_| panic!("built-in {name}"))
+    binding::builtin_rule_set(name, None).unwrap_or_else(|_| panic!("built-in {name}"))
 }
 
+/// The case's built-in rule set at the case's `ruleSetVersion` (the current one when absent).
 fn rule_set(case: &Value) -> CompiledRuleSet {
-    builtin(case["ruleSet"].as_str().unwrap_or("deposit-swap"))
+    let name = case["ruleSet"].as_str().unwrap_or("deposit-swap");
+    binding::builtin_rule_set(name, case["ruleSetVersion"].as_f64())
+        .unwrap_or_else(|_| panic!("built-in {name}"))
 }
 
 fn contains(actual: &Value, expected: &Value) -> bool {
@@ -261,8 +264,12 @@ fn builtin_rule_sets_carry_their_id_version_hash_and_table() {
 
 #[wasm_bindgen_test]
 fn an_unknown_builtin_is_thrown_as_invalid_argument() {
-    let error = expect_err("builtin", binding::builtin_rule_set("deposit_swap"));
-    assert_thrown("builtin", error, &json!({ "code": "INVALID_ARGUMENT", "disposition": "reject" }));
+    let error = expect_err("builtin", binding::builtin_rule_set("deposit_swap", None));
+    assert_thrown(
+        "builtin",
+        error,
+        &json!({ "code": "INVALID_ARGUMENT", "disposition": "fatal" }),
+    );
 }
 
 #[wasm_bindgen_test]
@@ -272,8 +279,8 @@ fn error_codes_list_every_code_with_its_disposition() {
         json!({
             "INVALID_EVENT": "reject", "EVENT_ID_CONFLICT": "reconcile", "UNKNOWN_WORKFLOW": "retry",
             "IDENTITY_MISMATCH": "reconcile", "INVALID_TRANSITION": "reconcile", "OUTBOX_CONFLICT": "reconcile",
-            "CONCURRENT_UPDATE": "retry", "INVALID_RECORD": "reconcile", "INVALID_ARGUMENT": "reject",
-            "RULESET_INVALID": "reject", "STORE_UNAVAILABLE": "retry",
+            "CONCURRENT_UPDATE": "retry", "INVALID_RECORD": "reconcile", "INVALID_ARGUMENT": "fatal",
+            "RULESET_INVALID": "fatal", "STORE_UNAVAILABLE": "retry",
         })
     );
 }
@@ -320,8 +327,13 @@ fn a_value_that_is_not_an_object_is_an_invalid_event_named_event() {
 #[wasm_bindgen_test]
 fn a_receipt_or_workflow_that_is_not_an_object_is_an_invalid_argument() {
     let rules = builtin("deposit-swap");
-    let bad = json!({ "code": "INVALID_ARGUMENT", "disposition": "reject" });
-    let as_receipt = binding::decide(&rules, js(&seed()), JsValue::from_str("fp1:0"), JsValue::NULL);
+    let bad = json!({ "code": "INVALID_ARGUMENT", "disposition": "fatal" });
+    let as_receipt = binding::decide(
+        &rules,
+        js(&seed()),
+        JsValue::from_str("fp1:0"),
+        JsValue::NULL,
+    );
     assert_thrown("receipt", expect_err("receipt", as_receipt), &bad);
     let as_workflow = binding::decide(&rules, js(&seed()), JsValue::UNDEFINED, JsValue::from_f64(1.0));
     assert_thrown("workflow", expect_err("workflow", as_workflow), &bad);

@@ -75,7 +75,17 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
     let root = object(
         definition,
         "$",
-        &["id", "version", "description", "statuses", "fields", "events", "rules", "otherwise"],
+        &[
+            "id",
+            "version",
+            "description",
+            "statuses",
+            "fields",
+            "events",
+            "rules",
+            "otherwise",
+            "order",
+        ],
     )?;
     let id = name(required(root, "id", "$")?, "$.id", false)?;
     let version = match required(root, "version", "$")?.as_u64() {
@@ -102,6 +112,7 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
         fields,
         events,
         rules: Vec::new(),
+        order: None,
     };
 
     for (i, rule) in array(required(root, "rules", "$")?, "$.rules")?.iter().enumerate() {
@@ -127,6 +138,10 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
     });
     if tracked.sum::<usize>() > MAX_TRACKED || rule_set.fields.len() > MAX_TRACKED {
         return Err(invalid("$", format!("at most {MAX_TRACKED} fields and {MAX_TRACKED} emitted operations")));
+    }
+
+    if let Some(order) = root.get("order") {
+        rule_set.order = Some(super::order::load(&rule_set, order)?);
     }
 
     let canonical = canonical_json(definition).map_err(|reason| invalid("$", reason))?;

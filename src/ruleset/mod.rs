@@ -4,6 +4,8 @@
 //! the bad part) and then proves its properties (see `verify`).
 
 mod load;
+pub mod order;
+pub mod reorder;
 pub mod table;
 pub mod verify;
 
@@ -66,7 +68,10 @@ pub enum Answer {
     Applied(Transition),
     AlreadyApplied,
     Stale,
-    Fail { code: FailCode, disposition: Disposition },
+    Fail {
+        code: FailCode,
+        disposition: Disposition,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +151,9 @@ pub struct RuleSet {
     /// `cells[event][state]`: the rules that answer that pair. A verified rule
     /// set has exactly one in every cell.
     pub cells: Vec<Vec<Vec<usize>>>,
+    /// What the producers promise about the order of events, when the rule
+    /// set claims to be reorder-safe (its `order` section).
+    pub order: Option<order::Order>,
 }
 
 impl RuleSet {
@@ -173,23 +181,44 @@ impl RuleSet {
         RuleSet::from_value(&value)
     }
 
+    /// The current version of a built-in rule set.
     pub fn builtin(name: &str) -> Result<&'static RuleSet> {
-        static DEPOSIT_SWAP: OnceLock<RuleSet> = OnceLock::new();
-        static ORDER_SHIPMENT: OnceLock<RuleSet> = OnceLock::new();
-        let (cell, text) = match name {
-            "deposit-swap" => (&DEPOSIT_SWAP, BUILTIN_DEPOSIT_SWAP),
-            "order-shipment" => (&ORDER_SHIPMENT, BUILTIN_ORDER_SHIPMENT),
-            other => {
-                return Err(Error::InvalidArgument {
-                    reason: format!("no built-in rule set named {other:?} (there are: {})", BUILTIN_NAMES.join(", ")),
-                })
-            }
+        RuleSet::builtin_version(name, None)
+    }
+
+    /// A built-in rule set by name and version (`None`: the current one).
+    /// Older versions stay loadable so stored receipts can be audited against
+    /// the rules that wrote them.
+    pub fn builtin_version(name: &str, version: Option<u64>) -> Result<&'static RuleSet> {
+        let Some(versions) = BUILTINS.iter().find(|b| b.name == name) else {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "no built-in rule set named {name:?} (there are: {})",
+                    BUILTIN_NAMES.join(", ")
+                ),
+            });
         };
-        if let Some(loaded) = cell.get() {
+        let builtin = match version {
+            None => versions.versions.last(),
+            Some(v) => versions.versions.iter().find(|b| b.version == v),
+        }
+        .ok_or_else(|| Error::InvalidArgument {
+            reason: format!(
+                "built-in rule set {name} has no version {} (there are: {})",
+                version.unwrap_or_default(),
+                versions
+                    .versions
+                    .iter()
+                    .map(|b| b.version.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })?;
+        if let Some(loaded) = builtin.cell.get() {
             return Ok(loaded);
         }
-        let loaded = RuleSet::from_json(text)?;
-        Ok(cell.get_or_init(|| loaded))
+        let loaded = RuleSet::from_json(builtin.text)?;
+        Ok(builtin.cell.get_or_init(|| loaded))
     }
 
     pub fn status_index(&self, name: &str) -> Option<usize> {
@@ -206,6 +235,22 @@ impl RuleSet {
         } else {
             &self.statuses[state - 1].name
         }
+    }
+
+    /// Distinct operation-id templates, in the order rules first emit them:
+    /// bit `i` of an emitted set stands for `templates()[i]`.
+    pub fn templates(&self) -> Vec<&str> {
+        let mut templates: Vec<&str> = Vec::new();
+        for rule in &self.rules {
+            if let Answer::Applied(t) = &rule.answer {
+                for emit in &t.emit {
+                    if !templates.contains(&emit.id_template.text.as_str()) {
+                        templates.push(&emit.id_template.text);
+                    }
+                }
+            }
+        }
+        templates
     }
 
     pub fn state_count(&self) -> usize {
@@ -242,5 +287,55 @@ pub fn verify_definition(definition: &Value) -> Result<verify::Report> {
 }
 
 pub const BUILTIN_NAMES: &[&str] = &["deposit-swap", "order-shipment"];
-pub const BUILTIN_DEPOSIT_SWAP: &str = include_str!("deposit-swap.json");
-pub const BUILTIN_ORDER_SHIPMENT: &str = include_str!("order-shipment.json");
+/// The current `deposit-swap`: reorder-safe (version 2).
+pub const BUILTIN_DEPOSIT_SWAP: &str = include_str!("deposit-swap.v2.json");
+/// The first `deposit-swap`, kept for audit of receipts it wrote. It assumes
+/// per-workflow in-order delivery.
+pub const BUILTIN_DEPOSIT_SWAP_V1: &str = include_str!("deposit-swap.v1.json");
+pub const BUILTIN_ORDER_SHIPMENT: &str = include_str!("order-shipment.v2.json");
+pub const BUILTIN_ORDER_SHIPMENT_V1: &str = include_str!("order-shipment.v1.json");
+
+struct Builtin {
+    version: u64,
+    text: &'static str,
+    cell: OnceLock<RuleSet>,
+}
+
+struct BuiltinVersions {
+    name: &'static str,
+    /// Oldest first; the last is the current version.
+    versions: [Builtin; 2],
+}
+
+static BUILTINS: [BuiltinVersions; 2] = [
+    BuiltinVersions {
+        name: "deposit-swap",
+        versions: [
+            Builtin {
+                version: 1,
+                text: BUILTIN_DEPOSIT_SWAP_V1,
+                cell: OnceLock::new(),
+            },
+            Builtin {
+                version: 2,
+                text: BUILTIN_DEPOSIT_SWAP,
+                cell: OnceLock::new(),
+            },
+        ],
+    },
+    BuiltinVersions {
+        name: "order-shipment",
+        versions: [
+            Builtin {
+                version: 1,
+                text: BUILTIN_ORDER_SHIPMENT_V1,
+                cell: OnceLock::new(),
+            },
+            Builtin {
+                version: 2,
+                text: BUILTIN_ORDER_SHIPMENT,
+                cell: OnceLock::new(),
+            },
+        ],
+    },
+];

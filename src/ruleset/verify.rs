@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 
 use serde_json::{json, Value};
 
-use super::{Answer, RuleSet, StateIndex, NONE};
+use super::{reorder, Answer, RuleSet, StateIndex, NONE};
 use crate::error::{Error, Result};
 
 const MAX_STATES: usize = 200_000;
@@ -18,6 +18,10 @@ pub struct Property {
     pub description: &'static str,
     pub ok: bool,
     pub counterexample: Option<Value>,
+    /// More counterexamples, when the property reports several (reorder-safe).
+    pub more_counterexamples: Vec<Value>,
+    /// What the check covered (bounds, declared races, work done, or why it was skipped).
+    pub info: Option<Value>,
 }
 
 #[derive(Debug, Clone)]
@@ -39,12 +43,21 @@ impl Report {
             "ok": self.ok(),
             "ruleSet": { "id": self.id, "version": self.version, "hash": self.hash },
             "statesExplored": self.states_explored,
-            "properties": self.properties.iter().map(|p| json!({
-                "name": p.name,
-                "description": p.description,
-                "ok": p.ok,
-                "counterexample": p.counterexample,
-            })).collect::<Vec<_>>(),
+            "properties": self.properties.iter().map(|p| {
+                let mut property = json!({
+                    "name": p.name,
+                    "description": p.description,
+                    "ok": p.ok,
+                    "counterexample": p.counterexample,
+                });
+                if !p.more_counterexamples.is_empty() {
+                    property["moreCounterexamples"] = json!(p.more_counterexamples);
+                }
+                if let Some(info) = &p.info {
+                    property["checked"] = info.clone();
+                }
+                property
+            }).collect::<Vec<_>>(),
         })
     }
 }
@@ -121,24 +134,26 @@ struct Failure {
 }
 
 pub fn verify(rule_set: &RuleSet) -> Result<Report> {
-    let mut templates: Vec<&str> = Vec::new();
-    for rule in &rule_set.rules {
-        if let Answer::Applied(t) = &rule.answer {
-            for emit in &t.emit {
-                if !templates.contains(&emit.id_template.text.as_str()) {
-                    templates.push(&emit.id_template.text);
-                }
-            }
-        }
-    }
-    let mut explorer =
-        Explorer { rule_set, templates, states: Vec::new(), parents: Vec::new(), seen: HashMap::new() };
-    let mut failures: Vec<Failure> = Vec::new();
-    let fail = |failures: &mut Vec<Failure>, name: &'static str, counterexample: Value| {
-        if !failures.iter().any(|f| f.name == name) {
-            failures.push(Failure { name, counterexample });
-        }
+    let templates = rule_set.templates();
+    let mut explorer = Explorer {
+        rule_set,
+        templates,
+        states: Vec::new(),
+        parents: Vec::new(),
+        seen: HashMap::new(),
     };
+    let mut failures: Vec<Failure> = Vec::new();
+    // A counterexample is built once, for the first failure of a property:
+    // building a path walks the parents, so it must not run at every step.
+    let fail =
+        |failures: &mut Vec<Failure>, name: &'static str, counterexample: &dyn Fn() -> Value| {
+            if !failures.iter().any(|f| f.name == name) {
+                failures.push(Failure {
+                    name,
+                    counterexample: counterexample(),
+                });
+            }
+        };
 
     explorer.visit(State { at: 0, emitted: 0, recorded: 0 }, None)?;
     for (i, status) in rule_set.statuses.iter().enumerate() {
@@ -154,29 +169,44 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
             for &rule_index in &rule_set.cells[event][state.at] {
                 let rule = &rule_set.rules[rule_index];
                 if state.at != 0 {
-                    if let Some(field) = rule.guard.iter().find(|f| state.recorded & (1 << **f) == 0) {
-                        let step = Step { event, rule: rule_index, from: state.at, to: state.at };
-                        let mut example = explorer.path(node, Some(&step));
-                        example["field"] = json!(rule_set.fields[*field].name);
-                        fail(&mut failures, "guards-read-recorded-fields", example);
+                    if let Some(field) =
+                        rule.guard.iter().find(|f| state.recorded & (1 << **f) == 0)
+                    {
+                        let step = Step {
+                            event,
+                            rule: rule_index,
+                            from: state.at,
+                            to: state.at,
+                        };
+                        fail(&mut failures, "guards-read-recorded-fields", &|| {
+                            let mut example = explorer.path(node, Some(&step));
+                            example["field"] = json!(rule_set.fields[*field].name);
+                            example
+                        });
                     }
                 }
                 let Answer::Applied(transition) = &rule.answer else { continue };
                 let to = transition.to + 1;
                 let step = Step { event, rule: rule_index, from: state.at, to };
                 if state.at != 0 && rule_set.statuses[state.at - 1].terminal {
-                    fail(&mut failures, "terminal-statuses-final", explorer.path(node, Some(&step)));
+                    fail(&mut failures, "terminal-statuses-final", &|| {
+                        explorer.path(node, Some(&step))
+                    });
                 }
                 if transition.revision_step == 0 {
-                    fail(&mut failures, "revision-increases", explorer.path(node, Some(&step)));
+                    fail(&mut failures, "revision-increases", &|| {
+                        explorer.path(node, Some(&step))
+                    });
                 }
                 let mut emitted = state.emitted;
                 for emit in &transition.emit {
                     let bit = 1u64 << explorer.templates.iter().position(|t| *t == emit.id_template.text).unwrap_or(0);
                     if emitted & bit != 0 {
-                        let mut example = explorer.path(node, Some(&step));
-                        example["operationId"] = json!(emit.id_template.text);
-                        fail(&mut failures, "operation-ids-unique", example);
+                        fail(&mut failures, "operation-ids-unique", &|| {
+                            let mut example = explorer.path(node, Some(&step));
+                            example["operationId"] = json!(emit.id_template.text);
+                            example
+                        });
                     }
                     emitted |= bit;
                 }
@@ -200,15 +230,17 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
     'cells: for (event, row) in rule_set.cells.iter().enumerate() {
         for (at, cell) in row.iter().enumerate() {
             if cell.len() != 1 {
-                let mut example = json!({
-                    "event": rule_set.events[event].name,
-                    "status": rule_set.state_name(at),
-                    "rules": cell.iter().map(|r| rule_set.rules[*r].origin.clone()).collect::<Vec<_>>(),
+                fail(&mut failures, "one-answer-per-pair", &|| {
+                    let mut example = json!({
+                        "event": rule_set.events[event].name,
+                        "status": rule_set.state_name(at),
+                        "rules": cell.iter().map(|r| rule_set.rules[*r].origin.clone()).collect::<Vec<_>>(),
+                    });
+                    if let Some(node) = explorer.states.iter().position(|s| s.at == at) {
+                        example["path"] = explorer.path(node, None);
+                    }
+                    example
                 });
-                if let Some(node) = explorer.states.iter().position(|s| s.at == at) {
-                    example["path"] = explorer.path(node, None);
-                }
-                fail(&mut failures, "one-answer-per-pair", example);
                 break 'cells;
             }
         }
@@ -224,15 +256,36 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
         fail(
             &mut failures,
             "every-status-reachable",
-            json!({ "unreachable": unreachable, "from": initial_names(rule_set) }),
+            &|| json!({ "unreachable": unreachable, "from": initial_names(rule_set) }),
         );
     }
+
+    let reorder = reorder::check(rule_set)?;
 
     let properties = PROPERTIES
         .iter()
         .map(|(name, description)| {
+            if *name == REORDER_SAFE {
+                let mut examples = reorder.counterexamples.clone();
+                let first = (!examples.is_empty()).then(|| examples.remove(0));
+                return Property {
+                    name,
+                    description,
+                    ok: first.is_none(),
+                    counterexample: first,
+                    more_counterexamples: examples,
+                    info: Some(reorder.info(rule_set)),
+                };
+            }
             let failure = failures.iter().find(|f| f.name == *name);
-            Property { name, description, ok: failure.is_none(), counterexample: failure.map(|f| f.counterexample.clone()) }
+            Property {
+                name,
+                description,
+                ok: failure.is_none(),
+                counterexample: failure.map(|f| f.counterexample.clone()),
+                more_counterexamples: Vec::new(),
+                info: None,
+            }
         })
         .collect();
     Ok(Report {
@@ -257,4 +310,7 @@ pub const PROPERTIES: &[(&str, &str)] = &[
     ("operation-ids-unique", "no outbox operation id can be emitted twice along any path"),
     ("revision-increases", "every applied transition increases the workflow revision"),
     ("guards-read-recorded-fields", "every guard compares a field that is recorded on every path to its status"),
+    (REORDER_SAFE, "with an 'order' section: every delivery order of every legal history ends as the history in order does (same status, recorded fields, operations, errors), where 'retry' means redeliver later and declared races keep the order the workflow saw"),
 ];
+
+pub const REORDER_SAFE: &str = "reorder-safe";

@@ -1,0 +1,798 @@
+//! The `reorder-safe` property: any delivery order, any duplication, one
+//! outcome.
+//!
+//! A history is what producers emit for one workflow: a multiset of events,
+//! each type at most [`MAX_COPIES`] times (re-publications under new event
+//! ids), at most [`BOUND`] events, in which every event that `follows` another
+//! event type has one of those before it. Every event of a history speaks of
+//! the same facts (one deposit, one payout): a fact with other values is the
+//! guards' business (`IDENTITY_MISMATCH` in any order), not this property's.
+//!
+//! For every history and start status, every delivery order is explored,
+//! where an answer with disposition `retry` means "redeliver later" and an
+//! event that `follows` an operation exists only once that operation was
+//! emitted. Each order ends in a result: the status, the recorded fields, the
+//! emitted operations, the events answered with an error (parked or
+//! dead-lettered) and the events still undelivered. Orders in which the
+//! workflow saw each declared racing pair in the same order must end in the
+//! same result as the history in order. Exploration is memoised on the
+//! configuration, so a history of six events costs hundreds of steps, not 6!.
+
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use serde_json::{json, Value};
+
+use super::order::{After, Order};
+use super::{Answer, RuleSet, StateIndex};
+use crate::error::{Error, Result};
+
+/// Events in a history, at most.
+pub const BOUND: usize = 6;
+/// Copies of one event type in a history, at most.
+pub const MAX_COPIES: u8 = 2;
+/// Configurations explored over all histories before the check gives up.
+pub const MAX_CONFIGURATIONS: usize = 2_000_000;
+/// Histories (multisets of event types) before the check gives up.
+pub const MAX_HISTORIES: usize = 100_000;
+const MAX_COUNTEREXAMPLES: usize = 8;
+
+pub struct Check {
+    /// `None` when the rule set makes no reorder claim or cannot be checked.
+    pub skipped: Option<&'static str>,
+    pub counterexamples: Vec<Value>,
+    pub histories: usize,
+    pub configurations: usize,
+}
+
+impl Check {
+    pub fn info(&self, rule_set: &RuleSet) -> Value {
+        let mut info = json!({
+            "bound": { "events": BOUND, "copiesPerType": MAX_COPIES },
+            "histories": self.histories,
+            "configurations": self.configurations,
+        });
+        if let Some(order) = &rule_set.order {
+            info["races"] = order
+                .races
+                .iter()
+                .map(|r| {
+                    let mut race = json!([rule_set.events[r.a].name, rule_set.events[r.b].name]);
+                    if let Some(d) = &r.description {
+                        race = json!({ "between": race, "description": d });
+                    }
+                    race
+                })
+                .collect();
+            info["follows"] = order
+                .follows
+                .iter()
+                .map(|f| {
+                    let after = match &f.after {
+                        After::Event(e) => rule_set.events[*e].name.clone(),
+                        After::Operation(op) => op.clone(),
+                    };
+                    json!({ "event": rule_set.events[f.event].name, "after": after })
+                })
+                .collect();
+        }
+        if let Some(reason) = self.skipped {
+            info["skipped"] = json!(reason);
+        }
+        info
+    }
+}
+
+/// A small, fast hasher for configuration keys (FxHash's multiply-rotate).
+#[derive(Default)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(*b as u64);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64)
+    }
+    fn write_u16(&mut self, n: u16) {
+        self.write_u64(n as u64)
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64)
+    }
+}
+
+/// Where one delivery order stands. Counts are per local event type (the
+/// types present in the history), two bits each.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Config {
+    at: StateIndex,
+    emitted: u64,
+    recorded: u64,
+    consumed: u16,
+    errored: u16,
+    /// Per racing pair of local types, two bits: decided, and whether the
+    /// lower type was seen first.
+    seen_first: u32,
+}
+
+fn count(packed: u16, t: usize) -> u8 {
+    ((packed >> (2 * t)) & 3) as u8
+}
+
+fn bump(packed: u16, t: usize) -> u16 {
+    packed + (1 << (2 * t))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reply {
+    Applied,
+    AlreadyApplied,
+    Stale,
+    Error {
+        code: &'static str,
+        disposition: &'static str,
+    },
+}
+
+#[derive(Clone, Copy)]
+struct Delivery {
+    event: usize,
+    from: StateIndex,
+    to: StateIndex,
+    rule: usize,
+    reply: Reply,
+}
+
+/// One history from one start status, with everything precomputed.
+struct History<'a> {
+    rule_set: &'a RuleSet,
+    /// Global event index of each local type, in declaration order.
+    types: Vec<usize>,
+    copies: Vec<u8>,
+    /// Emitted-template bits that must be set before a local type can exist.
+    needs_emitted: Vec<u64>,
+    /// Local types each local type follows (as an event).
+    follows: Vec<Vec<usize>>,
+    /// Racing pairs of local types `(lower, higher, pair index)`.
+    races: Vec<(usize, usize, usize)>,
+    /// Template bit of each rule's emits, by rule index.
+    emit_bits: Vec<u64>,
+}
+
+impl History<'_> {
+    /// What delivering one event of local type `t` does: `None` when it is
+    /// deferred (`retry`) or cannot exist yet.
+    fn deliver(&self, config: &Config, t: usize) -> Option<(Config, Delivery)> {
+        if count(config.consumed, t) >= self.copies[t] {
+            return None;
+        }
+        if self.needs_emitted[t] != 0 && config.emitted & self.needs_emitted[t] == 0 {
+            return None;
+        }
+        let event = self.types[t];
+        let rule_index = self.rule_set.cells[event][config.at][0];
+        let rule = &self.rule_set.rules[rule_index];
+        let mut next = *config;
+        let guard_fails =
+            config.at != 0 && rule.guard.iter().any(|f| config.recorded & (1 << f) == 0);
+        let reply = if guard_fails {
+            Reply::Error {
+                code: "IDENTITY_MISMATCH",
+                disposition: "reconcile",
+            }
+        } else {
+            match &rule.answer {
+                Answer::Fail { disposition, .. } if disposition.as_str() == "retry" => return None,
+                Answer::Fail { code, disposition } => Reply::Error {
+                    code: code.as_str(),
+                    disposition: disposition.as_str(),
+                },
+                Answer::AlreadyApplied => Reply::AlreadyApplied,
+                Answer::Stale => Reply::Stale,
+                Answer::Applied(transition) => {
+                    next.at = transition.to + 1;
+                    next.emitted |= self.emit_bits[rule_index];
+                    for f in &transition.record {
+                        next.recorded |= 1 << f;
+                    }
+                    for f in &transition.clear {
+                        next.recorded &= !(1 << f);
+                    }
+                    Reply::Applied
+                }
+            }
+        };
+        if matches!(reply, Reply::Error { .. }) {
+            next.errored = bump(next.errored, t);
+        }
+        if count(config.consumed, t) == 0 {
+            for &(low, high, pair) in &self.races {
+                let other = if low == t {
+                    high
+                } else if high == t {
+                    low
+                } else {
+                    continue;
+                };
+                if count(config.consumed, other) == 0 {
+                    next.seen_first |= 1 << (2 * pair);
+                    if low == t {
+                        next.seen_first |= 1 << (2 * pair + 1);
+                    }
+                }
+            }
+        }
+        next.consumed = bump(next.consumed, t);
+        Some((
+            next,
+            Delivery {
+                event,
+                from: config.at,
+                to: next.at,
+                rule: rule_index,
+                reply,
+            },
+        ))
+    }
+
+    /// A result compares everything but the race bookkeeping.
+    fn result(config: &Config) -> (StateIndex, u64, u64, u16, u16) {
+        (
+            config.at,
+            config.emitted,
+            config.recorded,
+            config.consumed,
+            config.errored,
+        )
+    }
+
+    /// The history in order: each step delivers the first event (in
+    /// declaration order) that its producer could have emitted by then and
+    /// that is not deferred.
+    fn in_order(&self, start: Config) -> (Config, Vec<Delivery>) {
+        let mut config = start;
+        let mut deliveries = Vec::new();
+        'steps: loop {
+            for t in 0..self.types.len() {
+                if self.follows[t]
+                    .iter()
+                    .any(|a| count(config.consumed, *a) == 0)
+                {
+                    continue;
+                }
+                if let Some((next, delivery)) = self.deliver(&config, t) {
+                    config = next;
+                    deliveries.push(delivery);
+                    continue 'steps;
+                }
+            }
+            // Nothing more in producer order: deliver what is left, deferred or not.
+            for t in 0..self.types.len() {
+                if let Some((next, delivery)) = self.deliver(&config, t) {
+                    config = next;
+                    deliveries.push(delivery);
+                    continue 'steps;
+                }
+            }
+            return (config, deliveries);
+        }
+    }
+}
+
+struct Search<'h, 'a> {
+    history: &'h History<'a>,
+    seen: HashSet<Config, BuildHasherDefault<Fx>>,
+    /// Per race signature: the first result reached and the order that reached it.
+    references: Vec<(u32, Config, Vec<Delivery>, bool)>,
+    path: Vec<Delivery>,
+    mismatch: Option<(usize, Config, Vec<Delivery>)>,
+    configurations: usize,
+}
+
+impl Search<'_, '_> {
+    fn explore(&mut self, config: Config) -> Result<()> {
+        if self.mismatch.is_some() || !self.seen.insert(config) {
+            return Ok(());
+        }
+        self.configurations += 1;
+        if self.configurations > MAX_CONFIGURATIONS {
+            return Err(Error::RuleSetInvalid {
+                path: "$.order".into(),
+                reason: format!(
+                    "the reorder-safe check would explore more than {MAX_CONFIGURATIONS} configurations (limit maxReorderConfigurations); split the rule set"
+                ),
+                report: None,
+            });
+        }
+        let mut progressed = false;
+        for t in 0..self.history.types.len() {
+            if let Some((next, delivery)) = self.history.deliver(&config, t) {
+                progressed = true;
+                self.path.push(delivery);
+                self.explore(next)?;
+                self.path.pop();
+            }
+        }
+        if !progressed {
+            match self
+                .references
+                .iter()
+                .position(|r| r.0 == config.seen_first)
+            {
+                None => self
+                    .references
+                    .push((config.seen_first, config, self.path.clone(), false)),
+                Some(i) if History::result(&self.references[i].1) != History::result(&config) => {
+                    self.mismatch = Some((i, config, self.path.clone()));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+pub fn check(rule_set: &RuleSet) -> Result<Check> {
+    let mut outcome = Check {
+        skipped: None,
+        counterexamples: Vec::new(),
+        histories: 0,
+        configurations: 0,
+    };
+    let Some(order) = &rule_set.order else {
+        outcome.skipped = Some(
+            "no 'order' section: the rule set is proven for in-order delivery per workflow only",
+        );
+        return Ok(outcome);
+    };
+    if rule_set.cells.iter().flatten().any(|cell| cell.len() != 1) {
+        outcome.skipped = Some("needs exactly one answer per (event type, status) pair first");
+        return Ok(outcome);
+    }
+    let templates = rule_set.templates();
+    let emit_bits: Vec<u64> = rule_set
+        .rules
+        .iter()
+        .map(|rule| match &rule.answer {
+            Answer::Applied(t) => t.emit.iter().fold(0, |bits, e| {
+                bits | template_bit(&templates, &e.id_template.text)
+            }),
+            _ => 0,
+        })
+        .collect();
+    let starts: Vec<StateIndex> = std::iter::once(0)
+        .chain(
+            rule_set
+                .statuses
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.initial)
+                .map(|(i, _)| i + 1),
+        )
+        .collect();
+
+    for copies in histories(rule_set, order)? {
+        let types: Vec<usize> = (0..copies.len()).filter(|e| copies[*e] > 0).collect();
+        let local = |global: usize| types.iter().position(|t| *t == global);
+        let mut races = Vec::new();
+        for low in 0..types.len() {
+            for high in low + 1..types.len() {
+                if order.races_between(types[low], types[high]) {
+                    races.push((low, high, races.len()));
+                }
+            }
+        }
+        let history = History {
+            rule_set,
+            copies: types.iter().map(|e| copies[*e]).collect(),
+            needs_emitted: types
+                .iter()
+                .map(|e| {
+                    order
+                        .follows
+                        .iter()
+                        .filter(|f| f.event == *e)
+                        .fold(0, |bits, f| match &f.after {
+                            After::Operation(op) => bits | operation_bits(rule_set, &templates, op),
+                            After::Event(_) => bits,
+                        })
+                })
+                .collect(),
+            follows: types
+                .iter()
+                .map(|e| {
+                    order
+                        .follows
+                        .iter()
+                        .filter(|f| f.event == *e)
+                        .filter_map(|f| match f.after {
+                            After::Event(a) => local(a),
+                            After::Operation(_) => None,
+                        })
+                        .collect()
+                })
+                .collect(),
+            races,
+            emit_bits: emit_bits.clone(),
+            types,
+        };
+        for &start in &starts {
+            outcome.histories += 1;
+            let origin = Config {
+                at: start,
+                emitted: 0,
+                recorded: 0,
+                consumed: 0,
+                errored: 0,
+                seen_first: 0,
+            };
+            let (end, deliveries) = history.in_order(origin);
+            let mut search = Search {
+                history: &history,
+                seen: HashSet::default(),
+                references: vec![(end.seen_first, end, deliveries, true)],
+                path: Vec::new(),
+                mismatch: None,
+                configurations: 0,
+            };
+            search.explore(origin)?;
+            outcome.configurations += search.configurations;
+            if let Some((reference, actual, path)) = &search.mismatch {
+                let (_, expected_end, expected, in_order) = &search.references[*reference];
+                outcome.counterexamples.push(counterexample(
+                    &history,
+                    start,
+                    (expected, expected_end, *in_order),
+                    (path, actual),
+                ));
+                break;
+            }
+        }
+        if outcome.counterexamples.len() >= MAX_COUNTEREXAMPLES {
+            break;
+        }
+    }
+    Ok(outcome)
+}
+
+fn template_bit(templates: &[&str], text: &str) -> u64 {
+    templates
+        .iter()
+        .position(|t| *t == text)
+        .map_or(0, |i| 1 << i)
+}
+
+fn operation_bits(rule_set: &RuleSet, templates: &[&str], operation: &str) -> u64 {
+    let mut bits = 0;
+    for rule in &rule_set.rules {
+        if let Answer::Applied(t) = &rule.answer {
+            for e in t.emit.iter().filter(|e| e.operation_type == operation) {
+                bits |= template_bit(templates, &e.id_template.text);
+            }
+        }
+    }
+    bits
+}
+
+/// Every legal history as copies per event type, smallest first.
+fn histories(rule_set: &RuleSet, order: &Order) -> Result<Vec<Vec<u8>>> {
+    let types = rule_set.events.len();
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut copies = vec![0u8; types];
+    fn walk(e: usize, left: usize, copies: &mut Vec<u8>, out: &mut Vec<Vec<u8>>) -> bool {
+        if e == copies.len() {
+            if left < BOUND {
+                out.push(copies.clone());
+            }
+            return out.len() <= MAX_HISTORIES;
+        }
+        for n in 0..=MAX_COPIES.min(left as u8) {
+            copies[e] = n;
+            if !walk(e + 1, left - n as usize, copies, out) {
+                return false;
+            }
+        }
+        copies[e] = 0;
+        true
+    }
+    if !walk(0, BOUND, &mut copies, &mut out) {
+        return Err(Error::RuleSetInvalid {
+            path: "$.order".into(),
+            reason: format!(
+                "{types} event types make more than {MAX_HISTORIES} histories of up to {BOUND} events (limit maxReorderHistories); split the rule set"
+            ),
+            report: None,
+        });
+    }
+    out.retain(|c| {
+        c.iter().any(|n| *n > 0)
+            && order.follows.iter().all(|f| match f.after {
+                After::Event(a) => c[f.event] == 0 || c[a] > 0,
+                After::Operation(_) => true,
+            })
+    });
+    out.sort_by_key(|c| {
+        (
+            c.iter().map(|n| *n as usize).sum::<usize>(),
+            c.iter().map(|n| MAX_COPIES - n).collect::<Vec<_>>(),
+        )
+    });
+    Ok(out)
+}
+
+fn counterexample(
+    history: &History,
+    start: StateIndex,
+    expected: (&[Delivery], &Config, bool),
+    actual: (&[Delivery], &Config),
+) -> Value {
+    let rs = history.rule_set;
+    let steps = |deliveries: &[Delivery]| -> Vec<Value> {
+        deliveries
+            .iter()
+            .map(|d| {
+                let answer = match d.reply {
+                    Reply::Applied => "applied".to_string(),
+                    Reply::AlreadyApplied => "already-applied".to_string(),
+                    Reply::Stale => "stale".to_string(),
+                    Reply::Error { code, disposition } => format!("{code} ({disposition})"),
+                };
+                json!({
+                    "event": rs.events[d.event].name,
+                    "from": rs.state_name(d.from),
+                    "answer": answer,
+                    "to": rs.state_name(d.to),
+                    "rule": rs.rules[d.rule].origin,
+                })
+            })
+            .collect()
+    };
+    let end = |config: &Config| {
+        let names = |packed: u16| -> Vec<&str> {
+            let mut names = Vec::new();
+            for (t, e) in history.types.iter().enumerate() {
+                for _ in 0..count(packed, t) {
+                    names.push(rs.events[*e].name.as_str());
+                }
+            }
+            names
+        };
+        let undelivered = {
+            let mut names = Vec::new();
+            for (t, e) in history.types.iter().enumerate() {
+                for _ in count(config.consumed, t)..history.copies[t] {
+                    names.push(rs.events[*e].name.as_str());
+                }
+            }
+            names
+        };
+        json!({
+            "status": rs.state_name(config.at),
+            "recorded": rs.fields.iter().enumerate().filter(|(i, _)| config.recorded & (1 << i) != 0).map(|(_, f)| f.name.as_str()).collect::<Vec<_>>(),
+            "emitted": rs.templates().into_iter().enumerate().filter(|(i, _)| config.emitted & (1 << i) != 0).map(|(_, t)| t).collect::<Vec<_>>(),
+            "answeredWithError": names(config.errored),
+            "undelivered": undelivered,
+        })
+    };
+    let races: Vec<String> = history
+        .races
+        .iter()
+        .filter(|(_, _, pair)| actual.1.seen_first & (1 << (2 * pair)) != 0)
+        .map(|&(low, high, pair)| {
+            let (first, second) = if actual.1.seen_first & (1 << (2 * pair + 1)) != 0 {
+                (low, high)
+            } else {
+                (high, low)
+            };
+            format!(
+                "{} seen before {}",
+                rs.events[history.types[first]].name, rs.events[history.types[second]].name
+            )
+        })
+        .collect();
+    let same =
+        |a: &Delivery, b: &Delivery| a.event == b.event && a.to == b.to && a.reply == b.reply;
+    let diverges_at = expected
+        .0
+        .iter()
+        .zip(actual.0)
+        .position(|(a, b)| !same(a, b))
+        .unwrap_or(expected.0.len().min(actual.0.len()));
+    let mut events = Vec::new();
+    for (t, e) in history.types.iter().enumerate() {
+        for _ in 0..history.copies[t] {
+            events.push(rs.events[*e].name.as_str());
+        }
+    }
+    json!({
+        "start": rs.state_name(start),
+        "history": events,
+        "races": races,
+        "expected": { "inOrder": expected.2, "deliveries": steps(expected.0), "end": end(expected.1) },
+        "actual": { "deliveries": steps(actual.0), "end": end(actual.1) },
+        "divergesAt": diverges_at,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use crate::ruleset::{verify_definition, BUILTIN_DEPOSIT_SWAP, BUILTIN_DEPOSIT_SWAP_V1};
+
+    fn reorder_property(definition: &Value) -> Value {
+        let report = verify_definition(definition).unwrap().to_json();
+        report["properties"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "reorder-safe")
+            .unwrap()
+            .clone()
+    }
+
+    fn v2() -> Value {
+        serde_json::from_str(BUILTIN_DEPOSIT_SWAP).unwrap()
+    }
+
+    /// Replaces the answer of the rule written for `on` in `in`.
+    fn set_answer(definition: &mut Value, on: &str, status: &str, then: Value) {
+        let rule = definition["rules"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|r| {
+                let names = |v: &Value, name: &str| {
+                    v == name || v.as_array().is_some_and(|a| a.iter().any(|x| x == name))
+                };
+                names(&r["on"], on) && names(&r["in"], status)
+            })
+            .unwrap_or_else(|| panic!("no rule for {on} in {status}"));
+        rule["then"] = then;
+        rule.as_object_mut().unwrap().remove("guard");
+    }
+
+    #[test]
+    fn deposit_swap_v2_is_reorder_safe_and_says_what_it_checked() {
+        let property = reorder_property(&v2());
+        assert_eq!(property["ok"], true, "{property}");
+        let checked = &property["checked"];
+        assert_eq!(checked["bound"], json!({ "events": 6, "copiesPerType": 2 }));
+        assert!(checked["histories"].as_u64().unwrap() > 100);
+        assert!(
+            checked["configurations"].as_u64().unwrap() > checked["histories"].as_u64().unwrap()
+        );
+        assert_eq!(checked["races"].as_array().unwrap().len(), 6);
+        assert!(checked.get("skipped").is_none());
+    }
+
+    #[test]
+    fn v1_with_the_same_order_fails_on_both_overtakings() {
+        let mut v1: Value = serde_json::from_str(BUILTIN_DEPOSIT_SWAP_V1).unwrap();
+        v1["order"] = v2()["order"].clone();
+        let property = reorder_property(&v1);
+        assert_eq!(property["ok"], false);
+        let mut all = vec![property["counterexample"].clone()];
+        all.extend(
+            property["moreCounterexamples"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .cloned(),
+        );
+        let overtaken = |first: &str, second: &str| {
+            all.iter().any(|c| {
+                c["history"] == json!(["DEPOSIT_DETECTED", second])
+                    && c["actual"]["deliveries"][0]["event"] == first
+                    && c["divergesAt"] == 0
+            })
+        };
+        assert!(
+            overtaken("DEPOSIT_CONFIRMED", "DEPOSIT_CONFIRMED"),
+            "{property}"
+        );
+        assert!(
+            overtaken("DEPOSIT_REVERSED", "DEPOSIT_REVERSED"),
+            "{property}"
+        );
+    }
+
+    #[test]
+    fn a_confirmation_parked_in_waiting_is_a_counterexample() {
+        let mut definition = v2();
+        set_answer(
+            &mut definition,
+            "DEPOSIT_CONFIRMED",
+            "waiting",
+            json!({ "error": "INVALID_TRANSITION" }),
+        );
+        let property = reorder_property(&definition);
+        assert_eq!(property["ok"], false);
+        let example = &property["counterexample"];
+        assert_eq!(example["expected"]["inOrder"], true);
+        assert_eq!(
+            example["actual"]["deliveries"][0]["answer"],
+            "INVALID_TRANSITION (reconcile)"
+        );
+        assert_eq!(
+            example["actual"]["end"]["answeredWithError"],
+            json!(["DEPOSIT_CONFIRMED"])
+        );
+    }
+
+    #[test]
+    fn a_confirmation_deferred_in_waiting_is_reorder_safe() {
+        // Deferring (retry) instead of absorbing: redelivered after the detection, it ends the same.
+        let mut definition = v2();
+        set_answer(
+            &mut definition,
+            "DEPOSIT_CONFIRMED",
+            "waiting",
+            json!({ "error": "INVALID_TRANSITION", "disposition": "retry" }),
+        );
+        // A reversal seen first would then defer the confirmation forever: a reversed swap must answer it.
+        let property = reorder_property(&definition);
+        assert_eq!(property["ok"], true, "{property}");
+    }
+
+    #[test]
+    fn an_event_deferred_forever_is_a_counterexample() {
+        // A reversed swap that answers its deposit's detection with retry never settles it.
+        let mut definition = v2();
+        set_answer(
+            &mut definition,
+            "DEPOSIT_DETECTED",
+            "reversed",
+            json!({ "error": "INVALID_TRANSITION", "disposition": "retry" }),
+        );
+        let property = reorder_property(&definition);
+        assert_eq!(property["ok"], false);
+        let undelivered = |c: &Value| c["actual"]["end"]["undelivered"].clone();
+        assert_eq!(
+            undelivered(&property["counterexample"]),
+            json!(["DEPOSIT_DETECTED"]),
+            "{property}"
+        );
+    }
+
+    #[test]
+    fn an_undeclared_race_is_a_counterexample_that_names_no_race() {
+        let mut definition = v2();
+        definition["order"]["races"]
+            .as_array_mut()
+            .unwrap()
+            .remove(0);
+        let property = reorder_property(&definition);
+        assert_eq!(property["ok"], false);
+        let example = &property["counterexample"];
+        assert!(
+            example["history"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("DEADLINE_PASSED")),
+            "{example}"
+        );
+        assert_eq!(example["races"], json!([]));
+    }
+
+    #[test]
+    fn a_rule_set_without_an_order_section_claims_nothing() {
+        let v1: Value = serde_json::from_str(BUILTIN_DEPOSIT_SWAP_V1).unwrap();
+        let property = reorder_property(&v1);
+        assert_eq!(property["ok"], true);
+        assert!(property["checked"]["skipped"]
+            .as_str()
+            .unwrap()
+            .contains("in-order"));
+        assert_eq!(property["checked"]["histories"], 0);
+    }
+}
