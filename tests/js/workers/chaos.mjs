@@ -33,7 +33,10 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * - confirmed (55%): a detection and a confirmation of one deposit (a third
  *   only the confirmation): exchanged.
  * - complete (5%): detection, confirmation, exchange completed, payout
- *   confirmed: exchanged and paid out.
+ *   confirmed: exchanged and paid out. EXCHANGE_COMPLETED follows the
+ *   START_EXCHANGE operation and PAYOUT_CONFIRMED the SEND_PAYOUT operation
+ *   (declared in the rule set), so they are published when the provider
+ *   carries those out, as a real exchange would answer.
  * - detected (10%): a detection only: not exchanged.
  * - reversed (10%): a detection and the reversal of that deposit (no
  *   confirmation: a reversal next to a confirmation is a declared race).
@@ -56,10 +59,11 @@ export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 
   const conflicts = new Map(); // workflowId -> { eventId, bodies: [a, b], amounts: [a, b] }
   let lateLeft = late;
 
-  const publish = (event, copies) => {
+  const publish = (event, copies, into = messages) => {
     const body = Buffer.from(JSON.stringify(event));
-    for (let c = 0; c < copies; c += 1) messages.push({ body, kind: 'event', eventId: event.eventId });
+    for (let c = 0; c < copies; c += 1) into.push({ body, kind: 'event', eventId: event.eventId });
   };
+  const reactions = new Map(); // "exchanges/<workflowId>" -> messages published once the provider did it
   const copies = () => 1 + (rand() < 0.55 ? 1 : 0) + (rand() < 0.25 ? 1 : 0);
 
   for (let i = 0; i < count; i += 1) {
@@ -104,13 +108,16 @@ export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 
     }
     const oracleHistory = [];
     for (const event of history) {
+      const answers = { EXCHANGE_COMPLETED: 'exchanges', PAYOUT_CONFIRMED: 'payouts' }[event.type];
+      const into = answers ? [] : messages;
+      if (answers) reactions.set(`${answers}/${id}`, into);
       validIds.add(event.eventId);
-      publish(event, copies());
+      publish(event, copies(), into);
       oracleHistory.push(event);
       if (rand() < 0.4) {
         const again = { ...event, eventId: event.eventId.replace('watcher-a:', 'watcher-b:') };
         validIds.add(again.eventId);
-        publish(again, 1 + (rand() < 0.3 ? 1 : 0));
+        publish(again, 1 + (rand() < 0.3 ? 1 : 0), into);
         oracleHistory.push(again);
       }
     }
@@ -135,7 +142,7 @@ export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 
     invalidBodies.push(Buffer.isBuffer(body) ? body : Buffer.from(body));
   }
   for (const body of invalidBodies) messages.push({ body, kind: 'invalid' });
-  return { swaps, messages, validIds, conflicts, invalidBodies, seed };
+  return { swaps, messages, reactions, validIds, conflicts, invalidBodies, seed };
 }
 
 /** Each swap's history applied in order, through the handler over an InMemoryStore: the end state every order must reach. */
@@ -303,20 +310,26 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
   const broker = brokerName === 'rabbitmq' ? await rabbitmq(url, `idemflow-${runId}`) : await nats(url, `idemflow_${runId}`);
   const { startFakeProvider } = await import(path.join(EXAMPLES, 'shared/fake-provider.mjs'));
 
-  const figures = { broker: brokerName, seed, swaps, messages: plan.messages.length, validEventIds: plan.validIds.size,
+  const reactionCount = [...plan.reactions.values()].reduce((n, list) => n + list.length, 0);
+  const figures = { broker: brokerName, seed, swaps, messages: plan.messages.length + reactionCount, validEventIds: plan.validIds.size,
     invalid: plan.invalidBodies.length, conflicts: plan.conflicts.size, deliveries: 0, verdicts: {},
     workerKills: 0, consumerKills: 0, exchanges: 0, payouts: 0, providerCalls: 0, provider503: 0, stuck: null };
   const children = { workers: new Set(), consumers: new Set() };
   let stopping = false;
   let lastWorkerLine = Date.now();
-  const workerKillAt = Array.from({ length: workerKills }, (_, k) => Math.round(plan.messages.length * (0.06 + 0.08 * k)));
+  const workerKillAt = Array.from({ length: workerKills }, (_, k) => Math.round(figures.messages * (0.06 + 0.08 * k)));
   const exchangesExpected = [...expectedOps].filter((id) => id.startsWith('start-exchange:')).length;
   const consumerKillAt = Array.from({ length: consumerKills }, (_, k) => Math.round(exchangesExpected * (0.15 + 0.25 * k)));
   const fatal = [];
+  const reactor = await broker.publisher();
+  const reacting = [];
 
   const provider = await startFakeProvider({
     failRate: 0.15,
-    onCall: async ({ kind, caller }) => {
+    onCall: async ({ kind, caller, effect }) => {
+      // The exchange (or payout) provider answers with its own event once it has done the work.
+      const reaction = effect.calls === 1 ? plan.reactions.get(`${kind}/${effect.body.workflowId}`) : undefined;
+      if (reaction) reacting.push(...reaction.map((message) => reactor.publish(message.body)));
       if (kind !== 'exchanges' || figures.consumerKills >= consumerKillAt.length) return;
       if (provider.effects.size < consumerKillAt[figures.consumerKills]) return;
       const victim = [...children.consumers].find((c) => String(c.pid) === caller);
@@ -390,16 +403,22 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
 
     // Drained: every receipt and every operation done, nothing waiting in the broker, workers quiet.
     const query = db.query;
+    let lastProgress = Date.now();
     const receiptCount = async () => Number((await query(`SELECT COUNT(*) AS n FROM "${tables.inbox}"`, []))[0].n);
     const doneCount = async () => Number((await query(`SELECT COUNT(*) AS n FROM "${tables.outbox}" WHERE status = 'done'`, []))[0].n);
     while (Date.now() - started < timeoutMs && fatal.length === 0) {
       const [receipts, done, pending] = [await receiptCount(), await doneCount(), await broker.pending()];
+      if (Date.now() - lastProgress >= 5000) {
+        lastProgress = Date.now();
+        note(`${brokerName} +${Math.round((Date.now() - started) / 1000)} s: ${figures.deliveries} deliveries, receipts ${receipts}/${plan.validIds.size}, operations done ${done}/${expectedOps.size}, in the broker ${pending}`);
+      }
       if (receipts >= plan.validIds.size && done >= expectedOps.size && pending === 0 && Date.now() - lastWorkerLine > 1500) {
         drainedAt = Date.now();
         break;
       }
       await sleep(250);
     }
+    await Promise.all(reacting);
     if (fatal.length > 0) problems.push(`a worker stopped on a fatal error: ${JSON.stringify(fatal[0])}`);
     if (drainedAt === null) problems.push(`not drained after ${timeoutMs} ms`);
   } finally {
@@ -488,6 +507,8 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
       problems.push(`parked: ${parkedSet.size} distinct, ${wantParked.size} conflicts; unexpected: ${JSON.stringify(extraParked.slice(0, 3))}`);
     }
   } finally {
+    await Promise.allSettled(reacting);
+    await reactor.close().catch(() => {});
     await provider.close();
     await broker.teardown();
     await db.drop();
