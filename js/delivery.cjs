@@ -19,8 +19,6 @@ const DEFAULT_MAX_DELAY_MS = 60_000;
 /** Redelivery counts beyond this no longer change the (already capped) hint. */
 const MAX_ATTEMPT = 1000;
 
-/** Codes that can only mean the worker is wrong, whatever disposition the core of this version gives them. */
-const WORKER_FAULTS = new Set(['INVALID_ARGUMENT', 'RULESET_INVALID']);
 
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
 
@@ -146,7 +144,7 @@ function createDeliveryHandler(store, options = {}) {
     if (bodyError) return { action: 'dead-letter', error: bodyError };
     let eventId = null;
     try {
-      // Read once: a getter on eventId must not decide the retry key twice.
+      // The retry hint's jitter key, read without running a getter (the core reads the event once, itself).
       const id = Object.getOwnPropertyDescriptor(event, 'eventId');
       if (id && typeof id.value === 'string') eventId = id.value;
     } catch {
@@ -157,12 +155,11 @@ function createDeliveryHandler(store, options = {}) {
       return { action: 'ack', outcome: result.outcome, result };
     } catch (error) {
       if (!(error instanceof IdemflowError)) throw error; // a bug in the store or the host: crash and restart
-      if (error.disposition === 'fatal' || WORKER_FAULTS.has(error.code)) throw asFatal(error);
       switch (error.disposition) {
         case 'reject': return { action: 'dead-letter', error };
         case 'reconcile': return { action: 'park', error };
         case 'retry': return { action: 'retry', error, retryAfterMs: retryAfterMs(eventId ?? error.code, attempt) };
-        default: throw asFatal(error); // a disposition this version does not know: stop rather than guess
+        default: throw asFatal(error); // fatal, or a disposition this version does not know: stop rather than guess
       }
     }
   }
