@@ -8,7 +8,8 @@ const { RuleSet, verifyRuleSet, fingerprint, IdemflowError } = require('../index
 
 const USAGE = `usage:
   idemflow rules table <builtin|file.json> [--json]
-      print the decision table (built-ins: deposit-swap, order-shipment)
+      print the decision table (built-ins: deposit-swap, order-shipment;
+      name@version for an older one, e.g. deposit-swap@1)
   idemflow rules verify <builtin|file.json> [--json]
       prove the rule set's properties; exit 1 if any fails, 2 if it is malformed
   idemflow fingerprint [--rules <builtin|file.json>]
@@ -20,8 +21,18 @@ const BUILTINS = ['deposit-swap', 'order-shipment'];
 
 class UsageError extends Error {}
 
+/** `deposit-swap` (the current version) or `deposit-swap@1`; null for a file name. */
+function builtin(source) {
+  const [name, version, extra] = source.split('@');
+  if (!BUILTINS.includes(name) || extra !== undefined) return null;
+  if (version === undefined) return RuleSet.builtin(name);
+  if (!/^[1-9][0-9]*$/.test(version)) throw new UsageError(`${source}: the version after @ must be a positive whole number`);
+  return RuleSet.builtin(name, { version: Number(version) });
+}
+
 function readDefinition(source) {
-  if (BUILTINS.includes(source)) return RuleSet.builtin(source).definition();
+  const known = builtin(source);
+  if (known) return known.definition();
   let text;
   try {
     text = fs.readFileSync(source, 'utf8');
@@ -36,7 +47,7 @@ function readDefinition(source) {
 }
 
 function loadRuleSet(source) {
-  return BUILTINS.includes(source) ? RuleSet.builtin(source) : RuleSet.fromJSON(readDefinition(source));
+  return builtin(source) ?? RuleSet.fromJSON(readDefinition(source));
 }
 
 function flags(args, known) {
@@ -76,14 +87,44 @@ function verify(args, out) {
     out.write(`${JSON.stringify(report, null, 2)}\n`);
   } else {
     const { id, version, hash } = report.ruleSet;
-    out.write(`rule set ${id} v${version} (${hash})\nexplored ${report.statesExplored} states\n`);
+    out.write(`rule set ${id} v${version} (${hash})\nexplored ${report.statesExplored} states in ${report.elapsedMs} ms\n`);
     for (const property of report.properties) {
-      out.write(`${property.ok ? 'pass' : 'FAIL'}  ${property.name}: ${property.description}\n`);
-      if (!property.ok) out.write(describeCounterexample(property.counterexample));
+      const mark = property.checked?.skipped ? 'n/a ' : property.ok ? 'pass' : 'FAIL';
+      out.write(`${mark}  ${property.name}: ${property.description}\n`);
+      if (property.checked) out.write(describeChecked(property.checked));
+      if (!property.ok) {
+        const examples = [property.counterexample, ...(property.moreCounterexamples ?? [])];
+        out.write(property.name === 'reorder-safe' ? examples.map(describeReordering).join('') : describeCounterexample(property.counterexample));
+      }
     }
     out.write(report.ok ? 'all properties hold\n' : 'verification failed\n');
   }
   return report.ok ? 0 : 1;
+}
+
+function describeChecked(checked) {
+  if (checked.skipped) return `      not claimed: ${checked.skipped}\n`;
+  const races = (checked.races ?? []).map((r) => (Array.isArray(r) ? r : r.between).join(' vs '));
+  return [
+    `      histories of up to ${checked.bound.events} events (each type at most ${checked.bound.copiesPerType} times): ${checked.histories}, delivery configurations: ${checked.configurations}`,
+    `      declared races: ${races.length ? races.join('; ') : 'none'}`,
+  ].join('\n') + '\n';
+}
+
+/** Two delivery orders of one history and where they part. */
+function describeReordering(example) {
+  const order = (run) => run.deliveries.map((d, i) => `${i === example.divergesAt ? '>' : ' '} ${d.event}: ${d.from} -> ${d.to} (${d.answer})`);
+  const end = (e) => `ends in ${e.status}; operations [${e.emitted.join(', ')}]; errors [${e.answeredWithError.join(', ')}]; undelivered [${e.undelivered.join(', ')}]`;
+  return [
+    `      history from ${example.start}: ${example.history.join(', ')}${example.races.length ? ` (${example.races.join('; ')})` : ''}`,
+    `      ${example.expected.inOrder ? 'in order' : 'one order'}:`,
+    ...order(example.expected).map((l) => `       ${l}`),
+    `        ${end(example.expected.end)}`,
+    '      another order:',
+    ...order(example.actual).map((l) => `       ${l}`),
+    `        ${end(example.actual.end)}`,
+    `      they diverge at delivery ${example.divergesAt + 1}`,
+  ].join('\n') + '\n';
 }
 
 function describeCounterexample(example) {

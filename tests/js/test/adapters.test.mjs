@@ -281,7 +281,7 @@ const cases = [
     await h.store.putWorkflow(WORKFLOW);
     const broken = { id: 'broken', version: 1, statuses: [], events: [], rules: [] };
     assert.throws(() => RuleSet.fromJSON(broken), (error) => error instanceof IdemflowError && error.code === 'RULESET_INVALID');
-    await rejectsWith(h.store.process(CONFIRMED, { ruleSet: 'no-such-rule-set' }), 'INVALID_ARGUMENT', 'reject');
+    await rejectsWith(h.store.process(CONFIRMED, { ruleSet: 'no-such-rule-set' }), 'INVALID_ARGUMENT', 'fatal');
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 0, outbox: 0 });
   }],
 
@@ -359,7 +359,7 @@ const durableCases = [
   }],
 
   ['putWorkflow refuses a number amount, a missing id and a bad revision, and writes nothing', async (h) => {
-    await rejectsWith(h.store.putWorkflow({ ...WORKFLOW, amountUnits: 12500000 }), 'INVALID_ARGUMENT', 'reject');
+    await rejectsWith(h.store.putWorkflow({ ...WORKFLOW, amountUnits: 12500000 }), 'INVALID_ARGUMENT', 'fatal');
     await rejectsWith(h.store.putWorkflow({ status: 'deposit', revision: 1 }), 'INVALID_ARGUMENT');
     await rejectsWith(h.store.putWorkflow({ ...WORKFLOW, revision: 1.5 }), 'INVALID_ARGUMENT');
     await rejectsWith(h.store.putWorkflow({ ...WORKFLOW, depositRef: 'bad\uD800' }), 'INVALID_ARGUMENT');
@@ -387,7 +387,7 @@ const durableCases = [
   }],
 
   ['bad options are refused with INVALID_ARGUMENT before anything is written', async (h) => {
-    await rejectsWith(h.construct({ tables: { inbox: 'inbox; DROP TABLE x' } }), 'INVALID_ARGUMENT', 'reject');
+    await rejectsWith(h.construct({ tables: { inbox: 'inbox; DROP TABLE x' } }), 'INVALID_ARGUMENT', 'fatal');
     await rejectsWith(h.construct({ tables: { inbox: 'same', outbox: 'same' } }), 'INVALID_ARGUMENT');
     await rejectsWith(h.construct({ maxAttempts: 0 }), 'INVALID_ARGUMENT');
     assert.deepEqual(await counts(h), { workflows: 0, inbox: 0, outbox: 0 });

@@ -315,11 +315,11 @@ test('IdemflowError.codes gives every code its default disposition', () => {
     OUTBOX_CONFLICT: 'reconcile',
     CONCURRENT_UPDATE: 'retry',
     INVALID_RECORD: 'reconcile',
-    INVALID_ARGUMENT: 'reject',
-    RULESET_INVALID: 'reject',
+    INVALID_ARGUMENT: 'fatal',
+    RULESET_INVALID: 'fatal',
   };
   for (const [code, disposition] of Object.entries(expected)) assert.equal(IdemflowError.codes[code], disposition, code);
-  for (const disposition of Object.values(IdemflowError.codes)) assert.ok(['reject', 'retry', 'reconcile'].includes(disposition));
+  for (const disposition of Object.values(IdemflowError.codes)) assert.ok(['reject', 'retry', 'reconcile', 'fatal'].includes(disposition));
   assert.equal(new IdemflowError('UNKNOWN_WORKFLOW', 'm').disposition, 'retry');
 });
 

@@ -17,27 +17,57 @@ const eventFields = {
   DEPOSIT_REVERSED: { depositRef: recorded.depositRef, amountUnits: recorded.amountUnits },
 };
 
-// The expected table, written out by hand from the issue (not read from the rule set).
+// The expected tables, written out by hand from the issues (not read from the rule sets).
 const UW = { error: 'UNKNOWN_WORKFLOW', disposition: 'retry' };
 const IT = { error: 'INVALID_TRANSITION', disposition: 'reconcile' };
 const AA = { outcome: 'already-applied' };
 const ST = { outcome: 'stale' };
 const to = (status, ...operations) => ({ outcome: 'applied', status, operations });
-const expected = {
-  DEPOSIT_DETECTED: { '(none)': UW, waiting: to('deposit'), deposit: AA, exchange: AA, sending: AA, success: AA, overdue: to('review', 'OPEN_REVIEW:open-review:swap-1'), review: AA },
-  DEPOSIT_CONFIRMED: { '(none)': UW, waiting: IT, deposit: to('exchange', 'START_EXCHANGE:start-exchange:swap-1'), exchange: AA, sending: AA, success: AA, overdue: IT, review: IT },
-  EXCHANGE_COMPLETED: { '(none)': UW, waiting: IT, deposit: IT, exchange: to('sending', 'SEND_PAYOUT:send-payout:swap-1'), sending: AA, success: AA, overdue: IT, review: IT },
-  PAYOUT_CONFIRMED: { '(none)': UW, waiting: IT, deposit: IT, exchange: IT, sending: to('success'), success: AA, overdue: IT, review: IT },
-  DEADLINE_PASSED: { '(none)': UW, waiting: to('overdue'), deposit: ST, exchange: ST, sending: ST, success: ST, overdue: ST, review: ST },
-  DEPOSIT_REVERSED: { '(none)': UW, waiting: ST, deposit: to('waiting'), exchange: to('review', 'OPEN_REVIEW:open-review:swap-1'), sending: to('review', 'OPEN_REVIEW:open-review:swap-1'), success: to('review', 'OPEN_REVIEW:open-review:swap-1'), overdue: ST, review: IT },
-};
-// Cells whose answer is guarded by the recorded fields the event carries.
-const guarded = {
-  DEPOSIT_DETECTED: ['deposit', 'exchange', 'sending', 'success', 'review'],
-  DEPOSIT_CONFIRMED: ['deposit', 'exchange', 'sending', 'success'],
-  EXCHANGE_COMPLETED: ['sending', 'success'],
-  PAYOUT_CONFIRMED: ['success'],
-  DEPOSIT_REVERSED: ['deposit', 'exchange', 'sending', 'success'],
+const REVIEW = 'OPEN_REVIEW:open-review:swap-1';
+const EXCHANGE = 'START_EXCHANGE:start-exchange:swap-1';
+const PAYOUT = 'SEND_PAYOUT:send-payout:swap-1';
+const tables = {
+  // v1: in-order delivery per workflow only.
+  1: {
+    ruleSet: RuleSet.builtin('deposit-swap', { version: 1 }),
+    expected: {
+      DEPOSIT_DETECTED: { '(none)': UW, waiting: to('deposit'), deposit: AA, exchange: AA, sending: AA, success: AA, overdue: to('review', REVIEW), review: AA },
+      DEPOSIT_CONFIRMED: { '(none)': UW, waiting: IT, deposit: to('exchange', EXCHANGE), exchange: AA, sending: AA, success: AA, overdue: IT, review: IT },
+      EXCHANGE_COMPLETED: { '(none)': UW, waiting: IT, deposit: IT, exchange: to('sending', PAYOUT), sending: AA, success: AA, overdue: IT, review: IT },
+      PAYOUT_CONFIRMED: { '(none)': UW, waiting: IT, deposit: IT, exchange: IT, sending: to('success'), success: AA, overdue: IT, review: IT },
+      DEADLINE_PASSED: { '(none)': UW, waiting: to('overdue'), deposit: ST, exchange: ST, sending: ST, success: ST, overdue: ST, review: ST },
+      DEPOSIT_REVERSED: { '(none)': UW, waiting: ST, deposit: to('waiting'), exchange: to('review', REVIEW), sending: to('review', REVIEW), success: to('review', REVIEW), overdue: ST, review: IT },
+    },
+    // Cells whose answer is guarded by the recorded fields the event carries.
+    guarded: {
+      DEPOSIT_DETECTED: ['deposit', 'exchange', 'sending', 'success', 'review'],
+      DEPOSIT_CONFIRMED: ['deposit', 'exchange', 'sending', 'success'],
+      EXCHANGE_COMPLETED: ['sending', 'success'],
+      PAYOUT_CONFIRMED: ['success'],
+      DEPOSIT_REVERSED: ['deposit', 'exchange', 'sending', 'success'],
+    },
+  },
+  // v2: reorder-safe. A confirmation implies its detection; a reversal is final
+  // for its deposit (status reversed); after the deadline any deposit event is a
+  // person's; after a reversal in review, money events are stale.
+  2: {
+    ruleSet: RuleSet.builtin('deposit-swap'),
+    expected: {
+      DEPOSIT_DETECTED: { '(none)': UW, waiting: to('deposit'), deposit: AA, exchange: AA, sending: AA, success: AA, overdue: to('review', REVIEW), reversed: ST, review: AA },
+      DEPOSIT_CONFIRMED: { '(none)': UW, waiting: to('exchange', EXCHANGE), deposit: to('exchange', EXCHANGE), exchange: AA, sending: AA, success: AA, overdue: to('review', REVIEW), reversed: ST, review: AA },
+      EXCHANGE_COMPLETED: { '(none)': UW, waiting: IT, deposit: IT, exchange: to('sending', PAYOUT), sending: AA, success: AA, overdue: IT, reversed: IT, review: ST },
+      PAYOUT_CONFIRMED: { '(none)': UW, waiting: IT, deposit: IT, exchange: IT, sending: to('success'), success: AA, overdue: IT, reversed: IT, review: ST },
+      DEADLINE_PASSED: { '(none)': UW, waiting: to('overdue'), deposit: ST, exchange: ST, sending: ST, success: ST, overdue: ST, reversed: ST, review: ST },
+      DEPOSIT_REVERSED: { '(none)': UW, waiting: to('reversed'), deposit: to('reversed'), exchange: to('review', REVIEW), sending: to('review', REVIEW), success: to('review', REVIEW), overdue: to('review', REVIEW), reversed: AA, review: AA },
+    },
+    guarded: {
+      DEPOSIT_DETECTED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
+      DEPOSIT_CONFIRMED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
+      EXCHANGE_COMPLETED: ['sending', 'success'],
+      PAYOUT_CONFIRMED: ['success'],
+      DEPOSIT_REVERSED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
+    },
+  },
 };
 
 function storeIn(status) {
@@ -57,65 +87,68 @@ async function outcomeOf(promise) {
   }
 }
 
-for (const [type, row] of Object.entries(expected)) {
-  for (const [status, answer] of Object.entries(row)) {
-    test(`deposit-swap: ${type} in ${status} → ${answer.error ?? answer.outcome}${answer.status ? ` ${answer.status}` : ''}`, async () => {
-      const store = storeIn(status);
-      const result = await outcomeOf(processEvent(store, eventOf(type), { ruleSet: depositSwap }));
-      const { workflows, inbox, outbox } = store.snapshot();
-      if (answer.error) {
-        assert.equal(result.error, answer.error);
-        assert.equal(result.disposition, answer.disposition);
-        assert.equal(inbox.size, 0, 'an error records no receipt');
-        return;
-      }
-      assert.equal(result.outcome, answer.outcome);
-      assert.equal(inbox.get(`evt-${type}`).outcome, answer.outcome);
-      const after = workflows.get('swap-1');
-      if (answer.outcome === 'applied') {
-        assert.equal(after.status, answer.status);
-        assert.equal(after.revision, 8);
-        assert.equal(result.revision, 8);
-        assert.deepEqual([...outbox.values()].map((op) => `${op.type}:${op.id}`), answer.operations);
-        assert.deepEqual(result.operationIds, answer.operations.map((o) => o.split(':').slice(1).join(':')));
-      } else {
-        assert.equal(after.status, status);
-        assert.equal(after.revision, 7);
-        assert.equal(outbox.size, 0);
-      }
-    });
-  }
-}
-
-for (const [type, statuses] of Object.entries(guarded)) {
-  for (const status of statuses) {
-    for (const field of Object.keys(eventFields[type])) {
-      test(`deposit-swap: ${type} in ${status} with another ${field} is IDENTITY_MISMATCH`, async () => {
+for (const [version, { ruleSet, expected, guarded }] of Object.entries(tables)) {
+  const label = `deposit-swap v${version}`;
+  for (const [type, row] of Object.entries(expected)) {
+    for (const [status, answer] of Object.entries(row)) {
+      test(`${label}: ${type} in ${status} → ${answer.error ?? answer.outcome}${answer.status ? ` ${answer.status}` : ''}`, async () => {
         const store = storeIn(status);
-        const changed = field.endsWith('Units') ? '999' : 'other-ref';
-        const result = await outcomeOf(processEvent(store, eventOf(type, { [field]: changed }), { ruleSet: depositSwap }));
-        assert.equal(result.error, 'IDENTITY_MISMATCH');
-        assert.equal(result.details.field, field);
-        assert.equal(result.details.recorded, recorded[field]);
-        assert.equal(result.details.actual, changed);
-        assert.equal(store.snapshot().inbox.size, 0);
+        const result = await outcomeOf(processEvent(store, eventOf(type), { ruleSet }));
+        const { workflows, inbox, outbox } = store.snapshot();
+        if (answer.error) {
+          assert.equal(result.error, answer.error);
+          assert.equal(result.disposition, answer.disposition);
+          assert.equal(inbox.size, 0, 'an error records no receipt');
+          return;
+        }
+        assert.equal(result.outcome, answer.outcome);
+        assert.equal(inbox.get(`evt-${type}`).outcome, answer.outcome);
+        const after = workflows.get('swap-1');
+        if (answer.outcome === 'applied') {
+          assert.equal(after.status, answer.status);
+          assert.equal(after.revision, 8);
+          assert.equal(result.revision, 8);
+          assert.deepEqual([...outbox.values()].map((op) => `${op.type}:${op.id}`), answer.operations);
+          assert.deepEqual(result.operationIds, answer.operations.map((o) => o.split(':').slice(1).join(':')));
+        } else {
+          assert.equal(after.status, status);
+          assert.equal(after.revision, 7);
+          assert.equal(outbox.size, 0);
+        }
       });
     }
   }
-}
 
-test('deposit-swap: the table the rule set reports has exactly the expected answers', () => {
-  for (const row of depositSwap.table()) {
-    for (const status of row.statuses) {
-      const answer = expected[row.event][status];
-      if (answer.error) assert.deepEqual(row.answer, { error: answer.error, disposition: answer.disposition }, `${row.event}/${status}`);
-      else if (answer.outcome === 'applied') assert.equal(row.answer.to, answer.status, `${row.event}/${status}`);
-      else assert.deepEqual(row.answer, { outcome: answer.outcome }, `${row.event}/${status}`);
+  for (const [type, statuses] of Object.entries(guarded)) {
+    for (const status of statuses) {
+      for (const field of Object.keys(eventFields[type])) {
+        test(`${label}: ${type} in ${status} with another ${field} is IDENTITY_MISMATCH`, async () => {
+          const store = storeIn(status);
+          const changed = field.endsWith('Units') ? '999' : 'other-ref';
+          const result = await outcomeOf(processEvent(store, eventOf(type, { [field]: changed }), { ruleSet }));
+          assert.equal(result.error, 'IDENTITY_MISMATCH');
+          assert.equal(result.details.field, field);
+          assert.equal(result.details.recorded, recorded[field]);
+          assert.equal(result.details.actual, changed);
+          assert.equal(store.snapshot().inbox.size, 0);
+        });
+      }
     }
   }
-  const cells = depositSwap.table().reduce((n, row) => n + row.statuses.length, 0);
-  assert.equal(cells, 6 * 8);
-});
+
+  test(`${label}: the table the rule set reports has exactly the expected answers`, () => {
+    for (const row of ruleSet.table()) {
+      for (const status of row.statuses) {
+        const answer = expected[row.event][status];
+        if (answer.error) assert.deepEqual(row.answer, { error: answer.error, disposition: answer.disposition }, `${row.event}/${status}`);
+        else if (answer.outcome === 'applied') assert.equal(row.answer.to, answer.status, `${row.event}/${status}`);
+        else assert.deepEqual(row.answer, { outcome: answer.outcome }, `${row.event}/${status}`);
+      }
+    }
+    const cells = ruleSet.table().reduce((n, row) => n + row.statuses.length, 0);
+    assert.equal(cells, 6 * Object.keys(expected.DEPOSIT_DETECTED).length);
+  });
+}
 
 async function run(store, type, eventId, fields = {}) {
   return processEvent(store, eventOf(type, { eventId, ...fields }), { ruleSet: depositSwap });
@@ -212,7 +245,7 @@ test('order-shipment: concurrent first requests under different ids create one s
 
 test('receipts record the rule set id, version and hash', () => {
   const decision = decide({ event: eventOf('DEADLINE_PASSED'), receipt: null, workflow: { id: 'swap-1', status: 'waiting', revision: 0 }, ruleSet: depositSwap });
-  assert.deepEqual(decision.writeSet.receipt.ruleSet, { id: 'deposit-swap', version: 1, hash: depositSwap.hash });
+  assert.deepEqual(decision.writeSet.receipt.ruleSet, { id: 'deposit-swap', version: 2, hash: depositSwap.hash });
 });
 
 test('fingerprints cover type, workflowId and the identity fields of the event type', () => {

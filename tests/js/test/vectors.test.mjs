@@ -4,7 +4,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { IdemflowError, RuleSet, decide, fingerprint, validateEvent, verifyRuleSet } from 'idemflow';
+import { IdemflowError, InMemoryStore, RuleSet, decide, fingerprint, processEvent, validateEvent, verifyRuleSet } from 'idemflow';
 
 const load = (name) => JSON.parse(readFileSync(new URL(`../../vectors/${name}.json`, import.meta.url), 'utf8'));
 const rules = (name) => RuleSet.builtin(name ?? 'deposit-swap');
@@ -86,8 +86,9 @@ const rulesets = load('rulesets');
 
 test('rule-set vectors: the built-ins have the recorded ids, versions and hashes', () => {
   for (const b of rulesets.builtins) {
-    const ruleSet = RuleSet.builtin(b.name);
+    const ruleSet = RuleSet.builtin(b.name, { version: b.version });
     assert.deepEqual([ruleSet.id, ruleSet.version, ruleSet.hash], [b.id, b.version, b.hash]);
+    if (b.current) assert.equal(RuleSet.builtin(b.name), ruleSet, `${b.name}: v${b.version} is the current version`);
     const report = verifyRuleSet(ruleSet);
     assert.equal(report.ok, true);
     assert.deepEqual(report.properties.map((p) => p.name), rulesets.properties);
@@ -98,8 +99,49 @@ for (const c of rulesets.broken) {
   test(`rule-set vector (broken): ${c.name}`, () => {
     const report = verifyRuleSet(c.definition);
     assert.deepEqual(report.properties.filter((p) => !p.ok).map((p) => p.name), [c.failing]);
-    subset(report.properties.find((p) => p.name === c.failing).counterexample, c.counterexample, 'counterexample');
+    const failing = report.properties.find((p) => p.name === c.failing);
+    subset(failing.counterexample, c.counterexample, 'counterexample');
+    for (const more of c.moreCounterexamples ?? []) {
+      const found = (failing.moreCounterexamples ?? []).some((example) => {
+        try {
+          subset(example, more);
+          return true;
+        } catch {
+          return false;
+        }
+      });
+      assert.ok(found, `a counterexample like ${JSON.stringify(more)}`);
+    }
     matchesError(caught(() => RuleSet.fromJSON(c.definition)), c.loadError);
+  });
+}
+
+// Reordered deliveries through the real in-memory store: an answer with
+// disposition retry sends the event to the back of the queue.
+for (const c of rulesets.reorderings) {
+  test(`rule-set vector (reordering): ${c.name}`, async () => {
+    const ruleSet = RuleSet.builtin(c.ruleSet, c.ruleSetVersion === undefined ? {} : { version: c.ruleSetVersion });
+    const store = new InMemoryStore(c.workflow ? [c.workflow] : []);
+    const queue = [...c.deliveries];
+    const answers = [];
+    for (let budget = 100; queue.length > 0; budget -= 1) {
+      assert.ok(budget > 0, 'deliveries settle');
+      const event = queue.shift();
+      try {
+        answers.push((await processEvent(store, event, { ruleSet })).outcome);
+      } catch (error) {
+        assert.ok(error instanceof IdemflowError, String(error));
+        answers.push({ error: error.code, disposition: error.disposition });
+        if (error.disposition === 'retry') queue.push(event);
+      }
+    }
+    assert.deepEqual(answers, c.answers);
+    const { workflows, outbox } = store.snapshot();
+    const workflowId = c.deliveries[0].workflowId;
+    const { id, ...end } = workflows.get(workflowId);
+    assert.equal(id, workflowId);
+    assert.deepEqual(end, c.end);
+    assert.deepEqual([...outbox.keys()].sort(), [...c.operations].sort());
   });
 }
 
