@@ -43,12 +43,12 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * - deadline (10%): only the deadline (a deadline next to a deposit is a race).
  * - conflict (5%): one event id published with two amounts and nothing else:
  *   whichever arrives first applies, the other is parked.
- * Every valid event goes out 1 to 3 times under its id, and 40% of them again
+ * Every valid event goes out 1 to 3 times under its id, and half of them again
  * under a new id (another observer). `late` confirmed swaps are created only
  * after publishing started, so their events first meet UNKNOWN_WORKFLOW and
  * come back through the retry path.
  */
-export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 100, runId = 'run', confirmationOnly = 0.33 }) {
+export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 150, runId = 'run', confirmationOnly = 0.33 }) {
   const rand = random(seed);
   const kinds = ['confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed',
     'confirmed', 'confirmed', 'confirmed', 'complete', 'detected', 'detected', 'reversed', 'reversed',
@@ -64,7 +64,7 @@ export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 
     for (let c = 0; c < copies; c += 1) into.push({ body, kind: 'event', eventId: event.eventId });
   };
   const reactions = new Map(); // "exchanges/<workflowId>" -> messages published once the provider did it
-  const copies = () => 1 + (rand() < 0.55 ? 1 : 0) + (rand() < 0.25 ? 1 : 0);
+  const copies = () => 1 + (rand() < 0.75 ? 1 : 0) + (rand() < 0.5 ? 1 : 0);
 
   for (let i = 0; i < count; i += 1) {
     const id = `swap-${runId}-${i}`;
@@ -114,7 +114,7 @@ export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 
       validIds.add(event.eventId);
       publish(event, copies(), into);
       oracleHistory.push(event);
-      if (rand() < 0.4) {
+      if (rand() < 0.5) {
         const again = { ...event, eventId: event.eventId.replace('watcher-a:', 'watcher-b:') };
         validIds.add(again.eventId);
         publish(again, 1 + (rand() < 0.3 ? 1 : 0), into);
