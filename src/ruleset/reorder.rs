@@ -288,9 +288,10 @@ impl History<'_> {
     }
 }
 
-struct Search<'h, 'a> {
+struct Search<'h, 'a, 's> {
     history: &'h History<'a>,
-    seen: HashSet<Config, BuildHasherDefault<Fx>>,
+    /// Reused from history to history (cleared), so it allocates once.
+    seen: &'s mut HashSet<Config, BuildHasherDefault<Fx>>,
     /// Per race signature: the first result reached and the order that reached it.
     references: Vec<(u32, Config, Vec<Delivery>, bool)>,
     path: Vec<Delivery>,
@@ -298,7 +299,7 @@ struct Search<'h, 'a> {
     configurations: usize,
 }
 
-impl Search<'_, '_> {
+impl Search<'_, '_, '_> {
     fn explore(&mut self, config: Config) -> Result<()> {
         if self.mismatch.is_some() || !self.seen.insert(config) {
             return Ok(());
@@ -380,6 +381,7 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
         )
         .collect();
 
+    let mut seen: HashSet<Config, BuildHasherDefault<Fx>> = HashSet::default();
     for copies in histories(rule_set, order)? {
         let types: Vec<usize> = (0..copies.len()).filter(|e| copies[*e] > 0).collect();
         let local = |global: usize| types.iter().position(|t| *t == global);
@@ -436,9 +438,10 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
                 seen_first: 0,
             };
             let (end, deliveries) = history.in_order(origin);
+            seen.clear();
             let mut search = Search {
                 history: &history,
-                seen: HashSet::default(),
+                seen: &mut seen,
                 references: vec![(end.seen_first, end, deliveries, true)],
                 path: Vec::new(),
                 mismatch: None,
@@ -520,12 +523,9 @@ fn histories(rule_set: &RuleSet, order: &Order) -> Result<Vec<Vec<u8>>> {
                 After::Operation(_) => true,
             })
     });
-    out.sort_by_key(|c| {
-        (
-            c.iter().map(|n| *n as usize).sum::<usize>(),
-            c.iter().map(|n| MAX_COPIES - n).collect::<Vec<_>>(),
-        )
-    });
+    // Smallest first; among equals, the earlier-declared types first.
+    let size = |c: &[u8]| c.iter().map(|n| *n as usize).sum::<usize>();
+    out.sort_by(|a, b| size(a).cmp(&size(b)).then_with(|| b.cmp(a)));
     Ok(out)
 }
 
