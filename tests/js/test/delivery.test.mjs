@@ -8,6 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { IdemflowError, InMemoryStore, RuleSet, createDeliveryHandler } from 'idemflow';
 import { SqliteStore } from 'idemflow/sqlite';
+import { MYSQL_URL, PG_URL, openStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 
 const DEPOSIT = { depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000' };
 const detection = (eventId = 'watcher:detect-1', extra = {}) => ({
@@ -274,4 +275,24 @@ describe('delivery handler arguments and worker faults', () => {
     assert.equal(refused.error.details.reason, 'unparseable');
     assert.match(refused.error.message, /expected eventId\|type/);
   });
+});
+
+describe('a server database without the store tables is fatal', () => {
+  for (const [kind, url] of [['pg', PG_URL], ['mysql', MYSQL_URL]]) {
+    test(`${kind}: the handler throws fatal (missing-table) instead of retrying`, { skip: url ? false : `IDEMFLOW_${kind === 'pg' ? 'PG' : 'MYSQL'}_URL is not set` }, async () => {
+      const db = await openStore(kind, { tables: tablesFor(uniquePrefix()), url }); // never migrated
+      try {
+        const handle = createDeliveryHandler(db.store, { ruleSet: 'deposit-swap' });
+        await assert.rejects(handle(JSON.stringify(detection())), (error) => {
+          assert.ok(error instanceof IdemflowError);
+          assert.equal(error.code, 'STORE_UNAVAILABLE');
+          assert.equal(error.disposition, 'fatal');
+          assert.equal(error.details.reason, 'missing-table');
+          return true;
+        });
+      } finally {
+        await db.close();
+      }
+    });
+  }
 });
