@@ -37,15 +37,19 @@ class RuleSet {
    * audit the receipts they wrote).
    */
   static builtin(name, { version } = {}) {
+    if (version !== undefined && typeof version !== 'number') {
+      throw new IdemflowError('INVALID_ARGUMENT', `version must be a number, not ${typeof version}`, {
+        details: { reason: 'version must be a number' },
+      });
+    }
     const key = version === undefined ? String(name) : `${name}@${version}`;
     let ruleSet = builtins.get(key);
     if (!ruleSet) {
-      if (version !== undefined && typeof version !== 'number') {
-        throw new IdemflowError('INVALID_ARGUMENT', `version must be a number, not ${typeof version}`, {
-          details: { reason: 'version must be a number' },
-        });
-      }
-      ruleSet = new RuleSet(CREATE, call(() => wasm.builtinRuleSet(String(name), version)));
+      const loaded = new RuleSet(CREATE, call(() => wasm.builtinRuleSet(String(name), version)));
+      // One object per version, however it was asked for.
+      const exact = `${name}@${loaded.version}`;
+      ruleSet = builtins.get(exact) ?? loaded;
+      builtins.set(exact, ruleSet);
       builtins.set(key, ruleSet);
     }
     return ruleSet;

@@ -102,7 +102,8 @@ fn expected_decision(case: &Value) -> Value {
 }
 
 fn check_decision(case: &Value, result: Result<Value, Error>, via: &str) {
-    let label = format!("{} (via {via})", name(case));
+    // v1 and v2 cell cases share their names: the label says which version failed.
+    let label = format!("{} (v{} via {via})", name(case), rule_set(case).version);
     match (result, case["expect"].get("error")) {
         (Ok(actual), None) => assert_eq!(actual, expected_decision(case), "{label}"),
         (Err(error), Some(expected)) => assert_error(&label, &error, expected),
@@ -248,28 +249,77 @@ fn decision_vectors_through_decide_json() {
     }
 }
 
-#[test]
-fn decision_vectors_cover_every_cell_of_the_deposit_swap_table() {
-    let rules = RuleSet::builtin_version("deposit-swap", Some(1)).unwrap();
-    let cases: Vec<Value> = cases(DECISIONS)
-        .into_iter()
-        .filter(|c| c["ruleSetVersion"] == 1)
-        .collect();
-    for event in &rules.events {
-        for state in 0..rules.state_count() {
-            let wanted = format!("{} in {}: ", event.name, rules.state_name(state));
-            assert!(cases.iter().any(|c| name(c).starts_with(&wanted)), "no vector for {wanted}");
-        }
+/// Whether a case's stored workflow is in `state` (`(none)`: no workflow).
+fn in_state(case: &Value, state: &str) -> bool {
+    if state == "(none)" {
+        case["workflow"].is_null()
+    } else {
+        case["workflow"]["status"] == state
     }
-    for row in table::rows(rules) {
-        let covered = cases.iter().any(|c| {
-            c["event"]["type"] == row.event.as_str()
-                && row.states.iter().any(|s| {
-                    let status = &c["workflow"]["status"];
-                    if s == "(none)" { c["workflow"].is_null() } else { status == s.as_str() }
-                })
-        });
-        assert!(covered, "row {} {:?} has no vector", row.event, row.states);
+}
+
+/// The word a cell case's name ends with: the outcome, or the error code.
+fn answer_word(answer: &Value) -> &str {
+    answer["error"]["code"]
+        .as_str()
+        .or(answer["error"].as_str())
+        .or(answer["outcome"].as_str())
+        .expect("an outcome or an error")
+}
+
+/// Each version of `deposit-swap` has its own cases (`ruleSetVersion`): every
+/// cell of its table has exactly one, named `"<EVENT> in <status>: <answer>"`,
+/// that gets the answer of the row the cell is in; and every guard field of a
+/// guarded row has an IDENTITY_MISMATCH case in one of the row's states.
+#[test]
+fn decision_vectors_cover_every_cell_and_row_of_each_deposit_swap_version() {
+    let all = cases(DECISIONS);
+    for version in [1, 2] {
+        let rules = RuleSet::builtin_version("deposit-swap", Some(version)).unwrap();
+        assert_eq!(rules.version, version);
+        let cases: Vec<&Value> = all
+            .iter()
+            .filter(|c| c["ruleSet"].as_str().unwrap_or("deposit-swap") == "deposit-swap")
+            .filter(|c| c["ruleSetVersion"] == version)
+            .collect();
+        let mut cells = 0;
+        for event in &rules.events {
+            for state in 0..rules.state_count() {
+                let wanted = format!("{} in {}: ", event.name, rules.state_name(state));
+                let named = cases.iter().filter(|c| name(c).starts_with(&wanted)).count();
+                assert_eq!(named, 1, "v{version}: {named} vectors for {wanted}");
+                cells += 1;
+            }
+        }
+        for row in table::rows(rules) {
+            let answer = answer_word(&row.answer);
+            for state in &row.states {
+                let wanted = format!("{} in {state}: {answer}", row.event);
+                let case = cases
+                    .iter()
+                    .find(|c| name(c) == wanted)
+                    .unwrap_or_else(|| panic!("v{version}: no vector {wanted:?} (rule {})", row.origin));
+                assert_eq!(case["event"]["type"], row.event.as_str(), "v{version}: {wanted}: event type");
+                assert!(in_state(case, state), "v{version}: {wanted}: the workflow is not in {state}");
+                assert!(case["receipt"].is_null(), "v{version}: {wanted}: a cell case has no receipt");
+                assert_eq!(answer_word(&case["expect"]), answer, "v{version}: {wanted}: expected answer");
+            }
+            for field in &row.guard {
+                let mismatched = cases.iter().any(|c| {
+                    c["event"]["type"] == row.event.as_str()
+                        && row.states.iter().any(|s| in_state(c, s))
+                        && c["receipt"].is_null()
+                        && c["expect"]["error"]["code"] == "IDENTITY_MISMATCH"
+                        && c["expect"]["error"]["details"]["field"] == field.as_str()
+                });
+                assert!(
+                    mismatched,
+                    "v{version}: row {} {:?} ({}) has no IDENTITY_MISMATCH vector for {field}",
+                    row.event, row.states, row.origin
+                );
+            }
+        }
+        assert_eq!(cells, rules.events.len() * rules.state_count());
     }
 }
 

@@ -116,7 +116,8 @@ fn expected_decision(case: &Value) -> Value {
 }
 
 fn check_decision(case: &Value, result: Result<String, JsValue>, via: &str) {
-    let label = format!("{} (via {via})", name(case));
+    // v1 and v2 cell cases share their names: the label says which version failed.
+    let label = format!("{} (v{} via {via})", name(case), case["ruleSetVersion"]);
     match (result, case["expect"].get("error")) {
         (Ok(text), None) => assert_eq!(parse(&text), expected_decision(case), "{label}"),
         (Err(error), Some(expected)) => {
@@ -250,7 +251,13 @@ fn rule_set_hash_vectors_through_load_rule_set() {
 #[wasm_bindgen_test]
 fn builtin_rule_sets_carry_their_id_version_hash_and_table() {
     for expected in parse(RULESETS)["builtins"].as_array().unwrap() {
-        let rules = builtin(expected["name"].as_str().unwrap());
+        let name = expected["name"].as_str().unwrap();
+        // Each listed version loads by its number; the current one also by name alone.
+        let rules = binding::builtin_rule_set(name, expected["version"].as_f64())
+            .unwrap_or_else(|_| panic!("built-in {name} v{}", expected["version"]));
+        if expected["current"] == true {
+            assert_eq!(builtin(name).hash(), expected["hash"].as_str().unwrap(), "{name}: the current version");
+        }
         assert_eq!(rules.id(), expected["id"].as_str().unwrap());
         assert_eq!(rules.version(), expected["version"].as_f64().unwrap());
         assert_eq!(rules.hash(), expected["hash"].as_str().unwrap());
@@ -259,7 +266,10 @@ fn builtin_rule_sets_carry_their_id_version_hash_and_table() {
         assert_eq!(report["ruleSet"]["hash"], expected["hash"]);
         assert!(rules.table_markdown().contains(&rules.hash()));
     }
-    assert_eq!(parse(&builtin("deposit-swap").table_json()).as_array().unwrap().len(), 24);
+    // One row per rule and event type: 24 in deposit-swap v1, 30 in v2 (the current one).
+    let v1 = binding::builtin_rule_set("deposit-swap", Some(1.0)).unwrap_or_else(|_| panic!("deposit-swap v1"));
+    assert_eq!(parse(&v1.table_json()).as_array().unwrap().len(), 24);
+    assert_eq!(parse(&builtin("deposit-swap").table_json()).as_array().unwrap().len(), 30);
 }
 
 #[wasm_bindgen_test]

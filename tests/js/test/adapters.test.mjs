@@ -141,10 +141,10 @@ const cases = [
     }
   }],
 
-  ['applied with clear: a reversed deposit removes the recorded fields', async (h) => {
+  ['applied with clear: a reversed deposit removes the recorded fields (deposit-swap v1 clears them)', async (h) => {
     await h.store.putWorkflow(WORKFLOW);
     const reversed = { eventId: 'watcher:r1', workflowId: 'swap-42', type: 'DEPOSIT_REVERSED', depositRef: DEPOSIT_REF, amountUnits: '12500000' };
-    const result = await h.store.process(reversed);
+    const result = await h.store.process(reversed, { ruleSet: RuleSet.builtin('deposit-swap', { version: 1 }) });
     assert.equal(result.outcome, 'applied');
     assert.deepEqual(await h.store.getWorkflow('swap-42'), { id: 'swap-42', status: 'waiting', revision: 4 });
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 0 });
@@ -186,9 +186,10 @@ const cases = [
     assert.deepEqual(await h.store.getWorkflow('swap-42'), WORKFLOW);
   }],
 
-  ['INVALID_TRANSITION: a confirmation while still waiting is for reconciliation, and nothing is written', async (h) => {
+  ['INVALID_TRANSITION: an exchange result while still waiting is for reconciliation, and nothing is written', async (h) => {
     await h.store.putWorkflow({ id: 'swap-42', status: 'waiting', revision: 1 });
-    const error = await rejectsWith(h.store.process(CONFIRMED), 'INVALID_TRANSITION', 'reconcile');
+    const exchanged = { eventId: 'exchange:x1', workflowId: 'swap-42', type: 'EXCHANGE_COMPLETED', payoutUnits: '4100000000' };
+    const error = await rejectsWith(h.store.process(exchanged), 'INVALID_TRANSITION', 'reconcile');
     assert.equal(error.details.status, 'waiting');
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 0, outbox: 0 });
   }],

@@ -49,7 +49,7 @@ test('rules verify reports every property and exits 0 for a sound rule set', () 
   const file = tempFile('swap.json', JSON.stringify(RuleSet.builtin('deposit-swap').definition()));
   const { code, stdout } = idemflow(['rules', 'verify', file]);
   assert.equal(code, 0);
-  assert.equal((stdout.match(/^pass /gm) ?? []).length, 6);
+  assert.equal((stdout.match(/^pass /gm) ?? []).length, 7);
   assert.match(stdout, /all properties hold/);
 });
 

@@ -177,20 +177,36 @@ test('a late deposit goes to review, never to exchange', async () => {
   assert.equal((await run(store, 'DEADLINE_PASSED', 'd1')).status, 'overdue');
   const late = await run(store, 'DEPOSIT_DETECTED', 'd2');
   assert.deepEqual([late.status, late.operationIds], ['review', ['open-review:swap-1']]);
-  const confirm = await outcomeOf(run(store, 'DEPOSIT_CONFIRMED', 'd3'));
-  assert.equal(confirm.error, 'INVALID_TRANSITION');
+  const confirm = await run(store, 'DEPOSIT_CONFIRMED', 'd3');
+  assert.deepEqual(confirm, { outcome: 'already-applied' }, 'its confirmation only adds a receipt');
   assert.equal(store.snapshot().outbox.has('start-exchange:swap-1'), false);
 });
 
-test('a reversal before the exchange returns the workflow to waiting and clears the deposit', async () => {
+test('a reversal before the exchange is final for its deposit (v2)', async () => {
   const store = new InMemoryStore([{ id: 'swap-1', status: 'waiting', revision: 0 }]);
   await run(store, 'DEPOSIT_DETECTED', 'r1');
-  assert.equal((await run(store, 'DEPOSIT_REVERSED', 'r2')).status, 'waiting');
+  assert.equal((await run(store, 'DEPOSIT_REVERSED', 'r2')).status, 'reversed');
+  assert.deepEqual(store.snapshot().workflows.get('swap-1'), {
+    id: 'swap-1', status: 'reversed', revision: 2, depositRef: recorded.depositRef, amountUnits: recorded.amountUnits,
+  });
+  // The reversed deposit's confirmation and a re-published detection change nothing.
+  assert.deepEqual(await run(store, 'DEPOSIT_CONFIRMED', 'r3'), { outcome: 'stale' });
+  assert.deepEqual(await run(store, 'DEPOSIT_DETECTED', 'r4'), { outcome: 'stale' });
+  // Another deposit on the swap is a person's decision.
+  assert.equal((await outcomeOf(run(store, 'DEPOSIT_DETECTED', 'r5', { depositRef: 'btc-mainnet:tx-def:vout-1' }))).error, 'IDENTITY_MISMATCH');
+  assert.equal(store.snapshot().outbox.size, 0);
+});
+
+test('a reversal before the exchange returns the workflow to waiting and clears the deposit (v1)', async () => {
+  const ruleSet = RuleSet.builtin('deposit-swap', { version: 1 });
+  const store = new InMemoryStore([{ id: 'swap-1', status: 'waiting', revision: 0 }]);
+  const v1 = (type, eventId, fields = {}) => processEvent(store, eventOf(type, { eventId, ...fields }), { ruleSet });
+  await v1('DEPOSIT_DETECTED', 'r1');
+  assert.equal((await v1('DEPOSIT_REVERSED', 'r2')).status, 'waiting');
   assert.deepEqual(store.snapshot().workflows.get('swap-1'), { id: 'swap-1', status: 'waiting', revision: 2 });
-  // The reversed deposit can no longer be confirmed; a new deposit starts over.
-  assert.equal((await outcomeOf(run(store, 'DEPOSIT_CONFIRMED', 'r3'))).error, 'INVALID_TRANSITION');
-  await run(store, 'DEPOSIT_DETECTED', 'r4', { depositRef: 'btc-mainnet:tx-def:vout-1' });
-  assert.equal((await run(store, 'DEPOSIT_CONFIRMED', 'r5', { depositRef: 'btc-mainnet:tx-def:vout-1' })).status, 'exchange');
+  assert.equal((await outcomeOf(v1('DEPOSIT_CONFIRMED', 'r3'))).error, 'INVALID_TRANSITION');
+  await v1('DEPOSIT_DETECTED', 'r4', { depositRef: 'btc-mainnet:tx-def:vout-1' });
+  assert.equal((await v1('DEPOSIT_CONFIRMED', 'r5', { depositRef: 'btc-mainnet:tx-def:vout-1' })).status, 'exchange');
   assert.equal(store.snapshot().outbox.size, 1);
 });
 
@@ -201,7 +217,8 @@ test('a reversal after the exchange started opens a review instead of compensati
   const reversal = await run(store, 'DEPOSIT_REVERSED', 'x3');
   assert.deepEqual([reversal.status, reversal.operationIds], ['review', ['open-review:swap-1']]);
   assert.deepEqual([...store.snapshot().outbox.keys()].sort(), ['open-review:swap-1', 'start-exchange:swap-1']);
-  assert.equal((await outcomeOf(run(store, 'DEPOSIT_REVERSED', 'x4'))).error, 'INVALID_TRANSITION');
+  assert.deepEqual(await run(store, 'DEPOSIT_REVERSED', 'x4'), { outcome: 'already-applied' });
+  assert.deepEqual(await run(store, 'EXCHANGE_COMPLETED', 'x5'), { outcome: 'stale' }, 'a person decides about the exchange now');
 });
 
 test('a deadline racing a detection: deadline first makes the deposit late', async () => {
@@ -293,7 +310,7 @@ test('a custom rule set verifies and runs through processEvent', async () => {
   assert.equal(report.ok, true);
   assert.deepEqual(report.properties.map((p) => p.name), [
     'one-answer-per-pair', 'every-status-reachable', 'terminal-statuses-final',
-    'operation-ids-unique', 'revision-increases', 'guards-read-recorded-fields',
+    'operation-ids-unique', 'revision-increases', 'guards-read-recorded-fields', 'reorder-safe',
   ]);
   const ruleSet = RuleSet.fromJSON(custom());
   const store = new InMemoryStore([{ id: 't-1', status: 'open', revision: 0 }]);

@@ -7,7 +7,10 @@ import { readFileSync } from 'node:fs';
 import { IdemflowError, InMemoryStore, RuleSet, decide, fingerprint, processEvent, validateEvent, verifyRuleSet } from 'idemflow';
 
 const load = (name) => JSON.parse(readFileSync(new URL(`../../vectors/${name}.json`, import.meta.url), 'utf8'));
-const rules = (name) => RuleSet.builtin(name ?? 'deposit-swap');
+// A case names its built-in rule set (deposit-swap when absent) and may pin its
+// version (`ruleSetVersion`); without one, the current version answers.
+const rules = (name, version) =>
+  RuleSet.builtin(name ?? 'deposit-swap', version === undefined ? {} : { version });
 
 function subset(actual, expected, path = '') {
   if (expected !== null && typeof expected === 'object' && !Array.isArray(expected)) {
@@ -65,8 +68,12 @@ for (const c of load('validation').cases) {
 }
 
 for (const c of load('decisions').cases) {
-  test(`decision vector: ${c.name}`, () => {
-    const input = { event: c.event, receipt: c.receipt, workflow: c.workflow, ruleSet: rules(c.ruleSet) };
+  // v1 and v2 cell cases share their names: the title says which version.
+  const version = c.ruleSetVersion === undefined ? '' : ` (v${c.ruleSetVersion})`;
+  test(`decision vector: ${c.name}${version}`, () => {
+    const ruleSet = rules(c.ruleSet, c.ruleSetVersion);
+    if (c.ruleSetVersion !== undefined) assert.equal(ruleSet.version, c.ruleSetVersion);
+    const input = { event: c.event, receipt: c.receipt, workflow: c.workflow, ruleSet };
     if (c.expect.error) {
       matchesError(caught(() => decide(input)), c.expect.error);
       return;

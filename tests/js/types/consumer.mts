@@ -17,7 +17,7 @@ import {
 const store = new InMemoryStore([{ id: 'swap-42', status: 'deposit', revision: 3, depositRef: 'r', amountUnits: '1' }]);
 const event = { eventId: 'e', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'r', amountUnits: '1' };
 
-async function handle(raw: unknown): Promise<'ack' | 'nack' | 'dead-letter' | 'alert'> {
+async function handle(raw: unknown): Promise<'ack' | 'nack' | 'dead-letter' | 'alert' | 'stop'> {
   try {
     validateEvent(raw);
     const result: ProcessResult = await processEvent(store, raw, { ruleSet: RuleSet.builtin('deposit-swap') });
@@ -41,7 +41,7 @@ async function handle(raw: unknown): Promise<'ack' | 'nack' | 'dead-letter' | 'a
       case 'reconcile':
         return 'alert';
       case 'fatal':
-        throw error;
+        return 'stop';
     }
   }
 }
