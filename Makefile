@@ -12,7 +12,7 @@ VERSION := $(shell sed -n 's/^version = "\([^"]*\)"/\1/p' Cargo.toml | head -n 1
 TARBALL := target/npm/idemflow-$(VERSION).tgz
 SOURCES := $(shell find src js -type f) Cargo.toml Cargo.lock pkg.json README.md scripts/assemble-pkg.cjs
 
-.PHONY: all tools pkg test test-native test-wasm test-js examples demo bench clean
+.PHONY: all tools pkg test test-native test-wasm test-js test-fuzz fuzz examples demo bench clean
 
 all: pkg
 
@@ -40,7 +40,7 @@ tests/js/node_modules/.installed: tests/js/package.json $(TARBALL)
 	cd tests/js && npm install --no-audit --no-fund --no-save --loglevel=error ../../$(TARBALL)
 	touch $@
 
-test: test-native test-wasm test-js
+test: test-native test-wasm test-js test-fuzz
 
 test-native:
 	cargo test
@@ -52,6 +52,18 @@ test-wasm: tools
 test-js: pkg tests/js/node_modules/.installed examples
 	cd tests/js && npx --no-install tsc -p tsconfig.json
 	cd tests/js && node --test --test-concurrency=1 test/*.test.mjs test/*.test.cjs
+
+# Fuzzing (fuzz/, its own crate, cargo-fuzz on nightly): a few seconds per
+# target in `make test`, skipped with one line without nightly; `make fuzz`
+# is the long campaign (FUZZ_SECONDS per target, FUZZ_TARGETS to choose).
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS ?= validate decide ruleset json outbox
+
+test-fuzz:
+	fuzz/run.sh 5
+
+fuzz:
+	fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # Examples import 'idemflow' by name, so they run from the test project that installed it.
 examples: pkg tests/js/node_modules/.installed

@@ -159,38 +159,139 @@ function workflowPatch(write) {
   return { id, status, revision, expect, patch, removed, kept };
 }
 
-function invalidRecord(record, field, reason) {
-  return new IdemflowError('INVALID_RECORD', `stored ${record} is invalid: ${field} ${reason}`, { details: { record, field, reason } });
+function invalidRecord(record, field, reason, id) {
+  const which = typeof id === 'string' ? ` ${id}` : '';
+  return new IdemflowError('INVALID_RECORD', `stored ${record}${which} is invalid: ${field} ${reason}`, {
+    details: { record, field, reason, ...(typeof id === 'string' ? { id } : {}) },
+  });
 }
 
-/** A number from a BIGINT column (drivers hand back numbers, strings or bigints). */
-function integerColumn(value, record, field) {
-  if (value === null || value === undefined) return null;
-  const number = Number(value);
-  if (!Number.isSafeInteger(number)) throw invalidRecord(record, field, 'is not a whole number below 2^53');
-  return number;
-}
+// Readers of stored rows. A row is read column by column, each with what it
+// must hold; a value that does not fit is INVALID_RECORD naming the column,
+// never a guess (a guessed revision turns into a compare-and-set that can
+// never match, retried forever). Objects are rebuilt from their own keys, so
+// nothing in stored JSON (a "__proto__" key) reaches a prototype.
 
-function parseObject(text, record, field) {
-  if (text !== null && typeof text === 'object') return text; // a driver that already parsed JSON
-  let value;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    throw invalidRecord(record, field, 'is not JSON');
+const CANONICAL_WHOLE = /^(0|[1-9][0-9]{0,15})$/;
+const MAX_SAFE_BIGINT = BigInt(Number.MAX_SAFE_INTEGER);
+
+/**
+ * An exact whole number from 0 to 2^53 - 1 from an integer column: a number,
+ * a bigint, or the canonical decimal text some drivers hand back for BIGINT
+ * (pg, mysql2 with bigNumberStrings). '', ' 3', '3e0', '0x3', 3.5 and -1 are refused.
+ */
+function wholeColumn(value, record, field, id, text = true) {
+  let number = Number.NaN;
+  if (typeof value === 'number') number = value;
+  else if (typeof value === 'bigint') number = value >= 0n && value <= MAX_SAFE_BIGINT ? Number(value) : Number.NaN;
+  else if (text && typeof value === 'string' && CANONICAL_WHOLE.test(value)) number = Number(value);
+  if (!Number.isSafeInteger(number) || number < 0) {
+    throw invalidRecord(record, field, `is not a whole number from 0 to 2^53 - 1 (${describeValue(value)})`, id);
   }
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw invalidRecord(record, field, 'is not a JSON object');
+  return number === 0 ? 0 : number; // not -0
+}
+
+/** wholeColumn, or null for a NULL column. */
+function optionalWholeColumn(value, record, field, id) {
+  return value === null || value === undefined ? null : wholeColumn(value, record, field, id);
+}
+
+function textColumn(value, record, field, id) {
+  if (typeof value !== 'string') throw invalidRecord(record, field, `is not text (${describeValue(value)})`, id);
   return value;
 }
 
-/** `{id, status, revision, ...data}` from a row of the workflows table. */
-function workflowFromRow(row) {
+function optionalTextColumn(value, record, field, id) {
+  return value === null || value === undefined ? null : textColumn(value, record, field, id);
+}
+
+/** What a refused value was, short and safe to put in a message. */
+function describeValue(value) {
+  if (typeof value === 'string') return value.length > 40 ? `text of ${value.length} characters` : JSON.stringify(value);
+  if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean') return `${typeof value} ${String(value)}`;
+  if (value === null || value === undefined) return String(value);
+  return Array.isArray(value) ? 'an array' : typeof value;
+}
+
+/**
+ * A copy of parsed JSON built from own keys only: a "__proto__" key is
+ * refused (it can only have been written by hand), arrays stay arrays.
+ */
+function ownJson(value, record, field, id, depth = 0) {
+  if (value === null || typeof value !== 'object') return value;
+  if (depth > 64) throw invalidRecord(record, field, 'is nested too deeply', id);
+  if (Array.isArray(value)) return value.map((item) => ownJson(item, record, field, id, depth + 1));
+  const copy = {};
+  for (const key of Object.keys(value)) {
+    if (key === '__proto__') throw invalidRecord(record, field, 'has a "__proto__" key', id);
+    copy[key] = ownJson(value[key], record, field, id, depth + 1);
+  }
+  return copy;
+}
+
+/** A JSON object column (text, or an object a driver already parsed), copied by own keys. */
+function objectColumn(value, record, field, id) {
+  let parsed = value;
+  if (typeof value === 'string') {
+    try {
+      parsed = JSON.parse(value);
+    } catch {
+      throw invalidRecord(record, field, 'is not JSON', id);
+    }
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw invalidRecord(record, field, 'is not a JSON object', id);
+  return ownJson(parsed, record, field, id);
+}
+
+/**
+ * `{id, status, revision, ...data}` from a row of the workflows table. The
+ * recorded fields must be what a store writes: field names holding strings.
+ * `numbers`: the store holds numbers as numbers (MongoDB, memory), so a
+ * revision held as text, even '3', is damage: a compare-and-set on the number
+ * would never match it.
+ */
+function workflowFromRow(row, { numbers = false } = {}) {
   if (!row) return null;
-  const workflow = { id: row.id, status: row.status, revision: integerColumn(row.revision, 'workflow', 'revision') };
-  for (const [field, value] of Object.entries(parseObject(row.data, 'workflow', 'data'))) {
-    if (!RESERVED_FIELDS.has(field)) workflow[field] = value;
+  const id = textColumn(row.id, 'workflow', 'id');
+  const revision = wholeColumn(row.revision, 'workflow', 'revision', id, !numbers);
+  const workflow = { id, status: textColumn(row.status, 'workflow', 'status', id), revision };
+  const data = objectColumn(row.data, 'workflow', 'data', id);
+  for (const field of Object.keys(data)) {
+    if (RESERVED_FIELDS.has(field)) continue;
+    if (!FIELD_NAME.test(field)) throw invalidRecord('workflow', `data.${field.slice(0, 64)}`, 'is not a field name', id);
+    if (typeof data[field] !== 'string') throw invalidRecord('workflow', `data.${field}`, `is not a string (${describeValue(data[field])})`, id);
+    workflow[field] = data[field];
   }
   return workflow;
+}
+
+/**
+ * A workflow an in-memory store holds (`{id, status, revision, ...fields}`),
+ * checked like a row and copied by own keys.
+ */
+function workflowFromRecord(record) {
+  if (record === null || record === undefined) return null;
+  if (typeof record !== 'object') throw invalidRecord('workflow', '(record)', 'is not an object');
+  // Null prototype: a "__proto__" key stays a key, and the data reader refuses it.
+  const data = Object.create(null);
+  for (const key of Object.keys(record)) if (!RESERVED_FIELDS.has(key)) data[key] = record[key];
+  return workflowFromRow({ id: record.id, status: record.status, revision: record.revision, data }, { numbers: true });
+}
+
+/** A receipt an in-memory store holds (as receiptRecord names it, ruleSet nested), read like a row. */
+function receiptFromRecord(record) {
+  if (record === null || record === undefined) return null;
+  if (typeof record !== 'object') throw invalidRecord('receipt', '(record)', 'is not an object');
+  const ruleSet = record.ruleSet !== null && typeof record.ruleSet === 'object' ? record.ruleSet : null;
+  // A snapshot from before receipts were stamped holds none: left out, as it was.
+  const stamped = record.recordedAt !== undefined && record.recordedAt !== null;
+  const receipt = receiptFromRow({
+    event_id: record.eventId, fingerprint: record.fingerprint, workflow_id: record.workflowId, event_type: record.eventType,
+    outcome: record.outcome, rule_set_id: ruleSet ? ruleSet.id : record.ruleSet, rule_set_version: ruleSet?.version,
+    rule_set_hash: ruleSet?.hash, recorded_at: stamped ? record.recordedAt : 0,
+  });
+  if (!stamped) delete receipt.recordedAt;
+  return receipt;
 }
 
 /** A new inbox receipt's fields, named as in MongoDB and in INBOX_COLUMNS order. */
@@ -221,16 +322,23 @@ const INBOX_COLUMNS = ['event_id', 'fingerprint', 'workflow_id', 'event_type', '
 
 function receiptFromRow(row) {
   if (!row) return null;
+  const eventId = textColumn(row.event_id, 'receipt', 'event_id');
+  const text = (column) => textColumn(row[column], 'receipt', column, eventId);
+  const ruleSetId = optionalTextColumn(row.rule_set_id, 'receipt', 'rule_set_id', eventId);
   return {
-    eventId: row.event_id,
-    fingerprint: row.fingerprint,
-    workflowId: row.workflow_id,
-    eventType: row.event_type,
-    outcome: row.outcome,
-    ruleSet: row.rule_set_id === null || row.rule_set_id === undefined
+    eventId,
+    fingerprint: text('fingerprint'),
+    workflowId: text('workflow_id'),
+    eventType: text('event_type'),
+    outcome: text('outcome'),
+    ruleSet: ruleSetId === null
       ? null
-      : { id: row.rule_set_id, version: integerColumn(row.rule_set_version, 'receipt', 'rule_set_version'), hash: row.rule_set_hash },
-    recordedAt: integerColumn(row.recorded_at, 'receipt', 'recorded_at'),
+      : {
+        id: ruleSetId,
+        version: wholeColumn(row.rule_set_version, 'receipt', 'rule_set_version', eventId),
+        hash: optionalTextColumn(row.rule_set_hash, 'receipt', 'rule_set_hash', eventId),
+      },
+    recordedAt: wholeColumn(row.recorded_at, 'receipt', 'recorded_at', eventId),
   };
 }
 
@@ -272,24 +380,71 @@ function operationValues(operation, now) {
   return Object.values({ ...record, payload: JSON.stringify(record.payload) });
 }
 
+const OPERATION_STATUSES = new Set(['pending', 'claimed', 'done', 'dead']);
+
+function statusColumn(value, record, field, id) {
+  const status = textColumn(value, record, field, id);
+  if (!OPERATION_STATUSES.has(status)) throw invalidRecord(record, field, `is not pending, claimed, done or dead (${describeValue(status)})`, id);
+  return status;
+}
+
+// Each field of an operation: [field, column, reader].
+const OPERATION_FIELDS = [
+  ['type', 'type', textColumn],
+  ['workflowId', 'workflow_id', textColumn],
+  ['eventId', 'event_id', textColumn],
+  ['payload', 'payload', objectColumn],
+  ['status', 'status', statusColumn],
+  ['attempts', 'attempts', wholeColumn],
+  ['nextAttemptAt', 'next_attempt_at', wholeColumn],
+  ['leaseOwner', 'lease_owner', optionalTextColumn],
+  ['leaseExpiresAt', 'lease_expires_at', optionalWholeColumn],
+  ['fencingToken', 'fencing_token', wholeColumn],
+  ['lastError', 'last_error', optionalTextColumn],
+  ['createdAt', 'created_at', wholeColumn],
+  ['updatedAt', 'updated_at', wholeColumn],
+];
+
+/** An operation from a row of the outbox table; INVALID_RECORD naming the first column that cannot be read. */
 function operationFromRow(row) {
   if (!row) return null;
-  return {
-    id: row.id,
-    type: row.type,
-    workflowId: row.workflow_id,
-    eventId: row.event_id,
-    payload: parseObject(row.payload, 'operation', 'payload'),
-    status: row.status,
-    attempts: integerColumn(row.attempts, 'operation', 'attempts'),
-    nextAttemptAt: integerColumn(row.next_attempt_at, 'operation', 'next_attempt_at'),
-    leaseOwner: row.lease_owner ?? null,
-    leaseExpiresAt: integerColumn(row.lease_expires_at, 'operation', 'lease_expires_at'),
-    fencingToken: integerColumn(row.fencing_token, 'operation', 'fencing_token'),
-    lastError: row.last_error ?? null,
-    createdAt: integerColumn(row.created_at, 'operation', 'created_at'),
-    updatedAt: integerColumn(row.updated_at, 'operation', 'updated_at'),
+  const id = textColumn(row.id, 'operation', 'id');
+  const operation = { id };
+  for (const [field, column, read] of OPERATION_FIELDS) operation[field] = read(row[column], 'operation', column, id);
+  return operation;
+}
+
+/** An operation an in-memory store holds (as operationRecord names it), as a row of the outbox table. */
+function operationRowFromRecord(record) {
+  if (record === null || record === undefined) return null;
+  const row = {};
+  for (const column of OUTBOX_COLUMNS) row[column] = typeof record === 'object' ? record[fieldOf(column)] : undefined;
+  return row;
+}
+
+/**
+ * An operation as an operator sees it (getOperation, listOperations): every
+ * column that can be read, null for those that cannot, and `unreadable`
+ * naming them (only when there are some). One bad row must not hide the others,
+ * and a quarantined row must show in the dead list with its reason.
+ */
+function operationView(row) {
+  if (!row) return null;
+  const unreadable = [];
+  const attempt = (field, column, read, id) => {
+    try {
+      return read(row[column], 'operation', column, id);
+    } catch (error) {
+      if (!(error instanceof IdemflowError) || error.code !== 'INVALID_RECORD') throw error;
+      unreadable.push(field);
+      return null;
+    }
   };
+  const id = attempt('id', 'id', textColumn);
+  const operation = { id };
+  for (const [field, column, read] of OPERATION_FIELDS) operation[field] = attempt(field, column, read, id ?? undefined);
+  if (unreadable.length > 0) operation.unreadable = unreadable;
+  return operation;
 }
 
 /**
@@ -348,7 +503,6 @@ function portableSchema({ workflows, inbox, outbox }, quote, createIndex) {
 // its driver. Times come from the caller (the core computed them): a store
 // compares and records them and does no clock arithmetic of its own.
 
-const OPERATION_STATUSES = new Set(['pending', 'claimed', 'done', 'dead']);
 const DEFAULT_LIST_LIMIT = 100;
 const DEFAULT_BATCH_SIZE = 1000;
 const MAX_BATCH_SIZE = 100000;
@@ -463,18 +617,74 @@ function fieldOf(column) {
 
 /**
  * The outbox store interface over a database. A subclass says how its driver
- * claims (`_claim(request)` → operations), applies a guarded change
- * (`_update(change)` → matched), lists (`_list(request)` → operations) and
- * deletes one purge batch (`_purgeBatch('receipts' | 'operations', request)`
- * → rows deleted); the checks and the semantics live here.
+ * claims (`_claim(request)` → rows), applies a guarded change
+ * (`_update(change)` → matched), lists (`_list(request)` → rows), reads one
+ * row (`_row(id)` → row or null) and deletes one purge batch
+ * (`_purgeBatch('receipts' | 'operations', request)` → rows deleted); the
+ * checks and the semantics live here. Rows are handed back as stored, named
+ * by OUTBOX_COLUMNS, and read here, so every store reads them alike.
  */
 class OutboxStoreBase {
-  /** Claims up to `limit` due operations for `owner`, returned oldest due first. */
+  /**
+   * Claims up to `limit` due operations for `owner`, returned oldest due
+   * first. A claimed row that cannot be read is quarantined instead of
+   * returned (see #quarantine); `onQuarantine(report)`, when given, hears of each.
+   */
   async claimOperations(args) {
     const request = claimRequest(args);
+    const { onQuarantine } = args;
+    if (onQuarantine !== undefined && typeof onQuarantine !== 'function') {
+      throw invalidArgument('onQuarantine must be a function', { field: 'onQuarantine', reason: 'not a function' });
+    }
     if (request.types !== null && request.types.length === 0) return [];
-    const claimed = await this._claim(request);
+    // The claim has committed when the rows are read: an unreadable row is set
+    // aside on its own, and the rest of the batch runs.
+    const rows = await this._claim(request);
+    const claimed = [];
+    for (const row of rows) {
+      let operation;
+      try {
+        operation = operationFromRow(row);
+      } catch (error) {
+        if (!(error instanceof IdemflowError) || error.code !== 'INVALID_RECORD') throw error;
+        const report = await this.#quarantine(row, error, request);
+        if (onQuarantine) {
+          try {
+            onQuarantine(report);
+          } catch {
+            // A listener's failure must not cost the claims that were read.
+          }
+        }
+        continue;
+      }
+      claimed.push(operation);
+    }
     return claimed.sort((a, b) => a.nextAttemptAt - b.nextAttemptAt || byId(a, b));
+  }
+
+  /**
+   * Marks a claimed row that cannot be read dead, its reason as last error,
+   * in a statement of its own (so it holds whatever happens to the rest),
+   * fenced on the token of this claim. If that write fails too, the claim is
+   * left to expire and the row is tried again later.
+   * `{ operationId, error, lastError, recorded, storeError? }`.
+   */
+  async #quarantine(row, error, request) {
+    const operationId = typeof row.id === 'string' ? row.id : null;
+    const lastError = `${error.code}: ${error.message}`;
+    const token = row.fencing_token;
+    const fenced = typeof token === 'number' || typeof token === 'bigint' || typeof token === 'string' ? token : undefined;
+    const change = guardedChange(row.id, 'claimed', fenced, { status: 'dead', last_error: lastError, ...LEASE_CLEARED, updated_at: request.now });
+    try {
+      return { operationId, error, lastError, recorded: row.id !== null && row.id !== undefined && await this._update(change) };
+    } catch (storeError) {
+      return { operationId, error, lastError, recorded: false, storeError };
+    }
+  }
+
+  /** The operation with this id as an operator sees it (see operationView), or null. */
+  async getOperation(id) {
+    return operationView(await this._row(id));
   }
 
   /** Extends a claim to `leaseExpiresAt`; false when the claim is no longer this token's. */
@@ -504,7 +714,7 @@ class OutboxStoreBase {
 
   /** Operations with `status` (all when absent), by id, at most `limit`, after `afterId` when given. */
   async listOperations(args) {
-    return this._list(listRequest(args));
+    return (await this._list(listRequest(args))).map(operationView);
   }
 
   /** Deletes receipts recorded before `olderThan`, `batchSize` per statement; `{ deleted, batches }`. */
@@ -635,7 +845,7 @@ class SqlTransaction {
   }
 
   async getOperation(id) {
-    return operationFromRow(await this.#one('operation', id));
+    return operationView(await this.#one('operation', id));
   }
 
   async insertReceipt(receipt) {
@@ -692,9 +902,9 @@ class SqlOutboxStoreBase extends OutboxStoreBase {
     return receiptFromRow(await this.#one('receipt', eventId));
   }
 
-  /** The outbox operation with this id, or null. */
-  async getOperation(id) {
-    return operationFromRow(await this.#one('operation', id));
+  /** @internal the outbox row with this id, or undefined */
+  async _row(id) {
+    return this.#one('operation', id);
   }
 
   async #one(statement, key) {
@@ -706,7 +916,7 @@ class SqlOutboxStoreBase extends OutboxStoreBase {
   }
 
   async _list(request) {
-    return (await this._execute(this._outboxSql.list(request))).rows.map(operationFromRow);
+    return (await this._execute(this._outboxSql.list(request))).rows;
   }
 
   async _purgeBatch(target, request) {
@@ -864,6 +1074,10 @@ module.exports = {
   operationRecord,
   operationValues,
   operationFromRow,
+  operationView,
+  operationRowFromRecord,
+  workflowFromRecord,
+  receiptFromRecord,
   OutboxStoreBase,
   SqlOutboxStoreBase,
   SqlTransaction,

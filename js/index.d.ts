@@ -411,6 +411,25 @@ export interface StoredOperation {
   lastError: string | null;
   createdAt: number;
   updatedAt: number;
+  /**
+   * Present only on a row that cannot be read (getOperation, listOperations):
+   * the fields that could not be, each null above. claimOperations never
+   * returns such a row: it quarantines it (dead, the reason in lastError).
+   */
+  unreadable?: string[];
+}
+
+/** What claimOperations reports of a claimed row it could not read and set aside. */
+export interface QuarantineReport {
+  /** null when even the id cannot be read. */
+  operationId: string | null;
+  /** The INVALID_RECORD error naming the column. */
+  error: IdemflowError;
+  /** `INVALID_RECORD: …`, what the row's lastError now holds. */
+  lastError: string;
+  /** False when marking it dead failed too (storeError): its claim then expires and it is tried again. */
+  recorded: boolean;
+  storeError?: unknown;
 }
 
 /** An operation as claimOperations returns it. */
@@ -428,6 +447,8 @@ export interface ClaimArgs {
   limit: number;
   /** Only these operation types (the consumer's handlers). */
   types?: string[];
+  /** Hears of each claimed row that could not be read and was quarantined instead of returned. */
+  onQuarantine?: (report: QuarantineReport) => void;
 }
 
 /** Identifies one claim: the operation and the fencing token it was claimed with. */
@@ -565,6 +586,8 @@ export interface OutboxConsumerEvents {
   'stale-completion': OperationEvent & { verdict: 'done' | 'retry' | 'dead' | 'release' };
   'store-error': Partial<OperationEvent> & { during: string; error: unknown };
   stopped: { abandoned: string[] };
+  /** A claimed row the store could not read: set aside as dead (when recorded), the rest of the claim runs. */
+  quarantined: QuarantineReport;
 }
 
 export interface RoundCounts {
@@ -582,7 +605,7 @@ export interface OutboxConsumer {
   readonly policy: OutboxPolicy;
   readonly inFlight: number;
   readonly running: boolean;
-  stats(): RoundCounts & { leaseLost: number };
+  stats(): RoundCounts & { leaseLost: number; quarantined: number };
   start(): this;
   stop(options?: { timeoutMs?: number; abortGraceMs?: number }): Promise<{ abandoned: string[] }>;
   runOnce(): Promise<RoundCounts>;

@@ -7,7 +7,10 @@
 const { IdemflowError } = require('./errors.cjs');
 const { processEvent } = require('./host.cjs');
 const { isClaimable } = require('./outbox.cjs');
-const { OutboxStoreBase, Serializer, fieldOf, invalidArgument, operationRecord, resolveClock } = require('./adapter-common.cjs');
+const {
+  OutboxStoreBase, Serializer, fieldOf, invalidArgument, operationRecord, operationRowFromRecord, operationView, receiptFromRecord,
+  resolveClock, workflowFromRecord,
+} = require('./adapter-common.cjs');
 
 function copy(value) {
   return value === undefined ? null : structuredClone(value);
@@ -20,6 +23,20 @@ function applySet(base, set) {
     else next[key] = value;
   }
   return next;
+}
+
+/**
+ * The core's claim condition; a held operation whose status or times cannot
+ * be read is not due (as a SQL comparison with a malformed value is false),
+ * so it cannot stop the others being claimed.
+ */
+function claimable(operation, now) {
+  try {
+    return isClaimable(operation, now);
+  } catch (error) {
+    if (error instanceof IdemflowError && error.code === 'INVALID_RECORD') return false;
+    throw error;
+  }
 }
 
 function byId(a, b) {
@@ -42,16 +59,18 @@ class MemoryTransaction {
     return own.has(key) ? own.get(key) : this.#data[table].get(key);
   }
 
+  // Held records are read like a durable store's rows: checked, and copied by
+  // own keys (a snapshot from a file may hold anything).
   async getReceipt(eventId) {
-    return copy(this.#read('inbox', eventId));
+    return receiptFromRecord(this.#read('inbox', eventId));
   }
 
   async getWorkflow(id) {
-    return copy(this.#read('workflows', id));
+    return workflowFromRecord(this.#read('workflows', id));
   }
 
   async getOperation(id) {
-    return copy(this.#read('outbox', id));
+    return operationView(operationRowFromRecord(this.#read('outbox', id)));
   }
 
   async insertReceipt(receipt) {
@@ -176,7 +195,7 @@ class InMemoryStore extends OutboxStoreBase {
   }
 
   async getWorkflow(id) {
-    return copy(this.#data.workflows.get(id));
+    return workflowFromRecord(this.#data.workflows.get(id));
   }
 
   async putWorkflow(workflow) {
@@ -186,11 +205,12 @@ class InMemoryStore extends OutboxStoreBase {
   }
 
   async getReceipt(eventId) {
-    return copy(this.#data.inbox.get(eventId));
+    return receiptFromRecord(this.#data.inbox.get(eventId));
   }
 
-  async getOperation(id) {
-    return copy(this.#data.outbox.get(id));
+  /** @internal the held operation as a row of the outbox table (OutboxStoreBase reads it) */
+  async _row(id) {
+    return operationRowFromRecord(this.#data.outbox.get(id));
   }
 
   // ---- The outbox store interface (docs/outbox.md) --------------------------
@@ -202,7 +222,7 @@ class InMemoryStore extends OutboxStoreBase {
     const wanted = types === null ? null : new Set(types);
     return this.#alone(async () => {
       const due = [...this.#data.outbox.values()]
-        .filter((operation) => (wanted === null || wanted.has(operation.type)) && isClaimable(operation, now))
+        .filter((operation) => (wanted === null || wanted.has(operation.type)) && claimable(operation, now))
         .sort((a, b) => a.nextAttemptAt - b.nextAttemptAt || byId(a, b))
         .slice(0, limit);
       return due.map((operation) => {
@@ -214,7 +234,7 @@ class InMemoryStore extends OutboxStoreBase {
           attempts: operation.attempts + 1,
           updatedAt: now,
         });
-        return copy(operation);
+        return operationRowFromRecord(copy(operation));
       });
     });
   }
@@ -235,7 +255,7 @@ class InMemoryStore extends OutboxStoreBase {
       .filter((op) => (status === null || op.status === status) && (afterId === null || op.id > afterId))
       .sort(byId)
       .slice(0, limit)
-      .map(copy));
+      .map((op) => operationRowFromRecord(copy(op))));
   }
 
   async _purgeBatch(target, { olderThan, batchSize, status }) {

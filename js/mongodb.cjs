@@ -89,7 +89,7 @@ async function run(call, onUnique) {
 /** @param {WorkflowDocument | null} doc */
 function workflowFromDocument(doc) {
   if (!doc) return null;
-  return common.workflowFromRow({ id: doc._id, status: doc.status, revision: doc.revision, data: doc.data ?? {} });
+  return common.workflowFromRow({ id: doc._id, status: doc.status, revision: doc.revision, data: doc.data ?? {} }, { numbers: true });
 }
 
 /** @param {ReceiptDocument | null} doc */
@@ -102,10 +102,14 @@ function receiptFromDocument(doc) {
   });
 }
 
-/** @param {OperationDocument | null} doc */
-function operationFromDocument(doc) {
+/**
+ * An outbox document under the outbox table's column names, unread
+ * (OutboxStoreBase reads it, and sets aside one that cannot be read).
+ * @param {OperationDocument | null} doc
+ */
+function operationRow(doc) {
   if (!doc) return null;
-  return common.operationFromRow({
+  return ({
     id: doc._id, type: doc.type, workflow_id: doc.workflowId, event_id: doc.eventId, payload: doc.payload ?? {},
     status: doc.status, attempts: doc.attempts, next_attempt_at: doc.nextAttemptAt, lease_owner: doc.leaseOwner,
     lease_expires_at: doc.leaseExpiresAt, fencing_token: doc.fencingToken, last_error: doc.lastError,
@@ -143,7 +147,7 @@ class MongoTransaction {
   /** @param {string} id */
   async getOperation(id) {
     const session = this.#session;
-    return operationFromDocument(await run(() => this.#store._outbox().findOne({ _id: id }, { session })));
+    return common.operationView(operationRow(await run(() => this.#store._outbox().findOne({ _id: id }, { session }))));
   }
 
   /** @param {import('./index.js').Receipt} receipt */
@@ -331,11 +335,11 @@ class MongoStore extends common.OutboxStoreBase {
   }
 
   /**
-   * The outbox operation with this id, or null.
+   * @internal The outbox document with this id as a row, or null.
    * @param {string} id
    */
-  async getOperation(id) {
-    return operationFromDocument(await run(() => this._outbox().findOne({ _id: id })));
+  async _row(id) {
+    return operationRow(await run(() => this._outbox().findOne({ _id: id })));
   }
 
   // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)
@@ -364,7 +368,7 @@ class MongoStore extends common.OutboxStoreBase {
         break;
       }
       if (doc === null) break;
-      claimed.push(/** @type {import('./index.js').StoredOperation} */ (operationFromDocument(doc)));
+      claimed.push(operationRow(doc));
     }
     return claimed;
   }
@@ -389,7 +393,7 @@ class MongoStore extends common.OutboxStoreBase {
     /** @type {import('mongodb').Filter<OperationDocument>} */
     const filter = { ...(status === null ? {} : { status }), ...(afterId === null ? {} : { _id: { $gt: afterId } }) };
     const docs = await run(() => this._outbox().find(filter, { sort: { _id: 1 }, limit }).toArray());
-    return docs.map(operationFromDocument);
+    return docs.map(operationRow);
   }
 
   /**

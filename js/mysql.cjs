@@ -272,7 +272,8 @@ class MysqlStore extends common.SqlOutboxStoreBase {
       if (ids.length === 0) return [];
       await execute(connection, sql.statement((bind) => `UPDATE ${sql.outbox} SET ${sql.claimSet(bind, request)} WHERE id IN (${bind(ids)})`));
       const { rows } = await run(connection, `SELECT ${sql.columns} FROM ${sql.outbox} WHERE id IN (?)`, [ids]);
-      return rows.map(common.operationFromRow);
+      // Read after COMMIT (OutboxStoreBase): a row that cannot be read must not roll the whole claim back.
+      return rows;
     }, 'READ COMMITTED');
   }
 

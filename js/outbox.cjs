@@ -13,7 +13,7 @@ const wasm = require('./wasm/idemflow.js');
 const { IdemflowError, fromWasm } = require('./errors.cjs');
 
 const STORE_METHODS = Object.freeze(['claimOperations', 'renewLease', 'completeOperation', 'failOperation', 'releaseOperation']);
-const EVENTS = Object.freeze(['claimed', 'done', 'retry-scheduled', 'dead', 'released', 'lease-lost', 'stale-completion', 'store-error', 'stopped']);
+const EVENTS = Object.freeze(['claimed', 'done', 'retry-scheduled', 'dead', 'released', 'lease-lost', 'stale-completion', 'store-error', 'stopped', 'quarantined']);
 const DEFAULT_CONCURRENCY = 4;
 const MAX_CONCURRENCY = 1000;
 const DEFAULT_POLL_INTERVAL_MS = 1000;
@@ -151,7 +151,8 @@ function wholeOption(value, field, fallback, min, max) {
 /**
  * Claims due operations from `store`, runs `handlers[operation.type]` for
  * each, and records the result. Emits claimed, done, retry-scheduled, dead,
- * released, lease-lost, stale-completion, store-error and stopped.
+ * released, lease-lost, stale-completion, store-error, stopped and
+ * quarantined (a claimed row the store could not read, set aside as dead).
  */
 class OutboxConsumer extends EventEmitter {
   #store;
@@ -170,7 +171,7 @@ class OutboxConsumer extends EventEmitter {
   #wake = null;
   #renewTimer = null;
   #renewing = false;
-  #stats = { ...emptyTally(), leaseLost: 0 };
+  #stats = { ...emptyTally(), leaseLost: 0, quarantined: 0 };
 
   constructor(store, handlers, options = {}) {
     super();
@@ -356,13 +357,21 @@ class OutboxConsumer extends EventEmitter {
     if (this.#stopping || free <= 0) return [];
     const now = this.#clock();
     const leaseExpiresAt = this.#policy.leaseExpiresAt(now);
-    const claimed = await this.#store.claimOperations({ owner: this.#owner, now, leaseExpiresAt, limit: free, types: this.#types });
+    const claimed = await this.#store.claimOperations({
+      owner: this.#owner, now, leaseExpiresAt, limit: free, types: this.#types, onQuarantine: (report) => this.#quarantined(report),
+    });
     if (!Array.isArray(claimed)) {
       throw new IdemflowError('INVALID_RECORD', 'claimOperations must resolve to an array of operations', {
         details: { record: 'operation', field: '(claim)', reason: 'not an array' },
       });
     }
     return claimed.map((operation) => this.#begin(operation));
+  }
+
+  /** The store set aside a claimed row it could not read (marked dead when `recorded`); the rest of the claim runs. */
+  #quarantined({ operationId, error, lastError, recorded, storeError }) {
+    this.#stats.quarantined += 1;
+    this.#emit('quarantined', { operationId, error, lastError, recorded, ...(storeError === undefined ? {} : { storeError }) });
   }
 
   #begin(operation) {

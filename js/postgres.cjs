@@ -142,7 +142,7 @@ class PostgresStore extends common.SqlOutboxStoreBase {
         ORDER BY next_attempt_at, id LIMIT ${bind(request.limit)} FOR UPDATE SKIP LOCKED)
       UPDATE ${sql.outbox} AS o SET ${sql.claimSet(bind, request)}
       FROM due WHERE o.id = due.id RETURNING o.*`));
-    return rows.map(common.operationFromRow);
+    return rows; // read by OutboxStoreBase, which sets aside a row that cannot be read
   }
 
   /** @internal one outbox statement in autocommit */

@@ -70,7 +70,7 @@ class SqliteTransaction {
   }
 
   async getOperation(id) {
-    return common.operationFromRow(this.#store._get('operation', id));
+    return common.operationView(this.#store._get('operation', id));
   }
 
   async insertReceipt(receipt) {
@@ -231,6 +231,8 @@ class SqliteStore extends common.SqlOutboxStoreBase {
   /**
    * One UPDATE … RETURNING inside BEGIN IMMEDIATE: the write lock is taken
    * before the due rows are read, so no other process claims them meanwhile.
+   * The rows are read after COMMIT (OutboxStoreBase), so one that cannot be
+   * read does not roll the claim of the others back.
    * @internal
    */
   async _claim(request) {
@@ -238,7 +240,7 @@ class SqliteStore extends common.SqlOutboxStoreBase {
     const claim = sql.statement((bind) => `UPDATE ${sql.outbox} SET ${sql.claimSet(bind, request)}
       WHERE id IN (SELECT id FROM ${sql.outbox} WHERE ${sql.due(bind, request)} ORDER BY next_attempt_at, id LIMIT ${bind(request.limit)})
       RETURNING ${sql.columns}`, true);
-    return this.#serializer.run(() => this.#immediate(() => this.#execute(claim).rows.map(common.operationFromRow)));
+    return this.#serializer.run(() => this.#immediate(() => this.#execute(claim).rows));
   }
 
   /**

@@ -3,8 +3,9 @@
 //! (never in the ABI layer), so a bad input returns an ordinary `Err` and every
 //! Rust value is dropped on the way out: rejected calls do not leak memory.
 
-use js_sys::Reflect;
+use js_sys::{JsString, Reflect};
 use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
 
 use crate::decide::{self, plan_deposit_confirmation};
 use crate::error::{Error, CODES};
@@ -13,6 +14,7 @@ use crate::field::MAX_TEXT_BYTES;
 use crate::fingerprint::fingerprint as fingerprint_of;
 use crate::input::{Input, Source};
 use crate::json;
+use crate::limits::{self, MAX_DEFINITION_BYTES, MAX_JSON_INPUT_BYTES};
 use crate::ruleset::{table, verify, RuleSet};
 
 /// Throws a JS `Error` carrying `idemflowCode`, `disposition` and `details`;
@@ -44,13 +46,25 @@ impl Source for JsObject<'_> {
 // is caught inside JS and reported as a sentinel symbol: an exception that
 // reaches wasm through a `catch` import costs an externref slot in
 // wasm-bindgen 0.2.130, so 100,000 throwing getters would grow the memory.
+//
+// Only own properties are read: a member inherited through the prototype
+// chain (`Object.create(event)`, a polluted `Object.prototype.amountUnits`)
+// is absent. An own accessor is part of the object the caller built, so its
+// getter runs (once per read, as a data property's value would be read); a
+// getter that throws is an unreadable field, a coded error like any other.
+// `Object.hasOwn` is captured at load, so later pollution of `Object` cannot
+// change what it does.
 #[wasm_bindgen(inline_js = "
 const FAILED = Symbol('idemflow: property read failed');
 const TOO_LONG = Symbol('idemflow: string too long');
+const hasOwn = Object.hasOwn;
 let lastThrown;
 module.exports.read_field = function (target, key, maxUnits) {
   let value;
-  try { value = target[key]; } catch (thrown) { lastThrown = thrown; return FAILED; }
+  try {
+    if (!hasOwn(target, key)) return undefined;
+    value = target[key];
+  } catch (thrown) { lastThrown = thrown; return FAILED; }
   if (typeof value === 'string' && value.length > maxUnits) return TOO_LONG;
   return value;
 };
@@ -85,8 +99,9 @@ module.exports.is_array = function (value) {
 };
 ")]
 extern "C" {
-    /// `target[key]`, or a sentinel symbol when the read threw (a getter, a
-    /// proxy) or the value is a string longer than `max_units` UTF-16 units.
+    /// `target[key]` when `key` is an own property (undefined otherwise), or a
+    /// sentinel symbol when the read threw (a getter, a proxy) or the value is
+    /// a string longer than `max_units` UTF-16 units.
     /// Catching inside JS keeps exceptions out of the wasm call path: one that
     /// reaches wasm through a `catch` import costs an externref slot in
     /// wasm-bindgen 0.2.130, so 100,000 throwing getters would grow memory.
@@ -256,18 +271,57 @@ pub fn builtin_rule_set(name: &str, version: Option<f64>) -> JsResult<CompiledRu
         .map_err(throw)
 }
 
+/// A JS string argument copied into wasm memory only when it can be within
+/// `max_bytes` of UTF-8: a UTF-8 text is never shorter than its UTF-16 form,
+/// so a longer string is refused by its length alone, before it costs memory
+/// (wasm memory never shrinks, and a copy too large for it traps the module).
+fn bounded_text(value: &JsValue, max_bytes: usize, refuse: impl Fn(usize) -> Error) -> Result<String, Error> {
+    let Some(text) = value.dyn_ref::<JsString>() else {
+        return Err(Error::InvalidArgument { reason: format!("expected JSON text, not {}", kind(value)) });
+    };
+    let units = text.length() as usize;
+    if units > max_bytes {
+        return Err(refuse(units));
+    }
+    let text = String::from(text);
+    if text.len() > max_bytes {
+        return Err(refuse(text.len()));
+    }
+    Ok(text)
+}
+
+fn definition_text(value: &JsValue) -> Result<String, Error> {
+    if !value.is_string() {
+        return Err(Error::RuleSetInvalid { path: "$".into(), reason: "must be JSON text".into(), report: None });
+    }
+    bounded_text(value, MAX_DEFINITION_BYTES, |found| {
+        limits::exceeded("$", "maxDefinitionBytes", MAX_DEFINITION_BYTES, "bytes of JSON text", found)
+    })
+}
+
+fn json_input(value: &JsValue, what: &str) -> Result<String, Error> {
+    bounded_text(value, MAX_JSON_INPUT_BYTES, |found| Error::InvalidArgument {
+        reason: format!("{what} is at least {found} bytes of JSON text; limit maxJsonInputBytes is {MAX_JSON_INPUT_BYTES}"),
+    })
+}
+
+/// A definition's JSON text, size-checked, parsed and loaded (not verified).
+fn load_definition(definition: &JsValue) -> Result<RuleSet, Error> {
+    let text = definition_text(definition)?;
+    crate::ruleset::load_unverified(&limits::parse_definition(&text)?)
+}
+
 #[wasm_bindgen(js_name = loadRuleSet)]
-pub fn load_rule_set(definition: &str) -> JsResult<CompiledRuleSet> {
-    RuleSet::from_json(definition).map(|r| CompiledRuleSet(Rules::Loaded(Box::new(r)))).map_err(throw)
+pub fn load_rule_set(definition: JsValue) -> JsResult<CompiledRuleSet> {
+    let text = definition_text(&definition).map_err(throw)?;
+    let value = limits::parse_definition(&text).map_err(throw)?;
+    RuleSet::from_value(&value).map(|r| CompiledRuleSet(Rules::Loaded(Box::new(r)))).map_err(throw)
 }
 
 /// The property report as JSON; throws only when the definition is malformed.
 #[wasm_bindgen(js_name = verifyRuleSet)]
-pub fn verify_rule_set(definition: &str) -> JsResult<String> {
-    let value: serde_json::Value = serde_json::from_str(definition).map_err(|e| {
-        throw(Error::RuleSetInvalid { path: "$".into(), reason: format!("not JSON: {e}"), report: None })
-    })?;
-    let rule_set = crate::ruleset::load_unverified(&value).map_err(throw)?;
+pub fn verify_rule_set(definition: JsValue) -> JsResult<String> {
+    let rule_set = load_definition(&definition).map_err(throw)?;
     verify::verify(&rule_set).map(|r| r.to_json().to_string()).map_err(throw)
 }
 
@@ -294,8 +348,9 @@ pub fn fingerprint(rules: &CompiledRuleSet, event: JsValue) -> JsResult<String> 
 }
 
 #[wasm_bindgen(js_name = fingerprintJson)]
-pub fn fingerprint_json(rules: &CompiledRuleSet, event: &str) -> JsResult<String> {
-    json::fingerprint_json(rules.rules(), event).map_err(throw)
+pub fn fingerprint_json(rules: &CompiledRuleSet, event: JsValue) -> JsResult<String> {
+    let event = json_input(&event, "event").map_err(throw)?;
+    json::fingerprint_json(rules.rules(), &event).map_err(throw)
 }
 
 /// The decision as JSON text (one string across the boundary is cheaper than
@@ -316,8 +371,9 @@ pub fn decide(rules: &CompiledRuleSet, event: JsValue, receipt: JsValue, workflo
 }
 
 #[wasm_bindgen(js_name = decideJson)]
-pub fn decide_json(rules: &CompiledRuleSet, input: &str) -> JsResult<String> {
-    json::decide_json(rules.rules(), input).map_err(throw)
+pub fn decide_json(rules: &CompiledRuleSet, input: JsValue) -> JsResult<String> {
+    let input = json_input(&input, "decide input").map_err(throw)?;
+    json::decide_json(rules.rules(), &input).map_err(throw)
 }
 
 #[wasm_bindgen(js_name = planDepositConfirmation)]

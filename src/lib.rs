@@ -14,6 +14,7 @@ pub mod fingerprint;
 pub mod input;
 pub mod jcs;
 pub mod json;
+pub mod limits;
 pub mod outbox;
 pub mod ruleset;
 

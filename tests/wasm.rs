@@ -10,6 +10,9 @@ use wasm_bindgen_test::wasm_bindgen_test;
 
 use idemflow::binding::{self, CompiledRuleSet};
 
+#[path = "hostile/definitions.rs"]
+mod hostile;
+
 const FINGERPRINT: &str = include_str!("vectors/fingerprint.json");
 const VALIDATION: &str = include_str!("vectors/validation.json");
 const DECISIONS: &str = include_str!("vectors/decisions.json");
@@ -32,6 +35,11 @@ fn name(case: &Value) -> &str {
 /// A JS value built by JS's own JSON.parse.
 fn js(value: &Value) -> JsValue {
     JSON::parse(&value.to_string()).expect("JSON.parse")
+}
+
+/// A JSON text argument as the package passes it: a JS string.
+fn text_arg(text: &str) -> JsValue {
+    JsValue::from_str(text)
 }
 
 fn js_text(text: &str) -> JsValue {
@@ -153,7 +161,7 @@ fn fingerprint_vectors_through_the_binding() {
         assert!(binding::validate_event(&rules, event.clone()).is_ok(), "{}", name(&case));
         let fp = binding::fingerprint(&rules, event).unwrap_or_else(|e| panic!("{}: {}", name(&case), thrown("", e).message));
         assert_eq!(fp, expected, "{}", name(&case));
-        let via_json = binding::fingerprint_json(&rules, &case["event"].to_string()).map_err(|e| thrown("", e).message);
+        let via_json = binding::fingerprint_json(&rules, text_arg(&case["event"].to_string())).map_err(|e| thrown("", e).message);
         assert_eq!(via_json.as_deref(), Ok(expected), "{} (fingerprintJson)", name(&case));
     }
 }
@@ -167,7 +175,7 @@ fn validation_vectors_through_validate_event_fingerprint_and_decide() {
         let fp = binding::fingerprint(&rules, event.clone());
         let decided = binding::decide(&rules, event, JsValue::NULL, JsValue::NULL);
         let input = json!({ "event": case["event"], "receipt": null, "workflow": null }).to_string();
-        let decided_json = binding::decide_json(&rules, &input);
+        let decided_json = binding::decide_json(&rules, text_arg(&input));
         match case.get("error") {
             None => {
                 assert!(validated.is_ok(), "{}", name(&case));
@@ -202,7 +210,7 @@ fn decision_vectors_through_decide() {
 fn decision_vectors_through_decide_json() {
     for case in cases(DECISIONS) {
         let input = json!({ "event": case["event"], "receipt": case["receipt"], "workflow": case["workflow"] });
-        let result = binding::decide_json(&rule_set(&case), &input.to_string());
+        let result = binding::decide_json(&rule_set(&case), text_arg(&input.to_string()));
         check_decision(&case, result, "decideJson");
     }
 }
@@ -212,7 +220,7 @@ fn broken_rule_set_vectors_through_verify_rule_set_and_load_rule_set() {
     let vectors = parse(RULESETS);
     for case in vectors["broken"].as_array().unwrap() {
         let text = case["definition"].to_string();
-        let report = parse(&binding::verify_rule_set(&text).unwrap_or_else(|e| panic!("{}: {}", name(case), thrown("", e).message)));
+        let report = parse(&binding::verify_rule_set(text_arg(&text)).unwrap_or_else(|e| panic!("{}: {}", name(case), thrown("", e).message)));
         assert_eq!(report["ok"], false, "{}", name(case));
         let properties = report["properties"].as_array().unwrap();
         assert_eq!(properties.len(), vectors["properties"].as_array().unwrap().len());
@@ -224,7 +232,7 @@ fn broken_rule_set_vectors_through_verify_rule_set_and_load_rule_set() {
                 assert!(contains(&property["counterexample"], &case["counterexample"]), "{}: {property}", name(case));
             }
         }
-        let refused = assert_thrown(name(case), expect_err(name(case), binding::load_rule_set(&text)), &case["loadError"]);
+        let refused = assert_thrown(name(case), expect_err(name(case), binding::load_rule_set(text_arg(&text))), &case["loadError"]);
         assert_eq!(refused.details["report"]["ok"], false, "{}", name(case));
     }
 }
@@ -234,15 +242,15 @@ fn malformed_rule_set_vectors_are_thrown_with_their_path() {
     for case in parse(RULESETS)["malformed"].as_array().unwrap() {
         let text = case["definitionText"].as_str().map(str::to_string).unwrap_or_else(|| case["definition"].to_string());
         let label = |via: &str| format!("{} ({via})", name(case));
-        assert_thrown(&label("verifyRuleSet"), expect_err(name(case), binding::verify_rule_set(&text)), &case["error"]);
-        assert_thrown(&label("loadRuleSet"), expect_err(name(case), binding::load_rule_set(&text)), &case["error"]);
+        assert_thrown(&label("verifyRuleSet"), expect_err(name(case), binding::verify_rule_set(text_arg(&text))), &case["error"]);
+        assert_thrown(&label("loadRuleSet"), expect_err(name(case), binding::load_rule_set(text_arg(&text))), &case["error"]);
     }
 }
 
 #[wasm_bindgen_test]
 fn rule_set_hash_vectors_through_load_rule_set() {
     for case in parse(RULESETS)["hashes"].as_array().unwrap() {
-        let loaded = binding::load_rule_set(case["definitionText"].as_str().unwrap())
+        let loaded = binding::load_rule_set(text_arg(case["definitionText"].as_str().unwrap()))
             .unwrap_or_else(|e| panic!("{}: {}", name(case), thrown("", e).message));
         assert_eq!(loaded.hash(), case["hash"].as_str().unwrap(), "{}", name(case));
     }
@@ -261,7 +269,7 @@ fn builtin_rule_sets_carry_their_id_version_hash_and_table() {
         assert_eq!(rules.id(), expected["id"].as_str().unwrap());
         assert_eq!(rules.version(), expected["version"].as_f64().unwrap());
         assert_eq!(rules.hash(), expected["hash"].as_str().unwrap());
-        let report = parse(&binding::verify_rule_set(&rules.definition_json()).map_err(|_| ()).unwrap());
+        let report = parse(&binding::verify_rule_set(text_arg(&rules.definition_json())).map_err(|_| ()).unwrap());
         assert_eq!(report["ok"], true);
         assert_eq!(report["ruleSet"]["hash"], expected["hash"]);
         assert!(rules.table_markdown().contains(&rules.hash()));
@@ -553,10 +561,10 @@ fn ten_thousand_rejected_calls_do_not_grow_memory() {
             2 => binding::decide(&rules, getter.clone(), JsValue::NULL, JsValue::NULL).err(),
             3 => binding::decide(&rules, js(&seed()), JsValue::NULL, bad_workflow.clone()).err(),
             4 => binding::decide(&rules, js(&seed()), conflict.clone(), JsValue::NULL).err(),
-            5 => binding::decide_json(&rules, "{\"event\": {\"eventId\": \"\"}}").err(),
+            5 => binding::decide_json(&rules, text_arg("{\"event\": {\"eventId\": \"\"}}")).err(),
             6 => binding::fingerprint(&rules, JsValue::NULL).err(),
-            7 => binding::load_rule_set(&malformed).err(),
-            _ => binding::load_rule_set(&broken).err(),
+            7 => binding::load_rule_set(text_arg(&malformed)).err(),
+            _ => binding::load_rule_set(text_arg(&broken)).err(),
         };
         assert!(error.is_some(), "call {i} was not rejected");
     };
@@ -585,4 +593,103 @@ fn accepted_calls_do_not_grow_memory_either() {
         assert_eq!(binding::fingerprint(&rules, event.clone()).map_err(|_| ()).unwrap(), SEED_FINGERPRINT);
     }
     assert_eq!(binding::memory_bytes(), before, "accepted calls grew wasm memory");
+}
+
+// ------------------------------------------------- issue 9: hostile inputs
+
+fn assert_limit(label: &str, error: JsValue, path: &str, limit: &str) {
+    let t = thrown(label, error);
+    assert_eq!(t.code, "RULESET_INVALID", "{label}: {}", t.message);
+    assert_eq!(t.details["path"], json!(path), "{label}: {}", t.message);
+    let reason = t.details["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with(&format!("limit {limit}: ")), "{label}: reason {reason:?} does not name {limit}");
+}
+
+fn a_valid_decision_still_works(label: &str) {
+    let rules = builtin("deposit-swap");
+    let fingerprint = binding::fingerprint(&rules, js(&seed())).unwrap_or_else(|e| panic!("{label}: {}", thrown("", e).message));
+    assert_eq!(fingerprint, SEED_FINGERPRINT, "{label}");
+    let workflow = js(&json!({ "id": "swap-42", "status": "deposit", "revision": 2,
+                               "depositRef": "btc-mainnet:tx-abc:vout-0", "amountUnits": "12500000" }));
+    let decided = binding::decide(&rules, js(&seed()), JsValue::NULL, workflow).map_err(|e| thrown(label, e).message);
+    assert_eq!(parse(&decided.unwrap())["outcome"], json!("applied"), "{label}");
+}
+
+#[wasm_bindgen_test]
+fn hostile_definitions_are_refused_by_their_limit_and_the_module_keeps_working() {
+    for case in hostile::all() {
+        let text = text_arg(&case.text);
+        assert_limit(case.name, expect_err(case.name, binding::load_rule_set(text.clone())), case.path, case.limit);
+        assert_limit(case.name, expect_err(case.name, binding::verify_rule_set(text)), case.path, case.limit);
+        a_valid_decision_still_works(case.name);
+    }
+}
+
+#[wasm_bindgen_test]
+fn an_oversized_definition_is_refused_before_it_is_copied_into_wasm_memory() {
+    let before = binding::memory_bytes();
+    // 64 MiB of UTF-16: refused by its length alone.
+    let huge: JsValue = JsString::from("x").repeat(64 << 20).into();
+    assert_limit("64 MiB", expect_err("64 MiB", binding::load_rule_set(huge.clone())), "$", "maxDefinitionBytes");
+    assert_limit("64 MiB", expect_err("64 MiB", binding::verify_rule_set(huge.clone())), "$", "maxDefinitionBytes");
+    let decided = expect_err("decideJson", binding::decide_json(&builtin("deposit-swap"), huge));
+    assert_eq!(thrown("decideJson", decided).code, "INVALID_ARGUMENT");
+    assert!(binding::memory_bytes() - before < 8.0 * 1024.0 * 1024.0, "the text was copied into wasm memory");
+    a_valid_decision_still_works("after 64 MiB");
+}
+
+#[wasm_bindgen_test]
+fn a_field_named_after_an_object_prototype_member_is_refused() {
+    for name in ["constructor", "toString", "valueOf", "hasOwnProperty", "__proto__"] {
+        let error = expect_err(name, binding::load_rule_set(text_arg(&hostile::prototype_field(name))));
+        assert_thrown(name, error, &json!({ "code": "RULESET_INVALID", "path": "$.fields[0].name" }));
+    }
+}
+
+/// `body`'s answer with `Object.prototype[key] = value`; the pollution is
+/// removed before the caller asserts anything, so no other test sees it.
+fn with_polluted_prototype<R>(key: &str, value: &JsValue, body: impl FnOnce() -> R) -> R {
+    let prototype: JsValue = Object::get_prototype_of(&Object::new().into()).into();
+    let key = JsValue::from_str(key);
+    Reflect::set(&prototype, &key, value).unwrap();
+    let answer = body();
+    Reflect::delete_property(prototype.unchecked_ref::<Object>(), &key).unwrap();
+    answer
+}
+
+#[wasm_bindgen_test]
+fn an_event_that_only_inherits_its_fields_is_invalid() {
+    let rules = builtin("deposit-swap");
+    let inherited: JsValue = Object::create(js(&seed()).unchecked_ref::<Object>()).into();
+    let error = expect_err("Object.create", binding::validate_event(&rules, inherited));
+    assert_thrown("Object.create(event)", error, &invalid_event("eventId"));
+}
+
+#[wasm_bindgen_test]
+fn a_polluted_object_prototype_does_not_supply_a_missing_field() {
+    let rules = builtin("deposit-swap");
+    let mut event = seed();
+    event.as_object_mut().unwrap().remove("amountUnits");
+    let event = js(&event);
+    let answer = with_polluted_prototype("amountUnits", &JsValue::from_str("999"), || binding::fingerprint(&rules, event));
+    assert_thrown("polluted amountUnits", expect_err("polluted amountUnits", answer), &invalid_event("amountUnits"));
+    // The stored workflow is read the same way: an inherited status is no status.
+    let workflow = js(&json!({ "id": "swap-42", "revision": 2,
+                               "depositRef": "btc-mainnet:tx-abc:vout-0", "amountUnits": "12500000" }));
+    let answer = with_polluted_prototype("status", &JsValue::from_str("deposit"), || {
+        binding::decide(&rules, js(&seed()), JsValue::NULL, workflow)
+    });
+    let expected = json!({ "code": "INVALID_RECORD", "details": { "field": "status" } });
+    assert_thrown("polluted status", expect_err("polluted status", answer), &expected);
+}
+
+#[wasm_bindgen_test]
+fn an_own_getter_is_read_and_one_that_throws_is_a_coded_error() {
+    let rules = builtin("deposit-swap");
+    let event = js(&seed());
+    let getter = Function::new_no_args("return 'btc-mainnet:tx-abc:vout-0';");
+    let descriptor = Object::new();
+    Reflect::set(&descriptor, &"get".into(), &getter).unwrap();
+    Object::define_property(event.unchecked_ref::<Object>(), &"depositRef".into(), &descriptor);
+    assert_eq!(binding::fingerprint(&rules, event).map_err(|_| ()).unwrap(), SEED_FINGERPRINT);
 }

@@ -1,6 +1,8 @@
 //! Structural checks of a rule-set definition. Every refusal names the path of
 //! the bad part (`rules[4].then.to`) so an author can find it.
 
+use std::collections::{HashMap, HashSet};
+
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -8,6 +10,10 @@ use super::{Answer, Emit, EventType, FailCode, Field, Member, Rule, RuleSet, Sta
 use crate::error::{default_disposition, Disposition, Error, Result};
 use crate::field::FieldKind;
 use crate::jcs::{canonical_json, hex, MAX_SAFE_INTEGER};
+use crate::limits::{
+    check_depth, exceeded, MAX_EMITS_PER_RULE, MAX_EVENT_TYPES, MAX_FIELDS, MAX_LIST_NAMES, MAX_RULES, MAX_STATUSES,
+    MAX_TABLE_ENTRIES,
+};
 
 /// How the decision table names "no workflow yet".
 pub const NONE: &str = "(none)";
@@ -15,6 +21,12 @@ pub const NONE: &str = "(none)";
 const ANY: &str = "*";
 /// Names an event type, status or field may not take: they are the event's own members.
 const RESERVED_FIELDS: &[&str] = &["type", "eventId", "workflowId", "id", "status", "revision"];
+/// Names every JS object inherits from `Object.prototype` (those that pass the
+/// name shape; `__proto__` and the `__define…__` ones already fail it). Hosts
+/// and stores keep fields as object keys: such a name invites a read through
+/// the prototype chain or a write that changes an object's prototype.
+const PROTOTYPE_NAMES: &[&str] =
+    &["constructor", "hasOwnProperty", "isPrototypeOf", "propertyIsEnumerable", "toLocaleString", "toString", "valueOf"];
 const MAX_TRACKED: usize = 32;
 
 fn invalid(path: &str, reason: impl Into<String>) -> Error {
@@ -62,16 +74,35 @@ fn name(value: &Value, path: &str, upper: bool) -> Result<String> {
     Ok(text.to_string())
 }
 
+/// Linear: a hash set, not a scan of every earlier name.
 fn unique<T>(names: &[T], key: impl Fn(&T) -> &str, path: &str) -> Result<()> {
+    let mut seen = HashSet::with_capacity(names.len());
     for (i, a) in names.iter().enumerate() {
-        if names[..i].iter().any(|b| key(b) == key(a)) {
+        if !seen.insert(key(a)) {
             return Err(invalid(&format!("{path}[{i}]"), format!("{:?} is declared twice", key(a))));
         }
     }
     Ok(())
 }
 
+/// An array that may hold at most `max` entries, refused before any entry is read.
+fn bounded<'a>(value: &'a Value, path: &str, limit: &str, max: usize, what: &str) -> Result<&'a Vec<Value>> {
+    let items = array(value, path)?;
+    if items.len() > max {
+        return Err(exceeded(path, limit, max, what, items.len()));
+    }
+    Ok(items)
+}
+
+/// Status and event-type names to their indices, so a rule's `on` and `in`
+/// lists are resolved in constant time per name.
+struct Names<'a> {
+    statuses: HashMap<&'a str, usize>,
+    events: HashMap<&'a str, usize>,
+}
+
 pub fn load(definition: &Value) -> Result<RuleSet> {
+    check_depth(definition)?;
     let root = object(
         definition,
         "$",
@@ -115,8 +146,16 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
         order: None,
     };
 
-    for (i, rule) in array(required(root, "rules", "$")?, "$.rules")?.iter().enumerate() {
-        load_rule(&mut rule_set, rule, &format!("$.rules[{i}]"))?;
+    let rules = bounded(required(root, "rules", "$")?, "$.rules", "maxRules", MAX_RULES, "rules")?;
+    let statuses = rule_set.statuses.clone();
+    let events = rule_set.events.clone();
+    let names = Names {
+        statuses: statuses.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect(),
+        events: events.iter().enumerate().map(|(i, e)| (e.name.as_str(), i)).collect(),
+    };
+    let mut table_entries = 0;
+    for (i, rule) in rules.iter().enumerate() {
+        load_rule(&mut rule_set, &names, &mut table_entries, rule, &format!("$.rules[{i}]"))?;
     }
     if let Some(otherwise) = root.get("otherwise") {
         let answer = load_answer(&rule_set, otherwise, "$.otherwise", &[])?;
@@ -136,7 +175,7 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
         Answer::Applied(t) => Some(t.emit.len()),
         _ => None,
     });
-    if tracked.sum::<usize>() > MAX_TRACKED || rule_set.fields.len() > MAX_TRACKED {
+    if tracked.sum::<usize>() > MAX_TRACKED || rule_set.fields.len() > MAX_FIELDS {
         return Err(invalid("$", format!("at most {MAX_TRACKED} fields and {MAX_TRACKED} emitted operations")));
     }
 
@@ -151,7 +190,7 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
 
 fn load_statuses(value: &Value) -> Result<Vec<Status>> {
     let mut statuses = Vec::new();
-    for (i, entry) in array(value, "$.statuses")?.iter().enumerate() {
+    for (i, entry) in bounded(value, "$.statuses", "maxStatuses", MAX_STATUSES, "statuses")?.iter().enumerate() {
         let path = format!("$.statuses[{i}]");
         let map = object(entry, &path, &["name", "initial", "terminal", "description"])?;
         statuses.push(Status {
@@ -170,12 +209,18 @@ fn load_statuses(value: &Value) -> Result<Vec<Status>> {
 fn load_fields(value: Option<&Value>) -> Result<Vec<Field>> {
     let Some(value) = value else { return Ok(Vec::new()) };
     let mut fields = Vec::new();
-    for (i, entry) in array(value, "$.fields")?.iter().enumerate() {
+    for (i, entry) in bounded(value, "$.fields", "maxFields", MAX_FIELDS, "fields")?.iter().enumerate() {
         let path = format!("$.fields[{i}]");
         let map = object(entry, &path, &["name", "kind", "description"])?;
         let field_name = name(required(map, "name", &path)?, &format!("{path}.name"), false)?;
         if RESERVED_FIELDS.contains(&field_name.as_str()) {
             return Err(invalid(&format!("{path}.name"), format!("{field_name:?} is reserved")));
+        }
+        if PROTOTYPE_NAMES.contains(&field_name.as_str()) {
+            return Err(invalid(
+                &format!("{path}.name"),
+                format!("{field_name:?} is reserved: every JS object inherits it from Object.prototype"),
+            ));
         }
         let kind_text = string(required(map, "kind", &path)?, &format!("{path}.kind"))?;
         let kind = FieldKind::parse(kind_text)
@@ -189,7 +234,8 @@ fn load_fields(value: Option<&Value>) -> Result<Vec<Field>> {
 fn field_list(value: Option<&Value>, path: &str, fields: &[Field], within: Option<&[usize]>) -> Result<Vec<usize>> {
     let Some(value) = value else { return Ok(Vec::new()) };
     let mut out = Vec::new();
-    for (i, item) in array(value, path)?.iter().enumerate() {
+    // A longer list must repeat a name; refusing it first keeps the scans below short.
+    for (i, item) in bounded(value, path, "maxFields", MAX_FIELDS, "field names in one list")?.iter().enumerate() {
         let item_path = format!("{path}[{i}]");
         let text = string(item, &item_path)?;
         let index = fields
@@ -211,7 +257,7 @@ fn field_list(value: Option<&Value>, path: &str, fields: &[Field], within: Optio
 
 fn load_events(value: &Value, fields: &[Field]) -> Result<Vec<EventType>> {
     let mut events = Vec::new();
-    for (i, entry) in array(value, "$.events")?.iter().enumerate() {
+    for (i, entry) in bounded(value, "$.events", "maxEventTypes", MAX_EVENT_TYPES, "event types")?.iter().enumerate() {
         let path = format!("$.events[{i}]");
         let map = object(entry, &path, &["type", "fields", "identity", "description"])?;
         let event_name = name(required(map, "type", &path)?, &format!("{path}.type"), true)?;
@@ -238,42 +284,55 @@ fn load_events(value: &Value, fields: &[Field]) -> Result<Vec<EventType>> {
     Ok(events)
 }
 
-fn names_or_any(value: &Value, path: &str) -> Result<Vec<String>> {
+fn names_or_any<'a>(value: &'a Value, path: &str) -> Result<Vec<&'a str>> {
     let items = match value {
-        Value::String(s) => vec![Value::String(s.clone())],
-        other => array(other, path)?.clone(),
+        Value::String(s) => return Ok(vec![s.as_str()]),
+        other => bounded(other, path, "maxListNames", MAX_LIST_NAMES, "names in one list")?,
     };
     if items.is_empty() {
         return Err(invalid(path, "must name at least one"));
     }
-    items.iter().enumerate().map(|(i, v)| string(v, &format!("{path}[{i}]")).map(str::to_string)).collect()
+    items.iter().enumerate().map(|(i, v)| string(v, &format!("{path}[{i}]"))).collect()
 }
 
-fn load_rule(rule_set: &mut RuleSet, value: &Value, path: &str) -> Result<()> {
+fn load_rule(rule_set: &mut RuleSet, names: &Names, table_entries: &mut usize, value: &Value, path: &str) -> Result<()> {
     let map = object(value, path, &["on", "in", "guard", "then", "description"])?;
-    let mut events = Vec::new();
-    for (i, text) in names_or_any(required(map, "on", path)?, &format!("{path}.on"))?.iter().enumerate() {
+    // Sets as flags: a name listed twice (or "*" with a name) answers its cells once.
+    let mut on_event = vec![false; rule_set.events.len()];
+    for (i, text) in names_or_any(required(map, "on", path)?, &format!("{path}.on"))?.into_iter().enumerate() {
         if text == ANY {
-            events.extend(0..rule_set.events.len());
+            on_event.iter_mut().for_each(|flag| *flag = true);
         } else {
-            let index = rule_set.event_index(text).ok_or_else(|| {
+            let index = *names.events.get(text).ok_or_else(|| {
                 invalid(&format!("{path}.on[{i}]"), format!("{text:?} is not a declared event type"))
             })?;
-            events.push(index);
+            on_event[index] = true;
         }
     }
-    let mut states = Vec::new();
-    for (i, text) in names_or_any(required(map, "in", path)?, &format!("{path}.in"))?.iter().enumerate() {
+    let mut in_state = vec![false; rule_set.state_count()];
+    for (i, text) in names_or_any(required(map, "in", path)?, &format!("{path}.in"))?.into_iter().enumerate() {
         if text == ANY {
-            states.extend(1..rule_set.state_count());
+            in_state[1..].iter_mut().for_each(|flag| *flag = true);
         } else if text == NONE {
-            states.push(0);
+            in_state[0] = true;
         } else {
-            let index = rule_set.status_index(text).ok_or_else(|| {
+            let index = *names.statuses.get(text).ok_or_else(|| {
                 invalid(&format!("{path}.in[{i}]"), format!("{text:?} is not a declared status (or \"{NONE}\", \"*\")"))
             })?;
-            states.push(index + 1);
+            in_state[index + 1] = true;
         }
+    }
+    let events: Vec<usize> = on_event.iter().enumerate().filter_map(|(i, on)| on.then_some(i)).collect();
+    let states: Vec<usize> = in_state.iter().enumerate().filter_map(|(i, on)| on.then_some(i)).collect();
+    *table_entries += events.len() * states.len();
+    if *table_entries > MAX_TABLE_ENTRIES {
+        return Err(exceeded(
+            path,
+            "maxTableEntries",
+            MAX_TABLE_ENTRIES,
+            "(event type, status) pairs answered over all rules",
+            *table_entries,
+        ));
     }
 
     // Fields a rule reads must be carried by every event type it answers.
@@ -289,12 +348,10 @@ fn load_rule(rule_set: &mut RuleSet, value: &Value, path: &str) -> Result<()> {
 
     let index = rule_set.rules.len();
     rule_set.rules.push(Rule { origin: path.trim_start_matches("$.").to_string(), guard, answer });
+    // Each pair once (the lists were made sets above), so no duplicate check.
     for e in &events {
         for s in &states {
-            let cell = &mut rule_set.cells[*e][*s];
-            if !cell.contains(&index) {
-                cell.push(index);
-            }
+            rule_set.cells[*e][*s].push(index);
         }
     }
     Ok(())
@@ -375,7 +432,8 @@ fn load_answer(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize])
     };
     let mut emit = Vec::new();
     if let Some(list) = map.get("emit") {
-        for (i, entry) in array(list, &format!("{path}.emit"))?.iter().enumerate() {
+        let list = bounded(list, &format!("{path}.emit"), "maxEmitsPerRule", MAX_EMITS_PER_RULE, "emitted operations in one rule")?;
+        for (i, entry) in list.iter().enumerate() {
             emit.push(load_emit(rule_set, entry, &format!("{path}.emit[{i}]"), carried)?);
         }
     }

@@ -173,11 +173,8 @@ impl RuleSet {
     }
 
     pub fn from_json(text: &str) -> Result<RuleSet> {
-        let value: Value = serde_json::from_str(text).map_err(|e| Error::RuleSetInvalid {
-            path: "$".into(),
-            reason: format!("not JSON: {e}"),
-            report: None,
-        })?;
+        // The size is checked before the text is parsed.
+        let value = crate::limits::parse_definition(text)?;
         RuleSet::from_value(&value)
     }
 

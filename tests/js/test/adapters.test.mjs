@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 
 import { InMemoryStore, IdemflowError, RuleSet, processEvent } from 'idemflow';
 import {
-  MONGODB_URL, MYSQL_URL, PG_URL, hasNodeSqlite, openPglite, openStore, tablesFor, tempDir, uniquePrefix,
+  MONGODB_URL, MYSQL_URL, PG_URL, hasNodeSqlite, mongoSetRaw, openPglite, openStore, tablesFor, tempDir, uniquePrefix,
 } from '../workers/backends.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -278,6 +278,62 @@ const cases = [
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 0, outbox: 0 });
   }],
 
+  ['INVALID_RECORD: a stored revision that is not an exact whole number refuses its events (not CONCURRENT_UPDATE, redelivered forever)', async (h) => {
+    await refusesDamagedWorkflows(h, [
+      ['revision', '', 'revision'],
+      ['revision', '0x3', 'revision'],
+      ['revision', 3.5, 'revision'],
+      ['revision', -1, 'revision'],
+      // Only where a column can hold them as given (SQLite turns ' 3' and '3e0' into 3, SQL has NOT NULL).
+      ['revision', null, 'revision', ['memory', 'mongodb']],
+      ['revision', ' 3', 'revision', ['memory', 'mongodb']],
+      ['revision', '3e0', 'revision', ['memory', 'mongodb']],
+      // Text where a number belongs: never what these stores write, and a compare-and-set on it cannot match.
+      ['revision', '3', 'revision', ['memory', 'mongodb']],
+    ], { held: ['memory', 'sqlite', 'mongodb'] });
+  }],
+
+  ['INVALID_RECORD: stored workflow data with a "__proto__" key reaches no prototype, so no guard reads through it', async (h) => {
+    // The workflow's own data lacks the deposit: only a prototype could supply it.
+    await refusesDamagedWorkflows(h, [
+      ['data', `{"__proto__": {"depositRef": "${DEPOSIT_REF}", "amountUnits": "12500000"}}`, 'data'],
+      ['data', `{"status": "deposit", "nested": {"__proto__": {"depositRef": "${DEPOSIT_REF}"}}}`, 'data'],
+    ], { held: 'all' });
+  }],
+
+  ['INVALID_RECORD: stored workflow data that is not a JSON object of fields holding strings refuses its events only', async (h) => {
+    await refusesDamagedWorkflows(h, [
+      ['data', '{not json', 'data'],
+      ['data', '["depositRef"]', 'data'],
+      ['data', '{"depositRef": 7}', 'data.depositRef'],
+      ['data', '{"deposit ref": "x"}', 'data.deposit ref'],
+    ], { held: ['sqlite', 'pglite', 'pg', 'mysql', 'mongodb'] }); // the in-memory store holds fields, not JSON text
+  }],
+
+  ['INVALID_RECORD: a stored receipt that cannot be read refuses its event only; the store goes on with the others', async (h) => {
+    const damaged = [
+      ['rule_set_version', null, 'rule_set_version'],
+      ['rule_set_version', '', 'rule_set_version'],
+      ['rule_set_version', '0x1', 'rule_set_version'],
+      ['recorded_at', 'yesterday', 'recorded_at'],
+      ['recorded_at', 1.5, 'recorded_at'],
+    ];
+    for (const [i, [column, value, field]] of damaged.entries()) {
+      const id = `swap-receipt-${i}`;
+      await h.store.putWorkflow({ ...WORKFLOW, id });
+      const event = confirmed(`receipt-${i}`, { workflowId: id });
+      assert.equal((await h.store.process(event)).outcome, 'applied');
+      if (!(await h.corrupt('inbox', event.eventId, { [column]: value }))) continue;
+      for (const delivery of [1, 2]) {
+        const error = await rejectsWith(h.store.process(event), 'INVALID_RECORD', 'reconcile');
+        assert.equal(error.details.field, field, `${column} = ${JSON.stringify(value)}, delivery ${delivery}: ${error.message}`);
+      }
+    }
+    await h.store.putWorkflow(WORKFLOW);
+    assert.equal((await h.store.process(CONFIRMED)).outcome, 'applied');
+    assert.deepEqual(await h.store.process(CONFIRMED), { outcome: 'duplicate-delivery' });
+  }],
+
   ['RULESET_INVALID and INVALID_ARGUMENT: a broken rule set or an unknown name never reaches the store', async (h) => {
     await h.store.putWorkflow(WORKFLOW);
     const broken = { id: 'broken', version: 1, statuses: [], events: [], rules: [] };
@@ -347,6 +403,41 @@ const cases = [
   }],
 ];
 
+/**
+ * Damages one stored workflow per case ([column, raw value, field the error
+ * names, and optionally the only stores the case is for]) and checks that its
+ * event is refused with INVALID_RECORD on every delivery, nothing of it
+ * written, while a healthy workflow's event applies. `held` says which stores
+ * must be able to hold the values ('all', or store kinds); elsewhere the
+ * column type may refuse them, and the case is moot there.
+ */
+async function refusesDamagedWorkflows(h, damaged, { held }) {
+  const holds = (kinds) => kinds === 'all' || kinds.includes(h.kind);
+  let put = 0;
+  for (const [i, [column, value, field, only]] of damaged.entries()) {
+    if (only && !only.includes(h.kind)) continue;
+    put += 1;
+    const heldBy = only ?? held;
+    const id = `swap-damaged-${i}`;
+    await h.store.putWorkflow({ ...WORKFLOW, id, ...(column === 'data' ? { depositRef: null, amountUnits: null } : {}) });
+    const stored = await h.corrupt('workflows', id, { [column]: value });
+    if (holds(heldBy)) assert.ok(stored, `${h.kind} holds ${column} = ${JSON.stringify(value)}`);
+    if (!stored) continue;
+    for (const delivery of [1, 2]) {
+      const error = await rejectsWith(h.store.process(confirmed(`damaged-${i}`, { workflowId: id })), 'INVALID_RECORD', 'reconcile');
+      assert.equal(error.details.field, field, `${column} = ${JSON.stringify(value)}, delivery ${delivery}: ${error.message}`);
+    }
+    await rejectsWith(h.store.getWorkflow(id), 'INVALID_RECORD');
+    assert.equal(await h.store.getReceipt(`damaged-${i}`), null);
+  }
+  assert.deepEqual(await counts(h), { workflows: put, inbox: 0, outbox: 0 });
+  await h.store.putWorkflow(WORKFLOW);
+  assert.equal((await h.store.process(CONFIRMED)).outcome, 'applied');
+  const workflow = await h.store.getWorkflow('swap-42');
+  assert.deepEqual(workflow, { ...WORKFLOW, status: 'exchange', revision: 4 });
+  assert.equal(Object.getPrototypeOf(workflow), Object.prototype);
+}
+
 // Cases about the durable stores' own surface (the in-memory store has no tables).
 const durableCases = [
   ['migrate is idempotent and keeps what is stored', async (h) => {
@@ -410,6 +501,8 @@ async function durableHarness(open) {
   await main.store.migrate();
   return {
     store: main.store,
+    /** Writes raw values into a stored row; false when the column's type cannot hold them as given. */
+    corrupt: (which, key, values) => main.setRaw(which, key, values),
     construct: async (options) => (await connect(options)).store,
     reopen: async () => (await connect()).store,
     count: main.count,
@@ -421,8 +514,11 @@ async function durableHarness(open) {
   };
 }
 
+/** A column of the tables, as the in-memory store names the field. */
+const fieldOf = (column) => column.replace(/_([a-z])/g, (_, letter) => letter.toUpperCase());
+
 function memoryHarness() {
-  const memory = new InMemoryStore();
+  let memory = new InMemoryStore();
   const snapshot = () => memory.snapshot();
   const store = {
     transaction: (fn) => memory.transaction(fn),
@@ -432,7 +528,33 @@ function memoryHarness() {
     getReceipt: async (eventId) => snapshot().inbox.get(eventId) ?? null,
     getOperation: async (id) => snapshot().outbox.get(id) ?? null,
   };
-  return { store, reopen: async () => store, count: async (which) => snapshot()[which].size, rawData: null, close: async () => {} };
+  // The in-memory store holds what a snapshot gives it (say a file another process wrote): the raw
+  // values go in through one. A workflow holds its fields flat, so a data column must be a JSON object.
+  const corrupt = async (which, key, values) => {
+    const tables = snapshot();
+    let row = tables[which].get(key);
+    for (const [column, value] of Object.entries(values)) {
+      if (which === 'workflows' && column === 'data') {
+        let fields;
+        try {
+          fields = JSON.parse(value);
+        } catch {
+          return false;
+        }
+        if (fields === null || typeof fields !== 'object' || Array.isArray(fields)) return false;
+        row = Object.assign(Object.create(null), { id: row.id, status: row.status, revision: row.revision });
+        for (const field of Object.keys(fields)) Object.defineProperty(row, field, { value: fields[field], enumerable: true, writable: true, configurable: true });
+      } else if (which === 'inbox' && column.startsWith('rule_set_')) {
+        row.ruleSet[fieldOf(column.slice('rule_set_'.length))] = value;
+      } else {
+        row[fieldOf(column)] = value;
+      }
+    }
+    tables[which].set(key, row);
+    memory = InMemoryStore.fromSnapshot(tables);
+    return true;
+  };
+  return { store, reopen: async () => store, corrupt, count: async (which) => snapshot()[which].size, rawData: null, close: async () => {} };
 }
 
 const suites = [
@@ -488,6 +610,7 @@ const suites = [
           store,
           count: (which) => store.db.collection(tables[which]).countDocuments(),
           rawData: async (id) => (await store.db.collection(tables.workflows).findOne({ _id: id }))?.data ?? null,
+          setRaw: mongoSetRaw(store.db, tables),
           drop: async () => { for (const name of Object.values(tables)) await store.db.collection(name).drop(); },
           close: async () => {},
         };
@@ -511,6 +634,7 @@ for (const suite of suites) {
     for (const [name, run] of suite.durable ? [...cases, ...durableCases] : cases) {
       it(name, async () => {
         const h = await backend.fresh();
+        h.kind = { 'sqlite-node': 'sqlite', 'mongodb-fake': 'mongodb' }[suite.id] ?? suite.id;
         try {
           await run(h);
         } finally {

@@ -16,7 +16,7 @@ import { hasNodeSqlite, tempDir } from '../workers/backends.mjs';
 
 const T0 = Date.UTC(2026, 0, 1);
 const LEASE = 60_000;
-const EVENTS = ['claimed', 'done', 'retry-scheduled', 'dead', 'released', 'lease-lost', 'stale-completion', 'store-error', 'stopped'];
+const EVENTS = ['claimed', 'done', 'retry-scheduled', 'dead', 'released', 'lease-lost', 'stale-completion', 'store-error', 'stopped', 'quarantined'];
 const WORKER = fileURLToPath(new URL('../workers/outbox-consumer.mjs', import.meta.url));
 const RACER = fileURLToPath(new URL('../workers/outbox-racer.mjs', import.meta.url));
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
@@ -501,6 +501,61 @@ for (const backend of backends) {
       open.open();
       assert.equal((await round).done, 2);
       assert.equal((await worker.drain()).done, 3);
+    });
+
+    it('an operation row that cannot be read is quarantined as dead with its reason; the rest of its batch runs', async () => {
+      const c = clock();
+      let store = await confirmed(12, c);
+      // The oldest due operation (ids order equal times) and one more in the same batch.
+      store = await env.corrupt(store, 'outbox', opId(1), { payload: '{not json' });
+      store = await env.corrupt(store, 'outbox', opId(5), { payload: '["an", "array"]' });
+      const runs = new Map();
+      const worker = consumer(store, {
+        START_EXCHANGE: (operation) => { runs.set(operation.id, (runs.get(operation.id) ?? 0) + 1); },
+      }, { maxAttempts: 3, concurrency: 4 });
+      const quarantined = [];
+      worker.on('quarantined', (report) => quarantined.push(report));
+      const total = await worker.drain();
+      assert.equal(total.done, 10);
+      assert.equal(worker.stats().quarantined, 2);
+      assert.deepEqual(quarantined.map((q) => [q.operationId, q.recorded, q.error.code]), [[opId(1), true, 'INVALID_RECORD'], [opId(5), true, 'INVALID_RECORD']]);
+      assert.deepEqual([...runs.keys()].sort(), [2, 3, 4, 6, 7, 8, 9, 10, 11, 12].map(opId).sort());
+      assert.deepEqual([...runs.values()], Array(10).fill(1), 'every healthy operation ran once');
+      const dead = await store.listOperations({ status: 'dead' });
+      assert.deepEqual(dead.map((op) => [op.id, op.status, op.payload, op.unreadable, op.leaseOwner]), [
+        [opId(1), 'dead', null, ['payload'], null],
+        [opId(5), 'dead', null, ['payload'], null],
+      ]);
+      assert.match(dead[0].lastError, /^INVALID_RECORD: .*payload is not JSON/);
+      assert.match(dead[1].lastError, /^INVALID_RECORD: .*payload is not a JSON object/);
+      assert.deepEqual(await store.listOperations({ status: 'pending' }), []);
+      assert.deepEqual(await store.listOperations({ status: 'claimed' }), []);
+      for (const op of await store.listOperations({ status: 'done' })) assert.equal(op.attempts, 1);
+      c.advance(1_000_000);
+      assert.equal((await worker.drain()).claimed, 0, 'a quarantined operation is not claimed again');
+
+      // The operator repairs the row and requeues it: it runs.
+      store = await env.corrupt(store, 'outbox', opId(1), { payload: '{"depositRef":"btc:tx-1:vout-0","amountUnits":"1001"}' });
+      assert.equal(await store.requeue(opId(1)), true);
+      const again = consumer(store, { START_EXCHANGE: (operation) => assert.deepEqual(operation.payload, { depositRef: 'btc:tx-1:vout-0', amountUnits: '1001' }) });
+      assert.equal((await again.drain()).done, 1);
+      assert.equal((await store.getOperation(opId(1))).status, 'done');
+    });
+
+    it('claimOperations returns the readable rows of a claim and reports the quarantined ones', async () => {
+      const c = clock();
+      let store = await confirmed(3, c);
+      store = await env.corrupt(store, 'outbox', opId(2), { payload: '{"__proto__": {"amountUnits": "1"}}' });
+      const reports = [];
+      const claimed = await store.claimOperations({ owner: 'a', now: c.t, leaseExpiresAt: c.t + LEASE, limit: 3, onQuarantine: (r) => reports.push(r) });
+      assert.deepEqual(claimed.map((op) => [op.id, op.status, op.fencingToken]), [[opId(1), 'claimed', 1], [opId(3), 'claimed', 1]]);
+      assert.deepEqual(reports.map((r) => [r.operationId, r.recorded, r.error.details.field]), [[opId(2), true, 'payload']]);
+      const quarantined = await store.getOperation(opId(2));
+      assert.deepEqual([quarantined.status, quarantined.attempts, quarantined.leaseOwner, quarantined.leaseExpiresAt, quarantined.unreadable],
+        ['dead', 1, null, null, ['payload']]);
+      assert.match(quarantined.lastError, /^INVALID_RECORD: .*"__proto__"/);
+      await assert.rejects(store.claimOperations({ owner: 'a', now: c.t, leaseExpiresAt: c.t + 1, limit: 1, onQuarantine: 'log' }),
+        (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT');
     });
 
     it('a claim past maxAttempts (every earlier claim expired) is dead without running the handler', async () => {

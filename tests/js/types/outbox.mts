@@ -21,5 +21,12 @@ async function admin(): Promise<void> {
   void [deleted, batches, done.deleted, counts.rounds, stopped.abandoned, consumer.policy.backoffDelay('op', 1), t++];
 }
 void admin;
+consumer.on('quarantined', ({ operationId, error, recorded }) => { void [operationId ?? 'unreadable id', error.code, recorded as boolean]; });
+async function quarantine(): Promise<void> {
+  const claimed = await store.claimOperations({ owner: 'o', now: 0, leaseExpiresAt: 1, limit: 1, onQuarantine: ({ lastError }) => { void (lastError as string); } });
+  const unreadable: string[] | undefined = (await store.listOperations({ status: 'dead' }))[0]?.unreadable;
+  void [claimed, unreadable, consumer.stats().quarantined as number];
+}
+void quarantine;
 // @ts-expect-error an unknown event name does not type-check
 consumer.on('finished', () => {});

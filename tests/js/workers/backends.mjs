@@ -30,6 +30,42 @@ export function hasNodeSqlite() {
 }
 
 const quoteSql = (name) => name.split('.').map((part) => `"${part}"`).join('.');
+/** The key column of each table. */
+const KEY_COLUMN = { workflows: 'id', inbox: 'event_id', outbox: 'id' };
+/** A column's name in a MongoDB document (event_id → eventId). */
+export const documentField = (column) => column.replace(/_([a-z])/g, (_, letter) => letter.toUpperCase());
+
+/**
+ * `setRaw(which, key, values)` over `run(sql, params)` → rows: writes values
+ * into a stored row behind the store's back (what a broken migration, a manual
+ * fix or another program could leave there), bypassing every check of the
+ * store. Resolves false when the column's type does not hold the value as
+ * given (the database refused it, or turned 1.5 into 2 or ' 3' into 3).
+ */
+function sqlSetRaw(tables, quote, run, numbered) {
+  return async (which, key, values) => {
+    const columns = Object.keys(values);
+    const mark = (i) => (numbered ? `$${i + 1}` : '?');
+    const set = columns.map((column, i) => `${column} = ${mark(i)}`).join(', ');
+    const where = (i) => `WHERE ${KEY_COLUMN[which]} = ${mark(i)}`;
+    try {
+      await run(`UPDATE ${quote(tables[which])} SET ${set} ${where(columns.length)}`, [...Object.values(values), key]);
+    } catch {
+      return false;
+    }
+    const [row] = await run(`SELECT ${columns.join(', ')} FROM ${quote(tables[which])} ${where(0)}`, [key]);
+    return columns.every((column) => String(row[column]) === String(values[column]));
+  };
+}
+
+/** setRaw over a MongoDB database (or the fake): values named by their SQL columns. */
+export function mongoSetRaw(db, tables) {
+  return async (which, key, values) => {
+    const fields = Object.fromEntries(Object.entries(values).map(([column, value]) => [documentField(column), value]));
+    await db.collection(tables[which]).updateOne({ _id: key }, { $set: fields });
+    return true;
+  };
+}
 const quoteMysql = (name) => name.split('.').map((part) => `\`${part}\``).join('.');
 
 /**
@@ -49,6 +85,10 @@ export async function openStore(kind, { tables, file, ...options } = {}) {
         count: async (which) => Number(one(`SELECT COUNT(*) AS n FROM ${quoteSql(tables[which])}`).n),
         rawData: async (id) => one(`SELECT data FROM ${quoteSql(tables.workflows)} WHERE id = ?`, id)?.data ?? null,
         query: async (sql, ...params) => store.db.prepare(sql).all(...params),
+        setRaw: sqlSetRaw(tables, quoteSql, async (sql, params) => {
+          const statement = store.db.prepare(sql);
+          return /^SELECT/.test(sql) ? statement.all(...params) : (statement.run(...params), []);
+        }, false),
         drop: async () => {},
         close: () => store.close(),
       };
@@ -79,6 +119,7 @@ export async function openStore(kind, { tables, file, ...options } = {}) {
         count: async (which) => store.db.collection(tables[which]).countDocuments(),
         rawData: async (id) => (await store.db.collection(tables.workflows).findOne({ _id: id }))?.data ?? null,
         query: null,
+        setRaw: mongoSetRaw(store.db, tables),
         drop: async () => {
           for (const name of Object.values(tables)) await store.db.collection(name).drop().catch(() => {});
         },
@@ -106,6 +147,7 @@ function sqlHelpers(store, tables, quote, query, end, mark) {
     count: async (which) => Number((await query(`SELECT COUNT(*) AS n FROM ${quote(tables[which])}`, []))[0].n),
     rawData: async (id) => (await query(`SELECT data FROM ${quote(tables.workflows)} WHERE id = ${mark}`, [id]))[0]?.data ?? null,
     query,
+    setRaw: sqlSetRaw(tables, quote, query, mark === '$1'),
     drop: async () => {
       for (const name of Object.values(tables)) await query(`DROP TABLE IF EXISTS ${quote(name)}`, []);
     },

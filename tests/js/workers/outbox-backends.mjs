@@ -6,6 +6,9 @@
 //   another(clock)                          a second store, with its own connection, over the same tables
 //   openShared(workflows, clock)            tables a consumer process opens too (the crash test):
 //                                           { store, spec, beforeChild(), afterChild() → store }
+//   corrupt(store, which, key, values)      writes raw values (named by SQL column) into a stored row behind
+//                                           the store's back; resolves the store to go on with (the in-memory
+//                                           store is rebuilt from a snapshot holding the row)
 //   cleanup()                               after each test: drop its tables, close its connections
 //   close()                                 after the suite
 // A consumer process opens the shared tables with openSpec(spec, now).
@@ -14,7 +17,7 @@ import path from 'node:path';
 import { InMemoryStore } from 'idemflow';
 import { FileStore } from './outbox-file-store.mjs';
 import {
-  MONGODB_URL, MYSQL_URL, PG_URL, hasNodeSqlite, openPglite, openStore, tablesFor, tempDir, uniquePrefix,
+  MONGODB_URL, MYSQL_URL, PG_URL, documentField, hasNodeSqlite, mongoSetRaw, openPglite, openStore, tablesFor, tempDir, uniquePrefix,
 } from './backends.mjs';
 
 async function filled(store, workflows) {
@@ -43,6 +46,10 @@ function durable(connect, spec) {
       return filled(await track(clock, options), workflows);
     },
     another: (clock) => track(clock, {}),
+    async corrupt(store, which, key, values) {
+      if (!(await opened[0].setRaw(which, key, values))) throw new Error(`the ${which} table did not take ${JSON.stringify(values)} as given`);
+      return store;
+    },
     async openShared(workflows, clock) {
       const store = await this.open(workflows, clock);
       return { store, spec: spec(tables), beforeChild: async () => {}, afterChild: async () => store };
@@ -73,12 +80,22 @@ export const backends = [
     setup: async () => {
       const dir = tempDir('outbox-memory');
       let current = null;
+      let now = null;
       return {
         open: async (workflows, clock) => {
-          current = new InMemoryStore(workflows, { now: clock.now });
+          now = clock.now;
+          current = new InMemoryStore(workflows, { now });
           return current;
         },
         another: async () => current,
+        // The in-memory store holds what a snapshot (say from a file another process wrote) gives it.
+        corrupt: async (store, which, key, values) => {
+          const snapshot = store.snapshot();
+          const row = snapshot[which].get(key);
+          for (const [column, value] of Object.entries(values)) row[documentField(column)] = value;
+          current = InMemoryStore.fromSnapshot(snapshot, { now });
+          return current;
+        },
         // In-memory tables cannot cross processes: a locked JSON file holds them (a test harness only).
         openShared: async (workflows, clock) => {
           const file = path.join(dir, `${uniquePrefix()}.json`);
@@ -165,7 +182,7 @@ export const backends = [
       return durable((tables, clock) => {
         const store = new MongoStore(client, { tables, db: 'outbox', now: clock.now });
         const drop = async () => { for (const name of Object.values(tables)) await store.db.collection(name).drop(); };
-        return { store, drop, close: async () => {} };
+        return { store, drop, setRaw: mongoSetRaw(store.db, tables), close: async () => {} };
       }, () => null);
     },
   },

@@ -1,0 +1,100 @@
+#![cfg(not(target_arch = "wasm32"))]
+//! Issue 9, section 3: no rule-set definition can hold the loader for long or
+//! grow memory without bound. Each hostile definition is refused with
+//! RULESET_INVALID naming the limit it exceeds, before the expensive work.
+
+#![allow(clippy::result_large_err)]
+
+#[path = "hostile/definitions.rs"]
+mod hostile;
+
+use serde_json::{json, Value};
+
+use idemflow::limits::{self, LIMITS};
+use idemflow::ruleset::{load_unverified, verify_definition};
+use idemflow::{Error, RuleSet};
+
+/// How the binding loads a definition: size check, parse, load, verify.
+fn load(text: &str) -> Result<RuleSet, Error> {
+    RuleSet::from_value(&limits::parse_definition(text)?)
+}
+
+fn assert_limit(label: &str, error: &Error, path: &str, limit: &str) {
+    assert_eq!(error.code(), "RULESET_INVALID", "{label}: {error}");
+    let details = error.details();
+    assert_eq!(details["path"], json!(path), "{label}: {error}");
+    let reason = details["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with(&format!("limit {limit}: ")), "{label}: reason {reason:?} does not name {limit}");
+}
+
+#[test]
+fn every_hostile_definition_is_refused_naming_its_limit() {
+    for case in hostile::all() {
+        let error = load(&case.text).err().unwrap_or_else(|| panic!("{} loaded", case.name));
+        assert_limit(case.name, &error, case.path, case.limit);
+        assert_limit(case.name, &RuleSet::from_json(&case.text).unwrap_err(), case.path, case.limit);
+        if case.limit != "maxDefinitionBytes" {
+            // Past the text size, every entry point that takes a parsed definition refuses it the same way.
+            let value: Value = serde_json::from_str(&case.text).unwrap();
+            assert_limit(case.name, &load_unverified(&value).unwrap_err(), case.path, case.limit);
+            assert_limit(case.name, &verify_definition(&value).unwrap_err(), case.path, case.limit);
+        }
+    }
+    // And the process decides as before.
+    let rules = RuleSet::builtin("order-shipment").unwrap();
+    let event = json!({ "eventId": "e-1", "workflowId": "order-1", "type": "SHIPMENT_REQUESTED" });
+    let decision = idemflow::json::decide_json(rules, &json!({ "event": event, "receipt": null, "workflow": null }).to_string());
+    assert!(decision.is_ok(), "{decision:?}");
+}
+
+#[test]
+fn a_field_named_after_an_object_prototype_member_is_refused() {
+    for name in ["constructor", "toString", "valueOf", "hasOwnProperty", "isPrototypeOf", "__proto__"] {
+        let error = load(&hostile::prototype_field(name)).err().unwrap_or_else(|| panic!("field {name} loaded"));
+        assert_eq!(error.code(), "RULESET_INVALID", "{name}: {error}");
+        assert_eq!(error.details()["path"], json!("$.fields[0].name"), "{name}: {error}");
+    }
+    // A name that merely contains one is an ordinary name.
+    assert!(load(&hostile::prototype_field("constructorRef")).is_ok());
+}
+
+#[test]
+fn a_definition_at_every_count_limit_loads() {
+    let mut definition = hostile::base();
+    let statuses: Vec<Value> = (0..limits::MAX_STATUSES).map(|i| json!({ "name": format!("s{i}") })).collect();
+    let fields: Vec<Value> = (0..limits::MAX_FIELDS).map(|i| json!({ "name": format!("f{i}"), "kind": "text" })).collect();
+    let field_names: Vec<Value> = (0..limits::MAX_FIELDS).map(|i| json!(format!("f{i}"))).collect();
+    let events: Vec<Value> =
+        (0..limits::MAX_EVENT_TYPES).map(|i| json!({ "type": format!("E{i}"), "fields": field_names })).collect();
+    definition["statuses"] = Value::Array(statuses);
+    definition["fields"] = Value::Array(fields);
+    definition["events"] = Value::Array(events);
+    definition["rules"] = json!([
+        { "on": "*", "in": "(none)", "then": { "error": "UNKNOWN_WORKFLOW" } },
+        { "on": "*", "in": "*", "guard": field_names, "then": { "outcome": "already-applied" } }
+    ]);
+    let rule_set = load_unverified(&definition).expect("a definition at the limits is well-formed");
+    assert_eq!(rule_set.statuses.len(), limits::MAX_STATUSES);
+    assert_eq!(rule_set.events.len(), limits::MAX_EVENT_TYPES);
+    assert_eq!(rule_set.fields.len(), limits::MAX_FIELDS);
+}
+
+#[test]
+fn a_rule_naming_the_same_pair_twice_answers_it_once() {
+    let mut definition = hostile::base();
+    definition["rules"][1]["on"] = json!(["*", "SHIPMENT_REQUESTED", "*"]);
+    definition["rules"][1]["in"] = json!(["shipping", "*", "shipping"]);
+    let rule_set = load(&definition.to_string()).expect("duplicates in a list are harmless");
+    assert_eq!(rule_set.cells[0][1], vec![1]);
+}
+
+#[test]
+fn the_documented_limits_table_matches_the_code() {
+    let readme = include_str!("../README.md");
+    for (name, value) in LIMITS {
+        let row = readme.lines().find(|line| line.starts_with(&format!("| `{name}`"))).unwrap_or_else(|| panic!("README has no row for {name}"));
+        let figure = value.to_string();
+        let grouped = figure.as_bytes().rchunks(3).rev().map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(",");
+        assert!(row.contains(&format!("| {grouped} |")), "README row for {name} does not say {grouped}: {row}");
+    }
+}
