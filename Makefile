@@ -48,7 +48,8 @@ test-native:
 test-wasm: tools
 	CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner cargo test --target wasm32-unknown-unknown
 
-test-js: pkg tests/js/node_modules/.installed
+# The broker chaos test runs the example workers: test-js copies them first.
+test-js: pkg tests/js/node_modules/.installed examples
 	cd tests/js && npx --no-install tsc -p tsconfig.json
 	cd tests/js && node --test --test-concurrency=1 test/*.test.mjs test/*.test.cjs
 
@@ -82,6 +83,8 @@ bench: examples
 	cd tests/js && node examples/bench.mjs
 	@echo
 	cd tests/js && node bench/adapters.mjs
+	@echo
+	cd tests/js && node bench/brokers.mjs
 
 clean:
 	rm -rf pkg target/npm tests/js/node_modules

@@ -972,6 +972,20 @@ function storeUnavailable(cause, reason) {
   });
 }
 
+/**
+ * The store's tables (or schema, or database) do not exist: migrate() was not
+ * run or the table names are wrong. No redelivery can fix that, so the
+ * disposition is fatal: the worker must stop and be fixed.
+ */
+function schemaMissing(cause, reason) {
+  const message = cause instanceof Error ? cause.message : String(cause);
+  return new IdemflowError(STORE_UNAVAILABLE, `the store is misconfigured (${reason}): ${message}`, {
+    disposition: 'fatal',
+    details: { reason, driverCode: driverCode(cause) },
+    cause,
+  });
+}
+
 function driverCode(error) {
   if (error === null || typeof error !== 'object') return null;
   const code = error.code ?? error.errno ?? null;
@@ -1007,6 +1021,7 @@ function mapDriverError(error, classify, onUnique) {
   }
   if (kind && kind.type === 'race') return lostRace(error, kind.reason);
   if (kind && kind.type === 'unavailable') return storeUnavailable(error, kind.reason);
+  if (kind && kind.type === 'schema') return schemaMissing(error, kind.reason);
   // Anything else from the driver (a missing table, a permission, a full disk)
   // is not the delivery's fault: keep it for redelivery, and say what it was.
   return storeUnavailable(error, 'database-error');

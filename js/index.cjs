@@ -6,6 +6,7 @@ const core = require('./core.cjs');
 const { processEvent, processDepositConfirmed, commitWriteSet } = require('./host.cjs');
 const { InMemoryStore } = require('./memory.cjs');
 const { createOutboxConsumer } = require('./outbox.cjs');
+const { createDeliveryHandler } = require('./delivery.cjs');
 
 module.exports = {
   IdemflowError,
@@ -24,4 +25,5 @@ module.exports = {
   InMemoryStore,
   wasmMemoryBytes: core.wasmMemoryBytes,
   createOutboxConsumer,
+  createDeliveryHandler,
 };

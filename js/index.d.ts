@@ -622,3 +622,55 @@ export function createOutboxConsumer(
   handlers: { [type: string]: OperationHandler } | Map<string, OperationHandler>,
   options?: OutboxConsumerOptions,
 ): OutboxConsumer;
+
+// ---- Delivery handler (README: Delivery handler) -----------------------------
+
+/** A message as a broker hands it over: the raw body (a Buffer is a Uint8Array), or an object already parsed. */
+export type DeliveryMessage = Uint8Array | string | object;
+
+export interface DeliveryHandlerOptions extends RuleSetOption {
+  /**
+   * Turns a raw body (as passed to handle) into the event; may be async.
+   * Default: strict UTF-8 decoding, then JSON.parse. A throw dead-letters the message.
+   */
+  parse?: (body: Uint8Array | string) => unknown;
+  /** Raw bodies larger than this many bytes are dead-lettered unparsed (default 65536). */
+  maxBytes?: number;
+  /** Passed to processEvent: whole cycles to try when a concurrent writer wins (default 5). */
+  maxAttempts?: number;
+  /** The retry hint's ceiling for the first delivery, doubling per delivery (default 500). */
+  baseDelayMs?: number;
+  /** The retry hint's cap (default 60000). */
+  maxDelayMs?: number;
+}
+
+export interface DeliveryContext {
+  /** The broker's delivery count, 1 for the first delivery: the retry hint grows with it. */
+  attempt?: number;
+}
+
+/** Why a body was dead-lettered before it reached validation (`error.details.reason`). */
+export type InvalidBodyReason = 'too-large' | 'not-utf8' | 'not-json' | 'unparseable' | 'not-an-object';
+
+/** What the worker does with the message. Never thrown: only a fatal error is. */
+export type DeliveryVerdict =
+  /** Committed (or nothing to commit): acknowledge the message. */
+  | { action: 'ack'; outcome: Outcome; result: ProcessResult; error?: undefined; retryAfterMs?: undefined }
+  /** Transient (an outage, a lost race, no workflow yet): redeliver after about retryAfterMs. */
+  | { action: 'retry'; error: IdemflowError; retryAfterMs: number; outcome?: undefined }
+  /** The message can never succeed (disposition reject): move it to the dead-letter queue. */
+  | { action: 'dead-letter'; error: IdemflowError; outcome?: undefined; retryAfterMs?: undefined }
+  /** A genuine conflict (disposition reconcile): park it where a person or a reconciliation job looks. */
+  | { action: 'park'; error: IdemflowError; outcome?: undefined; retryAfterMs?: undefined };
+
+export type DeliveryAction = DeliveryVerdict['action'];
+
+/**
+ * Resolves to a verdict for anything a message can contain; rejects only with
+ * an IdemflowError of disposition fatal (the worker is misconfigured: stop it),
+ * or with a non-idemflow error from the store (a bug: crash and restart).
+ */
+export type DeliveryHandler = (message: DeliveryMessage, context?: DeliveryContext) => Promise<DeliveryVerdict>;
+
+/** Throws an IdemflowError of disposition fatal when store or options are wrong. */
+export function createDeliveryHandler(store: Store, options?: DeliveryHandlerOptions): DeliveryHandler;

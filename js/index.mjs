@@ -18,6 +18,7 @@ export const {
   InMemoryStore,
   wasmMemoryBytes,
   createOutboxConsumer,
+  createDeliveryHandler,
 } = idemflow;
 
 export default idemflow;

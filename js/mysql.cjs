@@ -29,6 +29,7 @@ function classify(error) {
   if (error === null || typeof error !== 'object') return null;
   const errno = typeof error.errno === 'number' ? error.errno : null;
   if (errno === 1062 || error.code === 'ER_DUP_ENTRY') return { type: 'unique' };
+  if (errno === 1146 || errno === 1049) return { type: 'schema', reason: 'missing-table' }; // ER_NO_SUCH_TABLE, ER_BAD_DB_ERROR
   if (errno === 1213) return { type: 'race', reason: 'deadlock' };
   if (errno === 1205) return { type: 'race', reason: 'lock-timeout' };
   if (errno === 1020) return { type: 'race', reason: 'serialization-failure' }; // record changed since last read

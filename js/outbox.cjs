@@ -586,4 +586,4 @@ function createOutboxConsumer(store, handlers, options) {
   return new OutboxConsumer(store, handlers, options);
 }
 
-module.exports = { createOutboxConsumer, OutboxConsumer, isClaimable, STORE_METHODS, EVENTS };
+module.exports = { createOutboxConsumer, OutboxConsumer, isClaimable, createPolicy, STORE_METHODS, EVENTS };

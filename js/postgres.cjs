@@ -22,6 +22,7 @@ function classify(error) {
   if (error === null || typeof error !== 'object') return null;
   const code = typeof error.code === 'string' ? error.code : '';
   if (code === '23505') return { type: 'unique' };
+  if (code === '42P01' || code === '3F000') return { type: 'schema', reason: 'missing-table' }; // undefined table or schema
   if (code === '40001') return { type: 'race', reason: 'serialization-failure' };
   if (code === '40P01') return { type: 'race', reason: 'deadlock' };
   if (code === '55P03') return { type: 'race', reason: 'lock-timeout' };

@@ -13,7 +13,7 @@ const DEFAULT_BUSY_TIMEOUT_MS = 5000;
 const SYNCHRONOUS = new Set(['OFF', 'NORMAL', 'FULL', 'EXTRA']);
 
 // Extended result codes (sqlite3.h), for node:sqlite, which reports numbers.
-const PRIMARY = { BUSY: 5, LOCKED: 6, NOMEM: 7, READONLY: 8, IOERR: 10, CORRUPT: 11, FULL: 13, CANTOPEN: 14, CONSTRAINT: 19, NOTADB: 26 };
+const PRIMARY = { ERROR: 1, BUSY: 5, LOCKED: 6, NOMEM: 7, READONLY: 8, IOERR: 10, CORRUPT: 11, FULL: 13, CANTOPEN: 14, CONSTRAINT: 19, NOTADB: 26 };
 const CONSTRAINT_UNIQUE = new Set([1555, 2067]); // SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CONSTRAINT_UNIQUE
 
 function quote(name) {
@@ -35,6 +35,7 @@ function classify(error) {
     return { type: 'unavailable', reason: 'connection-closed' };
   }
   if (unique) return { type: 'unique' };
+  if (primary === 'ERROR' && /^no such table/i.test(String(error.message))) return { type: 'schema', reason: 'missing-table' };
   switch (primary) {
     case 'BUSY': case 'LOCKED': return { type: 'race', reason: 'database-busy' };
     case 'CANTOPEN': return { type: 'unavailable', reason: 'cannot-open' };

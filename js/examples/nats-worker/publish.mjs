@@ -1,0 +1,25 @@
+// Creates a few swaps in `waiting` and publishes their events to
+// <base>.events in shuffled order, with duplicates and two bad messages.
+//
+//   node examples/nats-worker/publish.mjs [swaps]
+import { connect } from '@nats-io/transport-node';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { openStore } from '../shared/store.mjs';
+import { sampleSwaps } from '../shared/swaps.mjs';
+import { ensureStream, streamNames } from './topology.mjs';
+
+const names = streamNames();
+const { swaps, bodies } = sampleSwaps(Number(process.argv[2] ?? 10));
+
+// The host creates each swap before its events can matter.
+const { store, close } = openStore({ poolSize: 1 });
+await store.migrate();
+for (const swap of swaps) await store.putWorkflow(swap);
+await close();
+
+const connection = await connect({ servers: process.env.IDEMFLOW_NATS_URL || 'nats://127.0.0.1:4222' });
+await ensureStream(await jetstreamManager(connection), names);
+const js = jetstream(connection);
+for (const body of bodies) await js.publish(names.events, body); // resolves once the stream stored it
+await connection.drain();
+console.log(`created ${swaps.length} swaps (${swaps[0].id} …), published ${bodies.length} messages to ${names.events}`);

@@ -1,0 +1,102 @@
+// A NATS JetStream worker: pulls events from <base>.events, runs each through
+// the delivery handler over PostgreSQL, and maps the verdict onto JetStream:
+//
+//   ack          message.ack(), only now that the transaction has committed
+//   retry        message.nak(retryAfterMs): redelivered after the delay
+//   dead-letter  publish to <base>.dead (msgID: no second copy after a
+//                crash), then message.term(): never redelivered
+//   park         publish to <base>.parked the same way, then message.ack()
+//
+// A message that is never acknowledged (its worker crashed) is redelivered
+// after ACK_WAIT_MS, at most MAX_DELIVER times. A fatal error stops the
+// worker without acknowledging.
+//
+//   node examples/nats-worker/worker.mjs
+//
+// IDEMFLOW_NATS_URL (default nats://127.0.0.1:4222), SWAPS_STREAM (default
+// swaps), PREFETCH (default 16), RETRY_BASE_DELAY_MS (default 500), RETRY_MAX_DELAY_MS (default 60000), ACK_WAIT_MS,
+// and the store's variables (../shared/store.mjs).
+import { connect, headers } from '@nats-io/transport-node';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { createDeliveryHandler } from 'idemflow';
+import { log, openStore } from '../shared/store.mjs';
+import { ensureStream, streamNames } from './topology.mjs';
+
+const NATS_URL = process.env.IDEMFLOW_NATS_URL || 'nats://127.0.0.1:4222';
+const PREFETCH = Number(process.env.PREFETCH || 16);
+const names = streamNames();
+
+const { store, close } = openStore({ poolSize: 4 });
+await store.migrate(); // idempotent
+const handle = createDeliveryHandler(store, {
+  ruleSet: 'deposit-swap',
+  baseDelayMs: Number(process.env.RETRY_BASE_DELAY_MS || 500),
+  maxDelayMs: Number(process.env.RETRY_MAX_DELAY_MS || 60_000),
+});
+
+const connection = await connect({ servers: NATS_URL });
+await ensureStream(await jetstreamManager(connection), names);
+const js = jetstream(connection);
+const consumer = await js.consumers.get(names.stream, names.consumer);
+
+/** A copy of the message on another subject, with the error in headers. */
+async function publishCopy(subject, message, error) {
+  const h = headers();
+  h.set('Idemflow-Code', error.code);
+  h.set('Idemflow-Reason', String(error.details.reason ?? error.message).slice(0, 200));
+  await js.publish(subject, message.data, { msgID: `${subject}:${message.seq}`, headers: h });
+}
+
+let inFlight = 0;
+
+async function onMessage(message) {
+  inFlight += 1;
+  try {
+    const attempt = message.info.deliveryCount;
+    const verdict = await handle(message.data, { attempt });
+    switch (verdict.action) {
+      case 'ack':
+        message.ack();
+        break;
+      case 'retry':
+        message.nak(verdict.retryAfterMs);
+        break;
+      case 'dead-letter':
+        await publishCopy(names.dead, message, verdict.error);
+        message.term(); // (a reason argument needs NATS server 2.10)
+        break;
+      case 'park':
+        await publishCopy(names.parked, message, verdict.error);
+        message.ack();
+        break;
+    }
+    const error = verdict.error
+      ? { code: verdict.error.code, field: verdict.error.details.field, reason: verdict.error.details.reason }
+      : {};
+    log({ role: 'worker', action: verdict.action, outcome: verdict.outcome, ...error, seq: message.seq, attempt, inFlight });
+  } catch (error) {
+    // Fatal (or a bug): stop without acknowledging; JetStream redelivers after ack_wait.
+    log({ role: 'worker', action: 'stop', error: String(error?.message ?? error), disposition: error?.disposition ?? null });
+    process.exit(1);
+  } finally {
+    inFlight -= 1;
+  }
+}
+
+const messages = await consumer.consume({ max_messages: PREFETCH });
+log({ role: 'worker', event: 'started', stream: names.stream });
+
+process.once('SIGTERM', async () => {
+  messages.stop(); // take no more; those in flight finish below
+  while (inFlight > 0) await new Promise((resolve) => setTimeout(resolve, 20));
+  await connection.drain().catch(() => {});
+  await close();
+  process.exit(0);
+});
+
+// At most PREFETCH messages handled at once.
+const slots = [];
+for await (const message of messages) {
+  while (inFlight >= PREFETCH) await new Promise((resolve) => slots.push(resolve));
+  onMessage(message).finally(() => slots.shift()?.());
+}

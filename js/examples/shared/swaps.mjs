@@ -1,0 +1,26 @@
+// Sample traffic for the example workers: swaps created in `waiting`, and
+// the events a chain watcher, a timer and the exchange would publish for
+// them, with redeliveries, re-publications under new ids and a bad message,
+// in shuffled order (a reorder-safe rule set makes the order irrelevant).
+import { randomUUID } from 'node:crypto';
+
+export function sampleSwaps(count = 10) {
+  const run = randomUUID().slice(0, 8);
+  const swaps = [];
+  const messages = [];
+  for (let i = 0; i < count; i += 1) {
+    const id = `swap-${run}-${i}`;
+    swaps.push({ id, status: 'waiting', revision: 1 });
+    const deposit = { depositRef: `btc-mainnet:tx-${run}${i}:vout-0`, amountUnits: String(1_000_000 * (i + 1)) };
+    const detected = { eventId: `watcher-a:${id}:detected`, workflowId: id, type: 'DEPOSIT_DETECTED', ...deposit };
+    const confirmed = { eventId: `watcher-a:${id}:confirmed`, workflowId: id, type: 'DEPOSIT_CONFIRMED', ...deposit };
+    messages.push(detected, confirmed, confirmed); // the confirmation is delivered twice
+    messages.push({ ...confirmed, eventId: `watcher-b:${id}:confirmed` }); // another observer saw it too
+  }
+  messages.push({ eventId: `bad-${run}`, workflowId: swaps[0].id, type: 'DEPOSIT_CONFIRMED', amountUnits: 12.5 });
+  for (let i = messages.length - 1; i > 0; i -= 1) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [messages[i], messages[j]] = [messages[j], messages[i]];
+  }
+  return { swaps, bodies: [...messages.map((m) => JSON.stringify(m)), 'not json at all'] };
+}

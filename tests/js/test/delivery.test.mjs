@@ -1,0 +1,298 @@
+// The delivery handler: every verdict it gives (ack per outcome, retry with a
+// hint, dead-letter, park) and the errors it throws (fatal), over the
+// in-memory store and SQLite. No broker here: brokers.test.mjs runs real ones.
+import test, { describe } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { IdemflowError, InMemoryStore, RuleSet, createDeliveryHandler } from 'idemflow';
+import { SqliteStore } from 'idemflow/sqlite';
+import { MYSQL_URL, PG_URL, openStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
+
+const DEPOSIT = { depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000' };
+const detection = (eventId = 'watcher:detect-1', extra = {}) => ({
+  eventId, workflowId: 'swap-42', type: 'DEPOSIT_DETECTED', ...DEPOSIT, ...extra,
+});
+const deadline = (eventId = 'timer:deadline-1') => ({ eventId, workflowId: 'swap-42', type: 'DEADLINE_PASSED' });
+const waitingSwap = () => ({ id: 'swap-42', status: 'waiting', revision: 1 });
+
+function tempDir() {
+  return fs.mkdtempSync(path.join(os.tmpdir(), 'idemflow-delivery-'));
+}
+
+const backends = {
+  memory: {
+    async open() {
+      const store = new InMemoryStore([waitingSwap()]);
+      return { store, close() {} };
+    },
+  },
+  sqlite: {
+    async open() {
+      const dir = tempDir();
+      const store = SqliteStore.open(path.join(dir, 'swaps.db'));
+      await store.migrate();
+      await store.putWorkflow(waitingSwap());
+      return {
+        store,
+        close() {
+          try { store.close(); } catch { /* closed by the test */ }
+          fs.rmSync(dir, { recursive: true, force: true });
+        },
+      };
+    },
+  },
+};
+
+function assertInvalidBody(verdict, reason) {
+  assert.equal(verdict.action, 'dead-letter');
+  assert.ok(verdict.error instanceof IdemflowError);
+  assert.equal(verdict.error.code, 'INVALID_EVENT');
+  assert.equal(verdict.error.disposition, 'reject');
+  assert.equal(verdict.error.details.reason, reason);
+}
+
+for (const [name, backend] of Object.entries(backends)) {
+  describe(`delivery handler over ${name}`, () => {
+    async function withHandler(options, fn) {
+      const opened = await backend.open();
+      try {
+        await fn(createDeliveryHandler(opened.store, { ruleSet: 'deposit-swap', ...options }), opened.store);
+      } finally {
+        opened.close();
+      }
+    }
+
+    test('acks every outcome: applied, duplicate-delivery, already-applied, stale', () => withHandler({}, async (handle, store) => {
+      const applied = await handle(JSON.stringify(detection()));
+      assert.equal(applied.action, 'ack');
+      assert.equal(applied.outcome, 'applied');
+      assert.equal(applied.result.outcome, 'applied');
+      assert.equal(applied.result.status, 'deposit');
+      assert.equal(applied.error, undefined);
+      assert.equal(applied.retryAfterMs, undefined);
+
+      const duplicate = await handle(Buffer.from(JSON.stringify(detection())));
+      assert.deepEqual({ action: duplicate.action, outcome: duplicate.outcome }, { action: 'ack', outcome: 'duplicate-delivery' });
+
+      const republished = await handle(new TextEncoder().encode(JSON.stringify(detection('other-watcher:detect-9'))));
+      assert.deepEqual({ action: republished.action, outcome: republished.outcome }, { action: 'ack', outcome: 'already-applied' });
+
+      // A deadline the deposit has already beaten changes nothing.
+      const stale = await handle(deadline());
+      assert.deepEqual({ action: stale.action, outcome: stale.outcome }, { action: 'ack', outcome: 'stale' });
+      assert.equal((await store.getWorkflow('swap-42')).status, 'deposit');
+    }));
+
+    test('dead-letters bodies that are not events: not JSON, not UTF-8, not an object, too large, invalid', () => withHandler({ maxBytes: 1024 }, async (handle, store) => {
+      assertInvalidBody(await handle('{"eventId": '), 'not-json');
+      assertInvalidBody(await handle(Buffer.from('<xml/>')), 'not-json');
+      assertInvalidBody(await handle(''), 'not-json');
+      assertInvalidBody(await handle(Buffer.from([0x7b, 0xff, 0xfe, 0x7d])), 'not-utf8');
+      for (const body of ['42', '"text"', 'null', '[{"eventId":"e"}]', 'true']) {
+        assertInvalidBody(await handle(body), 'not-an-object');
+      }
+      for (const value of [null, 7, [detection()]]) assertInvalidBody(await handle(value), 'not-an-object');
+      const large = JSON.stringify({ ...detection(), padding: 'x'.repeat(2000) });
+      const tooLarge = await handle(large);
+      assertInvalidBody(tooLarge, 'too-large');
+      assert.equal(tooLarge.error.details.maxBytes, 1024);
+      assertInvalidBody(await handle(Buffer.from(large)), 'too-large');
+      // Multi-byte characters count as bytes, not as UTF-16 units.
+      assertInvalidBody(await handle(JSON.stringify({ ...detection(), note: '€'.repeat(400) })), 'too-large');
+
+      const invalid = await handle(JSON.stringify(detection('watcher:detect-2', { amountUnits: 12.5 })));
+      assert.equal(invalid.action, 'dead-letter');
+      assert.equal(invalid.error.code, 'INVALID_EVENT');
+      assert.equal(invalid.error.details.field, 'amountUnits');
+      // None of them wrote anything.
+      assert.equal((await store.getWorkflow('swap-42')).status, 'waiting');
+      assert.equal(await store.getReceipt('watcher:detect-2'), null);
+    }));
+
+    test('the default maxBytes is 64 KiB', () => withHandler({}, async (handle) => {
+      const body = (size) => {
+        const base = JSON.stringify({ ...detection(), padding: '' });
+        return JSON.stringify({ ...detection(), padding: 'x'.repeat(size - base.length) });
+      };
+      assert.equal(body(65536).length, 65536);
+      assert.equal((await handle(body(65536))).action, 'ack');
+      assertInvalidBody(await handle(body(65537)), 'too-large');
+    }));
+
+    test('parks genuine conflicts: an event id reused with another payload, a guard that fails', () => withHandler({}, async (handle) => {
+      assert.equal((await handle(detection())).action, 'ack');
+      const conflict = await handle(detection('watcher:detect-1', { amountUnits: '1' }));
+      assert.equal(conflict.action, 'park');
+      assert.equal(conflict.error.code, 'EVENT_ID_CONFLICT');
+      assert.equal(conflict.error.disposition, 'reconcile');
+      const mismatch = await handle(detection('watcher:detect-3', { amountUnits: '1' }));
+      assert.equal(mismatch.action, 'park');
+      assert.equal(mismatch.error.code, 'IDENTITY_MISMATCH');
+    }));
+
+    test('retries an event before its workflow with a hint that grows with the delivery count and stays bounded', () => withHandler({ baseDelayMs: 100, maxDelayMs: 1000 }, async (handle) => {
+      const early = { ...detection('watcher:early'), workflowId: 'swap-not-yet' };
+      const hints = [];
+      for (let attempt = 1; attempt <= 8; attempt += 1) {
+        const verdict = await handle(JSON.stringify(early), { attempt });
+        assert.equal(verdict.action, 'retry');
+        assert.equal(verdict.error.code, 'UNKNOWN_WORKFLOW');
+        const ceiling = Math.min(1000, 100 * 2 ** (attempt - 1));
+        assert.ok(verdict.retryAfterMs >= ceiling / 2 && verdict.retryAfterMs <= ceiling, `attempt ${attempt}: ${verdict.retryAfterMs} within [${ceiling / 2}, ${ceiling}]`);
+        hints.push(verdict.retryAfterMs);
+      }
+      // The same event and attempt get the same hint; attempt 1 is the default.
+      assert.equal((await handle(early)).retryAfterMs, hints[0]);
+      assert.equal((await handle(early, { attempt: 0 })).retryAfterMs, hints[0]);
+      assert.equal((await handle(early, { attempt: 'x' })).retryAfterMs, hints[0]);
+      assert.ok((await handle(early, { attempt: 1e9 })).retryAfterMs <= 1000);
+      // Jittered: different events do not all wait the same time.
+      const spread = new Set();
+      for (let i = 0; i < 20; i += 1) spread.add((await handle({ ...early, eventId: `watcher:early-${i}` }, { attempt: 6 })).retryAfterMs);
+      assert.ok(spread.size > 1, 'hints are jittered across events');
+    }));
+
+    test('throws fatal when the store has no tables, instead of retrying every message', async () => {
+      if (name === 'memory') return; // the in-memory store has no schema to miss
+      const dir = tempDir();
+      const store = SqliteStore.open(path.join(dir, 'swaps.db'), { tables: { workflows: 'missing_workflows', inbox: 'missing_inbox', outbox: 'missing_outbox' } });
+      try {
+        const handle = createDeliveryHandler(store, { ruleSet: 'deposit-swap' });
+        await assert.rejects(handle(JSON.stringify(detection())), (error) => {
+          assert.ok(error instanceof IdemflowError);
+          assert.equal(error.disposition, 'fatal');
+          assert.equal(error.details.reason, 'missing-table');
+          return true;
+        });
+      } finally {
+        store.close();
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
+    test('answers retry when the database is unreachable', async () => {
+      const opened = await backend.open();
+      try {
+        let store = opened.store;
+        if (name === 'memory') {
+          // An in-memory store cannot lose its database; a wrapper plays the outage.
+          store = {
+            transaction: async () => {
+              throw new IdemflowError('STORE_UNAVAILABLE', 'connection refused', { details: { reason: 'connection-refused' } });
+            },
+          };
+        } else {
+          opened.store.close();
+        }
+        const handle = createDeliveryHandler(store, { ruleSet: 'deposit-swap' });
+        const verdict = await handle(JSON.stringify(detection()), { attempt: 3 });
+        assert.equal(verdict.action, 'retry');
+        assert.equal(verdict.error.code, 'STORE_UNAVAILABLE');
+        assert.ok(verdict.retryAfterMs >= 1000 && verdict.retryAfterMs <= 2000, String(verdict.retryAfterMs));
+      } finally {
+        opened.close();
+      }
+    });
+  });
+}
+
+describe('delivery handler arguments and worker faults', () => {
+  const store = () => new InMemoryStore([waitingSwap()]);
+
+  function assertFatal(fn, reason) {
+    assert.throws(fn, (error) => {
+      assert.ok(error instanceof IdemflowError, String(error));
+      assert.equal(error.disposition, 'fatal');
+      if (reason) assert.equal(error.details.reason, reason);
+      return true;
+    });
+  }
+
+  test('refuses at creation anything that is not a store, a bad rule set and bad options, as fatal', () => {
+    for (const notAStore of [undefined, null, {}, 'postgres://', { transaction: 'yes' }]) {
+      assertFatal(() => createDeliveryHandler(notAStore), 'not a store');
+    }
+    assertFatal(() => createDeliveryHandler(store(), { ruleSet: 'deposit-swop' }));
+    assertFatal(() => createDeliveryHandler(store(), { ruleSet: 42 }));
+    assertFatal(() => createDeliveryHandler(store(), null));
+    assertFatal(() => createDeliveryHandler(store(), { parse: 'json' }));
+    for (const maxBytes of [0, -1, 1.5, Number.NaN, '1024', 2 ** 40]) {
+      assertFatal(() => createDeliveryHandler(store(), { maxBytes }), 'bad maxBytes');
+    }
+    assertFatal(() => createDeliveryHandler(store(), { baseDelayMs: -5 }));
+  });
+
+  test('throws a fatal error the store raises while handling, and an INVALID_ARGUMENT as fatal', async () => {
+    const fatalStore = {
+      transaction: async () => {
+        throw new IdemflowError('STORE_UNAVAILABLE', 'relation does not exist', { disposition: 'fatal', details: { reason: 'missing-table' } });
+      },
+    };
+    await assert.rejects(createDeliveryHandler(fatalStore)(detection()), (error) => error.disposition === 'fatal');
+
+    // A store that answers with another workflow than asked: the core refuses the call itself.
+    const wrong = new InMemoryStore([{ id: 'swap-7', status: 'waiting', revision: 1 }]);
+    const lying = {
+      transaction: (fn) => wrong.transaction((tx) => fn({ ...tx, getReceipt: (id) => tx.getReceipt(id), getWorkflow: () => tx.getWorkflow('swap-7'), insertReceipt: (r) => tx.insertReceipt(r), writeWorkflow: (w) => tx.writeWorkflow(w), insertOperation: (o) => tx.insertOperation(o) })),
+    };
+    await assert.rejects(createDeliveryHandler(lying)(detection()), (error) => {
+      assert.equal(error.code, 'INVALID_ARGUMENT');
+      assert.equal(error.disposition, 'fatal');
+      return true;
+    });
+  });
+
+  test('lets a non-idemflow error from the store through: a bug, not a verdict', async () => {
+    const broken = { transaction: async () => { throw new TypeError('tx.query is not a function'); } };
+    await assert.rejects(createDeliveryHandler(broken)(detection()), TypeError);
+  });
+
+  test('never throws for hostile messages', async () => {
+    const handle = createDeliveryHandler(store());
+    const throwing = new Proxy({}, { get() { throw new Error('boom'); }, getOwnPropertyDescriptor() { throw new Error('boom'); }, ownKeys() { throw new Error('boom'); } });
+    const withGetter = Object.defineProperty({ ...detection('g-1') }, 'amountUnits', { enumerable: true, get() { throw new Error('getter'); } });
+    for (const message of [throwing, withGetter, { eventId: 'x'.repeat(10_000), workflowId: 'swap-42', type: 'DEPOSIT_DETECTED' }, Symbol('s'), () => 1, 10n, new Date(), new Map()]) {
+      const verdict = await handle(message);
+      assert.equal(verdict.action, 'dead-letter', String(typeof message));
+      assert.equal(verdict.error.code, 'INVALID_EVENT');
+    }
+  });
+
+  test('uses a custom parse, sync or async; its throw dead-letters the message', async () => {
+    const handle = createDeliveryHandler(store(), {
+      ruleSet: RuleSet.builtin('deposit-swap'),
+      parse: async (body) => {
+        const [eventId, type] = String(body).split('|');
+        if (!type) throw new Error('expected eventId|type');
+        return { eventId, type, workflowId: 'swap-42', ...DEPOSIT };
+      },
+    });
+    assert.equal((await handle('detect-1|DEPOSIT_DETECTED')).outcome, 'applied');
+    const refused = await handle('garbage');
+    assert.equal(refused.action, 'dead-letter');
+    assert.equal(refused.error.details.reason, 'unparseable');
+    assert.match(refused.error.message, /expected eventId\|type/);
+  });
+});
+
+describe('a server database without the store tables is fatal', () => {
+  for (const [kind, url] of [['pg', PG_URL], ['mysql', MYSQL_URL]]) {
+    test(`${kind}: the handler throws fatal (missing-table) instead of retrying`, { skip: url ? false : `IDEMFLOW_${kind === 'pg' ? 'PG' : 'MYSQL'}_URL is not set` }, async () => {
+      const db = await openStore(kind, { tables: tablesFor(uniquePrefix()), url }); // never migrated
+      try {
+        const handle = createDeliveryHandler(db.store, { ruleSet: 'deposit-swap' });
+        await assert.rejects(handle(JSON.stringify(detection())), (error) => {
+          assert.ok(error instanceof IdemflowError);
+          assert.equal(error.code, 'STORE_UNAVAILABLE');
+          assert.equal(error.disposition, 'fatal');
+          assert.equal(error.details.reason, 'missing-table');
+          return true;
+        });
+      } finally {
+        await db.close();
+      }
+    });
+  }
+});

@@ -1,0 +1,520 @@
+// The broker chaos run: real RabbitMQ or NATS JetStream, real PostgreSQL, the
+// example worker and outbox-consumer programs (js/examples, copied into
+// tests/js/examples by `make examples`) as separate processes, SIGKILLed while
+// they hold deliveries or claims, and the example fake provider in this
+// process. The plan is per-swap histories whose end state does not depend on
+// delivery order under a reorder-safe rule set; the oracle is the same rule
+// set applied to each history in order through an InMemoryStore.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { InMemoryStore, createDeliveryHandler } from 'idemflow';
+import { random } from './broker.mjs';
+import { openStore, uniquePrefix, tablesFor, PG_URL } from './backends.mjs';
+
+const TESTS_JS = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+export const EXAMPLES = path.join(TESTS_JS, 'examples');
+
+function shuffle(items, rand) {
+  for (let i = items.length - 1; i > 0; i -= 1) {
+    const j = Math.floor(rand() * (i + 1));
+    [items[i], items[j]] = [items[j], items[i]];
+  }
+  return items;
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// ---- The plan ---------------------------------------------------------------
+
+/**
+ * Histories per swap, by kind (the mix repeats every 20 swaps):
+ * - confirmed (55%): a detection and a confirmation of one deposit (a third
+ *   only the confirmation): exchanged.
+ * - complete (5%): detection, confirmation, exchange completed, payout
+ *   confirmed: exchanged and paid out. EXCHANGE_COMPLETED follows the
+ *   START_EXCHANGE operation and PAYOUT_CONFIRMED the SEND_PAYOUT operation
+ *   (declared in the rule set), so they are published when the provider
+ *   carries those out, as a real exchange would answer.
+ * - detected (10%): a detection only: not exchanged.
+ * - reversed (10%): a detection and the reversal of that deposit (no
+ *   confirmation: a reversal next to a confirmation is a declared race).
+ * - deadline (10%): only the deadline (a deadline next to a deposit is a race).
+ * - conflict (5%): one event id published with two amounts and nothing else:
+ *   whichever arrives first applies, the other is parked.
+ * Every valid event goes out 1 to 3 times under its id, and half of them again
+ * under a new id (another observer). `late` confirmed swaps are created only
+ * after publishing started, so their events first meet UNKNOWN_WORKFLOW and
+ * come back through the retry path.
+ */
+export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 150, runId = 'run', confirmationOnly = 0.33 }) {
+  const rand = random(seed);
+  const kinds = ['confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed',
+    'confirmed', 'confirmed', 'confirmed', 'complete', 'detected', 'detected', 'reversed', 'reversed',
+    'deadline', 'deadline', 'conflict', 'confirmed'];
+  const swaps = [];
+  const messages = []; // { body: Buffer, kind: 'event' | 'conflict' | 'invalid', eventId? }
+  const validIds = new Set();
+  const conflicts = new Map(); // workflowId -> { eventId, bodies: [a, b], amounts: [a, b] }
+  let lateLeft = late;
+
+  const publish = (event, copies, into = messages) => {
+    const body = Buffer.from(JSON.stringify(event));
+    for (let c = 0; c < copies; c += 1) into.push({ body, kind: 'event', eventId: event.eventId });
+  };
+  const reactions = new Map(); // "exchanges/<workflowId>" -> messages published once the provider did it
+  const copies = () => 1 + (rand() < 0.75 ? 1 : 0) + (rand() < 0.5 ? 1 : 0);
+
+  for (let i = 0; i < count; i += 1) {
+    const id = `swap-${runId}-${i}`;
+    const kind = kinds[i % kinds.length];
+    const isLate = kind === 'confirmed' && lateLeft > 0 && i % 7 === 0;
+    if (isLate) lateLeft -= 1;
+    const deposit = { depositRef: `btc-mainnet:tx-${(i * 7919).toString(16)}:vout-${i % 3}`, amountUnits: `${(i % 97) + 1}0000${i}` };
+    const ev = (type, fields = {}) => ({ eventId: `watcher-a:${id}:${type.toLowerCase()}`, workflowId: id, type, ...fields });
+    let history;
+    switch (kind) {
+      case 'confirmed':
+        history = rand() < confirmationOnly
+          ? [ev('DEPOSIT_CONFIRMED', deposit)]
+          : [ev('DEPOSIT_DETECTED', deposit), ev('DEPOSIT_CONFIRMED', deposit)];
+        break;
+      case 'complete':
+        history = [ev('DEPOSIT_DETECTED', deposit), ev('DEPOSIT_CONFIRMED', deposit),
+          ev('EXCHANGE_COMPLETED', { payoutUnits: `${i + 1}77` }), ev('PAYOUT_CONFIRMED', { payoutRef: `eth:tx-${i}` })];
+        break;
+      case 'detected':
+        history = [ev('DEPOSIT_DETECTED', deposit)];
+        break;
+      case 'reversed':
+        history = [ev('DEPOSIT_DETECTED', deposit), ev('DEPOSIT_REVERSED', deposit)];
+        break;
+      case 'deadline':
+        history = [ev('DEADLINE_PASSED')];
+        break;
+      case 'conflict': {
+        const eventId = `watcher-a:${id}:detected`;
+        const amounts = [deposit.amountUnits, `${deposit.amountUnits}1`];
+        const bodies = amounts.map((amountUnits) => Buffer.from(JSON.stringify({ eventId, workflowId: id, type: 'DEPOSIT_DETECTED', depositRef: deposit.depositRef, amountUnits })));
+        conflicts.set(id, { eventId, bodies, amounts });
+        validIds.add(eventId);
+        for (const body of bodies) messages.push({ body, kind: 'conflict', eventId });
+        history = [];
+        break;
+      }
+      default:
+        throw new Error(kind);
+    }
+    const oracleHistory = [];
+    for (const event of history) {
+      const answers = { EXCHANGE_COMPLETED: 'exchanges', PAYOUT_CONFIRMED: 'payouts' }[event.type];
+      const into = answers ? [] : messages;
+      if (answers) reactions.set(`${answers}/${id}`, into);
+      validIds.add(event.eventId);
+      publish(event, copies(), into);
+      oracleHistory.push(event);
+      if (rand() < 0.5) {
+        const again = { ...event, eventId: event.eventId.replace('watcher-a:', 'watcher-b:') };
+        validIds.add(again.eventId);
+        publish(again, 1 + (rand() < 0.3 ? 1 : 0), into);
+        oracleHistory.push(again);
+      }
+    }
+    swaps.push({ id, kind, late: isLate, history: oracleHistory });
+  }
+
+  // Bodies that are not events, each distinct so the dead-letter queue can be checked exactly.
+  const invalidBodies = [];
+  for (let k = 0; k < invalid; k += 1) {
+    const target = swaps[(k * 13) % swaps.length].id;
+    let body;
+    switch (k % 8) {
+      case 0: body = JSON.stringify({ eventId: `bad:${runId}:${k}`, workflowId: target, type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:x', amountUnits: 12.5 }); break;
+      case 1: body = JSON.stringify({ eventId: `bad:${runId}:${k}`, workflowId: target, type: 'DEPOSIT_DETECTED', depositRef: 'btc:x' }); break;
+      case 2: body = JSON.stringify({ eventId: `bad:${runId}:${k}`, workflowId: target, type: 'DEPOSIT_TELEPORTED' }); break;
+      case 3: body = `not json ${k} {`; break;
+      case 4: body = `[${k}, "an array"]`; break;
+      case 5: body = String(k); break;
+      case 6: body = Buffer.concat([Buffer.from('{"eventId":"'), Buffer.from([0xff, 0xfe, k & 0xff]), Buffer.from('"}')]); break;
+      default: body = JSON.stringify({ eventId: `bad:${runId}:${k}`, workflowId: target, type: 'DEADLINE_PASSED', padding: 'x'.repeat(70 * 1024) }); break;
+    }
+    invalidBodies.push(Buffer.isBuffer(body) ? body : Buffer.from(body));
+  }
+  for (const body of invalidBodies) messages.push({ body, kind: 'invalid' });
+  return { swaps, messages, reactions, validIds, conflicts, invalidBodies, seed };
+}
+
+/** Each swap's history applied in order, through the handler over an InMemoryStore: the end state every order must reach. */
+export async function oracle(plan) {
+  const store = new InMemoryStore(plan.swaps.map((s) => ({ id: s.id, status: 'waiting', revision: 1 })));
+  const handle = createDeliveryHandler(store, { ruleSet: 'deposit-swap' });
+  for (const swap of plan.swaps) {
+    for (const event of swap.history) {
+      const verdict = await handle(event);
+      if (verdict.action !== 'ack') throw new Error(`the in-order history of ${swap.id} is not clean: ${event.type} → ${verdict.action} ${verdict.error?.code}`);
+    }
+  }
+  for (const [id, conflict] of plan.conflicts) await handle(conflict.bodies[0]).then((v) => { if (v.action !== 'ack') throw new Error(id); });
+  const snapshot = store.snapshot();
+  const expected = new Map();
+  for (const swap of plan.swaps) {
+    const workflow = snapshot.workflows.get(swap.id);
+    const operations = [...snapshot.outbox.values()].filter((op) => op.workflowId === swap.id).map((op) => op.id).sort();
+    expected.set(swap.id, { state: stateOf(workflow), operations });
+  }
+  return expected;
+}
+
+/** What must not depend on delivery order: status and recorded fields (not the revision). */
+function stateOf(workflow) {
+  const { id, revision, ...rest } = workflow;
+  return JSON.stringify(Object.keys(rest).sort().map((key) => [key, rest[key]]));
+}
+
+// ---- Brokers ----------------------------------------------------------------
+
+async function rabbitmq(url, base) {
+  const { default: amqp } = await import('amqplib');
+  const { declareQueues, publishConfirmed, queueNames } = await import(path.join(EXAMPLES, 'rabbitmq-worker/topology.mjs'));
+  const names = queueNames(base);
+  const connection = await amqp.connect(url);
+  const channel = await connection.createConfirmChannel();
+  await declareQueues(channel, names);
+  const drainQueue = async (queue) => {
+    const bodies = [];
+    for (;;) {
+      const message = await channel.get(queue, { noAck: true });
+      if (!message) return bodies;
+      bodies.push(message.content);
+    }
+  };
+  return {
+    env: { IDEMFLOW_AMQP_URL: url, SWAPS_QUEUE: base },
+    worker: path.join(EXAMPLES, 'rabbitmq-worker/worker.mjs'),
+    async publisher() {
+      const own = await amqp.connect(url);
+      const ch = await own.createConfirmChannel();
+      return {
+        publish: (body) => publishConfirmed(ch, names.main, body),
+        close: () => own.close(),
+      };
+    },
+    /** Messages waiting in the main and retry queues (unacknowledged ones are not counted: see quiet). */
+    async pending() {
+      const [main, retry] = [await channel.checkQueue(names.main), await channel.checkQueue(names.retry)];
+      return main.messageCount + retry.messageCount;
+    },
+    async settled() {
+      return { dead: (await channel.checkQueue(names.dead)).messageCount, parked: (await channel.checkQueue(names.parked)).messageCount };
+    },
+    readDead: () => drainQueue(names.dead),
+    readParked: () => drainQueue(names.parked),
+    async teardown() {
+      for (const queue of Object.values(names)) await channel.deleteQueue(queue).catch(() => {});
+      await connection.close().catch(() => {});
+    },
+  };
+}
+
+async function nats(url, base) {
+  const { connect } = await import('@nats-io/transport-node');
+  const { AckPolicy, jetstream, jetstreamManager } = await import('@nats-io/jetstream');
+  const { nanos } = await import('@nats-io/transport-node');
+  const { ensureStream, streamNames } = await import(path.join(EXAMPLES, 'nats-worker/topology.mjs'));
+  const names = streamNames(base);
+  const connection = await connect({ servers: url });
+  const jsm = await jetstreamManager(connection);
+  await ensureStream(jsm, names, { ackWaitMs: 4000 });
+  const js = jetstream(connection);
+  const subjectCount = async (subject) => {
+    const info = await jsm.streams.info(names.stream, { subjects_filter: subject });
+    return info.state.subjects?.[subject] ?? 0;
+  };
+  const read = async (subject) => {
+    const total = await subjectCount(subject);
+    const bodies = [];
+    if (total === 0) return bodies;
+    // An ephemeral reader of one subject (filter_subject: servers before 2.10 know no filter_subjects).
+    const reader = await jsm.consumers.add(names.stream, { filter_subject: subject, ack_policy: AckPolicy.None, inactive_threshold: nanos(30_000) });
+    const consumer = await js.consumers.get(names.stream, reader.name);
+    while (bodies.length < total) {
+      const batch = await consumer.fetch({ max_messages: total - bodies.length, expires: 2000 });
+      let got = 0;
+      for await (const message of batch) { bodies.push(Buffer.from(message.data)); got += 1; }
+      if (got === 0) break;
+    }
+    return bodies;
+  };
+  return {
+    env: { IDEMFLOW_NATS_URL: url, SWAPS_STREAM: base, ACK_WAIT_MS: '4000' },
+    worker: path.join(EXAMPLES, 'nats-worker/worker.mjs'),
+    async publisher() {
+      const own = await connect({ servers: url });
+      const ownJs = jetstream(own);
+      return { publish: (body) => ownJs.publish(names.events, body), close: () => own.drain() };
+    },
+    async pending() {
+      const info = await jsm.consumers.info(names.stream, names.consumer);
+      return info.num_pending + info.num_ack_pending;
+    },
+    async settled() {
+      return { dead: await subjectCount(names.dead), parked: await subjectCount(names.parked) };
+    },
+    readDead: () => read(names.dead),
+    readParked: () => read(names.parked),
+    async teardown() {
+      await jsm.streams.delete(names.stream).catch(() => {});
+      await connection.drain().catch(() => {});
+    },
+  };
+}
+
+// ---- The run ----------------------------------------------------------------
+
+/** A child process of an example program, restartable, with its JSON log lines parsed. */
+function supervise(script, env, onLine) {
+  const child = spawn(process.execPath, [script], { cwd: TESTS_JS, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let buffered = '';
+  let stderr = '';
+  child.stdout.setEncoding('utf8');
+  child.stdout.on('data', (chunk) => {
+    buffered += chunk;
+    let newline;
+    while ((newline = buffered.indexOf('\n')) >= 0) {
+      const line = buffered.slice(0, newline);
+      buffered = buffered.slice(newline + 1);
+      try { onLine(JSON.parse(line), child); } catch { /* not a log line */ }
+    }
+  });
+  child.stderr.on('data', (chunk) => { stderr = (stderr + chunk).slice(-4000); });
+  child.stderrTail = () => stderr;
+  return child;
+}
+
+/**
+ * Runs the plan through `brokerName` ('rabbitmq' | 'nats') and returns the
+ * figures and the list of problems found (empty when every check holds).
+ */
+export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now() % 100000, workers = 3, consumers = 2,
+  workerKills = 6, consumerKills = 3, timeoutMs = 150_000, note = () => {}, planOptions = {} }) {
+  const runId = uniquePrefix();
+  const plan = chaosPlan({ swaps, seed, runId, ...planOptions });
+  const expected = await oracle(plan);
+  const expectedOps = new Set([...expected.values()].flatMap((e) => e.operations));
+  const tables = tablesFor(runId);
+  const db = await openStore('pg', { tables, url: PG_URL, poolSize: 2 });
+  await db.store.migrate();
+  for (const swap of plan.swaps) if (!swap.late) await db.store.putWorkflow({ id: swap.id, status: 'waiting', revision: 1 });
+
+  const broker = brokerName === 'rabbitmq' ? await rabbitmq(url, `idemflow-${runId}`) : await nats(url, `idemflow_${runId}`);
+  const { startFakeProvider } = await import(path.join(EXAMPLES, 'shared/fake-provider.mjs'));
+
+  const reactionCount = [...plan.reactions.values()].reduce((n, list) => n + list.length, 0);
+  const figures = { broker: brokerName, seed, swaps, messages: plan.messages.length + reactionCount, validEventIds: plan.validIds.size,
+    invalid: plan.invalidBodies.length, conflicts: plan.conflicts.size, deliveries: 0, verdicts: {},
+    workerKills: 0, consumerKills: 0, exchanges: 0, payouts: 0, providerCalls: 0, provider503: 0, stuck: null };
+  const children = { workers: new Set(), consumers: new Set() };
+  let stopping = false;
+  let lastWorkerLine = Date.now();
+  const workerKillAt = Array.from({ length: workerKills }, (_, k) => Math.round(figures.messages * (0.06 + 0.08 * k)));
+  const exchangesExpected = [...expectedOps].filter((id) => id.startsWith('start-exchange:')).length;
+  const consumerKillAt = Array.from({ length: consumerKills }, (_, k) => Math.round(exchangesExpected * (0.15 + 0.25 * k)));
+  const fatal = [];
+  const reactor = await broker.publisher();
+  const reacting = [];
+
+  const provider = await startFakeProvider({
+    failRate: 0.15,
+    onCall: async ({ kind, caller, effect }) => {
+      // The exchange (or payout) provider answers with its own event once it has done the work.
+      const reaction = effect.calls === 1 ? plan.reactions.get(`${kind}/${effect.body.workflowId}`) : undefined;
+      if (reaction) reacting.push(...reaction.map((message) => reactor.publish(message.body)));
+      if (kind !== 'exchanges' || figures.consumerKills >= consumerKillAt.length) return;
+      if (provider.effects.size < consumerKillAt[figures.consumerKills]) return;
+      const victim = [...children.consumers].find((c) => String(c.pid) === caller);
+      if (!victim) return;
+      // The exchange is carried out; its consumer dies before it hears so and before it records done.
+      figures.consumerKills += 1;
+      victim.kill('SIGKILL');
+      await sleep(50);
+    },
+  });
+
+  const workerEnv = { ...broker.env, IDEMFLOW_PG_URL: PG_URL, IDEMFLOW_TABLE_PREFIX: runId, RETRY_BASE_DELAY_MS: '200', RETRY_MAX_DELAY_MS: '2000', PREFETCH: '16' };
+  const consumerEnv = { IDEMFLOW_PG_URL: PG_URL, IDEMFLOW_TABLE_PREFIX: runId, PROVIDER_URL: provider.url,
+    OUTBOX_LEASE_MS: '3000', OUTBOX_BASE_DELAY_MS: '100', OUTBOX_POLL_MS: '100' };
+
+  const startWorker = () => {
+    const child = supervise(broker.worker, workerEnv, (line, self) => {
+      if (line.role !== 'worker') return;
+      if (line.action === 'stop') fatal.push(line);
+      if (!line.action || line.action === 'stop') return;
+      lastWorkerLine = Date.now();
+      figures.deliveries += 1;
+      const why = line.field ? `field ${line.field}` : line.reason;
+      const label = line.action === 'ack' ? `ack ${line.outcome}` : `${line.action} ${line.code}${why ? ` (${why})` : ''}`;
+      figures.verdicts[label] = (figures.verdicts[label] ?? 0) + 1;
+      // SIGKILL a worker that just reported other deliveries still in its hands.
+      if (figures.workerKills < workerKillAt.length && figures.deliveries >= workerKillAt[figures.workerKills] && line.inFlight >= 2) {
+        figures.workerKills += 1;
+        self.kill('SIGKILL');
+      }
+    });
+    children.workers.add(child);
+    child.once('exit', () => {
+      children.workers.delete(child);
+      if (!stopping) setTimeout(startWorker, 200);
+    });
+  };
+  const startConsumer = () => {
+    const child = supervise(path.join(EXAMPLES, 'shared/outbox-worker.mjs'), consumerEnv, () => {});
+    children.consumers.add(child);
+    child.once('exit', () => {
+      children.consumers.delete(child);
+      if (!stopping) setTimeout(startConsumer, 200);
+    });
+  };
+
+  const problems = [];
+  const started = Date.now();
+  let drainedAt = null;
+  try {
+    for (let i = 0; i < workers; i += 1) startWorker();
+    for (let i = 0; i < consumers; i += 1) startConsumer();
+
+    // Several publishers, each with its own connection and its own shuffled share: no order survives.
+    const rand = random(seed + 1);
+    const shares = Array.from({ length: 4 }, () => []);
+    for (const message of plan.messages) shares[Math.floor(rand() * shares.length)].push(message.body);
+    const publishing = shares.map(async (share) => {
+      const publisher = await broker.publisher();
+      const bodies = shuffle(share, rand);
+      // In order within a publisher, a window of unconfirmed messages at a time.
+      for (let i = 0; i < bodies.length; i += 32) await Promise.all(bodies.slice(i, i + 32).map((body) => publisher.publish(body)));
+      await publisher.close();
+    });
+    await Promise.all(publishing);
+    note(`${brokerName}: published ${plan.messages.length} messages in ${Date.now() - started} ms`);
+    // The host creates the late swaps only once their events have met UNKNOWN_WORKFLOW and wait in the retry path.
+    const lateCount = plan.swaps.filter((swap) => swap.late).length;
+    while ((figures.verdicts['retry UNKNOWN_WORKFLOW'] ?? 0) < lateCount && Date.now() - started < timeoutMs / 2 && fatal.length === 0) await sleep(100);
+    for (const swap of plan.swaps) if (swap.late) await db.store.putWorkflow({ id: swap.id, status: 'waiting', revision: 1 });
+
+    // Drained: every receipt and every operation done, nothing waiting in the broker, workers quiet.
+    const query = db.query;
+    let lastProgress = Date.now();
+    const receiptCount = async () => Number((await query(`SELECT COUNT(*) AS n FROM "${tables.inbox}"`, []))[0].n);
+    const doneCount = async () => Number((await query(`SELECT COUNT(*) AS n FROM "${tables.outbox}" WHERE status = 'done'`, []))[0].n);
+    while (Date.now() - started < timeoutMs && fatal.length === 0) {
+      const [receipts, done, pending] = [await receiptCount(), await doneCount(), await broker.pending()];
+      if (Date.now() - lastProgress >= 5000) {
+        lastProgress = Date.now();
+        note(`${brokerName} +${Math.round((Date.now() - started) / 1000)} s: ${figures.deliveries} deliveries, receipts ${receipts}/${plan.validIds.size}, operations done ${done}/${expectedOps.size}, in the broker ${pending}`);
+      }
+      if (receipts >= plan.validIds.size && done >= expectedOps.size && pending === 0 && Date.now() - lastWorkerLine > 1500) {
+        drainedAt = Date.now();
+        break;
+      }
+      await sleep(250);
+    }
+    await Promise.all(reacting);
+    if (fatal.length > 0) problems.push(`a worker stopped on a fatal error: ${JSON.stringify(fatal[0])}`);
+    if (drainedAt === null) problems.push(`not drained after ${timeoutMs} ms`);
+  } finally {
+    stopping = true;
+    const all = [...children.workers, ...children.consumers];
+    for (const child of all) child.kill('SIGTERM');
+    await Promise.all(all.map((child) => (child.exitCode === null && child.signalCode === null ? once(child, 'exit') : null)));
+  }
+
+  try {
+    const elapsed = ((drainedAt ?? Date.now()) - started) / 1000;
+    figures.seconds = Number(elapsed.toFixed(1));
+    figures.deliveriesPerSecond = Math.round(figures.deliveries / elapsed);
+    figures.providerCalls = provider.calls.total;
+    figures.provider503 = provider.calls.failed;
+    figures.exchanges = [...provider.effects.values()].filter((e) => e.kind === 'exchanges').length;
+    figures.payouts = [...provider.effects.values()].filter((e) => e.kind === 'payouts').length;
+
+    // Nothing left in the broker once every worker has let go of its deliveries.
+    const pending = await broker.pending();
+    if (pending !== 0) problems.push(`${pending} messages still in the broker`);
+
+    // Every swap in the state its in-order history gives, every operation done; a conflict swap holds one of its two amounts.
+    let stuck = 0;
+    const operations = new Map();
+    for (const row of await db.query(`SELECT id, workflow_id, status FROM "${tables.outbox}"`, [])) operations.set(row.id, row);
+    for (const swap of plan.swaps) {
+      const workflow = await db.store.getWorkflow(swap.id);
+      const want = expected.get(swap.id);
+      const conflict = plan.conflicts.get(swap.id);
+      let ok;
+      if (conflict) {
+        ok = workflow.status === 'deposit' && conflict.amounts.includes(workflow.amountUnits);
+      } else {
+        ok = stateOf(workflow) === want.state;
+      }
+      const ops = [...operations.values()].filter((op) => op.workflow_id === swap.id);
+      const opsOk = JSON.stringify(ops.map((op) => op.id).sort()) === JSON.stringify(want.operations) && ops.every((op) => op.status === 'done');
+      if (!ok || !opsOk) {
+        stuck += 1;
+        if (stuck <= 5) problems.push(`${swap.id} (${swap.kind}): ${JSON.stringify(workflow)} with operations ${JSON.stringify(ops)}; expected ${want.state} with ${JSON.stringify(want.operations)}`);
+      }
+    }
+    figures.stuck = stuck;
+    if (stuck > 0) problems.push(`${stuck} swaps are not where their history leads`);
+
+    // The provider carried out exactly the expected operations, each once (it records an idempotency key once).
+    const carriedOut = new Set([...provider.effects.values()].map((e) => `${{ exchanges: 'start-exchange', payouts: 'send-payout', reviews: 'open-review' }[e.kind]}:${e.body.workflowId}`));
+    const keys = new Set([...provider.effects.values()].map((e) => e.key));
+    for (const id of expectedOps) if (!keys.has(id)) problems.push(`operation ${id} was never carried out`);
+    for (const key of keys) if (!expectedOps.has(key)) problems.push(`the provider carried out ${key}, which no history asks for`);
+    if (carriedOut.size !== keys.size) problems.push('an effect names another workflow than its idempotency key');
+    const perSwap = new Map();
+    for (const e of provider.effects.values()) if (e.kind === 'exchanges') perSwap.set(e.body.workflowId, (perSwap.get(e.body.workflowId) ?? 0) + 1);
+    for (const [id, n] of perSwap) if (n !== 1) problems.push(`${id} was exchanged ${n} times`);
+
+    // Receipts: exactly the distinct valid event ids.
+    const receipts = new Set((await db.query(`SELECT event_id FROM "${tables.inbox}"`, [])).map((row) => row.event_id));
+    const missing = [...plan.validIds].filter((id) => !receipts.has(id));
+    const extra = [...receipts].filter((id) => !plan.validIds.has(id));
+    if (missing.length || extra.length) problems.push(`receipts: ${missing.length} missing (${missing.slice(0, 3)}), ${extra.length} unexpected (${extra.slice(0, 3)})`);
+    figures.receipts = receipts.size;
+
+    // The dead-letter queue: exactly the invalid bodies.
+    const dead = await broker.readDead();
+    const deadSet = new Set(dead.map((b) => b.toString('base64')));
+    const invalidSet = new Set(plan.invalidBodies.map((b) => b.toString('base64')));
+    figures.deadLettered = dead.length;
+    if (deadSet.size !== invalidSet.size || [...invalidSet].some((b) => !deadSet.has(b))) {
+      const extraDead = dead.filter((b) => !invalidSet.has(b.toString('base64'))).map((b) => b.toString('utf8').slice(0, 120));
+      problems.push(`dead letters: ${deadSet.size} distinct of ${invalidSet.size} invalid bodies; not invalid: ${JSON.stringify(extraDead.slice(0, 3))}`);
+    }
+
+    // The parked queue: exactly one body of each conflict, the one whose amount the swap does not hold.
+    const parked = await broker.readParked();
+    figures.parked = parked.length;
+    const parkedSet = new Set(parked.map((b) => b.toString('base64')));
+    const wantParked = new Set();
+    for (const [id, conflict] of plan.conflicts) {
+      const workflow = await db.store.getWorkflow(id);
+      const loser = conflict.amounts[0] === workflow.amountUnits ? 1 : 0;
+      wantParked.add(conflict.bodies[loser].toString('base64'));
+    }
+    if (parkedSet.size !== wantParked.size || [...wantParked].some((b) => !parkedSet.has(b))) {
+      const extraParked = parked.filter((b) => !wantParked.has(b.toString('base64'))).map((b) => b.toString('utf8').slice(0, 160));
+      problems.push(`parked: ${parkedSet.size} distinct, ${wantParked.size} conflicts; unexpected: ${JSON.stringify(extraParked.slice(0, 3))}`);
+    }
+  } finally {
+    await Promise.allSettled(reacting);
+    await reactor.close().catch(() => {});
+    await provider.close();
+    await broker.teardown();
+    await db.drop();
+    await db.close();
+  }
+  if (figures.workerKills < 5) problems.push(`only ${figures.workerKills} worker kills`);
+  if (figures.consumerKills < 2) problems.push(`only ${figures.consumerKills} consumer kills`);
+  return { figures, problems };
+}
