@@ -99,7 +99,7 @@ function draftTable(definition, json, out, err) {
   const failing = draft.report.properties.filter((p) => !p.ok);
   if (json) {
     out.write(`${JSON.stringify(draft.rows, null, 2)}\n`);
-    err.write(`idemflow: not verified: ${failing.map((p) => p.name).join(', ')} fail (see 'idemflow rules verify')\n`);
+    err.write(`idemflow: not verified, failing: ${failing.map((p) => p.name).join(', ')} (see 'idemflow rules verify')\n`);
     return 1;
   }
   out.write(tableMarkdownOf(draft));
