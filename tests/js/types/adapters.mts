@@ -64,7 +64,7 @@ try {
   for (const store of stores) await useStore(store);
 } catch (error) {
   if (isStoreUnavailable(error) && error instanceof IdemflowError) {
-    const disposition: 'reject' | 'retry' | 'reconcile' = error.disposition;
+    const disposition: 'reject' | 'retry' | 'reconcile' | 'fatal' = error.disposition;
     void disposition;
   }
 }
