@@ -10,7 +10,7 @@ WASM_BINDGEN_VERSION := $(shell sed -n 's/^wasm-bindgen = "=\([^"]*\)"/\1/p' Car
 WASM := target/wasm32-unknown-unknown/release/idemflow.wasm
 VERSION := $(shell sed -n 's/^version = "\([^"]*\)"/\1/p' Cargo.toml | head -n 1)
 TARBALL := target/npm/idemflow-$(VERSION).tgz
-SOURCES := $(shell find src js -type f) Cargo.toml Cargo.lock pkg.json README.md scripts/assemble-pkg.cjs
+SOURCES := $(shell find src js -type f) Cargo.toml Cargo.lock pkg.json README.md scripts/assemble-pkg.cjs CHANGELOG.md LICENSE-MIT LICENSE-APACHE
 
 .PHONY: all tools pkg test test-native test-wasm test-js test-fuzz fuzz examples demo bench clean faults
 

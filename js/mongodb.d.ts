@@ -30,3 +30,12 @@ export declare class MongoStore extends OutboxStoreBase {
 export interface MongoStore extends DurableStore {
   now(): number;
 }
+
+/**
+ * The handle `MongoStore.transaction(fn)` passes to `fn`; exported so a host can
+ * recognise it (`instanceof`), not to be constructed.
+ */
+export declare class MongoTransaction {
+  private constructor();
+}
+export interface MongoTransaction extends DurableStoreTransaction {}

@@ -41,3 +41,12 @@ export declare class MysqlStore extends OutboxStoreBase {
 export interface MysqlStore extends DurableStore {
   now(): number;
 }
+
+/**
+ * The handle `MysqlStore.transaction(fn)` passes to `fn`; exported so a host can
+ * recognise it (`instanceof`), not to be constructed.
+ */
+export declare class MysqlTransaction {
+  private constructor();
+}
+export interface MysqlTransaction extends DurableStoreTransaction {}

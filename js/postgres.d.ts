@@ -44,3 +44,12 @@ export declare class PostgresStore extends OutboxStoreBase {
 export interface PostgresStore extends DurableStore {
   now(): number;
 }
+
+/**
+ * The handle `PostgresStore.transaction(fn)` passes to `fn`; exported so a host can
+ * recognise it (`instanceof`), not to be constructed.
+ */
+export declare class PostgresTransaction {
+  private constructor();
+}
+export interface PostgresTransaction extends DurableStoreTransaction {}

@@ -47,3 +47,12 @@ export declare class SqliteStore extends OutboxStoreBase {
 export interface SqliteStore extends DurableStore {
   now(): number;
 }
+
+/**
+ * The handle `SqliteStore.transaction(fn)` passes to `fn`; exported so a host can
+ * recognise it (`instanceof`), not to be constructed.
+ */
+export declare class SqliteTransaction {
+  private constructor();
+}
+export interface SqliteTransaction extends DurableStoreTransaction {}

@@ -1,6 +1,7 @@
 'use strict';
-// Writes pkg/: the package's JS from js/, the README, and package.json from
-// the pkg.json template with the version taken from Cargo.toml.
+// Writes pkg/: the package's JS from js/, the README, changelog and licenses,
+// and package.json from the pkg.json template with the version taken from
+// Cargo.toml.
 // Usage: node scripts/assemble-pkg.cjs <repo root> <pkg dir>
 const fs = require('node:fs');
 const path = require('node:path');
@@ -18,7 +19,10 @@ for (const entry of fs.readdirSync(js, { withFileTypes: true })) {
   if (entry.name === 'examples') continue; // examples are run from the repository, not shipped
   fs.cpSync(path.join(js, entry.name), path.join(out, entry.name), { recursive: true });
 }
-fs.copyFileSync(path.join(root, 'README.md'), path.join(out, 'README.md'));
+// Both licenses the manifest names travel with the code, and the changelog with them.
+for (const file of ['README.md', 'CHANGELOG.md', 'LICENSE-MIT', 'LICENSE-APACHE']) {
+  fs.copyFileSync(path.join(root, file), path.join(out, file));
+}
 fs.writeFileSync(path.join(out, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
 fs.chmodSync(path.join(out, 'bin', 'idemflow.cjs'), 0o755);
 console.log(`pkg/: idemflow ${version}`);

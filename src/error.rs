@@ -49,7 +49,7 @@ impl Disposition {
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Error {
-    #[error("invalid event: {field} {reason}")]
+    #[error("{field} {reason}")]
     InvalidEvent { field: String, reason: String, event_id: Option<String> },
 
     #[error("event id {event_id} was already recorded with another payload (stored {stored_fingerprint}, delivered {fingerprint})")]
@@ -84,10 +84,10 @@ pub enum Error {
     #[error("stored {record} is invalid: {field} {reason}")]
     InvalidRecord { record: &'static str, field: String, reason: String },
 
-    #[error("invalid argument: {reason}")]
+    #[error("{reason}")]
     InvalidArgument { reason: String },
 
-    #[error("rule set invalid at {path}: {reason}")]
+    #[error("{path}: {reason}")]
     RuleSetInvalid { path: String, reason: String, report: Option<Value> },
 }
 

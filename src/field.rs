@@ -9,8 +9,9 @@ pub const MAX_UNITS_DIGITS: usize = 78;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FieldKind {
-    /// An identifier or reference: not blank, at most 512 UTF-8 bytes, no C0
-    /// control characters (U+0000-U+001F) and no DEL (U+007F).
+    /// An identifier or reference: not blank, at most 512 UTF-8 bytes, no
+    /// control characters: C0 (U+0000-U+001F), DEL (U+007F) and C1
+    /// (U+0080-U+009F), which are invisible in logs and dashboards.
     Text,
     /// A positive integer amount in base units, as decimal digits without a leading zero.
     Units,
@@ -69,13 +70,18 @@ fn check_text(text: &str) -> Result<(), String> {
     if text.len() > MAX_TEXT_BYTES {
         return Err(FieldKind::Text.too_long());
     }
-    if let Some(c) = text.chars().find(|c| (*c as u32) < 0x20 || *c == '\u{7f}') {
+    if let Some(c) = text.chars().find(|c| is_control(*c)) {
         return Err(format!("must not contain control characters (found U+{:04X})", c as u32));
     }
     if text.chars().all(is_js_whitespace) {
         return Err("must not be only whitespace".into());
     }
     Ok(())
+}
+
+/// C0, DEL and C1: Unicode's `Cc` category, exactly `char::is_control`.
+fn is_control(c: char) -> bool {
+    matches!(c as u32, 0x00..=0x1f | 0x7f..=0x9f)
 }
 
 fn check_units(text: &str) -> Result<(), String> {

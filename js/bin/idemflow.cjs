@@ -5,16 +5,21 @@
 const fs = require('node:fs');
 const readline = require('node:readline');
 const { RuleSet, verifyRuleSet, fingerprint, IdemflowError } = require('../index.cjs');
+const { tableOfDefinition, tableMarkdownOf } = require('../table.cjs');
+const { version: VERSION } = require('../package.json');
 
 const USAGE = `usage:
   idemflow rules table <builtin|file.json> [--json]
       print the decision table (built-ins: deposit-swap, order-shipment;
-      name@version for an older one, e.g. deposit-swap@1)
+      name@version for an older one, e.g. deposit-swap@1); a rule set that
+      fails verification is printed with its failing properties, exit 1
   idemflow rules verify <builtin|file.json> [--json]
       prove the rule set's properties; exit 1 if any fails, 2 if it is malformed
   idemflow fingerprint [--rules <builtin|file.json>]
       read events as NDJSON on stdin, write one fingerprint per input line
-      (an empty line for an invalid event, with the reason on stderr; exit 1 then)
+      (an empty line for an invalid or blank line, with the reason on stderr;
+      exit 1 then)
+  idemflow --version
   idemflow help`;
 
 const BUILTINS = ['deposit-swap', 'order-shipment'];
@@ -71,12 +76,36 @@ function flags(args, known) {
   return { positional, options };
 }
 
-function table(args, out) {
+function table(args, out, err) {
   const { positional, options } = flags(args, { json: 'flag' });
   if (positional.length !== 1) throw new UsageError('rules table takes one rule set');
-  const ruleSet = loadRuleSet(positional[0]);
+  const definition = readDefinition(positional[0]);
+  let ruleSet;
+  try {
+    ruleSet = builtin(positional[0]) ?? RuleSet.fromJSON(definition);
+  } catch (error) {
+    // A well-formed draft that fails a property: show its table so it can be
+    // inspected, then what fails. A malformed one has no table (exit 2).
+    if (!(error instanceof IdemflowError && error.code === 'RULESET_INVALID' && error.details.report)) throw error;
+    return draftTable(definition, options.json, out, err);
+  }
   out.write(options.json ? `${JSON.stringify(ruleSet.table(), null, 2)}\n` : ruleSet.tableMarkdown());
   return 0;
+}
+
+/** The table of a rule set that fails verification, and the properties that fail; exit 1. */
+function draftTable(definition, json, out, err) {
+  const draft = tableOfDefinition(definition);
+  const failing = draft.report.properties.filter((p) => !p.ok);
+  if (json) {
+    out.write(`${JSON.stringify(draft.rows, null, 2)}\n`);
+    err.write(`idemflow: not verified, failing: ${failing.map((p) => p.name).join(', ')} (see 'idemflow rules verify')\n`);
+    return 1;
+  }
+  out.write(tableMarkdownOf(draft));
+  out.write(`\nNOT VERIFIED: ${failing.length} of ${draft.report.properties.length} properties fail\n`);
+  for (const property of failing) out.write(describeFailure(property));
+  return 1;
 }
 
 function verify(args, out) {
@@ -89,17 +118,26 @@ function verify(args, out) {
     const { id, version, hash } = report.ruleSet;
     out.write(`rule set ${id} v${version} (${hash})\nexplored ${report.statesExplored} states in ${report.elapsedMs} ms\n`);
     for (const property of report.properties) {
-      const mark = property.checked?.skipped ? 'n/a ' : property.ok ? 'pass' : 'FAIL';
-      out.write(`${mark}  ${property.name}: ${property.description}\n`);
-      if (property.checked) out.write(describeChecked(property.checked));
       if (!property.ok) {
-        const examples = [property.counterexample, ...(property.moreCounterexamples ?? [])];
-        out.write(property.name === 'reorder-safe' ? examples.map(describeReordering).join('') : describeCounterexample(property.counterexample));
+        out.write(describeFailure(property));
+        continue;
       }
+      out.write(`${property.checked?.skipped ? 'n/a ' : 'pass'}  ${property.name}: ${property.description}\n`);
+      if (property.checked) out.write(describeChecked(property.checked));
     }
     out.write(report.ok ? 'all properties hold\n' : 'verification failed\n');
   }
   return report.ok ? 0 : 1;
+}
+
+/** A failing property: its FAIL line, what was checked and its counterexamples. */
+function describeFailure(property) {
+  const examples = [property.counterexample, ...(property.moreCounterexamples ?? [])];
+  return [
+    `FAIL  ${property.name}: ${property.description}\n`,
+    property.checked ? describeChecked(property.checked) : '',
+    property.name === 'reorder-safe' ? examples.map(describeReordering).join('') : describeCounterexample(property.counterexample),
+  ].join('');
 }
 
 function describeChecked(checked) {
@@ -154,7 +192,10 @@ async function fingerprints(args, input, out, err) {
   for await (const text of readline.createInterface({ input, crlfDelay: Infinity })) {
     line += 1;
     if (text.trim() === '') {
+      // Keep the alignment, but say so: a blank line is usually a broken export.
+      failures += 1;
       out.write('\n');
+      err.write(`line ${line}: blank line, no event\n`);
       continue;
     }
     try {
@@ -162,7 +203,7 @@ async function fingerprints(args, input, out, err) {
     } catch (error) {
       failures += 1;
       out.write('\n');
-      const reason = error instanceof IdemflowError ? `${error.code}: ${error.message}` : `not JSON: ${error.message}`;
+      const reason = error instanceof IdemflowError ? describeError(error) : `not JSON: ${error.message}`;
       err.write(`line ${line}: ${reason}\n`);
     }
   }
@@ -172,25 +213,38 @@ async function fingerprints(args, input, out, err) {
 
 async function main(argv, io) {
   const [command, sub, ...rest] = argv;
-  if (command === 'rules' && sub === 'table') return table(rest, io.out);
+  if (command === '--version' || command === 'version') {
+    if (argv.length > 1) throw new UsageError(`${command} takes no arguments`);
+    io.out.write(`${VERSION}\n`);
+    return 0;
+  }
+  if (command === 'rules' && sub === 'table') return table(rest, io.out, io.err);
   if (command === 'rules' && sub === 'verify') return verify(rest, io.out);
   if (command === 'fingerprint') return fingerprints(argv.slice(1), io.input, io.out, io.err);
   if (command === 'help' || command === '--help' || command === '-h') {
     io.out.write(`${USAGE}\n`);
     return 0;
   }
-  throw new UsageError(command ? `unknown command: ${argv.join(' ')}` : 'no command given');
+  if (command === 'rules') throw new UsageError(sub ? `unknown command: rules ${sub}` : "rules needs 'table' or 'verify'");
+  throw new UsageError(command ? `unknown command: ${command}` : 'no command given');
+}
+
+/**
+ * `CODE: message`. Messages do not restate their code, and a rule set's says
+ * its path once, so this is the whole story on one line.
+ */
+function describeError(error) {
+  return `${error.code}: ${error.message}`;
 }
 
 main(process.argv.slice(2), { input: process.stdin, out: process.stdout, err: process.stderr }).then(
   (code) => { process.exitCode = code; },
   (error) => {
     if (error instanceof UsageError) {
-      process.stderr.write(`idemflow: ${error.message}\n${USAGE}\n`);
+      process.stderr.write(`idemflow: ${error.message}\nrun 'idemflow help' for usage\n`);
       process.exitCode = 2;
     } else if (error instanceof IdemflowError) {
-      const where = error.details && error.details.path ? ` at ${error.details.path}` : '';
-      process.stderr.write(`idemflow: ${error.code}${where}: ${error.message}\n`);
+      process.stderr.write(`idemflow: ${describeError(error)}\n`);
       process.exitCode = 2;
     } else {
       process.stderr.write(`idemflow: ${error && error.stack ? error.stack : error}\n`);

@@ -6,10 +6,14 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { RuleSet, fingerprint } from 'idemflow';
+import { createRequire } from 'node:module';
+import { IdemflowError, RuleSet, decide, fingerprint, validateEvent, verifyRuleSet } from 'idemflow';
 
 const bin = fileURLToPath(new URL('../node_modules/.bin/idemflow', import.meta.url));
 const readme = fileURLToPath(new URL('../../../README.md', import.meta.url));
+const installed = fileURLToPath(new URL('../node_modules/idemflow/', import.meta.url));
+// The CLI's table of an unverified draft; not an entry point, so loaded by its path.
+const draftTables = () => createRequire(import.meta.url)(join(installed, 'table.cjs'));
 
 function idemflow(args, input) {
   const run = spawnSync(bin, args, { input, encoding: 'utf8' });
@@ -49,7 +53,8 @@ test('rules verify reports every property and exits 0 for a sound rule set', () 
   const file = tempFile('swap.json', JSON.stringify(RuleSet.builtin('deposit-swap').definition()));
   const { code, stdout } = idemflow(['rules', 'verify', file]);
   assert.equal(code, 0);
-  assert.equal((stdout.match(/^pass /gm) ?? []).length, 7);
+  const properties = verifyRuleSet(RuleSet.builtin('deposit-swap').definition()).properties.length;
+  assert.equal((stdout.match(/^pass /gm) ?? []).length, properties);
   assert.match(stdout, /all properties hold/);
 });
 
@@ -68,7 +73,100 @@ test('rules verify prints the counterexample and exits 1 when a property fails',
 test('rules verify exits 2 with the path when the definition is malformed', () => {
   const { code, stderr } = idemflow(['rules', 'verify', tempFile('x.json', '{"id":"x","version":1,"statuses":[],"events":[],"rules":[]}')]);
   assert.equal(code, 2);
-  assert.match(stderr, /RULESET_INVALID at \$\.statuses/);
+  assert.match(stderr, /^idemflow: RULESET_INVALID: \$\.statuses/);
+});
+
+/** order-shipment with a rule that emits its operation a second time: well-formed, fails operation-ids-unique. */
+function unsoundDraft() {
+  const definition = RuleSet.builtin('order-shipment').definition();
+  definition.statuses[0].terminal = false;
+  definition.rules[1] = { on: 'SHIPMENT_REQUESTED', in: 'shipping', then: { outcome: 'applied', to: 'shipping', emit: [{ type: 'CREATE_SHIPMENT', id: 'create-shipment:{workflowId}' }] } };
+  return definition;
+}
+
+test('rules table prints the table of a well-formed draft that fails verification, the failing properties under it, and exits 1', () => {
+  const { code, stdout, stderr } = idemflow(['rules', 'table', tempFile('draft.json', JSON.stringify(unsoundDraft()))]);
+  assert.equal(code, 1, stderr);
+  const [table, failures] = stdout.split('\nNOT VERIFIED: ');
+  assert.match(table, /^Rule set `order-shipment` v2 \(`sha256:[0-9a-f]{64}`\)\n\n\| Event \| In status \| Guard \| Answer \|/);
+  assert.match(table, /\| SHIPMENT_REQUESTED \| shipping \|  \| applied → shipping; emits CREATE_SHIPMENT `create-shipment:\{workflowId\}` \|/);
+  assert.match(failures, /^1 of 7 properties fail\n/);
+  assert.match(failures, /^FAIL {2}operation-ids-unique/m);
+  assert.match(failures, /SHIPMENT_REQUESTED: shipping -> shipping/);
+  assert.doesNotMatch(failures, /^pass /m);
+});
+
+test('rules table --json prints the draft rows on stdout and names the failing properties on stderr', () => {
+  const { code, stdout, stderr } = idemflow(['rules', 'table', '--json', tempFile('draft.json', JSON.stringify(unsoundDraft()))]);
+  assert.equal(code, 1);
+  const rows = JSON.parse(stdout);
+  assert.deepEqual(rows.find((r) => r.rule === 'rules[1]'), {
+    event: 'SHIPMENT_REQUESTED', statuses: ['shipping'], guard: [], rule: 'rules[1]',
+    answer: { outcome: 'applied', to: 'shipping', record: [], clear: [], emit: [{ type: 'CREATE_SHIPMENT', id: 'create-shipment:{workflowId}', payload: [] }], revisionStep: 1 },
+    summary: 'applied → shipping; emits CREATE_SHIPMENT `create-shipment:{workflowId}`',
+  });
+  assert.equal(stderr, "idemflow: not verified, failing: operation-ids-unique (see 'idemflow rules verify')\n");
+});
+
+test('rules table still exits 2 for a malformed definition', () => {
+  const definition = unsoundDraft();
+  definition.rules[1].then.to = 'shiping';
+  const { code, stdout, stderr } = idemflow(['rules', 'table', tempFile('bad.json', JSON.stringify(definition))]);
+  assert.equal(code, 2);
+  assert.equal(stdout, '');
+  assert.equal(stderr, 'idemflow: RULESET_INVALID: $.rules[1].then.to: "shiping" is not a declared status\n');
+});
+
+test('a draft table shows a pair two rules claim, and a pair no rule answers, as written', () => {
+  const definition = RuleSet.builtin('order-shipment').definition();
+  delete definition.otherwise;
+  definition.rules.push({ on: '*', in: 'shipping', then: { outcome: 'stale' } });
+  const { rows } = draftTables().tableOfDefinition(definition);
+  const shipping = rows.filter((r) => r.event === 'SHIPMENT_REQUESTED' && r.statuses.includes('shipping'));
+  assert.deepEqual(shipping.map((r) => r.rule), ['rules[1]', `rules[${definition.rules.length - 1}]`]);
+});
+
+test('the draft table is the core table for every built-in rule set at every version', () => {
+  const { tableOfDefinition, tableMarkdownOf } = draftTables();
+  for (const [name, versions] of [['deposit-swap', [1, 2]], ['order-shipment', [1, 2]]]) {
+    for (const version of versions) {
+      const ruleSet = RuleSet.builtin(name, { version });
+      const draft = tableOfDefinition(ruleSet.definition());
+      assert.deepEqual(draft.rows, ruleSet.table(), `${name} v${version} rows`);
+      assert.equal(tableMarkdownOf(draft), ruleSet.tableMarkdown(), `${name} v${version} Markdown`);
+    }
+  }
+});
+
+test('error messages say each thing once: the code is not restated in words, the path appears once', () => {
+  const errors = [];
+  const capture = (fn) => {
+    try {
+      fn();
+    } catch (error) {
+      assert.ok(error instanceof IdemflowError, String(error));
+      errors.push(error);
+    }
+  };
+  const badTarget = unsoundDraft();
+  badTarget.rules[1].then.to = 'aproved';
+  capture(() => RuleSet.fromJSON(badTarget));
+  capture(() => RuleSet.fromJSON(unsoundDraft()));
+  capture(() => RuleSet.builtin('no-such-rules'));
+  capture(() => validateEvent({ eventId: '', workflowId: 'w', type: 'DEPOSIT_DETECTED' }));
+  capture(() => decide({ event: { eventId: 'e', workflowId: 'w', type: 'DEADLINE_PASSED' }, workflow: { id: 'other', status: 'waiting', revision: 1 } }));
+  assert.deepEqual(errors.map((e) => e.code), ['RULESET_INVALID', 'RULESET_INVALID', 'INVALID_ARGUMENT', 'INVALID_EVENT', 'INVALID_ARGUMENT']);
+  const squash = (text) => text.toLowerCase().replace(/[\s_]/g, '');
+  for (const error of errors) {
+    assert.ok(!squash(error.message).includes(squash(error.code)), `${error.code}: ${error.message}`);
+    if (error.details.path) assert.equal(error.message.split(error.details.path).length, 2, error.message);
+  }
+  assert.equal(errors[0].message, '$.rules[1].then.to: "aproved" is not a declared status');
+
+  const { stderr } = idemflow(['rules', 'verify', tempFile('typo.json', JSON.stringify(badTarget))]);
+  assert.equal(stderr, 'idemflow: RULESET_INVALID: $.rules[1].then.to: "aproved" is not a declared status\n');
+  const line = idemflow(['fingerprint'], '{"eventId":"","workflowId":"w","type":"DEADLINE_PASSED"}\n').stderr.split('\n')[0];
+  assert.equal(line, 'line 1: INVALID_EVENT: eventId must not be empty');
 });
 
 test('fingerprint reads NDJSON and writes one line per input line', () => {
@@ -92,13 +190,44 @@ test('fingerprint keeps line alignment and exits 1 when a line is invalid', () =
   assert.match(stderr, /line 3: INVALID_EVENT/);
 });
 
-test('unknown commands and missing arguments print the usage and exit 2', () => {
-  for (const args of [[], ['rules'], ['rules', 'table'], ['frobnicate'], ['rules', 'table', '/no/such/file.json']]) {
-    const { code, stderr } = idemflow(args);
-    assert.equal(code, 2, args.join(' '));
-    assert.match(stderr, /usage:/);
+test('fingerprint says on stderr that a line is blank, keeps the alignment and exits 1', () => {
+  const event = { eventId: 'a', workflowId: 'swap-1', type: 'DEADLINE_PASSED' };
+  const { code, stdout, stderr } = idemflow(['fingerprint'], `${JSON.stringify(event)}\n\n  \n${JSON.stringify(event)}\n`);
+  assert.equal(code, 1);
+  assert.deepEqual(stdout.split('\n'), [fingerprint(event), '', '', fingerprint(event), '']);
+  assert.equal(stderr, 'line 2: blank line, no event\nline 3: blank line, no event\n2 of 4 lines could not be fingerprinted\n');
+});
+
+test('--version and version print the package version', () => {
+  const { version } = JSON.parse(readFileSync(join(installed, 'package.json'), 'utf8'));
+  for (const args of [['--version'], ['version']]) {
+    const { code, stdout, stderr } = idemflow(args);
+    assert.equal(code, 0, stderr);
+    assert.equal(stdout, `${version}\n`);
   }
-  assert.equal(idemflow(['help']).code, 0);
+});
+
+test('a usage error is one line and a hint, not the whole usage text, and exits 2', () => {
+  const cases = [
+    [[], 'no command given'],
+    [['rules'], "rules needs 'table' or 'verify'"],
+    [['rules', 'table'], 'rules table takes one rule set'],
+    [['rules', 'frob', 'x'], 'unknown command: rules frob'],
+    [['frobnicate', '--now'], 'unknown command: frobnicate'],
+    [['rules', 'table', '/no/such/file.json'], 'cannot read /no/such/file.json: no such file'],
+    [['rules', 'table', 'deposit-swap', '--csv'], 'unknown option --csv'],
+    [['--version', 'x'], '--version takes no arguments'],
+  ];
+  for (const [args, message] of cases) {
+    const { code, stdout, stderr } = idemflow(args);
+    assert.equal(code, 2, args.join(' '));
+    assert.equal(stdout, '');
+    assert.equal(stderr, `idemflow: ${message}\nrun 'idemflow help' for usage\n`, args.join(' '));
+  }
+  const help = idemflow(['help']);
+  assert.equal(help.code, 0);
+  assert.match(help.stdout, /^usage:\n/);
+  assert.match(help.stdout, /idemflow --version/);
 });
 
 test('the README quick start runs as written and prints what its comments say', () => {

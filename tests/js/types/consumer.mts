@@ -39,6 +39,7 @@ async function handle(raw: unknown): Promise<'ack' | 'nack' | 'dead-letter' | 'a
       case 'reject':
         return 'dead-letter';
       case 'reconcile':
+      case 'fatal':
         return 'alert';
       case 'fatal':
         return 'stop';
