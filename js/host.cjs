@@ -3,7 +3,7 @@
 // store transaction. It knows no rule; it only carries out decisions.
 
 const { IdemflowError } = require('./errors.cjs');
-const { decide, normalizeEvent, resolveRuleSet } = require('./core.cjs');
+const { RuleSet, decide, normalizeEvent, resolveRuleSet } = require('./core.cjs');
 
 const DEFAULT_MAX_ATTEMPTS = 5;
 
@@ -70,9 +70,14 @@ async function processEvent(store, event, opts = {}) {
   }
 }
 
-/** processEvent for DEPOSIT_CONFIRMED under deposit-swap, as in the seed article. */
+/**
+ * processEvent for DEPOSIT_CONFIRMED, as in the seed article: by default under
+ * deposit-swap v1, the seed's rules (no jump from waiting or overdue straight
+ * to exchange). Pass `ruleSet` for another, such as the reorder-safe current one.
+ */
 function processDepositConfirmed(store, event, opts = {}) {
-  return processEvent(store, event, { ...opts, ruleSet: opts.ruleSet ?? 'deposit-swap', type: 'DEPOSIT_CONFIRMED' });
+  const ruleSet = opts.ruleSet ?? RuleSet.builtin('deposit-swap', { version: 1 });
+  return processEvent(store, event, { ...opts, ruleSet, type: 'DEPOSIT_CONFIRMED' });
 }
 
 module.exports = { processEvent, processDepositConfirmed, commitWriteSet };
