@@ -17,7 +17,7 @@ const USAGE = `usage:
       (an empty line for an invalid event, with the reason on stderr; exit 1 then)
   idemflow help`;
 
-const BUILTINS = ['deposit-swap', 'order-shipment'];
+const BUILTINS = ['deposit-swap', 'order-shipment', 'subscription'];
 
 class UsageError extends Error {}
 
