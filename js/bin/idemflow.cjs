@@ -8,7 +8,7 @@ const { RuleSet, verifyRuleSet, fingerprint, IdemflowError } = require('../index
 
 const USAGE = `usage:
   idemflow rules table <builtin|file.json> [--json]
-      print the decision table (built-ins: deposit-swap, order-shipment;
+      print the decision table (built-ins: deposit-swap, order-shipment, subscription;
       name@version for an older one, e.g. deposit-swap@1)
   idemflow rules verify <builtin|file.json> [--json]
       prove the rule set's properties; exit 1 if any fails, 2 if it is malformed

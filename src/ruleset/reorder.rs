@@ -18,9 +18,9 @@
 //! compared by how many times it was emitted (see [`Config::recurring`]): two
 //! charges where the history in order makes one is a counterexample, while the
 //! revisions in the ids may differ between orders (an `already-applied` does
-//! not raise the revision, so where it falls shifts them) and are not compared. Orders in which the
-//! workflow saw each declared racing pair in the same order must end in the
-//! same result as the history in order. Exploration is memoised on the
+//! not raise the revision, so where it falls shifts them) and are not
+//! compared. Orders in which the workflow saw each declared racing pair in
+//! the same order must end in the same result as the history in order. Exploration is memoised on the
 //! configuration, so a history of six events costs hundreds of steps, not 6!.
 
 use std::collections::HashSet;
