@@ -1,7 +1,8 @@
 //! Proves a rule set's properties by exploring every state a workflow can
 //! reach. A state is abstract but exact for what the properties need: the
-//! status, which operation ids have been emitted, and which fields are
-//! recorded. Guards are assumed to pass (a failing guard changes nothing).
+//! status, which once-only operation ids have been emitted (a recurring
+//! one's id carries the revision: see `operation-ids-unique` below), and
+//! which fields are recorded. Guards are assumed to pass (a failing guard changes nothing).
 
 use std::collections::{HashMap, VecDeque};
 
