@@ -149,7 +149,7 @@ export type ProcessResult =
   | { outcome: 'applied'; operationId: string | null; operationIds: string[]; status: string; revision: number }
   | { outcome: 'already-applied' | 'stale' | 'duplicate-delivery' };
 
-export type BuiltinRuleSetName = 'deposit-swap' | 'order-shipment';
+export type BuiltinRuleSetName = 'deposit-swap' | 'order-shipment' | 'subscription';
 
 export type Answer =
   | {
@@ -157,7 +157,8 @@ export type Answer =
       to: string;
       record: string[];
       clear: string[];
-      emit: { type: string; id: string; payload: string[] }[];
+      /** `recurring`: the id is `<name>:{revision}:{workflowId}`, one per emission. */
+      emit: { type: string; id: string; payload: string[]; recurring: boolean }[];
       revisionStep: number;
     }
   | { outcome: 'already-applied' | 'stale' }
@@ -209,7 +210,8 @@ export type RuleAnswerDefinition =
       to: string;
       record?: string[];
       clear?: string[];
-      emit?: { type: string; id: string; payload?: string[] }[];
+      /** `recurring: true` goes with the id `<name>:{revision}:{workflowId}` (and only with it). */
+      emit?: { type: string; id: string; payload?: string[]; recurring?: boolean }[];
       revisionStep?: number;
     }
   | { outcome: 'already-applied' | 'stale' }
@@ -238,7 +240,7 @@ export interface DeliveryStep {
 export interface DeliveryEnd {
   status: string;
   recorded: string[];
-  /** Operation-id templates emitted. */
+  /** Operation-id templates emitted (a recurring one once per emission). */
   emitted: string[];
   answeredWithError: string[];
   undelivered: string[];

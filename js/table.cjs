@@ -31,7 +31,7 @@ function answerOf(then) {
   if (then.outcome === 'stale') return { answer: { outcome: 'stale' }, summary: 'stale (receipt only)' };
   const record = names(then.record);
   const clear = names(then.clear);
-  const emit = (then.emit ?? []).map((e) => ({ type: e.type, id: e.id, payload: names(e.payload) }));
+  const emit = (then.emit ?? []).map((e) => ({ type: e.type, id: e.id, payload: names(e.payload), recurring: e.recurring === true }));
   let summary = `applied → ${then.to}`;
   if (record.length > 0) summary += `; records ${record.join(', ')}`;
   if (clear.length > 0) summary += `; clears ${clear.join(', ')}`;

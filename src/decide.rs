@@ -305,7 +305,9 @@ fn apply(
             payload.insert(rule_set.fields[field].name.clone(), Value::String(value.to_string()));
         }
         write_set.outbox.push(OutboxOperation {
-            id: emit.id_template.render(&event.workflow_id),
+            // A recurring operation's id carries the revision this write sets:
+            // it rises on every applied transition, so each emission differs.
+            id: emit.id_template.render(&event.workflow_id, revision),
             operation_type: emit.operation_type.clone(),
             workflow_id: event.workflow_id.clone(),
             event_id: event.event_id.clone(),

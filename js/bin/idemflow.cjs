@@ -10,9 +10,10 @@ const { version: VERSION } = require('../package.json');
 
 const USAGE = `usage:
   idemflow rules table <builtin|file.json> [--json]
-      print the decision table (built-ins: deposit-swap, order-shipment;
-      name@version for an older one, e.g. deposit-swap@1); a rule set that
-      fails verification is printed with its failing properties, exit 1
+      print the decision table (built-ins: deposit-swap, order-shipment,
+      subscription; name@version for an older one, e.g. deposit-swap@1); a
+      rule set that fails verification is printed with its failing
+      properties, exit 1
   idemflow rules verify <builtin|file.json> [--json]
       prove the rule set's properties; exit 1 if any fails, 2 if it is malformed
   idemflow fingerprint [--rules <builtin|file.json>]
@@ -22,7 +23,7 @@ const USAGE = `usage:
   idemflow --version
   idemflow help`;
 
-const BUILTINS = ['deposit-swap', 'order-shipment'];
+const BUILTINS = ['deposit-swap', 'order-shipment', 'subscription'];
 
 class UsageError extends Error {}
 

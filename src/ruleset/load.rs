@@ -441,19 +441,48 @@ fn load_answer(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize])
 }
 
 fn load_emit(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize]) -> Result<Emit> {
-    let map = object(value, path, &["type", "id", "payload"])?;
+    let map = object(value, path, &["type", "id", "payload", "recurring"])?;
     let operation_type = name(required(map, "type", path)?, &format!("{path}.type"), true)?;
-    let id_template = parse_template(string(required(map, "id", path)?, &format!("{path}.id"))?, &format!("{path}.id"))?;
+    let recurring = boolean(map, "recurring", path)?;
+    let id_path = format!("{path}.id");
+    let id_template = parse_template(string(required(map, "id", path)?, &id_path)?, &id_path)?;
+    // The mark and the id form say the same thing, or the rule is refused:
+    // `recurring` is what a reader looks for, `{revision}` what keeps the ids apart.
+    match (recurring, id_template.recurring) {
+        (true, false) => {
+            return Err(invalid(
+                &id_path,
+                format!(
+                    "a recurring operation's id must be <name>:{{revision}}:{{workflowId}}, not {:?}: each emission needs its own id",
+                    crate::event::truncate(&id_template.text)
+                ),
+            ))
+        }
+        (false, true) => {
+            return Err(invalid(
+                &format!("{path}.recurring"),
+                "an id with {revision} is a recurring operation's: say \"recurring\": true (or drop {revision} to emit it once per workflow)",
+            ))
+        }
+        _ => {}
+    }
     let payload = field_list(map.get("payload"), &format!("{path}.payload"), &rule_set.fields, Some(carried))?;
     Ok(Emit { operation_type, id_template, payload })
 }
 
-/// `start-exchange:{workflowId}`: a name, a colon and the workflow id. The
-/// name has no colon, so an id splits back into (name, workflow id) in exactly
-/// one way: two templates, or two workflows, can never make the same id.
+/// `start-exchange:{workflowId}`: a name, a colon and the workflow id; or
+/// `charge-renewal:{revision}:{workflowId}`: a name, the workflow's revision
+/// after the emitting transition (decimal digits) and the workflow id. The
+/// name has no colon and the revision has none, so an id splits back into
+/// (name, revision, workflow id) in exactly one way: two templates, two
+/// revisions or two workflows can never make the same id.
 fn parse_template(text: &str, path: &str) -> Result<Template> {
-    const PLACEHOLDER: &str = ":{workflowId}";
-    let name = text.strip_suffix(PLACEHOLDER).unwrap_or_default();
+    const ONCE: &str = ":{workflowId}";
+    const RECURRING: &str = ":{revision}:{workflowId}";
+    let (name, recurring) = match text.strip_suffix(RECURRING) {
+        Some(name) => (name, true),
+        None => (text.strip_suffix(ONCE).unwrap_or_default(), false),
+    };
     let ok = !name.is_empty()
         && name.len() <= 64
         && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
@@ -462,10 +491,10 @@ fn parse_template(text: &str, path: &str) -> Result<Template> {
         return Err(invalid(
             path,
             format!(
-                "{:?} must be <name>:{{workflowId}}, the name of letters, digits, '-', '_' or '.' (no colon), so that no two operations share an id",
+                "{:?} must be <name>:{{workflowId}} (or <name>:{{revision}}:{{workflowId}} for a recurring operation), the name of letters, digits, '-', '_' or '.' (no colon), so that no two operations share an id",
                 crate::event::truncate(text)
             ),
         ));
     }
-    Ok(Template { text: text.to_string(), name: name.to_string() })
+    Ok(Template { text: text.to_string(), name: name.to_string(), recurring })
 }

@@ -109,20 +109,38 @@ pub struct Emit {
     pub payload: Vec<usize>,
 }
 
-/// An operation id template, `<name>:{workflowId}`.
+/// An operation id template: `<name>:{workflowId}` for an operation a
+/// workflow schedules at most once, `<name>:{revision}:{workflowId}` for a
+/// recurring one (a renewal, one refund per reversed deposit), which a rule
+/// marks with `"recurring": true`.
+///
+/// Rendered ids split back one way: the name has no colon and, for a
+/// recurring template, the revision is decimal digits (no colon), so the
+/// workflow id is the rest. Within one rule set a name has one form (see
+/// `check_operation_names`), so the name says whether a revision follows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
     /// As written, e.g. `start-exchange:{workflowId}`.
     pub text: String,
-    /// The part before `:{workflowId}`, e.g. `start-exchange`.
+    /// The part before the first colon, e.g. `start-exchange`.
     pub name: String,
+    /// `<name>:{revision}:{workflowId}`: the id carries the workflow's
+    /// revision after the transition that emits it.
+    pub recurring: bool,
 }
 
 impl Template {
-    pub fn render(&self, workflow_id: &str) -> String {
-        let mut id = String::with_capacity(self.name.len() + 1 + workflow_id.len());
+    /// The operation id for `workflow_id`; `revision` is the workflow's new
+    /// revision after the emitting transition (read only when recurring).
+    pub fn render(&self, workflow_id: &str, revision: u64) -> String {
+        let mut id = String::with_capacity(self.name.len() + 22 + workflow_id.len());
         id.push_str(&self.name);
         id.push(':');
+        if self.recurring {
+            // u64's Display: decimal digits, no sign, no leading zeros.
+            id.push_str(&revision.to_string());
+            id.push(':');
+        }
         id.push_str(workflow_id);
         id
     }
@@ -160,7 +178,7 @@ impl RuleSet {
     /// Loads and verifies a definition. A definition that fails any property
     /// is refused: a worker never runs rules that were not proven.
     pub fn from_value(definition: &Value) -> Result<RuleSet> {
-        let rule_set = load::load(definition)?;
+        let rule_set = load_checked(definition)?;
         let report = verify::verify(&rule_set)?;
         if let Some(failed) = report.properties.iter().find(|p| !p.ok) {
             return Err(Error::RuleSetInvalid {
@@ -275,15 +293,53 @@ impl RuleSet {
 /// Checks a definition's structure only; `verify::verify` then reports its
 /// properties. Workers load rule sets with [`RuleSet::from_value`].
 pub fn load_unverified(definition: &Value) -> Result<RuleSet> {
-    load::load(definition)
+    load_checked(definition)
 }
 
 /// The property report for a definition; errs only when it is malformed.
 pub fn verify_definition(definition: &Value) -> Result<verify::Report> {
-    verify::verify(&load::load(definition)?)
+    verify::verify(&load_checked(definition)?)
 }
 
-pub const BUILTIN_NAMES: &[&str] = &["deposit-swap", "order-shipment"];
+/// The structure (`load::load`) and the one check that needs every rule at
+/// once: operation names.
+fn load_checked(definition: &Value) -> Result<RuleSet> {
+    let rule_set = load::load(definition)?;
+    check_operation_names(&rule_set)?;
+    Ok(rule_set)
+}
+
+/// Within one rule set an operation name is either once-only or recurring,
+/// never both: `charge:{workflowId}` for workflow `7:w` renders the same id as
+/// `charge:{revision}:{workflowId}` at revision 7 for workflow `w`. With one
+/// form per name, a name tells how the rest of an id splits, so ids stay
+/// injective across workflows.
+fn check_operation_names(rule_set: &RuleSet) -> Result<()> {
+    let mut forms: Vec<(&str, &Template)> = Vec::new();
+    for rule in &rule_set.rules {
+        let Answer::Applied(transition) = &rule.answer else { continue };
+        for (j, emit) in transition.emit.iter().enumerate() {
+            let template = &emit.id_template;
+            match forms.iter().find(|(_, t)| t.name == template.name) {
+                Some((origin, first)) if first.recurring != template.recurring => {
+                    return Err(Error::RuleSetInvalid {
+                        path: format!("$.{}.then.emit[{j}].id", rule.origin),
+                        reason: format!(
+                            "{:?} uses the name {:?}, which {origin} emits as {:?}: one name, one form (recurring or not), or two workflows can share an id",
+                            template.text, template.name, first.text
+                        ),
+                        report: None,
+                    });
+                }
+                Some(_) => {}
+                None => forms.push((&rule.origin, template)),
+            }
+        }
+    }
+    Ok(())
+}
+
+pub const BUILTIN_NAMES: &[&str] = &["deposit-swap", "order-shipment", "subscription"];
 /// The current `deposit-swap`: reorder-safe (version 2).
 pub const BUILTIN_DEPOSIT_SWAP: &str = include_str!("deposit-swap.v2.json");
 /// The first `deposit-swap`, kept for audit of receipts it wrote. It assumes
@@ -291,6 +347,8 @@ pub const BUILTIN_DEPOSIT_SWAP: &str = include_str!("deposit-swap.v2.json");
 pub const BUILTIN_DEPOSIT_SWAP_V1: &str = include_str!("deposit-swap.v1.json");
 pub const BUILTIN_ORDER_SHIPMENT: &str = include_str!("order-shipment.v2.json");
 pub const BUILTIN_ORDER_SHIPMENT_V1: &str = include_str!("order-shipment.v1.json");
+/// Renewals: a recurring operation (`charge-renewal:{revision}:{workflowId}`).
+pub const BUILTIN_SUBSCRIPTION: &str = include_str!("subscription.v1.json");
 
 struct Builtin {
     version: u64,
@@ -301,38 +359,52 @@ struct Builtin {
 struct BuiltinVersions {
     name: &'static str,
     /// Oldest first; the last is the current version.
-    versions: [Builtin; 2],
+    versions: &'static [Builtin],
 }
 
-static BUILTINS: [BuiltinVersions; 2] = [
+static BUILTINS: [BuiltinVersions; 3] = [
     BuiltinVersions {
         name: "deposit-swap",
-        versions: [
-            Builtin {
-                version: 1,
-                text: BUILTIN_DEPOSIT_SWAP_V1,
-                cell: OnceLock::new(),
-            },
-            Builtin {
-                version: 2,
-                text: BUILTIN_DEPOSIT_SWAP,
-                cell: OnceLock::new(),
-            },
-        ],
+        versions: &DEPOSIT_SWAP_VERSIONS,
     },
     BuiltinVersions {
         name: "order-shipment",
-        versions: [
-            Builtin {
-                version: 1,
-                text: BUILTIN_ORDER_SHIPMENT_V1,
-                cell: OnceLock::new(),
-            },
-            Builtin {
-                version: 2,
-                text: BUILTIN_ORDER_SHIPMENT,
-                cell: OnceLock::new(),
-            },
-        ],
+        versions: &ORDER_SHIPMENT_VERSIONS,
+    },
+    BuiltinVersions {
+        name: "subscription",
+        versions: &SUBSCRIPTION_VERSIONS,
     },
 ];
+
+static DEPOSIT_SWAP_VERSIONS: [Builtin; 2] = [
+    Builtin {
+        version: 1,
+        text: BUILTIN_DEPOSIT_SWAP_V1,
+        cell: OnceLock::new(),
+    },
+    Builtin {
+        version: 2,
+        text: BUILTIN_DEPOSIT_SWAP,
+        cell: OnceLock::new(),
+    },
+];
+
+static ORDER_SHIPMENT_VERSIONS: [Builtin; 2] = [
+    Builtin {
+        version: 1,
+        text: BUILTIN_ORDER_SHIPMENT_V1,
+        cell: OnceLock::new(),
+    },
+    Builtin {
+        version: 2,
+        text: BUILTIN_ORDER_SHIPMENT,
+        cell: OnceLock::new(),
+    },
+];
+
+static SUBSCRIPTION_VERSIONS: [Builtin; 1] = [Builtin {
+    version: 1,
+    text: BUILTIN_SUBSCRIPTION,
+    cell: OnceLock::new(),
+}];

@@ -13,9 +13,14 @@
 //! event that `follows` an operation exists only once that operation was
 //! emitted. Each order ends in a result: the status, the recorded fields, the
 //! emitted operations, the events answered with an error (parked or
-//! dead-lettered) and the events still undelivered. Orders in which the
-//! workflow saw each declared racing pair in the same order must end in the
-//! same result as the history in order. Exploration is memoised on the
+//! dead-lettered) and the events still undelivered. A once-only operation is
+//! emitted or not; a recurring one (`<name>:{revision}:{workflowId}`) is
+//! compared by how many times it was emitted (see [`Config::recurring`]): two
+//! charges where the history in order makes one is a counterexample, while the
+//! revisions in the ids may differ between orders (an `already-applied` does
+//! not raise the revision, so where it falls shifts them) and are not
+//! compared. Orders in which the workflow saw each declared racing pair in
+//! the same order must end in the same result as the history in order. Exploration is memoised on the
 //! configuration, so a history of six events costs hundreds of steps, not 6!.
 
 use std::collections::HashSet;
@@ -115,13 +120,36 @@ impl Hasher for Fx {
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct Config {
     at: StateIndex,
+    /// Bit `i`: template `i` was emitted at least once (what `follows` an
+    /// operation needs, and the whole story for a once-only template).
     emitted: u64,
+    /// Three bits per template index: how many times a recurring template was
+    /// emitted. Exact within the bound: a delivery applies one transition,
+    /// which emits a template at most once in a rule set that passes
+    /// `operation-ids-unique`, so a history of at most [`BOUND`] events emits
+    /// it at most 6 times; the count saturates at 7 only for rule sets that
+    /// fail that property anyway.
+    recurring: u128,
     recorded: u64,
     consumed: u16,
     errored: u16,
     /// Per racing pair of local types, two bits: decided, and whether the
     /// lower type was seen first.
     seen_first: u32,
+}
+
+const RECURRING_MAX: u128 = 7;
+
+fn bump_recurring(packed: u128, slot: usize) -> u128 {
+    if (packed >> (3 * slot)) & RECURRING_MAX == RECURRING_MAX {
+        packed
+    } else {
+        packed + (1 << (3 * slot))
+    }
+}
+
+fn recurring_count(packed: u128, slot: usize) -> usize {
+    ((packed >> (3 * slot)) & RECURRING_MAX) as usize
 }
 
 fn count(packed: u16, t: usize) -> u8 {
@@ -166,6 +194,8 @@ struct History<'a> {
     races: Vec<(usize, usize, usize)>,
     /// Template bit of each rule's emits, by rule index.
     emit_bits: Vec<u64>,
+    /// Template indices of each rule's recurring emits, by rule index.
+    recurring_emits: Vec<Vec<usize>>,
 }
 
 impl History<'_> {
@@ -201,6 +231,9 @@ impl History<'_> {
                 Answer::Applied(transition) => {
                     next.at = transition.to + 1;
                     next.emitted |= self.emit_bits[rule_index];
+                    for &slot in &self.recurring_emits[rule_index] {
+                        next.recurring = bump_recurring(next.recurring, slot);
+                    }
                     for f in &transition.record {
                         next.recorded |= 1 << f;
                     }
@@ -245,10 +278,11 @@ impl History<'_> {
     }
 
     /// A result compares everything but the race bookkeeping.
-    fn result(config: &Config) -> (StateIndex, u64, u64, u16, u16) {
+    fn result(config: &Config) -> (StateIndex, u64, u128, u64, u16, u16) {
         (
             config.at,
             config.emitted,
+            config.recurring,
             config.recorded,
             config.consumed,
             config.errored,
@@ -370,6 +404,19 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
             _ => 0,
         })
         .collect();
+    let recurring_emits: Vec<Vec<usize>> = rule_set
+        .rules
+        .iter()
+        .map(|rule| match &rule.answer {
+            Answer::Applied(t) => t
+                .emit
+                .iter()
+                .filter(|e| e.id_template.recurring)
+                .filter_map(|e| templates.iter().position(|x| *x == e.id_template.text))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect();
     let starts: Vec<StateIndex> = std::iter::once(0)
         .chain(
             rule_set
@@ -425,6 +472,7 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
                 .collect(),
             races,
             emit_bits: emit_bits.clone(),
+            recurring_emits: recurring_emits.clone(),
             types,
         };
         for &start in &starts {
@@ -432,6 +480,7 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
             let origin = Config {
                 at: start,
                 emitted: 0,
+                recurring: 0,
                 recorded: 0,
                 consumed: 0,
                 errored: 0,
@@ -578,7 +627,10 @@ fn counterexample(
         json!({
             "status": rs.state_name(config.at),
             "recorded": rs.fields.iter().enumerate().filter(|(i, _)| config.recorded & (1 << i) != 0).map(|(_, f)| f.name.as_str()).collect::<Vec<_>>(),
-            "emitted": rs.templates().into_iter().enumerate().filter(|(i, _)| config.emitted & (1 << i) != 0).map(|(_, t)| t).collect::<Vec<_>>(),
+            // A recurring template once per emission, a once-only one once.
+            "emitted": rs.templates().into_iter().enumerate().filter(|(i, _)| config.emitted & (1 << i) != 0).flat_map(|(i, t)| {
+                std::iter::repeat(t).take(recurring_count(config.recurring, i).max(1))
+            }).collect::<Vec<_>>(),
             "answeredWithError": names(config.errored),
             "undelivered": undelivered,
         })
@@ -794,5 +846,99 @@ mod tests {
             .unwrap()
             .contains("in-order"));
         assert_eq!(property["checked"]["histories"], 0);
+    }
+}
+
+#[cfg(test)]
+mod recurring_tests {
+    use serde_json::{json, Value};
+
+    use crate::ruleset::{verify_definition, BUILTIN_SUBSCRIPTION};
+
+    fn reorder_property(definition: &Value) -> Value {
+        let report = verify_definition(definition).unwrap().to_json();
+        report["properties"].as_array().unwrap().iter().find(|p| p["name"] == "reorder-safe").unwrap().clone()
+    }
+
+    /// Renewals without the paidThrough chain: a renewal in `active` is not
+    /// guarded, so nothing tells a re-published one from the next period's.
+    fn unchained(order: Value) -> Value {
+        json!({
+            "id": "renewals", "version": 1,
+            "statuses": [{ "name": "active", "initial": true }, { "name": "renewing" }],
+            "fields": [{ "name": "period", "kind": "text" }],
+            "events": [{ "type": "RENEWAL_DUE", "fields": ["period"] }, { "type": "RENEWAL_PAID", "fields": ["period"] }],
+            "order": order,
+            "rules": [
+                { "on": "*", "in": "(none)", "then": { "error": "UNKNOWN_WORKFLOW", "disposition": "retry" } },
+                { "on": "RENEWAL_DUE", "in": "active", "then": { "outcome": "applied", "to": "renewing", "record": ["period"],
+                  "emit": [{ "type": "CHARGE", "id": "charge:{revision}:{workflowId}", "recurring": true, "payload": ["period"] }] } },
+                { "on": "RENEWAL_DUE", "in": "renewing", "guard": ["period"], "then": { "outcome": "already-applied" } },
+                { "on": "RENEWAL_PAID", "in": "renewing", "guard": ["period"], "then": { "outcome": "applied", "to": "active" } },
+                { "on": "RENEWAL_PAID", "in": "active", "then": { "outcome": "already-applied" } }
+            ]
+        })
+    }
+
+    #[test]
+    fn a_second_charge_for_one_renewal_is_a_counterexample_though_every_status_agrees() {
+        // In order: due, due again (already-applied), paid, paid again: one
+        // charge. Due, paid, due again, paid again ends in the same status with
+        // the same fields and answers, but charges twice: only the count of
+        // the recurring operation tells them apart.
+        let property = reorder_property(&unchained(json!({ "follows": [{ "event": "RENEWAL_PAID", "after": "CHARGE" }] })));
+        assert_eq!(property["ok"], false, "{property}");
+        let mut all = vec![property["counterexample"].clone()];
+        all.extend(property["moreCounterexamples"].as_array().into_iter().flatten().cloned());
+        let charge = "charge:{revision}:{workflowId}";
+        let found = all.iter().find(|c| {
+            c["expected"]["end"]["emitted"] == json!([charge])
+                && c["actual"]["end"]["emitted"] == json!([charge, charge])
+                && c["expected"]["end"]["status"] == c["actual"]["end"]["status"]
+        });
+        assert!(found.is_some(), "{property}");
+        let example = found.unwrap();
+        assert_eq!(example["history"], json!(["RENEWAL_DUE", "RENEWAL_DUE", "RENEWAL_PAID", "RENEWAL_PAID"]));
+    }
+
+    #[test]
+    fn every_counterexample_of_the_unchained_renewals_re_publishes_the_renewal() {
+        // A history holds one fact: without re-publications past the payment
+        // (each type at most once), the unchained renewals agree in every order.
+        let definition = unchained(json!({ "follows": [{ "event": "RENEWAL_PAID", "after": "CHARGE" }] }));
+        let report = verify_definition(&definition).unwrap();
+        // Everything but reorder-safe holds.
+        for p in &report.properties {
+            assert!(p.ok || p.name == "reorder-safe", "{}", report.to_json());
+        }
+        let property = reorder_property(&definition);
+        for example in std::iter::once(&property["counterexample"]).chain(property["moreCounterexamples"].as_array().into_iter().flatten()) {
+            let history = example["history"].as_array().unwrap();
+            let dues = history.iter().filter(|e| *e == "RENEWAL_DUE").count();
+            assert_eq!(dues, 2, "every counterexample re-publishes the renewal: {example}");
+        }
+    }
+
+    #[test]
+    fn the_subscription_with_an_order_section_is_not_reorder_safe() {
+        // What its description says: a renewal re-published after its payment
+        // ends elsewhere than the same renewal re-published before it.
+        let mut definition: Value = serde_json::from_str(BUILTIN_SUBSCRIPTION).unwrap();
+        definition["order"] = json!({ "follows": [
+            { "event": "RENEWAL_DUE", "after": "SUBSCRIPTION_STARTED" },
+            { "event": "RENEWAL_PAID", "after": "CHARGE_RENEWAL" },
+            { "event": "SUBSCRIPTION_CANCELLED", "after": "SUBSCRIPTION_STARTED" }
+        ] });
+        let property = reorder_property(&definition);
+        assert_eq!(property["ok"], false, "{property}");
+        let mut all = vec![property["counterexample"].clone()];
+        all.extend(property["moreCounterexamples"].as_array().into_iter().flatten().cloned());
+        let late_republication = all.iter().any(|c| {
+            let deliveries = c["actual"]["deliveries"].as_array().unwrap();
+            let paid = deliveries.iter().position(|d| d["event"] == "RENEWAL_PAID" && d["answer"] == "applied");
+            let due_after = deliveries.iter().rposition(|d| d["event"] == "RENEWAL_DUE");
+            matches!((paid, due_after), (Some(p), Some(d)) if d > p)
+        });
+        assert!(late_republication, "{property}");
     }
 }

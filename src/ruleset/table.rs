@@ -52,6 +52,7 @@ fn answer_json(rule_set: &RuleSet, answer: &Answer) -> Value {
             "clear": names(&t.clear),
             "emit": t.emit.iter().map(|e| json!({
                 "type": e.operation_type, "id": e.id_template.text, "payload": names(&e.payload),
+                "recurring": e.id_template.recurring,
             })).collect::<Vec<_>>(),
             "revisionStep": t.revision_step,
         }),

@@ -1,7 +1,8 @@
 //! Proves a rule set's properties by exploring every state a workflow can
 //! reach. A state is abstract but exact for what the properties need: the
-//! status, which operation ids have been emitted, and which fields are
-//! recorded. Guards are assumed to pass (a failing guard changes nothing).
+//! status, which once-only operation ids have been emitted (a recurring
+//! one's id carries the revision: see `operation-ids-unique` below), and
+//! which fields are recorded. Guards are assumed to pass (a failing guard changes nothing).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -79,7 +80,8 @@ struct Step {
 
 struct Explorer<'a> {
     rule_set: &'a RuleSet,
-    /// Distinct operation-id templates: one id per template and workflow.
+    /// Distinct operation-id templates; a once-only template makes one id
+    /// per workflow, so the state remembers whether it was emitted.
     templates: Vec<&'a str>,
     states: Vec<State>,
     parents: Vec<Option<(usize, Step)>>,
@@ -199,12 +201,42 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
                     });
                 }
                 let mut emitted = state.emitted;
-                for emit in &transition.emit {
-                    let bit = 1u64 << explorer.templates.iter().position(|t| *t == emit.id_template.text).unwrap_or(0);
+                for (j, emit) in transition.emit.iter().enumerate() {
+                    let template = &emit.id_template;
+                    if template.recurring {
+                        // `<name>:{revision}:{workflowId}` renders the workflow's
+                        // revision after the emitting transition. Let transitions
+                        // t1 before t2 on one path both emit it, with new revisions
+                        // r1 and r2. Then r2 = r1 + the steps of every transition
+                        // after t1 up to and including t2; steps are never negative
+                        // and t2's own step is at least 1 (checked here), so
+                        // r2 > r1 and the two ids differ. Nothing else on the path
+                        // matters, so recurring templates need no bit in `emitted`.
+                        // What remains: a step of 0 (t2 would repeat t1's revision)
+                        // and the same template twice in one transition (one
+                        // revision, one id).
+                        let reason = if transition.revision_step == 0 {
+                            Some("a recurring operation emitted by a transition with revisionStep 0 repeats the revision, and so the id, of the last applied transition")
+                        } else if transition.emit[..j].iter().any(|e| e.id_template == *template) {
+                            Some("a recurring operation emitted twice by one transition: one revision, one id")
+                        } else {
+                            None
+                        };
+                        if let Some(reason) = reason {
+                            fail(&mut failures, "operation-ids-unique", &|| {
+                                let mut example = explorer.path(node, Some(&step));
+                                example["operationId"] = json!(template.text);
+                                example["reason"] = json!(reason);
+                                example
+                            });
+                        }
+                        continue;
+                    }
+                    let bit = 1u64 << explorer.templates.iter().position(|t| *t == template.text).unwrap_or(0);
                     if emitted & bit != 0 {
                         fail(&mut failures, "operation-ids-unique", &|| {
                             let mut example = explorer.path(node, Some(&step));
-                            example["operationId"] = json!(emit.id_template.text);
+                            example["operationId"] = json!(template.text);
                             example
                         });
                     }
@@ -307,10 +339,110 @@ pub const PROPERTIES: &[(&str, &str)] = &[
     ("one-answer-per-pair", "every (event type, status) pair, and every event type with no workflow yet, has exactly one answer"),
     ("every-status-reachable", "every status can be reached from \"(none)\" or an initial status"),
     ("terminal-statuses-final", "no 'applied' answer leaves a terminal status"),
-    ("operation-ids-unique", "no outbox operation id can be emitted twice along any path"),
+    ("operation-ids-unique", "no outbox operation id can be emitted twice along any path (a recurring operation's id carries the revision, which its emitting transition raises)"),
     ("revision-increases", "every applied transition increases the workflow revision"),
     ("guards-read-recorded-fields", "every guard compares a field that is recorded on every path to its status"),
     (REORDER_SAFE, "with an 'order' section: every delivery order of every legal history ends as the history in order does (same status, recorded fields, operations, errors), where 'retry' means redeliver later and declared races keep the order the workflow saw"),
 ];
 
 pub const REORDER_SAFE: &str = "reorder-safe";
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use crate::ruleset::{verify_definition, BUILTIN_SUBSCRIPTION};
+
+    fn subscription() -> Value {
+        serde_json::from_str(BUILTIN_SUBSCRIPTION).unwrap()
+    }
+
+    fn property(definition: &Value, name: &str) -> Value {
+        let report = verify_definition(definition).unwrap().to_json();
+        report["properties"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap().clone()
+    }
+
+    /// The rule that starts a renewal (and emits the charge).
+    fn renewal(definition: &mut Value) -> &mut Value {
+        definition["rules"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|r| r["on"] == "RENEWAL_DUE" && r["in"] == "active")
+            .unwrap()
+    }
+
+    #[test]
+    fn a_recurring_operation_emitted_on_every_renewal_has_unique_ids() {
+        // active → renewing → active → renewing … emits the charge on every lap.
+        assert_eq!(property(&subscription(), "operation-ids-unique")["ok"], true);
+    }
+
+    #[test]
+    fn the_same_template_without_the_revision_fails_on_the_second_renewal() {
+        let mut definition = subscription();
+        let rule = renewal(&mut definition);
+        rule["then"]["emit"][0]["id"] = json!("charge-renewal:{workflowId}");
+        rule["then"]["emit"][0].as_object_mut().unwrap().remove("recurring");
+        let failed = property(&definition, "operation-ids-unique");
+        assert_eq!(failed["ok"], false);
+        let example = &failed["counterexample"];
+        assert_eq!(example["operationId"], "charge-renewal:{workflowId}");
+        let events: Vec<&Value> = example["steps"].as_array().unwrap().iter().map(|s| &s["event"]).collect();
+        assert_eq!(
+            events,
+            ["SUBSCRIPTION_STARTED", "RENEWAL_DUE", "RENEWAL_PAID", "RENEWAL_DUE"],
+            "{example}"
+        );
+    }
+
+    #[test]
+    fn a_recurring_operation_on_a_transition_with_revision_step_0_fails() {
+        let mut definition = subscription();
+        renewal(&mut definition)["then"]["revisionStep"] = json!(0);
+        let failed = property(&definition, "operation-ids-unique");
+        assert_eq!(failed["ok"], false, "{failed}");
+        let example = &failed["counterexample"];
+        assert_eq!(example["operationId"], "charge-renewal:{revision}:{workflowId}");
+        assert!(example["reason"].as_str().unwrap().contains("revisionStep 0"), "{example}");
+        assert_eq!(example["steps"].as_array().unwrap().last().unwrap()["rule"], "rules[3]");
+        // The step alone matters: revision-increases fails too, for its own reason.
+        assert_eq!(property(&definition, "revision-increases")["ok"], false);
+    }
+
+    #[test]
+    fn a_revision_step_0_elsewhere_does_not_make_recurring_ids_collide() {
+        // The payment keeps the revision; the renewal after it still raises it.
+        let mut definition = subscription();
+        let paid = definition["rules"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|r| r["on"] == "RENEWAL_PAID" && r["in"] == "renewing")
+            .unwrap();
+        paid["then"]["revisionStep"] = json!(0);
+        assert_eq!(property(&definition, "operation-ids-unique")["ok"], true);
+        assert_eq!(property(&definition, "revision-increases")["ok"], false);
+    }
+
+    #[test]
+    fn a_recurring_operation_emitted_twice_by_one_transition_fails() {
+        let mut definition = subscription();
+        let rule = renewal(&mut definition);
+        let charge = rule["then"]["emit"][0].clone();
+        let mut second = charge.clone();
+        second["type"] = json!("NOTIFY_RENEWAL");
+        rule["then"]["emit"] = json!([charge, second]);
+        let failed = property(&definition, "operation-ids-unique");
+        assert_eq!(failed["ok"], false);
+        assert!(failed["counterexample"]["reason"].as_str().unwrap().contains("twice by one transition"));
+        assert_eq!(property(&definition, "revision-increases")["ok"], true);
+    }
+
+    #[test]
+    fn a_renewal_with_a_revision_step_of_two_is_still_unique() {
+        let mut definition = subscription();
+        renewal(&mut definition)["then"]["revisionStep"] = json!(2);
+        assert_eq!(property(&definition, "operation-ids-unique")["ok"], true);
+    }
+}
