@@ -6,6 +6,7 @@
 const { createHash } = require('node:crypto');
 const { IdemflowError } = require('./errors.cjs');
 const { processEvent } = require('./host.cjs');
+const { checkOptionKeys } = require('./options.cjs');
 
 const DEFAULT_TABLES = Object.freeze({ workflows: 'workflows', inbox: 'event_inbox', outbox: 'event_outbox' });
 
@@ -507,10 +508,12 @@ const DEFAULT_LIST_LIMIT = 100;
 const DEFAULT_BATCH_SIZE = 1000;
 const MAX_BATCH_SIZE = 100000;
 
-function namedArgs(args, method) {
+/** `args` when it is an object (with only the `known` keys, when given). */
+function namedArgs(args, method, known) {
   if (args === null || typeof args !== 'object') {
     throw invalidArgument(`${method} takes an object of named arguments`, { reason: 'not an object' });
   }
+  if (known !== undefined) checkOptionKeys(args, known, method);
   return args;
 }
 
@@ -580,14 +583,14 @@ const FENCED = {
 
 /** An operator's requeue: a dead operation back to pending, due now, attempts 0 (lastError kept). */
 function requeueChange(operationId, options, clock) {
-  const now = instant(namedArgs(options ?? {}, 'requeue').now ?? clock(), 'now');
+  const now = instant(namedArgs(options ?? {}, 'requeue', ['now']).now ?? clock(), 'now');
   return guardedChange(checkText(operationId, 'operationId'), 'dead', undefined,
     { status: 'pending', attempts: 0, next_attempt_at: now, ...LEASE_CLEARED, updated_at: now });
 }
 
 /** `{ status, limit, afterId }` of listOperations; status and afterId null when absent. */
 function listRequest(args) {
-  const { status = null, limit = DEFAULT_LIST_LIMIT, afterId = null } = namedArgs(args ?? {}, 'listOperations');
+  const { status = null, limit = DEFAULT_LIST_LIMIT, afterId = null } = namedArgs(args ?? {}, 'listOperations', ['status', 'limit', 'afterId']);
   if (status !== null && !OPERATION_STATUSES.has(status)) {
     throw invalidArgument('status must be pending, claimed, done or dead', { field: 'status', reason: 'unknown status' });
   }
@@ -596,7 +599,8 @@ function listRequest(args) {
 
 /** `{ olderThan, batchSize, status }` of purgeReceipts (status null) and purgeOperations (done or dead). */
 function purgeRequest(args, method) {
-  const { olderThan, batchSize = DEFAULT_BATCH_SIZE, status = 'done' } = namedArgs(args, method);
+  const { olderThan, batchSize = DEFAULT_BATCH_SIZE, status = 'done' } = namedArgs(args, method,
+    method === 'purgeOperations' ? ['olderThan', 'batchSize', 'status'] : ['olderThan', 'batchSize']);
   if (!Number.isSafeInteger(batchSize) || batchSize < 1 || batchSize > MAX_BATCH_SIZE) {
     throw invalidArgument(`batchSize must be a whole number from 1 to ${MAX_BATCH_SIZE}`, { field: 'batchSize', reason: 'out of range' });
   }

@@ -7,6 +7,7 @@
 
 const { IdemflowError } = require('./errors.cjs');
 const { resolveRuleSet } = require('./core.cjs');
+const { checkOptionKeys } = require('./options.cjs');
 const { processEvent } = require('./host.cjs');
 const { createPolicy } = require('./outbox.cjs');
 
@@ -79,6 +80,7 @@ function createDeliveryHandler(store, options = {}) {
   if (options === null || typeof options !== 'object') {
     throw misconfigured('createDeliveryHandler options must be an object', 'options must be an object');
   }
+  checkOptionKeys(options, ['ruleSet', 'parse', 'maxBytes', 'maxAttempts', 'baseDelayMs', 'maxDelayMs'], 'createDeliveryHandler');
   let ruleSet;
   try {
     ruleSet = resolveRuleSet(options.ruleSet);
@@ -138,6 +140,7 @@ function createDeliveryHandler(store, options = {}) {
    * count (1 for the first delivery); the retry hint grows with it.
    */
   async function handle(message, context = {}) {
+    checkOptionKeys(context, ['attempt'], 'handle');
     const rawAttempt = context !== null && typeof context === 'object' ? context.attempt : undefined;
     const attempt = Number.isSafeInteger(rawAttempt) && rawAttempt >= 1 ? Math.min(rawAttempt, MAX_ATTEMPT) : 1;
     const { event, error: bodyError } = await eventOf(message);

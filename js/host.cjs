@@ -4,6 +4,7 @@
 
 const { IdemflowError } = require('./errors.cjs');
 const { RuleSet, decide, normalizeEvent, resolveRuleSet } = require('./core.cjs');
+const { checkOptionKeys } = require('./options.cjs');
 
 const DEFAULT_MAX_ATTEMPTS = 5;
 
@@ -49,6 +50,7 @@ async function processEvent(store, event, opts = {}) {
       details: { reason: 'not a store' },
     });
   }
+  checkOptionKeys(opts, ['ruleSet', 'type', 'maxAttempts'], 'processEvent');
   const ruleSet = resolveRuleSet(opts.ruleSet);
   const valid = normalizeEvent(event, { ruleSet, type: opts.type });
   const maxAttempts = opts.maxAttempts ?? store.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
@@ -75,7 +77,8 @@ async function processEvent(store, event, opts = {}) {
  * deposit-swap v1, the seed's rules (no jump from waiting or overdue straight
  * to exchange). Pass `ruleSet` for another, such as the reorder-safe current one.
  */
-function processDepositConfirmed(store, event, opts = {}) {
+async function processDepositConfirmed(store, event, opts = {}) {
+  checkOptionKeys(opts, ['ruleSet', 'maxAttempts'], 'processDepositConfirmed');
   const ruleSet = opts.ruleSet ?? RuleSet.builtin('deposit-swap', { version: 1 });
   return processEvent(store, event, { ...opts, ruleSet, type: 'DEPOSIT_CONFIRMED' });
 }

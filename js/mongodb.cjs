@@ -10,6 +10,7 @@
 const { IdemflowError } = require('./errors.cjs');
 const { processEvent } = require('./host.cjs');
 const common = require('./adapter-common.cjs');
+const { checkOptionKeys, checkHandle } = require('./options.cjs');
 
 /**
  * @typedef {import('mongodb').MongoClient} MongoClient
@@ -224,9 +225,9 @@ class MongoStore extends common.OutboxStoreBase {
    */
   constructor(client, options = {}) {
     super();
-    if (client === null || typeof client !== 'object' || typeof client.withSession !== 'function' || typeof client.db !== 'function') {
-      throw common.invalidArgument('MongoStore needs a MongoClient', { reason: 'not a MongoClient' });
-    }
+    checkHandle(client, 'mongodb', (/** @type {any} */ value) => value !== null && typeof value === 'object' && typeof value.withSession === 'function'
+      && typeof value.db === 'function', 'MongoStore needs a MongoClient');
+    checkOptionKeys(options, ['db', 'tables', 'maxAttempts', 'now', 'timeoutMs', 'statementTimeoutMs'], 'MongoStore');
     const opts = options ?? {};
     /** The MongoClient this store works through. */
     this.client = client;

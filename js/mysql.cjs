@@ -10,6 +10,7 @@
 
 const { IdemflowError } = require('./errors.cjs');
 const common = require('./adapter-common.cjs');
+const { checkOptionKeys, checkHandle } = require('./options.cjs');
 
 const UNAVAILABLE_ERRNO = new Set([1040, 1053, 1077, 1152, 1158, 1159, 1160, 1161, 1927, 2002, 2003, 2006, 2013, 2055]);
 const DUPLICATE_INDEX_NAME = 1061;
@@ -122,11 +123,10 @@ class MysqlStore extends common.SqlOutboxStoreBase {
    */
   constructor(db, options = {}) {
     super();
+    checkHandle(db, 'mysql2', (value) => kindOf(promiseFlavour(value)) !== null, 'MysqlStore needs a mysql2 Pool or Connection');
     const client = promiseFlavour(db);
     const kind = kindOf(client);
-    if (kind === null) {
-      throw common.invalidArgument('MysqlStore needs a mysql2 Pool or Connection', { reason: 'not a mysql2 client' });
-    }
+    checkOptionKeys(options, ['tables', 'maxAttempts', 'now', 'collation', 'timeoutMs', 'statementTimeoutMs'], 'MysqlStore');
     const opts = options ?? {};
     if (opts.collation !== undefined && !/^[A-Za-z0-9_]+$/.test(String(opts.collation))) {
       throw common.invalidArgument('options.collation must be a collation name', { field: 'collation', reason: 'not a collation name' });

@@ -11,6 +11,7 @@ const os = require('node:os');
 const { randomUUID } = require('node:crypto');
 const wasm = require('./wasm/idemflow.js');
 const { IdemflowError, fromWasm } = require('./errors.cjs');
+const { checkOptionKeys } = require('./options.cjs');
 
 const STORE_METHODS = Object.freeze(['claimOperations', 'renewLease', 'completeOperation', 'failOperation', 'releaseOperation']);
 const EVENTS = Object.freeze(['claimed', 'done', 'retry-scheduled', 'dead', 'released', 'lease-lost', 'stale-completion', 'store-error', 'stopped', 'quarantined']);
@@ -29,6 +30,9 @@ function call(fn) {
   }
 }
 
+const POLICY_OPTIONS = ['maxAttempts', 'baseDelayMs', 'maxDelayMs', 'leaseMs'];
+const CONSUMER_OPTIONS = [...POLICY_OPTIONS, 'concurrency', 'pollIntervalMs', 'owner', 'now', 'autoRenew'];
+
 function invalidArgument(message, details) {
   return new IdemflowError('INVALID_ARGUMENT', message, { details });
 }
@@ -41,7 +45,7 @@ function isClaimable(operation, now) {
 /** The policy as the core normalised it, and the questions the consumer asks of it. */
 function createPolicy(options) {
   const settings = {};
-  for (const key of ['maxAttempts', 'baseDelayMs', 'maxDelayMs', 'leaseMs']) {
+  for (const key of POLICY_OPTIONS) {
     if (options[key] !== undefined) settings[key] = options[key];
   }
   const text = call(() => wasm.outboxPolicy(settings));
@@ -187,6 +191,7 @@ class OutboxConsumer extends EventEmitter {
     }
     const opts = options ?? {};
     if (typeof opts !== 'object') throw invalidArgument('options must be an object', { field: 'options', reason: 'not an object' });
+    checkOptionKeys(opts, CONSUMER_OPTIONS, 'createOutboxConsumer');
     this.#store = store;
     this.#handlers = readHandlers(handlers);
     this.#types = [...this.#handlers.keys()];
@@ -256,6 +261,7 @@ class OutboxConsumer extends EventEmitter {
    */
   async stop(options = {}) {
     const opts = options ?? {};
+    checkOptionKeys(opts, ['timeoutMs', 'abortGraceMs'], 'consumer.stop');
     const timeoutMs = opts.timeoutMs === Infinity ? Infinity : wholeOption(opts.timeoutMs, 'timeoutMs', Infinity, 0, 2 ** 31 - 1);
     const abortGraceMs = wholeOption(opts.abortGraceMs, 'abortGraceMs', DEFAULT_ABORT_GRACE_MS, 0, 2 ** 31 - 1);
     const started = Date.now();
@@ -299,6 +305,7 @@ class OutboxConsumer extends EventEmitter {
 
   /** Rounds of runOnce until one claims nothing (or `maxRounds`); the summed counts. */
   async drain(options = {}) {
+    checkOptionKeys(options, ['maxRounds'], 'consumer.drain');
     const maxRounds = wholeOption((options ?? {}).maxRounds, 'maxRounds', 1000, 1, Number.MAX_SAFE_INTEGER);
     const total = { ...emptyTally(), rounds: 0 };
     while (total.rounds < maxRounds) {

@@ -9,9 +9,12 @@
 
 const { IdemflowError } = require('./errors.cjs');
 const common = require('./adapter-common.cjs');
+const { checkOptionKeys, checkHandle } = require('./options.cjs');
 
 const MIGRATION_LOCK = 'idemflow.migrate';
 const UNAVAILABLE_MESSAGE = /Connection terminated|connection error|not queryable|Cannot use a pool after calling end|timeout exceeded when trying to connect|Client was closed|PGlite is closed|closed/i;
+
+const STORE_OPTIONS = ['tables', 'maxAttempts', 'now', 'timeoutMs', 'statementTimeoutMs'];
 
 function quote(name) {
   return name.split('.').map((part) => `"${part}"`).join('.');
@@ -86,10 +89,9 @@ class PostgresStore extends common.SqlOutboxStoreBase {
    */
   constructor(db, options = {}) {
     super();
+    checkHandle(db, 'pg', (value) => kindOf(value) !== null, 'PostgresStore needs a pg Pool, a pg Client or a PGlite instance');
     const kind = kindOf(db);
-    if (kind === null) {
-      throw common.invalidArgument('PostgresStore needs a pg Pool, a pg Client or a PGlite instance', { reason: 'not a Postgres client' });
-    }
+    checkOptionKeys(options, STORE_OPTIONS, 'PostgresStore');
     const opts = options ?? {};
     this.#kind = kind;
     /** The pg Pool, pg Client or PGlite instance this store works through. */
@@ -197,6 +199,7 @@ class PostgresStore extends common.SqlOutboxStoreBase {
       // the transactions queued behind it time out in the queue meanwhile.
       return this.#serializer.run(() => {
         deadline.check();
+        checkConnected(this.client);
         return onConnection(this.client, common.guardedConnection(this.client, deadline, this.#watch), guarded, this.#timeouts);
       });
     }
@@ -231,6 +234,20 @@ class PostgresStore extends common.SqlOutboxStoreBase {
     } finally {
       release(broken ?? (watch.error === null ? undefined : watch.error));
     }
+  }
+}
+
+/**
+ * A pg Client nobody called connect() on queues every query until it
+ * connects, that is forever: refuse it at once instead. Connecting it here
+ * would break the host's own later connect() ("Client has already been
+ * connected"), so the host does it. Objects without pg's flags pass.
+ */
+function checkConnected(client) {
+  if (client._connecting === false && client._connected === false) {
+    throw common.invalidArgument('PostgresStore was handed a pg Client that is not connected: call `await client.connect()` before using the store (or pass a pg Pool, which connects by itself)', {
+      reason: 'client not connected',
+    });
   }
 }
 

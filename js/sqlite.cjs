@@ -8,6 +8,9 @@
 
 const { IdemflowError } = require('./errors.cjs');
 const common = require('./adapter-common.cjs');
+const { checkOptionKeys, checkHandle } = require('./options.cjs');
+
+const STORE_OPTIONS = ['tables', 'maxAttempts', 'now', 'busyTimeoutMs', 'synchronous', 'wal'];
 
 const DEFAULT_BUSY_TIMEOUT_MS = 5000;
 const SYNCHRONOUS = new Set(['OFF', 'NORMAL', 'FULL', 'EXTRA']);
@@ -117,9 +120,9 @@ class SqliteStore extends common.SqlOutboxStoreBase {
    */
   constructor(db, options = {}) {
     super();
-    if (!isHandle(db)) {
-      throw common.invalidArgument('SqliteStore needs a better-sqlite3 Database or a node:sqlite DatabaseSync', { reason: 'not a SQLite handle' });
-    }
+    checkHandle(db, 'sqlite', isHandle, 'SqliteStore needs a better-sqlite3 Database or a node:sqlite DatabaseSync');
+    // `owned` is how open() hands over the handle it opened.
+    checkOptionKeys(options, [...STORE_OPTIONS, 'owned'], 'SqliteStore');
     const opts = options ?? {};
     this.#db = db;
     this.#owned = opts.owned === true;
@@ -149,7 +152,9 @@ class SqliteStore extends common.SqlOutboxStoreBase {
    * node:sqlite (Node 22.13+); `options.driver` picks one.
    */
   static open(filename, options = {}) {
-    const driver = options.driver ?? (canRequire('better-sqlite3') ? 'better-sqlite3' : 'node:sqlite');
+    checkOptionKeys(options, ['driver', ...STORE_OPTIONS], 'SqliteStore.open');
+    const { driver: chosen, ...storeOptions } = options ?? {};
+    const driver = chosen ?? (canRequire('better-sqlite3') ? 'better-sqlite3' : 'node:sqlite');
     let db;
     try {
       if (driver === 'better-sqlite3') {
@@ -171,7 +176,7 @@ class SqliteStore extends common.SqlOutboxStoreBase {
       throw mapError(error);
     }
     try {
-      return new SqliteStore(db, { ...options, owned: true });
+      return new SqliteStore(db, { ...storeOptions, owned: true });
     } catch (error) {
       db.close();
       throw error;

@@ -73,7 +73,8 @@ const quoteMysql = (name) => name.split('.').map((part) => `\`${part}\``).join('
  * rawData(id), drop(), close()}`. Kinds: sqlite, sqlite-node, pg, mysql,
  * mongodb (pglite is shared in process: see openPglite).
  */
-export async function openStore(kind, { tables, file, ...options } = {}) {
+// url and poolSize configure the connection this helper opens; the rest are the store's own options.
+export async function openStore(kind, { tables, file, url, poolSize, ...options } = {}) {
   switch (kind) {
     case 'sqlite':
     case 'sqlite-node': {
@@ -96,7 +97,7 @@ export async function openStore(kind, { tables, file, ...options } = {}) {
     case 'pg': {
       const { default: pg } = await import('pg');
       const { PostgresStore } = await import('idemflow/postgres');
-      const pool = new pg.Pool({ connectionString: options.url ?? PG_URL, max: options.poolSize ?? 4 });
+      const pool = new pg.Pool({ connectionString: url ?? PG_URL, max: poolSize ?? 4 });
       pool.on('error', () => {}); // an idle client lost its server; the next query reports it
       const store = constructed(() => new PostgresStore(pool, { ...options, tables }), () => pool.end());
       return sqlHelpers(store, tables, quoteSql, async (sql, params) => (await pool.query(sql, params)).rows, () => pool.end(), '$1');
@@ -104,14 +105,14 @@ export async function openStore(kind, { tables, file, ...options } = {}) {
     case 'mysql': {
       const { default: mysql } = await import('mysql2/promise');
       const { MysqlStore } = await import('idemflow/mysql');
-      const pool = mysql.createPool({ uri: options.url ?? MYSQL_URL, connectionLimit: options.poolSize ?? 4 });
+      const pool = mysql.createPool({ uri: url ?? MYSQL_URL, connectionLimit: poolSize ?? 4 });
       const store = constructed(() => new MysqlStore(pool, { ...options, tables }), () => pool.end());
       return sqlHelpers(store, tables, quoteMysql, async (sql, params) => (await pool.query(sql, params))[0], () => pool.end(), '?');
     }
     case 'mongodb': {
       const { MongoClient } = await import('mongodb');
       const { MongoStore } = await import('idemflow/mongodb');
-      const client = new MongoClient(options.url ?? MONGODB_URL, { serverSelectionTimeoutMS: 5000, ...(options.poolSize ? { maxPoolSize: options.poolSize } : {}) });
+      const client = new MongoClient(url ?? MONGODB_URL, { serverSelectionTimeoutMS: 5000, ...(poolSize ? { maxPoolSize: poolSize } : {}) });
       await client.connect();
       const store = constructed(() => new MongoStore(client, { ...options, tables }), () => client.close());
       return {
