@@ -360,6 +360,17 @@ export interface MemorySnapshot {
   outbox: Map<string, StoredOperation>;
 }
 
+/**
+ * An InMemoryStore transaction: the methods, plus the draft view (the test
+ * view) as Maps over the same pending writes, kept or discarded with the
+ * transaction. set() checks a row with the store's readers; get() returns copies.
+ */
+export interface InMemoryTransaction extends StoreTransaction {
+  readonly workflows: Map<string, Workflow>;
+  readonly inbox: Map<string, Receipt & { recordedAt?: number }>;
+  readonly outbox: Map<string, Partial<StoredOperation> & Pick<OutboxOperation, 'type' | 'workflowId' | 'eventId'>>;
+}
+
 /** All-or-nothing transactions serialised within one process; not durable. */
 export class InMemoryStore implements Store, OutboxStore, OutboxAdmin {
   /** `options.now`: the clock for recordedAt, createdAt and updatedAt (default Date.now). */
@@ -370,7 +381,7 @@ export class InMemoryStore implements Store, OutboxStore, OutboxAdmin {
     options?: { now?: () => number },
   ): InMemoryStore;
   now(): number;
-  transaction<T>(fn: (tx: StoreTransaction) => Promise<T>): Promise<T>;
+  transaction<T>(fn: (tx: InMemoryTransaction) => Promise<T>): Promise<T>;
   process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
   snapshot(): MemorySnapshot;
   getWorkflow(id: string): Promise<Workflow | null>;

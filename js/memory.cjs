@@ -43,7 +43,146 @@ function byId(a, b) {
   return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
 }
 
-/** Reads see the transaction's own writes; nothing reaches the store until commit. */
+// A key the transaction deleted through its draft view: reads see nothing,
+// and commit removes the row.
+const DELETED = Symbol('deleted');
+
+const RECORD_KEYS = { workflows: 'id', inbox: 'eventId', outbox: 'id' };
+
+/**
+ * A row written through the draft view, checked now by the same reader the
+ * store uses to read it back, so a row the handle's methods or the outbox
+ * consumer could not read is refused at set() and never committed.
+ * Bookkeeping fields the handle's own insert methods stamp (recordedAt; an
+ * operation's status, attempts, times, lease and fencing token) are filled
+ * as those methods fill them when left out; what the row means is not guessed.
+ */
+function draftRecord(table, key, value, now) {
+  if (typeof key !== 'string' || key.length === 0) {
+    throw invalidArgument(`draft ${table} keys are non-empty strings`, { table, reason: 'key not a non-empty string' });
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw invalidArgument(`draft ${table} row ${key} must be an object`, { table, key, reason: 'not an object' });
+  }
+  let record;
+  try {
+    record = structuredClone(value);
+  } catch (cause) {
+    throw new IdemflowError('INVALID_ARGUMENT', `draft ${table} row ${key} cannot be copied: ${cause.message}`, {
+      details: { table, key, reason: 'not cloneable' }, cause,
+    });
+  }
+  const keyField = RECORD_KEYS[table];
+  if (record[keyField] === undefined) record[keyField] = key;
+  if (record[keyField] !== key) {
+    throw invalidArgument(`draft ${table} row stored under ${key} has ${keyField} ${JSON.stringify(record[keyField])}`, {
+      table, key, field: keyField, reason: 'key mismatch',
+    });
+  }
+  try {
+    if (table === 'workflows') {
+      workflowFromRecord(record);
+    } else if (table === 'inbox') {
+      record.recordedAt ??= now;
+      receiptFromRecord(record);
+    } else {
+      const defaults = {
+        payload: {}, status: 'pending', attempts: 0, nextAttemptAt: now, leaseOwner: null, leaseExpiresAt: null,
+        fencingToken: 0, lastError: null, createdAt: now, updatedAt: now,
+      };
+      for (const [field, fill] of Object.entries(defaults)) if (record[field] === undefined) record[field] = fill;
+      const view = operationView(operationRowFromRecord(record));
+      if (view.unreadable) {
+        throw new IdemflowError('INVALID_RECORD', `${view.unreadable.join(', ')} cannot be read`, {
+          details: { field: view.unreadable[0], reason: 'unreadable' },
+        });
+      }
+    }
+  } catch (error) {
+    if (!(error instanceof IdemflowError) || error.code !== 'INVALID_RECORD') throw error;
+    // The readers name columns (event_id); the draft's rows have fields (eventId).
+    const field = typeof error.details.field === 'string' ? fieldOf(error.details.field) : undefined;
+    throw new IdemflowError('INVALID_ARGUMENT', `draft ${table} row ${key} is not a row the store can read: ${error.message}`, {
+      details: { table, key, field, reason: error.details.reason }, cause: error,
+    });
+  }
+  return record;
+}
+
+/**
+ * One table of a transaction's draft view: a Map over the same pending
+ * writes as the handle's methods, so a row set here is seen by getWorkflow,
+ * insertOperation's uniqueness check and the rest, and is kept or discarded
+ * with the transaction. get() and iteration return copies: change a row by
+ * set()ting it back (an in-place change would otherwise skip the checks).
+ */
+class DraftTable extends Map {
+  #table;
+  #tx;
+
+  constructor(table, tx) {
+    super();
+    this.#table = table;
+    this.#tx = tx;
+  }
+
+  get size() {
+    let count = 0;
+    for (const _ of this.keys()) count += 1;
+    return count;
+  }
+
+  has(key) {
+    return this.#tx._draftRead(this.#table, key) !== undefined;
+  }
+
+  get(key) {
+    const record = this.#tx._draftRead(this.#table, key);
+    return record === undefined ? undefined : structuredClone(record);
+  }
+
+  set(key, value) {
+    this.#tx._draftWrite(this.#table, key, draftRecord(this.#table, key, value, this.#tx._now()));
+    return this;
+  }
+
+  delete(key) {
+    if (!this.has(key)) return false;
+    this.#tx._draftWrite(this.#table, key, DELETED);
+    return true;
+  }
+
+  clear() {
+    for (const key of [...this.keys()]) this.delete(key);
+  }
+
+  * keys() {
+    for (const key of this.#tx._draftKeys(this.#table)) yield key;
+  }
+
+  * entries() {
+    for (const key of this.keys()) yield [key, this.get(key)];
+  }
+
+  * values() {
+    for (const key of this.keys()) yield this.get(key);
+  }
+
+  [Symbol.iterator]() {
+    return this.entries();
+  }
+
+  forEach(callback, thisArg) {
+    for (const [key, value] of this.entries()) callback.call(thisArg, value, key, this);
+  }
+}
+
+/**
+ * Reads see the transaction's own writes; nothing reaches the store until
+ * commit. Besides its methods, the handle carries the draft view
+ * `{ workflows, inbox, outbox }` (Maps over the same pending writes) for
+ * tests and code written against a draft-of-Maps model.
+ */
 class MemoryTransaction {
   #data;
   #clock;
@@ -52,11 +191,37 @@ class MemoryTransaction {
   constructor(data, clock = Date.now) {
     this.#data = data;
     this.#clock = clock;
+    for (const table of ['workflows', 'inbox', 'outbox']) {
+      Object.defineProperty(this, table, { value: new DraftTable(table, this), enumerable: true });
+    }
   }
 
   #read(table, key) {
     const own = this.#writes[table];
-    return own.has(key) ? own.get(key) : this.#data[table].get(key);
+    const value = own.has(key) ? own.get(key) : this.#data[table].get(key);
+    return value === DELETED ? undefined : value;
+  }
+
+  /** @internal the draft view's access to the pending writes */
+  _draftRead(table, key) {
+    return this.#read(table, key);
+  }
+
+  /** @internal */
+  _draftWrite(table, key, record) {
+    this.#writes[table].set(key, record);
+  }
+
+  /** @internal the keys a read sees: held ones in order, then new ones */
+  * _draftKeys(table) {
+    const own = this.#writes[table];
+    for (const key of this.#data[table].keys()) if (this.#read(table, key) !== undefined) yield key;
+    for (const [key, value] of own) if (value !== DELETED && !this.#data[table].has(key)) yield key;
+  }
+
+  /** @internal */
+  _now() {
+    return this.#clock();
   }
 
   // Held records are read like a durable store's rows: checked, and copied by
@@ -112,7 +277,10 @@ class MemoryTransaction {
   /** @internal */
   commitTo(data) {
     for (const table of ['workflows', 'inbox', 'outbox']) {
-      for (const [key, value] of this.#writes[table]) data[table].set(key, value);
+      for (const [key, value] of this.#writes[table]) {
+        if (value === DELETED) data[table].delete(key);
+        else data[table].set(key, value);
+      }
     }
   }
 }

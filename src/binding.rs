@@ -97,6 +97,12 @@ module.exports.is_well_formed = function (text) {
 module.exports.is_array = function (value) {
   try { return Array.isArray(value); } catch (_) { return false; }
 };
+module.exports.is_binary = function (value) {
+  try {
+    return ArrayBuffer.isView(value) || value instanceof ArrayBuffer ||
+      (typeof SharedArrayBuffer === 'function' && value instanceof SharedArrayBuffer);
+  } catch (_) { return false; }
+};
 ")]
 extern "C" {
     /// `target[key]` when `key` is an own property (undefined otherwise), or a
@@ -111,6 +117,8 @@ extern "C" {
     fn is_well_formed(text: &JsValue) -> bool;
     /// `Array.isArray`, false for a revoked proxy (which can be neither read nor listed).
     fn is_array(value: &JsValue) -> bool;
+    /// A Buffer, typed array, DataView or ArrayBuffer: bytes, not an object to read fields from.
+    fn is_binary(value: &JsValue) -> bool;
 }
 
 thread_local! {
@@ -182,10 +190,22 @@ fn kind(value: &JsValue) -> &'static str {
 }
 
 fn as_event(value: &JsValue) -> Result<JsObject<'_>, Error> {
-    if value.is_object() && !is_array(value) {
+    // The JSON text of an event, or its bytes, is a common slip at a queue
+    // boundary: say what was passed and what to do, not "eventId is required".
+    if value.is_object() && !is_array(value) && !is_binary(value) {
         Ok(JsObject(value))
     } else {
-        let what = if value.is_undefined() { "missing" } else if value.is_null() { "null" } else { kind(value) };
+        let what = if value.is_undefined() {
+            "missing"
+        } else if value.is_null() {
+            "null"
+        } else if value.is_string() {
+            "a string: parse it first"
+        } else if is_binary(value) {
+            "a Buffer: decode and parse it first"
+        } else {
+            kind(value)
+        };
         Err(Error::InvalidEvent { field: "event".into(), reason: format!("must be an object, not {what}"), event_id: None })
     }
 }
