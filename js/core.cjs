@@ -2,6 +2,7 @@
 // The idiomatic JS face of the wasm core. Every decision is made in Rust;
 // this file converts values and errors and caches compiled rule sets.
 
+const { checkOptionKeys } = require('./options.cjs');
 const wasm = require('./wasm/idemflow.js');
 const { IdemflowError, fromWasm } = require('./errors.cjs');
 
@@ -134,7 +135,9 @@ class RuleSet {
    * its current version, or at `{ version }` (older versions stay loadable to
    * audit the receipts they wrote).
    */
-  static builtin(name, { version } = {}) {
+  static builtin(name, options = {}) {
+    checkOptionKeys(options ?? {}, ['version'], 'RuleSet.builtin');
+    const { version } = options ?? {};
     if (version !== undefined && typeof version !== 'number') {
       throw new IdemflowError('INVALID_ARGUMENT', `version must be a number, not ${typeof version}`, {
         details: { reason: 'version must be a number' },
@@ -236,12 +239,14 @@ function resolveRuleSet(ruleSet) {
 
 /** Throws INVALID_EVENT (with details.field) unless `event` is valid under the rule set. */
 function validateEvent(event, opts) {
+  checkOptionKeys(opts, ['ruleSet'], 'validateEvent');
   const ruleSet = resolveRuleSet(member(opts, 'ruleSet'));
   call(() => wasm.validateEvent(ruleSet.compiled, event));
 }
 
 /** A validated plain copy of the event: only its own members and declared fields. */
 function normalizeEvent(event, opts) {
+  checkOptionKeys(opts, ['ruleSet', 'type'], 'normalizeEvent');
   const compiled = resolveRuleSet(member(opts, 'ruleSet')).compiled;
   const type = member(opts, 'type');
   if (type !== undefined && typeof type !== 'string') {
@@ -252,6 +257,7 @@ function normalizeEvent(event, opts) {
 
 /** `fp1:` + hex SHA-256 of the canonical JSON of what the event means. */
 function fingerprint(event, opts) {
+  checkOptionKeys(opts, ['ruleSet'], 'fingerprint');
   const ruleSet = resolveRuleSet(member(opts, 'ruleSet'));
   return call(() => wasm.fingerprint(ruleSet.compiled, event));
 }
@@ -262,6 +268,7 @@ function fingerprint(event, opts) {
  * the stored workflow (or null).
  */
 function decide(input) {
+  checkOptionKeys(input, ['event', 'receipt', 'workflow', 'ruleSet'], 'decide');
   const event = member(input, 'event', 'INVALID_EVENT');
   const receipt = member(input, 'receipt') ?? null;
   const workflow = member(input, 'workflow') ?? null;
@@ -271,6 +278,7 @@ function decide(input) {
 
 /** The same decision from JSON text `{"event":…,"receipt":…,"workflow":…}`, for hot loops. */
 function decideJSON(text, opts) {
+  checkOptionKeys(opts, ['ruleSet'], 'decideJSON');
   const compiled = resolveRuleSet(member(opts, 'ruleSet')).compiled;
   if (typeof text !== 'string') {
     throw new IdemflowError('INVALID_ARGUMENT', 'decideJSON takes JSON text', { details: { reason: 'not a string' } });

@@ -4,6 +4,7 @@
 // It also implements the outbox store interface (docs/outbox.md) the
 // consumer drives: every outbox method runs alone, like one SQL statement.
 
+const { checkOptionKeys } = require('./options.cjs');
 const { IdemflowError } = require('./errors.cjs');
 const { processEvent } = require('./host.cjs');
 const { isClaimable } = require('./outbox.cjs');
@@ -297,6 +298,7 @@ class InMemoryStore extends OutboxStoreBase {
    */
   constructor(workflows = [], options = {}) {
     super();
+    checkOptionKeys(options ?? {}, ['now'], 'InMemoryStore');
     this.#clock = resolveClock((options ?? {}).now);
     for (const workflow of workflows) {
       const id = workflow !== null && typeof workflow === 'object' ? workflow.id : undefined;

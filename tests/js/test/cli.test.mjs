@@ -102,7 +102,7 @@ test('rules table --json prints the draft rows on stdout and names the failing p
   const rows = JSON.parse(stdout);
   assert.deepEqual(rows.find((r) => r.rule === 'rules[1]'), {
     event: 'SHIPMENT_REQUESTED', statuses: ['shipping'], guard: [], rule: 'rules[1]',
-    answer: { outcome: 'applied', to: 'shipping', record: [], clear: [], emit: [{ type: 'CREATE_SHIPMENT', id: 'create-shipment:{workflowId}', payload: [] }], revisionStep: 1 },
+    answer: { outcome: 'applied', to: 'shipping', record: [], clear: [], emit: [{ type: 'CREATE_SHIPMENT', id: 'create-shipment:{workflowId}', payload: [], recurring: false }], revisionStep: 1 },
     summary: 'applied → shipping; emits CREATE_SHIPMENT `create-shipment:{workflowId}`',
   });
   assert.equal(stderr, "idemflow: not verified, failing: operation-ids-unique (see 'idemflow rules verify')\n");

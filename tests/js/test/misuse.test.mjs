@@ -174,3 +174,26 @@ describe('an unknown option key is refused, naming the nearest known one', () =>
     }
   });
 });
+
+it('the core entry points and the in-memory store refuse unknown option keys, naming the nearest known one', async () => {
+  const { InMemoryStore, RuleSet, decide, decideJSON, fingerprint, normalizeEvent, validateEvent } = await import('idemflow');
+  const event = { eventId: 'e1', workflowId: 'swap-1', type: 'DEADLINE_PASSED' };
+  const calls = [
+    [() => RuleSet.builtin('deposit-swap', { verison: 1 }), 'verison', 'version'],
+    [() => new InMemoryStore([], { nwo: () => 0 }), 'nwo', 'now'],
+    [() => validateEvent(event, { ruleset: 'deposit-swap' }), 'ruleset', 'ruleSet'],
+    [() => fingerprint(event, { rulSet: 'deposit-swap' }), 'rulSet', 'ruleSet'],
+    [() => normalizeEvent(event, { typ: 'DEADLINE_PASSED' }), 'typ', 'type'],
+    [() => decide({ event, receipt: null, workflows: null }), 'workflows', 'workflow'],
+    [() => decideJSON('{}', { ruleSets: 'deposit-swap' }), 'ruleSets', 'ruleSet'],
+  ];
+  for (const [call, key, suggestion] of calls) {
+    assert.throws(call, (error) => {
+      assert.equal(error.code, 'INVALID_ARGUMENT');
+      assert.equal(error.disposition, 'fatal');
+      assert.equal(error.details.field, key);
+      assert.equal(error.details.suggestion, suggestion);
+      return true;
+    }, key);
+  }
+});
