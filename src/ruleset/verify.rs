@@ -182,7 +182,23 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
                         };
                         fail(&mut failures, "guards-read-recorded-fields", &|| {
                             let mut example = explorer.path(node, Some(&step));
-                            example["field"] = json!(rule_set.fields[*field].name);
+                            let name = &rule_set.fields[*field].name;
+                            example["field"] = json!(name);
+                            example["status"] = json!(rule_set.state_name(state.at));
+                            example["rule"] = json!(rule.origin);
+                            // Say what to change, not only where it breaks.
+                            let guard_rule = &rule.origin;
+                            let status = rule_set.state_name(state.at);
+                            example["fix"] = json!(match &explorer.parents[node] {
+                                Some((_, entered)) => format!(
+                                    "{status:?} is entered by {} ({}) without {name:?} recorded: record {name:?} in that rule, or take {name:?} out of the guard of {guard_rule}",
+                                    rule_set.rules[entered.rule].origin,
+                                    rule_set.events[entered.event].name,
+                                ),
+                                None => format!(
+                                    "{status:?} is a start status, where nothing is recorded: take {name:?} out of the guard of {guard_rule} for {status:?}"
+                                ),
+                            });
                             example
                         });
                     }
