@@ -160,6 +160,56 @@ async function processOnStoppedServer(db, kind) {
   }
 }
 
+/** A second connection that holds a row lock on a workflow, as another process would. */
+async function lockHolder(kind, url) {
+  if (kind === 'pg') {
+    const { default: pg } = await import('pg');
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    return {
+      lock: async (table) => {
+        await client.query('BEGIN');
+        await client.query(`SELECT * FROM "${table}" WHERE id = 'wf-1' FOR UPDATE`);
+      },
+      release: () => client.query('ROLLBACK'),
+      end: () => client.end(),
+    };
+  }
+  const { default: mysql } = await import('mysql2/promise');
+  const connection = await mysql.createConnection({ uri: url });
+  return {
+    lock: async (table) => {
+      await connection.query('START TRANSACTION');
+      await connection.query(`SELECT * FROM \`${table}\` WHERE id = 'wf-1' FOR UPDATE`);
+    },
+    release: () => connection.query('ROLLBACK'),
+    end: () => connection.end(),
+  };
+}
+
+/**
+ * store.process behind a row lock held past statementTimeoutMs: `check` judges
+ * the outcome; nothing of the ended transaction may be kept.
+ */
+async function processBehindAHeldLock(db, kind, check) {
+  const tables = tablesFor(uniquePrefix());
+  const helper = await openStore(kind, { url: db.url, tables, poolSize: 2, statementTimeoutMs: 300, timeoutMs: 10_000 });
+  let holder;
+  try {
+    await helper.store.migrate();
+    await helper.store.putWorkflow(workflow('wf-1'));
+    holder = await lockHolder(kind, db.url);
+    await holder.lock(tables.workflows);
+    check(await watched(helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })));
+    await holder.release();
+    assert.equal(await helper.count('inbox'), 0, 'nothing of the timed-out transaction was kept');
+  } finally {
+    await holder?.end().catch(() => {});
+    await helper.drop().catch(() => {});
+    await helper.close();
+  }
+}
+
 function assertRun(figures, t) {
   t.diagnostic(`${figures.faults} faults (${figures.injected.join(', ')}), ${figures.deliveries} deliveries of ${figures.eventIds} event ids, `
     + `crashes ${figures.crashes}, losses ${figures.losses}, duplicates ${figures.duplicates}, orphan receipts ${figures.orphanReceipts}; `
@@ -198,26 +248,10 @@ describe('faults on a PostgreSQL 15 server of its own', { skip: postgresMissing(
   });
 
   it('a lock held past statementTimeoutMs: the statement is ended on the server, STORE_UNAVAILABLE reason timeout (57014)', async () => {
-    const tables = tablesFor(uniquePrefix());
-    const helper = await openStore('pg', { url: db.url, tables, poolSize: 2, statementTimeoutMs: 300, timeoutMs: 10_000 });
-    const { default: pg } = await import('pg');
-    const holder = new pg.Client({ connectionString: db.url });
-    try {
-      await helper.store.migrate();
-      await helper.store.putWorkflow(workflow('wf-1'));
-      await holder.connect();
-      await holder.query('BEGIN');
-      await holder.query(`SELECT * FROM "${tables.workflows}" WHERE id = 'wf-1' FOR UPDATE`);
-      const outcome = await watched(helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' }));
+    await processBehindAHeldLock(db, 'pg', (outcome) => {
       assertTimeout(outcome, 'store.process behind a held lock');
       assert.equal(outcome.error.details.driverCode, '57014');
-      await holder.query('ROLLBACK');
-      assert.equal(await helper.count('inbox'), 0, 'nothing of the timed-out transaction was kept');
-    } finally {
-      await holder.end().catch(() => {});
-      await helper.drop().catch(() => {});
-      await helper.close();
-    }
+    });
   });
 
   it(`${DELIVERIES} deliveries through 4 worker processes while backends are terminated, the server restarted, stopped and its tablespace filled`, async (t) => {
@@ -250,28 +284,13 @@ describe('faults on a MariaDB server of its own', { skip: mariadbMissing() ?? fa
   });
 
   it('a lock held past statementTimeoutMs: the statement is ended on the server, STORE_UNAVAILABLE reason timeout (1969)', async () => {
-    const tables = tablesFor(uniquePrefix());
-    const helper = await openStore('mysql', { url: db.url, tables, poolSize: 2, statementTimeoutMs: 300, timeoutMs: 10_000 });
-    const { default: mysql } = await import('mysql2/promise');
-    const holder = await mysql.createConnection({ uri: db.url });
-    try {
-      await helper.store.migrate();
-      await helper.store.putWorkflow(workflow('wf-1'));
-      await holder.query('START TRANSACTION');
-      await holder.query(`SELECT * FROM \`${tables.workflows}\` WHERE id = 'wf-1' FOR UPDATE`);
-      const outcome = await watched(helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' }));
+    await processBehindAHeldLock(db, 'mysql', (outcome) => {
       assert.notEqual(outcome, 'watchdog');
       // The server ends the wait either as a statement timeout or as a lock wait timeout (a lost race, re-run until maxAttempts).
       assert.ok(outcome.error instanceof IdemflowError, String(outcome.error));
       assert.equal(outcome.error.disposition, 'retry');
       assert.ok(['1969', '1205'].includes(outcome.error.details.driverCode), `driverCode ${outcome.error.details.driverCode}`);
-      await holder.query('ROLLBACK');
-      assert.equal(await helper.count('inbox'), 0, 'nothing of the timed-out transaction was kept');
-    } finally {
-      await holder.end().catch(() => {});
-      await helper.drop().catch(() => {});
-      await helper.close();
-    }
+    });
   });
 
   it(`${DELIVERIES} deliveries through 4 worker processes while connections are killed and the server restarted and stopped`, async (t) => {
