@@ -340,11 +340,16 @@ export interface StoreTransaction {
 /** What processEvent needs of a store. */
 export interface Store {
   transaction<T>(fn: (tx: StoreTransaction) => Promise<T>): Promise<T>;
-  maxAttempts?: number;
+  /** Re-runs of a cycle after a lost race, when processEvent is not given its own. */
+  readonly raceRetries?: number;
+  /** @deprecated raceRetries + 1. */
+  readonly maxAttempts?: number;
 }
 
 export interface ProcessOptions extends RuleSetOption {
-  /** Whole read-decide-write cycles to try when a concurrent writer wins (default 5). */
+  /** How many times the read-decide-write cycle runs again when a concurrent writer wins (default 4). */
+  raceRetries?: number;
+  /** @deprecated raceRetries + 1: the whole cycles to try (default 5). */
   maxAttempts?: number;
   /** Refuse events of any other type (INVALID_EVENT, field "type"). */
   type?: string;

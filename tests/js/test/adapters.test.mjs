@@ -10,9 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { InMemoryStore, IdemflowError, RuleSet, processEvent } from 'idemflow';
-import {
-  MONGODB_URL, MYSQL_URL, PG_URL, hasNodeSqlite, mongoSetRaw, openPglite, openStore, tablesFor, tempDir, uniquePrefix,
-} from '../workers/backends.mjs';
+import { BACKENDS, MYSQL_URL, PG_URL, hasNodeSqlite, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
@@ -557,73 +555,16 @@ function memoryHarness() {
   return { store, reopen: async () => store, corrupt, count: async (which) => snapshot()[which].size, rawData: null, close: async () => {} };
 }
 
-const suites = [
-  { id: 'memory', name: 'in-memory store', durable: false, setup: async () => ({ fresh: async () => memoryHarness(), close: async () => {} }) },
-  {
-    id: 'sqlite', name: 'SQLite file via better-sqlite3', durable: true,
+// The backends of workers/backends.mjs, each over fresh tables per case.
+const suites = BACKENDS.map((backend) => (backend.durable
+  ? {
+    ...backend,
     setup: async () => {
-      const dir = tempDir('sqlite');
-      return {
-        fresh: () => durableHarness((tables, options) => openStore('sqlite', { ...options, tables, file: path.join(dir, `${tables.inbox}.db`) })),
-        close: async () => fs.rmSync(dir, { recursive: true, force: true }),
-      };
+      const env = await backend.setup();
+      return { fresh: () => durableHarness((tables, options) => env.open(tables, options)), close: () => env.close() };
     },
-  },
-  {
-    id: 'sqlite-node', name: 'SQLite file via node:sqlite', durable: true,
-    skip: hasNodeSqlite() ? false : `node:sqlite needs Node 22.13+ (this is ${process.version}); the Node 22 run below covers it`,
-    setup: async () => {
-      const dir = tempDir('node-sqlite');
-      return {
-        fresh: () => durableHarness((tables, options) => openStore('sqlite-node', { ...options, tables, file: path.join(dir, `${tables.inbox}.db`) })),
-        close: async () => fs.rmSync(dir, { recursive: true, force: true }),
-      };
-    },
-  },
-  {
-    id: 'pglite', name: 'PostgreSQL via PGlite (in process)', durable: true,
-    setup: async () => {
-      const pglite = await openPglite();
-      return { fresh: () => durableHarness(async (tables, options) => pglite.open(tables, options)), close: () => pglite.close() };
-    },
-  },
-  {
-    id: 'pg', name: 'PostgreSQL server', durable: true,
-    skip: PG_URL ? false : 'set IDEMFLOW_PG_URL=postgres://user@host:5432/db to run the conformance suite on a PostgreSQL server',
-    setup: async () => ({ fresh: () => durableHarness((tables, options) => openStore('pg', { ...options, tables })), close: async () => {} }),
-  },
-  {
-    id: 'mysql', name: 'MariaDB/MySQL server', durable: true,
-    skip: MYSQL_URL ? false : 'set IDEMFLOW_MYSQL_URL=mysql://user@host:3306/db to run the conformance suite on MariaDB or MySQL',
-    setup: async () => ({ fresh: () => durableHarness((tables, options) => openStore('mysql', { ...options, tables })), close: async () => {} }),
-  },
-  {
-    // Runs the adapter's own code everywhere; the real driver and server run in the suite below when the URL is set.
-    id: 'mongodb-fake', name: 'MongoStore over an in-process fake of the driver (not a MongoDB server)', durable: true,
-    setup: async () => {
-      const { FakeMongoClient } = await import('../workers/mongo-fake.mjs');
-      const { MongoStore } = await import('idemflow/mongodb');
-      const client = new FakeMongoClient();
-      const open = async (tables, options) => {
-        const store = new MongoStore(client, { ...options, tables, db: 'conformance' });
-        return {
-          store,
-          count: (which) => store.db.collection(tables[which]).countDocuments(),
-          rawData: async (id) => (await store.db.collection(tables.workflows).findOne({ _id: id }))?.data ?? null,
-          setRaw: mongoSetRaw(store.db, tables),
-          drop: async () => { for (const name of Object.values(tables)) await store.db.collection(name).drop(); },
-          close: async () => {},
-        };
-      };
-      return { fresh: () => durableHarness(open), close: () => client.close() };
-    },
-  },
-  {
-    id: 'mongodb', name: 'MongoDB replica set', durable: true,
-    skip: MONGODB_URL ? false : 'no MongoDB here: set IDEMFLOW_MONGODB_URL=mongodb://host/db?replicaSet=rs0 to run the conformance suite on MongoDB',
-    setup: async () => ({ fresh: () => durableHarness((tables, options) => openStore('mongodb', { ...options, tables })), close: async () => {} }),
-  },
-];
+  }
+  : { ...backend, setup: async () => ({ fresh: async () => memoryHarness(), close: async () => {} }) }));
 
 for (const suite of suites) {
   if (only && !only.has(suite.id)) continue;
@@ -761,7 +702,7 @@ if (!only) {
 
     it('the MongoDB adapter type-checks against the driver\'s own types', () => {
       const tsc = path.join(here, '..', 'node_modules', 'typescript', 'bin', 'tsc');
-      const adapter = path.join(here, '..', 'node_modules', 'idemflow', 'mongodb.cjs');
+      const adapter = path.join(here, '..', 'node_modules', 'idemflow', 'adapters', 'mongodb', 'index.cjs');
       assert.match(fs.readFileSync(adapter, 'utf8'), /^\/\/ @ts-check/);
       const run = spawnSync(process.execPath, [tsc, '--noEmit', '--allowJs', '--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext',
         '--target', 'es2022', '--types', 'node', '--skipLibCheck', '--maxNodeModuleJsDepth', '1', adapter], { encoding: 'utf8' });
