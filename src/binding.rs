@@ -7,7 +7,8 @@ use js_sys::{JsString, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use crate::decide::{self, plan_deposit_confirmation};
+use crate::compat::plan_deposit_confirmation;
+use crate::decide::{self};
 use crate::error::{Error, CODES};
 use crate::event::{validate, validate_as};
 use crate::field::MAX_TEXT_BYTES;
@@ -430,8 +431,8 @@ pub fn memory_bytes() -> f64 {
 pub fn outbox_policy(options: JsValue) -> JsResult<String> {
     let options = as_record(&options, "outbox options").map_err(throw)?;
     match options {
-        Some(source) => crate::outbox::policy_json(&source),
-        None => crate::outbox::policy_json(&serde_json::Map::new()),
+        Some(source) => json::outbox::policy_json(&source),
+        None => json::outbox::policy_json(&serde_json::Map::new()),
     }
     .map_err(throw)
 }
@@ -439,29 +440,29 @@ pub fn outbox_policy(options: JsValue) -> JsResult<String> {
 /// `{"operationId", "attempt"}` (JSON text) in; `{"attempt", "ceilingMs", "delayMs"}` out.
 #[wasm_bindgen(js_name = outboxBackoff)]
 pub fn outbox_backoff(policy: &str, request: &str) -> JsResult<String> {
-    crate::outbox::backoff_json(policy, request).map_err(throw)
+    json::outbox::backoff_json(policy, request).map_err(throw)
 }
 
 /// When a claim taken or renewed at `now` expires.
 #[wasm_bindgen(js_name = outboxLeaseExpiresAt)]
 pub fn outbox_lease_expires_at(policy: &str, now: f64) -> JsResult<f64> {
-    crate::outbox::lease_expires_at_args(policy, now).map(|t| t as f64).map_err(throw)
+    json::outbox::lease_expires_at_args(policy, now).map(|t| t as f64).map_err(throw)
 }
 
 /// Whether a stored operation may be claimed at `now`.
 #[wasm_bindgen(js_name = outboxClaimable)]
 pub fn outbox_claimable(status: &str, next_attempt_at: f64, lease_expires_at: Option<f64>, now: f64) -> JsResult<bool> {
-    crate::outbox::claimable_args(status, next_attempt_at, lease_expires_at, now).map_err(throw)
+    json::outbox::claimable_args(status, next_attempt_at, lease_expires_at, now).map_err(throw)
 }
 
 /// `{"verdict":"run"}`, or dead when the claim is past `maxAttempts`.
 #[wasm_bindgen(js_name = outboxAdmit)]
 pub fn outbox_admit(policy: &str, attempts: f64) -> JsResult<String> {
-    crate::outbox::admit_json(policy, attempts).map_err(throw)
+    json::outbox::admit_json(policy, attempts).map_err(throw)
 }
 
 /// A handler's result (JSON text) in; the verdict to record out.
 #[wasm_bindgen(js_name = outboxClassify)]
 pub fn outbox_classify(policy: &str, request: &str) -> JsResult<String> {
-    crate::outbox::classify_json(policy, request).map_err(throw)
+    json::outbox::classify_json(policy, request).map_err(throw)
 }

@@ -283,7 +283,7 @@ fn decision_vectors_cover_every_cell_and_row_of_each_deposit_swap_version() {
             .filter(|c| c["ruleSetVersion"] == version)
             .collect();
         let mut cells = 0;
-        for event in &rules.events {
+        for event in rules.events() {
             for state in 0..rules.state_count() {
                 let wanted = format!("{} in {}: ", event.name, rules.state_name(state));
                 let named = cases.iter().filter(|c| name(c).starts_with(&wanted)).count();
@@ -319,7 +319,7 @@ fn decision_vectors_cover_every_cell_and_row_of_each_deposit_swap_version() {
                 );
             }
         }
-        assert_eq!(cells, rules.events.len() * rules.state_count());
+        assert_eq!(cells, rules.events().len() * rules.state_count());
     }
 }
 
@@ -599,7 +599,7 @@ fn the_decision_table_prints_one_row_per_rule_and_event_type() {
     for row in table::rows(rules) {
         cells += row.states.len();
     }
-    assert_eq!(cells, rules.events.len() * rules.state_count());
+    assert_eq!(cells, rules.events().len() * rules.state_count());
 }
 
 // ---------------------------------------------------------------------- JCS
@@ -684,7 +684,7 @@ fn seed_workflow(status: &str) -> Value {
 
 #[test]
 fn plan_deposit_confirmation_answers_as_the_seed_did() {
-    use idemflow::decide::plan_deposit_confirmation as plan;
+    use idemflow::compat::plan_deposit_confirmation as plan;
     let event = seed_event();
     let event = object(&event);
     let plan_in = |status: &str| {

@@ -4,8 +4,8 @@
 //! the bad part) and then proves its properties (see `verify`).
 
 mod load;
-pub mod order;
-pub mod reorder;
+pub(crate) mod order;
+pub(crate) mod reorder;
 pub mod table;
 pub mod verify;
 
@@ -161,17 +161,17 @@ pub struct RuleSet {
     pub version: u64,
     pub description: Option<String>,
     pub hash: String,
-    pub definition: Value,
-    pub statuses: Vec<Status>,
-    pub fields: Vec<Field>,
-    pub events: Vec<EventType>,
-    pub rules: Vec<Rule>,
+    pub(crate) definition: Value,
+    pub(crate) statuses: Vec<Status>,
+    pub(crate) fields: Vec<Field>,
+    pub(crate) events: Vec<EventType>,
+    pub(crate) rules: Vec<Rule>,
     /// `cells[event][state]`: the rules that answer that pair. A verified rule
     /// set has exactly one in every cell.
-    pub cells: Vec<Vec<Vec<usize>>>,
+    pub(crate) cells: Vec<Vec<Vec<usize>>>,
     /// What the producers promise about the order of events, when the rule
     /// set claims to be reorder-safe (its `order` section).
-    pub order: Option<order::Order>,
+    pub(crate) order: Option<order::Order>,
 }
 
 impl RuleSet {
@@ -234,6 +234,25 @@ impl RuleSet {
         }
         let loaded = RuleSet::from_json(builtin.text)?;
         Ok(builtin.cell.get_or_init(|| loaded))
+    }
+
+    /// The definition as loaded (the JSON its hash is taken over).
+    pub fn definition(&self) -> &Value {
+        &self.definition
+    }
+
+    /// Read-only views: the tables are filled and cross-checked by loading,
+    /// so they are not open to change from outside the crate.
+    pub fn statuses(&self) -> &[Status] {
+        &self.statuses
+    }
+
+    pub fn fields(&self) -> &[Field] {
+        &self.fields
+    }
+
+    pub fn events(&self) -> &[EventType] {
+        &self.events
     }
 
     pub fn status_index(&self, name: &str) -> Option<usize> {
