@@ -29,7 +29,12 @@ fn to_text<T: Serialize>(value: &T) -> Result<String> {
 
 /// The settings (absent ones defaulted) as JSON text, with `renewEveryMs`.
 pub fn policy_json(options: &dyn Source) -> Result<String> {
-    Ok(Policy::from_source(options)?.to_json().to_string())
+    Ok(settings_json(&Policy::from_source(options)?))
+}
+
+/// A policy's settings as the text [`policy_from_json`] reads back.
+pub fn settings_json(policy: &Policy) -> String {
+    policy.to_json().to_string()
 }
 
 #[derive(Deserialize)]
@@ -39,9 +44,13 @@ struct BackoffRequest {
     attempt: f64,
 }
 
+// Each request has two entry points: under a policy already read (the
+// binding's compiled handle) and under the policy's text (the free functions
+// it keeps for callers that hold the text). The text form reads the policy
+// and calls the first, so both answer alike, errors included.
+
 /// `{"operationId", "attempt"}` in; `{"attempt", "ceilingMs", "delayMs"}` out.
-pub fn backoff_json(policy: &str, request: &str) -> Result<String> {
-    let policy = policy_from_json(policy)?;
+pub fn backoff(policy: &Policy, request: &str) -> Result<String> {
     let request: BackoffRequest = parse(request, "backoff request")?;
     let attempt = attempt_number(request.attempt)?;
     Ok(json!({
@@ -52,11 +61,18 @@ pub fn backoff_json(policy: &str, request: &str) -> Result<String> {
     .to_string())
 }
 
+pub fn backoff_json(policy: &str, request: &str) -> Result<String> {
+    backoff(&policy_from_json(policy)?, request)
+}
+
 /// `{"verdict": "run"}` or `{"verdict": "dead", "reason": "claims-expired", "lastError"}`.
-pub fn admit_json(policy: &str, attempts: f64) -> Result<String> {
-    let policy = policy_from_json(policy)?;
+pub fn admit(policy: &Policy, attempts: f64) -> Result<String> {
     let attempts = whole(attempts, "attempts", 0, u32::MAX as u64)? as u32;
     to_text(&policy.admit(attempts)?)
+}
+
+pub fn admit_json(policy: &str, attempts: f64) -> Result<String> {
+    admit(&policy_from_json(policy)?, attempts)
 }
 
 #[derive(Deserialize)]
@@ -90,8 +106,7 @@ struct ResultRequest {
 /// "name"?, "code"?, "message"?, "retryable"?, "disposition"?, "stopping"?}}`
 /// in; the [`Verdict`] out. A `disposition` that is not one of idemflow's
 /// is ignored (another library's errors may carry the word).
-pub fn classify_json(policy: &str, request: &str) -> Result<String> {
-    let policy = policy_from_json(policy)?;
+pub fn classify(policy: &Policy, request: &str) -> Result<String> {
     let request: ClassifyRequest = parse(request, "classify request")?;
     let attempt = attempt_number(request.attempt)?;
     let now = time_ms(request.now, "now")?;
@@ -111,6 +126,10 @@ pub fn classify_json(policy: &str, request: &str) -> Result<String> {
     to_text(&policy.classify(&request.operation_id, attempt, now, &result))
 }
 
+pub fn classify_json(policy: &str, request: &str) -> Result<String> {
+    classify(&policy_from_json(policy)?, request)
+}
+
 /// The claim condition for one stored operation.
 pub fn claimable_args(status: &str, next_attempt_at: f64, lease_expires_at: Option<f64>, now: f64) -> Result<bool> {
     let status = Status::parse(status).ok_or_else(|| Error::InvalidRecord {
@@ -123,9 +142,13 @@ pub fn claimable_args(status: &str, next_attempt_at: f64, lease_expires_at: Opti
     claimable(status, next_attempt_at, lease_expires_at, time_ms(now, "now")?)
 }
 
-/// When a claim taken at `now` expires, under `policy`.
+/// When a claim taken (or renewed) at `now` expires, under `policy`.
+pub fn lease_expires_at(policy: &Policy, now: f64) -> Result<u64> {
+    Ok(policy.lease_expires_at(time_ms(now, "now")?))
+}
+
 pub fn lease_expires_at_args(policy: &str, now: f64) -> Result<u64> {
-    Ok(policy_from_json(policy)?.lease_expires_at(time_ms(now, "now")?))
+    lease_expires_at(&policy_from_json(policy)?, now)
 }
 
 #[cfg(test)]
