@@ -17,6 +17,7 @@ const FINGERPRINT: &str = include_str!("vectors/fingerprint.json");
 const VALIDATION: &str = include_str!("vectors/validation.json");
 const DECISIONS: &str = include_str!("vectors/decisions.json");
 const RULESETS: &str = include_str!("vectors/rulesets.json");
+const OUTBOX: &str = include_str!("vectors/outbox.json");
 
 // ------------------------------------------------------------------ helpers
 
@@ -818,4 +819,27 @@ fn bad_outbox_options_are_the_same_coded_error_everywhere() {
     define_throwing_getter(&options, "leaseMs", "boom");
     let free = expect_err("throwing getter", binding::outbox_policy(options.clone()));
     same_answer("throwing getter", binding::compile_outbox_policy(options).map(|_| ()), Err::<(), _>(free));
+}
+
+#[wasm_bindgen_test]
+fn outbox_claim_vectors_through_outbox_claimable() {
+    for case in cases(OUTBOX) {
+        let operation = &case["operation"];
+        // Times reach the binding as JS numbers: 2^53 - 1 is exact in an f64.
+        let time = |value: &Value| value.as_f64().expect("a time is a number");
+        let answer = binding::outbox_claimable(
+            operation["status"].as_str().unwrap(),
+            time(&operation["nextAttemptAt"]),
+            operation["leaseExpiresAt"].as_f64(),
+            time(&case["now"]),
+        );
+        match (answer, case.get("error")) {
+            (Ok(claimable), None) => assert_eq!(Value::Bool(claimable), case["claimable"], "{}", name(&case)),
+            (Err(error), Some(expected)) => {
+                assert_thrown(name(&case), error, expected);
+            }
+            (Ok(claimable), Some(expected)) => panic!("{}: expected {expected}, got {claimable}", name(&case)),
+            (Err(error), None) => panic!("{}: threw {}", name(&case), thrown(name(&case), error).message),
+        }
+    }
 }
