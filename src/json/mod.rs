@@ -10,7 +10,10 @@ use crate::fingerprint::fingerprint;
 use crate::input::Source;
 use crate::ruleset::RuleSet;
 
-fn parse_object(text: &str, what: &str) -> Result<Map<String, Value>> {
+pub mod outbox;
+
+/// JSON text that must hold an object; `what` names it in the error.
+pub(crate) fn parse_object(text: &str, what: &str) -> Result<Map<String, Value>> {
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(other) => Err(Error::InvalidArgument { reason: format!("{what} must be a JSON object, not {}", kind(&other)) }),
