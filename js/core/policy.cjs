@@ -18,14 +18,15 @@ function createPolicy(options) {
   for (const key of POLICY_OPTIONS) {
     if (options[key] !== undefined) settings[key] = options[key];
   }
-  const text = call(() => wasm.outboxPolicy(settings));
-  const backoff = (operationId, attempt) => JSON.parse(call(() => wasm.outboxBackoff(text, JSON.stringify({ operationId, attempt }))));
+  // Compiled once in wasm and held for the life of the consumer (a handful per process), not re-parsed per call.
+  const compiled = call(() => wasm.compileOutboxPolicy(settings));
+  const backoff = (operationId, attempt) => JSON.parse(call(() => compiled.backoff(JSON.stringify({ operationId, attempt }))));
   return {
-    settings: Object.freeze(JSON.parse(text)),
+    settings: Object.freeze(JSON.parse(compiled.settingsJson())),
     backoff,
-    leaseExpiresAt: (now) => call(() => wasm.outboxLeaseExpiresAt(text, now)),
-    admit: (attempts) => JSON.parse(call(() => wasm.outboxAdmit(text, attempts))),
-    classify: (request) => JSON.parse(call(() => wasm.outboxClassify(text, JSON.stringify(request)))),
+    leaseExpiresAt: (now) => call(() => compiled.leaseExpiresAt(now)),
+    admit: (attempts) => JSON.parse(call(() => compiled.admit(attempts))),
+    classify: (request) => JSON.parse(call(() => compiled.classify(JSON.stringify(request)))),
   };
 }
 
