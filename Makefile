@@ -96,6 +96,8 @@ bench: examples
 	@echo
 	cd tests/js && node bench/adapters.mjs
 	@echo
+	cd tests/js && node bench/batch.mjs
+	@echo
 	cd tests/js && node bench/brokers.mjs
 
 clean:

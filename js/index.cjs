@@ -6,6 +6,7 @@ const { RuleSet } = require('./core/rules.cjs');
 const core = require('./core/decide.cjs');
 const { processEvent, processDepositConfirmed, commitWriteSet } = require('./core/host.cjs');
 const { createDeliveryHandler } = require('./core/delivery.cjs');
+const { processBatch } = require('./core/batch.cjs');
 const { InMemoryStore } = require('./adapters/memory/index.cjs');
 const { createOutboxConsumer } = require('./outbox/consumer.cjs');
 
@@ -21,6 +22,7 @@ module.exports = {
   planDepositConfirmation: core.planDepositConfirmation,
   verifyRuleSet: core.verifyRuleSet,
   processEvent,
+  processBatch,
   processDepositConfirmed,
   commitWriteSet,
   InMemoryStore,

@@ -356,6 +356,13 @@ export interface ProcessOptions extends RuleSetOption {
 }
 
 export function processEvent(store: Store, event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
+/** One result of processBatch: what processEvent returns, or the error of an event that wrote nothing. */
+export type BatchResult = ProcessResult | { error: IdemflowError };
+/**
+ * Processes many deliveries in one store transaction (at most 10,000), in order, with
+ * the results and stored state of processing them one by one; one result per event.
+ */
+export function processBatch(store: Store, events: readonly EventInput[], options?: ProcessOptions): Promise<BatchResult[]>;
 export function processDepositConfirmed(store: Store, event: DepositConfirmedEvent, options?: ProcessOptions): Promise<ProcessResult>;
 export function commitWriteSet(tx: StoreTransaction, writeSet: WriteSet): Promise<void>;
 
@@ -388,6 +395,7 @@ export class InMemoryStore implements Store, OutboxStore, OutboxAdmin {
   now(): number;
   transaction<T>(fn: (tx: InMemoryTransaction) => Promise<T>): Promise<T>;
   process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
+  processBatch(events: readonly EventInput[], options?: ProcessOptions): Promise<BatchResult[]>;
   snapshot(): MemorySnapshot;
   getWorkflow(id: string): Promise<Workflow | null>;
   putWorkflow(workflow: Workflow): Promise<void>;
@@ -688,7 +696,15 @@ export type DeliveryAction = DeliveryVerdict['action'];
  * an IdemflowError of disposition fatal (the worker is misconfigured: stop it),
  * or with a non-idemflow error from the store (a bug: crash and restart).
  */
-export type DeliveryHandler = (message: DeliveryMessage, context?: DeliveryContext) => Promise<DeliveryVerdict>;
+export interface DeliveryHandler {
+  (message: DeliveryMessage, context?: DeliveryContext): Promise<DeliveryVerdict>;
+  /**
+   * Many deliveries (a broker's prefetched messages) decided and committed in one
+   * transaction (processBatch): one verdict per message, in order.
+   * `attempts[i]` is message i's delivery count.
+   */
+  batch(messages: readonly DeliveryMessage[], context?: { attempts?: readonly number[] }): Promise<DeliveryVerdict[]>;
+}
 
 /** Throws an IdemflowError of disposition fatal when store or options are wrong. */
 export function createDeliveryHandler(store: Store, options?: DeliveryHandlerOptions): DeliveryHandler;

@@ -13,6 +13,7 @@ export const {
   planDepositConfirmation,
   verifyRuleSet,
   processEvent,
+  processBatch,
   processDepositConfirmed,
   commitWriteSet,
   InMemoryStore,

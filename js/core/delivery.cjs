@@ -9,6 +9,7 @@ const { IdemflowError } = require('./errors.cjs');
 const { resolveRuleSet } = require('./rules.cjs');
 const { checkOptionKeys } = require('./options.cjs');
 const { processEvent } = require('./host.cjs');
+const { processBatch } = require('./batch.cjs');
 const { createPolicy } = require('./policy.cjs');
 
 /** Events are a few short fields (each at most 512 bytes): 64 KiB is generous and still cheap to refuse. */
@@ -136,38 +137,83 @@ function createDeliveryHandler(store, options = {}) {
     return { event: message };
   }
 
+  /** The broker's delivery count (1 for the first delivery), bounded: the retry hint grows with it. */
+  function attemptOf(rawAttempt) {
+    return Number.isSafeInteger(rawAttempt) && rawAttempt >= 1 ? Math.min(rawAttempt, MAX_ATTEMPT) : 1;
+  }
+
+  /** The retry hint's jitter key, read without running a getter (the core reads the event once, itself). */
+  function eventIdOf(event) {
+    try {
+      const id = Object.getOwnPropertyDescriptor(event, 'eventId');
+      if (id && typeof id.value === 'string') return id.value;
+    } catch {
+      // A proxy that throws here is refused by validation.
+    }
+    return null;
+  }
+
+  /** The verdict on a coded error; a fatal one (or an unknown disposition) is thrown: stop rather than guess. */
+  function verdictOnError(error, eventId, attempt) {
+    switch (error.disposition) {
+      case 'reject': return { action: 'dead-letter', error };
+      case 'reconcile': return { action: 'park', error };
+      case 'retry': return { action: 'retry', error, retryAfterMs: retryAfterMs(eventId ?? error.code, attempt) };
+      default: throw asFatal(error);
+    }
+  }
+
   /**
    * What to do with one delivery. `context.attempt` is the broker's delivery
    * count (1 for the first delivery); the retry hint grows with it.
    */
   async function handle(message, context = {}) {
     checkOptionKeys(context, ['attempt'], 'handle');
-    const rawAttempt = context !== null && typeof context === 'object' ? context.attempt : undefined;
-    const attempt = Number.isSafeInteger(rawAttempt) && rawAttempt >= 1 ? Math.min(rawAttempt, MAX_ATTEMPT) : 1;
+    const attempt = attemptOf(context !== null && typeof context === 'object' ? context.attempt : undefined);
     const { event, error: bodyError } = await eventOf(message);
     if (bodyError) return { action: 'dead-letter', error: bodyError };
-    let eventId = null;
-    try {
-      // The retry hint's jitter key, read without running a getter (the core reads the event once, itself).
-      const id = Object.getOwnPropertyDescriptor(event, 'eventId');
-      if (id && typeof id.value === 'string') eventId = id.value;
-    } catch {
-      // A proxy that throws here is refused by validation below.
-    }
+    const eventId = eventIdOf(event);
     try {
       const result = await processEvent(store, event, processOptions);
       return { action: 'ack', outcome: result.outcome, result };
     } catch (error) {
       if (!(error instanceof IdemflowError)) throw error; // a bug in the store or the host: crash and restart
-      switch (error.disposition) {
-        case 'reject': return { action: 'dead-letter', error };
-        case 'reconcile': return { action: 'park', error };
-        case 'retry': return { action: 'retry', error, retryAfterMs: retryAfterMs(eventId ?? error.code, attempt) };
-        default: throw asFatal(error); // fatal, or a disposition this version does not know: stop rather than guess
-      }
+      return verdictOnError(error, eventId, attempt);
     }
   }
 
+  /**
+   * What to do with each of many deliveries, decided and committed in one
+   * transaction (processBatch): one verdict per message, in order.
+   * `context.attempts[i]` is message i's delivery count.
+   */
+  async function handleBatch(messages, context = {}) {
+    checkOptionKeys(context, ['attempts'], 'handle.batch');
+    if (!Array.isArray(messages)) throw misconfigured('handle.batch takes an array of messages', 'not an array');
+    const attempts = context !== null && typeof context === 'object' && Array.isArray(context.attempts) ? context.attempts : [];
+    const verdicts = new Array(messages.length);
+    const events = [];
+    const positions = [];
+    for (const [i, message] of messages.entries()) {
+      const { event, error } = await eventOf(message);
+      if (error) {
+        verdicts[i] = { action: 'dead-letter', error };
+      } else {
+        events.push(event);
+        positions.push(i);
+      }
+    }
+    const results = await processBatch(store, events, processOptions);
+    for (const [j, result] of results.entries()) {
+      const i = positions[j];
+      verdicts[i] = result.error === undefined
+        ? { action: 'ack', outcome: result.outcome, result }
+        : verdictOnError(result.error, eventIdOf(events[j]), attemptOf(attempts[i]));
+    }
+    return verdicts;
+  }
+
+  Object.defineProperty(handle, 'batch', { value: handleBatch, enumerable: true });
   return handle;
 }
 

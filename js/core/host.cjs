@@ -103,4 +103,4 @@ async function processDepositConfirmed(store, event, opts = {}) {
   return processEvent(store, event, { ...opts, ruleSet, type: 'DEPOSIT_CONFIRMED' });
 }
 
-module.exports = { processEvent, processDepositConfirmed, commitWriteSet };
+module.exports = { processEvent, processDepositConfirmed, commitWriteSet, cyclesOf, resultOf, sleep };

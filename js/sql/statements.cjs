@@ -57,6 +57,17 @@ class SqlStatements {
     return { sql: this.#read[table], values: [key], returnsRows: true };
   }
 
+  /** The rows of `table` with these keys (any order; missing keys have none). */
+  readMany(table, keys) {
+    return this.statement((bind) => `SELECT ${columnList(table, { read: true })} FROM ${this.quoted[table]} WHERE ${KEYS[table]} IN (${keys.map(bind).join(', ')})`, true);
+  }
+
+  /** Inserts records in one statement; keys that exist insert nothing (or fail the statement as a unique violation, by dialect). */
+  insertMany(table, records) {
+    return this.statement((bind) => `INSERT INTO ${this.quoted[table]} (${columnList(table)}) VALUES `
+      + `${records.map((record) => `(${valuesOf(table, record).map(bind).join(', ')})`).join(', ')}${this.dialect.insertIfAbsent(KEYS[table])}`);
+  }
+
   /** Inserts a record; a key that exists inserts nothing (or fails as a unique violation, by dialect). */
   insert(table, record) {
     return { sql: this.#insert[table], values: valuesOf(table, record), returnsRows: false };

@@ -20,6 +20,7 @@
 const { IdemflowError } = require('../core/errors.cjs');
 const { checkOptionKeys } = require('../core/options.cjs');
 const { processEvent } = require('../core/host.cjs');
+const { processBatch } = require('../core/batch.cjs');
 const { invalidArgument, receiptExists, workflowChanged, operationExists } = require('./errors.cjs');
 const {
   OPERATION_STATUSES, checkText, workflowToStore, workflowPatch, workflowFromStore, receiptToStore, receiptFromStore,
@@ -165,6 +166,11 @@ class StoreBase {
   /** processEvent(this, event, options). */
   process(event, options) {
     return processEvent(this, event, options);
+  }
+
+  /** processBatch(this, events, options): one transaction, one result per event. */
+  processBatch(events, options) {
+    return processBatch(this, events, options);
   }
 
   /** Inserts or replaces a workflow, for hosts that create workflows and for tests. */

@@ -1,6 +1,7 @@
 // Types shared by the durable stores (idemflow/sqlite, idemflow/postgres,
 // idemflow/mysql, idemflow/mongodb).
 import type {
+  BatchResult,
   EventInput,
   OutboxAdmin,
   OutboxStore,
@@ -106,6 +107,8 @@ export interface DurableStore extends Store, OutboxStore, OutboxAdmin {
   transaction<T>(fn: (tx: DurableStoreTransaction) => Promise<T>): Promise<T>;
   /** processEvent(this, event, options): the same outcomes as InMemoryStore. */
   process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
+  /** processBatch(this, events, options): one transaction, one result per event. */
+  processBatch(events: readonly EventInput[], options?: ProcessOptions): Promise<BatchResult[]>;
   /**
    * Inserts or replaces a workflow. Fields other than id, status and revision
    * must be strings (amounts are decimal strings); null leaves a field out.

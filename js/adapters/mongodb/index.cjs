@@ -427,10 +427,14 @@ class MongoStore extends StoreBase {
     };
     const update = { $set: { status: 'claimed', leaseOwner: owner, leaseExpiresAt, updatedAt: now }, $inc: { fencingToken: 1, attempts: 1 } };
     const claimed = [];
+    // The ids this call claimed already: a lease that expires at `now` would make them due again.
+    const taken = [];
     while (claimed.length < limit) {
       let doc;
+      /** @type {import('mongodb').Filter<OperationDocument>} */
+      const filter = taken.length === 0 ? due : { ...due, _id: { $nin: taken } };
       try {
-        doc = await run(() => this._outbox().findOneAndUpdate(due, update, {
+        doc = await run(() => this._outbox().findOneAndUpdate(filter, update, {
           sort: { nextAttemptAt: 1, _id: 1 }, returnDocument: 'after', ...MAJORITY, ...this._serverBound(),
         }), undefined, deadline);
       } catch (error) {
@@ -438,6 +442,7 @@ class MongoStore extends StoreBase {
         break;
       }
       if (doc === null) break;
+      taken.push(doc._id);
       claimed.push(operationRecord(doc));
     }
     return claimed;

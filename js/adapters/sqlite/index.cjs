@@ -18,6 +18,7 @@ const dialect = require('./dialect.cjs');
 const SQLITE_OPTIONS = [...STORE_OPTIONS, 'busyTimeoutMs', 'synchronous', 'wal'];
 
 const DEFAULT_BUSY_TIMEOUT_MS = 5000;
+const MAX_PREPARED = 256;
 const SYNCHRONOUS = new Set(['OFF', 'NORMAL', 'FULL', 'EXTRA']);
 
 function mapError(error, onUnique) {
@@ -212,6 +213,8 @@ class SqliteStore extends SqlStore {
   #prepared(sql) {
     let statement = this.#statements.get(sql);
     if (!statement) {
+      // Batches write statements of many sizes: the cache stays bounded, the common ones come back at once.
+      if (this.#statements.size >= MAX_PREPARED) this.#statements.clear();
       statement = this.#db.prepare(sql);
       this.#statements.set(sql, statement);
     }

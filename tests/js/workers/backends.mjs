@@ -221,7 +221,7 @@ export const BACKENDS = [
     id: 'pglite', name: 'PostgreSQL via PGlite (in process)', durable: true,
     setup: async () => {
       const pglite = await openPglite();
-      return { open: async (tables, options) => pglite.open(tables, options), spec: () => null, close: () => pglite.close(), pglite };
+      return { open: async (tables, { poolSize, ...options } = {}) => pglite.open(tables, options), spec: () => null, close: () => pglite.close(), pglite };
     },
   },
   {

@@ -1,7 +1,7 @@
 // An in-process stand-in for the few calls of the official mongodb driver that
 // MongoStore makes (withSession, withTransaction, insertOne, findOne, find,
 // updateOne, findOneAndUpdate, deleteMany, createCollection, createIndex) and
-// of the query and update operators it uses ($or, $in, $lt, $lte, $gt; $set,
+// of the query and update operators it uses ($or, $in, $nin, $lt, $lte, $gt; $set,
 // $unset, $inc, $setOnInsert). It is NOT MongoDB: transactions simply run one
 // at a time on copies that replace the collections on commit, and a write
 // outside a transaction waits for the running one, like a lock. An operator
@@ -28,6 +28,7 @@ const NAMESPACE_EXISTS = 48;
 const present = (value) => value !== null && value !== undefined;
 const COMPARISONS = {
   $in: (value, list) => list.includes(value),
+  $nin: (value, list) => !list.includes(value),
   $lt: (value, bound) => present(value) && value < bound,
   $lte: (value, bound) => present(value) && value <= bound,
   $gt: (value, bound) => present(value) && value > bound,
