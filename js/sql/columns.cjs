@@ -29,9 +29,9 @@ const READ = Object.freeze({
 
 const COLUMN_OF = new Map(Object.entries(TABLES).map(([table, columns]) => [table, new Map(columns.map(([column, field]) => [field, column]))]));
 
-/** `a, b, c`: the columns of `table` (those a read selects, with `read`). */
-function columnList(table, { read = false } = {}) {
-  return (read ? READ : TABLES)[table].map(([column]) => column).join(', ');
+/** `a, b, c`: the columns of `table` (those a read selects, with `read`), each after `prefix` (`o.`). */
+function columnList(table, { read = false, prefix = '' } = {}) {
+  return (read ? READ : TABLES)[table].map(([column]) => `${prefix}${column}`).join(', ');
 }
 
 /** The column holding `field` of `table`'s records. */

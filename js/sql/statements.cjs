@@ -10,6 +10,11 @@ const { TABLES, columnList, columnOf, valuesOf } = require('./columns.cjs');
 const KEYS = Object.freeze({ workflows: 'id', inbox: 'event_id', outbox: 'id' });
 
 class SqlStatements {
+  /** `a, b, c` of `table`'s columns (see sql/columns.cjs), for a dialect's own statements. */
+  columns(table, options) {
+    return columnList(table, options);
+  }
+
   /**
    * @param {object} dialect see adapters/postgres/dialect.cjs for the members
    * @param {{ workflows: string, inbox: string, outbox: string }} tables

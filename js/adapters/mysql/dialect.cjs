@@ -89,7 +89,7 @@ const claim = {
       WHERE ${statements.typeFilter(bind, request)}status = '${status}' AND ${column} <= ${bind(request.now)}
       ORDER BY ${column} LIMIT ${bind(limit)} FOR UPDATE SKIP LOCKED`, true),
   update: (statements, request, ids) => statements.statement((bind) => `UPDATE ${statements.quoted.outbox} SET ${statements.claimSet(bind, request)} WHERE id IN (${bind(ids)})`),
-  read: (statements, ids) => statements.statement((bind) => `SELECT * FROM ${statements.quoted.outbox} WHERE id IN (${bind(ids)})`, true),
+  read: (statements, ids) => statements.statement((bind) => `SELECT ${statements.columns('outbox')} FROM ${statements.quoted.outbox} WHERE id IN (${bind(ids)})`, true),
   kinds: DUE,
 };
 

@@ -66,7 +66,7 @@ const dialect = Object.freeze({
         SELECT id FROM ${statements.quoted.outbox} WHERE ${statements.due(bind, request)}
         ORDER BY next_attempt_at, id LIMIT ${bind(request.limit)} FOR UPDATE SKIP LOCKED)
       UPDATE ${statements.quoted.outbox} AS o SET ${statements.claimSet(bind, request)}
-      FROM due WHERE o.id = due.id RETURNING o.*`, true),
+      FROM due WHERE o.id = due.id RETURNING ${statements.columns('outbox', { prefix: 'o.' })}`, true),
 });
 
 module.exports = dialect;

@@ -20,11 +20,27 @@ function mapError(error, onUnique) {
   return mapDriverError(error, dialect.classify, onUnique);
 }
 
-/** `{rows, count}` from pg (rowCount) or PGlite (affectedRows). */
-async function run(queryable, sql, params, onUnique) {
+// Statements pg prepares once per connection (a named statement), by text: the
+// fixed ones of every store (reads, inserts, the compare-and-set), up to a bound;
+// a text beyond it (a batch's multi-row insert of one size) runs unnamed.
+const MAX_NAMED = 128;
+const names = new Map();
+
+/** The query of a statement for pg: named while the bound allows. */
+function named(sql, values) {
+  let name = names.get(sql);
+  if (name === undefined && names.size < MAX_NAMED) {
+    name = `idemflow_${names.size}`;
+    names.set(sql, name);
+  }
+  return { name, text: sql, values };
+}
+
+/** `{rows, count}` from pg (rowCount) or PGlite (affectedRows). `prepare`: as a named statement (pg only). */
+async function run(queryable, sql, params, onUnique, prepare = false) {
   let result;
   try {
-    result = await queryable.query(sql, params);
+    result = await (prepare ? queryable.query(named(sql, params)) : queryable.query(sql, params));
   } catch (error) {
     throw mapError(error, onUnique);
   }
@@ -40,7 +56,7 @@ function kindOf(db) {
 
 class PostgresTransaction extends SqlTransaction {
   constructor(store, queryable) {
-    super(store, ({ sql, values }, onUnique) => run(queryable, sql, values, onUnique));
+    super(store, ({ sql, values }, onUnique) => run(queryable, sql, values, onUnique, store._prepares));
   }
 }
 
@@ -71,6 +87,8 @@ class PostgresStore extends SqlStore {
     this.#timeouts = resolveTimeouts(opts);
     // A Client the host hands in is held for the store's lifetime; pool clients are watched while checked out.
     if (kind === 'client') this.#watch = watchClient(db);
+    /** @internal pg prepares named statements once per connection; PGlite runs each as given. */
+    this._prepares = kind !== 'pglite';
   }
 
   /**
@@ -104,7 +122,7 @@ class PostgresStore extends SqlStore {
    * under the same bounds as every other call
    */
   _execute({ sql, values }) {
-    return this.#inTransaction((queryable) => run(queryable, sql, values), 'statement');
+    return this.#inTransaction((queryable) => run(queryable, sql, values, undefined, this._prepares), 'statement');
   }
 
   /**

@@ -64,7 +64,7 @@ const dialect = Object.freeze({
   /** The claim: one UPDATE … RETURNING; run inside BEGIN IMMEDIATE, which takes the write lock before the due rows are read. */
   claim: (statements, request) => statements.statement((bind) => `UPDATE ${statements.quoted.outbox} SET ${statements.claimSet(bind, request)}
       WHERE id IN (SELECT id FROM ${statements.quoted.outbox} WHERE ${statements.due(bind, request)} ORDER BY next_attempt_at, id LIMIT ${bind(request.limit)})
-      RETURNING *`, true),
+      RETURNING ${statements.columns('outbox')}`, true),
 });
 
 module.exports = dialect;
