@@ -99,6 +99,26 @@ export interface Receipt {
   eventType: string;
   outcome: RecordedOutcome;
   ruleSet: RuleSetRef;
+  /**
+   * What this delivery produced, kept for a later duplicate to answer with.
+   * Every receipt the core writes has it; a receipt written by an earlier
+   * version has none (null when read from a store).
+   */
+  result?: ReceiptResult | null;
+}
+
+/** What a delivery produced beyond its outcome; status and revision are null unless it was applied. */
+export interface ReceiptResult {
+  operationIds: string[];
+  status: string | null;
+  revision: number | null;
+}
+
+/** What the first delivery of an event id produced, as a duplicate of it answers. */
+export interface OriginalResult extends ReceiptResult {
+  outcome: RecordedOutcome;
+  /** When the first delivery was decided (its receipt's recordedAt, ms since the epoch); null when the receipt has no stamp. */
+  decidedAt: number | null;
 }
 
 /** What decide needs of a stored receipt. */
@@ -143,11 +163,15 @@ export interface Decision {
   eventType: string;
   fingerprint: string;
   writeSet: WriteSet;
+  /** On duplicate-delivery only, when the stored receipt carries its result. */
+  original?: OriginalResult;
 }
 
 export type ProcessResult =
   | { outcome: 'applied'; operationId: string | null; operationIds: string[]; status: string; revision: number }
-  | { outcome: 'already-applied' | 'stale' | 'duplicate-delivery' };
+  | { outcome: 'already-applied' | 'stale' }
+  /** `original`: what the first delivery produced; null when its receipt was written by a version that did not keep it. */
+  | { outcome: 'duplicate-delivery'; original: OriginalResult | null };
 
 export type BuiltinRuleSetName = 'deposit-swap' | 'order-shipment' | 'subscription';
 

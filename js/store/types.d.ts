@@ -6,6 +6,7 @@ import type {
   OutboxStore,
   ProcessOptions,
   ProcessResult,
+  ReceiptResult,
   RecordedOutcome,
   RuleSetRef,
   Store,
@@ -74,6 +75,8 @@ export type RecordedReceipt = {
   ruleSet: RuleSetRef | null;
   /** Milliseconds since the epoch. */
   recordedAt: number;
+  /** What the delivery produced; null for a receipt written before receipts kept it. */
+  result: ReceiptResult | null;
 };
 
 /** One transaction of a durable store: the Store contract plus a read of the outbox. */

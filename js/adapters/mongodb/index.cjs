@@ -21,7 +21,8 @@ const { StoreBase, StoreTransaction } = require('../../store/base.cjs');
  * @typedef {import('mongodb').TransactionOptions} TransactionOptions
  * @typedef {{ _id: string, status: string, revision: number, data: Record<string, string>, createdAt: number, updatedAt: number }} WorkflowDocument
  * @typedef {{ _id: string, fingerprint: string, workflowId: string, eventType: string, outcome: string,
- *   ruleSetId: string | null, ruleSetVersion: number | null, ruleSetHash: string | null, recordedAt: number }} ReceiptDocument
+ *   ruleSetId: string | null, ruleSetVersion: number | null, ruleSetHash: string | null, recordedAt: number,
+ *   result?: { operationIds: string[], status: string | null, revision: number | null } | null }} ReceiptDocument
  * @typedef {{ _id: string, type: string, workflowId: string, eventId: string, payload: Record<string, unknown>, status: string,
  *   attempts: number, nextAttemptAt: number, leaseOwner: string | null, leaseExpiresAt: number | null, fencingToken: number,
  *   lastError: string | null, createdAt: number, updatedAt: number }} OperationDocument

@@ -93,6 +93,7 @@ class MysqlStore extends SqlStore {
    * Creates the tables (InnoDB, utf8mb4) and their indexes if they do not
    * exist. Id columns use a binary NO PAD collation: utf8mb4_nopad_bin on
    * MariaDB, utf8mb4_0900_bin on MySQL 8 (options.collation overrides).
+   * Adds the columns a table made by an earlier version lacks.
    */
   async migrate() {
     const collation = this.#collation ?? await this.#idCollation();
@@ -102,6 +103,14 @@ class MysqlStore extends SqlStore {
         await this.#query(statement, []);
       } catch (error) {
         if (error.cause?.errno !== dialect.DUPLICATE_INDEX_NAME) throw error;
+      }
+    }
+    for (const { present, add } of dialect.addedColumns(this.tables)) {
+      if ((await this.#query(present.sql, present.values)).rows.length > 0) continue;
+      try {
+        await this.#query(add, []);
+      } catch (error) {
+        if (error.cause?.errno !== dialect.DUPLICATE_COLUMN_NAME) throw error;
       }
     }
   }

@@ -116,10 +116,18 @@ class SqliteStore extends SqlStore {
     return this.#db;
   }
 
-  /** Creates the three tables and their indexes if they do not exist. */
+  /**
+   * Creates the three tables and their indexes if they do not exist, and adds
+   * the columns a table made by an earlier version lacks, all under the
+   * write lock, so processes migrating together do not trip over each other.
+   */
   async migrate() {
     const ddl = dialect.schema(this.tables);
-    await this.#serializer.run(() => this.#immediate(() => this.#exec(ddl)));
+    const added = dialect.addedColumns(this.tables);
+    await this.#serializer.run(() => this.#immediate(() => {
+      this.#exec(ddl);
+      for (const { present, add } of added) if (this._executeNow(present).rows.length === 0) this.#exec(add);
+    }));
   }
 
   /**
