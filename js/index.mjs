@@ -19,6 +19,7 @@ export const {
   wasmMemoryBytes,
   createOutboxConsumer,
   createDeliveryHandler,
+  createRetention,
 } = idemflow;
 
 export default idemflow;

@@ -2,6 +2,7 @@
 // idemflow/mysql, idemflow/mongodb).
 import type {
   EventInput,
+  ExclusiveLocks,
   OutboxAdmin,
   OutboxStore,
   ProcessOptions,
@@ -93,10 +94,10 @@ export interface DurableStoreTransaction extends StoreTransaction {
  * under that token; requeue without `options.now` uses the store's clock.
  */
 export declare abstract class StoreBase {}
-export interface StoreBase extends OutboxStore, OutboxAdmin {}
+export interface StoreBase extends OutboxStore, OutboxAdmin, ExclusiveLocks {}
 
 /** What every durable store offers a host: the Store contract, the outbox interface and helpers. */
-export interface DurableStore extends Store, OutboxStore, OutboxAdmin {
+export interface DurableStore extends Store, OutboxStore, OutboxAdmin, ExclusiveLocks {
   readonly tables: Readonly<TableNames>;
   /** Re-runs of a cycle after a lost race (undefined: processEvent's default, 4). */
   readonly raceRetries?: number;

@@ -7,6 +7,7 @@
 // server's error numbers.
 
 const { isNetworkError } = require('../../store/errors.cjs');
+const { createHash } = require('node:crypto');
 const { addedColumns, createTables, indexName, indexesOf } = require('../../sql/schema.cjs');
 
 const UNAVAILABLE_ERRNO = new Set([1040, 1053, 1077, 1152, 1158, 1159, 1160, 1161, 1927, 2002, 2003, 2006, 2013, 2055]);
@@ -128,6 +129,10 @@ const dialect = Object.freeze({
   schema,
   indexes,
   addedColumns: added,
+  /** The named lock of withExclusiveLock (GET_LOCK names hold at most 64 characters: a longer one is hashed). */
+  tryLock: 'SELECT GET_LOCK(?, 0) AS acquired',
+  unlock: 'SELECT RELEASE_LOCK(?)',
+  lockName: (name) => (name.length <= 64 ? name : `idemflow:${createHash('sha256').update(name).digest('hex').slice(0, 40)}`),
   claim,
   DUPLICATE_INDEX_NAME: 1061,
   DUPLICATE_COLUMN_NAME: 1060,

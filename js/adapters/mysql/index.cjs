@@ -122,6 +122,42 @@ class MysqlStore extends SqlStore {
     return Number.parseInt(version, 10) >= 8 ? 'utf8mb4_0900_bin' : 'utf8mb4_bin';
   }
 
+  /** @internal a Connection is one session: runners sharing it are told apart in process */
+  _lockScope() {
+    return this.client;
+  }
+
+  /**
+   * @internal GET_LOCK(name, 0), held by a session: a connection of its own
+   * from a Pool (so no transaction stays open while the lock is held), the
+   * Connection itself otherwise. A session that ends frees it.
+   */
+  async _tryLock(name) {
+    const pooled = this.#kind === 'pool';
+    const lockName = dialect.lockName(name);
+    let session;
+    try {
+      session = pooled ? await this.client.getConnection() : this.client;
+      const [rows] = await session.query(dialect.tryLock, [lockName]);
+      if (Number(rows[0]?.acquired) === 1) {
+        return async () => {
+          try {
+            await session.query(dialect.unlock, [lockName]);
+          } catch {
+            // A lost session has freed its locks already.
+          } finally {
+            if (pooled) session.release();
+          }
+        };
+      }
+    } catch (error) {
+      if (pooled && session) session.destroy?.();
+      throw mapError(error);
+    }
+    if (pooled) session.release();
+    return null;
+  }
+
   /**
    * Runs fn(tx) between BEGIN and COMMIT on one connection; if fn throws, the
    * transaction rolls back and the error is rethrown as it was.

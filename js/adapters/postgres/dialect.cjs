@@ -50,6 +50,9 @@ const dialect = Object.freeze({
   purgeBatch: ({ table, key, order, where, limit }) =>
     `DELETE FROM ${table} WHERE ${key} IN (SELECT ${key} FROM ${table} WHERE ${where} ORDER BY ${order} LIMIT ${limit} FOR UPDATE SKIP LOCKED)`,
   classify,
+  /** The session-level advisory lock of withExclusiveLock, keyed by a hash of its name. */
+  tryLock: 'SELECT pg_try_advisory_lock(hashtext($1)) AS acquired',
+  unlock: 'SELECT pg_advisory_unlock(hashtext($1))',
 
   /** The DDL of migrate(), under an advisory lock so that workers starting together do not trip over each other. */
   schema: (tables) => [

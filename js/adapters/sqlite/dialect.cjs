@@ -74,6 +74,24 @@ const dialect = Object.freeze({
     };
   }),
 
+  /**
+   * The lease row of withExclusiveLock, in `<inbox>_locks` beside the inbox
+   * (made on first use): taken when absent or expired (one row changes),
+   * given back by its owner. acquire's values end with [expiresAt, now].
+   */
+  lock: (tables, name, owner) => {
+    const table = quote(`${tables.inbox}_locks`);
+    return {
+      create: `CREATE TABLE IF NOT EXISTS ${table} (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at BIGINT NOT NULL)`,
+      acquire: {
+        sql: `INSERT INTO ${table} (name, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at WHERE ${table}.expires_at <= ?`,
+        values: [name, owner],
+        returnsRows: false,
+      },
+      release: { sql: `DELETE FROM ${table} WHERE name = ? AND owner = ?`, values: [name, owner], returnsRows: false },
+    };
+  },
+
   /** The claim: one UPDATE … RETURNING; run inside BEGIN IMMEDIATE, which takes the write lock before the due rows are read. */
   claim: (statements, request) => statements.statement((bind) => `UPDATE ${statements.quoted.outbox} SET ${statements.claimSet(bind, request)}
       WHERE id IN (SELECT id FROM ${statements.quoted.outbox} WHERE ${statements.due(bind, request)} ORDER BY next_attempt_at, id LIMIT ${bind(request.limit)})
