@@ -510,6 +510,22 @@ const durableCases = [
     await a.migrate();
   }],
 
+  ['withExclusiveLock: one holder at a time across connections; a held lock runs nothing and never waits', async (h) => {
+    const other = await h.construct({});
+    let release;
+    const gate = new Promise((resolve) => { release = resolve; });
+    const holding = h.store.withExclusiveLock('retention-test', () => gate.then(() => 'first'));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    let ran = false;
+    assert.deepEqual(await other.withExclusiveLock('retention-test', () => { ran = true; }), { acquired: false });
+    assert.deepEqual(await h.store.withExclusiveLock('retention-test', () => { ran = true; }), { acquired: false });
+    assert.equal(ran, false);
+    assert.deepEqual(await other.withExclusiveLock('another-lock', () => 'free'), { acquired: true, value: 'free' });
+    release();
+    assert.deepEqual(await holding, { acquired: true, value: 'first' });
+    assert.deepEqual(await other.withExclusiveLock('retention-test', () => 'second'), { acquired: true, value: 'second' });
+  }],
+
   ['putWorkflow refuses a number amount, a missing id and a bad revision, and writes nothing', async (h) => {
     await rejectsWith(h.store.putWorkflow({ ...WORKFLOW, amountUnits: 12500000 }), 'INVALID_ARGUMENT', 'fatal');
     await rejectsWith(h.store.putWorkflow({ status: 'deposit', revision: 1 }), 'INVALID_ARGUMENT');
