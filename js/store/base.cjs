@@ -345,8 +345,13 @@ class StoreBase {
     return this;
   }
 
-  /** @internal the cross-process part of withExclusiveLock; a store in one process only needs none */
-  async _tryLock() {
+  /**
+   * @internal the cross-process part of withExclusiveLock; a store in one process only needs none
+   * @param {string} name
+   * @param {number} leaseMs
+   * @returns {Promise<(() => Promise<void>) | null>}
+   */
+  async _tryLock(name, leaseMs) { // eslint-disable-line no-unused-vars
     return async () => {};
   }
 

@@ -342,6 +342,7 @@ class MongoStore extends StoreBase {
    * @param {number} leaseMs
    */
   async _tryLock(name, leaseMs) {
+    /** @type {import('mongodb').Collection<{ _id: string, owner: string, expiresAt: number }>} */
     const locks = this.db.collection(`${this.tables.inbox}_locks`);
     const owner = randomUUID();
     const now = this.now();
