@@ -9,6 +9,7 @@ const { createDeliveryHandler } = require('./core/delivery.cjs');
 const { processBatch } = require('./core/batch.cjs');
 const { InMemoryStore } = require('./adapters/memory/index.cjs');
 const { createOutboxConsumer } = require('./outbox/consumer.cjs');
+const { createRetention } = require('./store/retention.cjs');
 
 module.exports = {
   IdemflowError,
@@ -29,4 +30,5 @@ module.exports = {
   wasmMemoryBytes: core.wasmMemoryBytes,
   createOutboxConsumer,
   createDeliveryHandler,
+  createRetention,
 };

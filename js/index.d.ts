@@ -99,6 +99,26 @@ export interface Receipt {
   eventType: string;
   outcome: RecordedOutcome;
   ruleSet: RuleSetRef;
+  /**
+   * What this delivery produced, kept for a later duplicate to answer with.
+   * Every receipt the core writes has it; a receipt written by an earlier
+   * version has none (null when read from a store).
+   */
+  result?: ReceiptResult | null;
+}
+
+/** What a delivery produced beyond its outcome; status and revision are null unless it was applied. */
+export interface ReceiptResult {
+  operationIds: string[];
+  status: string | null;
+  revision: number | null;
+}
+
+/** What the first delivery of an event id produced, as a duplicate of it answers. */
+export interface OriginalResult extends ReceiptResult {
+  outcome: RecordedOutcome;
+  /** When the first delivery was decided (its receipt's recordedAt, ms since the epoch); null when the receipt has no stamp. */
+  decidedAt: number | null;
 }
 
 /** What decide needs of a stored receipt. */
@@ -143,11 +163,15 @@ export interface Decision {
   eventType: string;
   fingerprint: string;
   writeSet: WriteSet;
+  /** On duplicate-delivery only, when the stored receipt carries its result. */
+  original?: OriginalResult;
 }
 
 export type ProcessResult =
   | { outcome: 'applied'; operationId: string | null; operationIds: string[]; status: string; revision: number }
-  | { outcome: 'already-applied' | 'stale' | 'duplicate-delivery' };
+  | { outcome: 'already-applied' | 'stale' }
+  /** `original`: what the first delivery produced; null when its receipt was written by a version that did not keep it. */
+  | { outcome: 'duplicate-delivery'; original: OriginalResult | null };
 
 export type BuiltinRuleSetName = 'deposit-swap' | 'order-shipment' | 'subscription';
 
@@ -384,7 +408,7 @@ export interface InMemoryTransaction extends StoreTransaction {
 }
 
 /** All-or-nothing transactions serialised within one process; not durable. */
-export class InMemoryStore implements Store, OutboxStore, OutboxAdmin {
+export class InMemoryStore implements Store, OutboxStore, OutboxAdmin, ExclusiveLocks {
   /** `options.now`: the clock for recordedAt, createdAt and updatedAt (default Date.now). */
   constructor(workflows?: Iterable<Workflow>, options?: { now?: () => number });
   /** A store holding copies of a snapshot's tables (Maps, or arrays of [key, value] entries). */
@@ -410,6 +434,7 @@ export class InMemoryStore implements Store, OutboxStore, OutboxAdmin {
   listOperations(args?: ListOperationsArgs): Promise<StoredOperation[]>;
   purgeReceipts(args: PurgeArgs): Promise<PurgeResult>;
   purgeOperations(args: PurgeArgs & { status?: 'done' | 'dead' }): Promise<PurgeResult>;
+  withExclusiveLock<T>(name: string, fn: () => Promise<T> | T, options?: { leaseMs?: number }): Promise<LockResult<T>>;
 }
 
 /** Size of the wasm linear memory in bytes (diagnostics: it only grows). */
@@ -708,3 +733,66 @@ export interface DeliveryHandler {
 
 /** Throws an IdemflowError of disposition fatal when store or options are wrong. */
 export function createDeliveryHandler(store: Store, options?: DeliveryHandlerOptions): DeliveryHandler;
+
+/** What withExclusiveLock answers: the function's value, or that someone else held the lock (nothing ran). */
+export type LockResult<T> = { acquired: true; value: T } | { acquired: false };
+
+/**
+ * One holder at a time across every process on a store's database: an
+ * advisory lock on PostgreSQL, GET_LOCK on MySQL/MariaDB, a lease row taken
+ * under the write lock on SQLite, a lease document on MongoDB, a mutex in
+ * memory. Never waits: a held lock answers `{ acquired: false }`.
+ */
+export interface ExclusiveLocks {
+  /** `leaseMs`: how long a lease-based lock (SQLite, MongoDB) outlives a holder that died (default 10 minutes). */
+  withExclusiveLock<T>(name: string, fn: () => Promise<T> | T, options?: { leaseMs?: number }): Promise<LockResult<T>>;
+}
+
+export interface RetentionOptions {
+  /** Purge receipts recorded more than this many ms ago. Keep them longer than any redelivery can arrive (README, "Retention"). */
+  receiptsOlderThan?: number;
+  /** Purge `done` operations last updated more than this many ms ago. Dead operations are never purged by retention. */
+  operationsOlderThan?: number;
+  /** Ms between the end of one run and the start of the next. */
+  every: number;
+  /** Rows per delete statement (default 1000). */
+  batchSize?: number;
+  /** The lock one runner holds (default `idemflow.retention:<inbox table>`). */
+  lockName?: string;
+  /** The lease of a lease-based lock (default 10 minutes): longer than a run takes. */
+  leaseMs?: number;
+  /** false: do not start now; call start() (or runOnce()). */
+  start?: boolean;
+}
+
+/** One run's counts: null for what this retention does not purge. Times are Date.now() ms. */
+export interface RetentionRun {
+  receipts: PurgeResult | null;
+  operations: PurgeResult | null;
+  startedAt: number;
+  endedAt: number;
+}
+
+/** A purge schedule. Events: 'run' (RetentionRun), 'skipped' ({ reason: 'locked', at }), 'error' (only when listened to). */
+export interface Retention {
+  readonly settings: Required<Omit<RetentionOptions, 'start' | 'receiptsOlderThan' | 'operationsOlderThan'>> & {
+    receiptsOlderThan: number | null;
+    operationsOlderThan: number | null;
+  };
+  start(): Retention;
+  /** One run now: its counts, or null when another runner held the lock. */
+  runOnce(): Promise<RetentionRun | null>;
+  /** Stops the schedule and awaits a running purge. */
+  stop(): Promise<void>;
+  on(event: 'run', listener: (run: RetentionRun) => void): this;
+  on(event: 'skipped', listener: (skip: { reason: 'locked'; at: number }) => void): this;
+  on(event: 'error', listener: (error: unknown) => void): this;
+  once(event: 'run', listener: (run: RetentionRun) => void): this;
+  off(event: 'run' | 'skipped' | 'error', listener: (value: never) => void): this;
+}
+
+/**
+ * Purges old receipts and done operations on a schedule, in bounded batches,
+ * one runner at a time across processes (the store's withExclusiveLock).
+ */
+export function createRetention(store: OutboxAdmin & ExclusiveLocks & { now?(): number }, options: RetentionOptions): Retention;

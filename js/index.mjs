@@ -20,6 +20,7 @@ export const {
   wasmMemoryBytes,
   createOutboxConsumer,
   createDeliveryHandler,
+  createRetention,
 } = idemflow;
 
 export default idemflow;

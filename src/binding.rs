@@ -42,7 +42,15 @@ impl Source for JsObject<'_> {
         // longest field in units means too long in bytes, and it is not copied.
         to_input(read_field(self.0, &key(name), MAX_TEXT_BYTES as u32))
     }
+
+    fn json_text(&self, name: &str) -> Input {
+        to_input(read_json(self.0, &key(name), MAX_RESULT_UNITS))
+    }
 }
+
+/// The longest JSON text a structured record field is read as (a receipt's
+/// `result`); longer is too long, and the core refuses it.
+const MAX_RESULT_UNITS: u32 = 64 * 1024;
 
 // Reading a property can run a getter or a proxy trap that throws. The throw
 // is caught inside JS and reported as a sentinel symbol: an exception that
@@ -82,6 +90,14 @@ module.exports.read_failure = function (value) {
     return 'a value that cannot be inspected was thrown';
   }
 };
+module.exports.read_json = function (target, key, maxUnits) {
+  const value = module.exports.read_field(target, key, maxUnits);
+  if (value === null || typeof value !== 'object') return value;
+  let text;
+  try { text = JSON.stringify(value); } catch (thrown) { lastThrown = thrown; return FAILED; }
+  if (typeof text !== 'string') return undefined;
+  return text.length > maxUnits ? TOO_LONG : text;
+};
 module.exports.is_too_long = function (value) { return value === TOO_LONG; };
 module.exports.is_well_formed = function (text) {
   for (let i = 0; i < text.length; i += 1) {
@@ -114,6 +130,9 @@ extern "C" {
     /// reaches wasm through a `catch` import costs an externref slot in
     /// wasm-bindgen 0.2.130, so 100,000 throwing getters would grow memory.
     fn read_field(target: &JsValue, key: &JsValue, max_units: u32) -> JsValue;
+    /// As `read_field`, but an object or array comes back as its JSON text
+    /// (`JSON.stringify`, caught the same way).
+    fn read_json(target: &JsValue, key: &JsValue, max_units: u32) -> JsValue;
     fn read_failure(value: &JsValue) -> Option<String>;
     fn is_too_long(value: &JsValue) -> bool;
     fn is_well_formed(text: &JsValue) -> bool;

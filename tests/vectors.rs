@@ -92,14 +92,19 @@ fn record(value: &Value) -> Option<Option<&Map<String, Value>>> {
 /// The full decision a case expects, from its event and `expect`.
 fn expected_decision(case: &Value) -> Value {
     let (event, expect) = (&case["event"], &case["expect"]);
-    json!({
+    let mut decision = json!({
         "outcome": expect["outcome"],
         "eventId": event["eventId"],
         "workflowId": event["workflowId"],
         "eventType": event["type"],
         "fingerprint": expect["fingerprint"],
         "writeSet": expect["writeSet"],
-    })
+    });
+    // Only a duplicate whose stored receipt carries a result has an `original`.
+    if let Some(original) = expect.get("original") {
+        decision["original"] = original.clone();
+    }
+    decision
 }
 
 fn check_decision(case: &Value, result: Result<Value, Error>, via: &str) {

@@ -118,10 +118,14 @@ fn expect_err<T>(label: &str, result: Result<T, JsValue>) -> JsValue {
 
 fn expected_decision(case: &Value) -> Value {
     let (event, expect) = (&case["event"], &case["expect"]);
-    json!({
+    let mut decision = json!({
         "outcome": expect["outcome"], "eventId": event["eventId"], "workflowId": event["workflowId"],
         "eventType": event["type"], "fingerprint": expect["fingerprint"], "writeSet": expect["writeSet"],
-    })
+    });
+    if let Some(original) = expect.get("original") {
+        decision["original"] = original.clone();
+    }
+    decision
 }
 
 fn check_decision(case: &Value, result: Result<String, JsValue>, via: &str) {

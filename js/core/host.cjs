@@ -41,6 +41,9 @@ async function commitWriteSet(tx, writeSet) {
 }
 
 function resultOf(decision) {
+  // A duplicate answers what the first delivery produced, read from its
+  // receipt; null when that receipt was written before receipts kept it.
+  if (decision.outcome === 'duplicate-delivery') return { outcome: decision.outcome, original: decision.original ?? null };
   if (decision.outcome !== 'applied') return { outcome: decision.outcome };
   const operationIds = decision.writeSet.outbox.map((op) => op.id);
   const set = decision.writeSet.workflow.set;

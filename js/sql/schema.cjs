@@ -35,7 +35,7 @@ const DEFINITIONS = Object.freeze({
   inbox: {
     event_id: ['key', 'PRIMARY KEY'], fingerprint: ['name', 'NOT NULL'], workflow_id: ['key', 'NOT NULL'], event_type: ['name', 'NOT NULL'],
     outcome: ['name', 'NOT NULL'], rule_set_id: ['name', 'NULL'], rule_set_version: ['int', 'NULL'], rule_set_hash: ['name', 'NULL'],
-    recorded_at: ['bigint', 'NOT NULL'],
+    recorded_at: ['bigint', 'NOT NULL'], result: ['json', 'NULL'],
   },
   outbox: {
     id: ['key', 'PRIMARY KEY'], type: ['name', 'NOT NULL'], workflow_id: ['key', 'NOT NULL'], event_id: ['key', 'NOT NULL'],
@@ -86,4 +86,21 @@ function portableSchema(tables, quote, createIndex) {
   return [...createTables(tables, quote, PORTABLE_TYPES), ...indexesOf(tables).map(([table, suffix, columns]) => createIndex(table, suffix, columns))];
 }
 
-module.exports = { baseName, indexName, createTables, indexesOf, portableSchema };
+/**
+ * The columns added to the tables after their first release: [table,
+ * column]. migrate() adds each one that an existing table lacks (every one
+ * is nullable, so rows written before it read as null).
+ */
+const ADDED_COLUMNS = Object.freeze([
+  Object.freeze(['inbox', 'result']),
+]);
+
+/** `[table name, column, column definition]` of each added column, its type named by `types`. */
+function addedColumns(tables, types) {
+  return ADDED_COLUMNS.map(([table, column]) => {
+    const [kind, constraint] = DEFINITIONS[table][column];
+    return [tables[table], column, `${column} ${types[kind]} ${constraint}`];
+  });
+}
+
+module.exports = { PORTABLE_TYPES, addedColumns, baseName, indexName, createTables, indexesOf, portableSchema };

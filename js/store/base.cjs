@@ -137,6 +137,22 @@ function byId(a, b) {
   return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
 }
 
+// The exclusive locks this process holds, by scope (a store, or the database
+// session it shares with other stores: _lockScope) and name. A session lock
+// (PostgreSQL, MySQL) is re-entrant on its session, so two runners sharing one
+// must be told apart here.
+const HELD_LOCKS = new WeakMap();
+const DEFAULT_LOCK_LEASE_MS = 10 * 60 * 1000;
+
+/** The lease of withExclusiveLock: how long a lock outlives a holder that died (lease-based stores). */
+function lockLease(options) {
+  const { leaseMs = DEFAULT_LOCK_LEASE_MS } = namedArgs(options ?? {}, 'withExclusiveLock', ['leaseMs']);
+  if (!Number.isSafeInteger(leaseMs) || leaseMs < 1) {
+    throw invalidArgument('leaseMs must be a whole number of milliseconds of at least 1', { field: 'leaseMs', reason: 'not a positive integer' });
+  }
+  return leaseMs;
+}
+
 class StoreBase {
   /** True for a store that holds numbers as numbers (MongoDB, memory): a revision held as text is damage there. */
   static holdsNumbers = false;
@@ -297,6 +313,52 @@ class StoreBase {
   /** Deletes `done` (or `dead`) operations last updated before `olderThan`, in batches; `{ deleted, batches }`. */
   async purgeOperations(args) {
     return this.#purge('operations', purgeRequest(args, 'purgeOperations'));
+  }
+
+  /**
+   * Runs `fn()` while this process holds the lock `name` across every
+   * process on the same database, and answers `{ acquired: true, value }`;
+   * when someone holds it already, runs nothing and answers
+   * `{ acquired: false }` (it never waits). The lock is the database's own
+   * where it has one (subclasses: `_tryLock(name, leaseMs)` returns a release
+   * function, or null when the lock is held); `leaseMs` bounds how long a
+   * lease-based lock (SQLite, MongoDB) outlives a holder that died.
+   */
+  async withExclusiveLock(name, fn, options) {
+    checkText(name, 'name');
+    if (typeof fn !== 'function') throw invalidArgument('withExclusiveLock needs a function to run', { field: 'fn', reason: 'not a function' });
+    const leaseMs = lockLease(options);
+    const scope = this._lockScope();
+    if (!HELD_LOCKS.has(scope)) HELD_LOCKS.set(scope, new Set());
+    const held = HELD_LOCKS.get(scope);
+    if (held.has(name)) return { acquired: false };
+    held.add(name);
+    try {
+      const release = await this._tryLock(name, leaseMs);
+      if (release === null) return { acquired: false };
+      try {
+        return { acquired: true, value: await fn() };
+      } finally {
+        await release();
+      }
+    } finally {
+      held.delete(name);
+    }
+  }
+
+  /** @internal what in-process holders of a lock are told apart by: the store, or a session it shares */
+  _lockScope() {
+    return this;
+  }
+
+  /**
+   * @internal the cross-process part of withExclusiveLock; a store in one process only needs none
+   * @param {string} name
+   * @param {number} leaseMs
+   * @returns {Promise<(() => Promise<void>) | null>}
+   */
+  async _tryLock(name, leaseMs) { // eslint-disable-line no-unused-vars
+    return async () => {};
   }
 
   async #purge(target, request) {

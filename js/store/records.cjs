@@ -179,6 +179,11 @@ function objectValue(value, record, name, id) {
   return ownJson(parsed, record, name, id);
 }
 
+/** objectValue, or null for a missing value (a receipt written before receipts kept their result). */
+function optionalObjectValue(value, record, name, id) {
+  return value === null || value === undefined ? null : objectValue(value, record, name, id);
+}
+
 const OPERATION_STATUSES = new Set(['pending', 'claimed', 'done', 'dead']);
 
 function statusValue(value, record, name, id) {
@@ -208,6 +213,8 @@ const RECORD_FIELDS = Object.freeze({
     ['ruleSetVersion', 'rule_set_version', wholeValue],
     ['ruleSetHash', 'rule_set_hash', optionalTextValue],
     ['recordedAt', 'recorded_at', wholeValue],
+    // Last: it is the column migrate() adds to a table made before it.
+    ['result', 'result', optionalObjectValue],
   ]),
   operation: Object.freeze([
     ['id', 'id', textValue],
@@ -280,7 +287,24 @@ function receiptFromStore(record) {
         hash: optionalTextValue(record.ruleSetHash, 'receipt', 'rule_set_hash', eventId),
       },
     recordedAt: read.recordedAt,
+    result: read.result,
   };
+}
+
+/**
+ * A write set's receipt result, checked: `{operationIds, status, revision}`
+ * as the core writes it, or null when a host hands in a receipt without one.
+ */
+function resultToStore(result) {
+  if (result === undefined || result === null) return null;
+  const bad = (reason) => invalidArgument(`receipt result ${reason}`, { field: 'result', reason });
+  if (typeof result !== 'object' || Array.isArray(result)) throw bad('must be an object {operationIds, status, revision}');
+  const { operationIds, status = null, revision = null } = result;
+  if (!Array.isArray(operationIds)) throw bad('operationIds must be an array');
+  operationIds.forEach((id, i) => checkText(id, `result.operationIds[${i}]`));
+  if (status !== null) checkText(status, 'result.status');
+  if (revision !== null && (!Number.isSafeInteger(revision) || revision < 0)) throw bad('revision must be a whole number or null');
+  return { operationIds: [...operationIds], status, revision };
 }
 
 /** A new receipt's record, checked: its fields flat (ruleSetId, ruleSetVersion, ruleSetHash), stamped `now`. */
@@ -299,6 +323,7 @@ function receiptToStore(receipt, now) {
     ruleSetVersion: ruleSet ? ruleSet.version : null,
     ruleSetHash: ruleSet ? ruleSet.hash : null,
     recordedAt: now,
+    result: resultToStore(receipt.result),
   };
 }
 

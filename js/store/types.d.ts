@@ -3,10 +3,12 @@
 import type {
   BatchResult,
   EventInput,
+  ExclusiveLocks,
   OutboxAdmin,
   OutboxStore,
   ProcessOptions,
   ProcessResult,
+  ReceiptResult,
   RecordedOutcome,
   RuleSetRef,
   Store,
@@ -75,6 +77,8 @@ export type RecordedReceipt = {
   ruleSet: RuleSetRef | null;
   /** Milliseconds since the epoch. */
   recordedAt: number;
+  /** What the delivery produced; null for a receipt written before receipts kept it. */
+  result: ReceiptResult | null;
 };
 
 /** One transaction of a durable store: the Store contract plus a read of the outbox. */
@@ -91,10 +95,10 @@ export interface DurableStoreTransaction extends StoreTransaction {
  * under that token; requeue without `options.now` uses the store's clock.
  */
 export declare abstract class StoreBase {}
-export interface StoreBase extends OutboxStore, OutboxAdmin {}
+export interface StoreBase extends OutboxStore, OutboxAdmin, ExclusiveLocks {}
 
 /** What every durable store offers a host: the Store contract, the outbox interface and helpers. */
-export interface DurableStore extends Store, OutboxStore, OutboxAdmin {
+export interface DurableStore extends Store, OutboxStore, OutboxAdmin, ExclusiveLocks {
   readonly tables: Readonly<TableNames>;
   /** Re-runs of a cycle after a lost race (undefined: processEvent's default, 4). */
   readonly raceRetries?: number;

@@ -39,7 +39,7 @@ function receiptRecord(held) {
   return {
     eventId: held.eventId, fingerprint: held.fingerprint, workflowId: held.workflowId, eventType: held.eventType, outcome: held.outcome,
     ruleSetId: ruleSet ? ruleSet.id : held.ruleSet, ruleSetVersion: ruleSet?.version, ruleSetHash: ruleSet?.hash,
-    recordedAt: held.recordedAt,
+    recordedAt: held.recordedAt, result: held.result,
   };
 }
 

@@ -7,6 +7,7 @@
 // need a replica set or a sharded cluster. The outbox claim is one
 // findOneAndUpdate per operation: a single-document update is atomic.
 
+const { randomUUID } = require('node:crypto');
 const { IdemflowError } = require('../../core/errors.cjs');
 const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
 const { STORE_UNAVAILABLE, lostRace, mapDriverError, isNetworkError, isStoreUnavailable: isUnavailable } = require('../../store/errors.cjs');
@@ -21,7 +22,8 @@ const { StoreBase, StoreTransaction } = require('../../store/base.cjs');
  * @typedef {import('mongodb').TransactionOptions} TransactionOptions
  * @typedef {{ _id: string, status: string, revision: number, data: Record<string, string>, createdAt: number, updatedAt: number }} WorkflowDocument
  * @typedef {{ _id: string, fingerprint: string, workflowId: string, eventType: string, outcome: string,
- *   ruleSetId: string | null, ruleSetVersion: number | null, ruleSetHash: string | null, recordedAt: number }} ReceiptDocument
+ *   ruleSetId: string | null, ruleSetVersion: number | null, ruleSetHash: string | null, recordedAt: number,
+ *   result?: { operationIds: string[], status: string | null, revision: number | null } | null }} ReceiptDocument
  * @typedef {{ _id: string, type: string, workflowId: string, eventId: string, payload: Record<string, unknown>, status: string,
  *   attempts: number, nextAttemptAt: number, leaseOwner: string | null, leaseExpiresAt: number | null, fencingToken: number,
  *   lastError: string | null, createdAt: number, updatedAt: number }} OperationDocument
@@ -330,6 +332,38 @@ class MongoStore extends StoreBase {
     await run(() => this._outbox().createIndex({ status: 1, nextAttemptAt: 1 }), undefined, deadline);
     await run(() => this._outbox().createIndex({ status: 1, leaseExpiresAt: 1 }), undefined, deadline);
     await run(() => this._outbox().createIndex({ status: 1, updatedAt: 1 }), undefined, deadline);
+  }
+
+  /**
+   * @internal withExclusiveLock's lock: a lease document `{_id: name, owner,
+   * expiresAt}` in `<inbox>_locks`, inserted when absent (an expired one is
+   * removed first); the unique _id makes one insert win. Given back by its owner.
+   * @param {string} name
+   * @param {number} leaseMs
+   */
+  async _tryLock(name, leaseMs) {
+    /** @type {import('mongodb').Collection<{ _id: string, owner: string, expiresAt: number }>} */
+    const locks = this.db.collection(`${this.tables.inbox}_locks`);
+    const owner = randomUUID();
+    const now = this.now();
+    await this._call('lock', () => locks.deleteMany({ _id: name, expiresAt: { $lte: now } }, MAJORITY));
+    const acquired = await this._call('lock', async () => {
+      try {
+        await locks.insertOne({ _id: name, owner, expiresAt: now + leaseMs }, MAJORITY);
+        return true;
+      } catch (error) {
+        if (error && typeof error === 'object' && 'code' in error && error.code === DUPLICATE_KEY) return false;
+        throw error;
+      }
+    });
+    if (!acquired) return null;
+    return async () => {
+      try {
+        await this._call('lock', () => locks.deleteMany({ _id: name, owner }, MAJORITY));
+      } catch {
+        // The lease runs out by itself.
+      }
+    };
   }
 
   /**

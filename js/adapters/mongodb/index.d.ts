@@ -15,7 +15,7 @@ export interface MongoStoreOptions extends StoreOptions {
 /**
  * A durable store over MongoDB. Documents: workflows {_id, status, revision,
  * data, createdAt, updatedAt}; inbox {_id: eventId, fingerprint, workflowId,
- * eventType, outcome, ruleSetId, ruleSetVersion, ruleSetHash, recordedAt};
+ * eventType, outcome, ruleSetId, ruleSetVersion, ruleSetHash, recordedAt, result};
  * outbox {_id, type, workflowId, eventId, payload, status, attempts,
  * nextAttemptAt, leaseOwner, leaseExpiresAt, fencingToken, lastError,
  * createdAt, updatedAt}. An outbox store too: a claim is one findOneAndUpdate per operation.

@@ -7,7 +7,8 @@
 // server's error numbers.
 
 const { isNetworkError } = require('../../store/errors.cjs');
-const { createTables, indexName, indexesOf } = require('../../sql/schema.cjs');
+const { createHash } = require('node:crypto');
+const { addedColumns, createTables, indexName, indexesOf } = require('../../sql/schema.cjs');
 
 const UNAVAILABLE_ERRNO = new Set([1040, 1053, 1077, 1152, 1158, 1159, 1160, 1161, 1927, 2002, 2003, 2006, 2013, 2055]);
 const UNAVAILABLE_CODES = new Set([
@@ -68,6 +69,28 @@ function schema(tables, collation) {
 }
 
 /**
+ * The columns added since a table was first made, each as a check (a row
+ * when the column is there) and the ALTER that adds it: MySQL has no ADD
+ * COLUMN IF NOT EXISTS (MariaDB has), so a concurrent migrate() can still add
+ * it first: DUPLICATE_COLUMN_NAME is then what was wanted.
+ */
+function added(tables) {
+  return addedColumns(tables, TYPES_WITHOUT_COLLATION).map(([table, column, definition]) => {
+    const dot = table.indexOf('.');
+    return {
+      present: {
+        sql: 'SELECT 1 AS present FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME = ?',
+        values: [dot < 0 ? null : table.slice(0, dot), table.slice(dot + 1), column],
+      },
+      add: `ALTER TABLE ${quote(table)} ADD COLUMN ${definition}`,
+    };
+  });
+}
+
+/** The types of the added columns: none of them is an id or a name, so none needs the id collation. */
+const TYPES_WITHOUT_COLLATION = Object.freeze({ json: 'LONGTEXT', text: 'TEXT', int: 'INT', bigint: 'BIGINT' });
+
+/**
  * The indexes, created one by one after the tables: MySQL has no CREATE
  * INDEX IF NOT EXISTS, so an index that is there already (1061) is what was wanted.
  */
@@ -105,8 +128,14 @@ const dialect = Object.freeze({
   classify,
   schema,
   indexes,
+  addedColumns: added,
+  /** The named lock of withExclusiveLock (GET_LOCK names hold at most 64 characters: a longer one is hashed). */
+  tryLock: 'SELECT GET_LOCK(?, 0) AS acquired',
+  unlock: 'SELECT RELEASE_LOCK(?)',
+  lockName: (name) => (name.length <= 64 ? name : `idemflow:${createHash('sha256').update(name).digest('hex').slice(0, 40)}`),
   claim,
   DUPLICATE_INDEX_NAME: 1061,
+  DUPLICATE_COLUMN_NAME: 1060,
 });
 
 module.exports = dialect;

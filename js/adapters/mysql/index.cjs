@@ -93,6 +93,7 @@ class MysqlStore extends SqlStore {
    * Creates the tables (InnoDB, utf8mb4) and their indexes if they do not
    * exist. Id columns use a binary NO PAD collation: utf8mb4_nopad_bin on
    * MariaDB, utf8mb4_0900_bin on MySQL 8 (options.collation overrides).
+   * Adds the columns a table made by an earlier version lacks.
    */
   async migrate() {
     const collation = this.#collation ?? await this.#idCollation();
@@ -104,6 +105,14 @@ class MysqlStore extends SqlStore {
         if (error.cause?.errno !== dialect.DUPLICATE_INDEX_NAME) throw error;
       }
     }
+    for (const { present, add } of dialect.addedColumns(this.tables)) {
+      if ((await this.#query(present.sql, present.values)).rows.length > 0) continue;
+      try {
+        await this.#query(add, []);
+      } catch (error) {
+        if (error.cause?.errno !== dialect.DUPLICATE_COLUMN_NAME) throw error;
+      }
+    }
   }
 
   async #idCollation() {
@@ -111,6 +120,42 @@ class MysqlStore extends SqlStore {
     const version = String(rows[0].version);
     if (/mariadb/i.test(version)) return 'utf8mb4_nopad_bin';
     return Number.parseInt(version, 10) >= 8 ? 'utf8mb4_0900_bin' : 'utf8mb4_bin';
+  }
+
+  /** @internal a Connection is one session: runners sharing it are told apart in process */
+  _lockScope() {
+    return this.client;
+  }
+
+  /**
+   * @internal GET_LOCK(name, 0), held by a session: a connection of its own
+   * from a Pool (so no transaction stays open while the lock is held), the
+   * Connection itself otherwise. A session that ends frees it.
+   */
+  async _tryLock(name) {
+    const pooled = this.#kind === 'pool';
+    const lockName = dialect.lockName(name);
+    let session;
+    try {
+      session = pooled ? await this.client.getConnection() : this.client;
+      const [rows] = await session.query(dialect.tryLock, [lockName]);
+      if (Number(rows[0]?.acquired) === 1) {
+        return async () => {
+          try {
+            await session.query(dialect.unlock, [lockName]);
+          } catch {
+            // A lost session has freed its locks already.
+          } finally {
+            if (pooled) session.release();
+          }
+        };
+      }
+    } catch (error) {
+      if (pooled && session) session.destroy?.();
+      throw mapError(error);
+    }
+    if (pooled) session.release();
+    return null;
   }
 
   /**

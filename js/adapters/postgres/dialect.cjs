@@ -6,7 +6,7 @@
 // would be this dialect with the differences it has, as flags or overrides.
 
 const { isNetworkError } = require('../../store/errors.cjs');
-const { indexName, portableSchema } = require('../../sql/schema.cjs');
+const { PORTABLE_TYPES, addedColumns, indexName, portableSchema } = require('../../sql/schema.cjs');
 
 const MIGRATION_LOCK = 'idemflow.migrate';
 const UNAVAILABLE_MESSAGE = /Connection terminated|connection error|not queryable|Cannot use a pool after calling end|timeout exceeded when trying to connect|Client was closed|PGlite is closed|closed/i;
@@ -50,11 +50,16 @@ const dialect = Object.freeze({
   purgeBatch: ({ table, key, order, where, limit }) =>
     `DELETE FROM ${table} WHERE ${key} IN (SELECT ${key} FROM ${table} WHERE ${where} ORDER BY ${order} LIMIT ${limit} FOR UPDATE SKIP LOCKED)`,
   classify,
+  /** The session-level advisory lock of withExclusiveLock, keyed by a hash of its name. */
+  tryLock: 'SELECT pg_try_advisory_lock(hashtext($1)) AS acquired',
+  unlock: 'SELECT pg_advisory_unlock(hashtext($1))',
 
   /** The DDL of migrate(), under an advisory lock so that workers starting together do not trip over each other. */
   schema: (tables) => [
     `SELECT pg_advisory_xact_lock(hashtext('${MIGRATION_LOCK}'))`,
     ...portableSchema(tables, quote, (table, suffix, columns) => `CREATE INDEX IF NOT EXISTS "${indexName(table, suffix)}" ON ${quote(table)} (${columns})`),
+    // Tables made by an earlier version lack the columns added since; under the same lock.
+    ...addedColumns(tables, PORTABLE_TYPES).map(([table, , definition]) => `ALTER TABLE ${quote(table)} ADD COLUMN IF NOT EXISTS ${definition}`),
   ],
 
   /**

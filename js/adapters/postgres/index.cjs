@@ -110,6 +110,41 @@ class PostgresStore extends SqlStore {
     return this.#inTransaction((queryable) => fn(new PostgresTransaction(this, queryable)));
   }
 
+  /** @internal a Client or PGlite is one session: runners sharing it are told apart in process */
+  _lockScope() {
+    return this.client;
+  }
+
+  /**
+   * @internal pg_try_advisory_lock, held by a session: a connection of its
+   * own from a Pool (so no transaction stays open while the lock is held),
+   * the Client or PGlite itself otherwise. A session that ends frees it.
+   */
+  async _tryLock(name) {
+    const pooled = this.#kind === 'pool';
+    let session;
+    try {
+      session = pooled ? await this.client.connect() : this.client;
+      const { rows } = await session.query(dialect.tryLock, [name]);
+      if (rows[0]?.acquired === true) {
+        return async () => {
+          try {
+            await session.query(dialect.unlock, [name]);
+          } catch {
+            // A lost session has freed its locks already.
+          } finally {
+            if (pooled) session.release();
+          }
+        };
+      }
+    } catch (error) {
+      if (pooled && session) session.release(true);
+      throw mapError(error);
+    }
+    if (pooled) session.release();
+    return null;
+  }
+
   // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)
 
   /** @internal the dialect's claim statement, in autocommit; the rows are read by StoreBase */

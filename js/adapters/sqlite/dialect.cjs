@@ -4,7 +4,7 @@
 // claim (one UPDATE … RETURNING, inside BEGIN IMMEDIATE) and the result
 // codes of better-sqlite3 and node:sqlite.
 
-const { baseName, indexName, portableSchema } = require('../../sql/schema.cjs');
+const { PORTABLE_TYPES, addedColumns, baseName, indexName, portableSchema } = require('../../sql/schema.cjs');
 
 // Extended result codes (sqlite3.h), for node:sqlite, which reports numbers.
 const PRIMARY = { ERROR: 1, BUSY: 5, LOCKED: 6, NOMEM: 7, READONLY: 8, IOERR: 10, CORRUPT: 11, FULL: 13, CANTOPEN: 14, CONSTRAINT: 19, NOTADB: 26 };
@@ -60,6 +60,37 @@ const dialect = Object.freeze({
   /** The DDL of migrate(), one script. */
   schema: (tables) => portableSchema(tables, quote, (table, suffix, columns) =>
     `CREATE INDEX IF NOT EXISTS ${qualifiedIndex(table, suffix)} ON ${quote(baseName(table))} (${columns})`).join(';\n'),
+
+  /**
+   * The columns added since a table was first made, each as a check (a row
+   * when the column is there) and the ALTER that adds it: SQLite has no ADD
+   * COLUMN IF NOT EXISTS. migrate() runs both under the write lock.
+   */
+  addedColumns: (tables) => addedColumns(tables, PORTABLE_TYPES).map(([table, column, definition]) => {
+    const schema = table.includes('.') ? [table.slice(0, table.indexOf('.'))] : [];
+    return {
+      present: { sql: `SELECT 1 AS present FROM pragma_table_info(?${schema.length ? ', ?' : ''}) WHERE name = ?`, values: [baseName(table), ...schema, column], returnsRows: true },
+      add: `ALTER TABLE ${quote(table)} ADD COLUMN ${definition}`,
+    };
+  }),
+
+  /**
+   * The lease row of withExclusiveLock, in `<inbox>_locks` beside the inbox
+   * (made on first use): taken when absent or expired (one row changes),
+   * given back by its owner. acquire's values end with [expiresAt, now].
+   */
+  lock: (tables, name, owner) => {
+    const table = quote(`${tables.inbox}_locks`);
+    return {
+      create: `CREATE TABLE IF NOT EXISTS ${table} (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at BIGINT NOT NULL)`,
+      acquire: {
+        sql: `INSERT INTO ${table} (name, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at WHERE ${table}.expires_at <= ?`,
+        values: [name, owner],
+        returnsRows: false,
+      },
+      release: { sql: `DELETE FROM ${table} WHERE name = ? AND owner = ?`, values: [name, owner], returnsRows: false },
+    };
+  },
 
   /** The claim: one UPDATE … RETURNING; run inside BEGIN IMMEDIATE, which takes the write lock before the due rows are read. */
   claim: (statements, request) => statements.statement((bind) => `UPDATE ${statements.quoted.outbox} SET ${statements.claimSet(bind, request)}

@@ -13,6 +13,7 @@ const { DEFAULT_TABLES, STORE_OPTIONS, resolveClock, resolveRaceRetries } = requ
 const { Serializer } = require('../../store/bounds.cjs');
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
+const { randomUUID } = require('node:crypto');
 const dialect = require('./dialect.cjs');
 
 const SQLITE_OPTIONS = [...STORE_OPTIONS, 'busyTimeoutMs', 'synchronous', 'wal'];
@@ -117,10 +118,18 @@ class SqliteStore extends SqlStore {
     return this.#db;
   }
 
-  /** Creates the three tables and their indexes if they do not exist. */
+  /**
+   * Creates the three tables and their indexes if they do not exist, and adds
+   * the columns a table made by an earlier version lacks, all under the
+   * write lock, so processes migrating together do not trip over each other.
+   */
   async migrate() {
     const ddl = dialect.schema(this.tables);
-    await this.#serializer.run(() => this.#immediate(() => this.#exec(ddl)));
+    const added = dialect.addedColumns(this.tables);
+    await this.#serializer.run(() => this.#immediate(() => {
+      this.#exec(ddl);
+      for (const { present, add } of added) if (this._executeNow(present).rows.length === 0) this.#exec(add);
+    }));
   }
 
   /**
@@ -153,6 +162,29 @@ class SqliteStore extends SqlStore {
       throw error;
     }
     return result;
+  }
+
+  /**
+   * @internal withExclusiveLock's lock: a lease row taken under the write lock
+   * (BEGIN IMMEDIATE, one short statement), so no transaction stays open
+   * while it is held; a holder that died loses it when the lease runs out.
+   */
+  async _tryLock(name, leaseMs) {
+    const owner = randomUUID();
+    const lock = dialect.lock(this.tables, name, owner);
+    const acquired = await this.#serializer.run(() => this.#immediate(() => {
+      this.#exec(lock.create);
+      const now = this.now();
+      return this._executeNow({ ...lock.acquire, values: [...lock.acquire.values, now + leaseMs, now] }).count === 1;
+    }));
+    if (!acquired) return null;
+    return async () => {
+      try {
+        await this._execute(lock.release);
+      } catch {
+        // A closed handle or a busy database: the lease runs out by itself.
+      }
+    };
   }
 
   // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)

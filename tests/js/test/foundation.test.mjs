@@ -63,8 +63,12 @@ test('a replayed event id is a duplicate delivery and leaves one outbox row', as
     status: 'exchange',
     revision: 4,
   });
-  assert.deepEqual(replay, { outcome: 'duplicate-delivery' });
   const { outbox, inbox } = store.snapshot();
+  // The replay answers what the first delivery did, as its receipt records it.
+  assert.deepEqual(replay, {
+    outcome: 'duplicate-delivery',
+    original: { outcome: 'applied', operationIds: ['start-exchange:swap-42'], status: 'exchange', revision: 4, decidedAt: inbox.get(event.eventId).recordedAt },
+  });
   assert.equal(outbox.size, 1);
   assert.equal(inbox.size, 1);
   const operation = outbox.get('start-exchange:swap-42');
@@ -281,7 +285,8 @@ test('decide returns the complete write set for applied', () => {
   });
   assert.deepEqual(
     { ...decision.writeSet.receipt, ruleSet: undefined },
-    { eventId: event.eventId, fingerprint: fingerprint(event), workflowId: 'swap-42', eventType: 'DEPOSIT_CONFIRMED', outcome: 'applied', ruleSet: undefined },
+    { eventId: event.eventId, fingerprint: fingerprint(event), workflowId: 'swap-42', eventType: 'DEPOSIT_CONFIRMED', outcome: 'applied', ruleSet: undefined,
+      result: { operationIds: ['start-exchange:swap-42'], status: 'exchange', revision: 4 } },
   );
   assert.equal(decision.writeSet.receipt.ruleSet.id, 'deposit-swap');
   assert.match(decision.writeSet.receipt.ruleSet.hash, /^sha256:[0-9a-f]{64}$/);

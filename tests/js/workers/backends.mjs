@@ -66,6 +66,13 @@ export function mongoSetRaw(db, tables) {
     return true;
   };
 }
+/** A document has no columns: the field is removed from every document (one at a time: the fake has no updateMany). */
+export function mongoDropColumn(db, tables) {
+  return async (which, column) => {
+    const collection = db.collection(tables[which]);
+    for (const { _id } of await collection.find({}).toArray()) await collection.updateOne({ _id }, { $unset: { [documentField(column)]: '' } });
+  };
+}
 const quoteMysql = (name) => name.split('.').map((part) => `\`${part}\``).join('.');
 
 /**
@@ -86,6 +93,7 @@ export async function openStore(kind, { tables, file, url, poolSize, ...options 
         count: async (which) => Number(one(`SELECT COUNT(*) AS n FROM ${quoteSql(tables[which])}`).n),
         rawData: async (id) => one(`SELECT data FROM ${quoteSql(tables.workflows)} WHERE id = ?`, id)?.data ?? null,
         query: async (sql, ...params) => store.db.prepare(sql).all(...params),
+        dropColumn: async (which, column) => { store.db.exec(`ALTER TABLE ${quoteSql(tables[which])} DROP COLUMN ${column}`); },
         setRaw: sqlSetRaw(tables, quoteSql, async (sql, params) => {
           const statement = store.db.prepare(sql);
           return /^SELECT/.test(sql) ? statement.all(...params) : (statement.run(...params), []);
@@ -120,6 +128,7 @@ export async function openStore(kind, { tables, file, url, poolSize, ...options 
         count: async (which) => store.db.collection(tables[which]).countDocuments(),
         rawData: async (id) => (await store.db.collection(tables.workflows).findOne({ _id: id }))?.data ?? null,
         query: null,
+        dropColumn: mongoDropColumn(store.db, tables),
         setRaw: mongoSetRaw(store.db, tables),
         drop: async () => {
           for (const name of Object.values(tables)) await store.db.collection(name).drop().catch(() => {});
@@ -148,6 +157,8 @@ function sqlHelpers(store, tables, quote, query, end, mark) {
     count: async (which) => Number((await query(`SELECT COUNT(*) AS n FROM ${quote(tables[which])}`, []))[0].n),
     rawData: async (id) => (await query(`SELECT data FROM ${quote(tables.workflows)} WHERE id = ${mark}`, [id]))[0]?.data ?? null,
     query,
+    /** Makes the table look like one an earlier version made: without `column`. */
+    dropColumn: async (which, column) => { await query(`ALTER TABLE ${quote(tables[which])} DROP COLUMN ${column}`, []); },
     setRaw: sqlSetRaw(tables, quote, query, mark === '$1'),
     drop: async () => {
       for (const name of Object.values(tables)) await query(`DROP TABLE IF EXISTS ${quote(name)}`, []);
@@ -250,6 +261,7 @@ export const BACKENDS = [
             rawData: async (id) => (await store.db.collection(tables.workflows).findOne({ _id: id }))?.data ?? null,
             query: null,
             setRaw: mongoSetRaw(store.db, tables),
+            dropColumn: mongoDropColumn(store.db, tables),
             drop: async () => { for (const name of Object.values(tables)) await store.db.collection(name).drop(); },
             close: async () => {},
           };
