@@ -68,7 +68,7 @@ async function processBatch(store, events, opts = {}) {
 
   for (let attempt = 1; ; attempt += 1) {
     try {
-      const decided = await store.transaction((tx) => decideAll(tx, valid, ruleSet));
+      const decided = await store.transaction((tx) => decideAll(tx, valid, ruleSet, clockOf(store)));
       for (const [index, result] of decided) results[index] = result;
       return results;
     } catch (error) {
@@ -84,6 +84,11 @@ async function processBatch(store, events, opts = {}) {
       return results;
     }
   }
+}
+
+/** The store's clock (StoreBase has one), else the wall clock. */
+function clockOf(store) {
+  return typeof store.now === 'function' ? () => store.now() : Date.now;
 }
 
 /** A workflow after a write's `set`: a null removes a recorded field. */
@@ -111,7 +116,10 @@ function collapsed(id, expect, original, final) {
  * decisions together: the receipts, one compare-and-set per workflow, the
  * operations. [index, result] per valid event.
  */
-async function decideAll(tx, valid, ruleSet) {
+async function decideAll(tx, valid, ruleSet, clock) {
+  // One time for the whole batch: the receipts are stamped with it, and a
+  // duplicate within the batch reads it back as its original's decidedAt.
+  const now = clock();
   const receipts = await readMany(tx, 'getReceipts', 'getReceipt', [...new Set(valid.map(({ event }) => event.eventId))]);
   const workflows = await readMany(tx, 'getWorkflows', 'getWorkflow', [...new Set(valid.map(({ event }) => event.workflowId))]);
   const original = new Map(workflows);
@@ -133,7 +141,7 @@ async function decideAll(tx, valid, ruleSet) {
     const { receipt, workflow, outbox } = decision.writeSet;
     if (receipt) {
       writes.receipts.push(receipt);
-      receipts.set(receipt.eventId, { ...receipt });
+      receipts.set(receipt.eventId, { ...receipt, recordedAt: now });
     }
     if (workflow) {
       if (!expected.has(workflow.id)) expected.set(workflow.id, workflow.expect ?? null);
@@ -153,7 +161,7 @@ async function decideAll(tx, valid, ruleSet) {
   }
   const workflowWrites = [...expected].map(([id, expect]) => collapsed(id, expect, original.get(id) ?? null, workflows.get(id)));
   if (typeof tx.commitBatch === 'function') {
-    await tx.commitBatch({ receipts: writes.receipts, workflows: workflowWrites, operations: writes.operations });
+    await tx.commitBatch({ receipts: writes.receipts, workflows: workflowWrites, operations: writes.operations, now });
   } else {
     for (const receipt of writes.receipts) await tx.insertReceipt(receipt);
     for (const write of workflowWrites) await tx.writeWorkflow(write);

@@ -91,8 +91,7 @@ class SqlTransaction extends StoreTransaction {
    * operation that does is OUTBOX_CONFLICT, whose event the batch finds by
    * running its events one by one.
    */
-  async commitBatch({ receipts, workflows, operations }) {
-    const now = this._store.now();
+  async commitBatch({ receipts, workflows, operations, now = this._store.now() }) {
     if (receipts.length > 0 && await this.#insertMany('inbox', receipts.map((r) => receiptToStore(r, now))) !== receipts.length) {
       throw receiptExists(receipts[0]);
     }
