@@ -7,7 +7,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { BACKENDS, openPglite, openStore, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { BACKENDS, openPglite, openStore, tablesFor, tempDir, uniquePrefix, writeBenchJson } from '../workers/backends.mjs';
 
 const WORKFLOWS = Number(process.env.BENCH_WORKFLOWS ?? 1500);
 const ROUNDS = 8;
@@ -205,7 +205,11 @@ async function measure(name, openIdemflow, openHand) {
   const line = `${name.padEnd(44)} idemflow ${fmt(rate(time.idemflow))} events/s   hand-written SQL ${fmt(rate(time.hand))} events/s`
     + `   ratio ${(rate(time.idemflow) / rate(time.hand)).toFixed(2)}   (${events.length} events each: 1/3 applied, 1/3 duplicate, 1/3 already-applied)`;
   console.log(line);
+  figures[name] = { idemflow: Math.round(rate(time.idemflow)), handWritten: Math.round(rate(time.hand)), ratio: Number((rate(time.idemflow) / rate(time.hand)).toFixed(2)) };
 }
+
+/** What each measurement found, written to target/bench.json (key "perEvent") at the end. */
+const figures = {};
 
 const fmt = (n) => Math.round(n).toLocaleString('en-US').padStart(7);
 
@@ -310,3 +314,5 @@ for (const backend of BACKENDS) {
     console.log(`${backend.name}: skipped (${String(error.cause?.message ?? error.message).split('\n')[0]})`);
   }
 }
+
+writeBenchJson('perEvent', { workflows: WORKFLOWS, backends: figures });

@@ -3,10 +3,7 @@
 // (1/3 applied, 1/3 duplicate deliveries, 1/3 already-applied re-publications)
 // through each, as ratios and absolute events per second, at batch sizes 16,
 // 128 and 512. The figures also go to target/bench.json (key "batch").
-import fs from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { BACKENDS, tablesFor, uniquePrefix } from '../workers/backends.mjs';
+import { BACKENDS, tablesFor, uniquePrefix, writeBenchJson } from '../workers/backends.mjs';
 
 const SIZES = [16, 128, 512];
 const WORKFLOWS = Number(process.env.IDEMFLOW_BENCH_WORKFLOWS ?? 1024);
@@ -99,13 +96,4 @@ for (const backend of BACKENDS) {
   }
 }
 
-const out = path.join(fileURLToPath(new URL('../../../target/', import.meta.url)), 'bench.json');
-let previous = {};
-try {
-  previous = JSON.parse(fs.readFileSync(out, 'utf8'));
-} catch {
-  // first figures of this checkout
-}
-fs.mkdirSync(path.dirname(out), { recursive: true });
-fs.writeFileSync(out, `${JSON.stringify({ ...previous, batch: { measuredAt: new Date().toISOString(), workflows: WORKFLOWS, backends: report } }, null, 2)}\n`);
-console.log(`written to ${path.relative(process.cwd(), out)}`);
+writeBenchJson('batch', { workflows: WORKFLOWS, backends: report });

@@ -277,3 +277,20 @@ export const BACKENDS = [
     setup: serverBackend('mongodb', MONGODB_URL),
   },
 ];
+
+/**
+ * Adds `figures` under `key` to target/bench.json (the figures of `make
+ * bench`, kept for tracking), with the time they were measured.
+ */
+export function writeBenchJson(key, figures) {
+  const out = path.join(path.dirname(new URL(import.meta.url).pathname), '..', '..', '..', 'target', 'bench.json');
+  let previous = {};
+  try {
+    previous = JSON.parse(fs.readFileSync(out, 'utf8'));
+  } catch {
+    // the first figures of this checkout
+  }
+  fs.mkdirSync(path.dirname(out), { recursive: true });
+  fs.writeFileSync(out, `${JSON.stringify({ ...previous, [key]: { measuredAt: new Date().toISOString(), ...figures } }, null, 2)}\n`);
+  console.log(`${key}: written to target/bench.json`);
+}
