@@ -385,16 +385,16 @@ pub enum Verdict {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use serde_json::Map;
 
     use super::*;
 
-    fn policy(max_attempts: u32, base: u64, max: u64) -> Policy {
+    pub(crate) fn policy(max_attempts: u32, base: u64, max: u64) -> Policy {
         Policy { max_attempts, base_delay_ms: base, max_delay_ms: max, lease_ms: 30_000 }
     }
 
-    fn settings(value: Value) -> Map<String, Value> {
+    pub(crate) fn settings(value: Value) -> Map<String, Value> {
         match value {
             Value::Object(map) => map,
             _ => Map::new(),

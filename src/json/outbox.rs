@@ -153,20 +153,10 @@ pub fn lease_expires_at_args(policy: &str, now: f64) -> Result<u64> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::{json, Map, Value};
+    use serde_json::{json, Value};
 
     use super::*;
-
-    fn policy(max_attempts: u32, base: u64, max: u64) -> Policy {
-        Policy { max_attempts, base_delay_ms: base, max_delay_ms: max, lease_ms: 30_000 }
-    }
-
-    fn settings(value: Value) -> Map<String, Value> {
-        match value {
-            Value::Object(map) => map,
-            _ => Map::new(),
-        }
-    }
+    use crate::outbox::tests::{policy, settings};
 
     #[test]
     fn a_policy_round_trips_through_its_json() {
