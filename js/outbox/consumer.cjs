@@ -395,8 +395,13 @@ class OutboxConsumer extends EventEmitter {
       finished: null,
     };
     // This consumer's own earlier claim of the operation expired and it claimed it again.
+    // An earlier entry already recording its result lost nothing: either its fenced write
+    // committed (a retry due at once, claimed again before its bookkeeping ended) or it
+    // will be refused and reported as a stale completion.
     for (const earlier of this.#inFlight) {
-      if (earlier.operation.id === operation.id && !earlier.leaseLost) this.#loseLease(earlier, 'claimed again after the lease expired');
+      if (earlier.operation.id === operation.id && !earlier.leaseLost && !earlier.recording) {
+        this.#loseLease(earlier, 'claimed again after the lease expired');
+      }
     }
     this.#inFlight.add(entry);
     this.#startRenewing();

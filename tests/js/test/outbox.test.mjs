@@ -427,6 +427,32 @@ for (const backend of backends) {
       assert.equal((await bRound).done, 1);
     });
 
+    it('a retry claimed again while its failure is still being recorded is not a lost lease', async () => {
+      const c = clock();
+      const store = await confirmed(1, c);
+      let failures = 0;
+      const worker = consumer(store, {
+        START_EXCHANGE: async () => { if ((failures += 1) === 1) throw new Error('provider unavailable'); },
+      }, { baseDelayMs: 10, maxDelayMs: 10 });
+      const log = recorder(worker);
+      // The sequence of a polling consumer: the retry commits, the next claim round
+      // runs before the first entry's bookkeeping ends, and claims the same id again.
+      const failOperation = store.failOperation.bind(store);
+      let second = null;
+      store.failOperation = async (args) => {
+        const recorded = await failOperation(args);
+        c.t = args.nextAttemptAt;
+        second = worker.runOnce();
+        await once(worker, 'claimed');
+        return recorded;
+      };
+      const first = await worker.runOnce();
+      assert.deepEqual([first.retried, (await second).done], [1, 1]);
+      assert.deepEqual(log.map((e) => [e.event, e.attempt]), [['claimed', 1], ['claimed', 2], ['retry-scheduled', 1], ['done', 2]]);
+      assert.equal(worker.stats().leaseLost, 0);
+      assert.equal((await store.getOperation(opId(1))).status, 'done');
+    });
+
     it('two consumers never run one operation at the same time', async () => {
       const c = clock();
       const count = 12;
