@@ -111,17 +111,20 @@ function requeueChange(operationId, options, clock) {
     { status: 'pending', attempts: 0, nextAttemptAt: now, ...LEASE_CLEARED, updatedAt: now });
 }
 
-/** `{ olderThan, batchSize, status }` of purgeReceipts (status null) and purgeOperations (done or dead). */
+/** `{ olderThan, batchSize, status, onBatch }` of purgeReceipts (status null) and purgeOperations (done or dead). */
 function purgeRequest(args, method) {
-  const { olderThan, batchSize = DEFAULT_BATCH_SIZE, status = 'done' } = namedArgs(args, method,
-    method === 'purgeOperations' ? ['olderThan', 'batchSize', 'status'] : ['olderThan', 'batchSize']);
+  const { olderThan, batchSize = DEFAULT_BATCH_SIZE, status = 'done', onBatch } = namedArgs(args, method,
+    method === 'purgeOperations' ? ['olderThan', 'batchSize', 'status', 'onBatch'] : ['olderThan', 'batchSize', 'onBatch']);
+  if (onBatch !== undefined && typeof onBatch !== 'function') {
+    throw invalidArgument('onBatch must be a function', { field: 'onBatch', reason: 'not a function' });
+  }
   if (!Number.isSafeInteger(batchSize) || batchSize < 1 || batchSize > MAX_BATCH_SIZE) {
     throw invalidArgument(`batchSize must be a whole number from 1 to ${MAX_BATCH_SIZE}`, { field: 'batchSize', reason: 'out of range' });
   }
   if (method === 'purgeOperations' && status !== 'done' && status !== 'dead') {
     throw invalidArgument("purgeOperations status must be 'done' or 'dead'", { field: 'status', reason: 'not a finished status' });
   }
-  return { olderThan: instant(olderThan, 'olderThan'), batchSize, status: method === 'purgeOperations' ? status : null };
+  return { olderThan: instant(olderThan, 'olderThan'), batchSize, status: method === 'purgeOperations' ? status : null, onBatch };
 }
 
 function byId(a, b) {
@@ -349,12 +352,16 @@ class StoreBase {
     return released;
   }
 
-  /** Deletes receipts recorded before `olderThan`, `batchSize` per statement; `{ deleted, batches }`. */
+  /**
+   * Deletes receipts recorded before `olderThan`, `batchSize` per statement;
+   * `{ deleted, batches }`. `onBatch({ deleted, batches })`, when given, hears
+   * the running totals after each batch that deleted something.
+   */
   async purgeReceipts(args) {
     return this.#purge('receipts', purgeRequest(args, 'purgeReceipts'));
   }
 
-  /** Deletes `done` (or `dead`) operations last updated before `olderThan`, in batches; `{ deleted, batches }`. */
+  /** Deletes `done` (or `dead`) operations last updated before `olderThan`, in batches; `{ deleted, batches }` (`onBatch` as purgeReceipts). */
   async purgeOperations(args) {
     return this.#purge('operations', purgeRequest(args, 'purgeOperations'));
   }
@@ -365,7 +372,10 @@ class StoreBase {
     for (;;) {
       const removed = await this._purgeBatch(target, request);
       deleted += removed;
-      if (removed > 0) batches += 1;
+      if (removed > 0) {
+        batches += 1;
+        request.onBatch?.({ deleted, batches });
+      }
       if (removed < request.batchSize) return { deleted, batches };
     }
   }
