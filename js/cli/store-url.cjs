@@ -72,7 +72,7 @@ async function openStoreUrl(url, { tables, cwd = process.cwd() } = {}) {
   }
   const options = tables === undefined ? {} : { tables };
   const scheme = /^([a-z][a-z0-9+]*):/.exec(url)?.[1];
-  const need = (pkg) => requireFrom(cwd, pkg) ?? (() => { throw driverMissing(pkg, shown(url), cwd); })();
+  const need = (pkg, entry = pkg) => requireFrom(cwd, entry) ?? (() => { throw driverMissing(pkg, shown(url), cwd); })();
   switch (scheme) {
     case 'sqlite': {
       const { SqliteStore } = require('../adapters/sqlite/index.cjs');
@@ -107,7 +107,7 @@ async function openStoreUrl(url, { tables, cwd = process.cwd() } = {}) {
     }
     case 'mysql':
     case 'mariadb': {
-      const mysql = need('mysql2/promise');
+      const mysql = need('mysql2', 'mysql2/promise');
       const { MysqlStore } = require('../adapters/mysql/index.cjs');
       const pool = mysql.createPool({ uri: scheme === 'mariadb' ? `mysql:${url.slice('mariadb:'.length)}` : url, connectionLimit: 2 });
       return built(() => new MysqlStore(pool, options), 'mysql', () => pool.end());
