@@ -399,7 +399,10 @@ export class InMemoryStore implements Store, OutboxStore, OutboxAdmin {
   failOperation(args: FailArgs): Promise<boolean>;
   releaseOperation(args: FencedArgs): Promise<boolean>;
   requeue(operationId: string, options?: { now?: number }): Promise<boolean>;
+  requeueOperations(args: RequeueOperationsArgs): Promise<RequeueResult[]>;
   listOperations(args?: ListOperationsArgs): Promise<StoredOperation[]>;
+  stats(args?: { now?: number | Date }): Promise<OutboxStats>;
+  releaseOwner(owner: string, args?: { now?: number | Date }): Promise<string[]>;
   purgeReceipts(args: PurgeArgs): Promise<PurgeResult>;
   purgeOperations(args: PurgeArgs & { status?: 'done' | 'dead' }): Promise<PurgeResult>;
 }
@@ -484,12 +487,54 @@ export type FailArgs =
   | (FencedArgs & { status: 'pending'; nextAttemptAt: number; lastError: string })
   | (FencedArgs & { status: 'dead'; lastError: string });
 
-export interface ListOperationsArgs {
+/** Filters of listOperations (and requeueOperations): every one given must hold (AND). */
+export interface OperationFilter {
   status?: OperationStatus;
+  type?: string;
+  workflowId?: string;
+  /** The lease owner (a claimed operation's worker). */
+  owner?: string;
+  /** Created before this time. */
+  olderThan?: number | Date;
+  /** Created at or after this time. */
+  newerThan?: number | Date;
+  /** The last error contains this text, case-insensitively (ASCII letters only on SQLite). */
+  errorContains?: string;
+}
+
+/** An unknown key is INVALID_ARGUMENT, never ignored. */
+export interface ListOperationsArgs extends OperationFilter {
   /** Default 100. */
   limit?: number;
-  /** Page on: operations are listed by id. */
+  /** Page on: operations are listed by id; pass the last id of the page before. */
   afterId?: string;
+}
+
+/** Ids, or a filter of dead operations (`status: 'dead'` is required, so "everything" is never meant by accident). */
+export type RequeueOperationsArgs =
+  | { ids: string[]; now?: number | Date }
+  | (OperationFilter & { status: 'dead'; limit?: number; now?: number | Date });
+
+/** What requeueOperations did with one id. */
+export interface RequeueResult {
+  id: string;
+  result: 'requeued' | 'not-dead' | 'not-found';
+}
+
+export interface StatusCounts {
+  pending: number;
+  claimed: number;
+  done: number;
+  dead: number;
+}
+
+/** stats(): counts by status and by type, and the age of the oldest due operation. */
+export interface OutboxStats {
+  byStatus: StatusCounts;
+  /** Every type stored, each with its four counts. */
+  byType: { [type: string]: StatusCounts };
+  /** How long the oldest due operation (pending and due, or claimed with its lease expired) has waited; null when none is due. */
+  oldestDueAgeMs: number | null;
 }
 
 export interface PurgeArgs {
@@ -497,6 +542,8 @@ export interface PurgeArgs {
   olderThan: number | Date;
   /** Rows deleted per transaction (default 1000). */
   batchSize?: number;
+  /** Hears the running totals after each batch that deleted something. */
+  onBatch?: (progress: PurgeResult) => void;
 }
 
 export interface PurgeResult {
@@ -523,9 +570,20 @@ export interface OutboxStore {
 
 /** What an operator (or a retention job) needs of a store. */
 export interface OutboxAdmin {
-  /** A dead operation back to pending with attempts 0; false unless it was dead. */
+  /** A dead operation back to pending with attempts 0; false unless it was dead (requeueOperations says why). */
   requeue(operationId: string, options?: { now?: number }): Promise<boolean>;
+  /** Requeues ids, or the dead operations a filter selects; per id what happened. */
+  requeueOperations(args: RequeueOperationsArgs): Promise<RequeueResult[]>;
+  /** Operations matching every filter given, by id. */
   listOperations(args?: ListOperationsArgs): Promise<StoredOperation[]>;
+  /** Counts by status and type, and the oldest due operation's age at `now` (default: the store's clock). */
+  stats(args?: { now?: number | Date }): Promise<OutboxStats>;
+  /**
+   * Gives back every claim `owner` holds (a worker known to be dead) at once:
+   * pending, due now, lease cleared, fencing token raised so that the
+   * worker's late completion is refused. Resolves to the released ids.
+   */
+  releaseOwner(owner: string, args?: { now?: number | Date }): Promise<string[]>;
   purgeReceipts(args: PurgeArgs): Promise<PurgeResult>;
   purgeOperations(args: PurgeArgs & { status?: 'done' | 'dead' }): Promise<PurgeResult>;
 }
