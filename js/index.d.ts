@@ -629,6 +629,12 @@ export interface OutboxConsumerOptions extends OutboxPolicySettings {
   now?: () => number;
   /** Renew running handlers' leases every renewEveryMs (default true). */
   autoRenew?: boolean;
+  /**
+   * start()'s loop asks the store's stats() for pending operations of types
+   * without a handler on its first poll and then every this many polls
+   * (default 60; 0 never), emitting 'unhandled-type' once per type.
+   */
+  typeCheckPolls?: number;
 }
 
 /** The policy as the core normalised it. */
@@ -664,6 +670,8 @@ export interface OutboxConsumerEvents {
   stopped: { abandoned: string[]; claimPending: boolean };
   /** A claimed row the store could not read: set aside as dead (when recorded), the rest of the claim runs. */
   quarantined: QuarantineReport;
+  /** Operations of a type this consumer has no handler for are pending in the store (stats()); once per type. */
+  'unhandled-type': { type: string; pending: number };
 }
 
 export interface RoundCounts {

@@ -562,6 +562,37 @@ for (const backend of backends) {
       assert.equal((await store.getOperation(opId(1))).status, 'done');
     });
 
+    it('a pending type the consumer has no handler for is reported once per type, from stats() every few polls', async () => {
+      const c = clock();
+      const store = await env.open([{ id: 'swap-9', status: 'exchange', revision: 2, depositRef: 'r', amountUnits: '5' }, swap(1), swap(2)], c);
+      await confirmAll(store, 2);
+      await processEvent(store, { eventId: 'x-9', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '4' });
+      const calls = { stats: 0, claims: 0 };
+      const stats = store.stats.bind(store);
+      const claimOperations = store.claimOperations.bind(store);
+      store.stats = (args) => { calls.stats += 1; return stats(args); };
+      store.claimOperations = (args) => { calls.claims += 1; return claimOperations(args); };
+      const worker = consumer(store, { SEND_PAYOUT: () => {} }, { pollIntervalMs: 1, typeCheckPolls: 3 });
+      const reports = [];
+      worker.on('unhandled-type', (report) => reports.push(report));
+      const done = once(worker, 'done');
+      worker.start();
+      await done;
+      while (calls.claims < 10) await new Promise((resolve) => setTimeout(resolve, 2));
+      await worker.stop();
+      assert.deepEqual(reports, [{ type: 'START_EXCHANGE', pending: 2 }], 'once, though every check still sees it');
+      // One look on the first poll, then one every third; stop() may end a poll between its look and its claim.
+      assert.ok([Math.ceil(calls.claims / 3), Math.ceil((calls.claims + 1) / 3)].includes(calls.stats), `${calls.stats} stats for ${calls.claims} claims`);
+      const quiet = consumer(store, { SEND_PAYOUT: () => {} }, { pollIntervalMs: 1, typeCheckPolls: 0 });
+      quiet.on('unhandled-type', (report) => reports.push(report));
+      const before = calls.stats;
+      quiet.start();
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      await quiet.stop();
+      assert.equal(calls.stats, before, 'typeCheckPolls: 0 never asks');
+      assert.equal(reports.length, 1);
+    });
+
     it('two consumers never run one operation at the same time', async () => {
       const c = clock();
       const count = 12;
