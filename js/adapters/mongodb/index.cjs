@@ -494,10 +494,9 @@ class MongoStore extends StoreBase {
    * @param {{ now: number }} request
    */
   async _stats({ now }) {
-    /** @type {{ _id: { type: unknown, status: unknown }, n: number }[]} */
-    const groups = await this._call('stats', () => this._outbox().aggregate([
+    const groups = /** @type {{ _id: { type: unknown, status: unknown }, n: number }[]} */ (await this._call('stats', () => this._outbox().aggregate([
       { $group: { _id: { type: '$type', status: '$status' }, n: { $sum: 1 } } },
-    ], this._serverBound()).toArray());
+    ], this._serverBound()).toArray()));
     /** @param {import('mongodb').Filter<OperationDocument>} filter @param {'nextAttemptAt' | 'leaseExpiresAt'} field */
     const first = async (filter, field) => {
       const [doc] = await this._call('stats', () => this._outbox().find(filter, { sort: { [field]: 1 }, limit: 1, projection: { [field]: 1 }, ...this._serverBound() }).toArray());
