@@ -431,7 +431,10 @@ export class InMemoryStore implements Store, OutboxStore, OutboxAdmin, Exclusive
   failOperation(args: FailArgs): Promise<boolean>;
   releaseOperation(args: FencedArgs): Promise<boolean>;
   requeue(operationId: string, options?: { now?: number }): Promise<boolean>;
+  requeueOperations(args: RequeueOperationsArgs): Promise<RequeueResult[]>;
   listOperations(args?: ListOperationsArgs): Promise<StoredOperation[]>;
+  stats(args?: { now?: number | Date }): Promise<OutboxStats>;
+  releaseOwner(owner: string, args?: { now?: number | Date }): Promise<string[]>;
   purgeReceipts(args: PurgeArgs): Promise<PurgeResult>;
   purgeOperations(args: PurgeArgs & { status?: 'done' | 'dead' }): Promise<PurgeResult>;
   withExclusiveLock<T>(name: string, fn: () => Promise<T> | T, options?: { leaseMs?: number }): Promise<LockResult<T>>;
@@ -517,12 +520,54 @@ export type FailArgs =
   | (FencedArgs & { status: 'pending'; nextAttemptAt: number; lastError: string })
   | (FencedArgs & { status: 'dead'; lastError: string });
 
-export interface ListOperationsArgs {
+/** Filters of listOperations (and requeueOperations): every one given must hold (AND). */
+export interface OperationFilter {
   status?: OperationStatus;
+  type?: string;
+  workflowId?: string;
+  /** The lease owner (a claimed operation's worker). */
+  owner?: string;
+  /** Created before this time. */
+  olderThan?: number | Date;
+  /** Created at or after this time. */
+  newerThan?: number | Date;
+  /** The last error contains this text, case-insensitively (ASCII letters only on SQLite). */
+  errorContains?: string;
+}
+
+/** An unknown key is INVALID_ARGUMENT, never ignored. */
+export interface ListOperationsArgs extends OperationFilter {
   /** Default 100. */
   limit?: number;
-  /** Page on: operations are listed by id. */
+  /** Page on: operations are listed by id; pass the last id of the page before. */
   afterId?: string;
+}
+
+/** Ids, or a filter of dead operations (`status: 'dead'` is required, so "everything" is never meant by accident). */
+export type RequeueOperationsArgs =
+  | { ids: string[]; now?: number | Date }
+  | (OperationFilter & { status: 'dead'; limit?: number; now?: number | Date });
+
+/** What requeueOperations did with one id. */
+export interface RequeueResult {
+  id: string;
+  result: 'requeued' | 'not-dead' | 'not-found';
+}
+
+export interface StatusCounts {
+  pending: number;
+  claimed: number;
+  done: number;
+  dead: number;
+}
+
+/** stats(): counts by status and by type, and the age of the oldest due operation. */
+export interface OutboxStats {
+  byStatus: StatusCounts;
+  /** Every type stored, each with its four counts. */
+  byType: { [type: string]: StatusCounts };
+  /** How long the oldest due operation (pending and due, or claimed with its lease expired) has waited; null when none is due. */
+  oldestDueAgeMs: number | null;
 }
 
 export interface PurgeArgs {
@@ -530,6 +575,8 @@ export interface PurgeArgs {
   olderThan: number | Date;
   /** Rows deleted per transaction (default 1000). */
   batchSize?: number;
+  /** Hears the running totals after each batch that deleted something. */
+  onBatch?: (progress: PurgeResult) => void;
 }
 
 export interface PurgeResult {
@@ -556,9 +603,20 @@ export interface OutboxStore {
 
 /** What an operator (or a retention job) needs of a store. */
 export interface OutboxAdmin {
-  /** A dead operation back to pending with attempts 0; false unless it was dead. */
+  /** A dead operation back to pending with attempts 0; false unless it was dead (requeueOperations says why). */
   requeue(operationId: string, options?: { now?: number }): Promise<boolean>;
+  /** Requeues ids, or the dead operations a filter selects; per id what happened. */
+  requeueOperations(args: RequeueOperationsArgs): Promise<RequeueResult[]>;
+  /** Operations matching every filter given, by id. */
   listOperations(args?: ListOperationsArgs): Promise<StoredOperation[]>;
+  /** Counts by status and type, and the oldest due operation's age at `now` (default: the store's clock). */
+  stats(args?: { now?: number | Date }): Promise<OutboxStats>;
+  /**
+   * Gives back every claim `owner` holds (a worker known to be dead) at once:
+   * pending, due now, lease cleared, fencing token raised so that the
+   * worker's late completion is refused. Resolves to the released ids.
+   */
+  releaseOwner(owner: string, args?: { now?: number | Date }): Promise<string[]>;
   purgeReceipts(args: PurgeArgs): Promise<PurgeResult>;
   purgeOperations(args: PurgeArgs & { status?: 'done' | 'dead' }): Promise<PurgeResult>;
 }
@@ -604,6 +662,12 @@ export interface OutboxConsumerOptions extends OutboxPolicySettings {
   now?: () => number;
   /** Renew running handlers' leases every renewEveryMs (default true). */
   autoRenew?: boolean;
+  /**
+   * start()'s loop asks the store's stats() for pending operations of types
+   * without a handler on its first poll and then every this many polls
+   * (default 60; 0 never), emitting 'unhandled-type' once per type.
+   */
+  typeCheckPolls?: number;
 }
 
 /** The policy as the core normalised it. */
@@ -639,6 +703,8 @@ export interface OutboxConsumerEvents {
   stopped: { abandoned: string[]; claimPending: boolean };
   /** A claimed row the store could not read: set aside as dead (when recorded), the rest of the claim runs. */
   quarantined: QuarantineReport;
+  /** Operations of a type this consumer has no handler for are pending in the store (stats()); once per type. */
+  'unhandled-type': { type: string; pending: number };
 }
 
 export interface RoundCounts {

@@ -1,11 +1,14 @@
 #!/usr/bin/env node
 'use strict';
-// The idemflow command line: print and verify rule sets, fingerprint events.
+// The idemflow command line: print and verify rule sets, fingerprint events,
+// and the operator's commands on a store's outbox and receipts (operator.cjs).
 
 const fs = require('node:fs');
 const readline = require('node:readline');
 const { RuleSet, verifyRuleSet, fingerprint, IdemflowError } = require('../index.cjs');
 const { tableOfDefinition, tableMarkdownOf } = require('./table.cjs');
+const { UsageError } = require('./args.cjs');
+const { operatorCommand, USAGE: OPERATOR_USAGE } = require('./operator.cjs');
 const { version: VERSION } = require('../package.json');
 
 const USAGE = `usage:
@@ -20,12 +23,12 @@ const USAGE = `usage:
       read events as NDJSON on stdin, write one fingerprint per input line
       (an empty line for an invalid or blank line, with the reason on stderr;
       exit 1 then)
+${OPERATOR_USAGE}
   idemflow --version
-  idemflow help`;
+  idemflow help
+exit status: 0 done, 1 failed, 2 the command cannot run as given (usage)`;
 
 const BUILTINS = ['deposit-swap', 'order-shipment', 'subscription'];
-
-class UsageError extends Error {}
 
 /** `deposit-swap` (the current version) or `deposit-swap@1`; null for a file name. */
 function builtin(source) {
@@ -222,6 +225,7 @@ async function main(argv, io) {
   if (command === 'rules' && sub === 'table') return table(rest, io.out, io.err);
   if (command === 'rules' && sub === 'verify') return verify(rest, io.out);
   if (command === 'fingerprint') return fingerprints(argv.slice(1), io.input, io.out, io.err);
+  if (command === 'outbox' || command === 'receipts') return operatorCommand(command, sub, rest, io);
   if (command === 'help' || command === '--help' || command === '-h') {
     io.out.write(`${USAGE}\n`);
     return 0;

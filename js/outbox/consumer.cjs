@@ -14,15 +14,17 @@ const { checkOptionKeys } = require('../core/options.cjs');
 const { POLICY_OPTIONS, createPolicy } = require('../core/policy.cjs');
 
 const STORE_METHODS = Object.freeze(['claimOperations', 'renewLease', 'completeOperation', 'failOperation', 'releaseOperation']);
-const EVENTS = Object.freeze(['claimed', 'done', 'retry-scheduled', 'dead', 'released', 'lease-lost', 'stale-completion', 'store-error', 'stopped', 'quarantined']);
+const EVENTS = Object.freeze(['claimed', 'done', 'retry-scheduled', 'dead', 'released', 'lease-lost', 'stale-completion', 'store-error', 'stopped', 'quarantined', 'unhandled-type']);
 const DEFAULT_CONCURRENCY = 4;
 const MAX_CONCURRENCY = 1000;
 const DEFAULT_POLL_INTERVAL_MS = 1000;
 const DEFAULT_ABORT_GRACE_MS = 5000;
+// With the default poll interval, a look for unhandled types about once a minute when idle.
+const DEFAULT_TYPE_CHECK_POLLS = 60;
 // The core keeps 1000 characters of an error; this only bounds what crosses into wasm.
 const MAX_MESSAGE_UNITS = 8000;
 
-const CONSUMER_OPTIONS = [...POLICY_OPTIONS, 'concurrency', 'pollIntervalMs', 'owner', 'now', 'autoRenew'];
+const CONSUMER_OPTIONS = [...POLICY_OPTIONS, 'concurrency', 'pollIntervalMs', 'owner', 'now', 'autoRenew', 'typeCheckPolls'];
 
 function invalidArgument(message, details) {
   return new IdemflowError('INVALID_ARGUMENT', message, { details });
@@ -124,8 +126,10 @@ function wholeOption(value, field, fallback, min, max) {
 /**
  * Claims due operations from `store`, runs `handlers[operation.type]` for
  * each, and records the result. Emits claimed, done, retry-scheduled, dead,
- * released, lease-lost, stale-completion, store-error, stopped and
- * quarantined (a claimed row the store could not read, set aside as dead).
+ * released, lease-lost, stale-completion, store-error, stopped,
+ * quarantined (a claimed row the store could not read, set aside as dead)
+ * and unhandled-type (operations of a type this consumer has no handler for
+ * are pending in the store: once per type).
  */
 class OutboxConsumer extends EventEmitter {
   #store;
@@ -148,6 +152,9 @@ class OutboxConsumer extends EventEmitter {
   #renewTimer = null;
   #renewing = false;
   #stats = { ...emptyTally(), leaseLost: 0, quarantined: 0 };
+  #typeCheckPolls;
+  #pollsUntilTypeCheck = 0;
+  #unhandledTypes = new Set();
 
   constructor(store, handlers, options = {}) {
     super();
@@ -179,6 +186,7 @@ class OutboxConsumer extends EventEmitter {
       throw invalidArgument('options.autoRenew must be a boolean', { field: 'autoRenew', reason: 'not a boolean' });
     }
     this.#autoRenew = opts.autoRenew ?? true;
+    this.#typeCheckPolls = wholeOption(opts.typeCheckPolls, 'typeCheckPolls', DEFAULT_TYPE_CHECK_POLLS, 0, 1_000_000);
     const { backoff } = this.#policy;
     this.policy = Object.freeze({
       ...this.#policy.settings,
@@ -395,8 +403,13 @@ class OutboxConsumer extends EventEmitter {
       finished: null,
     };
     // This consumer's own earlier claim of the operation expired and it claimed it again.
+    // An earlier entry already recording its result lost nothing: either its fenced write
+    // committed (a retry due at once, claimed again before its bookkeeping ended) or it
+    // will be refused and reported as a stale completion.
     for (const earlier of this.#inFlight) {
-      if (earlier.operation.id === operation.id && !earlier.leaseLost) this.#loseLease(earlier, 'claimed again after the lease expired');
+      if (earlier.operation.id === operation.id && !earlier.leaseLost && !earlier.recording) {
+        this.#loseLease(earlier, 'claimed again after the lease expired');
+      }
     }
     this.#inFlight.add(entry);
     this.#startRenewing();
@@ -505,9 +518,40 @@ class OutboxConsumer extends EventEmitter {
     }
   }
 
+  /**
+   * On the first poll and then every `typeCheckPolls` polls: asks the store's
+   * stats() (when it has one) for pending operations of types no handler of
+   * this consumer takes, and emits 'unhandled-type' once per such type. They
+   * would otherwise wait in silence: the consumer never claims them.
+   */
+  async #checkTypes() {
+    if (this.#typeCheckPolls === 0 || typeof this.#store.stats !== 'function') return;
+    if (this.#pollsUntilTypeCheck > 0) {
+      this.#pollsUntilTypeCheck -= 1;
+      return;
+    }
+    this.#pollsUntilTypeCheck = this.#typeCheckPolls - 1;
+    let stats;
+    try {
+      stats = await this.#store.stats({ now: this.#clock() });
+    } catch (error) {
+      this.#emit('store-error', { during: 'stats', error });
+      return;
+    }
+    const byType = stats !== null && typeof stats === 'object' && stats.byType !== null && typeof stats.byType === 'object' ? stats.byType : {};
+    for (const [type, counts] of Object.entries(byType)) {
+      const pending = counts !== null && typeof counts === 'object' ? counts.pending : 0;
+      if (this.#handlers.has(type) || this.#unhandledTypes.has(type) || !(Number.isSafeInteger(pending) && pending > 0)) continue;
+      this.#unhandledTypes.add(type);
+      this.#emit('unhandled-type', { type, pending });
+    }
+  }
+
   async #poll() {
     const epoch = this.#epoch;
     while (!this.#stopping && epoch === this.#epoch) {
+      await this.#checkTypes();
+      if (this.#stopping) break;
       let claimed = 0;
       try {
         claimed = (await this.#claimRound()).length;

@@ -120,11 +120,38 @@ class SqlStatements {
     });
   }
 
-  list({ status, limit, afterId }) {
+  /** The WHERE conditions of a listOperations filter (store/queries.cjs), each bound; an empty list for none. */
+  filter(bind, request) {
+    const where = [];
+    const equal = (column, value) => { if (value !== null) where.push(`${column} = ${bind(value)}`); };
+    equal('status', request.status);
+    equal('type', request.type);
+    equal('workflow_id', request.workflowId);
+    equal('lease_owner', request.leaseOwner);
+    if (request.createdBefore !== null) where.push(`created_at < ${bind(request.createdBefore)}`);
+    if (request.createdFrom !== null) where.push(`created_at >= ${bind(request.createdFrom)}`);
+    // LIKE with '!' as its escape: one spelling every database reads alike (a backslash is not).
+    if (request.errorContains !== null) where.push(`LOWER(last_error) LIKE ${bind(`%${request.errorContains.replace(/[!%_]/g, '!$&')}%`)} ESCAPE '!'`);
+    if (request.afterId !== null && request.afterId !== undefined) where.push(`id > ${bind(request.afterId)}`);
+    return where;
+  }
+
+  list(request) {
     return this.statement((bind) => {
-      const where = [status === null ? null : `status = ${bind(status)}`, afterId === null ? null : `id > ${bind(afterId)}`].filter(Boolean);
-      return `SELECT ${columnList('outbox')} FROM ${this.quoted.outbox}${where.length > 0 ? ` WHERE ${where.join(' AND ')}` : ''} ORDER BY id LIMIT ${bind(limit)}`;
+      const where = this.filter(bind, request);
+      return `SELECT ${columnList('outbox')} FROM ${this.quoted.outbox}${where.length > 0 ? ` WHERE ${where.join(' AND ')}` : ''} ORDER BY id LIMIT ${bind(request.limit)}`;
     }, true);
+  }
+
+  /** stats(): the operations counted by type and status, one row per pair (`type`, `status`, `n`). */
+  countByTypeAndStatus() {
+    return { sql: `SELECT type, status, COUNT(*) AS n FROM ${this.quoted.outbox} GROUP BY type, status`, values: [], returnsRows: true };
+  }
+
+  /** stats(): when the oldest due operation became due (`due_since`, NULL when none is), by the claim's own condition. */
+  oldestDue(request) {
+    return this.statement((bind) => `SELECT MIN(CASE WHEN status = 'pending' THEN next_attempt_at ELSE lease_expires_at END) AS due_since `
+      + `FROM ${this.quoted.outbox} WHERE ${this.due(bind, { ...request, types: null })}`, true);
   }
 
   /** One batch of a purge: at most batchSize rows, oldest first. */

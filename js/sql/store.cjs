@@ -44,6 +44,12 @@ class SqlStore extends StoreBase {
     return (await this._execute(this._statements.list(request))).rows.map((row) => recordOf('outbox', row));
   }
 
+  async _stats(request) {
+    const counts = (await this._execute(this._statements.countByTypeAndStatus())).rows.map((row) => ({ type: row.type, status: row.status, count: row.n }));
+    const [row] = (await this._execute(this._statements.oldestDue(request))).rows;
+    return { counts, oldestDueAt: row?.due_since ?? null };
+  }
+
   async _purgeBatch(target, request) {
     return (await this._execute(this._statements.purgeBatch(target, request))).count;
   }

@@ -12,7 +12,8 @@
 //   _putWorkflow(record)               insert or replace {id, status, revision, data}
 //   _claim(request)                    claim due operations, return their records
 //   _update(change)                    one guarded change (guardedChange) → matched
-//   _list(request)                     records of listOperations
+//   _list(request)                     records of listOperations (queries.cjs listRequest)
+//   _stats(request)                    { counts: [{ type, status, count }], oldestDueAt } (stats)
 //   _purgeBatch(target, request)       delete one batch, return how many
 // and its transaction subclasses StoreTransaction (see there). docs/adapters.md,
 // "Writing a store", says what each must guarantee.
@@ -23,11 +24,11 @@ const { processEvent } = require('../core/host.cjs');
 const { processBatch } = require('../core/batch.cjs');
 const { invalidArgument, receiptExists, workflowChanged, operationExists } = require('./errors.cjs');
 const {
-  OPERATION_STATUSES, checkText, workflowToStore, workflowPatch, workflowFromStore, receiptToStore, receiptFromStore,
+  checkText, workflowToStore, workflowPatch, workflowFromStore, receiptToStore, receiptFromStore,
   operationToStore, operationFromStore, operationView,
 } = require('./records.cjs');
+const { PAGE_SIZE, listRequest, requeueRequest, nowRequest, statsOf } = require('./queries.cjs');
 
-const DEFAULT_LIST_LIMIT = 100;
 const DEFAULT_BATCH_SIZE = 1000;
 const MAX_BATCH_SIZE = 100000;
 
@@ -111,26 +112,20 @@ function requeueChange(operationId, options, clock) {
     { status: 'pending', attempts: 0, nextAttemptAt: now, ...LEASE_CLEARED, updatedAt: now });
 }
 
-/** `{ status, limit, afterId }` of listOperations; status and afterId null when absent. */
-function listRequest(args) {
-  const { status = null, limit = DEFAULT_LIST_LIMIT, afterId = null } = namedArgs(args ?? {}, 'listOperations', ['status', 'limit', 'afterId']);
-  if (status !== null && !OPERATION_STATUSES.has(status)) {
-    throw invalidArgument('status must be pending, claimed, done or dead', { field: 'status', reason: 'unknown status' });
-  }
-  return { status, limit: wholeNumber(limit, 'limit', 1), afterId: afterId === null ? null : checkText(afterId, 'afterId') };
-}
-
-/** `{ olderThan, batchSize, status }` of purgeReceipts (status null) and purgeOperations (done or dead). */
+/** `{ olderThan, batchSize, status, onBatch }` of purgeReceipts (status null) and purgeOperations (done or dead). */
 function purgeRequest(args, method) {
-  const { olderThan, batchSize = DEFAULT_BATCH_SIZE, status = 'done' } = namedArgs(args, method,
-    method === 'purgeOperations' ? ['olderThan', 'batchSize', 'status'] : ['olderThan', 'batchSize']);
+  const { olderThan, batchSize = DEFAULT_BATCH_SIZE, status = 'done', onBatch } = namedArgs(args, method,
+    method === 'purgeOperations' ? ['olderThan', 'batchSize', 'status', 'onBatch'] : ['olderThan', 'batchSize', 'onBatch']);
+  if (onBatch !== undefined && typeof onBatch !== 'function') {
+    throw invalidArgument('onBatch must be a function', { field: 'onBatch', reason: 'not a function' });
+  }
   if (!Number.isSafeInteger(batchSize) || batchSize < 1 || batchSize > MAX_BATCH_SIZE) {
     throw invalidArgument(`batchSize must be a whole number from 1 to ${MAX_BATCH_SIZE}`, { field: 'batchSize', reason: 'out of range' });
   }
   if (method === 'purgeOperations' && status !== 'done' && status !== 'dead') {
     throw invalidArgument("purgeOperations status must be 'done' or 'dead'", { field: 'status', reason: 'not a finished status' });
   }
-  return { olderThan: instant(olderThan, 'olderThan'), batchSize, status: method === 'purgeOperations' ? status : null };
+  return { olderThan: instant(olderThan, 'olderThan'), batchSize, status: method === 'purgeOperations' ? status : null, onBatch };
 }
 
 function byId(a, b) {
@@ -295,22 +290,100 @@ class StoreBase {
     return this._update(FENCED.releaseOperation(args));
   }
 
-  /** A dead operation back to pending, due now, attempts 0; false unless it was dead. */
+  /**
+   * A dead operation back to pending, due now, attempts 0; false unless it
+   * was dead (requeueOperations says which of done, pending or missing).
+   */
   async requeue(operationId, options) {
     return this._update(requeueChange(operationId, options, () => this.now()));
   }
 
-  /** Operations with `status` (all when absent), by id, at most `limit`, after `afterId` when given. */
+  /**
+   * Requeues `{ ids }`, or the dead operations a filter selects (`status:
+   * 'dead'` and any filter of listOperations, at most `limit`). Answers per id
+   * `{ id, result }`: 'requeued', 'not-dead' or 'not-found'.
+   */
+  async requeueOperations(args) {
+    const request = requeueRequest(args, () => this.now());
+    const { now } = request;
+    const results = [];
+    const requeueOne = async (id) => {
+      if (await this._update(requeueChange(id, { now }, () => now))) return 'requeued';
+      return (await this._read('outbox', id)) === null ? 'not-found' : 'not-dead';
+    };
+    if (request.ids !== undefined) {
+      for (const id of request.ids) results.push({ id, result: await requeueOne(id) });
+      return results;
+    }
+    for await (const record of this.#pages(request.filter)) {
+      if (request.limit !== null && results.length >= request.limit) break;
+      const id = record.id;
+      if (typeof id !== 'string') continue;
+      results.push({ id, result: await requeueOne(id) });
+    }
+    return results;
+  }
+
+  /** Operations matching every given filter, ordered by id, at most `limit` (100), after `afterId` when given. */
   async listOperations(args) {
     return (await this._list(listRequest(args))).map(operationView);
   }
 
-  /** Deletes receipts recorded before `olderThan`, `batchSize` per statement; `{ deleted, batches }`. */
+  /** Every record a filter selects, a page at a time (ordered by id). */
+  async* #pages(filter) {
+    let afterId = null;
+    for (;;) {
+      const page = await this._list({ ...filter, limit: PAGE_SIZE, afterId });
+      yield* page;
+      if (page.length < PAGE_SIZE) return;
+      afterId = page.at(-1).id;
+    }
+  }
+
+  /**
+   * Counts of operations by status and by type and status, and how long the
+   * oldest due operation (pending and due, or claimed with its lease expired)
+   * has waited at `now`: `{ byStatus, byType, oldestDueAgeMs }` (null when
+   * nothing is due). Two aggregate queries.
+   */
+  async stats(args) {
+    const { now } = nowRequest(args, 'stats', () => this.now());
+    const { counts, oldestDueAt } = await this._stats({ now });
+    return statsOf(counts, oldestDueAt, now);
+  }
+
+  /**
+   * Gives back every claim `owner` holds (a worker known to be dead) without
+   * waiting for its lease: pending, due at `now`, the lease cleared and the
+   * fencing token raised, so a late completeOperation or failOperation under
+   * the old token is refused. The attempt stays counted, as when a lease
+   * expires. Resolves to the released ids.
+   */
+  async releaseOwner(owner, args) {
+    checkText(owner, 'owner');
+    const { now } = nowRequest(args, 'releaseOwner', () => this.now());
+    const released = [];
+    const filter = listRequest({ status: 'claimed', owner });
+    for await (const record of this.#pages(filter)) {
+      const operation = operationView(record);
+      if (operation.id === null || operation.fencingToken === null) continue; // unreadable: its lease expires as before
+      const change = guardedChange(operation.id, 'claimed', operation.fencingToken,
+        { status: 'pending', nextAttemptAt: now, ...LEASE_CLEARED, fencingToken: operation.fencingToken + 1, updatedAt: now });
+      if (await this._update(change)) released.push(operation.id);
+    }
+    return released;
+  }
+
+  /**
+   * Deletes receipts recorded before `olderThan`, `batchSize` per statement;
+   * `{ deleted, batches }`. `onBatch({ deleted, batches })`, when given, hears
+   * the running totals after each batch that deleted something.
+   */
   async purgeReceipts(args) {
     return this.#purge('receipts', purgeRequest(args, 'purgeReceipts'));
   }
 
-  /** Deletes `done` (or `dead`) operations last updated before `olderThan`, in batches; `{ deleted, batches }`. */
+  /** Deletes `done` (or `dead`) operations last updated before `olderThan`, in batches; `{ deleted, batches }` (`onBatch` as purgeReceipts). */
   async purgeOperations(args) {
     return this.#purge('operations', purgeRequest(args, 'purgeOperations'));
   }
@@ -367,7 +440,10 @@ class StoreBase {
     for (;;) {
       const removed = await this._purgeBatch(target, request);
       deleted += removed;
-      if (removed > 0) batches += 1;
+      if (removed > 0) {
+        batches += 1;
+        request.onBatch?.({ deleted, batches });
+      }
       if (removed < request.batchSize) return { deleted, batches };
     }
   }

@@ -11,6 +11,7 @@ const { invalidArgument } = require('../../store/errors.cjs');
 const { resolveClock } = require('../../store/options.cjs');
 const { Serializer } = require('../../store/bounds.cjs');
 const { StoreBase, StoreTransaction } = require('../../store/base.cjs');
+const { operationMatches } = require('../../store/queries.cjs');
 const { fieldOfName, operationView, receiptFromStore, workflowFromStore } = require('../../store/records.cjs');
 
 function copy(value) {
@@ -440,12 +441,28 @@ class InMemoryStore extends StoreBase {
     });
   }
 
-  async _list({ status, limit, afterId }) {
+  async _list(request) {
     return this.#alone(async () => [...this.#data.outbox.values()]
-      .filter((op) => (status === null || op.status === status) && (afterId === null || op.id > afterId))
+      .filter((op) => operationMatches(request, op))
       .sort(byId)
-      .slice(0, limit)
+      .slice(0, request.limit)
       .map((op) => operationRecord(copy(op))));
+  }
+
+  async _stats({ now }) {
+    return this.#alone(async () => {
+      const counts = new Map();
+      let oldestDueAt = null;
+      for (const op of this.#data.outbox.values()) {
+        const key = JSON.stringify([op.type, op.status]);
+        counts.set(key, (counts.get(key) ?? 0) + 1);
+        if (claimable(op, now)) {
+          const since = op.status === 'pending' ? op.nextAttemptAt : op.leaseExpiresAt;
+          if (oldestDueAt === null || since < oldestDueAt) oldestDueAt = since;
+        }
+      }
+      return { counts: [...counts].map(([key, count]) => { const [type, status] = JSON.parse(key); return { type, status, count }; }), oldestDueAt };
+    });
   }
 
   async _purgeBatch(target, { olderThan, batchSize, status }) {

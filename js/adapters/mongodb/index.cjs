@@ -157,6 +157,29 @@ function documentOf(table, record) {
 }
 const keyExists = () => KEY_EXISTS;
 
+/**
+ * A listOperations request (store/queries.cjs) as a MongoDB filter.
+ * @param {import('../../store/queries.cjs').ListRequest} request
+ * @returns {import('mongodb').Filter<OperationDocument>}
+ */
+function operationFilter(request) {
+  /** @type {Record<string, unknown>} */
+  const filter = {};
+  if (request.status !== null) filter.status = request.status;
+  if (request.type !== null) filter.type = request.type;
+  if (request.workflowId !== null) filter.workflowId = request.workflowId;
+  if (request.leaseOwner !== null) filter.leaseOwner = request.leaseOwner;
+  if (request.createdBefore !== null || request.createdFrom !== null) {
+    filter.createdAt = {
+      ...(request.createdBefore === null ? {} : { $lt: request.createdBefore }),
+      ...(request.createdFrom === null ? {} : { $gte: request.createdFrom }),
+    };
+  }
+  if (request.errorContains !== null) filter.lastError = { $regex: new RegExp(request.errorContains.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'i') };
+  if (request.afterId !== null) filter._id = { $gt: request.afterId };
+  return /** @type {import('mongodb').Filter<OperationDocument>} */ (filter);
+}
+
 class MongoTransaction extends StoreTransaction {
   /** @type {ClientSession} */
   #session;
@@ -497,13 +520,35 @@ class MongoStore extends StoreBase {
 
   /**
    * @internal
-   * @param {{ status: string | null, limit: number, afterId: string | null }} request
+   * @param {import('../../store/queries.cjs').ListRequest} request
    */
-  async _list({ status, limit, afterId }) {
-    /** @type {import('mongodb').Filter<OperationDocument>} */
-    const filter = { ...(status === null ? {} : { status }), ...(afterId === null ? {} : { _id: { $gt: afterId } }) };
-    const docs = await this._call('listOperations', () => this._outbox().find(filter, { sort: { _id: 1 }, limit, ...this._serverBound() }).toArray());
+  async _list(request) {
+    const filter = operationFilter(request);
+    const docs = await this._call('listOperations', () => this._outbox().find(filter, { sort: { _id: 1 }, limit: request.limit, ...this._serverBound() }).toArray());
     return docs.map(operationRecord);
+  }
+
+  /**
+   * @internal stats(): counts by type and status (one $group), and the oldest due time (two index reads)
+   * @param {{ now: number }} request
+   */
+  async _stats({ now }) {
+    const groups = /** @type {{ _id: { type: unknown, status: unknown }, n: number }[]} */ (await this._call('stats', () => this._outbox().aggregate([
+      { $group: { _id: { type: '$type', status: '$status' }, n: { $sum: 1 } } },
+    ], this._serverBound()).toArray()));
+    /** @param {import('mongodb').Filter<OperationDocument>} filter @param {'nextAttemptAt' | 'leaseExpiresAt'} field */
+    const first = async (filter, field) => {
+      const [doc] = await this._call('stats', () => this._outbox().find(filter, { sort: { [field]: 1 }, limit: 1, projection: { [field]: 1 }, ...this._serverBound() }).toArray());
+      return doc === undefined ? null : doc[field];
+    };
+    const since = [
+      await first({ status: 'pending', nextAttemptAt: { $lte: now } }, 'nextAttemptAt'),
+      await first({ status: 'claimed', leaseExpiresAt: { $lte: now } }, 'leaseExpiresAt'),
+    ].filter((value) => typeof value === 'number');
+    return {
+      counts: groups.map((group) => ({ type: group._id.type, status: group._id.status, count: group.n })),
+      oldestDueAt: since.length === 0 ? null : Math.min(...since),
+    };
   }
 
   /**

@@ -49,6 +49,8 @@ const ALLOWED = {
 function allowed(from, to) {
   if (from === 'root') return true;
   if (from.startsWith('adapters/')) return ['core', 'store', 'sql', from].includes(to);
+  // The operator's commands open a store from a URL: the command line is the one shell over every adapter.
+  if (from === 'cli' && to.startsWith('adapters/')) return true;
   return (ALLOWED[from] ?? []).includes(to);
 }
 
@@ -78,4 +80,7 @@ test('the layer rule refuses what it is there to refuse', () => {
   assert.equal(allowed('adapters/sqlite', 'adapters/postgres'), false);
   assert.equal(allowed('outbox', 'store'), false);
   assert.equal(allowed('adapters/sqlite', 'sql'), true);
+  assert.equal(allowed('cli', 'adapters/postgres'), true);
+  assert.equal(allowed('cli', 'store'), false);
+  assert.equal(allowed('adapters/postgres', 'cli'), false);
 });

@@ -32,6 +32,8 @@ const COMPARISONS = {
   $lt: (value, bound) => present(value) && value < bound,
   $lte: (value, bound) => present(value) && value <= bound,
   $gt: (value, bound) => present(value) && value > bound,
+  $gte: (value, bound) => present(value) && value >= bound,
+  $regex: (value, pattern) => typeof value === 'string' && pattern.test(value),
 };
 
 function isOperatorObject(condition) {
@@ -150,6 +152,22 @@ class FakeCollection {
     const kept = (limit > 0 ? docs.slice(0, limit) : docs).map((doc) => structuredClone(doc));
     const fields = projection ? Object.keys(projection) : null;
     return { toArray: async () => (fields ? kept.map((doc) => Object.fromEntries(fields.map((key) => [key, doc[key]]))) : kept) };
+  }
+
+  /** Only what stats() asks: one $group stage by field references, counting with { $sum: 1 }. */
+  aggregate(pipeline, { session } = {}) {
+    const [stage, ...rest] = pipeline;
+    if (rest.length > 0 || !stage.$group) throw new Error('mongo-fake: aggregate takes one $group stage');
+    const { _id: key, ...accumulators } = stage.$group;
+    if (Object.values(accumulators).some((acc) => acc.$sum !== 1)) throw new Error('mongo-fake: $group counts with { $sum: 1 } only');
+    const groups = new Map();
+    for (const doc of this.#docs(session).values()) {
+      const id = Object.fromEntries(Object.entries(key).map(([name, ref]) => [name, doc[ref.slice(1)]]));
+      const held = groups.get(JSON.stringify(id)) ?? { _id: id, ...Object.fromEntries(Object.keys(accumulators).map((name) => [name, 0])) };
+      for (const name of Object.keys(accumulators)) held[name] += 1;
+      groups.set(JSON.stringify(id), held);
+    }
+    return { toArray: async () => [...groups.values()] };
   }
 
   async deleteMany(filter, { session } = {}) {
