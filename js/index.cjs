@@ -8,6 +8,7 @@ const { processEvent, processDepositConfirmed, commitWriteSet } = require('./cor
 const { createDeliveryHandler } = require('./core/delivery.cjs');
 const { InMemoryStore } = require('./adapters/memory/index.cjs');
 const { createOutboxConsumer } = require('./outbox/consumer.cjs');
+const { observeBacklog } = require('./core/telemetry.cjs');
 
 module.exports = {
   IdemflowError,
@@ -27,4 +28,5 @@ module.exports = {
   wasmMemoryBytes: core.wasmMemoryBytes,
   createOutboxConsumer,
   createDeliveryHandler,
+  observeOutboxBacklog: observeBacklog,
 };

@@ -19,6 +19,7 @@ export const {
   wasmMemoryBytes,
   createOutboxConsumer,
   createDeliveryHandler,
+  observeOutboxBacklog,
 } = idemflow;
 
 export default idemflow;

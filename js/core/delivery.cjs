@@ -8,7 +8,7 @@
 const { IdemflowError } = require('./errors.cjs');
 const { resolveRuleSet } = require('./rules.cjs');
 const { checkOptionKeys } = require('./options.cjs');
-const { processEvent } = require('./host.cjs');
+const { processEvent, hooksOf } = require('./host.cjs');
 const { createPolicy } = require('./policy.cjs');
 
 /** Events are a few short fields (each at most 512 bytes): 64 KiB is generous and still cheap to refuse. */
@@ -80,7 +80,7 @@ function createDeliveryHandler(store, options = {}) {
   if (options === null || typeof options !== 'object') {
     throw misconfigured('createDeliveryHandler options must be an object', 'options must be an object');
   }
-  checkOptionKeys(options, ['ruleSet', 'parse', 'maxBytes', 'raceRetries', 'maxAttempts', 'baseDelayMs', 'maxDelayMs'], 'createDeliveryHandler');
+  checkOptionKeys(options, ['ruleSet', 'parse', 'maxBytes', 'raceRetries', 'maxAttempts', 'baseDelayMs', 'maxDelayMs', 'hooks'], 'createDeliveryHandler');
   let ruleSet;
   try {
     ruleSet = resolveRuleSet(options.ruleSet);
@@ -103,7 +103,14 @@ function createDeliveryHandler(store, options = {}) {
   } catch (error) {
     throw asFatal(error);
   }
-  const processOptions = { ruleSet, raceRetries: options.raceRetries, maxAttempts: options.maxAttempts };
+  const processOptions = { ruleSet, raceRetries: options.raceRetries, maxAttempts: options.maxAttempts, hooks: options.hooks };
+  if (options.hooks !== undefined) {
+    try {
+      hooksOf(options.hooks);
+    } catch (error) {
+      throw asFatal(error);
+    }
+  }
 
   /** Half the ceiling plus a jittered half: never a hot loop, never in lockstep. */
   function retryAfterMs(key, attempt) {
@@ -139,9 +146,11 @@ function createDeliveryHandler(store, options = {}) {
   /**
    * What to do with one delivery. `context.attempt` is the broker's delivery
    * count (1 for the first delivery); the retry hint grows with it.
+   * `context.metadata` (correlation id, tenant, …) is stored beside the
+   * payload of each outbox operation the delivery writes.
    */
   async function handle(message, context = {}) {
-    checkOptionKeys(context, ['attempt'], 'handle');
+    checkOptionKeys(context, ['attempt', 'metadata'], 'handle');
     const rawAttempt = context !== null && typeof context === 'object' ? context.attempt : undefined;
     const attempt = Number.isSafeInteger(rawAttempt) && rawAttempt >= 1 ? Math.min(rawAttempt, MAX_ATTEMPT) : 1;
     const { event, error: bodyError } = await eventOf(message);
@@ -155,7 +164,8 @@ function createDeliveryHandler(store, options = {}) {
       // A proxy that throws here is refused by validation below.
     }
     try {
-      const result = await processEvent(store, event, processOptions);
+      const metadata = context !== null && typeof context === 'object' ? context.metadata : undefined;
+      const result = await processEvent(store, event, metadata === undefined ? processOptions : { ...processOptions, metadata });
       return { action: 'ack', outcome: result.outcome, result };
     } catch (error) {
       if (!(error instanceof IdemflowError)) throw error; // a bug in the store or the host: crash and restart

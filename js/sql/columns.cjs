@@ -7,7 +7,7 @@
 
 const { RECORD_FIELDS } = require('../store/records.cjs');
 
-const JSON_FIELDS = new Set(['data', 'payload']);
+const JSON_FIELDS = new Set(['data', 'payload', 'metadata']);
 const fromRecord = (fields) => Object.freeze(fields.map(([field, name]) => Object.freeze([name, field, JSON_FIELDS.has(field) ? 'json' : 'plain'])));
 
 const TABLES = Object.freeze({
@@ -51,7 +51,11 @@ function recordOf(table, row) {
 
 /** The values of a record in `table`'s column order, JSON columns as text. */
 function valuesOf(table, record) {
-  return TABLES[table].map(([, field, kind]) => (kind === 'json' ? JSON.stringify(record[field]) : record[field]));
+  return TABLES[table].map(([, field, kind]) => {
+    const value = record[field];
+    if (kind !== 'json') return value;
+    return value === null || value === undefined ? null : JSON.stringify(value); // a nullable JSON column holds NULL, not 'null'
+  });
 }
 
 module.exports = { TABLES, columnList, columnOf, recordOf, valuesOf };

@@ -20,6 +20,7 @@
 const { IdemflowError } = require('../core/errors.cjs');
 const { checkOptionKeys } = require('../core/options.cjs');
 const { processEvent } = require('../core/host.cjs');
+const telemetry = require('../core/telemetry.cjs');
 const { invalidArgument, receiptExists, workflowChanged, operationExists } = require('./errors.cjs');
 const {
   OPERATION_STATUSES, checkText, workflowToStore, workflowPatch, workflowFromStore, receiptToStore, receiptFromStore,
@@ -285,12 +286,17 @@ class StoreBase {
 
   /** Deletes receipts recorded before `olderThan`, `batchSize` per statement; `{ deleted, batches }`. */
   async purgeReceipts(args) {
-    return this.#purge('receipts', purgeRequest(args, 'purgeReceipts'));
+    const result = await this.#purge('receipts', purgeRequest(args, 'purgeReceipts'));
+    telemetry.purged('receipts', result);
+    return result;
   }
 
   /** Deletes `done` (or `dead`) operations last updated before `olderThan`, in batches; `{ deleted, batches }`. */
   async purgeOperations(args) {
-    return this.#purge('operations', purgeRequest(args, 'purgeOperations'));
+    const request = purgeRequest(args, 'purgeOperations');
+    const result = await this.#purge('operations', request);
+    telemetry.purged('operations', result, request.status);
+    return result;
   }
 
   async #purge(target, request) {

@@ -24,7 +24,8 @@ const { StoreBase, StoreTransaction } = require('../../store/base.cjs');
  *   ruleSetId: string | null, ruleSetVersion: number | null, ruleSetHash: string | null, recordedAt: number }} ReceiptDocument
  * @typedef {{ _id: string, type: string, workflowId: string, eventId: string, payload: Record<string, unknown>, status: string,
  *   attempts: number, nextAttemptAt: number, leaseOwner: string | null, leaseExpiresAt: number | null, fencingToken: number,
- *   lastError: string | null, createdAt: number, updatedAt: number }} OperationDocument
+ *   lastError: string | null, createdAt: number, updatedAt: number, metadata?: Record<string, unknown> | null,
+ *   traceContext?: string | null }} OperationDocument
  */
 
 /** @type {TransactionOptions} */

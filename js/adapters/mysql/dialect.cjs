@@ -7,7 +7,7 @@
 // server's error numbers.
 
 const { isNetworkError } = require('../../store/errors.cjs');
-const { createTables, indexName, indexesOf } = require('../../sql/schema.cjs');
+const { createTables, indexName, indexesOf, addedColumns } = require('../../sql/schema.cjs');
 
 const UNAVAILABLE_ERRNO = new Set([1040, 1053, 1077, 1152, 1158, 1159, 1160, 1161, 1927, 2002, 2003, 2006, 2013, 2055]);
 const UNAVAILABLE_CODES = new Set([
@@ -54,9 +54,8 @@ function mergeData(bind, change) {
   return data;
 }
 
-/** The tables of migrate() (InnoDB, utf8mb4; ids and names in `collation`), a statement each: DDL commits implicitly here. */
-function schema(tables, collation) {
-  const types = {
+function columnTypes(collation) {
+  return {
     key: `VARCHAR(768) CHARACTER SET utf8mb4 COLLATE ${collation}`,
     name: `VARCHAR(255) CHARACTER SET utf8mb4 COLLATE ${collation}`,
     json: 'LONGTEXT',
@@ -64,6 +63,11 @@ function schema(tables, collation) {
     int: 'INT',
     bigint: 'BIGINT',
   };
+}
+
+/** The tables of migrate() (InnoDB, utf8mb4; ids and names in `collation`), a statement each: DDL commits implicitly here. */
+function schema(tables, collation) {
+  const types = columnTypes(collation);
   return createTables(tables, quote, types, { primaryKey: 'NOT NULL PRIMARY KEY', options: ` ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=${collation}` });
 }
 
@@ -73,6 +77,15 @@ function schema(tables, collation) {
  */
 function indexes(tables) {
   return indexesOf(tables).map(([table, suffix, columns]) => `CREATE INDEX \`${indexName(table, suffix)}\` ON ${quote(table)} (${columns})`);
+}
+
+/**
+ * The columns added since the tables were first made, one ALTER TABLE each:
+ * MySQL has no ADD COLUMN IF NOT EXISTS, so a column that is there already
+ * (1060, another worker added it first) is what was wanted.
+ */
+function addColumns(tables, collation) {
+  return addedColumns(tables, columnTypes(collation)).map(([table, , definition]) => `ALTER TABLE ${quote(table)} ADD COLUMN ${definition}`);
 }
 
 /**
@@ -105,8 +118,10 @@ const dialect = Object.freeze({
   classify,
   schema,
   indexes,
+  addColumns,
   claim,
   DUPLICATE_INDEX_NAME: 1061,
+  DUPLICATE_COLUMN_NAME: 1060,
 });
 
 module.exports = dialect;

@@ -104,6 +104,13 @@ class MysqlStore extends SqlStore {
         if (error.cause?.errno !== dialect.DUPLICATE_INDEX_NAME) throw error;
       }
     }
+    for (const statement of dialect.addColumns(this.tables, collation)) {
+      try {
+        await this.#query(statement, []);
+      } catch (error) {
+        if (error.cause?.errno !== dialect.DUPLICATE_COLUMN_NAME) throw error;
+      }
+    }
   }
 
   async #idCollation() {

@@ -6,7 +6,7 @@
 // would be this dialect with the differences it has, as flags or overrides.
 
 const { isNetworkError } = require('../../store/errors.cjs');
-const { indexName, portableSchema } = require('../../sql/schema.cjs');
+const { indexName, portableSchema, addedColumns, PORTABLE_TYPES } = require('../../sql/schema.cjs');
 
 const MIGRATION_LOCK = 'idemflow.migrate';
 const UNAVAILABLE_MESSAGE = /Connection terminated|connection error|not queryable|Cannot use a pool after calling end|timeout exceeded when trying to connect|Client was closed|PGlite is closed|closed/i;
@@ -51,10 +51,14 @@ const dialect = Object.freeze({
     `DELETE FROM ${table} WHERE ${key} IN (SELECT ${key} FROM ${table} WHERE ${where} ORDER BY ${order} LIMIT ${limit} FOR UPDATE SKIP LOCKED)`,
   classify,
 
-  /** The DDL of migrate(), under an advisory lock so that workers starting together do not trip over each other. */
+  /**
+   * The DDL of migrate(), under an advisory lock so that workers starting
+   * together do not trip over each other; then the columns an older table lacks.
+   */
   schema: (tables) => [
     `SELECT pg_advisory_xact_lock(hashtext('${MIGRATION_LOCK}'))`,
     ...portableSchema(tables, quote, (table, suffix, columns) => `CREATE INDEX IF NOT EXISTS "${indexName(table, suffix)}" ON ${quote(table)} (${columns})`),
+    ...addedColumns(tables, PORTABLE_TYPES).map(([table, , definition]) => `ALTER TABLE ${quote(table)} ADD COLUMN IF NOT EXISTS ${definition}`),
   ],
 
   /**

@@ -4,7 +4,7 @@
 // claim (one UPDATE … RETURNING, inside BEGIN IMMEDIATE) and the result
 // codes of better-sqlite3 and node:sqlite.
 
-const { baseName, indexName, portableSchema } = require('../../sql/schema.cjs');
+const { baseName, indexName, portableSchema, addedColumns, PORTABLE_TYPES } = require('../../sql/schema.cjs');
 
 // Extended result codes (sqlite3.h), for node:sqlite, which reports numbers.
 const PRIMARY = { ERROR: 1, BUSY: 5, LOCKED: 6, NOMEM: 7, READONLY: 8, IOERR: 10, CORRUPT: 11, FULL: 13, CANTOPEN: 14, CONSTRAINT: 19, NOTADB: 26 };
@@ -60,6 +60,16 @@ const dialect = Object.freeze({
   /** The DDL of migrate(), one script. */
   schema: (tables) => portableSchema(tables, quote, (table, suffix, columns) =>
     `CREATE INDEX IF NOT EXISTS ${qualifiedIndex(table, suffix)} ON ${quote(baseName(table))} (${columns})`).join(';\n'),
+
+  /** `[table, column, ADD COLUMN statement]` of each column added since the tables were first made (sql/schema.cjs). */
+  addedColumns: (tables) => addedColumns(tables, PORTABLE_TYPES).map(([table, column, definition]) =>
+    [table, column, `ALTER TABLE ${quote(table)} ADD COLUMN ${definition}`]),
+
+  /** Reads the column `column` of `table` from its schema (no rows: the table lacks it). */
+  hasColumn: (table, column) => {
+    const schema = table.includes('.') ? table.slice(0, table.indexOf('.')) : 'main';
+    return { sql: 'SELECT name FROM pragma_table_info(?, ?) WHERE name = ?', values: [baseName(table), schema, column], returnsRows: true };
+  },
 
   /** The claim: one UPDATE … RETURNING; run inside BEGIN IMMEDIATE, which takes the write lock before the due rows are read. */
   claim: (statements, request) => statements.statement((bind) => `UPDATE ${statements.quoted.outbox} SET ${statements.claimSet(bind, request)}

@@ -116,10 +116,19 @@ class SqliteStore extends SqlStore {
     return this.#db;
   }
 
-  /** Creates the three tables and their indexes if they do not exist. */
+  /**
+   * Creates the three tables and their indexes if they do not exist, and adds
+   * the columns an older table lacks (under the write lock, so two processes
+   * migrating at once add each column once).
+   */
   async migrate() {
     const ddl = dialect.schema(this.tables);
-    await this.#serializer.run(() => this.#immediate(() => this.#exec(ddl)));
+    await this.#serializer.run(() => this.#immediate(() => {
+      this.#exec(ddl);
+      for (const [table, column, addColumn] of dialect.addedColumns(this.tables)) {
+        if (this._executeNow(dialect.hasColumn(table, column)).rows.length === 0) this.#exec(addColumn);
+      }
+    }));
   }
 
   /**
