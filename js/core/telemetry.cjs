@@ -131,7 +131,7 @@ function errorRaised(error, source) {
 }
 
 /**
- * The telemetry of one processEvent: a span `process <event type>` (its
+ * The telemetry of one processEvent (`event` as normalizeEvent returns it): a span `process <event type>` (its
  * trace context is what the outbox rows of this delivery record) and the
  * instruments. `null` when OpenTelemetry is not there; every method below
  * takes that null and does nothing.
@@ -141,12 +141,12 @@ function processStarted({ store, event, ruleSet }) {
   if (o === null) return null;
   const kind = storeKind(store);
   const tracer = o.trace.getTracer(SCOPE);
-  const span = tracer.startSpan(`process ${event.eventType}`, {
+  const span = tracer.startSpan(`process ${event.type}`, {
     kind: SPAN_KIND.INTERNAL,
     attributes: {
       'messaging.message.id': event.eventId,
       'idemflow.event.id': event.eventId,
-      'idemflow.event.type': event.eventType,
+      'idemflow.event.type': event.type,
       'idemflow.workflow.id': event.workflowId,
       'idemflow.rule_set.id': ruleSet.id,
       'idemflow.rule_set.version': ruleSet.version,
@@ -155,7 +155,7 @@ function processStarted({ store, event, ruleSet }) {
   });
   const spanContext = span.spanContext();
   const traceparent = o.trace.isSpanContextValid(spanContext) ? traceparentOf(spanContext) : null;
-  return { o, span, kind, ruleSet, eventType: event.eventType, traceparent, started: performance.now() };
+  return { o, span, kind, ruleSet, eventType: event.type, traceparent, started: performance.now() };
 }
 
 /** Runs fn with the process span active, so that spans the host's instrumentation makes meanwhile are its children. */
