@@ -12,6 +12,8 @@
 
 // Where @opentelemetry/api 1.x keeps its registry once anything registers.
 const API_REGISTRY = Symbol.for('opentelemetry.js.api.1');
+const { IdemflowError } = require('./errors.cjs');
+
 const SCOPE = 'idemflow';
 /** How long a backlog reading serves the gauges before the store is asked again. */
 const DEFAULT_BACKLOG_INTERVAL_MS = 5000;
@@ -300,7 +302,11 @@ function oldestDueSeconds(stats, now) {
  * at most every `intervalMs`. A store without stats() reports nothing (the
  * gauges are skipped). `{ close() }` stops the reporting.
  */
-function observeBacklog(store, { intervalMs = DEFAULT_BACKLOG_INTERVAL_MS } = {}) {
+function observeBacklog(store, options = {}) {
+  const { intervalMs = DEFAULT_BACKLOG_INTERVAL_MS } = options ?? {};
+  if (!Number.isSafeInteger(intervalMs) || intervalMs < 0) {
+    throw new IdemflowError('INVALID_ARGUMENT', 'intervalMs must be a whole number of milliseconds', { details: { field: 'intervalMs', reason: 'not a non-negative integer' } });
+  }
   const meters = instruments();
   if (meters === null || typeof store?.stats !== 'function') return { close() {} };
   const kind = storeKind(store);
