@@ -10,6 +10,7 @@ const { processBatch } = require('./core/batch.cjs');
 const { InMemoryStore } = require('./adapters/memory/index.cjs');
 const { createOutboxConsumer } = require('./outbox/consumer.cjs');
 const { createRetention } = require('./store/retention.cjs');
+const { observeBacklog } = require('./core/telemetry.cjs');
 
 module.exports = {
   IdemflowError,
@@ -31,4 +32,5 @@ module.exports = {
   createOutboxConsumer,
   createDeliveryHandler,
   createRetention,
+  observeOutboxBacklog: observeBacklog,
 };

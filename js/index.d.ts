@@ -167,11 +167,29 @@ export interface Decision {
   original?: OriginalResult;
 }
 
+/** What every processEvent result also says: the cycles it took (1 + race re-runs) and the event's fingerprint. */
+export interface ProcessMeasure {
+  attempts: number;
+  fingerprint: string;
+}
+
 export type ProcessResult =
-  | { outcome: 'applied'; operationId: string | null; operationIds: string[]; status: string; revision: number }
-  | { outcome: 'already-applied' | 'stale' }
+  | ({ outcome: 'applied'; operationId: string | null; operationIds: string[]; status: string; revision: number } & ProcessMeasure)
+  | ({ outcome: 'already-applied' | 'stale' } & ProcessMeasure)
   /** `original`: what the first delivery produced; null when its receipt was written by a version that did not keep it. */
-  | { outcome: 'duplicate-delivery'; original: OriginalResult | null };
+  | ({ outcome: 'duplicate-delivery'; original: OriginalResult | null } & ProcessMeasure);
+
+/** Why a transaction lost a race (CONCURRENT_UPDATE's details.reason). */
+export type RaceReason = 'receipt-exists' | 'workflow-changed' | 'workflow-exists' | 'database-busy' | 'serialization-failure' | 'deadlock' | 'lock-timeout' | (string & {});
+
+/** Observers of processEvent, for hosts that log without OpenTelemetry. A hook's throw is ignored. */
+export interface ProcessHooks {
+  /** A lost race (CONCURRENT_UPDATE): cycle `attempt` failed and the cycle runs again. */
+  onRaceRetry?: (retry: { attempt: number; reason: RaceReason; error: IdemflowError }) => void;
+}
+
+/** Host metadata stored beside each outbox operation's payload (a correlation id, a tenant): JSON, at most 16 KiB. */
+export type OperationMetadata = { [key: string]: unknown };
 
 export type BuiltinRuleSetName = 'deposit-swap' | 'order-shipment' | 'subscription';
 
@@ -377,6 +395,9 @@ export interface ProcessOptions extends RuleSetOption {
   maxAttempts?: number;
   /** Refuse events of any other type (INVALID_EVENT, field "type"). */
   type?: string;
+  /** Stored beside the payload of each outbox operation this delivery writes. */
+  metadata?: OperationMetadata;
+  hooks?: ProcessHooks;
 }
 
 export function processEvent(store: Store, event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
@@ -465,6 +486,10 @@ export interface StoredOperation {
   lastError: string | null;
   createdAt: number;
   updatedAt: number;
+  /** The host metadata given to processEvent (null when none, and for rows written before it existed). */
+  metadata: OperationMetadata | null;
+  /** The W3C traceparent of the delivery that wrote it (null without OpenTelemetry). */
+  traceContext: string | null;
   /**
    * Present only on a row that cannot be read (getOperation, listOperations):
    * the fields that could not be, each null above. claimOperations never
@@ -630,6 +655,10 @@ export interface HandlerContext {
   readonly owner: string;
   /** Aborted when the lease is lost or the consumer stops past its timeout. */
   readonly signal: AbortSignal;
+  /** The operation's host metadata (processEvent's `metadata`), or null. */
+  readonly metadata: OperationMetadata | null;
+  /** The W3C traceparent of the delivery that wrote the operation, or null. */
+  readonly traceContext: string | null;
 }
 
 /**
@@ -668,6 +697,8 @@ export interface OutboxConsumerOptions extends OutboxPolicySettings {
    * (default 60; 0 never), emitting 'unhandled-type' once per type.
    */
   typeCheckPolls?: number;
+  /** The backlog gauges read store.stats() at most this often, in ms (default 5000). */
+  backlogIntervalMs?: number;
 }
 
 /** The policy as the core normalised it. */
@@ -759,11 +790,15 @@ export interface DeliveryHandlerOptions extends RuleSetOption {
   baseDelayMs?: number;
   /** The retry hint's cap (default 60000). */
   maxDelayMs?: number;
+  /** Passed to processEvent. */
+  hooks?: ProcessHooks;
 }
 
 export interface DeliveryContext {
   /** The broker's delivery count, 1 for the first delivery: the retry hint grows with it. */
   attempt?: number;
+  /** Passed to processEvent: stored beside the payload of each outbox operation. */
+  metadata?: OperationMetadata;
 }
 
 /** Why a body was dead-lettered before it reached validation (`error.details.reason`). */
@@ -862,3 +897,10 @@ export interface Retention {
  * one runner at a time across processes (the store's withExclusiveLock).
  */
 export function createRetention(store: OutboxAdmin & ExclusiveLocks & { now?(): number }, options: RetentionOptions): Retention;
+/**
+ * Reports the outbox backlog of `store` on the OpenTelemetry gauges
+ * idemflow.outbox.backlog and idemflow.outbox.oldest_due.age, from
+ * store.stats() read at most every `intervalMs` (default 5000). Does nothing
+ * without OpenTelemetry or without store.stats(). A running consumer does this itself.
+ */
+export function observeOutboxBacklog(store: object, options?: { intervalMs?: number }): { close(): void };

@@ -21,6 +21,7 @@ export const {
   createOutboxConsumer,
   createDeliveryHandler,
   createRetention,
+  observeOutboxBacklog,
 } = idemflow;
 
 export default idemflow;

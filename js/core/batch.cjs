@@ -10,7 +10,7 @@ const { IdemflowError } = require('./errors.cjs');
 const { checkOptionKeys } = require('./options.cjs');
 const { resolveRuleSet } = require('./rules.cjs');
 const { decide, normalizeEvent } = require('./decide.cjs');
-const { cyclesOf, processEvent, resultOf, sleep } = require('./host.cjs');
+const { cyclesOf, hooksOf, metadataOf, processEvent, resultOf, sleep } = require('./host.cjs');
 
 const MAX_BATCH = 10_000;
 
@@ -51,9 +51,11 @@ async function processBatch(store, events, opts = {}) {
       details: { reason: 'batch too large', limit: MAX_BATCH },
     });
   }
-  checkOptionKeys(opts, ['ruleSet', 'type', 'raceRetries', 'maxAttempts'], 'processBatch');
+  checkOptionKeys(opts, ['ruleSet', 'type', 'raceRetries', 'maxAttempts', 'metadata', 'hooks'], 'processBatch');
   const ruleSet = resolveRuleSet(opts.ruleSet);
   const cycles = cyclesOf(opts, store);
+  const metadata = metadataOf(opts.metadata);
+  const { onRaceRetry } = hooksOf(opts.hooks);
   const results = new Array(events.length);
   const valid = [];
   for (const [index, event] of events.entries()) {
@@ -68,13 +70,20 @@ async function processBatch(store, events, opts = {}) {
 
   for (let attempt = 1; ; attempt += 1) {
     try {
-      const decided = await store.transaction((tx) => decideAll(tx, valid, ruleSet, clockOf(store)));
-      for (const [index, result] of decided) results[index] = result;
+      const decided = await store.transaction((tx) => decideAll(tx, valid, ruleSet, clockOf(store), metadata));
+      for (const [index, result] of decided) results[index] = result.error === undefined ? { ...result, attempts: attempt } : result;
       return results;
     } catch (error) {
       if (!(error instanceof IdemflowError)) throw error;
       const raced = error.code === 'CONCURRENT_UPDATE';
       if (raced && attempt < cycles) {
+        if (onRaceRetry !== undefined) {
+          try {
+            onRaceRetry({ attempt, reason: typeof error.details?.reason === 'string' ? error.details.reason : 'unknown', error });
+          } catch {
+            // A hook that throws must not change what the batch does.
+          }
+        }
         await sleep(Math.random() * Math.min(100, 5 * 2 ** attempt));
         continue;
       }
@@ -116,7 +125,7 @@ function collapsed(id, expect, original, final) {
  * decisions together: the receipts, one compare-and-set per workflow, the
  * operations. [index, result] per valid event.
  */
-async function decideAll(tx, valid, ruleSet, clock) {
+async function decideAll(tx, valid, ruleSet, clock, metadata) {
   // One time for the whole batch: the receipts are stamped with it, and a
   // duplicate within the batch reads it back as its original's decidedAt.
   const now = clock();
@@ -155,9 +164,9 @@ async function decideAll(tx, valid, ruleSet, clock) {
         });
       }
       operationIds.add(operation.id);
-      writes.operations.push(operation);
+      writes.operations.push(metadata === null ? operation : { ...operation, metadata, traceContext: null });
     }
-    out.push([index, resultOf(decision)]);
+    out.push([index, { ...resultOf(decision), fingerprint: decision.fingerprint }]);
   }
   const workflowWrites = [...expected].map(([id, expect]) => collapsed(id, expect, original.get(id) ?? null, workflows.get(id)));
   if (typeof tx.commitBatch === 'function') {

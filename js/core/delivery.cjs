@@ -8,7 +8,7 @@
 const { IdemflowError } = require('./errors.cjs');
 const { resolveRuleSet } = require('./rules.cjs');
 const { checkOptionKeys } = require('./options.cjs');
-const { processEvent } = require('./host.cjs');
+const { processEvent, hooksOf } = require('./host.cjs');
 const { processBatch } = require('./batch.cjs');
 const { createPolicy } = require('./policy.cjs');
 
@@ -81,7 +81,7 @@ function createDeliveryHandler(store, options = {}) {
   if (options === null || typeof options !== 'object') {
     throw misconfigured('createDeliveryHandler options must be an object', 'options must be an object');
   }
-  checkOptionKeys(options, ['ruleSet', 'parse', 'maxBytes', 'raceRetries', 'maxAttempts', 'baseDelayMs', 'maxDelayMs'], 'createDeliveryHandler');
+  checkOptionKeys(options, ['ruleSet', 'parse', 'maxBytes', 'raceRetries', 'maxAttempts', 'baseDelayMs', 'maxDelayMs', 'hooks'], 'createDeliveryHandler');
   let ruleSet;
   try {
     ruleSet = resolveRuleSet(options.ruleSet);
@@ -104,7 +104,14 @@ function createDeliveryHandler(store, options = {}) {
   } catch (error) {
     throw asFatal(error);
   }
-  const processOptions = { ruleSet, raceRetries: options.raceRetries, maxAttempts: options.maxAttempts };
+  const processOptions = { ruleSet, raceRetries: options.raceRetries, maxAttempts: options.maxAttempts, hooks: options.hooks };
+  if (options.hooks !== undefined) {
+    try {
+      hooksOf(options.hooks);
+    } catch (error) {
+      throw asFatal(error);
+    }
+  }
 
   /** Half the ceiling plus a jittered half: never a hot loop, never in lockstep. */
   function retryAfterMs(key, attempt) {
@@ -166,15 +173,18 @@ function createDeliveryHandler(store, options = {}) {
   /**
    * What to do with one delivery. `context.attempt` is the broker's delivery
    * count (1 for the first delivery); the retry hint grows with it.
+   * `context.metadata` (correlation id, tenant, …) is stored beside the
+   * payload of each outbox operation the delivery writes.
    */
   async function handle(message, context = {}) {
-    checkOptionKeys(context, ['attempt'], 'handle');
+    checkOptionKeys(context, ['attempt', 'metadata'], 'handle');
     const attempt = attemptOf(context !== null && typeof context === 'object' ? context.attempt : undefined);
     const { event, error: bodyError } = await eventOf(message);
     if (bodyError) return { action: 'dead-letter', error: bodyError };
     const eventId = eventIdOf(event);
     try {
-      const result = await processEvent(store, event, processOptions);
+      const metadata = context !== null && typeof context === 'object' ? context.metadata : undefined;
+      const result = await processEvent(store, event, metadata === undefined ? processOptions : { ...processOptions, metadata });
       return { action: 'ack', outcome: result.outcome, result };
     } catch (error) {
       if (!(error instanceof IdemflowError)) throw error; // a bug in the store or the host: crash and restart

@@ -6,8 +6,11 @@ const { IdemflowError } = require('./errors.cjs');
 const { RuleSet, resolveRuleSet } = require('./rules.cjs');
 const { decide, normalizeEvent } = require('./decide.cjs');
 const { checkOptionKeys } = require('./options.cjs');
+const telemetry = require('./telemetry.cjs');
 
 const DEFAULT_RACE_RETRIES = 4;
+/** Host metadata is correlation data (an id, a tenant), not a second payload. */
+const MAX_METADATA_UNITS = 16 * 1024;
 
 /**
  * How many cycles a delivery may run: 1 + raceRetries (from the call, then
@@ -60,38 +63,114 @@ function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+/** Host metadata for the operations a delivery writes: a plain JSON object (at most 16 KiB as JSON), copied. */
+function metadataOf(metadata) {
+  if (metadata === undefined || metadata === null) return null;
+  if (typeof metadata !== 'object' || Array.isArray(metadata)) {
+    throw new IdemflowError('INVALID_ARGUMENT', 'metadata must be a plain object such as { correlationId, tenant }', {
+      details: { field: 'metadata', reason: 'not an object' },
+    });
+  }
+  let text;
+  try {
+    text = JSON.stringify(metadata);
+  } catch (cause) {
+    throw new IdemflowError('INVALID_ARGUMENT', 'metadata must be JSON (no cycles, no bigints)', { details: { field: 'metadata', reason: 'not JSON' }, cause });
+  }
+  if (text.length > MAX_METADATA_UNITS || !text.isWellFormed()) {
+    throw new IdemflowError('INVALID_ARGUMENT', `metadata must be well-formed JSON of at most ${MAX_METADATA_UNITS} characters`, {
+      details: { field: 'metadata', reason: text.length > MAX_METADATA_UNITS ? 'too large' : 'lone surrogate' },
+    });
+  }
+  return JSON.parse(text);
+}
+
+/** `{ onRaceRetry }`, each a function when given. */
+function hooksOf(hooks) {
+  if (hooks === undefined || hooks === null) return {};
+  if (typeof hooks !== 'object') {
+    throw new IdemflowError('INVALID_ARGUMENT', 'hooks must be an object such as { onRaceRetry }', { details: { field: 'hooks', reason: 'not an object' } });
+  }
+  checkOptionKeys(hooks, ['onRaceRetry'], 'processEvent hooks');
+  if (hooks.onRaceRetry !== undefined && typeof hooks.onRaceRetry !== 'function') {
+    throw new IdemflowError('INVALID_ARGUMENT', 'hooks.onRaceRetry must be a function', { details: { field: 'hooks.onRaceRetry', reason: 'not a function' } });
+  }
+  return hooks;
+}
+
+/** The outbox operations of a write set with the host's metadata and the delivery's trace context beside their payloads. */
+function withCorrelation(writeSet, metadata, traceContext) {
+  if (metadata === null && traceContext === null) return writeSet;
+  return { ...writeSet, outbox: writeSet.outbox.map((operation) => ({ ...operation, metadata, traceContext })) };
+}
+
 /**
  * Processes one delivery: validates it (before any I/O), then in one
  * transaction reads the receipt and the workflow, decides and commits. When a
  * concurrent writer wins a race (CONCURRENT_UPDATE) the whole cycle runs again
  * and the core classifies the re-read state, so a lost race for the same fact
- * becomes duplicate-delivery or already-applied, not an error.
+ * becomes duplicate-delivery or already-applied, not an error. The result
+ * says how many cycles it took (`attempts`) and the event's `fingerprint`;
+ * `hooks.onRaceRetry({ attempt, reason, error })` hears of each re-run.
  */
 async function processEvent(store, event, opts = {}) {
+  try {
+    return await processChecked(store, event, opts);
+  } catch (error) {
+    telemetry.errorRaised(error, 'process');
+    throw error;
+  }
+}
+
+async function processChecked(store, event, opts) {
   if (store === null || typeof store !== 'object' || typeof store.transaction !== 'function') {
     throw new IdemflowError('INVALID_ARGUMENT', 'store must have a transaction(fn) method', {
       details: { reason: 'not a store' },
     });
   }
-  checkOptionKeys(opts, ['ruleSet', 'type', 'raceRetries', 'maxAttempts'], 'processEvent');
+  checkOptionKeys(opts, ['ruleSet', 'type', 'raceRetries', 'maxAttempts', 'metadata', 'hooks'], 'processEvent');
   const ruleSet = resolveRuleSet(opts.ruleSet);
   const valid = normalizeEvent(event, { ruleSet, type: opts.type });
   const maxAttempts = cyclesOf(opts, store);
-  for (let attempt = 1; ; attempt += 1) {
-    try {
-      return await store.transaction(async (tx) => {
-        const receipt = await tx.getReceipt(valid.eventId);
-        const workflow = receipt ? null : await tx.getWorkflow(valid.workflowId);
-        const decision = decide({ event: valid, receipt, workflow, ruleSet });
-        await commitWriteSet(tx, decision.writeSet);
-        return resultOf(decision);
-      });
-    } catch (error) {
-      const raced = error instanceof IdemflowError && error.code === 'CONCURRENT_UPDATE';
-      if (!raced || attempt >= maxAttempts) throw error;
-      // Full jitter keeps racing workers from colliding again in lockstep.
-      await sleep(Math.random() * Math.min(100, 5 * 2 ** attempt));
-    }
+  const metadata = metadataOf(opts.metadata);
+  const { onRaceRetry } = hooksOf(opts.hooks);
+  const run = telemetry.processStarted({ store, event: valid, ruleSet });
+  let attempt = 1;
+  try {
+    const result = await telemetry.inSpan(run, async () => {
+      for (; ; attempt += 1) {
+        try {
+          return await store.transaction(async (tx) => {
+            const receipt = await tx.getReceipt(valid.eventId);
+            const workflow = receipt ? null : await tx.getWorkflow(valid.workflowId);
+            const decision = decide({ event: valid, receipt, workflow, ruleSet });
+            await commitWriteSet(tx, withCorrelation(decision.writeSet, metadata, run?.traceparent ?? null));
+            return { ...resultOf(decision), fingerprint: decision.fingerprint };
+          });
+        } catch (error) {
+          const raced = error instanceof IdemflowError && error.code === 'CONCURRENT_UPDATE';
+          if (!raced || attempt >= maxAttempts) throw error;
+          const reason = typeof error.details?.reason === 'string' ? error.details.reason : 'unknown';
+          telemetry.raceRetried(run, { attempt, reason });
+          // A hook's failure must not turn a race that is being handled into an error.
+          if (onRaceRetry !== undefined) {
+            try {
+              onRaceRetry({ attempt, reason, error });
+            } catch {
+              // ignored, as documented
+            }
+          }
+          // Full jitter keeps racing workers from colliding again in lockstep.
+          await sleep(Math.random() * Math.min(100, 5 * 2 ** attempt));
+        }
+      }
+    });
+    result.attempts = attempt;
+    telemetry.processEnded(run, result);
+    return result;
+  } catch (error) {
+    telemetry.processFailed(run, error, attempt);
+    throw error;
   }
 }
 
@@ -101,9 +180,9 @@ async function processEvent(store, event, opts = {}) {
  * to exchange). Pass `ruleSet` for another, such as the reorder-safe current one.
  */
 async function processDepositConfirmed(store, event, opts = {}) {
-  checkOptionKeys(opts, ['ruleSet', 'raceRetries', 'maxAttempts'], 'processDepositConfirmed');
+  checkOptionKeys(opts, ['ruleSet', 'raceRetries', 'maxAttempts', 'metadata', 'hooks'], 'processDepositConfirmed');
   const ruleSet = opts.ruleSet ?? RuleSet.builtin('deposit-swap', { version: 1 });
   return processEvent(store, event, { ...opts, ruleSet, type: 'DEPOSIT_CONFIRMED' });
 }
 
-module.exports = { processEvent, processDepositConfirmed, commitWriteSet, cyclesOf, resultOf, sleep };
+module.exports = { processEvent, processDepositConfirmed, commitWriteSet, cyclesOf, resultOf, sleep, hooksOf, metadataOf };

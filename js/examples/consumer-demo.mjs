@@ -13,6 +13,9 @@
 // Run with `make demo` (or from tests/js after `make examples`):
 //   node examples/consumer-demo.mjs [--swaps N] [--seed S] [--verbose]
 import { InMemoryStore, createOutboxConsumer, processEvent } from 'idemflow';
+import { startMetrics } from './shared/metrics-summary.mjs';
+
+const metrics = await startMetrics();
 
 const argv = process.argv.slice(2);
 const option = (name, fallback) => {
@@ -205,6 +208,8 @@ for (const e of counts.dead) {
 }
 console.log(`provider      ${provider.requests} requests, ${provider.executions.size} exchanges executed, ${provider.replays} answered from idempotency keys`);
 console.log(`outcome       ${done.length} done, ${deadLetters.length} dead, ${all.length - done.length - deadLetters.length} unfinished; swaps exchanged twice: ${twice.length}`);
+
+await metrics.print();
 
 const ok = twice.length === 0 && doneWithoutOneExchange.length === 0 && done.length + deadLetters.length === all.length && all.length === SWAPS;
 console.log(ok

@@ -9,6 +9,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { IdemflowError, InMemoryStore, RuleSet, processEvent } from 'idemflow';
 import { SqliteStore } from 'idemflow/sqlite';
+import { startMetrics } from './shared/metrics-summary.mjs';
+
+const metrics = await startMetrics();
 
 const args = Object.fromEntries(process.argv.slice(2).map((arg, i, all) => (arg.startsWith('--') ? [arg.slice(2), all[i + 1]] : null)).filter(Boolean));
 const SWAPS = Number(args.swaps ?? 2000);
@@ -159,6 +162,7 @@ const distinctIds = new Set(deliveries.map((d) => d.eventId));
 console.log(`checks: ${perWorkflow.size} of ${original.size} swaps have exactly one START_EXCHANGE; ` +
   `${snapshot.inbox.size} receipts for ${distinctIds.size} distinct event ids (errors write none)`);
 if (close) await close();
+await metrics.print();
 if (failures.length > 0) {
   console.error(`FAILED: ${failures.length} problems, first: ${failures.slice(0, 5).join('; ')}`);
   process.exit(1);

@@ -12,6 +12,7 @@ const { randomUUID } = require('node:crypto');
 const { IdemflowError } = require('../core/errors.cjs');
 const { checkOptionKeys } = require('../core/options.cjs');
 const { POLICY_OPTIONS, createPolicy } = require('../core/policy.cjs');
+const telemetry = require('../core/telemetry.cjs');
 
 const STORE_METHODS = Object.freeze(['claimOperations', 'renewLease', 'completeOperation', 'failOperation', 'releaseOperation']);
 const EVENTS = Object.freeze(['claimed', 'done', 'retry-scheduled', 'dead', 'released', 'lease-lost', 'stale-completion', 'store-error', 'stopped', 'quarantined', 'unhandled-type']);
@@ -24,7 +25,9 @@ const DEFAULT_TYPE_CHECK_POLLS = 60;
 // The core keeps 1000 characters of an error; this only bounds what crosses into wasm.
 const MAX_MESSAGE_UNITS = 8000;
 
-const CONSUMER_OPTIONS = [...POLICY_OPTIONS, 'concurrency', 'pollIntervalMs', 'owner', 'now', 'autoRenew', 'typeCheckPolls'];
+const CONSUMER_OPTIONS = [...POLICY_OPTIONS, 'concurrency', 'pollIntervalMs', 'owner', 'now', 'autoRenew', 'typeCheckPolls', 'backlogIntervalMs'];
+// What the consumer recorded, as the idemflow.outbox.operations counter names it (the events' names).
+const RESULT_NAMES = { done: 'done', retry: 'retry-scheduled', dead: 'dead', release: 'released', stale: 'stale-completion' };
 
 function invalidArgument(message, details) {
   return new IdemflowError('INVALID_ARGUMENT', message, { details });
@@ -155,6 +158,8 @@ class OutboxConsumer extends EventEmitter {
   #typeCheckPolls;
   #pollsUntilTypeCheck = 0;
   #unhandledTypes = new Set();
+  #backlogIntervalMs;
+  #backlog = null;
 
   constructor(store, handlers, options = {}) {
     super();
@@ -187,6 +192,7 @@ class OutboxConsumer extends EventEmitter {
     }
     this.#autoRenew = opts.autoRenew ?? true;
     this.#typeCheckPolls = wholeOption(opts.typeCheckPolls, 'typeCheckPolls', DEFAULT_TYPE_CHECK_POLLS, 0, 1_000_000);
+    this.#backlogIntervalMs = wholeOption(opts.backlogIntervalMs, 'backlogIntervalMs', 5000, 0, 3_600_000);
     const { backoff } = this.#policy;
     this.policy = Object.freeze({
       ...this.#policy.settings,
@@ -220,6 +226,8 @@ class OutboxConsumer extends EventEmitter {
     if (this.#loop === null) {
       this.#stopping = false;
       this.#loop = this.#poll();
+      // The backlog gauges while running (OpenTelemetry and store.stats() permitting).
+      this.#backlog ??= telemetry.observeBacklog(this.#store, { intervalMs: this.#backlogIntervalMs });
     }
     return this;
   }
@@ -265,6 +273,8 @@ class OutboxConsumer extends EventEmitter {
     }
     for (const release of this.#releasing) abandoned.push(release.operationId);
     this.#stopRenewing();
+    this.#backlog?.close();
+    this.#backlog = null;
     this.#stopping = false;
     const result = { abandoned, claimPending: !claimSettled };
     this.#emit('stopped', { ...result });
@@ -328,6 +338,7 @@ class OutboxConsumer extends EventEmitter {
   }
 
   #emit(name, payload) {
+    if (name === 'store-error') telemetry.errorRaised(payload.error, 'outbox');
     try {
       this.emit(name, payload);
     } catch (error) {
@@ -339,6 +350,7 @@ class OutboxConsumer extends EventEmitter {
   #loseLease(entry, why) {
     entry.leaseLost = true;
     this.#stats.leaseLost += 1;
+    telemetry.outboxRecorded(entry.operation.type, 'lease-lost', entry.telemetry);
     entry.controller.abort(new DOMException(`the lease on outbox operation ${entry.operation.id} was lost (${why})`, 'AbortError'));
     this.#emit('lease-lost', { ...entry.base });
   }
@@ -401,6 +413,7 @@ class OutboxConsumer extends EventEmitter {
       recording: false,
       abandoned: false,
       finished: null,
+      telemetry: null,
     };
     // This consumer's own earlier claim of the operation expired and it claimed it again.
     // An earlier entry already recording its result lost nothing: either its fenced write
@@ -422,6 +435,17 @@ class OutboxConsumer extends EventEmitter {
   }
 
   async #execute(entry) {
+    entry.telemetry = telemetry.handlerStarted(entry.operation, this.#owner);
+    try {
+      const outcome = await this.#run(entry);
+      if (outcome in RESULT_NAMES) telemetry.outboxRecorded(entry.operation.type, RESULT_NAMES[outcome], entry.telemetry);
+      return outcome;
+    } finally {
+      telemetry.handlerEnded(entry.telemetry);
+    }
+  }
+
+  async #run(entry) {
     const { operation, base } = entry;
     this.#stats.claimed += 1;
     this.#emit('claimed', { ...base, owner: this.#owner, leaseExpiresAt: operation.leaseExpiresAt });
@@ -458,12 +482,17 @@ class OutboxConsumer extends EventEmitter {
       fencingToken: operation.fencingToken,
       owner: this.#owner,
       signal: controller.signal,
+      metadata: operation.metadata === null || operation.metadata === undefined ? null : structuredClone(operation.metadata),
+      traceContext: operation.traceContext ?? null,
     });
     try {
-      await handler(structuredClone(operation), context);
+      await telemetry.inHandlerSpan(entry.telemetry, () => handler(structuredClone(operation), context));
+      telemetry.handlerReturned(entry.telemetry);
       return { ok: true };
     } catch (thrown) {
-      return describeFailure(thrown, entry.stopRequested);
+      const failure = describeFailure(thrown, entry.stopRequested);
+      telemetry.handlerReturned(entry.telemetry, failure);
+      return failure;
     }
   }
 

@@ -7,7 +7,7 @@
 
 const { RECORD_FIELDS } = require('../store/records.cjs');
 
-const JSON_FIELDS = new Set(['data', 'payload', 'result']);
+const JSON_FIELDS = new Set(['data', 'payload', 'result', 'metadata']);
 const fromRecord = (fields) => Object.freeze(fields.map(([field, name]) => Object.freeze([name, field, JSON_FIELDS.has(field) ? 'json' : 'plain'])));
 
 const TABLES = Object.freeze({

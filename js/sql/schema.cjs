@@ -42,9 +42,28 @@ const DEFINITIONS = Object.freeze({
     payload: ['json', 'NOT NULL'], status: ['name', 'NOT NULL'], attempts: ['int', 'NOT NULL DEFAULT 0'],
     next_attempt_at: ['bigint', 'NOT NULL'], lease_owner: ['name', 'NULL'], lease_expires_at: ['bigint', 'NULL'],
     fencing_token: ['bigint', 'NOT NULL DEFAULT 0'], last_error: ['text', 'NULL'], created_at: ['bigint', 'NOT NULL'],
-    updated_at: ['bigint', 'NOT NULL'],
+    updated_at: ['bigint', 'NOT NULL'], metadata: ['json', 'NULL'], trace_context: ['text', 'NULL'],
   },
 });
+
+/**
+ * Columns added after tables were first created: migrate() adds each one an
+ * existing table lacks (every one is nullable, so old rows read as null).
+ * [table, column].
+ */
+const ADDED_COLUMNS = Object.freeze([
+  ['inbox', 'result'],
+  ['outbox', 'metadata'],
+  ['outbox', 'trace_context'],
+]);
+
+/** `[table name, column, its definition]` of each added column, the definition in `types`. */
+function addedColumns(tables, types) {
+  return ADDED_COLUMNS.map(([table, column]) => {
+    const [kind, constraint] = DEFINITIONS[table][column];
+    return [tables[table], column, `${column} ${types[kind]} ${constraint}`];
+  });
+}
 
 /** The indexes of the tables: [table, name suffix, columns]. */
 const INDEXES = Object.freeze([
@@ -86,21 +105,5 @@ function portableSchema(tables, quote, createIndex) {
   return [...createTables(tables, quote, PORTABLE_TYPES), ...indexesOf(tables).map(([table, suffix, columns]) => createIndex(table, suffix, columns))];
 }
 
-/**
- * The columns added to the tables after their first release: [table,
- * column]. migrate() adds each one that an existing table lacks (every one
- * is nullable, so rows written before it read as null).
- */
-const ADDED_COLUMNS = Object.freeze([
-  Object.freeze(['inbox', 'result']),
-]);
 
-/** `[table name, column, column definition]` of each added column, its type named by `types`. */
-function addedColumns(tables, types) {
-  return ADDED_COLUMNS.map(([table, column]) => {
-    const [kind, constraint] = DEFINITIONS[table][column];
-    return [tables[table], column, `${column} ${types[kind]} ${constraint}`];
-  });
-}
-
-module.exports = { PORTABLE_TYPES, addedColumns, baseName, indexName, createTables, indexesOf, portableSchema };
+module.exports = { baseName, indexName, createTables, indexesOf, portableSchema, addedColumns, PORTABLE_TYPES };

@@ -22,6 +22,7 @@ const { IdemflowError } = require('../core/errors.cjs');
 const { checkOptionKeys } = require('../core/options.cjs');
 const { processEvent } = require('../core/host.cjs');
 const { processBatch } = require('../core/batch.cjs');
+const telemetry = require('../core/telemetry.cjs');
 const { invalidArgument, receiptExists, workflowChanged, operationExists } = require('./errors.cjs');
 const {
   checkText, workflowToStore, workflowPatch, workflowFromStore, receiptToStore, receiptFromStore,
@@ -380,12 +381,17 @@ class StoreBase {
    * the running totals after each batch that deleted something.
    */
   async purgeReceipts(args) {
-    return this.#purge('receipts', purgeRequest(args, 'purgeReceipts'));
+    const result = await this.#purge('receipts', purgeRequest(args, 'purgeReceipts'));
+    telemetry.purged('receipts', result);
+    return result;
   }
 
   /** Deletes `done` (or `dead`) operations last updated before `olderThan`, in batches; `{ deleted, batches }` (`onBatch` as purgeReceipts). */
   async purgeOperations(args) {
-    return this.#purge('operations', purgeRequest(args, 'purgeOperations'));
+    const request = purgeRequest(args, 'purgeOperations');
+    const result = await this.#purge('operations', request);
+    telemetry.purged('operations', result, request.status);
+    return result;
   }
 
   /**

@@ -179,7 +179,7 @@ function objectValue(value, record, name, id) {
   return ownJson(parsed, record, name, id);
 }
 
-/** objectValue, or null for a missing value (a receipt written before receipts kept their result). */
+/** objectValue, or null for a missing value (a record written before the field existed). */
 function optionalObjectValue(value, record, name, id) {
   return value === null || value === undefined ? null : objectValue(value, record, name, id);
 }
@@ -231,6 +231,9 @@ const RECORD_FIELDS = Object.freeze({
     ['lastError', 'last_error', optionalTextValue],
     ['createdAt', 'created_at', wholeValue],
     ['updatedAt', 'updated_at', wholeValue],
+    // Correlation beside the payload: the host's metadata and the W3C traceparent of the delivery that wrote it.
+    ['metadata', 'metadata', optionalObjectValue],
+    ['traceContext', 'trace_context', optionalTextValue],
   ]),
 });
 
@@ -336,6 +339,12 @@ function operationToStore(operation, now) {
   if (payload === null || typeof payload !== 'object' || Array.isArray(payload)) {
     throw invalidArgument('operation payload must be an object', { field: 'payload', operationId: operation.id, reason: 'not an object' });
   }
+  const metadata = operation.metadata ?? null;
+  if (metadata !== null && (typeof metadata !== 'object' || Array.isArray(metadata))) {
+    throw invalidArgument('operation metadata must be an object', { field: 'metadata', operationId: operation.id, reason: 'not an object' });
+  }
+  const traceContext = operation.traceContext ?? null;
+  if (traceContext !== null) checkText(traceContext, 'traceContext');
   return {
     id: checkText(operation.id, 'id'),
     type: checkText(operation.type, 'type'),
@@ -351,6 +360,8 @@ function operationToStore(operation, now) {
     lastError: null,
     createdAt: now,
     updatedAt: now,
+    metadata: metadata === null ? null : { ...metadata },
+    traceContext,
   };
 }
 

@@ -26,7 +26,8 @@ const { StoreBase, StoreTransaction } = require('../../store/base.cjs');
  *   result?: { operationIds: string[], status: string | null, revision: number | null } | null }} ReceiptDocument
  * @typedef {{ _id: string, type: string, workflowId: string, eventId: string, payload: Record<string, unknown>, status: string,
  *   attempts: number, nextAttemptAt: number, leaseOwner: string | null, leaseExpiresAt: number | null, fencingToken: number,
- *   lastError: string | null, createdAt: number, updatedAt: number }} OperationDocument
+ *   lastError: string | null, createdAt: number, updatedAt: number, metadata?: Record<string, unknown> | null,
+ *   traceContext?: string | null }} OperationDocument
  */
 
 /** @type {TransactionOptions} */

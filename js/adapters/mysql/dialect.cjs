@@ -55,9 +55,8 @@ function mergeData(bind, change) {
   return data;
 }
 
-/** The tables of migrate() (InnoDB, utf8mb4; ids and names in `collation`), a statement each: DDL commits implicitly here. */
-function schema(tables, collation) {
-  const types = {
+function columnTypes(collation) {
+  return {
     key: `VARCHAR(768) CHARACTER SET utf8mb4 COLLATE ${collation}`,
     name: `VARCHAR(255) CHARACTER SET utf8mb4 COLLATE ${collation}`,
     json: 'LONGTEXT',
@@ -65,6 +64,11 @@ function schema(tables, collation) {
     int: 'INT',
     bigint: 'BIGINT',
   };
+}
+
+/** The tables of migrate() (InnoDB, utf8mb4; ids and names in `collation`), a statement each: DDL commits implicitly here. */
+function schema(tables, collation) {
+  const types = columnTypes(collation);
   return createTables(tables, quote, types, { primaryKey: 'NOT NULL PRIMARY KEY', options: ` ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=${collation}` });
 }
 

@@ -54,7 +54,10 @@ const dialect = Object.freeze({
   tryLock: 'SELECT pg_try_advisory_lock(hashtext($1)) AS acquired',
   unlock: 'SELECT pg_advisory_unlock(hashtext($1))',
 
-  /** The DDL of migrate(), under an advisory lock so that workers starting together do not trip over each other. */
+  /**
+   * The DDL of migrate(), under an advisory lock so that workers starting
+   * together do not trip over each other; then the columns an older table lacks.
+   */
   schema: (tables) => [
     `SELECT pg_advisory_xact_lock(hashtext('${MIGRATION_LOCK}'))`,
     ...portableSchema(tables, quote, (table, suffix, columns) => `CREATE INDEX IF NOT EXISTS "${indexName(table, suffix)}" ON ${quote(table)} (${columns})`),

@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { InMemoryStore, IdemflowError, RuleSet, processEvent } from 'idemflow';
+import { InMemoryStore, IdemflowError, RuleSet, fingerprint, processEvent } from 'idemflow';
 import { BACKENDS, MYSQL_URL, PG_URL, hasNodeSqlite, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -76,6 +76,7 @@ const cases = [
     const result = await h.store.process(CONFIRMED);
     assert.deepEqual(result, {
       outcome: 'applied', operationId: 'start-exchange:swap-42', operationIds: ['start-exchange:swap-42'], status: 'exchange', revision: 4,
+      attempts: 1, fingerprint: fingerprint(CONFIRMED),
     });
     assert.deepEqual(await h.store.getWorkflow('swap-42'), { ...WORKFLOW, status: 'exchange', revision: 4 });
     const operation = await h.store.getOperation('start-exchange:swap-42');
@@ -96,8 +97,9 @@ const cases = [
     await h.store.process(CONFIRMED);
     const before = await counts(h);
     const original = await originalOf(h, CONFIRMED.eventId);
-    assert.deepEqual(await h.store.process(CONFIRMED), { outcome: 'duplicate-delivery', original });
-    assert.deepEqual(await h.store.process({ ...CONFIRMED }), { outcome: 'duplicate-delivery', original });
+    const duplicate = { outcome: 'duplicate-delivery', original, attempts: 1, fingerprint: fingerprint(CONFIRMED) };
+    assert.deepEqual(await h.store.process(CONFIRMED), duplicate);
+    assert.deepEqual(await h.store.process({ ...CONFIRMED }), duplicate);
     assert.deepEqual(await counts(h), before);
     assert.equal((await h.store.getWorkflow('swap-42')).revision, 4);
   }],
@@ -107,7 +109,9 @@ const cases = [
     assert.equal((await h.store.process(CONFIRMED)).outcome, 'applied');
     // The worker dies here, before acknowledging; the broker redelivers to another worker.
     const restarted = await h.reopen();
-    assert.deepEqual(await restarted.process(CONFIRMED), { outcome: 'duplicate-delivery', original: await originalOf(h, CONFIRMED.eventId) });
+    assert.deepEqual(await restarted.process(CONFIRMED), {
+      outcome: 'duplicate-delivery', original: await originalOf(h, CONFIRMED.eventId), attempts: 1, fingerprint: fingerprint(CONFIRMED),
+    });
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 1 });
     assert.deepEqual(await restarted.getWorkflow('swap-42'), { ...WORKFLOW, status: 'exchange', revision: 4 });
   }],
@@ -156,7 +160,8 @@ const cases = [
   ['already-applied: a new event id for the same confirmation records only its receipt', async (h) => {
     await h.store.putWorkflow(WORKFLOW);
     await h.store.process(CONFIRMED);
-    assert.deepEqual(await h.store.process(confirmed('observer-b:event-9')), { outcome: 'already-applied' });
+    const second = confirmed('observer-b:event-9');
+    assert.deepEqual(await h.store.process(second), { outcome: 'already-applied', attempts: 1, fingerprint: fingerprint(second) });
     assert.equal((await h.store.getReceipt('observer-b:event-9')).outcome, 'already-applied');
     assert.equal((await h.store.getWorkflow('swap-42')).revision, 4);
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 2, outbox: 1 });
@@ -165,7 +170,7 @@ const cases = [
   ['stale: a deadline after the deposit records only its receipt', async (h) => {
     await h.store.putWorkflow(WORKFLOW);
     const deadline = { eventId: 'timer:1', workflowId: 'swap-42', type: 'DEADLINE_PASSED' };
-    assert.deepEqual(await h.store.process(deadline), { outcome: 'stale' });
+    assert.deepEqual(await h.store.process(deadline), { outcome: 'stale', attempts: 1, fingerprint: fingerprint(deadline) });
     assert.equal((await h.store.getReceipt('timer:1')).outcome, 'stale');
     assert.deepEqual(await h.store.getWorkflow('swap-42'), WORKFLOW);
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 0 });
@@ -199,12 +204,17 @@ const cases = [
   ['applied with insert: order-shipment creates the workflow on the first request, once', async (h) => {
     const request = { eventId: 'shop:req-1', workflowId: 'order-9', type: 'SHIPMENT_REQUESTED' };
     const first = await h.store.process(request, { ruleSet: 'order-shipment' });
+    const measure = (event) => ({ attempts: 1, fingerprint: fingerprint(event, { ruleSet: 'order-shipment' }) });
     assert.deepEqual(first, {
       outcome: 'applied', operationId: 'create-shipment:order-9', operationIds: ['create-shipment:order-9'], status: 'shipping', revision: 1,
+      ...measure(request),
     });
     assert.deepEqual(await h.store.getWorkflow('order-9'), { id: 'order-9', status: 'shipping', revision: 1 });
-    assert.deepEqual(await h.store.process({ ...request, eventId: 'shop:req-2' }, { ruleSet: 'order-shipment' }), { outcome: 'already-applied' });
-    assert.deepEqual(await h.store.process(request, { ruleSet: 'order-shipment' }), { outcome: 'duplicate-delivery', original: await originalOf(h, request.eventId) });
+    const again = { ...request, eventId: 'shop:req-2' };
+    assert.deepEqual(await h.store.process(again, { ruleSet: 'order-shipment' }), { outcome: 'already-applied', ...measure(again) });
+    assert.deepEqual(await h.store.process(request, { ruleSet: 'order-shipment' }), {
+      outcome: 'duplicate-delivery', original: await originalOf(h, request.eventId), ...measure(request),
+    });
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 2, outbox: 1 });
   }],
 
@@ -269,8 +279,11 @@ const cases = [
       // The first attempt sees the workflow as it was before that worker committed.
       getWorkflow: (original, args, attempt) => (attempt === 1 ? { ...WORKFLOW } : original(...args)),
     });
-    const result = await processEvent(store, confirmed('observer-b:event-2'));
-    assert.deepEqual(result, { outcome: 'already-applied' });
+    const retries = [];
+    const event = confirmed('observer-b:event-2');
+    const result = await processEvent(store, event, { hooks: { onRaceRetry: ({ attempt, reason, error }) => retries.push({ attempt, reason, code: error.code }) } });
+    assert.deepEqual(result, { outcome: 'already-applied', attempts: 2, fingerprint: fingerprint(event) });
+    assert.deepEqual(retries, [{ attempt: 1, reason: 'workflow-changed', code: 'CONCURRENT_UPDATE' }]);
     assert.equal(store.attempts, 2);
     assert.equal((await h.store.getReceipt('observer-b:event-2')).outcome, 'already-applied');
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 2, outbox: 1 });
@@ -311,8 +324,11 @@ const cases = [
     const request = { eventId: 'shop:req-1', workflowId: 'order-9', type: 'SHIPMENT_REQUESTED' };
     await h.store.process(request, { ruleSet: 'order-shipment' });
     const store = hooked(h.store, { getWorkflow: (original, args, attempt) => (attempt === 1 ? null : original(...args)) });
-    const result = await processEvent(store, { ...request, eventId: 'shop:req-2' }, { ruleSet: 'order-shipment' });
-    assert.deepEqual(result, { outcome: 'already-applied' });
+    const retries = [];
+    const event = { ...request, eventId: 'shop:req-2' };
+    const result = await processEvent(store, event, { ruleSet: 'order-shipment', hooks: { onRaceRetry: ({ reason }) => retries.push(reason) } });
+    assert.deepEqual(result, { outcome: 'already-applied', attempts: 2, fingerprint: fingerprint(event, { ruleSet: 'order-shipment' }) });
+    assert.deepEqual(retries, ['workflow-exists']);
     assert.equal(store.attempts, 2);
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 2, outbox: 1 });
   }],
@@ -377,7 +393,9 @@ const cases = [
     }
     await h.store.putWorkflow(WORKFLOW);
     assert.equal((await h.store.process(CONFIRMED)).outcome, 'applied');
-    assert.deepEqual(await h.store.process(CONFIRMED), { outcome: 'duplicate-delivery', original: await originalOf(h, CONFIRMED.eventId) });
+    assert.deepEqual(await h.store.process(CONFIRMED), {
+      outcome: 'duplicate-delivery', original: await originalOf(h, CONFIRMED.eventId), attempts: 1, fingerprint: fingerprint(CONFIRMED),
+    });
   }],
 
   ['RULESET_INVALID and INVALID_ARGUMENT: a broken rule set or an unknown name never reaches the store', async (h) => {
@@ -493,7 +511,9 @@ const durableCases = [
     const other = await h.construct({});
     await other.migrate();
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 1 });
-    assert.deepEqual(await other.process(CONFIRMED), { outcome: 'duplicate-delivery', original: await originalOf(h, CONFIRMED.eventId) });
+    assert.deepEqual(await other.process(CONFIRMED), {
+      outcome: 'duplicate-delivery', original: await originalOf(h, CONFIRMED.eventId), attempts: 1, fingerprint: fingerprint(CONFIRMED),
+    });
   }],
 
   ['migrate adds the result column to tables an earlier version made, and concurrent migrations agree', async (h) => {
@@ -503,7 +523,7 @@ const durableCases = [
     const [a, b] = [await h.construct({}), await h.construct({})];
     await Promise.all([a.migrate(), b.migrate(), h.store.migrate()]);
     assert.equal((await a.getReceipt(CONFIRMED.eventId)).result, null);
-    assert.deepEqual(await b.process(CONFIRMED), { outcome: 'duplicate-delivery', original: null });
+    assert.deepEqual(await b.process(CONFIRMED), { outcome: 'duplicate-delivery', original: null, attempts: 1, fingerprint: fingerprint(CONFIRMED) });
     assert.equal((await a.process(confirmed('observer-b:event-9'))).outcome, 'already-applied');
     assert.deepEqual((await b.getReceipt('observer-b:event-9')).result, { operationIds: [], status: null, revision: null });
     assert.equal((await b.process(confirmed('observer-b:event-9'))).original.outcome, 'already-applied');

@@ -5,6 +5,7 @@ import { createHash } from 'node:crypto';
 import {
   IdemflowError,
   InMemoryStore,
+  RuleSet,
   decide,
   fingerprint,
   planDepositConfirmation,
@@ -27,6 +28,8 @@ const event = Object.freeze({
   depositRef: 'btc-mainnet:tx-abc:vout-0',
   amountUnits: '12500000',
 });
+/** What every result of processDepositConfirmed also says: one cycle (no race here) and the event's fingerprint under deposit-swap v1. */
+const measured = (e) => ({ attempts: 1, fingerprint: fingerprint(e, { ruleSet: RuleSet.builtin('deposit-swap', { version: 1 }) }) });
 
 function rejectsWith(promise, code, extra = {}) {
   return assert.rejects(promise, (error) => {
@@ -62,12 +65,14 @@ test('a replayed event id is a duplicate delivery and leaves one outbox row', as
     operationIds: ['start-exchange:swap-42'],
     status: 'exchange',
     revision: 4,
+    ...measured(event),
   });
   const { outbox, inbox } = store.snapshot();
   // The replay answers what the first delivery did, as its receipt records it.
   assert.deepEqual(replay, {
     outcome: 'duplicate-delivery',
     original: { outcome: 'applied', operationIds: ['start-exchange:swap-42'], status: 'exchange', revision: 4, decidedAt: inbox.get(event.eventId).recordedAt },
+    ...measured(event),
   });
   assert.equal(outbox.size, 1);
   assert.equal(inbox.size, 1);
@@ -88,8 +93,9 @@ test('a replayed event id is a duplicate delivery and leaves one outbox row', as
 test('a new event id for the same deposit is already-applied and the revision stays 4', async () => {
   const store = new InMemoryStore([workflow]);
   await processDepositConfirmed(store, event);
-  const second = await processDepositConfirmed(store, { ...event, eventId: 'chain-watcher:event-002' });
-  assert.deepEqual(second, { outcome: 'already-applied' });
+  const again = { ...event, eventId: 'chain-watcher:event-002' };
+  const second = await processDepositConfirmed(store, again);
+  assert.deepEqual(second, { outcome: 'already-applied', ...measured(again) });
   const { workflows, outbox, inbox } = store.snapshot();
   assert.equal(workflows.get('swap-42').revision, 4);
   assert.equal(workflows.get('swap-42').status, 'exchange');
@@ -138,7 +144,7 @@ test('a changed amount is IDENTITY_MISMATCH naming amountUnits', async () => {
 for (const status of ['exchange', 'sending', 'success']) {
   test(`a confirmation in ${status} is already-applied and writes only the receipt`, async () => {
     const store = new InMemoryStore([{ ...workflow, status }]);
-    assert.deepEqual(await processDepositConfirmed(store, event), { outcome: 'already-applied' });
+    assert.deepEqual(await processDepositConfirmed(store, event), { outcome: 'already-applied', ...measured(event) });
     const { workflows, inbox, outbox } = store.snapshot();
     assert.equal(workflows.get('swap-42').revision, 3);
     assert.equal(inbox.size, 1);

@@ -10,7 +10,7 @@ import { once } from 'node:events';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { IdemflowError, InMemoryStore, createOutboxConsumer, processEvent } from 'idemflow';
+import { IdemflowError, InMemoryStore, createOutboxConsumer, fingerprint, processEvent } from 'idemflow';
 import { backends } from '../workers/outbox-backends.mjs';
 import { hasNodeSqlite, tempDir } from '../workers/backends.mjs';
 
@@ -152,6 +152,8 @@ for (const backend of backends) {
           id: opId(1), type: 'START_EXCHANGE', workflowId: 'swap-1', eventId: 'confirm-1', payload: undefined,
           status: 'pending', attempts: 0, nextAttemptAt: T0, leaseOwner: null, leaseExpiresAt: null,
           fencingToken: 0, lastError: null, createdAt: T0, updatedAt: T0,
+          // No metadata was given and no OpenTelemetry provider is registered here.
+          metadata: null, traceContext: null,
         },
       );
       assert.equal((await store.getReceipt('confirm-1')).recordedAt, T0);
@@ -845,7 +847,8 @@ for (const backend of backends) {
       c.advance(1_000);
       assert.equal((await store.purgeReceipts({ olderThan: c.t })).deleted, 1);
       const replay = await processEvent(store, confirmation(1));
-      assert.deepEqual(replay, { outcome: 'already-applied' }, 'not duplicate-delivery: the receipt is gone; not applied again');
+      assert.deepEqual(replay, { outcome: 'already-applied', attempts: 1, fingerprint: fingerprint(confirmation(1)) },
+        'not duplicate-delivery: the receipt is gone; not applied again');
       const workflow = await store.getWorkflow('swap-1');
       assert.deepEqual([workflow.status, workflow.revision], ['exchange', 2]);
       const operation = await store.getOperation(opId(1));

@@ -154,6 +154,11 @@ async function run(store, type, eventId, fields = {}) {
   return processEvent(store, eventOf(type, { eventId, ...fields }), { ruleSet: depositSwap });
 }
 
+/** What every result of run() also says: one cycle (no race in these tests) and the event's fingerprint. */
+function measured(type, eventId, fields = {}, ruleSet = depositSwap) {
+  return { attempts: 1, fingerprint: fingerprint(eventOf(type, { eventId, ...fields }), { ruleSet }) };
+}
+
 test('the full happy path goes waiting → deposit → exchange → sending → success', async () => {
   const store = new InMemoryStore([{ id: 'swap-1', status: 'waiting', revision: 0 }]);
   const steps = [
@@ -164,7 +169,7 @@ test('the full happy path goes waiting → deposit → exchange → sending → 
   ];
   for (const [i, [type, status, operations]] of steps.entries()) {
     const result = await run(store, type, `e${i}`);
-    assert.deepEqual(result, { outcome: 'applied', status, revision: i + 1, operationIds: operations, operationId: operations[0] ?? null });
+    assert.deepEqual(result, { outcome: 'applied', status, revision: i + 1, operationIds: operations, operationId: operations[0] ?? null, ...measured(type, `e${i}`) });
   }
   const { workflows, outbox } = store.snapshot();
   assert.deepEqual(workflows.get('swap-1'), { id: 'swap-1', status: 'success', revision: 4, ...recorded });
@@ -178,7 +183,7 @@ test('a late deposit goes to review, never to exchange', async () => {
   const late = await run(store, 'DEPOSIT_DETECTED', 'd2');
   assert.deepEqual([late.status, late.operationIds], ['review', ['open-review:swap-1']]);
   const confirm = await run(store, 'DEPOSIT_CONFIRMED', 'd3');
-  assert.deepEqual(confirm, { outcome: 'already-applied' }, 'its confirmation only adds a receipt');
+  assert.deepEqual(confirm, { outcome: 'already-applied', ...measured('DEPOSIT_CONFIRMED', 'd3') }, 'its confirmation only adds a receipt');
   assert.equal(store.snapshot().outbox.has('start-exchange:swap-1'), false);
 });
 
@@ -190,8 +195,8 @@ test('a reversal before the exchange is final for its deposit (v2)', async () =>
     id: 'swap-1', status: 'reversed', revision: 2, depositRef: recorded.depositRef, amountUnits: recorded.amountUnits,
   });
   // The reversed deposit's confirmation and a re-published detection change nothing.
-  assert.deepEqual(await run(store, 'DEPOSIT_CONFIRMED', 'r3'), { outcome: 'stale' });
-  assert.deepEqual(await run(store, 'DEPOSIT_DETECTED', 'r4'), { outcome: 'stale' });
+  assert.deepEqual(await run(store, 'DEPOSIT_CONFIRMED', 'r3'), { outcome: 'stale', ...measured('DEPOSIT_CONFIRMED', 'r3') });
+  assert.deepEqual(await run(store, 'DEPOSIT_DETECTED', 'r4'), { outcome: 'stale', ...measured('DEPOSIT_DETECTED', 'r4') });
   // Another deposit on the swap is a person's decision.
   assert.equal((await outcomeOf(run(store, 'DEPOSIT_DETECTED', 'r5', { depositRef: 'btc-mainnet:tx-def:vout-1' }))).error, 'IDENTITY_MISMATCH');
   assert.equal(store.snapshot().outbox.size, 0);
@@ -217,8 +222,8 @@ test('a reversal after the exchange started opens a review instead of compensati
   const reversal = await run(store, 'DEPOSIT_REVERSED', 'x3');
   assert.deepEqual([reversal.status, reversal.operationIds], ['review', ['open-review:swap-1']]);
   assert.deepEqual([...store.snapshot().outbox.keys()].sort(), ['open-review:swap-1', 'start-exchange:swap-1']);
-  assert.deepEqual(await run(store, 'DEPOSIT_REVERSED', 'x4'), { outcome: 'already-applied' });
-  assert.deepEqual(await run(store, 'EXCHANGE_COMPLETED', 'x5'), { outcome: 'stale' }, 'a person decides about the exchange now');
+  assert.deepEqual(await run(store, 'DEPOSIT_REVERSED', 'x4'), { outcome: 'already-applied', ...measured('DEPOSIT_REVERSED', 'x4') });
+  assert.deepEqual(await run(store, 'EXCHANGE_COMPLETED', 'x5'), { outcome: 'stale', ...measured('EXCHANGE_COMPLETED', 'x5') }, 'a person decides about the exchange now');
 });
 
 test('a deadline racing a detection: deadline first makes the deposit late', async () => {
@@ -230,7 +235,7 @@ test('a deadline racing a detection: deadline first makes the deposit late', asy
 test('a deadline racing a detection: detection first makes the deadline stale', async () => {
   const store = new InMemoryStore([{ id: 'swap-1', status: 'waiting', revision: 0 }]);
   assert.equal((await run(store, 'DEPOSIT_DETECTED', 't1')).status, 'deposit');
-  assert.deepEqual(await run(store, 'DEADLINE_PASSED', 't2'), { outcome: 'stale' });
+  assert.deepEqual(await run(store, 'DEADLINE_PASSED', 't2'), { outcome: 'stale', ...measured('DEADLINE_PASSED', 't2') });
   const { workflows, inbox } = store.snapshot();
   assert.equal(workflows.get('swap-1').status, 'deposit');
   assert.equal(workflows.get('swap-1').revision, 1);
@@ -241,15 +246,20 @@ test('order-shipment: the first request creates the workflow and one CREATE_SHIP
   const store = new InMemoryStore();
   const request = { eventId: 'evt-1', workflowId: 'order-1', type: 'SHIPMENT_REQUESTED' };
   const first = await processEvent(store, request, { ruleSet: orderShipment });
-  assert.deepEqual(first, { outcome: 'applied', status: 'shipping', revision: 1, operationId: 'create-shipment:order-1', operationIds: ['create-shipment:order-1'] });
+  const measure = (event) => ({ attempts: 1, fingerprint: fingerprint(event, { ruleSet: orderShipment }) });
+  assert.deepEqual(first, {
+    outcome: 'applied', status: 'shipping', revision: 1, operationId: 'create-shipment:order-1', operationIds: ['create-shipment:order-1'], ...measure(request),
+  });
   const replay = await processEvent(store, request, { ruleSet: orderShipment });
   // A redelivery answers the shipment the first request scheduled.
   assert.deepEqual({ ...replay, original: { ...replay.original, decidedAt: null } }, {
     outcome: 'duplicate-delivery',
     original: { outcome: 'applied', operationIds: ['create-shipment:order-1'], status: 'shipping', revision: 1, decidedAt: null },
+    ...measure(request),
   });
   assert.equal(typeof replay.original.decidedAt, 'number');
-  assert.deepEqual(await processEvent(store, { ...request, eventId: 'evt-2' }, { ruleSet: orderShipment }), { outcome: 'already-applied' });
+  const again = { ...request, eventId: 'evt-2' };
+  assert.deepEqual(await processEvent(store, again, { ruleSet: orderShipment }), { outcome: 'already-applied', ...measure(again) });
   const conflict = await outcomeOf(processEvent(store, { ...request, workflowId: 'other-order' }, { ruleSet: orderShipment }));
   assert.equal(conflict.error, 'EVENT_ID_CONFLICT');
   const { workflows, outbox } = store.snapshot();
@@ -322,7 +332,8 @@ test('a custom rule set verifies and runs through processEvent', async () => {
   const store = new InMemoryStore([{ id: 't-1', status: 'open', revision: 0 }]);
   const close = { eventId: 'c1', workflowId: 't-1', type: 'CLOSE', reason: 'fixed' };
   assert.deepEqual((await processEvent(store, close, { ruleSet })).operationIds, ['notify:t-1']);
-  assert.deepEqual(await processEvent(store, { ...close, eventId: 'c2' }, { ruleSet }), { outcome: 'already-applied' });
+  const closeAgain = { ...close, eventId: 'c2' };
+  assert.deepEqual(await processEvent(store, closeAgain, { ruleSet }), { outcome: 'already-applied', attempts: 1, fingerprint: fingerprint(closeAgain, { ruleSet }) });
   assert.equal((await outcomeOf(processEvent(store, { ...close, eventId: 'c3', reason: 'dup' }, { ruleSet }))).error, 'IDENTITY_MISMATCH');
 });
 

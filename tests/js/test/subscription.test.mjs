@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { IdemflowError, InMemoryStore, RuleSet, processEvent, verifyRuleSet } from 'idemflow';
+import { IdemflowError, InMemoryStore, RuleSet, fingerprint, processEvent, verifyRuleSet } from 'idemflow';
 
 const subscription = RuleSet.builtin('subscription');
 const ruleSet = subscription;
@@ -39,9 +39,11 @@ test('subscription: RuleSet.builtin and the name as a string both work, and it v
 test('subscription: two renewals in one workflow give two distinct operation ids', async () => {
   const store = new InMemoryStore();
   assert.equal((await processEvent(store, started, { ruleSet })).outcome, 'applied');
-  const first = await processEvent(store, due('billing:2026-12', '2026-11', '2026-12'), { ruleSet: 'subscription' });
+  const firstDue = due('billing:2026-12', '2026-11', '2026-12');
+  const first = await processEvent(store, firstDue, { ruleSet: 'subscription' });
   assert.deepEqual(first, { outcome: 'applied', status: 'renewing', revision: 2,
-    operationId: 'charge-renewal:2:sub-7', operationIds: ['charge-renewal:2:sub-7'] });
+    operationId: 'charge-renewal:2:sub-7', operationIds: ['charge-renewal:2:sub-7'],
+    attempts: 1, fingerprint: fingerprint(firstDue, { ruleSet: 'subscription' }) });
   assert.equal((await processEvent(store, paid('psp:1', '2026-12', 'psp:pay-2'), { ruleSet })).status, 'active');
   const second = await processEvent(store, due('billing:2027-01', '2026-12', '2027-01'), { ruleSet });
   assert.equal(second.operationId, 'charge-renewal:4:sub-7');
@@ -56,11 +58,14 @@ test('subscription: a RENEWAL_DUE re-published for the same period is already-ap
   const store = new InMemoryStore();
   await processEvent(store, started, { ruleSet });
   await processEvent(store, due('billing:2026-12', '2026-11', '2026-12'), { ruleSet });
-  const again = await processEvent(store, due('billing:2026-12-retry', '2026-11', '2026-12'), { ruleSet });
-  assert.deepEqual(again, { outcome: 'already-applied' });
-  const duplicate = await processEvent(store, due('billing:2026-12', '2026-11', '2026-12'), { ruleSet });
+  const republished = due('billing:2026-12-retry', '2026-11', '2026-12');
+  const again = await processEvent(store, republished, { ruleSet });
+  assert.deepEqual(again, { outcome: 'already-applied', attempts: 1, fingerprint: fingerprint(republished, { ruleSet }) });
+  const redelivered = due('billing:2026-12', '2026-11', '2026-12');
+  const duplicate = await processEvent(store, redelivered, { ruleSet });
   assert.equal(duplicate.outcome, 'duplicate-delivery');
   assert.deepEqual(duplicate.original.operationIds, ['charge-renewal:2:sub-7']);
+  assert.deepEqual([duplicate.attempts, duplicate.fingerprint], [1, fingerprint(redelivered, { ruleSet })]);
   // Once that renewal is paid, a late re-publication names a paidThrough the
   // subscription has moved past: refused for a person, never charged.
   await processEvent(store, paid('psp:1', '2026-12', 'psp:pay-2'), { ruleSet });
