@@ -1,0 +1,380 @@
+'use strict';
+// The fast decide path (issue 11). `wasm.decide` reads each event field
+// through a JS helper (several crossings per field) and returns the decision
+// as JSON text; here a batch is laid out in wasm memory at once (one
+// TextEncoder.encodeInto for every string, an Int32Array entry per value),
+// one call decides it (src/batch.rs), and the decision object is built from
+// numeric answers, the 64 hex digits of the fingerprint, the strings read and
+// a per-rule write template the core hands over once. Every decision still
+// comes from the core: JS only lays values out and fills templates in.
+//
+// What the layout cannot hold exactly goes to `wasm.decide`, the slow path,
+// with the caller's own objects, so its result and its errors are today's:
+// an accessor property or a proxy (both can run code, which `decide` must see
+// run as it always has), an object that is not plain, a value that is not a
+// string (or a number for the revision), a string with U+FFFD (a lone
+// surrogate becomes one in encodeInto), and whatever the core would refuse.
+// Reading fields here runs no caller code: own property descriptors only.
+
+const { types } = require('node:util');
+
+const isProxy = types.isProxy;
+const hasOwn = Object.hasOwn;
+const getOwn = Object.getOwnPropertyDescriptor;
+const getPrototypeOf = Object.getPrototypeOf;
+const OBJECT_PROTOTYPE = Object.prototype;
+const parseJSON = JSON.parse;
+
+// Entry tags and header bits: src/batch.rs.
+const ABSENT = -1;
+const NULL = -2;
+const NUMBER = -3;
+const OTHER = -4;
+const TOO_LONG = -5;
+const HAS_RECEIPT = 1;
+const HAS_WORKFLOW = 2;
+const HOST_SLOW = 4;
+const RESULT_INTS = 5;
+const RESULT_NUMBERS = 2;
+const HEX_DIGITS = 64;
+// Template value sources.
+const CONSTANT = 0;
+const REVISION = 1;
+const EVENT_FIELD = 2;
+/** The longest string any field takes, in UTF-16 units (`field::MAX_TEXT_BYTES`). */
+const MAX_UNITS = 512;
+
+/** A plain object (or one without a prototype), not a proxy: its fields can be read without running code. */
+function isPlainRecord(value) {
+  if (typeof value !== 'object' || value === null || isProxy(value)) return false;
+  const prototype = getPrototypeOf(value);
+  return prototype === OBJECT_PROTOTYPE || prototype === null;
+}
+
+/**
+ * The fast decider over a wasm-bindgen module (`wasm/idemflow.js`).
+ * `decide(compiled, event, receipt, workflow)` returns what
+ * `JSON.parse(wasm.decide(compiled, event, receipt, workflow))` returns, and
+ * throws what it throws. `decideBatch(compiled, inputs)` takes
+ * `[{ event, receipt, workflow }]` and returns one entry per input, in order:
+ * the decision, or `{ error }` with what `wasm.decide` threw for that input.
+ */
+function createFastDecider(wasm) {
+  const encoder = new TextEncoder();
+  const scratch = new wasm.DecideScratch();
+  const memory = wasm.wasmMemory();
+  const plans = new WeakMap();
+
+  let buffer = null;
+  let entries;
+  let numbers;
+  let text;
+  let answerInts;
+  let answerNumbers;
+  let hex;
+  let itemCapacity = 0;
+  let entryCapacity = 0;
+  // The strings read, by entry index: decisions reuse them (the core checked them).
+  let strings = [];
+  // Every string laid out, in entry order, joined for one encodeInto.
+  let joined = '';
+  let busy = false;
+
+  function views() {
+    const [ep, el, np, nl, tp, tl, ip, il, ap, al, hp, hl] = scratch.regions();
+    buffer = memory.buffer;
+    entries = new Int32Array(buffer, ep, el);
+    numbers = new Float64Array(buffer, np, nl);
+    text = new Uint8Array(buffer, tp, tl);
+    answerInts = new Int32Array(buffer, ip, il);
+    answerNumbers = new Float64Array(buffer, ap, al);
+    hex = Buffer.from(buffer, hp, hl);
+    entryCapacity = el;
+    itemCapacity = Math.min(nl, Math.floor(il / RESULT_INTS));
+  }
+
+  /** Room for `items` items and `textBytes` bytes of text, growing by doubling; fresh views when memory moved. */
+  function reserve(items, perItem, textBytes) {
+    if (buffer !== memory.buffer) views();
+    const moreItems = items > itemCapacity;
+    if (moreItems || items * perItem > entryCapacity || textBytes > text.length) {
+      scratch.reserve(
+        moreItems ? Math.max(items, itemCapacity * 2, 16) : itemCapacity,
+        perItem,
+        textBytes > text.length ? Math.max(textBytes, text.length * 2, 4096) : text.length,
+      );
+      views();
+    }
+  }
+
+  function planFor(compiled) {
+    let plan = plans.get(compiled);
+    if (plan === undefined) {
+      const layout = parseJSON(compiled.fastLayoutJson());
+      const fieldCount = layout.fields.length;
+      plan = {
+        compiled,
+        perItem: layout.entries,
+        fieldCount,
+        fields: layout.fields,
+        statuses: layout.statuses,
+        outcomes: layout.outcomes,
+        ruleSet: layout.ruleSet,
+        types: layout.events.map((e) => e.type),
+        eventIndex: new Map(layout.events.map((e, i) => [e.type, i])),
+        // In the rule set's field order: the order entries (and so strings) are laid out in.
+        declared: layout.events.map((e) => [...e.fields].sort((a, b) => a - b)),
+        guards: layout.events.map((e) => e.guards),
+        templates: new Map(),
+      };
+      plans.set(compiled, plan);
+    }
+    return plan;
+  }
+
+  function template(plan, rule, eventType) {
+    const key = rule * 65536 + eventType;
+    let found = plan.templates.get(key);
+    if (found === undefined) {
+      found = parseJSON(plan.compiled.fastTemplateJson(rule, eventType));
+      plan.templates.set(key, found);
+    }
+    return found;
+  }
+
+  /**
+   * Lays one own property out at `at`; false when it is an accessor. A
+   * number's value is kept only for the workflow's revision (`item` >= 0).
+   */
+  function put(record, key, at, item = -1) {
+    const descriptor = getOwn(record, key);
+    if (descriptor === undefined) return true; // already ABSENT
+    if (!hasOwn(descriptor, 'value')) return false;
+    const value = descriptor.value;
+    if (typeof value === 'string') {
+      if (value.length > MAX_UNITS) {
+        entries[at] = TOO_LONG;
+      } else {
+        entries[at] = value.length;
+        strings[at] = value;
+        joined += value;
+      }
+    } else if (value === undefined) {
+      // as absent
+    } else if (value === null) {
+      entries[at] = NULL;
+    } else if (typeof value === 'number') {
+      entries[at] = NUMBER;
+      if (item >= 0) numbers[item] = value;
+    } else {
+      entries[at] = OTHER;
+    }
+    return true;
+  }
+
+  /**
+   * Lays item `i` out. Only what `decide` may read is read: the event's ids,
+   * type and declared fields; the receipt's eventId and fingerprint; without
+   * a receipt, the workflow's id, status, revision and the fields the event
+   * type's rules guard.
+   */
+  function layOut(plan, i, event, receipt, workflow) {
+    const base = i * plan.perItem;
+    entries.fill(ABSENT, base, base + plan.perItem);
+    numbers[i] = 0;
+    const hasReceipt = receipt !== null && receipt !== undefined;
+    const hasWorkflow = workflow !== null && workflow !== undefined;
+    if (
+      !isPlainRecord(event) ||
+      (hasReceipt && !isPlainRecord(receipt)) ||
+      (hasWorkflow && !isPlainRecord(workflow))
+    ) {
+      entries[base] = HOST_SLOW;
+      return false;
+    }
+    entries[base] = (hasReceipt ? HAS_RECEIPT : 0) | (hasWorkflow ? HAS_WORKFLOW : 0);
+    const fieldCount = plan.fieldCount;
+    const fields = plan.fields;
+    if (!put(event, 'eventId', base + 1) || !put(event, 'type', base + 2) || !put(event, 'workflowId', base + 3)) {
+      entries[base] = HOST_SLOW;
+      return false;
+    }
+    const eventType = entries[base + 2] >= 0 ? plan.eventIndex.get(strings[base + 2]) : undefined;
+    if (eventType === undefined) {
+      entries[base] = HOST_SLOW; // not a type of this rule set: decide says why
+      return false;
+    }
+    const declared = plan.declared[eventType];
+    for (let k = 0; k < declared.length; k += 1) {
+      const f = declared[k];
+      if (!put(event, fields[f], base + 4 + f)) {
+        entries[base] = HOST_SLOW;
+        return false;
+      }
+    }
+    if (hasReceipt) {
+      const at = base + 4 + fieldCount;
+      if (!put(receipt, 'eventId', at) || !put(receipt, 'fingerprint', at + 1)) {
+        entries[base] = HOST_SLOW;
+        return false;
+      }
+    } else if (hasWorkflow) {
+      const at = base + 6 + fieldCount;
+      if (!put(workflow, 'id', at) || !put(workflow, 'status', at + 1) || !put(workflow, 'revision', at + 2, i)) {
+        entries[base] = HOST_SLOW;
+        return false;
+      }
+      const guards = plan.guards[eventType];
+      for (let k = 0; k < guards.length; k += 1) {
+        const f = guards[k];
+        if (!put(workflow, fields[f], at + 3 + f)) {
+          entries[base] = HOST_SLOW;
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  function fill(entriesOfTemplate, base, revision) {
+    const object = {};
+    for (let k = 0; k < entriesOfTemplate.length; k += 1) {
+      const [key, kind, arg] = entriesOfTemplate[k];
+      object[key] = kind === CONSTANT ? arg : kind === REVISION ? revision : kind === EVENT_FIELD ? strings[base + 4 + arg] : null;
+    }
+    return object;
+  }
+
+  /** The decision of item `i`, which the core decided, from its answers. */
+  function build(plan, i, hexText) {
+    const base = i * plan.perItem;
+    const a = i * RESULT_INTS;
+    const outcomeCode = answerInts[a + 1];
+    const outcome = plan.outcomes[outcomeCode];
+    const eventId = strings[base + 1];
+    const workflowId = strings[base + 3];
+    const eventType = plan.types[answerInts[a + 4]];
+    const fingerprint = `fp1:${hexText.slice(i * HEX_DIGITS, (i + 1) * HEX_DIGITS)}`;
+    if (outcomeCode === 3) {
+      return { outcome, eventId, workflowId, eventType, fingerprint, writeSet: { receipt: null, workflow: null, outbox: [] } };
+    }
+    const { id, version, hash } = plan.ruleSet;
+    const receipt = { eventId, fingerprint, workflowId, eventType, outcome, ruleSet: { id, version, hash } };
+    if (outcomeCode !== 0) {
+      return { outcome, eventId, workflowId, eventType, fingerprint, writeSet: { receipt, workflow: null, outbox: [] } };
+    }
+    const state = answerInts[a + 3];
+    const revision = answerNumbers[i * RESULT_NUMBERS + 1];
+    const write = template(plan, answerInts[a + 2], answerInts[a + 4]);
+    const expect = state === 0 ? null : { status: plan.statuses[state - 1], revision: answerNumbers[i * RESULT_NUMBERS] };
+    const operations = write.outbox;
+    const outbox = new Array(operations.length);
+    for (let k = 0; k < operations.length; k += 1) {
+      const op = operations[k];
+      outbox[k] = {
+        id: op.recurring ? `${op.prefix}${revision}:${workflowId}` : op.prefix + workflowId,
+        type: op.type,
+        workflowId,
+        eventId,
+        status: 'pending',
+        payload: fill(op.payload, base, revision),
+      };
+    }
+    return {
+      outcome,
+      eventId,
+      workflowId,
+      eventType,
+      fingerprint,
+      writeSet: { receipt, workflow: { id: workflowId, expect, set: fill(write.set, base, revision) }, outbox },
+    };
+  }
+
+  /**
+   * Lays `count` items out (`get(i)` gives each one's event, receipt and
+   * workflow), decides them in one call and returns the hex digits of the
+   * batch as one string, or undefined when no item could be laid out.
+   */
+  function run(plan, count, get) {
+    reserve(count, plan.perItem, 0);
+    if (strings.length < count * plan.perItem) strings = new Array(count * plan.perItem);
+    joined = '';
+    let laidOut = 0;
+    for (let i = 0; i < count; i += 1) {
+      if (get(i)) laidOut += 1;
+    }
+    if (laidOut === 0) return undefined;
+    // A UTF-16 unit is at most 3 bytes of UTF-8.
+    const units = joined.length;
+    reserve(count, plan.perItem, units * 3);
+    const { read, written } = encoder.encodeInto(joined, text);
+    if (read !== units) throw new Error('idemflow: the decide scratch text region is too small');
+    scratch.decide(plan.compiled, count, written, written === units);
+    // Deciding may have grown the memory: the views would be detached.
+    if (memory.buffer !== buffer) views();
+    return hex.toString('latin1', 0, count * HEX_DIGITS);
+  }
+
+  function slow(compiled, event, receipt, workflow) {
+    return parseJSON(wasm.decide(compiled, event, receipt, workflow));
+  }
+
+  function decide(compiled, event, receipt, workflow) {
+    if (busy) return slow(compiled, event, receipt, workflow);
+    const plan = planFor(compiled);
+    let decision;
+    busy = true;
+    try {
+      const hexText = run(plan, 1, (i) => layOut(plan, i, event, receipt, workflow));
+      if (hexText !== undefined && answerInts[0] === 0) decision = build(plan, 0, hexText);
+    } finally {
+      busy = false;
+      joined = '';
+    }
+    // Outside the busy section: the slow path may run a caller's getter, which may decide again.
+    return decision !== undefined ? decision : slow(compiled, event, receipt, workflow);
+  }
+
+  function decideBatch(compiled, inputs) {
+    const count = inputs.length;
+    const results = new Array(count);
+    const events = new Array(count);
+    const receipts = new Array(count);
+    const workflows = new Array(count);
+    for (let i = 0; i < count; i += 1) {
+      const input = inputs[i];
+      events[i] = input.event;
+      receipts[i] = input.receipt ?? null;
+      workflows[i] = input.workflow ?? null;
+    }
+    const left = [];
+    if (busy) {
+      for (let i = 0; i < count; i += 1) left.push(i);
+    } else {
+      const plan = planFor(compiled);
+      busy = true;
+      try {
+        const hexText = run(plan, count, (i) => layOut(plan, i, events[i], receipts[i], workflows[i]));
+        for (let i = 0; i < count; i += 1) {
+          if (hexText !== undefined && answerInts[i * RESULT_INTS] === 0) results[i] = build(plan, i, hexText);
+          else left.push(i);
+        }
+      } finally {
+        busy = false;
+        joined = '';
+      }
+    }
+    for (const i of left) {
+      try {
+        results[i] = slow(compiled, events[i], receipts[i], workflows[i]);
+      } catch (error) {
+        results[i] = { error };
+      }
+    }
+    return results;
+  }
+
+  return { decide, decideBatch };
+}
+
+module.exports = { createFastDecider };
