@@ -35,6 +35,10 @@ pub const OTHER: i32 = -4;
 pub const TOO_LONG: i32 = -5;
 /// Set here, never by the host: the text does not hold exactly this string.
 const BROKEN: i32 = -6;
+/// The very string of the event's matching entry (its workflowId for the
+/// workflow's id or the receipt is not concerned; its eventId for the
+/// receipt's eventId; its field for the workflow's same field): laid out once.
+pub const SAME: i32 = -7;
 
 /// Header bits (the item's first entry).
 pub const HAS_RECEIPT: i32 = 1;
@@ -82,6 +86,18 @@ impl Layout {
     pub fn workflow(self, k: usize) -> usize {
         6 + self.fields + k
     }
+    /// The event entry an entry may be [`SAME`] as.
+    pub fn same_as(self, entry: usize) -> Option<usize> {
+        if entry == self.receipt(0) {
+            Some(self.event(0))
+        } else if entry == self.workflow(0) {
+            Some(self.event(2))
+        } else if entry >= self.workflow(3) && entry < self.entries() {
+            Some(self.event(entry - self.workflow(0)))
+        } else {
+            None
+        }
+    }
 }
 
 /// Buffers reused from batch to batch.
@@ -90,6 +106,55 @@ pub struct Work {
     /// Per entry: byte offset and length, or a tag.
     spans: Vec<(u32, i32)>,
     canonical: String,
+    /// The constant parts of each event type's canonical JSON, for the rule
+    /// set whose hash is `skeleton_of` (the hash names the definition).
+    skeletons: Vec<Vec<(String, Slot)>>,
+    skeleton_of: String,
+}
+
+/// What follows a constant part of the canonical JSON.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    WorkflowId,
+    /// A rule-set field index.
+    Field(usize),
+    End,
+}
+
+impl Work {
+    /// Per event type: `(constant text, slot)` pairs that `canonical_bytes`
+    /// would write: `{"amountUnits":` then the value of amountUnits, and so on.
+    fn skeletons(&mut self, rule_set: &RuleSet) -> &[Vec<(String, Slot)>] {
+        if self.skeleton_of != rule_set.hash || self.skeletons.len() != rule_set.events.len() {
+            self.skeletons = rule_set
+                .events
+                .iter()
+                .map(|event| {
+                    let mut parts = Vec::new();
+                    let mut constant = String::from("{");
+                    for (i, member) in event.fingerprint_members.iter().enumerate() {
+                        if i > 0 {
+                            constant.push(',');
+                        }
+                        write_string(&mut constant, member.name(rule_set, event));
+                        constant.push(':');
+                        match member {
+                            Member::Type => write_string(&mut constant, &event.name),
+                            Member::WorkflowId => parts.push((std::mem::take(&mut constant), Slot::WorkflowId)),
+                            Member::Field(position) => {
+                                parts.push((std::mem::take(&mut constant), Slot::Field(event.fields[*position])))
+                            }
+                        }
+                    }
+                    constant.push('}');
+                    parts.push((constant, Slot::End));
+                    parts
+                })
+                .collect();
+            self.skeleton_of = rule_set.hash.clone();
+        }
+        &self.skeletons
+    }
 }
 
 /// What the host laid out.
@@ -125,7 +190,8 @@ pub fn decide_batch(rule_set: &RuleSet, count: usize, batch: Batch, answers: Ans
     }
     // Invalid UTF-8 (never from encodeInto) leaves every item to `decide`.
     let text = std::str::from_utf8(batch.text).ok();
-    locate(text.unwrap_or(""), &batch.entries[..entries], per_item, batch.ascii && text.is_some(), &mut work.spans);
+    locate(text.unwrap_or(""), &batch.entries[..entries], layout, batch.ascii && text.is_some(), &mut work.spans);
+    work.skeletons(rule_set);
     let mut decided = 0;
     for i in 0..count {
         let item = Item {
@@ -140,7 +206,7 @@ pub fn decide_batch(rule_set: &RuleSet, count: usize, batch: Batch, answers: Ans
         let answer = if text.is_none() || header & HOST_SLOW != 0 {
             None
         } else {
-            decide_item(rule_set, &item, header, hex, &mut work.canonical)
+            decide_item(rule_set, &item, header, hex, &work.skeletons, &mut work.canonical)
         };
         match answer {
             Some(a) => {
@@ -160,15 +226,26 @@ pub fn decide_batch(rule_set: &RuleSet, count: usize, batch: Batch, answers: Ans
 /// units end inside a character (a lone high surrogate followed by a string
 /// that starts with a lone low one: together they encoded as one pair), or
 /// that runs past the text, is BROKEN.
-fn locate(text: &str, entries: &[i32], per_item: usize, ascii: bool, spans: &mut Vec<(u32, i32)>) {
+fn locate(text: &str, entries: &[i32], layout: Layout, ascii: bool, spans: &mut Vec<(u32, i32)>) {
     spans.clear();
     spans.reserve(entries.len());
+    let per_item = layout.entries();
     let mut at = 0usize;
     // Units of the next string already consumed by a pair that began in the previous one.
     let mut carry = 0usize;
     for (index, &entry) in entries.iter().enumerate() {
+        let within = index % per_item;
+        if entry == SAME {
+            // The event's entries come first: its span is already known.
+            let span = match layout.same_as(within) {
+                Some(event_entry) => spans[index - within + event_entry],
+                None => (0, BROKEN),
+            };
+            spans.push(span);
+            continue;
+        }
         // An item's first entry is its header, not a string.
-        if entry < 0 || index % per_item == 0 {
+        if entry < 0 || within == 0 {
             spans.push((0, entry));
             continue;
         }
@@ -254,7 +331,14 @@ struct Answered {
 
 /// One item, as `decide_valid` decides it, or `None` where `decide` must.
 /// The steps follow `decide`'s so the two are read side by side.
-fn decide_item(rule_set: &RuleSet, item: &Item, header: i32, hex: &mut [u8], canonical: &mut String) -> Option<Answered> {
+fn decide_item(
+    rule_set: &RuleSet,
+    item: &Item,
+    header: i32,
+    hex: &mut [u8],
+    skeletons: &[Vec<(String, Slot)>],
+    canonical: &mut String,
+) -> Option<Answered> {
     let layout = item.layout;
     // validate
     let event_id = item.text(layout.event(0)).filter(|t| FieldKind::Text.accepts(t))?;
@@ -276,23 +360,16 @@ fn decide_item(rule_set: &RuleSet, item: &Item, header: i32, hex: &mut [u8], can
         }
     };
 
-    // fingerprint
+    // fingerprint: `canonical_bytes`, its constant parts written once per rule set
     canonical.clear();
-    canonical.push('{');
-    for (i, member) in declared.fingerprint_members.iter().enumerate() {
-        if i > 0 {
-            canonical.push(',');
+    for (constant, slot) in &skeletons[event_type] {
+        canonical.push_str(constant);
+        match *slot {
+            Slot::WorkflowId => write_string(canonical, workflow_id),
+            Slot::Field(f) => write_string(canonical, value_of(f)),
+            Slot::End => {}
         }
-        write_string(canonical, member.name(rule_set, declared));
-        canonical.push(':');
-        let value = match member {
-            Member::Type => declared.name.as_str(),
-            Member::WorkflowId => workflow_id,
-            Member::Field(position) => value_of(declared.fields[*position]),
-        };
-        write_string(canonical, value);
     }
-    canonical.push('}');
     let digest = Sha256::digest(canonical.as_bytes());
     const HEX: &[u8; 16] = b"0123456789abcdef";
     for (i, b) in digest.iter().enumerate() {

@@ -78,6 +78,13 @@ fn check_text(text: &str) -> Result<(), String> {
     if text.len() > MAX_TEXT_BYTES {
         return Err(FieldKind::Text.too_long());
     }
+    // Printable ASCII with one non-space is valid: no control character, not
+    // only whitespace (the one printable ASCII whitespace is the space).
+    // Anything else takes the full check below, which also says why.
+    let bytes = text.as_bytes();
+    if bytes.iter().all(|b| (0x20..0x7f).contains(b)) && bytes.iter().any(|b| *b != b' ') {
+        return Ok(());
+    }
     if let Some(c) = text.chars().find(|c| is_control(*c)) {
         return Err(format!("must not contain control characters (found U+{:04X})", c as u32));
     }

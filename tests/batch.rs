@@ -183,10 +183,23 @@ fn push(encoded: &mut Encoded, value: Option<&Value>) {
     encoded.entries.push(entry);
 }
 
+/// As `push`, or SAME when the value is the event's very string (as the host
+/// lays a workflow's copy of an event field out).
+fn push_or_same(encoded: &mut Encoded, value: Option<&Value>, event_value: Option<&Value>, same: bool) {
+    match (value, event_value) {
+        (Some(Value::String(a)), Some(Value::String(b))) if same && a == b && a.encode_utf16().count() <= 512 => {
+            encoded.entries.push(batch::SAME)
+        }
+        _ => push(encoded, value),
+    }
+}
+
 fn encode(rule_set: &RuleSet, cases: &[Case]) -> Encoded {
     let mut encoded = Encoded { text: String::new(), units: 0, entries: Vec::new(), numbers: Vec::new() };
     let layout = Layout::new(rule_set);
-    for case in cases {
+    for (index, case) in cases.iter().enumerate() {
+        // Every other item uses SAME where it can.
+        let same = index % 2 == 0;
         let start = encoded.entries.len();
         let header = if case.receipt.is_some() { batch::HAS_RECEIPT } else { 0 }
             | if case.workflow.is_some() { batch::HAS_WORKFLOW } else { 0 };
@@ -199,14 +212,15 @@ fn encode(rule_set: &RuleSet, cases: &[Case]) -> Encoded {
         }
         let empty = Map::new();
         let receipt = case.receipt.as_ref().unwrap_or(&empty);
-        push(&mut encoded, receipt.get("eventId"));
+        push_or_same(&mut encoded, receipt.get("eventId"), case.event.get("eventId"), same);
         push(&mut encoded, receipt.get("fingerprint"));
         let workflow = case.workflow.as_ref().unwrap_or(&empty);
-        for key in ["id", "status", "revision"] {
+        push_or_same(&mut encoded, workflow.get("id"), case.event.get("workflowId"), same);
+        for key in ["status", "revision"] {
             push(&mut encoded, workflow.get(key));
         }
         for field in &rule_set.fields {
-            push(&mut encoded, workflow.get(&field.name));
+            push_or_same(&mut encoded, workflow.get(&field.name), case.event.get(&field.name), same);
         }
         assert_eq!(encoded.entries.len() - start, layout.entries());
         encoded.numbers.push(workflow.get("revision").and_then(Value::as_f64).unwrap_or(0.0));

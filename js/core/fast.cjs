@@ -31,6 +31,7 @@ const NULL = -2;
 const NUMBER = -3;
 const OTHER = -4;
 const TOO_LONG = -5;
+const SAME = -7;
 const HAS_RECEIPT = 1;
 const HAS_WORKFLOW = 2;
 const HOST_SLOW = 4;
@@ -138,6 +139,8 @@ function createFastDecider(wasm) {
     if (found === undefined) {
       found = parseJSON(plan.compiled.fastTemplateJson(rule, eventType));
       plan.templates.set(key, found);
+      // That call allocated in wasm: the views may be detached.
+      if (memory.buffer !== buffer) views();
     }
     return found;
   }
@@ -145,14 +148,18 @@ function createFastDecider(wasm) {
   /**
    * Lays one own property out at `at`; false when it is an accessor. A
    * number's value is kept only for the workflow's revision (`item` >= 0).
+   * A string equal to the one laid out at the event's entry `same` is laid
+   * out once: SAME.
    */
-  function put(record, key, at, item = -1) {
+  function put(record, key, at, item = -1, same = -1) {
     const descriptor = getOwn(record, key);
     if (descriptor === undefined) return true; // already ABSENT
     if (!hasOwn(descriptor, 'value')) return false;
     const value = descriptor.value;
     if (typeof value === 'string') {
-      if (value.length > MAX_UNITS) {
+      if (same >= 0 && entries[same] >= 0 && strings[same] === value) {
+        entries[at] = SAME;
+      } else if (value.length > MAX_UNITS) {
         entries[at] = TOO_LONG;
       } else {
         entries[at] = value.length;
@@ -214,20 +221,20 @@ function createFastDecider(wasm) {
     }
     if (hasReceipt) {
       const at = base + 4 + fieldCount;
-      if (!put(receipt, 'eventId', at) || !put(receipt, 'fingerprint', at + 1)) {
+      if (!put(receipt, 'eventId', at, -1, base + 1) || !put(receipt, 'fingerprint', at + 1)) {
         entries[base] = HOST_SLOW;
         return false;
       }
     } else if (hasWorkflow) {
       const at = base + 6 + fieldCount;
-      if (!put(workflow, 'id', at) || !put(workflow, 'status', at + 1) || !put(workflow, 'revision', at + 2, i)) {
+      if (!put(workflow, 'id', at, -1, base + 3) || !put(workflow, 'status', at + 1) || !put(workflow, 'revision', at + 2, i)) {
         entries[base] = HOST_SLOW;
         return false;
       }
       const guards = plan.guards[eventType];
       for (let k = 0; k < guards.length; k += 1) {
         const f = guards[k];
-        if (!put(workflow, fields[f], at + 3 + f)) {
+        if (!put(workflow, fields[f], at + 3 + f, -1, base + 4 + f)) {
           entries[base] = HOST_SLOW;
           return false;
         }
