@@ -284,8 +284,10 @@ enum Read<'a> {
     Absent,
     Null,
     Number,
-    /// Anything `decide` must look at itself.
+    /// Another kind of value, or a string too long for any field.
     Unusual,
+    /// A string the text does not hold exactly: only `decide` can tell what it was.
+    Broken,
 }
 
 struct Item<'a> {
@@ -302,13 +304,14 @@ impl<'a> Item<'a> {
                 let start = start as usize;
                 match self.text.get(start..start + len as usize) {
                     Some(text) => Read::Text(text),
-                    None => Read::Unusual,
+                    None => Read::Broken,
                 }
             }
             (_, ABSENT) => Read::Absent,
             (_, NULL) => Read::Null,
             (_, NUMBER) => Read::Number,
-            _ => Read::Unusual,
+            (_, OTHER | TOO_LONG) => Read::Unusual,
+            _ => Read::Broken,
         }
     }
 
@@ -378,10 +381,11 @@ fn decide_item(
     }
 
     if header & HAS_RECEIPT != 0 {
+        // Only a string is compared (as `decide` does); a broken one may have been anything.
         match item.read(layout.receipt(0)) {
             Read::Text(stored) if stored != event_id => return None,
-            Read::Text(_) | Read::Absent | Read::Null => {}
-            _ => return None,
+            Read::Broken => return None,
+            _ => {}
         }
         let stored = item.text(layout.receipt(1))?;
         let digest = stored.strip_prefix(PREFIX)?;
