@@ -106,10 +106,15 @@ pub struct Work {
     /// Per entry: byte offset and length, or a tag.
     spans: Vec<(u32, i32)>,
     canonical: String,
-    /// The constant parts of each event type's canonical JSON, for the rule
-    /// set whose hash is `skeleton_of` (the hash names the definition).
+}
+
+/// What a rule set's batches share, made once per rule set: the constant
+/// parts of each event type's canonical JSON.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The hash of the rule set it was made from (checked on use).
+    of: String,
     skeletons: Vec<Vec<(String, Slot)>>,
-    skeleton_of: String,
 }
 
 /// What follows a constant part of the canonical JSON.
@@ -121,12 +126,13 @@ enum Slot {
     End,
 }
 
-impl Work {
+impl Prepared {
     /// Per event type: `(constant text, slot)` pairs that `canonical_bytes`
     /// would write: `{"amountUnits":` then the value of amountUnits, and so on.
-    fn skeletons(&mut self, rule_set: &RuleSet) -> &[Vec<(String, Slot)>] {
-        if self.skeleton_of != rule_set.hash || self.skeletons.len() != rule_set.events.len() {
-            self.skeletons = rule_set
+    pub fn new(rule_set: &RuleSet) -> Prepared {
+        Prepared {
+            of: rule_set.hash.clone(),
+            skeletons: rule_set
                 .events
                 .iter()
                 .map(|event| {
@@ -150,10 +156,8 @@ impl Work {
                     parts.push((constant, Slot::End));
                     parts
                 })
-                .collect();
-            self.skeleton_of = rule_set.hash.clone();
+                .collect(),
         }
-        &self.skeletons
     }
 }
 
@@ -174,7 +178,18 @@ pub struct Answers<'a> {
 }
 
 /// Decides `count` items; returns how many were decided here (not [`SLOW`]).
-pub fn decide_batch(rule_set: &RuleSet, count: usize, batch: Batch, answers: Answers, work: &mut Work) -> Result<usize> {
+/// `prepared` is `Prepared::new(rule_set)`, kept with the rule set.
+pub fn decide_batch(
+    rule_set: &RuleSet,
+    prepared: &Prepared,
+    count: usize,
+    batch: Batch,
+    answers: Answers,
+    work: &mut Work,
+) -> Result<usize> {
+    if prepared.of != rule_set.hash || prepared.skeletons.len() != rule_set.events.len() {
+        return Err(Error::InvalidArgument { reason: "prepared for another rule set".into() });
+    }
     let layout = Layout::new(rule_set);
     let per_item = layout.entries();
     let short = |what: &str| Error::InvalidArgument { reason: format!("batch of {count}: the {what} region is too small") };
@@ -191,7 +206,6 @@ pub fn decide_batch(rule_set: &RuleSet, count: usize, batch: Batch, answers: Ans
     // Invalid UTF-8 (never from encodeInto) leaves every item to `decide`.
     let text = std::str::from_utf8(batch.text).ok();
     locate(text.unwrap_or(""), &batch.entries[..entries], layout, batch.ascii && text.is_some(), &mut work.spans);
-    work.skeletons(rule_set);
     let mut decided = 0;
     for i in 0..count {
         let item = Item {
@@ -206,7 +220,7 @@ pub fn decide_batch(rule_set: &RuleSet, count: usize, batch: Batch, answers: Ans
         let answer = if text.is_none() || header & HOST_SLOW != 0 {
             None
         } else {
-            decide_item(rule_set, &item, header, hex, &work.skeletons, &mut work.canonical)
+            decide_item(rule_set, &item, header, hex, &prepared.skeletons, &mut work.canonical)
         };
         match answer {
             Some(a) => {

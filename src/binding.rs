@@ -227,16 +227,25 @@ enum Rules {
 }
 
 /// A loaded, verified rule set held in wasm memory, so a worker parses its
-/// rules once and not per event.
+/// rules once and not per event; what the fast decide path needs of it is
+/// made on its first use.
 #[wasm_bindgen(js_name = CompiledRuleSet)]
-pub struct CompiledRuleSet(Rules);
+pub struct CompiledRuleSet(Rules, std::cell::OnceCell<batch::Prepared>);
 
 impl CompiledRuleSet {
+    fn new(rules: Rules) -> CompiledRuleSet {
+        CompiledRuleSet(rules, std::cell::OnceCell::new())
+    }
+
     fn rules(&self) -> &RuleSet {
         match &self.0 {
             Rules::Builtin(r) => r,
             Rules::Loaded(r) => r,
         }
+    }
+
+    fn prepared(&self) -> &batch::Prepared {
+        self.1.get_or_init(|| batch::Prepared::new(self.rules()))
     }
 }
 
@@ -301,7 +310,7 @@ pub fn builtin_rule_set(name: &str, version: Option<f64>) -> JsResult<CompiledRu
         }
     };
     RuleSet::builtin_version(name, version)
-        .map(|r| CompiledRuleSet(Rules::Builtin(r)))
+        .map(|r| CompiledRuleSet::new(Rules::Builtin(r)))
         .map_err(throw)
 }
 
@@ -349,7 +358,7 @@ fn load_definition(definition: &JsValue) -> Result<RuleSet, Error> {
 pub fn load_rule_set(definition: JsValue) -> JsResult<CompiledRuleSet> {
     let text = definition_text(&definition).map_err(throw)?;
     let value = limits::parse_definition(&text).map_err(throw)?;
-    RuleSet::from_value(&value).map(|r| CompiledRuleSet(Rules::Loaded(Box::new(r)))).map_err(throw)
+    RuleSet::from_value(&value).map(|r| CompiledRuleSet::new(Rules::Loaded(Box::new(r)))).map_err(throw)
 }
 
 /// The property report as JSON; throws only when the definition is malformed.
@@ -515,6 +524,7 @@ impl DecideScratch {
         };
         batch::decide_batch(
             rules.rules(),
+            rules.prepared(),
             count as usize,
             batch::Batch { text, entries: &self.entries, numbers: &self.numbers, ascii },
             batch::Answers { ints: &mut self.answer_ints, numbers: &mut self.answer_numbers, hex: &mut self.hex },

@@ -334,6 +334,7 @@ fn run(rule_set: &RuleSet, rng: &mut Rng, cases: usize, work: &mut Work, counts:
         counts.ascii_batches += ascii as usize;
         let decided = batch::decide_batch(
             rule_set,
+            &batch::Prepared::new(rule_set),
             n,
             Batch { text: encoded.text.as_bytes(), entries: &encoded.entries, numbers: &encoded.numbers, ascii },
             Answers { ints: &mut ints, numbers: &mut numbers, hex: &mut hex },
@@ -423,6 +424,7 @@ fn a_lone_surrogate_pair_split_across_two_strings_is_left_to_decide() {
     let mut hex = vec![0; batch::HEX_DIGITS];
     batch::decide_batch(
         rule_set,
+        &batch::Prepared::new(rule_set),
         1,
         Batch { text: text.as_bytes(), entries: &entries, numbers: &[0.0], ascii: false },
         Answers { ints: &mut ints, numbers: &mut numbers, hex: &mut hex },
@@ -437,9 +439,26 @@ fn regions_too_small_for_the_count_are_refused() {
     let rule_set = RuleSet::builtin("deposit-swap").unwrap();
     let result = batch::decide_batch(
         rule_set,
+        &batch::Prepared::new(rule_set),
         2,
         Batch { text: b"", entries: &[0; 10], numbers: &[0.0; 2], ascii: true },
         Answers { ints: &mut [0; 10], numbers: &mut [0.0; 4], hex: &mut [0; 128] },
+        &mut Work::default(),
+    );
+    assert_eq!(result.unwrap_err().code(), "INVALID_ARGUMENT");
+}
+
+#[test]
+fn a_batch_prepared_for_another_rule_set_is_refused() {
+    let deposit = RuleSet::builtin("deposit-swap").unwrap();
+    let order = RuleSet::builtin("order-shipment").unwrap();
+    let layout = Layout::new(order);
+    let result = batch::decide_batch(
+        order,
+        &batch::Prepared::new(deposit),
+        1,
+        Batch { text: b"", entries: &vec![batch::HOST_SLOW; layout.entries()], numbers: &[0.0], ascii: true },
+        Answers { ints: &mut [0; 5], numbers: &mut [0.0; 2], hex: &mut [0; 64] },
         &mut Work::default(),
     );
     assert_eq!(result.unwrap_err().code(), "INVALID_ARGUMENT");

@@ -94,9 +94,17 @@ function createFastDecider(wasm) {
     itemCapacity = Math.min(nl, Math.floor(il / RESULT_INTS));
   }
 
-  /** Room for `items` items and `textBytes` bytes of text, growing by doubling; fresh views when memory moved. */
+  /**
+   * Views over the current memory: growing it detaches the old buffer, and a
+   * view of a detached buffer has length 0 (cheaper to ask than `memory.buffer`).
+   */
+  function fresh() {
+    if (buffer === null || answerInts.length === 0) views();
+  }
+
+  /** Room for `items` items and `textBytes` bytes of text, growing by doubling. */
   function reserve(items, perItem, textBytes) {
-    if (buffer !== memory.buffer) views();
+    fresh();
     const moreItems = items > itemCapacity;
     if (moreItems || items * perItem > entryCapacity || textBytes > text.length) {
       scratch.reserve(
@@ -140,7 +148,7 @@ function createFastDecider(wasm) {
       found = parseJSON(plan.compiled.fastTemplateJson(rule, eventType));
       plan.templates.set(key, found);
       // That call allocated in wasm: the views may be detached.
-      if (memory.buffer !== buffer) views();
+      fresh();
     }
     return found;
   }
@@ -318,8 +326,8 @@ function createFastDecider(wasm) {
     if (read !== units) throw new Error('idemflow: the decide scratch text region is too small');
     scratch.decide(plan.compiled, count, written, written === units);
     // Deciding may have grown the memory: the views would be detached.
-    if (memory.buffer !== buffer) views();
-    return hex.toString('latin1', 0, count * HEX_DIGITS);
+    fresh();
+    return hex.latin1Slice(0, count * HEX_DIGITS);
   }
 
   function slow(compiled, event, receipt, workflow) {
