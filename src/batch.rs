@@ -39,6 +39,10 @@ const BROKEN: i32 = -6;
 /// workflow's id or the receipt is not concerned; its eventId for the
 /// receipt's eventId; its field for the workflow's same field): laid out once.
 pub const SAME: i32 = -7;
+/// `KNOWN - i` for the event's type or the workflow's status: the rule set's
+/// event type or status `i`, named by the host from the layout (its exact
+/// name) rather than laid out as text.
+pub const KNOWN: i32 = -16;
 
 /// Header bits (the item's first entry).
 pub const HAS_RECEIPT: i32 = 1;
@@ -302,6 +306,8 @@ enum Read<'a> {
     Unusual,
     /// A string the text does not hold exactly: only `decide` can tell what it was.
     Broken,
+    /// The name of an event type or status, by index (see [`KNOWN`]).
+    Known(usize),
 }
 
 struct Item<'a> {
@@ -325,6 +331,7 @@ impl<'a> Item<'a> {
             (_, NULL) => Read::Null,
             (_, NUMBER) => Read::Number,
             (_, OTHER | TOO_LONG) => Read::Unusual,
+            (_, tag) if tag <= KNOWN => Read::Known((KNOWN - tag) as usize),
             _ => Read::Broken,
         }
     }
@@ -359,7 +366,11 @@ fn decide_item(
     let layout = item.layout;
     // validate
     let event_id = item.text(layout.event(0)).filter(|t| FieldKind::Text.accepts(t))?;
-    let event_type = rule_set.event_index(item.text(layout.event(1))?)?;
+    let event_type = match item.read(layout.event(1)) {
+        Read::Text(name) => rule_set.event_index(name)?,
+        Read::Known(i) if i < rule_set.events.len() => i,
+        _ => return None,
+    };
     let workflow_id = item.text(layout.event(2)).filter(|t| FieldKind::Text.accepts(t))?;
     let declared = &rule_set.events[event_type];
     for &f in &declared.fields {
@@ -417,8 +428,15 @@ fn decide_item(
         if id != workflow_id {
             return None;
         }
-        let status = item.text(layout.workflow(1)).filter(|t| FieldKind::Text.accepts(t))?;
-        state = rule_set.status_index(status)? + 1;
+        let status = match item.read(layout.workflow(1)) {
+            Read::Text(name) => rule_set.status_index(name)?,
+            Read::Known(i) if i < rule_set.statuses.len() => i,
+            _ => return None,
+        };
+        if !FieldKind::Text.accepts(&rule_set.statuses[status].name) {
+            return None;
+        }
+        state = status + 1;
         if !matches!(item.read(layout.workflow(2)), Read::Number) {
             return None;
         }

@@ -204,9 +204,17 @@ fn encode(rule_set: &RuleSet, cases: &[Case]) -> Encoded {
         let header = if case.receipt.is_some() { batch::HAS_RECEIPT } else { 0 }
             | if case.workflow.is_some() { batch::HAS_WORKFLOW } else { 0 };
         encoded.entries.push(header);
-        for key in ["eventId", "type", "workflowId"] {
-            push(&mut encoded, case.event.get(key));
+        // Every other item names its type and status by index, where the host can.
+        let known = |value: Option<&Value>, names: Vec<&String>| -> Option<i32> {
+            let name = value?.as_str()?;
+            names.iter().position(|n| *n == name).map(|i| batch::KNOWN - i as i32)
+        };
+        push(&mut encoded, case.event.get("eventId"));
+        match known(case.event.get("type"), rule_set.events.iter().map(|e| &e.name).collect()) {
+            Some(entry) if same => encoded.entries.push(entry),
+            _ => push(&mut encoded, case.event.get("type")),
         }
+        push(&mut encoded, case.event.get("workflowId"));
         for field in &rule_set.fields {
             push(&mut encoded, case.event.get(&field.name));
         }
@@ -216,9 +224,11 @@ fn encode(rule_set: &RuleSet, cases: &[Case]) -> Encoded {
         push(&mut encoded, receipt.get("fingerprint"));
         let workflow = case.workflow.as_ref().unwrap_or(&empty);
         push_or_same(&mut encoded, workflow.get("id"), case.event.get("workflowId"), same);
-        for key in ["status", "revision"] {
-            push(&mut encoded, workflow.get(key));
+        match known(workflow.get("status"), rule_set.statuses.iter().map(|s| &s.name).collect()) {
+            Some(entry) if same => encoded.entries.push(entry),
+            _ => push(&mut encoded, workflow.get("status")),
         }
+        push(&mut encoded, workflow.get("revision"));
         for field in &rule_set.fields {
             push_or_same(&mut encoded, workflow.get(&field.name), case.event.get(&field.name), same);
         }

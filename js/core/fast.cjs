@@ -32,6 +32,7 @@ const NUMBER = -3;
 const OTHER = -4;
 const TOO_LONG = -5;
 const SAME = -7;
+const KNOWN = -16;
 const HAS_RECEIPT = 1;
 const HAS_WORKFLOW = 2;
 const HOST_SLOW = 4;
@@ -131,6 +132,7 @@ function createFastDecider(wasm) {
         ruleSet: layout.ruleSet,
         types: layout.events.map((e) => e.type),
         eventIndex: new Map(layout.events.map((e, i) => [e.type, i])),
+        statusIndex: new Map(layout.statuses.map((name, i) => [name, i])),
         // In the rule set's field order: the order entries (and so strings) are laid out in.
         declared: layout.events.map((e) => [...e.fields].sort((a, b) => a - b)),
         guards: layout.events.map((e) => e.guards),
@@ -159,13 +161,18 @@ function createFastDecider(wasm) {
    * A string equal to the one laid out at the event's entry `same` is laid
    * out once: SAME.
    */
-  function put(record, key, at, item = -1, same = -1) {
+  function put(record, key, at, item = -1, same = -1, names = undefined) {
     const descriptor = getOwn(record, key);
     if (descriptor === undefined) return true; // already ABSENT
     if (!hasOwn(descriptor, 'value')) return false;
     const value = descriptor.value;
     if (typeof value === 'string') {
-      if (same >= 0 && entries[same] >= 0 && strings[same] === value) {
+      const known = names === undefined ? undefined : names.get(value);
+      if (known !== undefined) {
+        // An event type's or status's exact name: named by index.
+        entries[at] = KNOWN - known;
+        strings[at] = value;
+      } else if (same >= 0 && entries[same] >= 0 && strings[same] === value) {
         entries[at] = SAME;
       } else if (value.length > MAX_UNITS) {
         entries[at] = TOO_LONG;
@@ -210,11 +217,15 @@ function createFastDecider(wasm) {
     entries[base] = (hasReceipt ? HAS_RECEIPT : 0) | (hasWorkflow ? HAS_WORKFLOW : 0);
     const fieldCount = plan.fieldCount;
     const fields = plan.fields;
-    if (!put(event, 'eventId', base + 1) || !put(event, 'type', base + 2) || !put(event, 'workflowId', base + 3)) {
+    if (
+      !put(event, 'eventId', base + 1) ||
+      !put(event, 'type', base + 2, -1, -1, plan.eventIndex) ||
+      !put(event, 'workflowId', base + 3)
+    ) {
       entries[base] = HOST_SLOW;
       return false;
     }
-    const eventType = entries[base + 2] >= 0 ? plan.eventIndex.get(strings[base + 2]) : undefined;
+    const eventType = entries[base + 2] <= KNOWN ? KNOWN - entries[base + 2] : undefined;
     if (eventType === undefined) {
       entries[base] = HOST_SLOW; // not a type of this rule set: decide says why
       return false;
@@ -235,7 +246,11 @@ function createFastDecider(wasm) {
       }
     } else if (hasWorkflow) {
       const at = base + 6 + fieldCount;
-      if (!put(workflow, 'id', at, -1, base + 3) || !put(workflow, 'status', at + 1) || !put(workflow, 'revision', at + 2, i)) {
+      if (
+        !put(workflow, 'id', at, -1, base + 3) ||
+        !put(workflow, 'status', at + 1, -1, -1, plan.statusIndex) ||
+        !put(workflow, 'revision', at + 2, i)
+      ) {
         entries[base] = HOST_SLOW;
         return false;
       }
