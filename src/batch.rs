@@ -336,6 +336,12 @@ impl<'a> Item<'a> {
         }
     }
 
+    /// Both entries are the one string at one place in the text (a SAME entry).
+    fn same(&self, entry: usize, other: usize) -> bool {
+        let (a, b) = (self.spans[entry], self.spans[other]);
+        a.1 >= 0 && a == b
+    }
+
     fn text(&self, entry: usize) -> Option<&'a str> {
         match self.read(entry) {
             Read::Text(text) => Some(text),
@@ -424,9 +430,12 @@ fn decide_item(
     let mut state = 0;
     let mut expect_revision = 0;
     if header & HAS_WORKFLOW != 0 {
-        let id = item.text(layout.workflow(0)).filter(|t| FieldKind::Text.accepts(t))?;
-        if id != workflow_id {
-            return None;
+        // The very string of the event's workflowId (SAME) was checked with it.
+        if !item.same(layout.workflow(0), layout.event(2)) {
+            let id = item.text(layout.workflow(0)).filter(|t| FieldKind::Text.accepts(t))?;
+            if id != workflow_id {
+                return None;
+            }
         }
         let status = match item.read(layout.workflow(1)) {
             Read::Text(name) => rule_set.status_index(name)?,
@@ -453,6 +462,10 @@ fn decide_item(
     let rule = &rule_set.rules[rule_index];
     if state > 0 {
         for &f in &rule.guard {
+            // The very string of a declared event field was checked as that field.
+            if declared.fields.contains(&f) && item.same(layout.workflow(3 + f), layout.event(3 + f)) {
+                continue;
+            }
             let recorded = match item.read(layout.workflow(3 + f)) {
                 Read::Absent | Read::Null => return None,
                 Read::Text(text) if rule_set.fields[f].kind.accepts(text) => text,

@@ -81,8 +81,13 @@ fn check_text(text: &str) -> Result<(), String> {
     // Printable ASCII with one non-space is valid: no control character, not
     // only whitespace (the one printable ASCII whitespace is the space).
     // Anything else takes the full check below, which also says why.
-    let bytes = text.as_bytes();
-    if bytes.iter().all(|b| (0x20..0x7f).contains(b)) && bytes.iter().any(|b| *b != b' ') {
+    let mut printable = true;
+    let mut blank = true;
+    for &b in text.as_bytes() {
+        printable &= (0x20..0x7f).contains(&b);
+        blank &= b == b' ';
+    }
+    if printable && !blank {
         return Ok(());
     }
     if let Some(c) = text.chars().find(|c| is_control(*c)) {
