@@ -59,8 +59,8 @@ pub const SLOW: i32 = 1;
 pub const RESULT_INTS: usize = 5;
 /// Per item: the revision the workflow must still have, and the one it gets.
 pub const RESULT_NUMBERS: usize = 2;
-/// Per item: the fingerprint's digest in lowercase hex.
-pub const HEX_DIGITS: usize = 64;
+/// Per item: the fingerprint, `fp1:` and the digest in lowercase hex.
+pub const FINGERPRINT_BYTES: usize = 68;
 
 /// Outcome codes, as `decide` names them.
 pub const OUTCOMES: [&str; 4] = ["applied", "already-applied", "stale", "duplicate-delivery"];
@@ -204,7 +204,7 @@ pub fn decide_batch(
     if answers.ints.len() < count * RESULT_INTS || answers.numbers.len() < count * RESULT_NUMBERS {
         return Err(short("answer"));
     }
-    if answers.hex.len() < count * HEX_DIGITS {
+    if answers.hex.len() < count * FINGERPRINT_BYTES {
         return Err(short("hex"));
     }
     // Invalid UTF-8 (never from encodeInto) leaves every item to `decide`.
@@ -219,7 +219,7 @@ pub fn decide_batch(
             layout,
         };
         let ints = &mut answers.ints[i * RESULT_INTS..(i + 1) * RESULT_INTS];
-        let hex = &mut answers.hex[i * HEX_DIGITS..(i + 1) * HEX_DIGITS];
+        let hex = &mut answers.hex[i * FINGERPRINT_BYTES..(i + 1) * FINGERPRINT_BYTES];
         let header = batch.entries[i * per_item];
         let answer = if text.is_none() || header & HOST_SLOW != 0 {
             None
@@ -406,9 +406,10 @@ fn decide_item(
     }
     let digest = Sha256::digest(canonical.as_bytes());
     const HEX: &[u8; 16] = b"0123456789abcdef";
+    hex[..PREFIX.len()].copy_from_slice(PREFIX.as_bytes());
     for (i, b) in digest.iter().enumerate() {
-        hex[2 * i] = HEX[(b >> 4) as usize];
-        hex[2 * i + 1] = HEX[(b & 0xf) as usize];
+        hex[PREFIX.len() + 2 * i] = HEX[(b >> 4) as usize];
+        hex[PREFIX.len() + 2 * i + 1] = HEX[(b & 0xf) as usize];
     }
 
     if header & HAS_RECEIPT != 0 {
@@ -418,9 +419,8 @@ fn decide_item(
             Read::Broken => return None,
             _ => {}
         }
-        let stored = item.text(layout.receipt(1))?;
-        let digest = stored.strip_prefix(PREFIX)?;
-        if digest.as_bytes() != &hex[..] {
+        // Equal to the fingerprint, so of its shape too.
+        if item.text(layout.receipt(1))?.as_bytes() != &hex[..] {
             return None;
         }
         return Some(Answered { outcome: 3, rule: 0, state: 0, event_type, expect_revision: 0, revision: 0 });

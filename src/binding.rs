@@ -491,13 +491,13 @@ impl DecideScratch {
         grow(&mut self.numbers, items);
         grow(&mut self.answer_ints, items * batch::RESULT_INTS);
         grow(&mut self.answer_numbers, items * batch::RESULT_NUMBERS);
-        grow(&mut self.hex, items * batch::HEX_DIGITS);
+        grow(&mut self.hex, items * batch::FINGERPRINT_BYTES);
         grow(&mut self.text, text_bytes as usize);
         Ok(())
     }
 
     /// The regions: `[pointer, length]` pairs, in elements, for entries, numbers,
-    /// text, answer ints, answer numbers and hex digits.
+    /// text, answer ints, answer numbers and fingerprints.
     pub fn regions(&self) -> Vec<u32> {
         vec![
             self.entries.as_ptr() as u32,

@@ -245,7 +245,7 @@ fn rebuild(rule_set: &RuleSet, case: &Case, ints: &[i32], numbers: &[f64], hex: 
     let event_id = &case.event["eventId"];
     let workflow_id = &case.event["workflowId"];
     let event_type_name = &rule_set.events[event_type as usize].name;
-    let fp = format!("fp1:{}", std::str::from_utf8(hex).unwrap());
+    let fp = std::str::from_utf8(hex).unwrap().to_string();
     let mut decision = json!({
         "outcome": outcome, "eventId": event_id, "workflowId": workflow_id,
         "eventType": event_type_name, "fingerprint": fp,
@@ -338,7 +338,7 @@ fn run(rule_set: &RuleSet, rng: &mut Rng, cases: usize, work: &mut Work, counts:
         let encoded = encode(rule_set, &batch_cases);
         let mut ints = vec![0; n * batch::RESULT_INTS];
         let mut numbers = vec![0.0; n * batch::RESULT_NUMBERS];
-        let mut hex = vec![0; n * batch::HEX_DIGITS];
+        let mut hex = vec![0; n * batch::FINGERPRINT_BYTES];
         let ascii = encoded.text.len() == encoded.units;
         assert!(ascii || !ascii_only);
         counts.ascii_batches += ascii as usize;
@@ -368,7 +368,7 @@ fn run(rule_set: &RuleSet, rng: &mut Rng, cases: usize, work: &mut Work, counts:
                         case,
                         answer,
                         &numbers[i * batch::RESULT_NUMBERS..(i + 1) * batch::RESULT_NUMBERS],
-                        &hex[i * batch::HEX_DIGITS..(i + 1) * batch::HEX_DIGITS],
+                        &hex[i * batch::FINGERPRINT_BYTES..(i + 1) * batch::FINGERPRINT_BYTES],
                     );
                     assert_eq!(rebuilt, serde_json::to_value(decision).unwrap(), "{}", context());
                     counts.outcomes[answer[1] as usize] += 1;
@@ -433,7 +433,7 @@ fn a_lone_surrogate_pair_split_across_two_strings_is_left_to_decide() {
     entries[layout.event(2)] = 6;
     let mut ints = vec![0; batch::RESULT_INTS];
     let mut numbers = vec![0.0; batch::RESULT_NUMBERS];
-    let mut hex = vec![0; batch::HEX_DIGITS];
+    let mut hex = vec![0; batch::FINGERPRINT_BYTES];
     batch::decide_batch(
         rule_set,
         &batch::Prepared::new(rule_set),
@@ -454,7 +454,7 @@ fn regions_too_small_for_the_count_are_refused() {
         &batch::Prepared::new(rule_set),
         2,
         Batch { text: b"", entries: &[0; 10], numbers: &[0.0; 2], ascii: true },
-        Answers { ints: &mut [0; 10], numbers: &mut [0.0; 4], hex: &mut [0; 128] },
+        Answers { ints: &mut [0; 10], numbers: &mut [0.0; 4], hex: &mut [0; 136] },
         &mut Work::default(),
     );
     assert_eq!(result.unwrap_err().code(), "INVALID_ARGUMENT");
@@ -470,7 +470,7 @@ fn a_batch_prepared_for_another_rule_set_is_refused() {
         &batch::Prepared::new(deposit),
         1,
         Batch { text: b"", entries: &vec![batch::HOST_SLOW; layout.entries()], numbers: &[0.0], ascii: true },
-        Answers { ints: &mut [0; 5], numbers: &mut [0.0; 2], hex: &mut [0; 64] },
+        Answers { ints: &mut [0; 5], numbers: &mut [0.0; 2], hex: &mut [0; 68] },
         &mut Work::default(),
     );
     assert_eq!(result.unwrap_err().code(), "INVALID_ARGUMENT");

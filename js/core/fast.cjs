@@ -4,7 +4,7 @@
 // as JSON text; here a batch is laid out in wasm memory at once (one
 // TextEncoder.encodeInto for every string, an Int32Array entry per value),
 // one call decides it (src/batch.rs), and the decision object is built from
-// numeric answers, the 64 hex digits of the fingerprint, the strings read and
+// numeric answers, the fingerprint's text, the strings read and
 // a per-rule write template the core hands over once. Every decision still
 // comes from the core: JS only lays values out and fills templates in.
 //
@@ -38,7 +38,7 @@ const HAS_WORKFLOW = 2;
 const HOST_SLOW = 4;
 const RESULT_INTS = 5;
 const RESULT_NUMBERS = 2;
-const HEX_DIGITS = 64;
+const FINGERPRINT_BYTES = 68;
 // Template value sources.
 const CONSTANT = 0;
 const REVISION = 1;
@@ -73,7 +73,7 @@ function createFastDecider(wasm) {
   let text;
   let answerInts;
   let answerNumbers;
-  let hex;
+  let fingerprintBytes;
   let itemCapacity = 0;
   let entryCapacity = 0;
   // The strings read, by entry index: decisions reuse them (the core checked them).
@@ -90,7 +90,7 @@ function createFastDecider(wasm) {
     text = new Uint8Array(buffer, tp, tl);
     answerInts = new Int32Array(buffer, ip, il);
     answerNumbers = new Float64Array(buffer, ap, al);
-    hex = Buffer.from(buffer, hp, hl);
+    fingerprintBytes = Buffer.from(buffer, hp, hl);
     entryCapacity = el;
     itemCapacity = Math.min(nl, Math.floor(il / RESULT_INTS));
   }
@@ -147,7 +147,8 @@ function createFastDecider(wasm) {
     const key = rule * 65536 + eventType;
     let found = plan.templates.get(key);
     if (found === undefined) {
-      found = parseJSON(plan.compiled.fastTemplateJson(rule, eventType));
+      const { set, outbox } = parseJSON(plan.compiled.fastTemplateJson(rule, eventType));
+      found = { set: columns(set), outbox: outbox.map((op) => ({ ...op, payload: columns(op.payload) })) };
       plan.templates.set(key, found);
       // That call allocated in wasm: the views may be detached.
       fresh();
@@ -266,17 +267,27 @@ function createFastDecider(wasm) {
     return true;
   }
 
-  function fill(entriesOfTemplate, base, revision) {
+  /** A template's `[key, kind, arg]` entries as three arrays. */
+  function columns(entriesOfTemplate) {
+    return {
+      keys: entriesOfTemplate.map((e) => e[0]),
+      kinds: entriesOfTemplate.map((e) => e[1]),
+      args: entriesOfTemplate.map((e) => e[2]),
+    };
+  }
+
+  function fill({ keys, kinds, args }, base, revision) {
     const object = {};
-    for (let k = 0; k < entriesOfTemplate.length; k += 1) {
-      const [key, kind, arg] = entriesOfTemplate[k];
-      object[key] = kind === CONSTANT ? arg : kind === REVISION ? revision : kind === EVENT_FIELD ? strings[base + 4 + arg] : null;
+    for (let k = 0; k < keys.length; k += 1) {
+      const kind = kinds[k];
+      object[keys[k]] =
+        kind === CONSTANT ? args[k] : kind === REVISION ? revision : kind === EVENT_FIELD ? strings[base + 4 + args[k]] : null;
     }
     return object;
   }
 
   /** The decision of item `i`, which the core decided, from its answers. */
-  function build(plan, i, hexText) {
+  function build(plan, i, fingerprints) {
     const base = i * plan.perItem;
     const a = i * RESULT_INTS;
     const outcomeCode = answerInts[a + 1];
@@ -284,7 +295,7 @@ function createFastDecider(wasm) {
     const eventId = strings[base + 1];
     const workflowId = strings[base + 3];
     const eventType = plan.types[answerInts[a + 4]];
-    const fingerprint = `fp1:${hexText.slice(i * HEX_DIGITS, (i + 1) * HEX_DIGITS)}`;
+    const fingerprint = fingerprints.slice(i * FINGERPRINT_BYTES, (i + 1) * FINGERPRINT_BYTES);
     if (outcomeCode === 3) {
       return { outcome, eventId, workflowId, eventType, fingerprint, writeSet: { receipt: null, workflow: null, outbox: [] } };
     }
@@ -322,7 +333,7 @@ function createFastDecider(wasm) {
 
   /**
    * Lays `count` items out (`get(i)` gives each one's event, receipt and
-   * workflow), decides them in one call and returns the hex digits of the
+   * workflow), decides them in one call and returns the fingerprints of the
    * batch as one string, or undefined when no item could be laid out.
    */
   function run(plan, count, get) {
@@ -342,7 +353,7 @@ function createFastDecider(wasm) {
     scratch.decide(plan.compiled, count, written, written === units);
     // Deciding may have grown the memory: the views would be detached.
     fresh();
-    return hex.latin1Slice(0, count * HEX_DIGITS);
+    return fingerprintBytes.latin1Slice(0, count * FINGERPRINT_BYTES);
   }
 
   function slow(compiled, event, receipt, workflow) {
@@ -355,8 +366,8 @@ function createFastDecider(wasm) {
     let decision;
     busy = true;
     try {
-      const hexText = run(plan, 1, (i) => layOut(plan, i, event, receipt, workflow));
-      if (hexText !== undefined && answerInts[0] === 0) decision = build(plan, 0, hexText);
+      const fingerprints = run(plan, 1, (i) => layOut(plan, i, event, receipt, workflow));
+      if (fingerprints !== undefined && answerInts[0] === 0) decision = build(plan, 0, fingerprints);
     } finally {
       busy = false;
       joined = '';
@@ -384,9 +395,9 @@ function createFastDecider(wasm) {
       const plan = planFor(compiled);
       busy = true;
       try {
-        const hexText = run(plan, count, (i) => layOut(plan, i, events[i], receipts[i], workflows[i]));
+        const fingerprints = run(plan, count, (i) => layOut(plan, i, events[i], receipts[i], workflows[i]));
         for (let i = 0; i < count; i += 1) {
-          if (hexText !== undefined && answerInts[i * RESULT_INTS] === 0) results[i] = build(plan, i, hexText);
+          if (fingerprints !== undefined && answerInts[i * RESULT_INTS] === 0) results[i] = build(plan, i, fingerprints);
           else left.push(i);
         }
       } finally {
