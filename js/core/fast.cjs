@@ -43,6 +43,8 @@ const FINGERPRINT_BYTES = 68;
 const CONSTANT = 0;
 const REVISION = 1;
 const EVENT_FIELD = 2;
+/** Items laid out per wasm call: at most 1024 × 16 strings × 1,536 bytes of text. */
+const CHUNK = 1024;
 /** The longest string any field takes, in UTF-16 units (`field::MAX_TEXT_BYTES`). */
 const MAX_UNITS = 512;
 
@@ -384,9 +386,9 @@ function createFastDecider(wasm) {
     const workflows = new Array(count);
     for (let i = 0; i < count; i += 1) {
       const input = inputs[i];
-      events[i] = input.event;
-      receipts[i] = input.receipt ?? null;
-      workflows[i] = input.workflow ?? null;
+      events[i] = input?.event;
+      receipts[i] = input?.receipt ?? null;
+      workflows[i] = input?.workflow ?? null;
     }
     const left = [];
     if (busy) {
@@ -395,10 +397,14 @@ function createFastDecider(wasm) {
       const plan = planFor(compiled);
       busy = true;
       try {
-        const fingerprints = run(plan, count, (i) => layOut(plan, i, events[i], receipts[i], workflows[i]));
-        for (let i = 0; i < count; i += 1) {
-          if (fingerprints !== undefined && answerInts[i * RESULT_INTS] === 0) results[i] = build(plan, i, fingerprints);
-          else left.push(i);
+        // Chunks keep the scratch within its limits whatever the batch.
+        for (let start = 0; start < count; start += CHUNK) {
+          const size = Math.min(CHUNK, count - start);
+          const fingerprints = run(plan, size, (i) => layOut(plan, i, events[start + i], receipts[start + i], workflows[start + i]));
+          for (let i = 0; i < size; i += 1) {
+            if (fingerprints !== undefined && answerInts[i * RESULT_INTS] === 0) results[start + i] = build(plan, i, fingerprints);
+            else left.push(start + i);
+          }
         }
       } finally {
         busy = false;

@@ -419,6 +419,12 @@ test('two deciders over one module, and memory growth between calls, change no a
   deepStrictEqual(a.decideBatch(ruleSet.compiled, inputs.slice(10, 300)), expected.slice(10, 300));
   memory.grow(1);
   deepStrictEqual(a.decide(ruleSet.compiled, inputs[5].event, null, inputs[5].workflow), expected[5]);
+  // Past the 1024 items laid out per call, and with holes the slow path answers.
+  const many = [...inputs, ...inputs, null, { event: 'text' }, ...inputs];
+  const results = a.decideBatch(ruleSet.compiled, many);
+  deepStrictEqual(results.slice(0, 4000), [...expected, ...expected]);
+  deepStrictEqual(results.slice(4002), expected);
+  deepStrictEqual([results[4000].error.idemflowCode, results[4001].error.idemflowCode], ['INVALID_EVENT', 'INVALID_EVENT']);
   strictEqual(expected[7].writeSet.outbox[0].id, 'charge-renewal:8:sub-7');
 });
 
@@ -430,4 +436,20 @@ test('a loaded (not built-in) rule set decides alike', () => {
   const rng = random(SEED + 2);
   for (let n = 0; n < 500; n += 1) compareOne(fast, ruleSet, recipe(rng, ruleSet), `loaded case ${n}`);
   compiled.free();
+});
+
+test('a scratch refuses a reservation past its limits without growing the memory', () => {
+  const scratch = new wasm.DecideScratch();
+  const before = wasm.memoryBytes();
+  for (const [items, perItem, text] of [[2 ** 20, 17, 0], [16, 17, 2 ** 30], [16, 10_000, 0]]) {
+    let thrown;
+    try {
+      scratch.reserve(items, perItem, text);
+    } catch (error) {
+      thrown = error;
+    }
+    strictEqual(thrown?.idemflowCode, 'INVALID_ARGUMENT');
+  }
+  strictEqual(wasm.memoryBytes(), before);
+  scratch.free();
 });
