@@ -116,7 +116,9 @@ pub struct Work {
 /// parts of each event type's canonical JSON.
 #[derive(Debug)]
 pub struct Prepared {
-    /// The hash of the rule set it was made from (checked on use).
+    /// The rule set it was made from: where it was, and its hash (which names
+    /// its definition: another rule set with the same hash decides alike).
+    at: usize,
     of: String,
     skeletons: Vec<Vec<(String, Slot)>>,
 }
@@ -135,6 +137,7 @@ impl Prepared {
     /// would write: `{"amountUnits":` then the value of amountUnits, and so on.
     pub fn new(rule_set: &RuleSet) -> Prepared {
         Prepared {
+            at: rule_set as *const RuleSet as usize,
             of: rule_set.hash.clone(),
             skeletons: rule_set
                 .events
@@ -191,7 +194,9 @@ pub fn decide_batch(
     answers: Answers,
     work: &mut Work,
 ) -> Result<usize> {
-    if prepared.of != rule_set.hash || prepared.skeletons.len() != rule_set.events.len() {
+    // The address first: comparing the hash's 71 bytes was a measurable share of a one-event call.
+    let same_rule_set = prepared.at == rule_set as *const RuleSet as usize || prepared.of == rule_set.hash;
+    if !same_rule_set || prepared.skeletons.len() != rule_set.events.len() {
         return Err(Error::InvalidArgument { reason: "prepared for another rule set".into() });
     }
     let layout = Layout::new(rule_set);
@@ -396,7 +401,7 @@ fn decide_item(
 
     // fingerprint: `canonical_bytes`, its constant parts written once per rule set
     canonical.clear();
-    for (constant, slot) in &skeletons[event_type] {
+    for (constant, slot) in skeletons.get(event_type)? {
         canonical.push_str(constant);
         match *slot {
             Slot::WorkflowId => write_string(canonical, workflow_id),
