@@ -476,3 +476,23 @@ fn a_batch_prepared_for_another_rule_set_is_refused() {
     assert_eq!(result.unwrap_err().code(), "INVALID_ARGUMENT");
 }
 
+
+#[test]
+fn text_checks_and_json_strings_agree_with_their_definitions_on_random_strings() {
+    // The ASCII shortcuts in `check_text` and `write_string` against what they stand for.
+    use idemflow::field::FieldKind;
+    use idemflow::input::Input;
+    let alphabet = ['a', 'Z', '0', ' ', '"', '\\', '\t', '\n', '\u{0}', '\u{1f}', '\u{7f}', '\u{80}', '\u{9f}', '\u{a0}', 'é', '\u{2028}', '\u{3000}', '\u{feff}', '😀', '~', '/'];
+    let js_whitespace = |c: char| matches!(c, '\u{9}'..='\u{d}' | ' ' | '\u{a0}' | '\u{1680}' | '\u{2000}'..='\u{200a}' | '\u{2028}' | '\u{2029}' | '\u{202f}' | '\u{205f}' | '\u{3000}' | '\u{feff}');
+    let mut rng = Rng(11);
+    for _ in 0..50_000 {
+        let len = rng.below(6);
+        let text: String = (0..len).map(|_| *rng.pick(&alphabet)).collect();
+        let valid = !text.is_empty() && !text.chars().any(|c| matches!(c as u32, 0x00..=0x1f | 0x7f..=0x9f)) && !text.chars().all(js_whitespace);
+        assert_eq!(FieldKind::Text.check(Input::Text(text.clone())).is_ok(), valid, "{text:?}");
+        assert_eq!(FieldKind::Text.accepts(&text), valid, "{text:?}");
+        let mut written = String::new();
+        idemflow::jcs::write_string(&mut written, &text);
+        assert_eq!(written, serde_json::to_string(&text).unwrap(), "{text:?}");
+    }
+}
