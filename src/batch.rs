@@ -6,7 +6,7 @@
 //! of every string it read (one `TextEncoder.encodeInto`), and per value one
 //! `i32` entry, its length in UTF-16 units or a tag saying what else it was.
 //! Strings are borrowed from that text, the canonical JSON is written into one
-//! reused buffer, and each answer is a few numbers and 64 hex digits. The host
+//! reused buffer, and each answer is a few numbers and the fingerprint's text. The host
 //! builds the decision object from those and a [`template`] per rule.
 //!
 //! It decides only what it can decide exactly as `decide` does. An input it
@@ -181,7 +181,7 @@ pub struct Batch<'a> {
 pub struct Answers<'a> {
     pub ints: &'a mut [i32],
     pub numbers: &'a mut [f64],
-    pub hex: &'a mut [u8],
+    pub fingerprints: &'a mut [u8],
 }
 
 /// Decides `count` items; returns how many were decided here (not [`SLOW`]).
@@ -209,8 +209,8 @@ pub fn decide_batch(
     if answers.ints.len() < count * RESULT_INTS || answers.numbers.len() < count * RESULT_NUMBERS {
         return Err(short("answer"));
     }
-    if answers.hex.len() < count * FINGERPRINT_BYTES {
-        return Err(short("hex"));
+    if answers.fingerprints.len() < count * FINGERPRINT_BYTES {
+        return Err(short("fingerprint"));
     }
     // Invalid UTF-8 (never from encodeInto) leaves every item to `decide`.
     let text = std::str::from_utf8(batch.text).ok();
@@ -224,12 +224,12 @@ pub fn decide_batch(
             layout,
         };
         let ints = &mut answers.ints[i * RESULT_INTS..(i + 1) * RESULT_INTS];
-        let hex = &mut answers.hex[i * FINGERPRINT_BYTES..(i + 1) * FINGERPRINT_BYTES];
+        let fingerprint = &mut answers.fingerprints[i * FINGERPRINT_BYTES..(i + 1) * FINGERPRINT_BYTES];
         let header = batch.entries[i * per_item];
         let answer = if text.is_none() || header & HOST_SLOW != 0 {
             None
         } else {
-            decide_item(rule_set, &item, header, hex, &prepared.skeletons, &mut work.canonical)
+            decide_item(rule_set, &item, header, fingerprint, &prepared.skeletons, &mut work.canonical)
         };
         match answer {
             Some(a) => {
@@ -370,7 +370,7 @@ fn decide_item(
     rule_set: &RuleSet,
     item: &Item,
     header: i32,
-    hex: &mut [u8],
+    fingerprint: &mut [u8],
     skeletons: &[Vec<(String, Slot)>],
     canonical: &mut String,
 ) -> Option<Answered> {
@@ -411,10 +411,10 @@ fn decide_item(
     }
     let digest = Sha256::digest(canonical.as_bytes());
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    hex[..PREFIX.len()].copy_from_slice(PREFIX.as_bytes());
+    fingerprint[..PREFIX.len()].copy_from_slice(PREFIX.as_bytes());
     for (i, b) in digest.iter().enumerate() {
-        hex[PREFIX.len() + 2 * i] = HEX[(b >> 4) as usize];
-        hex[PREFIX.len() + 2 * i + 1] = HEX[(b & 0xf) as usize];
+        fingerprint[PREFIX.len() + 2 * i] = HEX[(b >> 4) as usize];
+        fingerprint[PREFIX.len() + 2 * i + 1] = HEX[(b & 0xf) as usize];
     }
 
     if header & HAS_RECEIPT != 0 {
@@ -425,7 +425,7 @@ fn decide_item(
             _ => {}
         }
         // Equal to the fingerprint, so of its shape too.
-        if item.text(layout.receipt(1))?.as_bytes() != &hex[..] {
+        if item.text(layout.receipt(1))?.as_bytes() != &fingerprint[..] {
             return None;
         }
         return Some(Answered { outcome: 3, rule: 0, state: 0, event_type, expect_revision: 0, revision: 0 });

@@ -461,7 +461,7 @@ pub struct DecideScratch {
     text: Vec<u8>,
     answer_ints: Vec<i32>,
     answer_numbers: Vec<f64>,
-    hex: Vec<u8>,
+    fingerprints: Vec<u8>,
     work: batch::Work,
 }
 
@@ -491,7 +491,7 @@ impl DecideScratch {
         grow(&mut self.numbers, items);
         grow(&mut self.answer_ints, items * batch::RESULT_INTS);
         grow(&mut self.answer_numbers, items * batch::RESULT_NUMBERS);
-        grow(&mut self.hex, items * batch::FINGERPRINT_BYTES);
+        grow(&mut self.fingerprints, items * batch::FINGERPRINT_BYTES);
         grow(&mut self.text, text_bytes as usize);
         Ok(())
     }
@@ -510,8 +510,8 @@ impl DecideScratch {
             self.answer_ints.len() as u32,
             self.answer_numbers.as_ptr() as u32,
             self.answer_numbers.len() as u32,
-            self.hex.as_ptr() as u32,
-            self.hex.len() as u32,
+            self.fingerprints.as_ptr() as u32,
+            self.fingerprints.len() as u32,
         ]
     }
 
@@ -527,7 +527,7 @@ impl DecideScratch {
             rules.prepared(),
             count as usize,
             batch::Batch { text, entries: &self.entries, numbers: &self.numbers, ascii },
-            batch::Answers { ints: &mut self.answer_ints, numbers: &mut self.answer_numbers, hex: &mut self.hex },
+            batch::Answers { ints: &mut self.answer_ints, numbers: &mut self.answer_numbers, fingerprints: &mut self.fingerprints },
             &mut self.work,
         )
         .map(|n| n as u32)

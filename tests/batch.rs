@@ -347,7 +347,7 @@ fn run(rule_set: &RuleSet, rng: &mut Rng, cases: usize, work: &mut Work, counts:
             &batch::Prepared::new(rule_set),
             n,
             Batch { text: encoded.text.as_bytes(), entries: &encoded.entries, numbers: &encoded.numbers, ascii },
-            Answers { ints: &mut ints, numbers: &mut numbers, hex: &mut hex },
+            Answers { ints: &mut ints, numbers: &mut numbers, fingerprints: &mut hex },
             work,
         )
         .expect("regions are large enough");
@@ -439,7 +439,7 @@ fn a_lone_surrogate_pair_split_across_two_strings_is_left_to_decide() {
         &batch::Prepared::new(rule_set),
         1,
         Batch { text: text.as_bytes(), entries: &entries, numbers: &[0.0], ascii: false },
-        Answers { ints: &mut ints, numbers: &mut numbers, hex: &mut hex },
+        Answers { ints: &mut ints, numbers: &mut numbers, fingerprints: &mut hex },
         &mut Work::default(),
     )
     .unwrap();
@@ -454,7 +454,7 @@ fn regions_too_small_for_the_count_are_refused() {
         &batch::Prepared::new(rule_set),
         2,
         Batch { text: b"", entries: &[0; 10], numbers: &[0.0; 2], ascii: true },
-        Answers { ints: &mut [0; 10], numbers: &mut [0.0; 4], hex: &mut [0; 136] },
+        Answers { ints: &mut [0; 10], numbers: &mut [0.0; 4], fingerprints: &mut [0; 136] },
         &mut Work::default(),
     );
     assert_eq!(result.unwrap_err().code(), "INVALID_ARGUMENT");
@@ -470,7 +470,7 @@ fn a_batch_prepared_for_another_rule_set_is_refused() {
         &batch::Prepared::new(deposit),
         1,
         Batch { text: b"", entries: &vec![batch::HOST_SLOW; layout.entries()], numbers: &[0.0], ascii: true },
-        Answers { ints: &mut [0; 5], numbers: &mut [0.0; 2], hex: &mut [0; 68] },
+        Answers { ints: &mut [0; 5], numbers: &mut [0.0; 2], fingerprints: &mut [0; 68] },
         &mut Work::default(),
     );
     assert_eq!(result.unwrap_err().code(), "INVALID_ARGUMENT");
