@@ -24,6 +24,11 @@ const getOwn = Object.getOwnPropertyDescriptor;
 const getPrototypeOf = Object.getPrototypeOf;
 const OBJECT_PROTOTYPE = Object.prototype;
 const parseJSON = JSON.parse;
+// Buffer's own latin1 decoder, which skips toString's argument handling (measured); toString where it is missing.
+const latin1 =
+  typeof Buffer.prototype.latin1Slice === 'function'
+    ? (bytes, end) => bytes.latin1Slice(0, end)
+    : (bytes, end) => bytes.toString('latin1', 0, end);
 
 // Entry tags and header bits: src/batch.rs.
 const ABSENT = -1;
@@ -355,7 +360,7 @@ function createFastDecider(wasm) {
     scratch.decide(plan.compiled, count, written, written === units);
     // Deciding may have grown the memory: the views would be detached.
     fresh();
-    return fingerprintBytes.latin1Slice(0, count * FINGERPRINT_BYTES);
+    return latin1(fingerprintBytes, count * FINGERPRINT_BYTES);
   }
 
   function slow(compiled, event, receipt, workflow) {
