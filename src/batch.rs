@@ -256,12 +256,14 @@ fn locate(text: &str, entries: &[i32], layout: Layout, ascii: bool, spans: &mut 
     let mut at = 0usize;
     // Units of the next string already consumed by a pair that began in the previous one.
     let mut carry = 0usize;
-    for (index, &entry) in entries.iter().enumerate() {
-        let within = index % per_item;
+    let mut within = per_item - 1;
+    for &entry in entries {
+        // The entry's place in its item, counted rather than divided for.
+        within = if within + 1 == per_item { 0 } else { within + 1 };
         if entry == SAME {
             // The event's entries come first: its span is already known.
             let span = match layout.same_as(within) {
-                Some(event_entry) => spans[index - within + event_entry],
+                Some(event_entry) => spans[spans.len() - within + event_entry],
                 None => (0, BROKEN),
             };
             spans.push(span);
@@ -405,6 +407,12 @@ fn decide_item(
         canonical.push_str(constant);
         match *slot {
             Slot::WorkflowId => write_string(canonical, workflow_id),
+            // An amount is digits (it was checked): nothing to escape.
+            Slot::Field(f) if rule_set.fields[f].kind == FieldKind::Units && declared.fields.contains(&f) => {
+                canonical.push('"');
+                canonical.push_str(value_of(f));
+                canonical.push('"');
+            }
             Slot::Field(f) => write_string(canonical, value_of(f)),
             Slot::End => {}
         }
