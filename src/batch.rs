@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::field::FieldKind;
+use crate::field::{FieldKind, MAX_TEXT_BYTES};
 use crate::fingerprint::PREFIX;
 use crate::jcs::{write_string, MAX_SAFE_INTEGER};
 use crate::ruleset::{Answer, Member, RuleSet};
@@ -381,7 +381,8 @@ fn decide_item(
     let event_id = item.text(layout.event(0)).filter(|t| FieldKind::Text.accepts(t))?;
     let event_type = match item.read(layout.event(1)) {
         Read::Text(name) => rule_set.event_index(name)?,
-        Read::Known(i) if i < rule_set.events.len() => i,
+        // As `decide` reads it: a name longer than any field is refused before it is looked up.
+        Read::Known(i) if rule_set.events.get(i).is_some_and(|e| fits(&e.name)) => i,
         _ => return None,
     };
     let workflow_id = item.text(layout.event(2)).filter(|t| FieldKind::Text.accepts(t))?;
@@ -499,6 +500,11 @@ fn decide_item(
         }
     };
     Some(Answered { outcome, rule: rule_index, state, event_type, expect_revision, revision })
+}
+
+/// Whether `decide`'s reader takes the string at all: at most MAX_TEXT_BYTES UTF-16 units.
+fn fits(text: &str) -> bool {
+    text.len() <= MAX_TEXT_BYTES || text.encode_utf16().count() <= MAX_TEXT_BYTES
 }
 
 /// What the host needs once per rule set to lay items out and read answers:

@@ -175,7 +175,7 @@ function createFastDecider(wasm) {
     if (!hasOwn(descriptor, 'value')) return false;
     const value = descriptor.value;
     if (typeof value === 'string') {
-      const known = names === undefined ? undefined : names.get(value);
+      const known = names === undefined || value.length > MAX_UNITS ? undefined : names.get(value);
       if (known !== undefined) {
         // An event type's or status's exact name: named by index.
         entries[at] = KNOWN - known;
