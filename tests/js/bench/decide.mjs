@@ -6,7 +6,11 @@
 // the rounds of each contender's rate and of its ratio to the reference in
 // that round (the machine is shared and noisy). Nothing here passes or fails.
 //
-// IDEMFLOW_PKG=<dir> measures a built pkg/ directory instead of the installed package.
+// Rates are per CPU second of this process (BENCH_CLOCK=wall for elapsed
+// time); BENCH_JSON=1 also prints the figures as one JSON line.
+// IDEMFLOW_PKG=<dir> measures a built pkg/ directory instead of the installed
+// package. `wasm/idemflow.js` must be the module instance the package's
+// RuleSet was compiled by (its `compiled` is handed to the fast decider).
 import { deepStrictEqual } from 'node:assert';
 import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
