@@ -363,12 +363,21 @@ function createFastDecider(wasm) {
     return latin1(fingerprintBytes, count * FINGERPRINT_BYTES);
   }
 
+  /**
+   * A live CompiledRuleSet of this module. Anything else (another value, one
+   * already freed: wasm-bindgen zeroes its pointer) goes to the slow path,
+   * which throws for it as it always has.
+   */
+  function usable(compiled) {
+    return compiled instanceof wasm.CompiledRuleSet && compiled.__wbg_ptr !== 0;
+  }
+
   function slow(compiled, event, receipt, workflow) {
     return parseJSON(wasm.decide(compiled, event, receipt, workflow));
   }
 
   function decide(compiled, event, receipt, workflow) {
-    if (busy) return slow(compiled, event, receipt, workflow);
+    if (busy || !usable(compiled)) return slow(compiled, event, receipt, workflow);
     const plan = planFor(compiled);
     let decision;
     busy = true;
@@ -396,7 +405,7 @@ function createFastDecider(wasm) {
       workflows[i] = input?.workflow ?? null;
     }
     const left = [];
-    if (busy) {
+    if (busy || !usable(compiled)) {
       for (let i = 0; i < count; i += 1) left.push(i);
     } else {
       const plan = planFor(compiled);

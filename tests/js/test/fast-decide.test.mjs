@@ -453,3 +453,22 @@ test('a scratch refuses a reservation past its limits without growing the memory
   strictEqual(wasm.memoryBytes(), before);
   scratch.free();
 });
+
+test('a rule set that is not one, or was freed, throws as wasm decide throws', () => {
+  const fast = createFastDecider(wasm);
+  const event = { eventId: 'evt-1', type: 'DEADLINE_PASSED', workflowId: 'wf-1' };
+  const workflow = { id: 'wf-1', status: 'waiting', revision: 0 };
+  const definition = wasm.builtinRuleSet('deposit-swap').definitionJson();
+  const used = wasm.loadRuleSet(definition);
+  fast.decide(used, event, null, workflow);
+  used.free();
+  const unused = wasm.loadRuleSet(definition);
+  unused.free();
+  for (const compiled of [undefined, null, {}, 'deposit-swap', used, unused]) {
+    const slow = outcomeOf(() => JSON.parse(wasm.decide(compiled, event, null, workflow)));
+    ok(slow.error, 'wasm decide throws');
+    deepStrictEqual(outcomeOf(() => fast.decide(compiled, event, null, workflow)), slow);
+    const [result] = fast.decideBatch(compiled, [{ event, receipt: null, workflow }]);
+    deepStrictEqual({ error: errorOf(result.error) }, slow);
+  }
+});
