@@ -11,6 +11,7 @@
 // IDEMFLOW_PKG=<dir> tests a built pkg/ directory instead of the installed package.
 import { test } from 'node:test';
 import { deepStrictEqual, strictEqual, ok } from 'node:assert';
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 
@@ -471,4 +472,38 @@ test('a rule set that is not one, or was freed, throws as wasm decide throws', (
     const [result] = fast.decideBatch(compiled, [{ event, receipt: null, workflow }]);
     deepStrictEqual({ error: errorOf(result.error) }, slow);
   }
+});
+
+test('the shared decision and validation vectors decide alike, one by one and as batches', () => {
+  const module = counted();
+  const fast = createFastDecider(module);
+  const load = (name) => JSON.parse(readFileSync(new URL(`../../vectors/${name}.json`, import.meta.url), 'utf8')).cases;
+  // A validation case's event with a workflow in its initial status, so a valid one decides.
+  const cases = [
+    ...load('decisions'),
+    ...load('validation').map((c) => ({ ...c, receipt: null, workflow: null })),
+    ...load('validation').map((c) => ({ ...c, receipt: null, workflow: { id: c.event?.workflowId, status: 'waiting', revision: 0 } })),
+  ];
+  const byRuleSet = new Map();
+  let decided = 0;
+  for (const c of cases) {
+    const compiled = wasm.builtinRuleSet(c.ruleSet ?? 'deposit-swap', c.ruleSetVersion);
+    const slow = outcomeOf(() => JSON.parse(wasm.decide(compiled, c.event, c.receipt, c.workflow)));
+    const before = module.slowCalls;
+    deepStrictEqual(outcomeOf(() => fast.decide(compiled, c.event, c.receipt, c.workflow)), slow, c.name);
+    if (slow.value) {
+      // Every vector that decides is plain data: decided on the fast path.
+      strictEqual(module.slowCalls, before, `${c.name}: left to the slow path`);
+      decided += 1;
+    }
+    const key = `${c.ruleSet ?? 'deposit-swap'}@${c.ruleSetVersion}`;
+    if (!byRuleSet.has(key)) byRuleSet.set(key, { compiled, cases: [], expected: [] });
+    byRuleSet.get(key).cases.push(c);
+    byRuleSet.get(key).expected.push(slow.value ? { value: slow.value } : { error: slow.error });
+  }
+  for (const { compiled, cases: batch, expected } of byRuleSet.values()) {
+    const got = fast.decideBatch(compiled, batch).map((r) => (Object.hasOwn(r, 'error') ? { error: errorOf(r.error) } : { value: r }));
+    deepStrictEqual(got, expected);
+  }
+  ok(decided >= 88, `${decided} of ${cases.length} vectors decide`);
 });
