@@ -1,6 +1,6 @@
 # idemflow: `make demo` runs the example worker, `make test` runs every test.
 # Everything needed is installed here, idempotently: the wasm32 target, the
-# wasm-bindgen CLI at exactly the crate's version, and npm packages.
+# wasm-bindgen CLI at exactly the crate's version, binaryen's wasm-opt and npm packages.
 
 SHELL := /bin/bash
 CARGO_BIN := $(HOME)/.cargo/bin
@@ -23,12 +23,24 @@ tools:
 	  cargo install wasm-bindgen-cli --version $(WASM_BINDGEN_VERSION) --force; \
 	fi
 
+# wasm-opt from binaryen's npm package at exactly this version, installed
+# once into target/tools (the stamp names the version, so a new pin reinstalls).
+BINARYEN_VERSION := 132.0.0
+WASM_OPT := target/tools/node_modules/.bin/wasm-opt
+BINARYEN_STAMP := target/tools/binaryen-$(BINARYEN_VERSION).installed
+
+$(BINARYEN_STAMP):
+	rm -f target/tools/binaryen-*.installed
+	npm install --prefix target/tools --no-audit --no-fund --loglevel=error --save-exact binaryen@$(BINARYEN_VERSION)
+	touch $@
+
 pkg: tools $(TARBALL)
 
-$(TARBALL): $(SOURCES)
+$(TARBALL): $(SOURCES) $(BINARYEN_STAMP)
 	cargo build --release --target wasm32-unknown-unknown
 	rm -rf pkg && mkdir -p pkg/wasm target/npm
 	wasm-bindgen --target nodejs --out-dir pkg/wasm --out-name idemflow $(WASM)
+	$(WASM_OPT) -O3 pkg/wasm/idemflow_bg.wasm -o pkg/wasm/idemflow_bg.wasm
 	node scripts/assemble-pkg.cjs . pkg
 	rm -f target/npm/idemflow-*.tgz
 	cd pkg && npm pack --silent --pack-destination ../target/npm >/dev/null
@@ -83,6 +95,8 @@ bench: examples
 	cd tests/js && node examples/bench.mjs
 	@echo
 	cd tests/js && node bench/adapters.mjs
+	@echo
+	cd tests/js && node bench/batch.mjs
 	@echo
 	cd tests/js && node bench/brokers.mjs
 

@@ -1,17 +1,20 @@
 'use strict';
 // idemflow for CommonJS. `index.mjs` re-exports exactly these names for ESM.
 
-const { IdemflowError, isIdemflowError } = require('./errors.cjs');
-const core = require('./core.cjs');
-const { processEvent, processDepositConfirmed, commitWriteSet } = require('./host.cjs');
-const { InMemoryStore } = require('./memory.cjs');
-const { createOutboxConsumer } = require('./outbox.cjs');
-const { createDeliveryHandler } = require('./delivery.cjs');
+const { IdemflowError, isIdemflowError } = require('./core/errors.cjs');
+const { RuleSet } = require('./core/rules.cjs');
+const core = require('./core/decide.cjs');
+const { processEvent, processDepositConfirmed, commitWriteSet } = require('./core/host.cjs');
+const { createDeliveryHandler } = require('./core/delivery.cjs');
+const { processBatch } = require('./core/batch.cjs');
+const { InMemoryStore } = require('./adapters/memory/index.cjs');
+const { createOutboxConsumer } = require('./outbox/consumer.cjs');
+const { createRetention } = require('./store/retention.cjs');
 
 module.exports = {
   IdemflowError,
   isIdemflowError,
-  RuleSet: core.RuleSet,
+  RuleSet,
   validateEvent: core.validateEvent,
   normalizeEvent: core.normalizeEvent,
   fingerprint: core.fingerprint,
@@ -20,10 +23,12 @@ module.exports = {
   planDepositConfirmation: core.planDepositConfirmation,
   verifyRuleSet: core.verifyRuleSet,
   processEvent,
+  processBatch,
   processDepositConfirmed,
   commitWriteSet,
   InMemoryStore,
   wasmMemoryBytes: core.wasmMemoryBytes,
   createOutboxConsumer,
   createDeliveryHandler,
+  createRetention,
 };

@@ -99,6 +99,26 @@ export interface Receipt {
   eventType: string;
   outcome: RecordedOutcome;
   ruleSet: RuleSetRef;
+  /**
+   * What this delivery produced, kept for a later duplicate to answer with.
+   * Every receipt the core writes has it; a receipt written by an earlier
+   * version has none (null when read from a store).
+   */
+  result?: ReceiptResult | null;
+}
+
+/** What a delivery produced beyond its outcome; status and revision are null unless it was applied. */
+export interface ReceiptResult {
+  operationIds: string[];
+  status: string | null;
+  revision: number | null;
+}
+
+/** What the first delivery of an event id produced, as a duplicate of it answers. */
+export interface OriginalResult extends ReceiptResult {
+  outcome: RecordedOutcome;
+  /** When the first delivery was decided (its receipt's recordedAt, ms since the epoch); null when the receipt has no stamp. */
+  decidedAt: number | null;
 }
 
 /** What decide needs of a stored receipt. */
@@ -143,11 +163,15 @@ export interface Decision {
   eventType: string;
   fingerprint: string;
   writeSet: WriteSet;
+  /** On duplicate-delivery only, when the stored receipt carries its result. */
+  original?: OriginalResult;
 }
 
 export type ProcessResult =
   | { outcome: 'applied'; operationId: string | null; operationIds: string[]; status: string; revision: number }
-  | { outcome: 'already-applied' | 'stale' | 'duplicate-delivery' };
+  | { outcome: 'already-applied' | 'stale' }
+  /** `original`: what the first delivery produced; null when its receipt was written by a version that did not keep it. */
+  | { outcome: 'duplicate-delivery'; original: OriginalResult | null };
 
 export type BuiltinRuleSetName = 'deposit-swap' | 'order-shipment' | 'subscription';
 
@@ -340,17 +364,29 @@ export interface StoreTransaction {
 /** What processEvent needs of a store. */
 export interface Store {
   transaction<T>(fn: (tx: StoreTransaction) => Promise<T>): Promise<T>;
-  maxAttempts?: number;
+  /** Re-runs of a cycle after a lost race, when processEvent is not given its own. */
+  readonly raceRetries?: number;
+  /** @deprecated raceRetries + 1. */
+  readonly maxAttempts?: number;
 }
 
 export interface ProcessOptions extends RuleSetOption {
-  /** Whole read-decide-write cycles to try when a concurrent writer wins (default 5). */
+  /** How many times the read-decide-write cycle runs again when a concurrent writer wins (default 4). */
+  raceRetries?: number;
+  /** @deprecated raceRetries + 1: the whole cycles to try (default 5). */
   maxAttempts?: number;
   /** Refuse events of any other type (INVALID_EVENT, field "type"). */
   type?: string;
 }
 
 export function processEvent(store: Store, event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
+/** One result of processBatch: what processEvent returns, or the error of an event that wrote nothing. */
+export type BatchResult = ProcessResult | { error: IdemflowError };
+/**
+ * Processes many deliveries in one store transaction (at most 10,000), in order, with
+ * the results and stored state of processing them one by one; one result per event.
+ */
+export function processBatch(store: Store, events: readonly EventInput[], options?: ProcessOptions): Promise<BatchResult[]>;
 export function processDepositConfirmed(store: Store, event: DepositConfirmedEvent, options?: ProcessOptions): Promise<ProcessResult>;
 export function commitWriteSet(tx: StoreTransaction, writeSet: WriteSet): Promise<void>;
 
@@ -372,7 +408,7 @@ export interface InMemoryTransaction extends StoreTransaction {
 }
 
 /** All-or-nothing transactions serialised within one process; not durable. */
-export class InMemoryStore implements Store, OutboxStore, OutboxAdmin {
+export class InMemoryStore implements Store, OutboxStore, OutboxAdmin, ExclusiveLocks {
   /** `options.now`: the clock for recordedAt, createdAt and updatedAt (default Date.now). */
   constructor(workflows?: Iterable<Workflow>, options?: { now?: () => number });
   /** A store holding copies of a snapshot's tables (Maps, or arrays of [key, value] entries). */
@@ -383,6 +419,7 @@ export class InMemoryStore implements Store, OutboxStore, OutboxAdmin {
   now(): number;
   transaction<T>(fn: (tx: InMemoryTransaction) => Promise<T>): Promise<T>;
   process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
+  processBatch(events: readonly EventInput[], options?: ProcessOptions): Promise<BatchResult[]>;
   snapshot(): MemorySnapshot;
   getWorkflow(id: string): Promise<Workflow | null>;
   putWorkflow(workflow: Workflow): Promise<void>;
@@ -394,9 +431,13 @@ export class InMemoryStore implements Store, OutboxStore, OutboxAdmin {
   failOperation(args: FailArgs): Promise<boolean>;
   releaseOperation(args: FencedArgs): Promise<boolean>;
   requeue(operationId: string, options?: { now?: number }): Promise<boolean>;
+  requeueOperations(args: RequeueOperationsArgs): Promise<RequeueResult[]>;
   listOperations(args?: ListOperationsArgs): Promise<StoredOperation[]>;
+  stats(args?: { now?: number | Date }): Promise<OutboxStats>;
+  releaseOwner(owner: string, args?: { now?: number | Date }): Promise<string[]>;
   purgeReceipts(args: PurgeArgs): Promise<PurgeResult>;
   purgeOperations(args: PurgeArgs & { status?: 'done' | 'dead' }): Promise<PurgeResult>;
+  withExclusiveLock<T>(name: string, fn: () => Promise<T> | T, options?: { leaseMs?: number }): Promise<LockResult<T>>;
 }
 
 /** Size of the wasm linear memory in bytes (diagnostics: it only grows). */
@@ -479,12 +520,54 @@ export type FailArgs =
   | (FencedArgs & { status: 'pending'; nextAttemptAt: number; lastError: string })
   | (FencedArgs & { status: 'dead'; lastError: string });
 
-export interface ListOperationsArgs {
+/** Filters of listOperations (and requeueOperations): every one given must hold (AND). */
+export interface OperationFilter {
   status?: OperationStatus;
+  type?: string;
+  workflowId?: string;
+  /** The lease owner (a claimed operation's worker). */
+  owner?: string;
+  /** Created before this time. */
+  olderThan?: number | Date;
+  /** Created at or after this time. */
+  newerThan?: number | Date;
+  /** The last error contains this text, case-insensitively (ASCII letters only on SQLite). */
+  errorContains?: string;
+}
+
+/** An unknown key is INVALID_ARGUMENT, never ignored. */
+export interface ListOperationsArgs extends OperationFilter {
   /** Default 100. */
   limit?: number;
-  /** Page on: operations are listed by id. */
+  /** Page on: operations are listed by id; pass the last id of the page before. */
   afterId?: string;
+}
+
+/** Ids, or a filter of dead operations (`status: 'dead'` is required, so "everything" is never meant by accident). */
+export type RequeueOperationsArgs =
+  | { ids: string[]; now?: number | Date }
+  | (OperationFilter & { status: 'dead'; limit?: number; now?: number | Date });
+
+/** What requeueOperations did with one id. */
+export interface RequeueResult {
+  id: string;
+  result: 'requeued' | 'not-dead' | 'not-found';
+}
+
+export interface StatusCounts {
+  pending: number;
+  claimed: number;
+  done: number;
+  dead: number;
+}
+
+/** stats(): counts by status and by type, and the age of the oldest due operation. */
+export interface OutboxStats {
+  byStatus: StatusCounts;
+  /** Every type stored, each with its four counts. */
+  byType: { [type: string]: StatusCounts };
+  /** How long the oldest due operation (pending and due, or claimed with its lease expired) has waited; null when none is due. */
+  oldestDueAgeMs: number | null;
 }
 
 export interface PurgeArgs {
@@ -492,6 +575,8 @@ export interface PurgeArgs {
   olderThan: number | Date;
   /** Rows deleted per transaction (default 1000). */
   batchSize?: number;
+  /** Hears the running totals after each batch that deleted something. */
+  onBatch?: (progress: PurgeResult) => void;
 }
 
 export interface PurgeResult {
@@ -518,9 +603,20 @@ export interface OutboxStore {
 
 /** What an operator (or a retention job) needs of a store. */
 export interface OutboxAdmin {
-  /** A dead operation back to pending with attempts 0; false unless it was dead. */
+  /** A dead operation back to pending with attempts 0; false unless it was dead (requeueOperations says why). */
   requeue(operationId: string, options?: { now?: number }): Promise<boolean>;
+  /** Requeues ids, or the dead operations a filter selects; per id what happened. */
+  requeueOperations(args: RequeueOperationsArgs): Promise<RequeueResult[]>;
+  /** Operations matching every filter given, by id. */
   listOperations(args?: ListOperationsArgs): Promise<StoredOperation[]>;
+  /** Counts by status and type, and the oldest due operation's age at `now` (default: the store's clock). */
+  stats(args?: { now?: number | Date }): Promise<OutboxStats>;
+  /**
+   * Gives back every claim `owner` holds (a worker known to be dead) at once:
+   * pending, due now, lease cleared, fencing token raised so that the
+   * worker's late completion is refused. Resolves to the released ids.
+   */
+  releaseOwner(owner: string, args?: { now?: number | Date }): Promise<string[]>;
   purgeReceipts(args: PurgeArgs): Promise<PurgeResult>;
   purgeOperations(args: PurgeArgs & { status?: 'done' | 'dead' }): Promise<PurgeResult>;
 }
@@ -566,6 +662,12 @@ export interface OutboxConsumerOptions extends OutboxPolicySettings {
   now?: () => number;
   /** Renew running handlers' leases every renewEveryMs (default true). */
   autoRenew?: boolean;
+  /**
+   * start()'s loop asks the store's stats() for pending operations of types
+   * without a handler on its first poll and then every this many polls
+   * (default 60; 0 never), emitting 'unhandled-type' once per type.
+   */
+  typeCheckPolls?: number;
 }
 
 /** The policy as the core normalised it. */
@@ -601,6 +703,8 @@ export interface OutboxConsumerEvents {
   stopped: { abandoned: string[]; claimPending: boolean };
   /** A claimed row the store could not read: set aside as dead (when recorded), the rest of the claim runs. */
   quarantined: QuarantineReport;
+  /** Operations of a type this consumer has no handler for are pending in the store (stats()); once per type. */
+  'unhandled-type': { type: string; pending: number };
 }
 
 export interface RoundCounts {
@@ -683,7 +787,78 @@ export type DeliveryAction = DeliveryVerdict['action'];
  * an IdemflowError of disposition fatal (the worker is misconfigured: stop it),
  * or with a non-idemflow error from the store (a bug: crash and restart).
  */
-export type DeliveryHandler = (message: DeliveryMessage, context?: DeliveryContext) => Promise<DeliveryVerdict>;
+export interface DeliveryHandler {
+  (message: DeliveryMessage, context?: DeliveryContext): Promise<DeliveryVerdict>;
+  /**
+   * Many deliveries (a broker's prefetched messages) decided and committed in one
+   * transaction (processBatch): one verdict per message, in order.
+   * `attempts[i]` is message i's delivery count.
+   */
+  batch(messages: readonly DeliveryMessage[], context?: { attempts?: readonly number[] }): Promise<DeliveryVerdict[]>;
+}
 
 /** Throws an IdemflowError of disposition fatal when store or options are wrong. */
 export function createDeliveryHandler(store: Store, options?: DeliveryHandlerOptions): DeliveryHandler;
+
+/** What withExclusiveLock answers: the function's value, or that someone else held the lock (nothing ran). */
+export type LockResult<T> = { acquired: true; value: T } | { acquired: false };
+
+/**
+ * One holder at a time across every process on a store's database: an
+ * advisory lock on PostgreSQL, GET_LOCK on MySQL/MariaDB, a lease row taken
+ * under the write lock on SQLite, a lease document on MongoDB, a mutex in
+ * memory. Never waits: a held lock answers `{ acquired: false }`.
+ */
+export interface ExclusiveLocks {
+  /** `leaseMs`: how long a lease-based lock (SQLite, MongoDB) outlives a holder that died (default 10 minutes). */
+  withExclusiveLock<T>(name: string, fn: () => Promise<T> | T, options?: { leaseMs?: number }): Promise<LockResult<T>>;
+}
+
+export interface RetentionOptions {
+  /** Purge receipts recorded more than this many ms ago. Keep them longer than any redelivery can arrive (README, "Retention"). */
+  receiptsOlderThan?: number;
+  /** Purge `done` operations last updated more than this many ms ago. Dead operations are never purged by retention. */
+  operationsOlderThan?: number;
+  /** Ms between the end of one run and the start of the next. */
+  every: number;
+  /** Rows per delete statement (default 1000). */
+  batchSize?: number;
+  /** The lock one runner holds (default `idemflow.retention:<inbox table>`). */
+  lockName?: string;
+  /** The lease of a lease-based lock (default 10 minutes): longer than a run takes. */
+  leaseMs?: number;
+  /** false: do not start now; call start() (or runOnce()). */
+  start?: boolean;
+}
+
+/** One run's counts: null for what this retention does not purge. Times are Date.now() ms. */
+export interface RetentionRun {
+  receipts: PurgeResult | null;
+  operations: PurgeResult | null;
+  startedAt: number;
+  endedAt: number;
+}
+
+/** A purge schedule. Events: 'run' (RetentionRun), 'skipped' ({ reason: 'locked', at }), 'error' (only when listened to). */
+export interface Retention {
+  readonly settings: Required<Omit<RetentionOptions, 'start' | 'receiptsOlderThan' | 'operationsOlderThan'>> & {
+    receiptsOlderThan: number | null;
+    operationsOlderThan: number | null;
+  };
+  start(): Retention;
+  /** One run now: its counts, or null when another runner held the lock. */
+  runOnce(): Promise<RetentionRun | null>;
+  /** Stops the schedule and awaits a running purge. */
+  stop(): Promise<void>;
+  on(event: 'run', listener: (run: RetentionRun) => void): this;
+  on(event: 'skipped', listener: (skip: { reason: 'locked'; at: number }) => void): this;
+  on(event: 'error', listener: (error: unknown) => void): this;
+  once(event: 'run', listener: (run: RetentionRun) => void): this;
+  off(event: 'run' | 'skipped' | 'error', listener: (value: never) => void): this;
+}
+
+/**
+ * Purges old receipts and done operations on a schedule, in bounded batches,
+ * one runner at a time across processes (the store's withExclusiveLock).
+ */
+export function createRetention(store: OutboxAdmin & ExclusiveLocks & { now?(): number }, options: RetentionOptions): Retention;

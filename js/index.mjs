@@ -13,12 +13,14 @@ export const {
   planDepositConfirmation,
   verifyRuleSet,
   processEvent,
+  processBatch,
   processDepositConfirmed,
   commitWriteSet,
   InMemoryStore,
   wasmMemoryBytes,
   createOutboxConsumer,
   createDeliveryHandler,
+  createRetention,
 } = idemflow;
 
 export default idemflow;

@@ -24,5 +24,5 @@ for (const file of ['README.md', 'CHANGELOG.md', 'LICENSE-MIT', 'LICENSE-APACHE'
   fs.copyFileSync(path.join(root, file), path.join(out, file));
 }
 fs.writeFileSync(path.join(out, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
-fs.chmodSync(path.join(out, 'bin', 'idemflow.cjs'), 0o755);
+fs.chmodSync(path.join(out, 'cli', 'idemflow.cjs'), 0o755);
 console.log(`pkg/: idemflow ${version}`);

@@ -8,7 +8,8 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use crate::batch;
-use crate::decide::{self, plan_deposit_confirmation};
+use crate::compat::plan_deposit_confirmation;
+use crate::decide::{self};
 use crate::error::{Error, CODES};
 use crate::event::{validate, validate_as};
 use crate::field::MAX_TEXT_BYTES;
@@ -16,6 +17,7 @@ use crate::fingerprint::fingerprint as fingerprint_of;
 use crate::input::{Input, Source};
 use crate::json;
 use crate::limits::{self, MAX_DEFINITION_BYTES, MAX_JSON_INPUT_BYTES};
+use crate::outbox::Policy;
 use crate::ruleset::{table, verify, RuleSet};
 
 /// Throws a JS `Error` carrying `idemflowCode`, `disposition` and `details`;
@@ -41,7 +43,15 @@ impl Source for JsObject<'_> {
         // longest field in units means too long in bytes, and it is not copied.
         to_input(read_field(self.0, &key(name), MAX_TEXT_BYTES as u32))
     }
+
+    fn json_text(&self, name: &str) -> Input {
+        to_input(read_json(self.0, &key(name), MAX_RESULT_UNITS))
+    }
 }
+
+/// The longest JSON text a structured record field is read as (a receipt's
+/// `result`); longer is too long, and the core refuses it.
+const MAX_RESULT_UNITS: u32 = 64 * 1024;
 
 // Reading a property can run a getter or a proxy trap that throws. The throw
 // is caught inside JS and reported as a sentinel symbol: an exception that
@@ -81,6 +91,14 @@ module.exports.read_failure = function (value) {
     return 'a value that cannot be inspected was thrown';
   }
 };
+module.exports.read_json = function (target, key, maxUnits) {
+  const value = module.exports.read_field(target, key, maxUnits);
+  if (value === null || typeof value !== 'object') return value;
+  let text;
+  try { text = JSON.stringify(value); } catch (thrown) { lastThrown = thrown; return FAILED; }
+  if (typeof text !== 'string') return undefined;
+  return text.length > maxUnits ? TOO_LONG : text;
+};
 module.exports.is_too_long = function (value) { return value === TOO_LONG; };
 module.exports.is_well_formed = function (text) {
   for (let i = 0; i < text.length; i += 1) {
@@ -113,6 +131,9 @@ extern "C" {
     /// reaches wasm through a `catch` import costs an externref slot in
     /// wasm-bindgen 0.2.130, so 100,000 throwing getters would grow memory.
     fn read_field(target: &JsValue, key: &JsValue, max_units: u32) -> JsValue;
+    /// As `read_field`, but an object or array comes back as its JSON text
+    /// (`JSON.stringify`, caught the same way).
+    fn read_json(target: &JsValue, key: &JsValue, max_units: u32) -> JsValue;
     fn read_failure(value: &JsValue) -> Option<String>;
     fn is_too_long(value: &JsValue) -> bool;
     fn is_well_formed(text: &JsValue) -> bool;
@@ -547,44 +568,98 @@ pub fn wasm_memory() -> JsValue {
 // the epoch, checked in the core (a fraction, NaN or a negative is refused).
 // ---------------------------------------------------------------------------
 
+/// The settings an options object (or `undefined`/`null`: every default) gives.
+fn policy_of(options: &JsValue) -> Result<Policy, Error> {
+    match as_record(options, "outbox options")? {
+        Some(source) => Policy::from_source(&source),
+        None => Policy::from_source(&serde_json::Map::new()),
+    }
+}
+
+/// An outbox policy read once and held in wasm memory, as `CompiledRuleSet`
+/// holds rules: a consumer's calls per operation do not re-read its settings.
+/// The free functions below answer alike: both call `json::outbox` on a `Policy`.
+#[wasm_bindgen(js_name = OutboxPolicy)]
+pub struct CompiledOutboxPolicy(Policy);
+
+#[wasm_bindgen(js_class = OutboxPolicy)]
+impl CompiledOutboxPolicy {
+    /// `{maxAttempts?, baseDelayMs?, maxDelayMs?, leaseMs?}`; throws as `outboxPolicy` does.
+    #[wasm_bindgen(constructor)]
+    pub fn new(options: JsValue) -> JsResult<CompiledOutboxPolicy> {
+        policy_of(&options).map(CompiledOutboxPolicy).map_err(throw)
+    }
+
+    /// The settings (absent ones defaulted, with `renewEveryMs`): the text `outboxPolicy` returns.
+    #[wasm_bindgen(js_name = settingsJson)]
+    pub fn settings_json(&self) -> String {
+        json::outbox::settings_json(&self.0)
+    }
+
+    /// `{"operationId", "attempt"}` (JSON text) in; `{"attempt", "ceilingMs", "delayMs"}` out.
+    pub fn backoff(&self, request: &str) -> JsResult<String> {
+        json::outbox::backoff(&self.0, request).map_err(throw)
+    }
+
+    /// When a claim taken or renewed at `now` expires.
+    #[wasm_bindgen(js_name = leaseExpiresAt)]
+    pub fn lease_expires_at(&self, now: f64) -> JsResult<f64> {
+        json::outbox::lease_expires_at(&self.0, now).map(|t| t as f64).map_err(throw)
+    }
+
+    /// `{"verdict":"run"}`, or dead when the claim is past `maxAttempts`.
+    pub fn admit(&self, attempts: f64) -> JsResult<String> {
+        json::outbox::admit(&self.0, attempts).map_err(throw)
+    }
+
+    /// A handler's result (JSON text) in; the verdict to record out.
+    pub fn classify(&self, request: &str) -> JsResult<String> {
+        json::outbox::classify(&self.0, request).map_err(throw)
+    }
+}
+
+/// `new OutboxPolicy(options)` as a function.
+#[wasm_bindgen(js_name = compileOutboxPolicy)]
+pub fn compile_outbox_policy(options: JsValue) -> JsResult<CompiledOutboxPolicy> {
+    CompiledOutboxPolicy::new(options)
+}
+
+// The policy as text, re-read on every call: kept for callers that hold the
+// text (the JS consumer until it moves to `OutboxPolicy`).
+
 /// The policy's settings (absent ones defaulted) as JSON text; the consumer
 /// passes this text back to the functions below.
 #[wasm_bindgen(js_name = outboxPolicy)]
 pub fn outbox_policy(options: JsValue) -> JsResult<String> {
-    let options = as_record(&options, "outbox options").map_err(throw)?;
-    match options {
-        Some(source) => crate::outbox::policy_json(&source),
-        None => crate::outbox::policy_json(&serde_json::Map::new()),
-    }
-    .map_err(throw)
+    policy_of(&options).map(|policy| json::outbox::settings_json(&policy)).map_err(throw)
 }
 
 /// `{"operationId", "attempt"}` (JSON text) in; `{"attempt", "ceilingMs", "delayMs"}` out.
 #[wasm_bindgen(js_name = outboxBackoff)]
 pub fn outbox_backoff(policy: &str, request: &str) -> JsResult<String> {
-    crate::outbox::backoff_json(policy, request).map_err(throw)
+    json::outbox::backoff_json(policy, request).map_err(throw)
 }
 
 /// When a claim taken or renewed at `now` expires.
 #[wasm_bindgen(js_name = outboxLeaseExpiresAt)]
 pub fn outbox_lease_expires_at(policy: &str, now: f64) -> JsResult<f64> {
-    crate::outbox::lease_expires_at_args(policy, now).map(|t| t as f64).map_err(throw)
+    json::outbox::lease_expires_at_args(policy, now).map(|t| t as f64).map_err(throw)
 }
 
 /// Whether a stored operation may be claimed at `now`.
 #[wasm_bindgen(js_name = outboxClaimable)]
 pub fn outbox_claimable(status: &str, next_attempt_at: f64, lease_expires_at: Option<f64>, now: f64) -> JsResult<bool> {
-    crate::outbox::claimable_args(status, next_attempt_at, lease_expires_at, now).map_err(throw)
+    json::outbox::claimable_args(status, next_attempt_at, lease_expires_at, now).map_err(throw)
 }
 
 /// `{"verdict":"run"}`, or dead when the claim is past `maxAttempts`.
 #[wasm_bindgen(js_name = outboxAdmit)]
 pub fn outbox_admit(policy: &str, attempts: f64) -> JsResult<String> {
-    crate::outbox::admit_json(policy, attempts).map_err(throw)
+    json::outbox::admit_json(policy, attempts).map_err(throw)
 }
 
 /// A handler's result (JSON text) in; the verdict to record out.
 #[wasm_bindgen(js_name = outboxClassify)]
 pub fn outbox_classify(policy: &str, request: &str) -> JsResult<String> {
-    crate::outbox::classify_json(policy, request).map_err(throw)
+    json::outbox::classify_json(policy, request).map_err(throw)
 }

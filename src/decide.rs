@@ -5,8 +5,8 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::error::{Error, Result};
-use crate::event::{truncate, validate, Event};
+use crate::error::{truncate, Error, Result};
+use crate::event::{validate, Event};
 use crate::field::FieldKind;
 use crate::fingerprint::{fingerprint, PREFIX};
 use crate::input::{Input, Source};
@@ -44,6 +44,32 @@ pub struct Receipt {
     pub event_type: String,
     pub outcome: Outcome,
     pub rule_set: RuleSetRef,
+    pub result: ReceiptResult,
+}
+
+/// What the first delivery produced beyond its outcome, kept with the receipt
+/// so a duplicate can answer what the first one did: the operations it
+/// scheduled and the workflow's status and revision after it (`None` unless
+/// the outcome is applied).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReceiptResult {
+    pub operation_ids: Vec<String>,
+    pub status: Option<String>,
+    pub revision: Option<u64>,
+}
+
+/// A duplicate's answer: what the first delivery of its event id produced,
+/// read back from the stored receipt. `decided_at` is the receipt's
+/// `recordedAt` (integer ms), `None` when the host passed none.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Original {
+    pub outcome: Outcome,
+    pub operation_ids: Vec<String>,
+    pub status: Option<String>,
+    pub revision: Option<u64>,
+    pub decided_at: Option<u64>,
 }
 
 /// The status and revision the workflow must still have for the write to apply.
@@ -93,6 +119,10 @@ pub struct Decision {
     pub event_type: String,
     pub fingerprint: String,
     pub write_set: WriteSet,
+    /// Only on duplicate-delivery, and only when the stored receipt carries a
+    /// `result` (receipts written before it existed do not): left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub original: Option<Original>,
 }
 
 /// A stored workflow as far as a decision needs it.
@@ -189,6 +219,7 @@ pub fn decide_valid(
         event_type: event.type_name(rule_set).to_string(),
         fingerprint: fp,
         write_set: WriteSet { receipt: None, workflow: None, outbox: Vec::new() },
+        original: None,
     };
 
     if let Some(receipt) = receipt {
@@ -213,6 +244,7 @@ pub fn decide_valid(
                 fingerprint: decision.fingerprint,
             });
         }
+        decision.original = stored_original(receipt)?;
         return Ok(decision);
     }
 
@@ -267,8 +299,88 @@ pub fn decide_valid(
         event_type: decision.event_type.clone(),
         outcome: decision.outcome,
         rule_set: RuleSetRef { id: rule_set.id.clone(), version: rule_set.version, hash: rule_set.hash.clone() },
+        result: ReceiptResult {
+            operation_ids: decision.write_set.outbox.iter().map(|op| op.id.clone()).collect(),
+            status: decision.write_set.workflow.as_ref().and_then(|w| w.set.get("status")?.as_str().map(str::to_string)),
+            revision: decision.write_set.workflow.as_ref().and_then(|w| w.set.get("revision")?.as_u64()),
+        },
     });
     Ok(decision)
+}
+
+/// The longest stored `result` read back: far more than 32 operation ids of
+/// 512 bytes each, far less than anything that could hurt.
+const MAX_RESULT_BYTES: usize = 64 * 1024;
+
+fn whole(value: &Value) -> Option<u64> {
+    value.as_u64().filter(|n| *n <= MAX_SAFE_INTEGER)
+}
+
+/// The first delivery's result from a stored receipt: `None` when the receipt
+/// has no `result` (written before receipts kept one); INVALID_RECORD naming
+/// the field when what is there is not what this version writes.
+fn stored_original(receipt: &dyn Source) -> Result<Option<Original>> {
+    let text = match receipt.json_text("result") {
+        Input::Absent | Input::Null => return Ok(None),
+        Input::Text(text) if text.len() <= MAX_RESULT_BYTES => text,
+        Input::Text(_) | Input::TooLong { .. } => {
+            return Err(record_error("receipt", "result", format!("is longer than {MAX_RESULT_BYTES} bytes")))
+        }
+        other => return Err(record_error("receipt", "result", format!("must be an object, not {}", other.kind()))),
+    };
+    let bad = |reason: &str| record_error("receipt", "result", reason.to_string());
+    let result = match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(map)) => map,
+        _ => return Err(bad("must be a JSON object")),
+    };
+    let operation_ids = match result.get("operationIds") {
+        Some(Value::Array(ids)) => ids
+            .iter()
+            .map(|id| id.as_str().filter(|id| !id.is_empty()).map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad("operationIds must hold non-empty strings"))?,
+        _ => return Err(bad("operationIds must be an array")),
+    };
+    let status = match result.get("status") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(status)) => Some(status.clone()),
+        Some(_) => return Err(bad("status must be a string or null")),
+    };
+    let revision = match result.get("revision") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(whole(value).ok_or_else(|| bad("revision must be a whole number from 0 to 2^53 - 1 or null"))?),
+    };
+    let outcome = match receipt.field("outcome") {
+        Input::Text(text) if text == "applied" => Outcome::Applied,
+        Input::Text(text) if text == "already-applied" => Outcome::AlreadyApplied,
+        Input::Text(text) if text == "stale" => Outcome::Stale,
+        other => {
+            return Err(record_error(
+                "receipt",
+                "outcome",
+                format!("must be applied, already-applied or stale, not {}", describe(&other)),
+            ))
+        }
+    };
+    let decided_at = match receipt.field("recordedAt") {
+        Input::Absent | Input::Null => None,
+        Input::Number(n) if n.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER as f64).contains(&n) => Some(n as u64),
+        other => {
+            return Err(record_error(
+                "receipt",
+                "recordedAt",
+                format!("must be a whole number from 0 to 2^53 - 1, not {}", other.kind()),
+            ))
+        }
+    };
+    Ok(Some(Original { outcome, operation_ids, status, revision, decided_at }))
+}
+
+fn describe(input: &Input) -> String {
+    match input {
+        Input::Text(text) => format!("{:?}", truncate(text)),
+        other => other.kind().to_string(),
+    }
 }
 
 fn apply(
@@ -316,29 +428,4 @@ fn apply(
         });
     }
     Ok(())
-}
-
-/// What the seed's `planDepositConfirmation` answered: `advance` or
-/// `already-applied` for a DEPOSIT_CONFIRMED event under `deposit-swap`.
-pub fn plan_deposit_confirmation(
-    event: &dyn Source,
-    workflow: Option<&dyn Source>,
-) -> Result<&'static str> {
-    // The seed's rules are deposit-swap v1: no jump from waiting to exchange.
-    let rule_set = RuleSet::builtin_version("deposit-swap", Some(1))?;
-    let event = validate(rule_set, event)?;
-    if event.type_name(rule_set) != "DEPOSIT_CONFIRMED" {
-        return Err(Error::InvalidEvent {
-            field: "type".into(),
-            reason: "must be \"DEPOSIT_CONFIRMED\"".into(),
-            event_id: Some(event.event_id.clone()),
-        });
-    }
-    let decision = decide_valid(rule_set, &event, None, workflow)?;
-    Ok(match decision.outcome {
-        Outcome::Applied => "advance",
-        Outcome::AlreadyApplied => "already-applied",
-        Outcome::Stale => "stale",
-        Outcome::DuplicateDelivery => "duplicate-delivery",
-    })
 }

@@ -1,6 +1,6 @@
 //! Validation of an incoming event against a rule set's event types.
 
-use crate::error::{Error, Result};
+use crate::error::{truncate, Error, Result};
 use crate::field::FieldKind;
 use crate::input::{Input, Source};
 use crate::ruleset::RuleSet;
@@ -61,14 +61,6 @@ pub fn validate(rule_set: &RuleSet, event: &dyn Source) -> Result<Event> {
 
 fn invalid(field: &str, reason: String, event_id: Option<&str>) -> Error {
     Error::InvalidEvent { field: field.to_string(), reason, event_id: event_id.map(str::to_string) }
-}
-
-/// Error messages quote at most 64 characters of a caller's string.
-pub fn truncate(text: &str) -> String {
-    match text.char_indices().nth(64) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
-    }
 }
 
 impl Event {

@@ -38,11 +38,27 @@ impl Input {
 /// Something with named properties: an event, a stored receipt or a workflow.
 pub trait Source {
     fn field(&self, name: &str) -> Input;
+
+    /// A structured member (an object or an array) as its JSON text, for the
+    /// few record fields that are not scalars (a receipt's `result`); any other
+    /// value as [`Source::field`] reads it. A binding that cannot serialize
+    /// says so with `Input::Other`, which a reader refuses like any bad value.
+    fn json_text(&self, name: &str) -> Input {
+        self.field(name)
+    }
 }
 
 impl Source for Map<String, Value> {
     fn field(&self, name: &str) -> Input {
         match self.get(name) {
+            None => Input::Absent,
+            Some(value) => from_json(value),
+        }
+    }
+
+    fn json_text(&self, name: &str) -> Input {
+        match self.get(name) {
+            Some(value @ (Value::Object(_) | Value::Array(_))) => Input::Text(value.to_string()),
             None => Input::Absent,
             Some(value) => from_json(value),
         }

@@ -7,6 +7,7 @@
 //! talks to JavaScript.
 
 pub mod batch;
+pub mod compat;
 pub mod decide;
 pub mod error;
 pub mod event;

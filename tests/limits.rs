@@ -74,9 +74,9 @@ fn a_definition_at_every_count_limit_loads() {
         { "on": "*", "in": "*", "guard": field_names, "then": { "outcome": "already-applied" } }
     ]);
     let rule_set = load_unverified(&definition).expect("a definition at the limits is well-formed");
-    assert_eq!(rule_set.statuses.len(), limits::MAX_STATUSES);
-    assert_eq!(rule_set.events.len(), limits::MAX_EVENT_TYPES);
-    assert_eq!(rule_set.fields.len(), limits::MAX_FIELDS);
+    assert_eq!(rule_set.statuses().len(), limits::MAX_STATUSES);
+    assert_eq!(rule_set.events().len(), limits::MAX_EVENT_TYPES);
+    assert_eq!(rule_set.fields().len(), limits::MAX_FIELDS);
 }
 
 #[test]
@@ -85,7 +85,7 @@ fn a_rule_naming_the_same_pair_twice_answers_it_once() {
     definition["rules"][1]["on"] = json!(["*", "SHIPMENT_REQUESTED", "*"]);
     definition["rules"][1]["in"] = json!(["shipping", "*", "shipping"]);
     let rule_set = load(&definition.to_string()).expect("duplicates in a list are harmless");
-    assert_eq!(rule_set.cells[0][1], vec![1]);
+    assert_eq!(rule_set.rule_for(0, 1).map(|rule| rule.origin.as_str()), Ok("rules[1]"));
 }
 
 #[test]

@@ -22,6 +22,7 @@ const FINGERPRINT: &str = include_str!("vectors/fingerprint.json");
 const VALIDATION: &str = include_str!("vectors/validation.json");
 const DECISIONS: &str = include_str!("vectors/decisions.json");
 const RULESETS: &str = include_str!("vectors/rulesets.json");
+const OUTBOX: &str = include_str!("vectors/outbox.json");
 
 // ------------------------------------------------------------------ helpers
 
@@ -91,14 +92,19 @@ fn record(value: &Value) -> Option<Option<&Map<String, Value>>> {
 /// The full decision a case expects, from its event and `expect`.
 fn expected_decision(case: &Value) -> Value {
     let (event, expect) = (&case["event"], &case["expect"]);
-    json!({
+    let mut decision = json!({
         "outcome": expect["outcome"],
         "eventId": event["eventId"],
         "workflowId": event["workflowId"],
         "eventType": event["type"],
         "fingerprint": expect["fingerprint"],
         "writeSet": expect["writeSet"],
-    })
+    });
+    // Only a duplicate whose stored receipt carries a result has an `original`.
+    if let Some(original) = expect.get("original") {
+        decision["original"] = original.clone();
+    }
+    decision
 }
 
 fn check_decision(case: &Value, result: Result<Value, Error>, via: &str) {
@@ -283,7 +289,7 @@ fn decision_vectors_cover_every_cell_and_row_of_each_deposit_swap_version() {
             .filter(|c| c["ruleSetVersion"] == version)
             .collect();
         let mut cells = 0;
-        for event in &rules.events {
+        for event in rules.events() {
             for state in 0..rules.state_count() {
                 let wanted = format!("{} in {}: ", event.name, rules.state_name(state));
                 let named = cases.iter().filter(|c| name(c).starts_with(&wanted)).count();
@@ -319,7 +325,7 @@ fn decision_vectors_cover_every_cell_and_row_of_each_deposit_swap_version() {
                 );
             }
         }
-        assert_eq!(cells, rules.events.len() * rules.state_count());
+        assert_eq!(cells, rules.events().len() * rules.state_count());
     }
 }
 
@@ -599,7 +605,7 @@ fn the_decision_table_prints_one_row_per_rule_and_event_type() {
     for row in table::rows(rules) {
         cells += row.states.len();
     }
-    assert_eq!(cells, rules.events.len() * rules.state_count());
+    assert_eq!(cells, rules.events().len() * rules.state_count());
 }
 
 // ---------------------------------------------------------------------- JCS
@@ -684,7 +690,7 @@ fn seed_workflow(status: &str) -> Value {
 
 #[test]
 fn plan_deposit_confirmation_answers_as_the_seed_did() {
-    use idemflow::decide::plan_deposit_confirmation as plan;
+    use idemflow::compat::plan_deposit_confirmation as plan;
     let event = seed_event();
     let event = object(&event);
     let plan_in = |status: &str| {
@@ -1248,4 +1254,56 @@ fn a_receipt_stored_under_another_event_id_is_an_invalid_argument_not_a_duplicat
     let same = json!({ "eventId": event["eventId"], "fingerprint": fp });
     let decision = decide(rules, object(&event), Some(object(&same) as &dyn idemflow::input::Source), None).unwrap();
     assert_eq!(decision.outcome, Outcome::DuplicateDelivery);
+}
+
+// ------------------------------------------------------------ outbox claims
+
+/// A stored time as the core takes it: whole milliseconds, 0 to 2^53 - 1.
+fn stored_time(value: &Value) -> u64 {
+    let time = value.as_u64().expect("a time is a whole number");
+    assert!(time <= idemflow::jcs::MAX_SAFE_INTEGER, "a time fits a JS number exactly");
+    time
+}
+
+#[test]
+fn outbox_claim_vectors_through_claimable() {
+    use idemflow::outbox::{claimable, Status};
+    for case in cases(OUTBOX) {
+        let operation = &case["operation"];
+        let status = Status::parse(operation["status"].as_str().unwrap()).expect("a known status");
+        let next_attempt_at = stored_time(&operation["nextAttemptAt"]);
+        let lease_expires_at = match &operation["leaseExpiresAt"] {
+            Value::Null => None,
+            time => Some(stored_time(time)),
+        };
+        let answer = claimable(status, next_attempt_at, lease_expires_at, stored_time(&case["now"]));
+        match (answer, case.get("error")) {
+            (Ok(claimable), None) => assert_eq!(Value::Bool(claimable), case["claimable"], "{}", name(&case)),
+            (Err(error), Some(expected)) => {
+                assert_eq!(error.code(), expected["code"], "{}", name(&case));
+                assert_eq!(error.details()["field"], expected["field"], "{}", name(&case));
+                assert_eq!(case["claimable"], false, "{}: a refused record is never claimed", name(&case));
+            }
+            (answer, expected) => panic!("{}: expected {expected:?}, got {answer:?}", name(&case)),
+        }
+    }
+}
+
+#[test]
+fn outbox_claim_vectors_cover_every_status_and_both_edges() {
+    let all = cases(OUTBOX);
+    let with = |status: &str, claimable: bool| {
+        all.iter().filter(|c| c["operation"]["status"] == status && c["claimable"] == claimable && c.get("error").is_none()).count()
+    };
+    for status in ["pending", "claimed"] {
+        assert!(with(status, true) > 0 && with(status, false) > 0, "{status}: both answers");
+    }
+    for status in ["done", "dead"] {
+        assert!(with(status, false) > 0 && with(status, true) == 0, "{status}: never claimable");
+    }
+    // The boundary itself: the time a case is due or expires at equals now.
+    let at_now = |key: &str| all.iter().any(|c| c["operation"][key] == c["now"] && c["claimable"] == true);
+    assert!(at_now("nextAttemptAt") && at_now("leaseExpiresAt"), "equal times are claimable");
+    let max = json!(idemflow::jcs::MAX_SAFE_INTEGER);
+    assert!(all.iter().any(|c| c["now"] == max), "a case at 2^53 - 1");
 }

@@ -17,6 +17,7 @@ const FINGERPRINT: &str = include_str!("vectors/fingerprint.json");
 const VALIDATION: &str = include_str!("vectors/validation.json");
 const DECISIONS: &str = include_str!("vectors/decisions.json");
 const RULESETS: &str = include_str!("vectors/rulesets.json");
+const OUTBOX: &str = include_str!("vectors/outbox.json");
 
 // ------------------------------------------------------------------ helpers
 
@@ -117,10 +118,14 @@ fn expect_err<T>(label: &str, result: Result<T, JsValue>) -> JsValue {
 
 fn expected_decision(case: &Value) -> Value {
     let (event, expect) = (&case["event"], &case["expect"]);
-    json!({
+    let mut decision = json!({
         "outcome": expect["outcome"], "eventId": event["eventId"], "workflowId": event["workflowId"],
         "eventType": event["type"], "fingerprint": expect["fingerprint"], "writeSet": expect["writeSet"],
-    })
+    });
+    if let Some(original) = expect.get("original") {
+        decision["original"] = original.clone();
+    }
+    decision
 }
 
 fn check_decision(case: &Value, result: Result<String, JsValue>, via: &str) {
@@ -692,4 +697,153 @@ fn an_own_getter_is_read_and_one_that_throws_is_a_coded_error() {
     Reflect::set(&descriptor, &"get".into(), &getter).unwrap();
     Object::define_property(event.unchecked_ref::<Object>(), &"depositRef".into(), &descriptor);
     assert_eq!(binding::fingerprint(&rules, event).map_err(|_| ()).unwrap(), SEED_FINGERPRINT);
+}
+
+// ------------------------------------------------------------ outbox policy
+
+/// The options objects the handle and the free functions are compared under.
+fn outbox_options() -> Vec<JsValue> {
+    vec![
+        JsValue::UNDEFINED,
+        JsValue::NULL,
+        js(&json!({})),
+        js(&json!({ "maxAttempts": 3, "baseDelayMs": 50, "maxDelayMs": 400, "leaseMs": 900 })),
+        js(&json!({ "baseDelayMs": 600000 })),
+        js(&json!({ "maxAttempts": 1, "leaseMs": 1 })),
+    ]
+}
+
+/// Both answered alike: the same value, or the same code, disposition, message and details.
+fn same_answer<T: PartialEq + std::fmt::Debug>(label: &str, handle: Result<T, JsValue>, free: Result<T, JsValue>) {
+    match (handle, free) {
+        (Ok(a), Ok(b)) => assert_eq!(a, b, "{label}"),
+        (Err(a), Err(b)) => {
+            let (a, b) = (thrown(label, a), thrown(label, b));
+            assert!(!a.code.is_empty(), "{label}: a coded error");
+            assert_eq!(
+                (a.code, a.disposition, a.message, a.details),
+                (b.code, b.disposition, b.message, b.details),
+                "{label}"
+            );
+        }
+        (a, b) => panic!("{label}: the handle answered {a:?}, the free function {b:?}"),
+    }
+}
+
+#[wasm_bindgen_test]
+fn the_outbox_policy_handle_answers_as_the_free_functions() {
+    let backoffs = [
+        r#"{"operationId":"start-exchange:swap-42","attempt":1}"#,
+        r#"{"operationId":"start-exchange:swap-42","attempt":3}"#,
+        r#"{"operationId":"send-payout:swap-42","attempt":64}"#,
+        r#"{"operationId":"op","attempt":0}"#,
+        r#"{"operationId":"op","attempt":1.5}"#,
+        r#"{"operationId":"op"}"#,
+        r#"{"operationId":"op","attempt":1,"extra":true}"#,
+        "[]",
+        "not json",
+    ];
+    let classifies = [
+        r#"{"operationId":"op","attempt":1,"now":10,"result":{"ok":true}}"#,
+        r#"{"operationId":"op","attempt":1,"now":10,"result":{"ok":false,"message":"down"}}"#,
+        r#"{"operationId":"op","attempt":3,"now":10,"result":{"ok":false,"message":"down","disposition":"retry"}}"#,
+        r#"{"operationId":"op","attempt":2,"now":10,"result":{"ok":false,"code":"REJECTED","retryable":false}}"#,
+        r#"{"operationId":"op","attempt":5,"now":10,"result":{"ok":false,"stopping":true}}"#,
+        r#"{"operationId":"op","attempt":1,"now":9007199254740991,"result":{"ok":false}}"#,
+        r#"{"operationId":"op","attempt":1,"now":-1,"result":{"ok":true}}"#,
+        r#"{"operationId":"op","attempt":1,"now":0,"result":{"ok":"yes"}}"#,
+        "{}",
+    ];
+    let nows = [0.0, 1_000.0, 1_700_000_000_000.0, 9_007_199_254_740_991.0, -1.0, 0.5, f64::NAN, f64::INFINITY];
+    let attempts = [0.0, 1.0, 3.0, 4.0, 6.0, 1_000.0, 1.5, -1.0, f64::NAN];
+    for options in outbox_options() {
+        let label = format!("{options:?}");
+        let handle = binding::CompiledOutboxPolicy::new(options.clone()).unwrap_or_else(|_| panic!("{label}: compiles"));
+        let text = binding::outbox_policy(options.clone()).unwrap_or_else(|_| panic!("{label}: outboxPolicy"));
+        assert_eq!(handle.settings_json(), text, "{label}: settingsJson");
+        let compiled = binding::compile_outbox_policy(options).unwrap_or_else(|_| panic!("{label}: compileOutboxPolicy"));
+        assert_eq!(compiled.settings_json(), text, "{label}: compileOutboxPolicy's settingsJson");
+        for request in backoffs {
+            same_answer(&format!("{label} backoff {request}"), handle.backoff(request), binding::outbox_backoff(&text, request));
+        }
+        for request in classifies {
+            let label = format!("{label} classify {request}");
+            same_answer(&label, handle.classify(request), binding::outbox_classify(&text, request));
+        }
+        for now in nows {
+            let label = format!("{label} leaseExpiresAt {now}");
+            same_answer(&label, handle.lease_expires_at(now), binding::outbox_lease_expires_at(&text, now));
+        }
+        for n in attempts {
+            same_answer(&format!("{label} admit {n}"), handle.admit(n), binding::outbox_admit(&text, n));
+        }
+    }
+}
+
+#[wasm_bindgen_test]
+fn the_outbox_policy_handle_gives_the_pinned_answers() {
+    // The same figures as the core's own tests: the handle is not merely
+    // consistent with the free functions, it is right.
+    let handle = binding::compile_outbox_policy(JsValue::UNDEFINED).map_err(|_| ()).unwrap();
+    assert_eq!(
+        parse(&handle.settings_json()),
+        json!({ "maxAttempts": 5, "baseDelayMs": 1000, "maxDelayMs": 300000, "leaseMs": 30000, "renewEveryMs": 10000 })
+    );
+    let backoff = handle.backoff(r#"{"operationId":"start-exchange:swap-42","attempt":1}"#).map_err(|_| ()).unwrap();
+    assert_eq!(parse(&backoff), json!({ "attempt": 1, "ceilingMs": 1000, "delayMs": 479 }));
+    assert_eq!(handle.lease_expires_at(1_000.0).map_err(|_| ()).unwrap(), 31_000.0);
+    assert_eq!(handle.admit(5.0).map_err(|_| ()).unwrap(), r#"{"verdict":"run"}"#);
+    assert!(handle.admit(6.0).map_err(|_| ()).unwrap().starts_with(r#"{"verdict":"dead","reason":"claims-expired""#));
+    let done = handle.classify(r#"{"operationId":"op","attempt":1,"now":10,"result":{"ok":true}}"#);
+    assert_eq!(done.map_err(|_| ()).unwrap(), r#"{"verdict":"done"}"#);
+}
+
+#[wasm_bindgen_test]
+fn bad_outbox_options_are_the_same_coded_error_everywhere() {
+    let bad = [
+        js(&json!({ "maxAttempts": 0 })),
+        js(&json!({ "maxAttempts": "3" })),
+        js(&json!({ "leaseMs": 86400001 })),
+        js(&json!({ "baseDelayMs": 500, "maxDelayMs": 100 })),
+        js(&json!([])),
+        JsValue::from_str("{}"),
+        JsValue::from_f64(5.0),
+    ];
+    for options in bad {
+        let label = format!("{options:?}");
+        let free = expect_err(&label, binding::outbox_policy(options.clone()));
+        let expected = thrown(&label, free.clone());
+        assert_eq!(expected.code, "INVALID_ARGUMENT", "{label}: {}", expected.message);
+        assert_eq!(expected.disposition, "fatal", "{label}");
+        same_answer(&label, binding::CompiledOutboxPolicy::new(options.clone()).map(|_| ()), Err::<(), _>(free.clone()));
+        same_answer(&label, binding::compile_outbox_policy(options).map(|_| ()), Err::<(), _>(free));
+    }
+    // A getter that throws is read once and refused with a code, not a raw throw.
+    let options = js(&json!({}));
+    define_throwing_getter(&options, "leaseMs", "boom");
+    let free = expect_err("throwing getter", binding::outbox_policy(options.clone()));
+    same_answer("throwing getter", binding::compile_outbox_policy(options).map(|_| ()), Err::<(), _>(free));
+}
+
+#[wasm_bindgen_test]
+fn outbox_claim_vectors_through_outbox_claimable() {
+    for case in cases(OUTBOX) {
+        let operation = &case["operation"];
+        // Times reach the binding as JS numbers: 2^53 - 1 is exact in an f64.
+        let time = |value: &Value| value.as_f64().expect("a time is a number");
+        let answer = binding::outbox_claimable(
+            operation["status"].as_str().unwrap(),
+            time(&operation["nextAttemptAt"]),
+            operation["leaseExpiresAt"].as_f64(),
+            time(&case["now"]),
+        );
+        match (answer, case.get("error")) {
+            (Ok(claimable), None) => assert_eq!(Value::Bool(claimable), case["claimable"], "{}", name(&case)),
+            (Err(error), Some(expected)) => {
+                assert_thrown(name(&case), error, expected);
+            }
+            (Ok(claimable), Some(expected)) => panic!("{}: expected {expected}, got {claimable}", name(&case)),
+            (Err(error), None) => panic!("{}: threw {}", name(&case), thrown(name(&case), error).message),
+        }
+    }
 }

@@ -5,7 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value};
 
-use idemflow::outbox;
+use idemflow::json::outbox;
 
 #[path = "common.rs"]
 mod common;

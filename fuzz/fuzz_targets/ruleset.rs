@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
             match idemflow::RuleSet::from_value(&value) {
                 Ok(rule_set) => {
                     assert!(report.ok(), "loaded a rule set whose report fails");
-                    for event in 0..rule_set.events.len() {
+                    for event in 0..rule_set.events().len() {
                         for state in 0..rule_set.state_count() {
                             rule_set.rule_for(event, state).expect("a verified rule set answers every pair");
                         }

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::{Answer, Emit, EventType, FailCode, Field, Member, Rule, RuleSet, Status, Template, Transition};
-use crate::error::{default_disposition, Disposition, Error, Result};
+use crate::error::{default_disposition, truncate, Disposition, Error, Result};
 use crate::field::FieldKind;
 use crate::jcs::{canonical_json, hex, MAX_SAFE_INTEGER};
 use crate::limits::{
@@ -454,7 +454,7 @@ fn load_emit(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize]) -
                 &id_path,
                 format!(
                     "a recurring operation's id must be <name>:{{revision}}:{{workflowId}}, not {:?}: each emission needs its own id",
-                    crate::event::truncate(&id_template.text)
+                    truncate(&id_template.text)
                 ),
             ))
         }
@@ -492,7 +492,7 @@ fn parse_template(text: &str, path: &str) -> Result<Template> {
             path,
             format!(
                 "{:?} must be <name>:{{workflowId}} (or <name>:{{revision}}:{{workflowId}} for a recurring operation), the name of letters, digits, '-', '_' or '.' (no colon), so that no two operations share an id",
-                crate::event::truncate(text)
+                truncate(text)
             ),
         ));
     }

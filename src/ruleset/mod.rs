@@ -4,8 +4,8 @@
 //! the bad part) and then proves its properties (see `verify`).
 
 mod load;
-pub mod order;
-pub mod reorder;
+pub(crate) mod order;
+pub(crate) mod reorder;
 pub mod table;
 pub mod verify;
 
@@ -161,17 +161,17 @@ pub struct RuleSet {
     pub version: u64,
     pub description: Option<String>,
     pub hash: String,
-    pub definition: Value,
-    pub statuses: Vec<Status>,
-    pub fields: Vec<Field>,
-    pub events: Vec<EventType>,
-    pub rules: Vec<Rule>,
+    pub(crate) definition: Value,
+    pub(crate) statuses: Vec<Status>,
+    pub(crate) fields: Vec<Field>,
+    pub(crate) events: Vec<EventType>,
+    pub(crate) rules: Vec<Rule>,
     /// `cells[event][state]`: the rules that answer that pair. A verified rule
     /// set has exactly one in every cell.
-    pub cells: Vec<Vec<Vec<usize>>>,
+    pub(crate) cells: Vec<Vec<Vec<usize>>>,
     /// What the producers promise about the order of events, when the rule
     /// set claims to be reorder-safe (its `order` section).
-    pub order: Option<order::Order>,
+    pub(crate) order: Option<order::Order>,
 }
 
 impl RuleSet {
@@ -232,8 +232,27 @@ impl RuleSet {
         if let Some(loaded) = builtin.cell.get() {
             return Ok(loaded);
         }
-        let loaded = RuleSet::from_json(builtin.text)?;
+        let loaded = builtin.load(name)?;
         Ok(builtin.cell.get_or_init(|| loaded))
+    }
+
+    /// The definition as loaded (the JSON its hash is taken over).
+    pub fn definition(&self) -> &Value {
+        &self.definition
+    }
+
+    /// Read-only views: the tables are filled and cross-checked by loading,
+    /// so they are not open to change from outside the crate.
+    pub fn statuses(&self) -> &[Status] {
+        &self.statuses
+    }
+
+    pub fn fields(&self) -> &[Field] {
+        &self.fields
+    }
+
+    pub fn events(&self) -> &[EventType] {
+        &self.events
     }
 
     pub fn status_index(&self, name: &str) -> Option<usize> {
@@ -353,7 +372,32 @@ pub const BUILTIN_SUBSCRIPTION: &str = include_str!("subscription.v1.json");
 struct Builtin {
     version: u64,
     text: &'static str,
+    /// The definition hash whose properties `cargo test` proved: the test
+    /// `builtin_proofs` runs the full verification of `text` and fails until
+    /// this says its hash. A worker loads a built-in without verifying it
+    /// again, but only when its hash is this one.
+    proven_hash: &'static str,
     cell: OnceLock<RuleSet>,
+}
+
+impl Builtin {
+    /// The structure is checked as for any definition; the properties are
+    /// not proven again (that is what makes a built-in quick to start), so
+    /// a definition other than the proven one is refused.
+    fn load(&self, name: &str) -> Result<RuleSet> {
+        let rule_set = load_checked(&crate::limits::parse_definition(self.text)?)?;
+        if rule_set.hash != self.proven_hash {
+            return Err(Error::RuleSetInvalid {
+                path: "$".into(),
+                reason: format!(
+                    "built-in rule set {name} v{} has hash {}, not the proven {}: run cargo test, which proves it and says the hash to record",
+                    self.version, rule_set.hash, self.proven_hash
+                ),
+                report: None,
+            });
+        }
+        Ok(rule_set)
+    }
 }
 
 struct BuiltinVersions {
@@ -381,11 +425,13 @@ static DEPOSIT_SWAP_VERSIONS: [Builtin; 2] = [
     Builtin {
         version: 1,
         text: BUILTIN_DEPOSIT_SWAP_V1,
+        proven_hash: "sha256:0a586df9ceaa903be56dca1d1e892be725d0a675262020f02d3b0abc90ef664f",
         cell: OnceLock::new(),
     },
     Builtin {
         version: 2,
         text: BUILTIN_DEPOSIT_SWAP,
+        proven_hash: "sha256:5eeb4135240c8f3407ce347771b275987e9e8e1753d02197e50ae31ed1bfb624",
         cell: OnceLock::new(),
     },
 ];
@@ -394,11 +440,13 @@ static ORDER_SHIPMENT_VERSIONS: [Builtin; 2] = [
     Builtin {
         version: 1,
         text: BUILTIN_ORDER_SHIPMENT_V1,
+        proven_hash: "sha256:aa3f81f97c957ad6dd8c5d44942b8220d84891ad08b3a1a1e3f2ea5eea6e2955",
         cell: OnceLock::new(),
     },
     Builtin {
         version: 2,
         text: BUILTIN_ORDER_SHIPMENT,
+        proven_hash: "sha256:ce47e0b168bd926e68ae7ad04ec085ffd61ab4ddb2a1ed8b830d2e51b5cd7785",
         cell: OnceLock::new(),
     },
 ];
@@ -406,5 +454,9 @@ static ORDER_SHIPMENT_VERSIONS: [Builtin; 2] = [
 static SUBSCRIPTION_VERSIONS: [Builtin; 1] = [Builtin {
     version: 1,
     text: BUILTIN_SUBSCRIPTION,
+    proven_hash: "sha256:befe7a6db2c7ae1e2605c8fbcdcb2b9ee7a1bcd94dc80f09c770f81daa39e4fb",
     cell: OnceLock::new(),
 }];
+
+#[cfg(test)]
+mod builtin_proofs;

@@ -42,7 +42,9 @@ pub struct Follows {
     pub event: usize,
     pub after: After,
     /// Field indices that identify the shared fact (documentation for the
-    /// reader; every field both events carry).
+    /// reader; every field both events carry). Loaded and checked; no
+    /// property reads it yet.
+    #[allow(dead_code)]
     pub same: Vec<usize>,
 }
 

@@ -4,7 +4,7 @@
 This script reads the rule-set definition (src/ruleset/deposit-swap.v2.json)
 and interprets it on its own: the rule that answers an (event type, status)
 pair, its guard, what an applied transition records, clears and emits, the
-revision step, the receipt. Fingerprints and the rule-set hash are SHA-256 over
+revision step, the receipt (with the result a duplicate answers). Fingerprints and the rule-set hash are SHA-256 over
 canonical JSON written here with Python's json module.
 
     python3 tests/vectors/generate_v2_decisions.py           # check decisions.json
@@ -186,6 +186,12 @@ class Definition:
             "eventType": event_type,
             "outcome": outcome,
             "ruleSet": {"id": self.id, "version": self.version, "hash": self.hash},
+            # What this delivery produced, for a later duplicate to answer with.
+            "result": {
+                "operationIds": [op["id"] for op in outbox],
+                "status": None if write_workflow is None else write_workflow["set"]["status"],
+                "revision": None if write_workflow is None else write_workflow["set"]["revision"],
+            },
         }
         return {"outcome": outcome, "fingerprint": fp,
                 "writeSet": {"receipt": receipt, "workflow": write_workflow, "outbox": outbox}}

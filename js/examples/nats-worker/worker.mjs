@@ -19,6 +19,7 @@
 import { connect, headers } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { createDeliveryHandler } from 'idemflow';
+import { createBatcher } from '../shared/batcher.mjs';
 import { log, openStore } from '../shared/store.mjs';
 import { ensureStream, streamNames } from './topology.mjs';
 
@@ -49,39 +50,48 @@ async function publishCopy(subject, message, error) {
 
 let inFlight = 0;
 
-async function onMessage(message) {
-  inFlight += 1;
+/** Carries out one verdict on its message. */
+async function settle(message, verdict, attempt) {
+  switch (verdict.action) {
+    case 'ack':
+      message.ack();
+      break;
+    case 'retry':
+      message.nak(verdict.retryAfterMs);
+      break;
+    case 'dead-letter':
+      await publishCopy(names.dead, message, verdict.error);
+      message.term(); // (a reason argument needs NATS server 2.10)
+      break;
+    case 'park':
+      await publishCopy(names.parked, message, verdict.error);
+      message.ack();
+      break;
+  }
+  const error = verdict.error
+    ? { code: verdict.error.code, field: verdict.error.details.field, reason: verdict.error.details.reason }
+    : {};
+  log({ role: 'worker', action: verdict.action, outcome: verdict.outcome, ...error, seq: message.seq, attempt, inFlight });
+}
+
+/** One batch: one transaction for its events (handle.batch), then each message settled in order. */
+async function onBatch(batch) {
   try {
-    const attempt = message.info.deliveryCount;
-    const verdict = await handle(message.data, { attempt });
-    switch (verdict.action) {
-      case 'ack':
-        message.ack();
-        break;
-      case 'retry':
-        message.nak(verdict.retryAfterMs);
-        break;
-      case 'dead-letter':
-        await publishCopy(names.dead, message, verdict.error);
-        message.term(); // (a reason argument needs NATS server 2.10)
-        break;
-      case 'park':
-        await publishCopy(names.parked, message, verdict.error);
-        message.ack();
-        break;
-    }
-    const error = verdict.error
-      ? { code: verdict.error.code, field: verdict.error.details.field, reason: verdict.error.details.reason }
-      : {};
-    log({ role: 'worker', action: verdict.action, outcome: verdict.outcome, ...error, seq: message.seq, attempt, inFlight });
+    const attempts = batch.map((message) => message.info.deliveryCount);
+    const verdicts = await handle.batch(batch.map((message) => message.data), { attempts });
+    for (const [i, message] of batch.entries()) await settle(message, verdicts[i], attempts[i]);
   } catch (error) {
     // Fatal (or a bug): stop without acknowledging; JetStream redelivers after ack_wait.
     log({ role: 'worker', action: 'stop', error: String(error?.message ?? error), disposition: error?.disposition ?? null });
     process.exit(1);
   } finally {
-    inFlight -= 1;
+    inFlight -= batch.length;
+    for (let i = 0; i < batch.length; i += 1) slots.shift()?.();
   }
 }
+
+const slots = [];
+const batcher = createBatcher({ size: PREFETCH, run: onBatch });
 
 const messages = await consumer.consume({ max_messages: PREFETCH });
 log({ role: 'worker', event: 'started', stream: names.stream });
@@ -94,9 +104,9 @@ process.once('SIGTERM', async () => {
   process.exit(0);
 });
 
-// At most PREFETCH messages handled at once.
-const slots = [];
+// At most PREFETCH messages held at once; a full window goes as one batch.
 for await (const message of messages) {
   while (inFlight >= PREFETCH) await new Promise((resolve) => slots.push(resolve));
-  onMessage(message).finally(() => slots.shift()?.());
+  inFlight += 1;
+  batcher.push(message);
 }

@@ -1,5 +1,6 @@
-// A RabbitMQ worker: takes events from the swaps queue, runs each through the
-// delivery handler over PostgreSQL, and maps the verdict onto RabbitMQ:
+// A RabbitMQ worker: takes events from the swaps queue, runs them through the
+// delivery handler over PostgreSQL in batches (up to the prefetch window, one
+// transaction each: handle.batch), and maps each verdict onto RabbitMQ:
 //
 //   ack          channel.ack, only now that the transaction has committed
 //   retry        a copy to <base>.retry with expiration = retryAfterMs (it
@@ -18,6 +19,7 @@
 // and the store's variables (../shared/store.mjs).
 import amqp from 'amqplib';
 import { createDeliveryHandler } from 'idemflow';
+import { createBatcher } from '../shared/batcher.mjs';
 import { log, openStore } from '../shared/store.mjs';
 import { declareQueues, publishConfirmed, queueNames } from './topology.mjs';
 
@@ -46,50 +48,58 @@ function attemptOf(message) {
   return Number(headers['x-idemflow-attempt'] ?? 1) + Number(headers['x-delivery-count'] ?? 0);
 }
 
-async function onMessage(message) {
-  inFlight += 1;
+/** Carries out one verdict on its message. */
+async function settle(message, verdict, attempt) {
+  const error = verdict.error
+    ? { code: verdict.error.code, field: verdict.error.details.field, reason: verdict.error.details.reason }
+    : {};
+  switch (verdict.action) {
+    case 'ack':
+      channel.ack(message);
+      break;
+    case 'retry':
+      await publishConfirmed(channel, names.retry, message.content, {
+        expiration: String(verdict.retryAfterMs),
+        messageId: message.properties.messageId,
+        headers: { 'x-idemflow-attempt': attempt + 1, 'x-idemflow-code': verdict.error.code },
+      });
+      channel.ack(message);
+      break;
+    case 'dead-letter':
+      channel.nack(message, false, false);
+      break;
+    case 'park':
+      await publishConfirmed(channel, names.parked, message.content, {
+        messageId: message.properties.messageId,
+        headers: { 'x-idemflow-code': verdict.error.code, 'x-idemflow-error': verdict.error.message },
+      });
+      channel.ack(message);
+      break;
+  }
+  log({ role: 'worker', action: verdict.action, outcome: verdict.outcome, ...error, messageId: message.properties.messageId, attempt, inFlight });
+}
+
+/** One batch: one transaction for its events, then each message settled in order. */
+async function onBatch(messages) {
+  inFlight += messages.length;
   try {
-    const attempt = attemptOf(message);
-    const verdict = await handle(message.content, { attempt });
-    const error = verdict.error
-      ? { code: verdict.error.code, field: verdict.error.details.field, reason: verdict.error.details.reason }
-      : {};
-    switch (verdict.action) {
-      case 'ack':
-        channel.ack(message);
-        break;
-      case 'retry':
-        await publishConfirmed(channel, names.retry, message.content, {
-          expiration: String(verdict.retryAfterMs),
-          messageId: message.properties.messageId,
-          headers: { 'x-idemflow-attempt': attempt + 1, 'x-idemflow-code': verdict.error.code },
-        });
-        channel.ack(message);
-        break;
-      case 'dead-letter':
-        channel.nack(message, false, false);
-        break;
-      case 'park':
-        await publishConfirmed(channel, names.parked, message.content, {
-          messageId: message.properties.messageId,
-          headers: { 'x-idemflow-code': verdict.error.code, 'x-idemflow-error': verdict.error.message },
-        });
-        channel.ack(message);
-        break;
-    }
-    log({ role: 'worker', action: verdict.action, outcome: verdict.outcome, ...error, messageId: message.properties.messageId, attempt, inFlight });
+    const attempts = messages.map(attemptOf);
+    const verdicts = await handle.batch(messages.map((message) => message.content), { attempts });
+    for (const [i, message] of messages.entries()) await settle(message, verdicts[i], attempts[i]);
   } catch (error) {
     // Fatal (or a bug): stop without acknowledging; RabbitMQ requeues what we held.
     log({ role: 'worker', action: 'stop', error: String(error?.message ?? error), disposition: error?.disposition ?? null });
     process.exit(1);
   } finally {
-    inFlight -= 1;
+    inFlight -= messages.length;
   }
 }
 
+const batcher = createBatcher({ size: PREFETCH, run: onBatch });
+
 await channel.consume(names.main, (message) => {
   if (message === null) process.exit(1); // the queue was deleted: nothing more will come
-  onMessage(message);
+  batcher.push(message);
 }, { noAck: false });
 log({ role: 'worker', event: 'started', queue: names.main });
 

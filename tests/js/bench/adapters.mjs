@@ -7,7 +7,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { MONGODB_URL, MYSQL_URL, PG_URL, hasNodeSqlite, openPglite, openStore, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { BACKENDS, openPglite, openStore, tablesFor, tempDir, uniquePrefix, writeBenchJson } from '../workers/backends.mjs';
 
 const WORKFLOWS = Number(process.env.BENCH_WORKFLOWS ?? 1500);
 const ROUNDS = 8;
@@ -205,7 +205,11 @@ async function measure(name, openIdemflow, openHand) {
   const line = `${name.padEnd(44)} idemflow ${fmt(rate(time.idemflow))} events/s   hand-written SQL ${fmt(rate(time.hand))} events/s`
     + `   ratio ${(rate(time.idemflow) / rate(time.hand)).toFixed(2)}   (${events.length} events each: 1/3 applied, 1/3 duplicate, 1/3 already-applied)`;
   console.log(line);
+  figures[name] = { idemflow: Math.round(rate(time.idemflow)), handWritten: Math.round(rate(time.hand)), ratio: Number((rate(time.idemflow) / rate(time.hand)).toFixed(2)) };
 }
+
+/** What each measurement found, written to target/bench.json (key "perEvent") at the end. */
+const figures = {};
 
 const fmt = (n) => Math.round(n).toLocaleString('en-US').padStart(7);
 
@@ -250,49 +254,65 @@ async function serverContenders(kind, label, transactionsOf, mark) {
   await measure(label, open(true), open(false));
 }
 
-console.log(`idemflow store.process vs a hand-written handler (the cost floor), one connection, sequential, ${WORKFLOWS} workflows`);
-try {
-  await sqliteContenders('sqlite', 'SQLite file (better-sqlite3, WAL, NORMAL)');
-} catch (error) {
-  // e.g. under the Node 22 binary, where the better-sqlite3 build for Node 20 does not load
-  console.log(`SQLite file (better-sqlite3): skipped (${String(error.cause?.message ?? error.message).split('\n')[0]})`);
-}
-if (hasNodeSqlite()) await sqliteContenders('sqlite-node', 'SQLite file (node:sqlite, WAL, NORMAL)');
-
-const pglite = await openPglite();
-const pgliteOpen = (withIdemflow) => async () => {
-  const tables = tablesFor(uniquePrefix());
-  const helper = pglite.open(tables);
-  await helper.store.migrate();
-  const sql = statements(tables, (i) => `$${i}`);
-  const transaction = pgliteTransactions(pglite.db);
-  return {
-    store: helper.store,
-    handle: withIdemflow ? async (event) => (await helper.store.process(event)).outcome : (event) => transaction((q) => handWritten(q, sql, event, Date.now())),
-    close: async () => {},
-  };
-};
-await measure('PostgreSQL via PGlite (in process)', pgliteOpen(true), pgliteOpen(false));
-await pglite.close();
-
-if (PG_URL) await serverContenders('pg', 'PostgreSQL server (pg Pool)', pgTransactions, (i) => `$${i}`);
-else console.log('PostgreSQL server: skipped (set IDEMFLOW_PG_URL)');
-if (MYSQL_URL) await serverContenders('mysql', 'MariaDB/MySQL server (mysql2 Pool)', mysqlTransactions, () => '?');
-else console.log('MariaDB/MySQL server: skipped (set IDEMFLOW_MYSQL_URL)');
-if (MONGODB_URL) {
-  const open = (withIdemflow) => async () => {
-    const tables = tablesFor(uniquePrefix());
-    const helper = await openStore('mongodb', { tables });
-    await helper.store.migrate();
-    const transaction = mongoTransactions(helper.store.client, helper.store.db, tables);
-    return {
-      store: helper.store,
-      handle: withIdemflow ? async (event) => (await helper.store.process(event)).outcome
-        : (event) => transaction((session) => handWrittenMongo(helper.store.db, tables, session, event, Date.now())),
-      close: async () => { await helper.drop(); await helper.close(); },
+// A hand-written handler per backend of workers/backends.mjs: a backend
+// without one is listed, not measured.
+const HAND_WRITTEN = {
+  sqlite: () => sqliteContenders('sqlite', 'SQLite file (better-sqlite3, WAL, NORMAL)'),
+  'sqlite-node': () => sqliteContenders('sqlite-node', 'SQLite file (node:sqlite, WAL, NORMAL)'),
+  pglite: async () => {
+    const pglite = await openPglite();
+    const pgliteOpen = (withIdemflow) => async () => {
+      const tables = tablesFor(uniquePrefix());
+      const helper = pglite.open(tables);
+      await helper.store.migrate();
+      const sql = statements(tables, (i) => `$${i}`);
+      const transaction = pgliteTransactions(pglite.db);
+      return {
+        store: helper.store,
+        handle: withIdemflow ? async (event) => (await helper.store.process(event)).outcome : (event) => transaction((q) => handWritten(q, sql, event, Date.now())),
+        close: async () => {},
+      };
     };
-  };
-  await measure('MongoDB (replica set)', open(true), open(false));
-} else {
-  console.log('MongoDB: skipped (set IDEMFLOW_MONGODB_URL to a replica set)');
+    await measure('PostgreSQL via PGlite (in process)', pgliteOpen(true), pgliteOpen(false));
+    await pglite.close();
+  },
+  pg: () => serverContenders('pg', 'PostgreSQL server (pg Pool)', pgTransactions, (i) => `$${i}`),
+  mysql: () => serverContenders('mysql', 'MariaDB/MySQL server (mysql2 Pool)', mysqlTransactions, () => '?'),
+  mongodb: async () => {
+    const open = (withIdemflow) => async () => {
+      const tables = tablesFor(uniquePrefix());
+      const helper = await openStore('mongodb', { tables });
+      await helper.store.migrate();
+      const transaction = mongoTransactions(helper.store.client, helper.store.db, tables);
+      return {
+        store: helper.store,
+        handle: withIdemflow ? async (event) => (await helper.store.process(event)).outcome
+          : (event) => transaction((session) => handWrittenMongo(helper.store.db, tables, session, event, Date.now())),
+        close: async () => { await helper.drop(); await helper.close(); },
+      };
+    };
+    await measure('MongoDB (replica set)', open(true), open(false));
+  },
+};
+
+console.log(`idemflow store.process vs a hand-written handler (the cost floor), one connection, sequential, ${WORKFLOWS} workflows`);
+for (const backend of BACKENDS) {
+  if (!backend.durable) continue;
+  if (backend.skip) {
+    console.log(`${backend.name}: skipped (${backend.skip})`);
+    continue;
+  }
+  const contenders = HAND_WRITTEN[backend.id];
+  if (!contenders) {
+    console.log(`${backend.name}: no hand-written reference to measure against`);
+    continue;
+  }
+  try {
+    await contenders();
+  } catch (error) {
+    // e.g. under the Node 22 binary, where the better-sqlite3 build for Node 20 does not load
+    console.log(`${backend.name}: skipped (${String(error.cause?.message ?? error.message).split('\n')[0]})`);
+  }
 }
+
+writeBenchJson('perEvent', { workflows: WORKFLOWS, backends: figures });

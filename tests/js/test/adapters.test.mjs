@@ -10,9 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { InMemoryStore, IdemflowError, RuleSet, processEvent } from 'idemflow';
-import {
-  MONGODB_URL, MYSQL_URL, PG_URL, hasNodeSqlite, mongoSetRaw, openPglite, openStore, tablesFor, tempDir, uniquePrefix,
-} from '../workers/backends.mjs';
+import { BACKENDS, MYSQL_URL, PG_URL, hasNodeSqlite, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
@@ -64,6 +62,12 @@ function hooked(store, hooks) {
   };
 }
 
+/** What a duplicate of `eventId` answers: the first delivery's result, as its receipt holds it. */
+async function originalOf(h, eventId) {
+  const receipt = await h.store.getReceipt(eventId);
+  return { outcome: receipt.outcome, ...receipt.result, decidedAt: receipt.recordedAt ?? null };
+}
+
 // ---- The cases: each takes a harness h with an empty, migrated store ----------
 
 const cases = [
@@ -91,8 +95,9 @@ const cases = [
     await h.store.putWorkflow(WORKFLOW);
     await h.store.process(CONFIRMED);
     const before = await counts(h);
-    assert.deepEqual(await h.store.process(CONFIRMED), { outcome: 'duplicate-delivery' });
-    assert.deepEqual(await h.store.process({ ...CONFIRMED }), { outcome: 'duplicate-delivery' });
+    const original = await originalOf(h, CONFIRMED.eventId);
+    assert.deepEqual(await h.store.process(CONFIRMED), { outcome: 'duplicate-delivery', original });
+    assert.deepEqual(await h.store.process({ ...CONFIRMED }), { outcome: 'duplicate-delivery', original });
     assert.deepEqual(await counts(h), before);
     assert.equal((await h.store.getWorkflow('swap-42')).revision, 4);
   }],
@@ -102,9 +107,50 @@ const cases = [
     assert.equal((await h.store.process(CONFIRMED)).outcome, 'applied');
     // The worker dies here, before acknowledging; the broker redelivers to another worker.
     const restarted = await h.reopen();
-    assert.deepEqual(await restarted.process(CONFIRMED), { outcome: 'duplicate-delivery' });
+    assert.deepEqual(await restarted.process(CONFIRMED), { outcome: 'duplicate-delivery', original: await originalOf(h, CONFIRMED.eventId) });
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 1 });
     assert.deepEqual(await restarted.getWorkflow('swap-42'), { ...WORKFLOW, status: 'exchange', revision: 4 });
+  }],
+
+  ['duplicate-delivery answers what the first delivery produced: outcome, operation ids, status, revision, when', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    const first = await h.store.process(CONFIRMED);
+    const receipt = await h.store.getReceipt(CONFIRMED.eventId);
+    assert.deepEqual(receipt.result, { operationIds: ['start-exchange:swap-42'], status: 'exchange', revision: 4 });
+    const replay = await h.store.process(CONFIRMED);
+    assert.deepEqual(replay, {
+      outcome: 'duplicate-delivery',
+      original: { outcome: 'applied', operationIds: first.operationIds, status: first.status, revision: first.revision, decidedAt: receipt.recordedAt ?? null },
+    });
+    // The workflow moved on since; the duplicate still answers what its first delivery did.
+    await h.store.process({ eventId: 'exchange:done-1', workflowId: 'swap-42', type: 'EXCHANGE_COMPLETED', payoutUnits: '99000' });
+    assert.deepEqual(await h.store.process(CONFIRMED), replay);
+    // An already-applied first delivery: no status or revision of its own, no operations.
+    assert.equal((await h.store.process(confirmed('observer-b:event-9'))).outcome, 'already-applied');
+    const again = await h.store.process(confirmed('observer-b:event-9'));
+    assert.deepEqual(again.original && { ...again.original, decidedAt: null }, { outcome: 'already-applied', operationIds: [], status: null, revision: null, decidedAt: null });
+  }],
+
+  ['a receipt written before receipts kept their result still answers duplicate-delivery, original null', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    await h.store.process(CONFIRMED);
+    assert.ok(await h.corrupt('inbox', CONFIRMED.eventId, { result: null }));
+    assert.equal((await h.store.getReceipt(CONFIRMED.eventId)).result, null);
+    assert.deepEqual(await h.store.process(CONFIRMED), { outcome: 'duplicate-delivery', original: null });
+    assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 1 });
+  }],
+
+  ['a stored result that is not a result object is INVALID_RECORD, not a guess', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    await h.store.process(CONFIRMED);
+    const damaged = h.kind === 'memory' || h.kind === 'mongodb' ? { operationIds: 'start-exchange:swap-42' } : '{"operationIds":"start-exchange:swap-42"}';
+    assert.ok(await h.corrupt('inbox', CONFIRMED.eventId, { result: damaged }));
+    const error = await rejectsWith(h.store.process(CONFIRMED), 'INVALID_RECORD', 'reconcile');
+    assert.equal(error.details.field, 'result');
+    if (h.kind !== 'memory' && h.kind !== 'mongodb') {
+      assert.ok(await h.corrupt('inbox', CONFIRMED.eventId, { result: '[1]' }));
+      await rejectsWith(h.store.getReceipt(CONFIRMED.eventId), 'INVALID_RECORD');
+    }
   }],
 
   ['already-applied: a new event id for the same confirmation records only its receipt', async (h) => {
@@ -158,7 +204,7 @@ const cases = [
     });
     assert.deepEqual(await h.store.getWorkflow('order-9'), { id: 'order-9', status: 'shipping', revision: 1 });
     assert.deepEqual(await h.store.process({ ...request, eventId: 'shop:req-2' }, { ruleSet: 'order-shipment' }), { outcome: 'already-applied' });
-    assert.deepEqual(await h.store.process(request, { ruleSet: 'order-shipment' }), { outcome: 'duplicate-delivery' });
+    assert.deepEqual(await h.store.process(request, { ruleSet: 'order-shipment' }), { outcome: 'duplicate-delivery', original: await originalOf(h, request.eventId) });
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 2, outbox: 1 });
   }],
 
@@ -331,7 +377,7 @@ const cases = [
     }
     await h.store.putWorkflow(WORKFLOW);
     assert.equal((await h.store.process(CONFIRMED)).outcome, 'applied');
-    assert.deepEqual(await h.store.process(CONFIRMED), { outcome: 'duplicate-delivery' });
+    assert.deepEqual(await h.store.process(CONFIRMED), { outcome: 'duplicate-delivery', original: await originalOf(h, CONFIRMED.eventId) });
   }],
 
   ['RULESET_INVALID and INVALID_ARGUMENT: a broken rule set or an unknown name never reaches the store', async (h) => {
@@ -447,7 +493,37 @@ const durableCases = [
     const other = await h.construct({});
     await other.migrate();
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 1 });
-    assert.deepEqual(await other.process(CONFIRMED), { outcome: 'duplicate-delivery' });
+    assert.deepEqual(await other.process(CONFIRMED), { outcome: 'duplicate-delivery', original: await originalOf(h, CONFIRMED.eventId) });
+  }],
+
+  ['migrate adds the result column to tables an earlier version made, and concurrent migrations agree', async (h) => {
+    await h.store.putWorkflow(WORKFLOW);
+    await h.store.process(CONFIRMED);
+    await h.dropColumn('inbox', 'result');
+    const [a, b] = [await h.construct({}), await h.construct({})];
+    await Promise.all([a.migrate(), b.migrate(), h.store.migrate()]);
+    assert.equal((await a.getReceipt(CONFIRMED.eventId)).result, null);
+    assert.deepEqual(await b.process(CONFIRMED), { outcome: 'duplicate-delivery', original: null });
+    assert.equal((await a.process(confirmed('observer-b:event-9'))).outcome, 'already-applied');
+    assert.deepEqual((await b.getReceipt('observer-b:event-9')).result, { operationIds: [], status: null, revision: null });
+    assert.equal((await b.process(confirmed('observer-b:event-9'))).original.outcome, 'already-applied');
+    await a.migrate();
+  }],
+
+  ['withExclusiveLock: one holder at a time across connections; a held lock runs nothing and never waits', async (h) => {
+    const other = await h.construct({});
+    let release;
+    const gate = new Promise((resolve) => { release = resolve; });
+    const holding = h.store.withExclusiveLock('retention-test', () => gate.then(() => 'first'));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    let ran = false;
+    assert.deepEqual(await other.withExclusiveLock('retention-test', () => { ran = true; }), { acquired: false });
+    assert.deepEqual(await h.store.withExclusiveLock('retention-test', () => { ran = true; }), { acquired: false });
+    assert.equal(ran, false);
+    assert.deepEqual(await other.withExclusiveLock('another-lock', () => 'free'), { acquired: true, value: 'free' });
+    release();
+    assert.deepEqual(await holding, { acquired: true, value: 'first' });
+    assert.deepEqual(await other.withExclusiveLock('retention-test', () => 'second'), { acquired: true, value: 'second' });
   }],
 
   ['putWorkflow refuses a number amount, a missing id and a bad revision, and writes nothing', async (h) => {
@@ -507,6 +583,7 @@ async function durableHarness(open) {
     reopen: async () => (await connect()).store,
     count: main.count,
     rawData: main.rawData,
+    dropColumn: main.dropColumn,
     async close() {
       await main.drop();
       for (const helper of opened.reverse()) await helper.close();
@@ -557,73 +634,16 @@ function memoryHarness() {
   return { store, reopen: async () => store, corrupt, count: async (which) => snapshot()[which].size, rawData: null, close: async () => {} };
 }
 
-const suites = [
-  { id: 'memory', name: 'in-memory store', durable: false, setup: async () => ({ fresh: async () => memoryHarness(), close: async () => {} }) },
-  {
-    id: 'sqlite', name: 'SQLite file via better-sqlite3', durable: true,
+// The backends of workers/backends.mjs, each over fresh tables per case.
+const suites = BACKENDS.map((backend) => (backend.durable
+  ? {
+    ...backend,
     setup: async () => {
-      const dir = tempDir('sqlite');
-      return {
-        fresh: () => durableHarness((tables, options) => openStore('sqlite', { ...options, tables, file: path.join(dir, `${tables.inbox}.db`) })),
-        close: async () => fs.rmSync(dir, { recursive: true, force: true }),
-      };
+      const env = await backend.setup();
+      return { fresh: () => durableHarness((tables, options) => env.open(tables, options)), close: () => env.close() };
     },
-  },
-  {
-    id: 'sqlite-node', name: 'SQLite file via node:sqlite', durable: true,
-    skip: hasNodeSqlite() ? false : `node:sqlite needs Node 22.13+ (this is ${process.version}); the Node 22 run below covers it`,
-    setup: async () => {
-      const dir = tempDir('node-sqlite');
-      return {
-        fresh: () => durableHarness((tables, options) => openStore('sqlite-node', { ...options, tables, file: path.join(dir, `${tables.inbox}.db`) })),
-        close: async () => fs.rmSync(dir, { recursive: true, force: true }),
-      };
-    },
-  },
-  {
-    id: 'pglite', name: 'PostgreSQL via PGlite (in process)', durable: true,
-    setup: async () => {
-      const pglite = await openPglite();
-      return { fresh: () => durableHarness(async (tables, options) => pglite.open(tables, options)), close: () => pglite.close() };
-    },
-  },
-  {
-    id: 'pg', name: 'PostgreSQL server', durable: true,
-    skip: PG_URL ? false : 'set IDEMFLOW_PG_URL=postgres://user@host:5432/db to run the conformance suite on a PostgreSQL server',
-    setup: async () => ({ fresh: () => durableHarness((tables, options) => openStore('pg', { ...options, tables })), close: async () => {} }),
-  },
-  {
-    id: 'mysql', name: 'MariaDB/MySQL server', durable: true,
-    skip: MYSQL_URL ? false : 'set IDEMFLOW_MYSQL_URL=mysql://user@host:3306/db to run the conformance suite on MariaDB or MySQL',
-    setup: async () => ({ fresh: () => durableHarness((tables, options) => openStore('mysql', { ...options, tables })), close: async () => {} }),
-  },
-  {
-    // Runs the adapter's own code everywhere; the real driver and server run in the suite below when the URL is set.
-    id: 'mongodb-fake', name: 'MongoStore over an in-process fake of the driver (not a MongoDB server)', durable: true,
-    setup: async () => {
-      const { FakeMongoClient } = await import('../workers/mongo-fake.mjs');
-      const { MongoStore } = await import('idemflow/mongodb');
-      const client = new FakeMongoClient();
-      const open = async (tables, options) => {
-        const store = new MongoStore(client, { ...options, tables, db: 'conformance' });
-        return {
-          store,
-          count: (which) => store.db.collection(tables[which]).countDocuments(),
-          rawData: async (id) => (await store.db.collection(tables.workflows).findOne({ _id: id }))?.data ?? null,
-          setRaw: mongoSetRaw(store.db, tables),
-          drop: async () => { for (const name of Object.values(tables)) await store.db.collection(name).drop(); },
-          close: async () => {},
-        };
-      };
-      return { fresh: () => durableHarness(open), close: () => client.close() };
-    },
-  },
-  {
-    id: 'mongodb', name: 'MongoDB replica set', durable: true,
-    skip: MONGODB_URL ? false : 'no MongoDB here: set IDEMFLOW_MONGODB_URL=mongodb://host/db?replicaSet=rs0 to run the conformance suite on MongoDB',
-    setup: async () => ({ fresh: () => durableHarness((tables, options) => openStore('mongodb', { ...options, tables })), close: async () => {} }),
-  },
-];
+  }
+  : { ...backend, setup: async () => ({ fresh: async () => memoryHarness(), close: async () => {} }) }));
 
 for (const suite of suites) {
   if (only && !only.has(suite.id)) continue;
@@ -761,7 +781,7 @@ if (!only) {
 
     it('the MongoDB adapter type-checks against the driver\'s own types', () => {
       const tsc = path.join(here, '..', 'node_modules', 'typescript', 'bin', 'tsc');
-      const adapter = path.join(here, '..', 'node_modules', 'idemflow', 'mongodb.cjs');
+      const adapter = path.join(here, '..', 'node_modules', 'idemflow', 'adapters', 'mongodb', 'index.cjs');
       assert.match(fs.readFileSync(adapter, 'utf8'), /^\/\/ @ts-check/);
       const run = spawnSync(process.execPath, [tsc, '--noEmit', '--allowJs', '--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext',
         '--target', 'es2022', '--types', 'node', '--skipLibCheck', '--maxNodeModuleJsDepth', '1', adapter], { encoding: 'utf8' });

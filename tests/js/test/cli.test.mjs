@@ -13,7 +13,7 @@ const bin = fileURLToPath(new URL('../node_modules/.bin/idemflow', import.meta.u
 const readme = fileURLToPath(new URL('../../../README.md', import.meta.url));
 const installed = fileURLToPath(new URL('../node_modules/idemflow/', import.meta.url));
 // The CLI's table of an unverified draft; not an entry point, so loaded by its path.
-const draftTables = () => createRequire(import.meta.url)(join(installed, 'table.cjs'));
+const draftTables = () => createRequire(import.meta.url)(join(installed, 'cli', 'table.cjs'));
 
 function idemflow(args, input) {
   const run = spawnSync(bin, args, { input, encoding: 'utf8' });

@@ -296,3 +296,30 @@ describe('a server database without the store tables is fatal', () => {
     });
   }
 });
+
+test('handle.batch: one verdict per message, in order, from one transaction', async () => {
+  const store = new InMemoryStore([waitingSwap(), { id: 'swap-7', status: 'waiting', revision: 0 }]);
+  let transactions = 0;
+  const counting = { transaction: (fn) => { transactions += 1; return store.transaction(fn); } };
+  const handle = createDeliveryHandler(counting);
+  const verdicts = await handle.batch([
+    JSON.stringify(detection()),
+    Buffer.from(JSON.stringify(detection())),
+    '{"eventId": ',
+    { ...detection('watcher:detect-2'), amountUnits: 12 },
+    { eventId: 'x-1', workflowId: 'swap-missing', type: 'DEPOSIT_DETECTED', ...DEPOSIT },
+    { ...detection('watcher:detect-3'), workflowId: 'swap-7' },
+  ], { attempts: [1, 2, 1, 1, 3, 1] });
+  assert.deepEqual(verdicts.map((v) => [v.action, v.outcome ?? v.error?.code]), [
+    ['ack', 'applied'],
+    ['ack', 'duplicate-delivery'],
+    ['dead-letter', 'INVALID_EVENT'],
+    ['dead-letter', 'INVALID_EVENT'],
+    ['retry', 'UNKNOWN_WORKFLOW'],
+    ['ack', 'applied'],
+  ]);
+  assert.equal(transactions, 1, 'the events shared one transaction');
+  assert.equal((await store.getWorkflow('swap-42')).status, 'deposit');
+  assert.deepEqual(await handle.batch([]), []);
+  await assert.rejects(handle.batch('not an array'), { code: 'INVALID_ARGUMENT', disposition: 'fatal' });
+});

@@ -63,8 +63,12 @@ test('a replayed event id is a duplicate delivery and leaves one outbox row', as
     status: 'exchange',
     revision: 4,
   });
-  assert.deepEqual(replay, { outcome: 'duplicate-delivery' });
   const { outbox, inbox } = store.snapshot();
+  // The replay answers what the first delivery did, as its receipt records it.
+  assert.deepEqual(replay, {
+    outcome: 'duplicate-delivery',
+    original: { outcome: 'applied', operationIds: ['start-exchange:swap-42'], status: 'exchange', revision: 4, decidedAt: inbox.get(event.eventId).recordedAt },
+  });
   assert.equal(outbox.size, 1);
   assert.equal(inbox.size, 1);
   const operation = outbox.get('start-exchange:swap-42');
@@ -229,6 +233,47 @@ test('a compare-and-set that keeps failing is CONCURRENT_UPDATE, to retry', asyn
   assert.equal(store.snapshot().workflows.get('swap-42').revision, 3);
 });
 
+test('raceRetries: how often a lost race runs the cycle again, from the call or the store; maxAttempts is its older name', async () => {
+  const store = new InMemoryStore([workflow]);
+  let cycles = 0;
+  // Another writer bumps the revision between every read and write.
+  const contended = (settings = {}) => ({
+    ...settings,
+    transaction: (fn) => store.transaction((tx) => fn({
+      getReceipt: (id) => tx.getReceipt(id),
+      getWorkflow: async (id) => {
+        cycles += 1;
+        const wf = await tx.getWorkflow(id);
+        await tx.writeWorkflow({ id, expect: { status: wf.status, revision: wf.revision }, set: { status: wf.status, revision: wf.revision + 1 } });
+        return wf;
+      },
+      insertReceipt: (r) => tx.insertReceipt(r),
+      writeWorkflow: (w) => tx.writeWorkflow(w),
+      insertOperation: (op) => tx.insertOperation(op),
+    })),
+  });
+  const runs = async (store, options) => {
+    cycles = 0;
+    await rejectsWith(processDepositConfirmed(store, event, options), 'CONCURRENT_UPDATE');
+    return cycles;
+  };
+  assert.equal(await runs(contended(), { raceRetries: 0 }), 1);
+  assert.equal(await runs(contended(), { raceRetries: 2 }), 3);
+  assert.equal(await runs(contended({ raceRetries: 1 }), {}), 2, "the store's own setting");
+  assert.equal(await runs(contended({ raceRetries: 1 }), { raceRetries: 3 }), 4, 'the call overrides the store');
+  assert.equal(await runs(contended(), { maxAttempts: 2 }), 2, 'the older name counts cycles');
+  assert.equal(await runs(contended(), {}), 5, 'default: four re-runs');
+  await rejectsWith(processDepositConfirmed(contended(), event, { raceRetries: -1 }), 'INVALID_ARGUMENT');
+  // A store resolves its option once; both names at once is a mistake.
+  const { SqliteStore } = await import('idemflow/sqlite');
+  const Database = (await import('better-sqlite3')).default;
+  const sqlite = new SqliteStore(new Database(':memory:'), { raceRetries: 2 });
+  assert.deepEqual([sqlite.raceRetries, sqlite.maxAttempts], [2, 3]);
+  const old = new SqliteStore(new Database(':memory:'), { maxAttempts: 7 });
+  assert.deepEqual([old.raceRetries, old.maxAttempts], [6, 7]);
+  assert.throws(() => new SqliteStore(new Database(':memory:'), { raceRetries: 1, maxAttempts: 2 }), { code: 'INVALID_ARGUMENT' });
+});
+
 test('decide returns the complete write set for applied', () => {
   const decision = decide({ event, receipt: null, workflow });
   assert.equal(decision.outcome, 'applied');
@@ -240,7 +285,8 @@ test('decide returns the complete write set for applied', () => {
   });
   assert.deepEqual(
     { ...decision.writeSet.receipt, ruleSet: undefined },
-    { eventId: event.eventId, fingerprint: fingerprint(event), workflowId: 'swap-42', eventType: 'DEPOSIT_CONFIRMED', outcome: 'applied', ruleSet: undefined },
+    { eventId: event.eventId, fingerprint: fingerprint(event), workflowId: 'swap-42', eventType: 'DEPOSIT_CONFIRMED', outcome: 'applied', ruleSet: undefined,
+      result: { operationIds: ['start-exchange:swap-42'], status: 'exchange', revision: 4 } },
   );
   assert.equal(decision.writeSet.receipt.ruleSet.id, 'deposit-swap');
   assert.match(decision.writeSet.receipt.ruleSet.hash, /^sha256:[0-9a-f]{64}$/);

@@ -385,6 +385,115 @@ for (const backend of backends) {
       await assert.rejects(store.listOperations({ status: 'stuck' }), (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT');
     });
 
+    /**
+     * Swaps 1…4 confirmed at T0 (START_EXCHANGE), swap 9's payout (SEND_PAYOUT)
+     * at T0 + 1000; then 1 and 2 dead with different errors, 3 claimed by 'crashed'.
+     */
+    const operatorScene = async (c) => {
+      const exchanged = { id: 'swap-9', status: 'exchange', revision: 2, depositRef: 'r', amountUnits: '5' };
+      const store = await confirmAll(await env.open([...swaps(4), exchanged], c), 4);
+      c.advance(1_000);
+      await processEvent(store, { eventId: 'x-9', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '4' });
+      const claim = (owner, limit) => store.claimOperations({ owner, now: c.t, leaseExpiresAt: c.t + LEASE, limit, types: ['START_EXCHANGE'] });
+      const [one, two] = await claim('setup', 2);
+      assert.equal(await store.failOperation({ id: one.id, fencingToken: one.fencingToken, now: c.t, status: 'dead', lastError: 'PROVIDER_500: 100% down_now' }), true);
+      assert.equal(await store.failOperation({ id: two.id, fencingToken: two.fencingToken, now: c.t, status: 'dead', lastError: 'REJECTED: amount below minimum' }), true);
+      const [three] = await claim('crashed', 1);
+      assert.equal(three.id, opId(3));
+      return store;
+    };
+    const ids = (operations) => operations.map((op) => op.id);
+
+    it('listOperations filters by status, type, workflow, owner, creation time and error text, all at once', async () => {
+      const c = clock();
+      const store = await operatorScene(c);
+      assert.deepEqual(ids(await store.listOperations({ type: 'SEND_PAYOUT' })), ['send-payout:swap-9']);
+      assert.deepEqual(ids(await store.listOperations({ status: 'dead', type: 'START_EXCHANGE' })), [opId(1), opId(2)]);
+      assert.deepEqual(ids(await store.listOperations({ status: 'dead', type: 'SEND_PAYOUT' })), [], 'the type is not ignored');
+      assert.deepEqual(ids(await store.listOperations({ workflowId: 'swap-2' })), [opId(2)]);
+      assert.deepEqual(ids(await store.listOperations({ owner: 'crashed' })), [opId(3)]);
+      assert.deepEqual(ids(await store.listOperations({ olderThan: T0 + 1_000 })), [1, 2, 3, 4].map(opId));
+      assert.deepEqual(ids(await store.listOperations({ newerThan: new Date(T0 + 1_000) })), ['send-payout:swap-9']);
+      assert.deepEqual(ids(await store.listOperations({ errorContains: 'provider_500' })), [opId(1)], 'case-insensitive');
+      assert.deepEqual(ids(await store.listOperations({ errorContains: '100% down_' })), [opId(1)], '% and _ are plain text');
+      assert.deepEqual(ids(await store.listOperations({ errorContains: '1_0' })), []);
+      assert.deepEqual(ids(await store.listOperations({ status: 'dead', errorContains: 'minimum', olderThan: T0 + 1 })), [opId(2)]);
+      assert.deepEqual(ids(await store.listOperations({ type: 'START_EXCHANGE', limit: 2, afterId: opId(1) })), [opId(2), opId(3)]);
+      for (const args of [{ kind: 'dead' }, { type: '' }, { olderThan: -1 }, { errorContains: 3 }, { limit: 0 }]) {
+        await assert.rejects(store.listOperations(args), (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT', JSON.stringify(args));
+      }
+    });
+
+    it('requeueOperations says per id what happened: requeued, not-dead or not-found; requeue(id) stays a boolean', async () => {
+      const c = clock();
+      const store = await operatorScene(c);
+      c.advance(5);
+      assert.deepEqual(await store.requeueOperations({ ids: [opId(1), opId(3), opId(4), 'no-such-op'] }), [
+        { id: opId(1), result: 'requeued' }, { id: opId(3), result: 'not-dead' }, { id: opId(4), result: 'not-dead' }, { id: 'no-such-op', result: 'not-found' },
+      ]);
+      const requeued = await store.getOperation(opId(1));
+      assert.deepEqual([requeued.status, requeued.attempts, requeued.nextAttemptAt, requeued.leaseOwner], ['pending', 0, c.t, null]);
+      assert.equal(await store.requeue(opId(2)), true);
+      assert.equal(await store.requeue(opId(2)), false);
+      const invalid = (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT';
+      await assert.rejects(store.requeueOperations({ type: 'START_EXCHANGE' }), invalid, 'a filter must say dead');
+      await assert.rejects(store.requeueOperations({ ids: [opId(1)], type: 'START_EXCHANGE' }), invalid, 'ids or a filter');
+      await assert.rejects(store.requeueOperations({ ids: [] }), invalid);
+    });
+
+    it('requeueOperations by filter requeues only the dead operations that match', async () => {
+      const c = clock();
+      const store = await operatorScene(c);
+      assert.deepEqual(await store.requeueOperations({ status: 'dead', type: 'SEND_PAYOUT' }), []);
+      assert.deepEqual(await store.requeueOperations({ status: 'dead', type: 'START_EXCHANGE', errorContains: 'rejected' }), [{ id: opId(2), result: 'requeued' }]);
+      assert.deepEqual(ids(await store.listOperations({ status: 'dead' })), [opId(1)]);
+      assert.deepEqual(await store.requeueOperations({ status: 'dead', limit: 5 }), [{ id: opId(1), result: 'requeued' }]);
+      assert.deepEqual(await store.listOperations({ status: 'dead' }), []);
+    });
+
+    it('stats counts operations by status and type and says how long the oldest due one has waited', async () => {
+      const c = clock();
+      const store = await operatorScene(c);
+      c.advance(250);
+      assert.deepEqual(await store.stats(), {
+        byStatus: { pending: 2, claimed: 1, done: 0, dead: 2 },
+        byType: {
+          SEND_PAYOUT: { pending: 1, claimed: 0, done: 0, dead: 0 },
+          START_EXCHANGE: { pending: 1, claimed: 1, done: 0, dead: 2 },
+        },
+        oldestDueAgeMs: 1_250, // swap 4's operation, due since T0
+      });
+      // The expired claim is due too, since its lease ran out (T0 + 1000 + LEASE).
+      assert.equal((await store.stats({ now: T0 + 1_000 + LEASE + 7 })).oldestDueAgeMs, 1_000 + LEASE + 7);
+      const empty = await env.open([], c);
+      assert.deepEqual(await empty.stats({ now: c.t }), { byStatus: { pending: 0, claimed: 0, done: 0, dead: 0 }, byType: {}, oldestDueAgeMs: null });
+      await assert.rejects(store.stats({ when: 1 }), (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT');
+    });
+
+    it('releaseOwner gives back a dead worker\'s claims at once, fenced: its late completion is refused', async () => {
+      const c = clock();
+      const store = await operatorScene(c);
+      const [alive] = await store.claimOperations({ owner: 'alive', now: c.t, leaseExpiresAt: c.t + LEASE, limit: 1, types: ['START_EXCHANGE'] });
+      const before = await store.getOperation(opId(3));
+      c.advance(10);
+      assert.deepEqual(await store.releaseOwner('crashed'), [opId(3)]);
+      const released = await store.getOperation(opId(3));
+      assert.deepEqual(
+        [released.status, released.leaseOwner, released.leaseExpiresAt, released.nextAttemptAt, released.attempts, released.fencingToken],
+        ['pending', null, null, c.t, before.attempts, before.fencingToken + 1],
+      );
+      assert.equal(await store.completeOperation({ id: opId(3), fencingToken: before.fencingToken, now: c.t }), false, 'the late completion is refused');
+      assert.equal(await store.failOperation({ id: opId(3), fencingToken: before.fencingToken, now: c.t, status: 'dead', lastError: 'late' }), false);
+      assert.equal((await store.getOperation(opId(3))).status, 'pending');
+      assert.equal((await store.getOperation(alive.id)).leaseOwner, 'alive', 'another owner\'s claim is untouched');
+      assert.deepEqual(await store.releaseOwner('crashed'), []);
+      const runs = [];
+      const next = consumer(store, { START_EXCHANGE: (operation, { fencingToken }) => { runs.push([operation.id, fencingToken]); } });
+      assert.equal((await next.runOnce()).done, 1);
+      assert.deepEqual(runs, [[opId(3), before.fencingToken + 2]]);
+      await assert.rejects(store.releaseOwner(''), (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT');
+    });
+
     it('renewing a lease keeps the claim past its first expiry', async () => {
       const c = clock();
       const store = await confirmed(1, c);
@@ -425,6 +534,63 @@ for (const backend of backends) {
       bGate.open();
       assert.equal((await aRound).stale, 1);
       assert.equal((await bRound).done, 1);
+    });
+
+    it('a retry claimed again while its failure is still being recorded is not a lost lease', async () => {
+      const c = clock();
+      const store = await confirmed(1, c);
+      let failures = 0;
+      const worker = consumer(store, {
+        START_EXCHANGE: async () => { if ((failures += 1) === 1) throw new Error('provider unavailable'); },
+      }, { baseDelayMs: 10, maxDelayMs: 10 });
+      const log = recorder(worker);
+      // The sequence of a polling consumer: the retry commits, the next claim round
+      // runs before the first entry's bookkeeping ends, and claims the same id again.
+      const failOperation = store.failOperation.bind(store);
+      let second = null;
+      store.failOperation = async (args) => {
+        const recorded = await failOperation(args);
+        c.t = args.nextAttemptAt;
+        second = worker.runOnce();
+        await once(worker, 'claimed');
+        return recorded;
+      };
+      const first = await worker.runOnce();
+      assert.deepEqual([first.retried, (await second).done], [1, 1]);
+      assert.deepEqual(log.map((e) => [e.event, e.attempt]), [['claimed', 1], ['claimed', 2], ['retry-scheduled', 1], ['done', 2]]);
+      assert.equal(worker.stats().leaseLost, 0);
+      assert.equal((await store.getOperation(opId(1))).status, 'done');
+    });
+
+    it('a pending type the consumer has no handler for is reported once per type, from stats() every few polls', async () => {
+      const c = clock();
+      const store = await env.open([{ id: 'swap-9', status: 'exchange', revision: 2, depositRef: 'r', amountUnits: '5' }, swap(1), swap(2)], c);
+      await confirmAll(store, 2);
+      await processEvent(store, { eventId: 'x-9', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '4' });
+      const calls = { stats: 0, claims: 0 };
+      const stats = store.stats.bind(store);
+      const claimOperations = store.claimOperations.bind(store);
+      store.stats = (args) => { calls.stats += 1; return stats(args); };
+      store.claimOperations = (args) => { calls.claims += 1; return claimOperations(args); };
+      const worker = consumer(store, { SEND_PAYOUT: () => {} }, { pollIntervalMs: 1, typeCheckPolls: 3 });
+      const reports = [];
+      worker.on('unhandled-type', (report) => reports.push(report));
+      const done = once(worker, 'done');
+      worker.start();
+      await done;
+      while (calls.claims < 10) await new Promise((resolve) => setTimeout(resolve, 2));
+      await worker.stop();
+      assert.deepEqual(reports, [{ type: 'START_EXCHANGE', pending: 2 }], 'once, though every check still sees it');
+      // One look on the first poll, then one every third; stop() may end a poll between its look and its claim.
+      assert.ok([Math.ceil(calls.claims / 3), Math.ceil((calls.claims + 1) / 3)].includes(calls.stats), `${calls.stats} stats for ${calls.claims} claims`);
+      const quiet = consumer(store, { SEND_PAYOUT: () => {} }, { pollIntervalMs: 1, typeCheckPolls: 0 });
+      quiet.on('unhandled-type', (report) => reports.push(report));
+      const before = calls.stats;
+      quiet.start();
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      await quiet.stop();
+      assert.equal(calls.stats, before, 'typeCheckPolls: 0 never asks');
+      assert.equal(reports.length, 1);
     });
 
     it('two consumers never run one operation at the same time', async () => {

@@ -242,7 +242,13 @@ test('order-shipment: the first request creates the workflow and one CREATE_SHIP
   const request = { eventId: 'evt-1', workflowId: 'order-1', type: 'SHIPMENT_REQUESTED' };
   const first = await processEvent(store, request, { ruleSet: orderShipment });
   assert.deepEqual(first, { outcome: 'applied', status: 'shipping', revision: 1, operationId: 'create-shipment:order-1', operationIds: ['create-shipment:order-1'] });
-  assert.deepEqual(await processEvent(store, request, { ruleSet: orderShipment }), { outcome: 'duplicate-delivery' });
+  const replay = await processEvent(store, request, { ruleSet: orderShipment });
+  // A redelivery answers the shipment the first request scheduled.
+  assert.deepEqual({ ...replay, original: { ...replay.original, decidedAt: null } }, {
+    outcome: 'duplicate-delivery',
+    original: { outcome: 'applied', operationIds: ['create-shipment:order-1'], status: 'shipping', revision: 1, decidedAt: null },
+  });
+  assert.equal(typeof replay.original.decidedAt, 'number');
   assert.deepEqual(await processEvent(store, { ...request, eventId: 'evt-2' }, { ruleSet: orderShipment }), { outcome: 'already-applied' });
   const conflict = await outcomeOf(processEvent(store, { ...request, workflowId: 'other-order' }, { ruleSet: orderShipment }));
   assert.equal(conflict.error, 'EVENT_ID_CONFLICT');

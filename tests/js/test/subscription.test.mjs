@@ -58,7 +58,9 @@ test('subscription: a RENEWAL_DUE re-published for the same period is already-ap
   await processEvent(store, due('billing:2026-12', '2026-11', '2026-12'), { ruleSet });
   const again = await processEvent(store, due('billing:2026-12-retry', '2026-11', '2026-12'), { ruleSet });
   assert.deepEqual(again, { outcome: 'already-applied' });
-  assert.deepEqual(await processEvent(store, due('billing:2026-12', '2026-11', '2026-12'), { ruleSet }), { outcome: 'duplicate-delivery' });
+  const duplicate = await processEvent(store, due('billing:2026-12', '2026-11', '2026-12'), { ruleSet });
+  assert.equal(duplicate.outcome, 'duplicate-delivery');
+  assert.deepEqual(duplicate.original.operationIds, ['charge-renewal:2:sub-7']);
   // Once that renewal is paid, a late re-publication names a paidThrough the
   // subscription has moved past: refused for a person, never charged.
   await processEvent(store, paid('psp:1', '2026-12', 'psp:pay-2'), { ruleSet });

@@ -85,6 +85,7 @@ for (const c of load('decisions').cases) {
       eventType: c.event.type,
       fingerprint: c.expect.fingerprint,
       writeSet: c.expect.writeSet,
+      ...(c.expect.original === undefined ? {} : { original: c.expect.original }),
     });
   });
 }

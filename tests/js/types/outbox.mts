@@ -30,3 +30,18 @@ async function quarantine(): Promise<void> {
 void quarantine;
 // @ts-expect-error an unknown event name does not type-check
 consumer.on('finished', () => {});
+async function operator(durable: import('idemflow/sqlite').SqliteStore): Promise<void> {
+  const page = await durable.listOperations({ status: 'dead', type: 'START_EXCHANGE', workflowId: 'swap-1', owner: 'w', olderThan: new Date(), newerThan: 0, errorContains: 'timeout', limit: 10, afterId: 'a' });
+  const results = await store.requeueOperations({ ids: page.map((op) => op.id) });
+  const byFilter = await durable.requeueOperations({ status: 'dead', type: 'START_EXCHANGE', limit: 100 });
+  const outcome: 'requeued' | 'not-dead' | 'not-found' = results[0]!.result;
+  const { byStatus, byType, oldestDueAgeMs } = await durable.stats({ now: Date.now() });
+  const released: string[] = await store.releaseOwner('worker-1');
+  await store.purgeOperations({ olderThan: 0, status: 'dead', onBatch: ({ deleted, batches }) => { void [deleted as number, batches as number]; } });
+  void [byFilter, outcome, byStatus.dead as number, byType['START_EXCHANGE']?.pending, oldestDueAgeMs ?? 'nothing due', released];
+  // @ts-expect-error a filter that requeues must say status: 'dead'
+  await store.requeueOperations({ type: 'START_EXCHANGE' });
+  // @ts-expect-error listOperations takes no unknown filter
+  await store.listOperations({ kind: 'dead' });
+}
+void operator;

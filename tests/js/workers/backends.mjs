@@ -66,6 +66,13 @@ export function mongoSetRaw(db, tables) {
     return true;
   };
 }
+/** A document has no columns: the field is removed from every document (one at a time: the fake has no updateMany). */
+export function mongoDropColumn(db, tables) {
+  return async (which, column) => {
+    const collection = db.collection(tables[which]);
+    for (const { _id } of await collection.find({}).toArray()) await collection.updateOne({ _id }, { $unset: { [documentField(column)]: '' } });
+  };
+}
 const quoteMysql = (name) => name.split('.').map((part) => `\`${part}\``).join('.');
 
 /**
@@ -86,6 +93,7 @@ export async function openStore(kind, { tables, file, url, poolSize, ...options 
         count: async (which) => Number(one(`SELECT COUNT(*) AS n FROM ${quoteSql(tables[which])}`).n),
         rawData: async (id) => one(`SELECT data FROM ${quoteSql(tables.workflows)} WHERE id = ?`, id)?.data ?? null,
         query: async (sql, ...params) => store.db.prepare(sql).all(...params),
+        dropColumn: async (which, column) => { store.db.exec(`ALTER TABLE ${quoteSql(tables[which])} DROP COLUMN ${column}`); },
         setRaw: sqlSetRaw(tables, quoteSql, async (sql, params) => {
           const statement = store.db.prepare(sql);
           return /^SELECT/.test(sql) ? statement.all(...params) : (statement.run(...params), []);
@@ -120,6 +128,7 @@ export async function openStore(kind, { tables, file, url, poolSize, ...options 
         count: async (which) => store.db.collection(tables[which]).countDocuments(),
         rawData: async (id) => (await store.db.collection(tables.workflows).findOne({ _id: id }))?.data ?? null,
         query: null,
+        dropColumn: mongoDropColumn(store.db, tables),
         setRaw: mongoSetRaw(store.db, tables),
         drop: async () => {
           for (const name of Object.values(tables)) await store.db.collection(name).drop().catch(() => {});
@@ -148,6 +157,8 @@ function sqlHelpers(store, tables, quote, query, end, mark) {
     count: async (which) => Number((await query(`SELECT COUNT(*) AS n FROM ${quote(tables[which])}`, []))[0].n),
     rawData: async (id) => (await query(`SELECT data FROM ${quote(tables.workflows)} WHERE id = ${mark}`, [id]))[0]?.data ?? null,
     query,
+    /** Makes the table look like one an earlier version made: without `column`. */
+    dropColumn: async (which, column) => { await query(`ALTER TABLE ${quote(tables[which])} DROP COLUMN ${column}`, []); },
     setRaw: sqlSetRaw(tables, quote, query, mark === '$1'),
     drop: async () => {
       for (const name of Object.values(tables)) await query(`DROP TABLE IF EXISTS ${quote(name)}`, []);
@@ -175,4 +186,111 @@ export async function openPglite() {
 
 export function tempDir(tag) {
   return fs.mkdtempSync(path.join(os.tmpdir(), `idemflow-${tag}-`));
+}
+
+/** A SQLite backend: one database file per set of tables, in a directory of the backend's own. */
+function sqliteBackend(kind) {
+  return async () => {
+    const dir = tempDir(kind);
+    const file = (tables) => path.join(dir, `${tables.inbox}.db`);
+    return {
+      open: (tables, options = {}) => openStore(kind, { ...options, tables, file: file(tables) }),
+      spec: (tables) => ({ kind, tables, file: file(tables) }),
+      close: async () => fs.rmSync(dir, { recursive: true, force: true }),
+    };
+  };
+}
+
+/** A server backend: a connection pool per helper, tables dropped by the suite that made them. */
+function serverBackend(kind, url) {
+  return async () => ({
+    open: (tables, options = {}) => openStore(kind, { ...options, tables, url }),
+    spec: (tables) => ({ kind, url, tables }),
+    close: async () => {},
+  });
+}
+
+/**
+ * Every store the suites run on, registered once: the conformance suite
+ * (test/adapters.test.mjs), the outbox suite (workers/outbox-backends.mjs)
+ * and the bench (bench/adapters.mjs) take their backends from here. A
+ * durable backend's `setup()` resolves `{ open(tables, options) → helper,
+ * spec(tables) → what another process needs to open the same tables (or
+ * null), close() }`; a helper is `{ store, count, rawData, query, setRaw,
+ * drop, close }` (see openStore). Server backends skip with one line when
+ * their URL is not set.
+ */
+export const BACKENDS = [
+  { id: 'memory', name: 'in-memory store', durable: false },
+  { id: 'sqlite', name: 'SQLite file via better-sqlite3', durable: true, setup: sqliteBackend('sqlite') },
+  {
+    id: 'sqlite-node', name: 'SQLite file via node:sqlite', durable: true,
+    skip: hasNodeSqlite() ? false : `node:sqlite needs Node 22.13+ (this is ${process.version}); the Node 22 run covers it`,
+    setup: sqliteBackend('sqlite-node'),
+  },
+  {
+    id: 'pglite', name: 'PostgreSQL via PGlite (in process)', durable: true,
+    setup: async () => {
+      const pglite = await openPglite();
+      return { open: async (tables, { poolSize, ...options } = {}) => pglite.open(tables, options), spec: () => null, close: () => pglite.close(), pglite };
+    },
+  },
+  {
+    id: 'pg', name: 'PostgreSQL server', durable: true,
+    skip: PG_URL ? false : 'set IDEMFLOW_PG_URL=postgres://user@host:5432/db to run the suites on a PostgreSQL server',
+    setup: serverBackend('pg', PG_URL),
+  },
+  {
+    id: 'mysql', name: 'MariaDB/MySQL server', durable: true,
+    skip: MYSQL_URL ? false : 'set IDEMFLOW_MYSQL_URL=mysql://user@host:3306/db to run the suites on MariaDB or MySQL',
+    setup: serverBackend('mysql', MYSQL_URL),
+  },
+  {
+    // Runs the adapter's own code everywhere; the real driver and server run below when the URL is set.
+    id: 'mongodb-fake', name: 'MongoStore over an in-process fake of the driver (not a MongoDB server)', durable: true,
+    setup: async () => {
+      const { FakeMongoClient } = await import('./mongo-fake.mjs');
+      const { MongoStore } = await import('idemflow/mongodb');
+      const client = new FakeMongoClient();
+      return {
+        open: async (tables, { poolSize, ...options } = {}) => {
+          const store = new MongoStore(client, { ...options, tables, db: 'suites' });
+          return {
+            store,
+            count: (which) => store.db.collection(tables[which]).countDocuments(),
+            rawData: async (id) => (await store.db.collection(tables.workflows).findOne({ _id: id }))?.data ?? null,
+            query: null,
+            setRaw: mongoSetRaw(store.db, tables),
+            dropColumn: mongoDropColumn(store.db, tables),
+            drop: async () => { for (const name of Object.values(tables)) await store.db.collection(name).drop(); },
+            close: async () => {},
+          };
+        },
+        spec: () => null,
+        close: () => client.close(),
+      };
+    },
+  },
+  {
+    id: 'mongodb', name: 'MongoDB replica set', durable: true,
+    skip: MONGODB_URL ? false : 'no MongoDB here: set IDEMFLOW_MONGODB_URL=mongodb://host/db?replicaSet=rs0 to run the suites on MongoDB',
+    setup: serverBackend('mongodb', MONGODB_URL),
+  },
+];
+
+/**
+ * Adds `figures` under `key` to target/bench.json (the figures of `make
+ * bench`, kept for tracking), with the time they were measured.
+ */
+export function writeBenchJson(key, figures) {
+  const out = path.join(path.dirname(new URL(import.meta.url).pathname), '..', '..', '..', 'target', 'bench.json');
+  let previous = {};
+  try {
+    previous = JSON.parse(fs.readFileSync(out, 'utf8'));
+  } catch {
+    // the first figures of this checkout
+  }
+  fs.mkdirSync(path.dirname(out), { recursive: true });
+  fs.writeFileSync(out, `${JSON.stringify({ ...previous, [key]: { measuredAt: new Date().toISOString(), ...figures } }, null, 2)}\n`);
+  console.log(`${key}: written to target/bench.json`);
 }

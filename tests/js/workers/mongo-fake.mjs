@@ -1,7 +1,7 @@
 // An in-process stand-in for the few calls of the official mongodb driver that
 // MongoStore makes (withSession, withTransaction, insertOne, findOne, find,
 // updateOne, findOneAndUpdate, deleteMany, createCollection, createIndex) and
-// of the query and update operators it uses ($or, $in, $lt, $lte, $gt; $set,
+// of the query and update operators it uses ($or, $in, $nin, $lt, $lte, $gt; $set,
 // $unset, $inc, $setOnInsert). It is NOT MongoDB: transactions simply run one
 // at a time on copies that replace the collections on commit, and a write
 // outside a transaction waits for the running one, like a lock. An operator
@@ -28,9 +28,12 @@ const NAMESPACE_EXISTS = 48;
 const present = (value) => value !== null && value !== undefined;
 const COMPARISONS = {
   $in: (value, list) => list.includes(value),
+  $nin: (value, list) => !list.includes(value),
   $lt: (value, bound) => present(value) && value < bound,
   $lte: (value, bound) => present(value) && value <= bound,
   $gt: (value, bound) => present(value) && value > bound,
+  $gte: (value, bound) => present(value) && value >= bound,
+  $regex: (value, pattern) => typeof value === 'string' && pattern.test(value),
 };
 
 function isOperatorObject(condition) {
@@ -149,6 +152,22 @@ class FakeCollection {
     const kept = (limit > 0 ? docs.slice(0, limit) : docs).map((doc) => structuredClone(doc));
     const fields = projection ? Object.keys(projection) : null;
     return { toArray: async () => (fields ? kept.map((doc) => Object.fromEntries(fields.map((key) => [key, doc[key]]))) : kept) };
+  }
+
+  /** Only what stats() asks: one $group stage by field references, counting with { $sum: 1 }. */
+  aggregate(pipeline, { session } = {}) {
+    const [stage, ...rest] = pipeline;
+    if (rest.length > 0 || !stage.$group) throw new Error('mongo-fake: aggregate takes one $group stage');
+    const { _id: key, ...accumulators } = stage.$group;
+    if (Object.values(accumulators).some((acc) => acc.$sum !== 1)) throw new Error('mongo-fake: $group counts with { $sum: 1 } only');
+    const groups = new Map();
+    for (const doc of this.#docs(session).values()) {
+      const id = Object.fromEntries(Object.entries(key).map(([name, ref]) => [name, doc[ref.slice(1)]]));
+      const held = groups.get(JSON.stringify(id)) ?? { _id: id, ...Object.fromEntries(Object.keys(accumulators).map((name) => [name, 0])) };
+      for (const name of Object.keys(accumulators)) held[name] += 1;
+      groups.set(JSON.stringify(id), held);
+    }
+    return { toArray: async () => [...groups.values()] };
   }
 
   async deleteMany(filter, { session } = {}) {

@@ -16,9 +16,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { InMemoryStore } from 'idemflow';
 import { FileStore } from './outbox-file-store.mjs';
-import {
-  MONGODB_URL, MYSQL_URL, PG_URL, documentField, hasNodeSqlite, mongoSetRaw, openPglite, openStore, tablesFor, tempDir, uniquePrefix,
-} from './backends.mjs';
+import { BACKENDS, documentField, openStore, tablesFor, tempDir, uniquePrefix } from './backends.mjs';
 
 async function filled(store, workflows) {
   await store.migrate?.();
@@ -71,13 +69,14 @@ function durable(connect, spec) {
   };
 }
 
-const connectServer = (kind, url) => (tables, clock, { connections }) => openStore(kind, { tables, now: clock.now, url, poolSize: connections });
-
-export const backends = [
-  {
-    id: 'memory',
+// The outbox suite's own environment where a backend needs one (`setup(backend)`
+// gives the backend's setup): the
+// in-memory store (a file stands in for tables other processes share) and
+// PGlite (one process's database, handed to the consumer process in turn).
+const SPECIAL = {
+  memory: {
     name: 'in-memory',
-    setup: async () => {
+    setup: () => async () => {
       const dir = tempDir('outbox-memory');
       let current = null;
       let now = null;
@@ -107,27 +106,11 @@ export const backends = [
       };
     },
   },
-  ...['sqlite', 'sqlite-node'].map((kind) => ({
-    id: kind,
-    name: kind === 'sqlite' ? 'SQLite file via better-sqlite3' : 'SQLite file via node:sqlite',
-    skip: kind === 'sqlite-node' && !hasNodeSqlite() ? `node:sqlite needs Node 22.13+ (this is ${process.version}); the Node 22 run covers it` : false,
-    setup: async () => {
-      const dir = tempDir(`outbox-${kind}`);
-      const file = (tables) => path.join(dir, `${tables.inbox}.db`);
-      const env = durable(
-        (tables, clock) => openStore(kind, { tables, now: clock.now, file: file(tables) }),
-        (tables) => ({ kind, tables, file: file(tables) }),
-      );
-      return { ...env, close: async () => fs.rmSync(dir, { recursive: true, force: true }) };
-    },
-  })),
-  {
-    id: 'pglite',
-    name: 'PostgreSQL via PGlite (in process)',
+  pglite: {
     racing: 'PGlite is one process\'s database: processes take turns with it, they cannot race on it (two consumers race in process above)',
-    setup: async () => {
-      const pglite = await openPglite();
-      const env = durable((tables, clock) => pglite.open(tables, { now: clock.now }), () => null);
+    setup: (backend) => async () => {
+      const shared = await backend.setup();
+      const env = durable((tables, clock) => shared.open(tables, { now: clock.now }), () => null);
       return {
         ...env,
         // PGlite is one process's database: the consumer process gets the data directory while the test has it closed.
@@ -155,44 +138,32 @@ export const backends = [
             },
           };
         },
-        close: () => pglite.close(),
+        close: () => shared.close(),
       };
     },
   },
-  {
-    id: 'pg',
-    name: 'PostgreSQL server',
-    skip: PG_URL ? false : 'set IDEMFLOW_PG_URL=postgres://user@host:5432/db to run the outbox suite on a PostgreSQL server',
-    setup: async () => durable(connectServer('pg', PG_URL), (tables) => ({ kind: 'pg', url: PG_URL, tables })),
-  },
-  {
-    id: 'mysql',
-    name: 'MariaDB/MySQL server',
-    skip: MYSQL_URL ? false : 'set IDEMFLOW_MYSQL_URL=mysql://user@host:3306/db to run the outbox suite on MariaDB or MySQL',
-    setup: async () => durable(connectServer('mysql', MYSQL_URL), (tables) => ({ kind: 'mysql', url: MYSQL_URL, tables })),
-  },
-  {
-    id: 'mongodb-fake',
-    name: 'MongoStore over an in-process fake of the driver (not a MongoDB server)',
+  'mongodb-fake': {
     processes: 'the fake lives inside one process; the MongoDB server suite runs this when IDEMFLOW_MONGODB_URL is set',
-    setup: async () => {
-      const { FakeMongoClient } = await import('./mongo-fake.mjs');
-      const { MongoStore } = await import('idemflow/mongodb');
-      const client = new FakeMongoClient();
-      return durable((tables, clock) => {
-        const store = new MongoStore(client, { tables, db: 'outbox', now: clock.now });
-        const drop = async () => { for (const name of Object.values(tables)) await store.db.collection(name).drop(); };
-        return { store, drop, setRaw: mongoSetRaw(store.db, tables), close: async () => {} };
-      }, () => null);
-    },
   },
-  {
-    id: 'mongodb',
-    name: 'MongoDB replica set',
-    skip: MONGODB_URL ? false : 'no MongoDB here: set IDEMFLOW_MONGODB_URL=mongodb://host/db?replicaSet=rs0 to run the outbox suite on MongoDB',
-    setup: async () => durable(connectServer('mongodb', MONGODB_URL), (tables) => ({ kind: 'mongodb', url: MONGODB_URL, tables })),
-  },
-];
+};
+
+/** Every backend of workers/backends.mjs; a durable one over fresh tables per test, shared with other processes by its spec. */
+export const backends = BACKENDS.map((backend) => {
+  const special = SPECIAL[backend.id] ?? {};
+  const setup = special.setup?.(backend);
+  return {
+    id: backend.id,
+    name: special.name ?? backend.name,
+    skip: backend.skip ?? false,
+    racing: special.racing,
+    processes: special.processes,
+    setup: setup ?? (async () => {
+      const env = await backend.setup();
+      const outbox = durable((tables, clock, { connections } = {}) => env.open(tables, { now: clock.now, poolSize: connections }), (tables) => env.spec(tables));
+      return { ...outbox, close: () => env.close() };
+    }),
+  };
+});
 
 /** Opens the shared tables of `spec` with a fixed clock: `{ store, close() }`. */
 export async function openSpec(spec, now) {

@@ -8,7 +8,7 @@ import { InMemoryStore } from 'idemflow';
 
 const METHODS = [
   'claimOperations', 'renewLease', 'completeOperation', 'failOperation', 'releaseOperation',
-  'requeue', 'listOperations', 'purgeReceipts', 'purgeOperations', 'getOperation', 'getWorkflow', 'getReceipt',
+  'requeue', 'requeueOperations', 'releaseOwner', 'stats', 'listOperations', 'purgeReceipts', 'purgeOperations', 'getOperation', 'getWorkflow', 'getReceipt',
 ];
 const LOCK_WAIT_MS = 10_000;
 const pause = new Int32Array(new SharedArrayBuffer(4));

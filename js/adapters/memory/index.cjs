@@ -1,0 +1,484 @@
+'use strict';
+// An in-memory store: all-or-nothing transactions serialised within one
+// process. For tests, examples and single-process tools; it is not durable.
+// It also implements the outbox store interface (docs/outbox.md) the
+// consumer drives: every outbox method runs alone, like one SQL statement.
+
+const { checkOptionKeys } = require('../../core/options.cjs');
+const { IdemflowError } = require('../../core/errors.cjs');
+const { isClaimable } = require('../../core/policy.cjs');
+const { invalidArgument } = require('../../store/errors.cjs');
+const { resolveClock } = require('../../store/options.cjs');
+const { Serializer } = require('../../store/bounds.cjs');
+const { StoreBase, StoreTransaction } = require('../../store/base.cjs');
+const { operationMatches } = require('../../store/queries.cjs');
+const { fieldOfName, operationView, receiptFromStore, workflowFromStore } = require('../../store/records.cjs');
+
+function copy(value) {
+  return value === undefined ? null : structuredClone(value);
+}
+
+// The store holds workflows flat ({id, status, revision, ...fields}) and
+// receipts with their rule set nested, as a snapshot shows them; these turn
+// them into the records of store/records.cjs and back.
+
+/** A held workflow as a record {id, status, revision, data}. */
+function workflowRecord(held) {
+  if (held === null || held === undefined) return null;
+  if (typeof held !== 'object') return { id: undefined, status: undefined, revision: undefined, data: held };
+  // Null prototype: a "__proto__" key stays a key, and the data reader refuses it.
+  const data = Object.create(null);
+  for (const key of Object.keys(held)) if (key !== 'id' && key !== 'status' && key !== 'revision') data[key] = held[key];
+  return { id: held.id, status: held.status, revision: held.revision, data };
+}
+
+/** A held receipt as a record: its rule set flat. */
+function receiptRecord(held) {
+  if (held === null || held === undefined) return null;
+  if (typeof held !== 'object') return { eventId: undefined };
+  const ruleSet = held.ruleSet !== null && typeof held.ruleSet === 'object' ? held.ruleSet : null;
+  return {
+    eventId: held.eventId, fingerprint: held.fingerprint, workflowId: held.workflowId, eventType: held.eventType, outcome: held.outcome,
+    ruleSetId: ruleSet ? ruleSet.id : held.ruleSet, ruleSetVersion: ruleSet?.version, ruleSetHash: ruleSet?.hash,
+    recordedAt: held.recordedAt, result: held.result,
+  };
+}
+
+/** A receipt as the store holds it: the record's rule set nested. */
+function heldReceipt({ ruleSetId, ruleSetVersion, ruleSetHash, ...fields }) {
+  return { ...fields, ruleSet: ruleSetId === null ? null : { id: ruleSetId, version: ruleSetVersion, hash: ruleSetHash } };
+}
+
+/** A held workflow read like a durable store's row. */
+function readWorkflow(held) {
+  return workflowFromStore(workflowRecord(held), { numbers: true });
+}
+
+/** A receipt record read like a durable store's row; a snapshot's receipt from before receipts were stamped stays unstamped. */
+function readReceiptRecord(record) {
+  if (record === null) return null;
+  const unstamped = record.recordedAt === undefined || record.recordedAt === null;
+  const receipt = receiptFromStore(unstamped ? { ...record, recordedAt: 0 } : record);
+  if (unstamped) delete receipt.recordedAt;
+  return receipt;
+}
+
+function readReceipt(held) {
+  return readReceiptRecord(receiptRecord(held));
+}
+
+/** A held operation (or anything held under an operation id), as a record. */
+function operationRecord(held) {
+  if (held === null || held === undefined) return null;
+  return typeof held === 'object' ? { ...held } : { id: undefined };
+}
+
+/** Each table's held form as a record, and a record as the store holds it. */
+const RECORD_OF = { workflows: workflowRecord, inbox: receiptRecord, outbox: operationRecord };
+const HELD_OF = {
+  workflows: ({ id, status, revision, data }) => ({ id, status, revision, ...data }),
+  inbox: heldReceipt,
+  outbox: (record) => record,
+};
+
+/**
+ * The core's claim condition; a held operation whose status or times cannot
+ * be read is not due (as a SQL comparison with a malformed value is false),
+ * so it cannot stop the others being claimed.
+ */
+function claimable(operation, now) {
+  try {
+    return isClaimable(operation, now);
+  } catch (error) {
+    if (error instanceof IdemflowError && error.code === 'INVALID_RECORD') return false;
+    throw error;
+  }
+}
+
+function byId(a, b) {
+  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+}
+
+// A key the transaction deleted through its draft view: reads see nothing,
+// and commit removes the row.
+const DELETED = Symbol('deleted');
+
+const RECORD_KEYS = { workflows: 'id', inbox: 'eventId', outbox: 'id' };
+
+/**
+ * A row written through the draft view, checked now by the same reader the
+ * store uses to read it back, so a row the handle's methods or the outbox
+ * consumer could not read is refused at set() and never committed.
+ * Bookkeeping fields the handle's own insert methods stamp (recordedAt; an
+ * operation's status, attempts, times, lease and fencing token) are filled
+ * as those methods fill them when left out; what the row means is not guessed.
+ */
+function draftRecord(table, key, value, now) {
+  if (typeof key !== 'string' || key.length === 0) {
+    throw invalidArgument(`draft ${table} keys are non-empty strings`, { table, reason: 'key not a non-empty string' });
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw invalidArgument(`draft ${table} row ${key} must be an object`, { table, key, reason: 'not an object' });
+  }
+  let record;
+  try {
+    record = structuredClone(value);
+  } catch (cause) {
+    throw new IdemflowError('INVALID_ARGUMENT', `draft ${table} row ${key} cannot be copied: ${cause.message}`, {
+      details: { table, key, reason: 'not cloneable' }, cause,
+    });
+  }
+  const keyField = RECORD_KEYS[table];
+  if (record[keyField] === undefined) record[keyField] = key;
+  if (record[keyField] !== key) {
+    throw invalidArgument(`draft ${table} row stored under ${key} has ${keyField} ${JSON.stringify(record[keyField])}`, {
+      table, key, field: keyField, reason: 'key mismatch',
+    });
+  }
+  try {
+    if (table === 'workflows') {
+      readWorkflow(record);
+    } else if (table === 'inbox') {
+      record.recordedAt ??= now;
+      readReceipt(record);
+    } else {
+      const defaults = {
+        payload: {}, status: 'pending', attempts: 0, nextAttemptAt: now, leaseOwner: null, leaseExpiresAt: null,
+        fencingToken: 0, lastError: null, createdAt: now, updatedAt: now,
+      };
+      for (const [field, fill] of Object.entries(defaults)) if (record[field] === undefined) record[field] = fill;
+      const view = operationView(operationRecord(record));
+      if (view.unreadable) {
+        throw new IdemflowError('INVALID_RECORD', `${view.unreadable.join(', ')} cannot be read`, {
+          details: { field: view.unreadable[0], reason: 'unreadable' },
+        });
+      }
+    }
+  } catch (error) {
+    if (!(error instanceof IdemflowError) || error.code !== 'INVALID_RECORD') throw error;
+    // The readers name stored names (event_id); the draft's rows have fields (eventId).
+    const field = typeof error.details.field === 'string' ? fieldOfName(error.details.field) : undefined;
+    throw new IdemflowError('INVALID_ARGUMENT', `draft ${table} row ${key} is not a row the store can read: ${error.message}`, {
+      details: { table, key, field, reason: error.details.reason }, cause: error,
+    });
+  }
+  return record;
+}
+
+/**
+ * One table of a transaction's draft view: a Map over the same pending
+ * writes as the handle's methods, so a row set here is seen by getWorkflow,
+ * insertOperation's uniqueness check and the rest, and is kept or discarded
+ * with the transaction. get() and iteration return copies: change a row by
+ * set()ting it back (an in-place change would otherwise skip the checks).
+ */
+class DraftTable extends Map {
+  #table;
+  #tx;
+
+  constructor(table, tx) {
+    super();
+    this.#table = table;
+    this.#tx = tx;
+  }
+
+  get size() {
+    let count = 0;
+    for (const _ of this.keys()) count += 1;
+    return count;
+  }
+
+  has(key) {
+    return this.#tx._draftRead(this.#table, key) !== undefined;
+  }
+
+  get(key) {
+    const record = this.#tx._draftRead(this.#table, key);
+    return record === undefined ? undefined : structuredClone(record);
+  }
+
+  set(key, value) {
+    this.#tx._draftWrite(this.#table, key, draftRecord(this.#table, key, value, this.#tx._now()));
+    return this;
+  }
+
+  delete(key) {
+    if (!this.has(key)) return false;
+    this.#tx._draftWrite(this.#table, key, DELETED);
+    return true;
+  }
+
+  clear() {
+    for (const key of [...this.keys()]) this.delete(key);
+  }
+
+  * keys() {
+    for (const key of this.#tx._draftKeys(this.#table)) yield key;
+  }
+
+  * entries() {
+    for (const key of this.keys()) yield [key, this.get(key)];
+  }
+
+  * values() {
+    for (const key of this.keys()) yield this.get(key);
+  }
+
+  [Symbol.iterator]() {
+    return this.entries();
+  }
+
+  forEach(callback, thisArg) {
+    for (const [key, value] of this.entries()) callback.call(thisArg, value, key, this);
+  }
+}
+
+/**
+ * Reads see the transaction's own writes; nothing reaches the store until
+ * commit. Besides its methods, the handle carries the draft view
+ * `{ workflows, inbox, outbox }` (Maps over the same pending writes) for
+ * tests and code written against a draft-of-Maps model.
+ */
+class MemoryTransaction extends StoreTransaction {
+  #data;
+  #clock;
+  #writes = { workflows: new Map(), inbox: new Map(), outbox: new Map() };
+
+  constructor(store, data, clock) {
+    super(store);
+    this.#data = data;
+    this.#clock = clock;
+    for (const table of ['workflows', 'inbox', 'outbox']) {
+      Object.defineProperty(this, table, { value: new DraftTable(table, this), enumerable: true });
+    }
+  }
+
+  #read(table, key) {
+    const own = this.#writes[table];
+    const value = own.has(key) ? own.get(key) : this.#data[table].get(key);
+    return value === DELETED ? undefined : value;
+  }
+
+  /** @internal the draft view's access to the pending writes */
+  _draftRead(table, key) {
+    return this.#read(table, key);
+  }
+
+  /** @internal */
+  _draftWrite(table, key, record) {
+    this.#writes[table].set(key, record);
+  }
+
+  /** @internal the keys a read sees: held ones in order, then new ones */
+  * _draftKeys(table) {
+    const own = this.#writes[table];
+    for (const key of this.#data[table].keys()) if (this.#read(table, key) !== undefined) yield key;
+    for (const [key, value] of own) if (value !== DELETED && !this.#data[table].has(key)) yield key;
+  }
+
+  /** @internal */
+  _now() {
+    return this.#clock();
+  }
+
+  // Held records are read like a durable store's rows (StoreTransaction reads
+  // them): checked, and copied by own keys (a snapshot from a file may hold anything).
+  async _read(table, key) {
+    return RECORD_OF[table](this.#read(table, key));
+  }
+
+  async _insert(table, record) {
+    const key = table === 'inbox' ? record.eventId : record.id;
+    if (this.#read(table, key) !== undefined) return false;
+    this.#writes[table].set(key, HELD_OF[table](record));
+    return true;
+  }
+
+  async _updateWorkflow({ id, status, revision, patch, expect }) {
+    const current = this.#read('workflows', id);
+    if (current === undefined || current.status !== expect.status || current.revision !== expect.revision) return false;
+    const next = { ...current, status, revision };
+    for (const [field, value] of Object.entries(patch)) {
+      if (value === null) delete next[field];
+      else next[field] = value;
+    }
+    this.#writes.workflows.set(id, next);
+    return true;
+  }
+
+  /** @internal */
+  commitTo(data) {
+    for (const table of ['workflows', 'inbox', 'outbox']) {
+      for (const [key, value] of this.#writes[table]) {
+        if (value === DELETED) data[table].delete(key);
+        else data[table].set(key, value);
+      }
+    }
+  }
+}
+
+class InMemoryStore extends StoreBase {
+  static holdsNumbers = true;
+
+  #data = { workflows: new Map(), inbox: new Map(), outbox: new Map() };
+  #serializer = new Serializer();
+  #clock;
+
+  /**
+   * @param {Iterable<object>} workflows the workflows that exist at the start
+   * @param {{ now?: () => number }} [options] `now`: the clock for recordedAt,
+   *   createdAt and updatedAt (ms since the epoch; default Date.now)
+   */
+  constructor(workflows = [], options = {}) {
+    checkOptionKeys(options ?? {}, ['now'], 'InMemoryStore');
+    const clock = resolveClock((options ?? {}).now);
+    super({ now: clock });
+    this.#clock = clock;
+    for (const workflow of workflows) {
+      const id = workflow !== null && typeof workflow === 'object' ? workflow.id : undefined;
+      if (typeof id !== 'string' || id.length === 0) {
+        throw new IdemflowError('INVALID_ARGUMENT', 'every workflow needs a non-empty string id', {
+          details: { reason: 'workflow without id' },
+        });
+      }
+      if (this.#data.workflows.has(id)) {
+        throw new IdemflowError('INVALID_ARGUMENT', `duplicate workflow id ${id}`, {
+          details: { workflowId: id, reason: 'duplicate workflow id' },
+        });
+      }
+      this.#data.workflows.set(id, structuredClone(workflow));
+    }
+  }
+
+  /**
+   * A store holding copies of a snapshot's tables (Maps, or arrays of
+   * [key, value] entries): what snapshot() returned, perhaps from another process.
+   */
+  static fromSnapshot(snapshot, options = {}) {
+    const store = new InMemoryStore([], options);
+    if (snapshot === null || typeof snapshot !== 'object') {
+      throw invalidArgument('fromSnapshot takes what snapshot() returned', { reason: 'not an object' });
+    }
+    const tables = snapshot;
+    for (const table of ['workflows', 'inbox', 'outbox']) {
+      for (const [key, value] of new Map(tables[table] ?? [])) store.#data[table].set(key, structuredClone(value));
+    }
+    return store;
+  }
+
+  /**
+   * Runs fn(tx) alone (calls queue behind each other in this process). If fn
+   * throws, none of its writes are kept.
+   */
+  async transaction(fn) {
+    return this.#alone(async () => {
+      const tx = new MemoryTransaction(this, this.#data, this.#clock);
+      const result = await fn(tx);
+      tx.commitTo(this.#data);
+      return result;
+    });
+  }
+
+  #alone(fn) {
+    return this.#serializer.run(fn);
+  }
+
+  /** Copies of every table, as Maps keyed by id. */
+  snapshot() {
+    return structuredClone(this.#data);
+  }
+
+  /** Stores a workflow as given (a copy), for hosts that create workflows and for tests. */
+  async putWorkflow(workflow) {
+    await this.#alone(async () => {
+      this.#data.workflows.set(workflow.id, structuredClone(workflow));
+    });
+  }
+
+  /** @internal a held record, read by StoreBase */
+  async _read(table, key) {
+    return RECORD_OF[table](this.#data[table].get(key));
+  }
+
+  _receiptOf(record) {
+    return readReceiptRecord(record);
+  }
+
+  // ---- The outbox store interface (docs/outbox.md) --------------------------
+  // StoreBase checks the arguments and gives every method its meaning;
+  // these four carry the requests out on the maps, each alone, like one SQL
+  // statement.
+
+  async _claim({ owner, now, leaseExpiresAt, limit, types }) {
+    const wanted = types === null ? null : new Set(types);
+    return this.#alone(async () => {
+      const due = [...this.#data.outbox.values()]
+        .filter((operation) => (wanted === null || wanted.has(operation.type)) && claimable(operation, now))
+        .sort((a, b) => a.nextAttemptAt - b.nextAttemptAt || byId(a, b))
+        .slice(0, limit);
+      return due.map((operation) => {
+        Object.assign(operation, {
+          status: 'claimed',
+          leaseOwner: owner,
+          leaseExpiresAt,
+          fencingToken: operation.fencingToken + 1,
+          attempts: operation.attempts + 1,
+          updatedAt: now,
+        });
+        return operationRecord(copy(operation));
+      });
+    });
+  }
+
+  async _update({ id, status, fencingToken, set, giveBackAttempt }) {
+    return this.#alone(async () => {
+      const operation = this.#data.outbox.get(id);
+      if (operation === undefined || operation.status !== status) return false;
+      if (fencingToken !== undefined && operation.fencingToken !== fencingToken) return false;
+      Object.assign(operation, set);
+      if (giveBackAttempt) operation.attempts = Math.max(0, operation.attempts - 1);
+      return true;
+    });
+  }
+
+  async _list(request) {
+    return this.#alone(async () => [...this.#data.outbox.values()]
+      .filter((op) => operationMatches(request, op))
+      .sort(byId)
+      .slice(0, request.limit)
+      .map((op) => operationRecord(copy(op))));
+  }
+
+  async _stats({ now }) {
+    return this.#alone(async () => {
+      const counts = new Map();
+      let oldestDueAt = null;
+      for (const op of this.#data.outbox.values()) {
+        const key = JSON.stringify([op.type, op.status]);
+        counts.set(key, (counts.get(key) ?? 0) + 1);
+        if (claimable(op, now)) {
+          const since = op.status === 'pending' ? op.nextAttemptAt : op.leaseExpiresAt;
+          if (oldestDueAt === null || since < oldestDueAt) oldestDueAt = since;
+        }
+      }
+      return { counts: [...counts].map(([key, count]) => { const [type, status] = JSON.parse(key); return { type, status, count }; }), oldestDueAt };
+    });
+  }
+
+  async _purgeBatch(target, { olderThan, batchSize, status }) {
+    const [table, old] = target === 'receipts'
+      ? ['inbox', (receipt) => typeof receipt.recordedAt === 'number' && receipt.recordedAt < olderThan]
+      : ['outbox', (op) => op.status === status && op.updatedAt < olderThan];
+    return this.#alone(async () => {
+      const keys = [];
+      for (const [key, row] of this.#data[table]) {
+        if (keys.length >= batchSize) break;
+        if (old(row)) keys.push(key);
+      }
+      for (const key of keys) this.#data[table].delete(key);
+      return keys.length;
+    });
+  }
+}
+
+module.exports = { InMemoryStore, MemoryTransaction };

@@ -1,0 +1,6 @@
+// idemflow/mongodb for ES modules: the same objects as index.cjs.
+import adapter from './index.cjs';
+
+export const { MongoStore, MongoTransaction, DEFAULT_TABLES, STORE_UNAVAILABLE, isStoreUnavailable } = adapter;
+
+export default adapter;

@@ -1,0 +1,141 @@
+'use strict';
+// What MySQL and MariaDB say differently: backquotes, ? placeholders, a plain
+// INSERT whose duplicate key is the answer (INSERT IGNORE would hide other
+// errors too), ON DUPLICATE KEY UPDATE, JSON_SET/JSON_REMOVE for recorded
+// fields, DELETE … ORDER BY … LIMIT, the DDL with its binary NO PAD
+// collations, the claim's two index-forced SKIP LOCKED selects and the
+// server's error numbers.
+
+const { isNetworkError } = require('../../store/errors.cjs');
+const { createHash } = require('node:crypto');
+const { addedColumns, createTables, indexName, indexesOf } = require('../../sql/schema.cjs');
+
+const UNAVAILABLE_ERRNO = new Set([1040, 1053, 1077, 1152, 1158, 1159, 1160, 1161, 1927, 2002, 2003, 2006, 2013, 2055]);
+const UNAVAILABLE_CODES = new Set([
+  'PROTOCOL_CONNECTION_LOST', 'PROTOCOL_ENQUEUE_AFTER_FATAL_ERROR', 'PROTOCOL_ENQUEUE_AFTER_QUIT',
+  'PROTOCOL_SEQUENCE_TIMEOUT', 'POOL_CLOSED', 'POOL_ENQUEUELIMIT',
+]);
+// What a claim takes, in this order: [status, due column, index suffix].
+const DUE = [['claimed', 'lease_expires_at', 'status_lease_expires_idx'], ['pending', 'next_attempt_at', 'status_next_attempt_idx']];
+
+function quote(name) {
+  return name.split('.').map((part) => `\`${part}\``).join('.');
+}
+
+/** What kind of failure a mysql2 error is (errno is the server's error number). */
+function classify(error) {
+  if (error === null || typeof error !== 'object') return null;
+  const errno = typeof error.errno === 'number' ? error.errno : null;
+  if (errno === 1062 || error.code === 'ER_DUP_ENTRY') return { type: 'unique' };
+  if (errno === 1146 || errno === 1049) return { type: 'schema', reason: 'missing-table' }; // ER_NO_SUCH_TABLE, ER_BAD_DB_ERROR
+  if (errno === 1213) return { type: 'race', reason: 'deadlock' };
+  if (errno === 1205) return { type: 'race', reason: 'lock-timeout' };
+  if (errno === 1020) return { type: 'race', reason: 'serialization-failure' }; // record changed since last read
+  // max_statement_time (MariaDB 1969) or max_execution_time (MySQL 3024) ran out: redeliver later.
+  if (errno === 1969 || errno === 3024) return { type: 'unavailable', reason: 'timeout' };
+  if (isNetworkError(error)) {
+    return { type: 'unavailable', reason: error.code === 'ECONNREFUSED' ? 'connection-refused' : 'network-error' };
+  }
+  if (error.fatal === true || UNAVAILABLE_CODES.has(error.code) || UNAVAILABLE_ERRNO.has(errno)
+    || /Pool is closed|Can't add new command when connection is in closed state|connection is in closed state/i.test(String(error.message))) {
+    return { type: 'unavailable', reason: 'connection-lost' };
+  }
+  return null;
+}
+
+/**
+ * JSON_SET and JSON_REMOVE rather than JSON_MERGE_PATCH: MariaDB 10.11's
+ * merge patch skips removals whose keys come in another order than the document's.
+ */
+function mergeData(bind, change) {
+  let data = 'data';
+  const kept = Object.entries(change.kept);
+  if (kept.length > 0) data = `JSON_SET(${data}, ${kept.map(([field, value]) => `${bind(`$."${field}"`)}, ${bind(value)}`).join(', ')})`;
+  if (change.removed.length > 0) data = `JSON_REMOVE(${data}, ${change.removed.map((field) => bind(`$."${field}"`)).join(', ')})`;
+  return data;
+}
+
+/** The tables of migrate() (InnoDB, utf8mb4; ids and names in `collation`), a statement each: DDL commits implicitly here. */
+function schema(tables, collation) {
+  const types = {
+    key: `VARCHAR(768) CHARACTER SET utf8mb4 COLLATE ${collation}`,
+    name: `VARCHAR(255) CHARACTER SET utf8mb4 COLLATE ${collation}`,
+    json: 'LONGTEXT',
+    text: 'TEXT',
+    int: 'INT',
+    bigint: 'BIGINT',
+  };
+  return createTables(tables, quote, types, { primaryKey: 'NOT NULL PRIMARY KEY', options: ` ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=${collation}` });
+}
+
+/**
+ * The columns added since a table was first made, each as a check (a row
+ * when the column is there) and the ALTER that adds it: MySQL has no ADD
+ * COLUMN IF NOT EXISTS (MariaDB has), so a concurrent migrate() can still add
+ * it first: DUPLICATE_COLUMN_NAME is then what was wanted.
+ */
+function added(tables) {
+  return addedColumns(tables, TYPES_WITHOUT_COLLATION).map(([table, column, definition]) => {
+    const dot = table.indexOf('.');
+    return {
+      present: {
+        sql: 'SELECT 1 AS present FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME = ?',
+        values: [dot < 0 ? null : table.slice(0, dot), table.slice(dot + 1), column],
+      },
+      add: `ALTER TABLE ${quote(table)} ADD COLUMN ${definition}`,
+    };
+  });
+}
+
+/** The types of the added columns: none of them is an id or a name, so none needs the id collation. */
+const TYPES_WITHOUT_COLLATION = Object.freeze({ json: 'LONGTEXT', text: 'TEXT', int: 'INT', bigint: 'BIGINT' });
+
+/**
+ * The indexes, created one by one after the tables: MySQL has no CREATE
+ * INDEX IF NOT EXISTS, so an index that is there already (1061) is what was wanted.
+ */
+function indexes(tables) {
+  return indexesOf(tables).map(([table, suffix, columns]) => `CREATE INDEX \`${indexName(table, suffix)}\` ON ${quote(table)} (${columns})`);
+}
+
+/**
+ * The claim's statements: lock due rows FOR UPDATE SKIP LOCKED, expired
+ * claims first (few, and waiting longest), then pending operations; each
+ * select walks its own index in order (forced: on a small table the
+ * optimizer would rather sort), so it locks only the rows it returns. Then
+ * one UPDATE of the ids and a read of them.
+ */
+const claim = {
+  /** The select of one kind of due row: [status, column, index suffix] of DUE. */
+  lockDue: (statements, request, [status, column, index], limit) => statements.statement((bind) => `SELECT id FROM ${statements.quoted.outbox}
+      FORCE INDEX (\`${indexName(statements.tables.outbox, index)}\`)
+      WHERE ${statements.typeFilter(bind, request)}status = '${status}' AND ${column} <= ${bind(request.now)}
+      ORDER BY ${column} LIMIT ${bind(limit)} FOR UPDATE SKIP LOCKED`, true),
+  update: (statements, request, ids) => statements.statement((bind) => `UPDATE ${statements.quoted.outbox} SET ${statements.claimSet(bind, request)} WHERE id IN (${bind(ids)})`),
+  read: (statements, ids) => statements.statement((bind) => `SELECT ${statements.columns('outbox')} FROM ${statements.quoted.outbox} WHERE id IN (${bind(ids)})`, true),
+  kinds: DUE,
+};
+
+const dialect = Object.freeze({
+  name: 'mysql',
+  quote,
+  placeholder: () => '?',
+  insertIfAbsent: () => '',
+  upsert: (key, columns) => ` ON DUPLICATE KEY UPDATE ${columns.map((c) => `${c} = VALUES(${c})`).join(', ')}`,
+  mergeData,
+  // MySQL refuses LIMIT in an IN subquery; DELETE takes its own ORDER BY … LIMIT.
+  purgeBatch: ({ table, order, where, limit }) => `DELETE FROM ${table} WHERE ${where} ORDER BY ${order} LIMIT ${limit}`,
+  classify,
+  schema,
+  indexes,
+  addedColumns: added,
+  /** The named lock of withExclusiveLock (GET_LOCK names hold at most 64 characters: a longer one is hashed). */
+  tryLock: 'SELECT GET_LOCK(?, 0) AS acquired',
+  unlock: 'SELECT RELEASE_LOCK(?)',
+  lockName: (name) => (name.length <= 64 ? name : `idemflow:${createHash('sha256').update(name).digest('hex').slice(0, 40)}`),
+  claim,
+  DUPLICATE_INDEX_NAME: 1061,
+  DUPLICATE_COLUMN_NAME: 1060,
+});
+
+module.exports = dialect;

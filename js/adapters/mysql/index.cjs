@@ -1,0 +1,312 @@
+'use strict';
+// MySQL and MariaDB over the host's mysql2 Pool or Connection (promise or
+// callback flavour). Ids are compared byte for byte: a binary NO PAD
+// collation where the server has one, so "a", "A" and "a " are three ids.
+// Every write is guarded by a primary key or a compare-and-set on
+// (id, status, revision); deadlocks and lock wait timeouts run the whole
+// cycle again, like a lost compare-and-set. The outbox claim locks due rows
+// FOR UPDATE SKIP LOCKED (MySQL 8, MariaDB 10.6+) and updates them in the
+// same short transaction.
+
+const { IdemflowError } = require('../../core/errors.cjs');
+const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
+const { STORE_UNAVAILABLE, invalidArgument, mapDriverError, isStoreUnavailable } = require('../../store/errors.cjs');
+const { DEFAULT_TABLES, STORE_OPTIONS, TIMEOUT_OPTIONS, resolveClock, resolveRaceRetries, resolveTimeouts } = require('../../store/options.cjs');
+const { ConnectionWatch, Serializer, guardedConnection, rollbackQuietly, watchClient, withDeadline } = require('../../store/bounds.cjs');
+const { SqlStore } = require('../../sql/store.cjs');
+const { SqlTransaction } = require('../../sql/transaction.cjs');
+const dialect = require('./dialect.cjs');
+
+function mapError(error, onUnique) {
+  return mapDriverError(error, dialect.classify, onUnique);
+}
+
+async function run(connection, sql, params, onUnique) {
+  let result;
+  try {
+    [result] = await connection.query(sql, params);
+  } catch (error) {
+    throw mapError(error, onUnique);
+  }
+  return Array.isArray(result) ? { rows: result, count: result.length } : { rows: [], count: Number(result.affectedRows ?? 0) };
+}
+
+/** The promise flavour of a mysql2 Pool or Connection. */
+function promiseFlavour(db) {
+  if (db !== null && typeof db === 'object' && typeof db.promise === 'function' && typeof db.query === 'function') {
+    const wrapped = db.promise();
+    if (wrapped && typeof wrapped.query === 'function') return wrapped;
+  }
+  return db;
+}
+
+function kindOf(db) {
+  if (db === null || typeof db !== 'object' || typeof db.query !== 'function') return null;
+  if (typeof db.getConnection === 'function') return 'pool';
+  if (typeof db.beginTransaction === 'function') return 'connection';
+  return null;
+}
+
+class MysqlTransaction extends SqlTransaction {
+  constructor(store, connection) {
+    super(store, ({ sql, values }, onUnique) => run(connection, sql, values, onUnique));
+  }
+}
+
+/**
+ * A store over a mysql2 Pool (a connection per transaction) or a single
+ * Connection (transactions queue on it), promise or callback flavour. It is
+ * also an outbox store (docs/outbox.md).
+ */
+class MysqlStore extends SqlStore {
+  #kind;
+  #serializer = new Serializer();
+  #collation;
+  #timeouts;
+  #watch = null;
+  #flavour = null;
+
+  /**
+   * @param {object} db a mysql2 Pool or Connection
+   * @param {{ tables?: object, raceRetries?: number, now?: () => number, collation?: string, timeoutMs?: number, statementTimeoutMs?: number }} [options]
+   */
+  constructor(db, options = {}) {
+    checkHandle(db, 'mysql2', (value) => kindOf(promiseFlavour(value)) !== null, 'MysqlStore needs a mysql2 Pool or Connection');
+    checkOptionKeys(options, [...STORE_OPTIONS, 'collation', ...TIMEOUT_OPTIONS], 'MysqlStore');
+    const opts = options ?? {};
+    if (opts.collation !== undefined && !/^[A-Za-z0-9_]+$/.test(String(opts.collation))) {
+      throw invalidArgument('options.collation must be a collation name', { field: 'collation', reason: 'not a collation name' });
+    }
+    super(dialect, { tables: opts.tables, now: resolveClock(opts.now), raceRetries: resolveRaceRetries(opts) });
+    const client = promiseFlavour(db);
+    const kind = kindOf(client);
+    this.#kind = kind;
+    /** The mysql2 Pool or Connection (promise flavour) this store works through. */
+    this.client = client;
+    this.#collation = opts.collation ?? null;
+    this.#timeouts = resolveTimeouts(opts);
+    // A Connection the host hands in is held for the store's lifetime; pool connections are watched while checked out.
+    if (kind === 'connection') this.#watch = watchClient(client.connection ?? client);
+  }
+
+  /**
+   * Creates the tables (InnoDB, utf8mb4) and their indexes if they do not
+   * exist. Id columns use a binary NO PAD collation: utf8mb4_nopad_bin on
+   * MariaDB, utf8mb4_0900_bin on MySQL 8 (options.collation overrides).
+   * Adds the columns a table made by an earlier version lacks.
+   */
+  async migrate() {
+    const collation = this.#collation ?? await this.#idCollation();
+    for (const statement of dialect.schema(this.tables, collation)) await this.#query(statement, []);
+    for (const statement of dialect.indexes(this.tables)) {
+      try {
+        await this.#query(statement, []);
+      } catch (error) {
+        if (error.cause?.errno !== dialect.DUPLICATE_INDEX_NAME) throw error;
+      }
+    }
+    for (const { present, add } of dialect.addedColumns(this.tables)) {
+      if ((await this.#query(present.sql, present.values)).rows.length > 0) continue;
+      try {
+        await this.#query(add, []);
+      } catch (error) {
+        if (error.cause?.errno !== dialect.DUPLICATE_COLUMN_NAME) throw error;
+      }
+    }
+  }
+
+  async #idCollation() {
+    const { rows } = await this.#query('SELECT VERSION() AS version', []);
+    const version = String(rows[0].version);
+    if (/mariadb/i.test(version)) return 'utf8mb4_nopad_bin';
+    return Number.parseInt(version, 10) >= 8 ? 'utf8mb4_0900_bin' : 'utf8mb4_bin';
+  }
+
+  /** @internal a Connection is one session: runners sharing it are told apart in process */
+  _lockScope() {
+    return this.client;
+  }
+
+  /**
+   * @internal GET_LOCK(name, 0), held by a session: a connection of its own
+   * from a Pool (so no transaction stays open while the lock is held), the
+   * Connection itself otherwise. A session that ends frees it.
+   */
+  async _tryLock(name) {
+    const pooled = this.#kind === 'pool';
+    const lockName = dialect.lockName(name);
+    let session;
+    try {
+      session = pooled ? await this.client.getConnection() : this.client;
+      const [rows] = await session.query(dialect.tryLock, [lockName]);
+      if (Number(rows[0]?.acquired) === 1) {
+        return async () => {
+          try {
+            await session.query(dialect.unlock, [lockName]);
+          } catch {
+            // A lost session has freed its locks already.
+          } finally {
+            if (pooled) session.release();
+          }
+        };
+      }
+    } catch (error) {
+      if (pooled && session) session.destroy?.();
+      throw mapError(error);
+    }
+    if (pooled) session.release();
+    return null;
+  }
+
+  /**
+   * Runs fn(tx) between BEGIN and COMMIT on one connection; if fn throws, the
+   * transaction rolls back and the error is rethrown as it was.
+   */
+  async transaction(fn) {
+    return this.#inTransaction((connection) => fn(new MysqlTransaction(this, connection)));
+  }
+
+  /** work(connection) between START TRANSACTION and COMMIT on one connection (at `isolation` when given). */
+  #inTransaction(work, isolation, operation = 'transaction') {
+    return this.#onConnection(operation, (connection, raw) => onConnection(connection, raw, work, isolation));
+  }
+
+  /**
+   * use(connection, raw) on a connection of this store, within
+   * options.timeoutMs: `connection` checks the deadline before every
+   * statement and carries the server-side statement bound; `raw` is for the
+   * rollback after a failure.
+   */
+  #onConnection(operation, use) {
+    return withDeadline(this.#timeouts.timeoutMs, operation, async (deadline) => {
+      if (this.#kind === 'connection') {
+        // The host's Connection is not ours to close: work that ran out of time
+        // sends nothing more; the calls queued behind it time out in the queue.
+        return this.#serializer.run(async () => {
+          deadline.check();
+          const bounded = await this.#bounded(this.client, deadline, this.#watch);
+          return use(bounded, this.client);
+        });
+      }
+      let connection;
+      try {
+        connection = await this.client.getConnection();
+      } catch (error) {
+        throw mapError(error);
+      }
+      // mysql2 emits 'error' on a pool connection the server closed; its own listener is a once().
+      const watch = new ConnectionWatch(connection.connection ?? connection);
+      let released = false;
+      const release = (broken) => {
+        if (released) return;
+        released = true;
+        watch.stop(broken);
+        if (broken) connection.destroy();
+        else connection.release();
+      };
+      deadline.onExpire(() => release(true));
+      let broken = false;
+      try {
+        deadline.check();
+        return await use(await this.#bounded(connection, deadline, watch), connection);
+      } catch (error) {
+        broken = watch.error !== null || (error instanceof IdemflowError && error.code === STORE_UNAVAILABLE);
+        throw error;
+      } finally {
+        release(broken || watch.error !== null);
+      }
+    });
+  }
+
+  /**
+   * The connection with this call's deadline and, on MariaDB, its statements
+   * bounded on the server: `SET STATEMENT max_statement_time = …,
+   * innodb_lock_wait_timeout = … FOR` in front of every read and write, which
+   * leaves the session's own settings alone. (MySQL has no such prefix for
+   * writes; there only the client-side bound applies.)
+   */
+  async #bounded(connection, deadline, watch) {
+    const guarded = guardedConnection(connection, deadline, watch);
+    const { statementTimeoutMs } = this.#timeouts;
+    if (statementTimeoutMs === 0) return guarded;
+    if (this.#flavour === null) {
+      const { rows } = await run(guarded, 'SELECT VERSION() AS version', []);
+      this.#flavour = /mariadb/i.test(String(rows[0].version)) ? 'mariadb' : 'mysql';
+    }
+    if (this.#flavour !== 'mariadb') return guarded;
+    const seconds = (statementTimeoutMs / 1000).toFixed(3);
+    const lockWait = Math.max(1, Math.ceil(statementTimeoutMs / 1000));
+    const prefix = `SET STATEMENT max_statement_time = ${seconds}, innodb_lock_wait_timeout = ${lockWait} FOR `;
+    return guardedConnection(connection, deadline, watch, (sql) => (/^\s*(SELECT|INSERT|UPDATE|DELETE)\b/i.test(sql) ? prefix + sql : sql));
+  }
+
+  // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)
+
+  /**
+   * A short READ COMMITTED transaction: lock due rows FOR UPDATE SKIP LOCKED,
+   * update them, read them back. Expired claims (few, and waiting longest)
+   * come first, then pending operations. Each select walks its own index in
+   * order (forced: on a small table the optimizer would rather sort), so it
+   * locks only the rows it returns; ties come in primary key order, which the
+   * index holds (naming id in ORDER BY would make the server sort again).
+   * @internal
+   */
+  async _claimRows(request) {
+    const { claim } = dialect;
+    return this.#inTransaction(async (connection) => {
+      const ids = [];
+      for (const kind of claim.kinds) {
+        if (ids.length === request.limit) break;
+        const { rows } = await execute(connection, claim.lockDue(this._statements, request, kind, request.limit - ids.length));
+        ids.push(...rows.map((row) => row.id));
+      }
+      if (ids.length === 0) return [];
+      await execute(connection, claim.update(this._statements, request, ids));
+      // Read after COMMIT (StoreBase): a row that cannot be read must not roll the whole claim back.
+      return (await execute(connection, claim.read(this._statements, ids))).rows;
+    }, 'READ COMMITTED');
+  }
+
+  /** @internal one outbox statement in autocommit */
+  _execute({ sql, values }) {
+    return this.#query(sql, values);
+  }
+
+  /** One statement in autocommit, under the same bounds as a transaction. */
+  #query(sql, params, operation = 'statement') {
+    return this.#onConnection(operation, (connection) => run(connection, sql, params));
+  }
+}
+
+function execute(connection, { sql, values }) {
+  return run(connection, sql, values);
+}
+
+/** Statements go through `connection` (bounded); the rollback after a failure goes to `raw`. */
+async function onConnection(connection, raw, work, isolation) {
+  // SET TRANSACTION (without SESSION) applies to the next transaction only.
+  if (isolation) await run(connection, `SET TRANSACTION ISOLATION LEVEL ${isolation}`, []);
+  await run(connection, 'START TRANSACTION', []);
+  let result;
+  try {
+    result = await work(connection);
+  } catch (error) {
+    await rollbackQuietly(raw);
+    throw error;
+  }
+  try {
+    await run(connection, 'COMMIT', []);
+  } catch (error) {
+    await rollbackQuietly(raw);
+    throw error;
+  }
+  return result;
+}
+
+module.exports = {
+  MysqlStore,
+  MysqlTransaction,
+  DEFAULT_TABLES,
+  STORE_UNAVAILABLE,
+  isStoreUnavailable,
+};

@@ -1,0 +1,292 @@
+'use strict';
+// PostgreSQL over the host's `pg` Pool or Client, or over PGlite in process.
+// Transactions run at the server's isolation level (READ COMMITTED by
+// default): every write is guarded by a unique key or by a compare-and-set on
+// (id, status, revision), so a concurrent writer makes the guard fail and the
+// whole cycle runs again; serialisation failures and deadlocks do the same.
+// The outbox claim is one statement: a CTE that locks due rows FOR UPDATE
+// SKIP LOCKED, then UPDATE … RETURNING.
+
+const { IdemflowError } = require('../../core/errors.cjs');
+const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
+const { STORE_UNAVAILABLE, invalidArgument, lostRace, mapDriverError, isStoreUnavailable } = require('../../store/errors.cjs');
+const { DEFAULT_TABLES, STORE_OPTIONS, TIMEOUT_OPTIONS, resolveClock, resolveRaceRetries, resolveTimeouts } = require('../../store/options.cjs');
+const { ConnectionWatch, Serializer, guardedConnection, rollbackQuietly, watchClient, withDeadline } = require('../../store/bounds.cjs');
+const { SqlStore } = require('../../sql/store.cjs');
+const { SqlTransaction } = require('../../sql/transaction.cjs');
+const dialect = require('./dialect.cjs');
+
+function mapError(error, onUnique) {
+  return mapDriverError(error, dialect.classify, onUnique);
+}
+
+// Statements pg prepares once per connection (a named statement), by text: the
+// fixed ones of every store (reads, inserts, the compare-and-set), up to a bound;
+// a text beyond it (a batch's multi-row insert of one size) runs unnamed.
+const MAX_NAMED = 128;
+const names = new Map();
+
+/** The query of a statement for pg: named while the bound allows. */
+function named(sql, values) {
+  let name = names.get(sql);
+  if (name === undefined && names.size < MAX_NAMED) {
+    name = `idemflow_${names.size}`;
+    names.set(sql, name);
+  }
+  return { name, text: sql, values };
+}
+
+/** `{rows, count}` from pg (rowCount) or PGlite (affectedRows). `prepare`: as a named statement (pg only). */
+async function run(queryable, sql, params, onUnique, prepare = false) {
+  let result;
+  try {
+    result = await (prepare ? queryable.query(named(sql, params)) : queryable.query(sql, params));
+  } catch (error) {
+    throw mapError(error, onUnique);
+  }
+  return { rows: result.rows ?? [], count: Number(result.rowCount ?? result.affectedRows ?? 0), command: result.command };
+}
+
+function kindOf(db) {
+  if (db === null || typeof db !== 'object' || typeof db.query !== 'function') return null;
+  if (typeof db.transaction === 'function' && typeof db.exec === 'function') return 'pglite';
+  if (typeof db.connect === 'function' && typeof db.totalCount === 'number') return 'pool';
+  return 'client';
+}
+
+class PostgresTransaction extends SqlTransaction {
+  constructor(store, queryable) {
+    super(store, ({ sql, values }, onUnique) => run(queryable, sql, values, onUnique, store._prepares));
+  }
+}
+
+/**
+ * A store over a `pg` Pool (a connection per transaction), a `pg` Client
+ * (transactions queue on the one connection) or a PGlite instance. It is
+ * also an outbox store (docs/outbox.md).
+ */
+class PostgresStore extends SqlStore {
+  #kind;
+  #serializer = new Serializer();
+  #timeouts;
+  #watch = null;
+
+  /**
+   * @param {object} db a pg Pool, a pg Client (connected) or a PGlite instance
+   * @param {{ tables?: object, raceRetries?: number, now?: () => number, timeoutMs?: number, statementTimeoutMs?: number }} [options]
+   */
+  constructor(db, options = {}) {
+    checkHandle(db, 'pg', (value) => kindOf(value) !== null, 'PostgresStore needs a pg Pool, a pg Client or a PGlite instance');
+    checkOptionKeys(options, [...STORE_OPTIONS, ...TIMEOUT_OPTIONS], 'PostgresStore');
+    const opts = options ?? {};
+    super(dialect, { tables: opts.tables, now: resolveClock(opts.now), raceRetries: resolveRaceRetries(opts) });
+    const kind = kindOf(db);
+    this.#kind = kind;
+    /** The pg Pool, pg Client or PGlite instance this store works through. */
+    this.client = db;
+    this.#timeouts = resolveTimeouts(opts);
+    // A Client the host hands in is held for the store's lifetime; pool clients are watched while checked out.
+    if (kind === 'client') this.#watch = watchClient(db);
+    /** @internal pg prepares named statements once per connection; PGlite runs each as given. */
+    this._prepares = kind !== 'pglite';
+  }
+
+  /**
+   * Creates the tables and indexes if they do not exist, under an advisory
+   * lock so that workers starting together do not trip over each other.
+   */
+  async migrate() {
+    const ddl = dialect.schema(this.tables);
+    await this.#inTransaction(async (queryable) => {
+      for (const statement of ddl) await run(queryable, statement, []);
+    }, 'migrate');
+  }
+
+  /**
+   * Runs fn(tx) between BEGIN and COMMIT on one connection; if fn throws, the
+   * transaction rolls back and the error is rethrown as it was.
+   */
+  transaction(fn) {
+    return this.#inTransaction((queryable) => fn(new PostgresTransaction(this, queryable)));
+  }
+
+  /** @internal a Client or PGlite is one session: runners sharing it are told apart in process */
+  _lockScope() {
+    return this.client;
+  }
+
+  /**
+   * @internal pg_try_advisory_lock, held by a session: a connection of its
+   * own from a Pool (so no transaction stays open while the lock is held),
+   * the Client or PGlite itself otherwise. A session that ends frees it.
+   */
+  async _tryLock(name) {
+    const pooled = this.#kind === 'pool';
+    let session;
+    try {
+      session = pooled ? await this.client.connect() : this.client;
+      const { rows } = await session.query(dialect.tryLock, [name]);
+      if (rows[0]?.acquired === true) {
+        return async () => {
+          try {
+            await session.query(dialect.unlock, [name]);
+          } catch {
+            // A lost session has freed its locks already.
+          } finally {
+            if (pooled) session.release();
+          }
+        };
+      }
+    } catch (error) {
+      if (pooled && session) session.release(true);
+      throw mapError(error);
+    }
+    if (pooled) session.release();
+    return null;
+  }
+
+  // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)
+
+  /** @internal the dialect's claim statement, in autocommit; the rows are read by StoreBase */
+  async _claimRows(request) {
+    return (await this._execute(dialect.claim(this._statements, request))).rows;
+  }
+
+  /**
+   * @internal one statement, in a transaction of its own so that it runs
+   * under the same bounds as every other call
+   */
+  _execute({ sql, values }) {
+    return this.#inTransaction((queryable) => run(queryable, sql, values, undefined, this._prepares), 'statement');
+  }
+
+  /**
+   * work(queryable) between BEGIN and COMMIT on one connection, within
+   * options.timeoutMs. Errors thrown by `work` pass through untouched; the
+   * driver's own failures (BEGIN, COMMIT, acquiring a connection, a lost
+   * connection) come out mapped.
+   */
+  #inTransaction(work, operation = 'transaction') {
+    return withDeadline(this.#timeouts.timeoutMs, operation, (deadline) => this.#transactionWithin(deadline, work));
+  }
+
+  async #transactionWithin(deadline, work) {
+    let workError = null;
+    const guarded = async (queryable) => {
+      try {
+        return await work(queryable);
+      } catch (error) {
+        workError = error;
+        throw error;
+      }
+    };
+    if (this.#kind === 'pglite') {
+      // In process: no server to stop and no connection to lose. The bound still
+      // holds while another transaction keeps PGlite's lock; work that gets the
+      // lock after its caller gave up runs nothing and rolls back.
+      const watch = new ConnectionWatch(null);
+      try {
+        return await this.client.transaction((tx) => guarded(guardedConnection(tx, deadline, watch)));
+      } catch (error) {
+        if (error === workError) throw error;
+        throw mapError(error);
+      }
+    }
+    if (this.#kind === 'client') {
+      // The host's Client is not ours to close: a transaction that ran out of
+      // time sends nothing more and rolls back once the server answers again;
+      // the transactions queued behind it time out in the queue meanwhile.
+      return this.#serializer.run(() => {
+        deadline.check();
+        checkConnected(this.client);
+        return onConnection(this.client, guardedConnection(this.client, deadline, this.#watch), guarded, this.#timeouts);
+      });
+    }
+    let connection;
+    try {
+      connection = await this.client.connect();
+    } catch (error) {
+      throw mapError(error);
+    }
+    // pg-pool removes its own 'error' listener while a client is checked out.
+    const watch = new ConnectionWatch(connection);
+    let released = false;
+    const release = (error) => {
+      if (released) return;
+      released = true;
+      watch.stop(error !== undefined);
+      // With an error, the pool discards the client instead of handing it out again.
+      connection.release(error);
+    };
+    deadline.onExpire((timeout) => {
+      release(timeout);
+      // A stopped server would never answer the goodbye that ends the socket.
+      connection.connection?.stream?.destroy?.();
+    });
+    let broken;
+    try {
+      deadline.check();
+      return await onConnection(connection, guardedConnection(connection, deadline, watch), guarded, this.#timeouts);
+    } catch (error) {
+      if (watch.error !== null || (error instanceof IdemflowError && error.code === STORE_UNAVAILABLE)) broken = error;
+      throw error;
+    } finally {
+      release(broken ?? (watch.error === null ? undefined : watch.error));
+    }
+  }
+}
+
+/**
+ * A pg Client nobody called connect() on queues every query until it
+ * connects, that is forever: refuse it at once instead. Connecting it here
+ * would break the host's own later connect() ("Client has already been
+ * connected"), so the host does it. Objects without pg's flags pass.
+ */
+function checkConnected(client) {
+  if (client._connecting === false && client._connected === false) {
+    throw invalidArgument('PostgresStore was handed a pg Client that is not connected: call `await client.connect()` before using the store (or pass a pg Pool, which connects by itself)', {
+      reason: 'client not connected',
+    });
+  }
+}
+
+/**
+ * BEGIN (with the server-side bounds of this transaction), work, COMMIT.
+ * Statements go through `queryable` (bounded by the call's deadline); the
+ * rollback after a failure goes to the raw `connection`, so that even an
+ * abandoned transaction on a shared Client is rolled back.
+ */
+async function onConnection(connection, queryable, work, { timeoutMs, statementTimeoutMs }) {
+  // One round trip: SET LOCAL lasts until the transaction ends and leaves the
+  // connection's own settings as they were. A session that this process leaves
+  // idle inside the transaction longer than its own timeout is ended by the server.
+  const bounds = statementTimeoutMs > 0 ? `; SET LOCAL statement_timeout = ${statementTimeoutMs}` : '';
+  await run(queryable, `BEGIN${bounds}; SET LOCAL idle_in_transaction_session_timeout = ${timeoutMs}`, []);
+  let result;
+  try {
+    result = await work(queryable);
+  } catch (error) {
+    await rollbackQuietly(connection);
+    throw error;
+  }
+  let committed;
+  try {
+    committed = await run(queryable, 'COMMIT', []);
+  } catch (error) {
+    await rollbackQuietly(connection);
+    throw error;
+  }
+  // COMMIT of a transaction a failed statement had aborted answers ROLLBACK.
+  if (committed.command === 'ROLLBACK') {
+    throw lostRace(new Error('COMMIT rolled back an aborted transaction'), 'transaction-aborted');
+  }
+  return result;
+}
+
+module.exports = {
+  PostgresStore,
+  PostgresTransaction,
+  DEFAULT_TABLES,
+  STORE_UNAVAILABLE,
+  isStoreUnavailable,
+};

@@ -1,0 +1,101 @@
+'use strict';
+// What SQLite says differently: quoting, ? placeholders, ON CONFLICT,
+// json_patch for recorded fields, index names carrying the schema, the
+// claim (one UPDATE … RETURNING, inside BEGIN IMMEDIATE) and the result
+// codes of better-sqlite3 and node:sqlite.
+
+const { PORTABLE_TYPES, addedColumns, baseName, indexName, portableSchema } = require('../../sql/schema.cjs');
+
+// Extended result codes (sqlite3.h), for node:sqlite, which reports numbers.
+const PRIMARY = { ERROR: 1, BUSY: 5, LOCKED: 6, NOMEM: 7, READONLY: 8, IOERR: 10, CORRUPT: 11, FULL: 13, CANTOPEN: 14, CONSTRAINT: 19, NOTADB: 26 };
+const CONSTRAINT_UNIQUE = new Set([1555, 2067]); // SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CONSTRAINT_UNIQUE
+
+function quote(name) {
+  return name.split('.').map((part) => `"${part}"`).join('.');
+}
+
+/** What kind of failure a better-sqlite3 or node:sqlite error is. */
+function classify(error) {
+  if (error === null || typeof error !== 'object') return null;
+  let primary = null;
+  let unique = false;
+  if (typeof error.code === 'string' && error.code.startsWith('SQLITE_')) { // better-sqlite3
+    primary = error.code.split('_')[1];
+    unique = error.code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || error.code === 'SQLITE_CONSTRAINT_UNIQUE';
+  } else if (typeof error.errcode === 'number') { // node:sqlite
+    primary = Object.keys(PRIMARY).find((name) => PRIMARY[name] === (error.errcode & 0xff)) ?? null;
+    unique = CONSTRAINT_UNIQUE.has(error.errcode);
+  } else if (/database (connection )?is not open/i.test(String(error.message))) {
+    return { type: 'unavailable', reason: 'connection-closed' };
+  }
+  if (unique) return { type: 'unique' };
+  if (primary === 'ERROR' && /^no such table/i.test(String(error.message))) return { type: 'schema', reason: 'missing-table' };
+  switch (primary) {
+    case 'BUSY': case 'LOCKED': return { type: 'race', reason: 'database-busy' };
+    case 'CANTOPEN': return { type: 'unavailable', reason: 'cannot-open' };
+    case 'IOERR': case 'FULL': case 'NOMEM': case 'READONLY': case 'CORRUPT': case 'NOTADB':
+      return { type: 'unavailable', reason: `sqlite-${primary.toLowerCase()}` };
+    default: return null;
+  }
+}
+
+/** SQLite puts the schema on the index name, not on its table. */
+function qualifiedIndex(table, suffix) {
+  const schema = table.includes('.') ? `${quote(table.slice(0, table.indexOf('.')))}.` : '';
+  return `${schema}"${indexName(table, suffix)}"`;
+}
+
+const dialect = Object.freeze({
+  name: 'sqlite',
+  quote,
+  placeholder: () => '?',
+  insertIfAbsent: (key) => ` ON CONFLICT (${key}) DO NOTHING`,
+  upsert: (key, columns) => ` ON CONFLICT (${key}) DO UPDATE SET ${columns.map((c) => `${c} = excluded.${c}`).join(', ')}`,
+  // json_patch is RFC 7396 merge patch: a null in the patch removes the field.
+  mergeData: (bind, change) => `json_patch(data, ${bind(JSON.stringify(change.patch))})`,
+  purgeBatch: ({ table, key, order, where, limit }) =>
+    `DELETE FROM ${table} WHERE ${key} IN (SELECT ${key} FROM ${table} WHERE ${where} ORDER BY ${order} LIMIT ${limit})`,
+  classify,
+
+  /** The DDL of migrate(), one script. */
+  schema: (tables) => portableSchema(tables, quote, (table, suffix, columns) =>
+    `CREATE INDEX IF NOT EXISTS ${qualifiedIndex(table, suffix)} ON ${quote(baseName(table))} (${columns})`).join(';\n'),
+
+  /**
+   * The columns added since a table was first made, each as a check (a row
+   * when the column is there) and the ALTER that adds it: SQLite has no ADD
+   * COLUMN IF NOT EXISTS. migrate() runs both under the write lock.
+   */
+  addedColumns: (tables) => addedColumns(tables, PORTABLE_TYPES).map(([table, column, definition]) => {
+    const schema = table.includes('.') ? [table.slice(0, table.indexOf('.'))] : [];
+    return {
+      present: { sql: `SELECT 1 AS present FROM pragma_table_info(?${schema.length ? ', ?' : ''}) WHERE name = ?`, values: [baseName(table), ...schema, column], returnsRows: true },
+      add: `ALTER TABLE ${quote(table)} ADD COLUMN ${definition}`,
+    };
+  }),
+
+  /**
+   * The lease row of withExclusiveLock, in `<inbox>_locks` beside the inbox
+   * (made on first use): taken when absent or expired (one row changes),
+   * given back by its owner. acquire's values end with [expiresAt, now].
+   */
+  lock: (tables, name, owner) => {
+    const table = quote(`${tables.inbox}_locks`);
+    return {
+      create: `CREATE TABLE IF NOT EXISTS ${table} (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at BIGINT NOT NULL)`,
+      acquire: {
+        sql: `INSERT INTO ${table} (name, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at WHERE ${table}.expires_at <= ?`,
+        values: [name, owner],
+        returnsRows: false,
+      },
+      release: { sql: `DELETE FROM ${table} WHERE name = ? AND owner = ?`, values: [name, owner], returnsRows: false },
+    };
+  },
+
+  /** The claim: one UPDATE … RETURNING; run inside BEGIN IMMEDIATE, which takes the write lock before the due rows are read. */
+  claim: (statements, request) => statements.statement((bind) => `UPDATE ${statements.quoted.outbox} SET ${statements.claimSet(bind, request)}
+      WHERE id IN (SELECT id FROM ${statements.quoted.outbox} WHERE ${statements.due(bind, request)} ORDER BY next_attempt_at, id LIMIT ${bind(request.limit)})
+      RETURNING ${statements.columns('outbox')}`, true),
+});
+
+module.exports = dialect;

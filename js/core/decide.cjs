@@ -1,0 +1,87 @@
+'use strict';
+// The pure entry points of the core: validation, fingerprints, decisions and
+// rule set proofs. Every decision is made in Rust; this file converts values.
+
+const { IdemflowError } = require('./errors.cjs');
+const { checkOptionKeys, entry, member } = require('./options.cjs');
+const { resolveRuleSet, definitionText, RuleSet } = require('./rules.cjs');
+const { bindings: wasm, call } = require('./wasm.cjs');
+
+/** Throws INVALID_EVENT (with details.field) unless `event` is valid under the rule set. */
+function validateEvent(event, opts) {
+  checkOptionKeys(opts, ['ruleSet'], 'validateEvent');
+  const ruleSet = resolveRuleSet(member(opts, 'ruleSet'));
+  call(() => wasm.validateEvent(ruleSet.compiled, event));
+}
+
+/** A validated plain copy of the event: only its own members and declared fields. */
+function normalizeEvent(event, opts) {
+  checkOptionKeys(opts, ['ruleSet', 'type'], 'normalizeEvent');
+  const compiled = resolveRuleSet(member(opts, 'ruleSet')).compiled;
+  const type = member(opts, 'type');
+  if (type !== undefined && typeof type !== 'string') {
+    throw new IdemflowError('INVALID_ARGUMENT', 'type must be a string', { details: { reason: 'type must be a string' } });
+  }
+  return JSON.parse(call(() => wasm.normalizeEvent(compiled, event, type)));
+}
+
+/** `fp1:` + hex SHA-256 of the canonical JSON of what the event means. */
+function fingerprint(event, opts) {
+  checkOptionKeys(opts, ['ruleSet'], 'fingerprint');
+  const ruleSet = resolveRuleSet(member(opts, 'ruleSet'));
+  return call(() => wasm.fingerprint(ruleSet.compiled, event));
+}
+
+/**
+ * The pure decision: the outcome and the write set to commit atomically.
+ * `receipt` is the inbox row stored for event.eventId (or null), `workflow`
+ * the stored workflow (or null).
+ */
+function decide(input) {
+  checkOptionKeys(input, ['event', 'receipt', 'workflow', 'ruleSet'], 'decide');
+  const event = member(input, 'event', 'INVALID_EVENT');
+  const receipt = member(input, 'receipt') ?? null;
+  const workflow = member(input, 'workflow') ?? null;
+  const compiled = resolveRuleSet(member(input, 'ruleSet')).compiled;
+  return JSON.parse(call(() => wasm.decide(compiled, event, receipt, workflow)));
+}
+
+/** The same decision from JSON text `{"event":…,"receipt":…,"workflow":…}`, for hot loops. */
+function decideJSON(text, opts) {
+  checkOptionKeys(opts, ['ruleSet'], 'decideJSON');
+  const compiled = resolveRuleSet(member(opts, 'ruleSet')).compiled;
+  if (typeof text !== 'string') {
+    throw new IdemflowError('INVALID_ARGUMENT', 'decideJSON takes JSON text', { details: { reason: 'not a string' } });
+  }
+  return JSON.parse(call(() => wasm.decideJson(compiled, text)));
+}
+
+/** The seed's planning step for DEPOSIT_CONFIRMED: 'advance' or 'already-applied'. */
+function planDepositConfirmation(workflow, event) {
+  return call(() => wasm.planDepositConfirmation(workflow, event));
+}
+
+/**
+ * Explores every reachable state of a definition and reports each property
+ * with a counterexample where it fails. Throws RULESET_INVALID only when the
+ * definition is malformed.
+ */
+function verifyRuleSet(definition) {
+  if (definition instanceof RuleSet) definition = definition.definition();
+  const text = definitionText(definition);
+  const started = performance.now();
+  const report = JSON.parse(call(() => wasm.verifyRuleSet(text)));
+  report.elapsedMs = Math.round((performance.now() - started) * 100) / 100;
+  return report;
+}
+
+module.exports = {
+  validateEvent: entry(validateEvent),
+  normalizeEvent: entry(normalizeEvent),
+  fingerprint: entry(fingerprint),
+  decide: entry(decide),
+  decideJSON: entry(decideJSON),
+  planDepositConfirmation: entry(planDepositConfirmation),
+  verifyRuleSet: entry(verifyRuleSet),
+  wasmMemoryBytes: () => wasm.memoryBytes(),
+};

@@ -1,0 +1,220 @@
+'use strict';
+// The delivery handler: one function between any broker and processEvent. It
+// turns whatever a message contains into a plain verdict the worker maps onto
+// its broker's verbs (ack, nack with delay, dead-letter, park), and it throws
+// only when the worker itself is wrong, so a misconfigured worker stops
+// instead of dead-lettering or redelivering every message it is handed.
+
+const { IdemflowError } = require('./errors.cjs');
+const { resolveRuleSet } = require('./rules.cjs');
+const { checkOptionKeys } = require('./options.cjs');
+const { processEvent } = require('./host.cjs');
+const { processBatch } = require('./batch.cjs');
+const { createPolicy } = require('./policy.cjs');
+
+/** Events are a few short fields (each at most 512 bytes): 64 KiB is generous and still cheap to refuse. */
+const DEFAULT_MAX_BYTES = 64 * 1024;
+/** The largest maxBytes accepted: a body beyond this is not an event whatever the configuration. */
+const MAX_MAX_BYTES = 64 * 1024 * 1024;
+const DEFAULT_BASE_DELAY_MS = 500;
+const DEFAULT_MAX_DELAY_MS = 60_000;
+/** Redelivery counts beyond this no longer change the (already capped) hint. */
+const MAX_ATTEMPT = 1000;
+
+
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
+
+/** The same error, marked as the worker's fault: a worker that sees it must stop. */
+function asFatal(error) {
+  if (!(error instanceof IdemflowError)) return error;
+  if (error.disposition === 'fatal') return error;
+  return new IdemflowError(error.code, error.message, { disposition: 'fatal', details: error.details, cause: error });
+}
+
+function misconfigured(message, reason) {
+  return new IdemflowError('INVALID_ARGUMENT', message, { disposition: 'fatal', details: { reason } });
+}
+
+function invalidBody(reason, message, extra = {}) {
+  return new IdemflowError('INVALID_EVENT', `the message is not an event: ${message}`, {
+    disposition: 'reject',
+    details: { reason, ...extra },
+  });
+}
+
+function checkInteger(value, name, { min, max }) {
+  if (value === undefined) return;
+  if (!Number.isSafeInteger(value) || value < min || value > max) {
+    throw misconfigured(`${name} must be an integer from ${min} to ${max}`, `bad ${name}`);
+  }
+}
+
+function isStore(store) {
+  return store !== null && typeof store === 'object' && typeof store.transaction === 'function';
+}
+
+/** Bytes of a raw body without copying it; for a string, its UTF-8 length (computed only when it could matter). */
+function byteLength(body, maxBytes) {
+  if (typeof body === 'string') {
+    // A UTF-16 unit is at least one UTF-8 byte and at most three.
+    if (body.length > maxBytes) return body.length;
+    if (body.length * 3 <= maxBytes) return body.length;
+    return Buffer.byteLength(body, 'utf8');
+  }
+  return body.byteLength;
+}
+
+/** The default parse: strict UTF-8, then JSON. */
+function parseJson(body) {
+  const text = typeof body === 'string' ? body : utf8.decode(body);
+  return JSON.parse(text);
+}
+
+/**
+ * A handler for deliveries from any broker over a store.
+ * Throws (disposition fatal) at once when its own arguments are wrong.
+ */
+function createDeliveryHandler(store, options = {}) {
+  if (!isStore(store)) {
+    throw misconfigured('createDeliveryHandler needs a store with a transaction(fn) method', 'not a store');
+  }
+  if (options === null || typeof options !== 'object') {
+    throw misconfigured('createDeliveryHandler options must be an object', 'options must be an object');
+  }
+  checkOptionKeys(options, ['ruleSet', 'parse', 'maxBytes', 'raceRetries', 'maxAttempts', 'baseDelayMs', 'maxDelayMs'], 'createDeliveryHandler');
+  let ruleSet;
+  try {
+    ruleSet = resolveRuleSet(options.ruleSet);
+  } catch (error) {
+    throw asFatal(error);
+  }
+  const parse = options.parse ?? parseJson;
+  if (typeof parse !== 'function') throw misconfigured('parse must be a function', 'parse must be a function');
+  checkInteger(options.maxBytes, 'maxBytes', { min: 1, max: MAX_MAX_BYTES });
+  checkInteger(options.raceRetries, 'raceRetries', { min: 0, max: 999 });
+  checkInteger(options.maxAttempts, 'maxAttempts', { min: 1, max: 1000 });
+  const maxBytes = options.maxBytes ?? DEFAULT_MAX_BYTES;
+  let policy;
+  try {
+    // The outbox's backoff from the core: capped doubling, jitter fixed by key and attempt.
+    policy = createPolicy({
+      baseDelayMs: options.baseDelayMs ?? DEFAULT_BASE_DELAY_MS,
+      maxDelayMs: options.maxDelayMs ?? DEFAULT_MAX_DELAY_MS,
+    });
+  } catch (error) {
+    throw asFatal(error);
+  }
+  const processOptions = { ruleSet, raceRetries: options.raceRetries, maxAttempts: options.maxAttempts };
+
+  /** Half the ceiling plus a jittered half: never a hot loop, never in lockstep. */
+  function retryAfterMs(key, attempt) {
+    const { ceilingMs, delayMs } = policy.backoff(key, attempt);
+    return Math.ceil(ceilingMs / 2 + delayMs / 2);
+  }
+
+  /** The event a message carries, or the reason it carries none. */
+  async function eventOf(message) {
+    if (typeof message === 'string' || message instanceof Uint8Array) {
+      const size = byteLength(message, maxBytes);
+      if (size > maxBytes) {
+        return { error: invalidBody('too-large', `${size} bytes exceed maxBytes ${maxBytes}`, { bytes: size, maxBytes }) };
+      }
+      let parsed;
+      try {
+        parsed = await parse(message);
+      } catch (cause) {
+        let reason = parse === parseJson ? 'not-json' : 'unparseable';
+        if (cause instanceof TypeError && cause.code === 'ERR_ENCODING_INVALID_ENCODED_DATA') reason = 'not-utf8';
+        const error = invalidBody(reason, cause instanceof Error ? cause.message : String(cause));
+        return { error };
+      }
+      message = parsed;
+    }
+    if (message === null || typeof message !== 'object' || Array.isArray(message)) {
+      const kind = message === null ? 'null' : Array.isArray(message) ? 'an array' : typeof message;
+      return { error: invalidBody('not-an-object', `it is ${kind}, not a JSON object`) };
+    }
+    return { event: message };
+  }
+
+  /** The broker's delivery count (1 for the first delivery), bounded: the retry hint grows with it. */
+  function attemptOf(rawAttempt) {
+    return Number.isSafeInteger(rawAttempt) && rawAttempt >= 1 ? Math.min(rawAttempt, MAX_ATTEMPT) : 1;
+  }
+
+  /** The retry hint's jitter key, read without running a getter (the core reads the event once, itself). */
+  function eventIdOf(event) {
+    try {
+      const id = Object.getOwnPropertyDescriptor(event, 'eventId');
+      if (id && typeof id.value === 'string') return id.value;
+    } catch {
+      // A proxy that throws here is refused by validation.
+    }
+    return null;
+  }
+
+  /** The verdict on a coded error; a fatal one (or an unknown disposition) is thrown: stop rather than guess. */
+  function verdictOnError(error, eventId, attempt) {
+    switch (error.disposition) {
+      case 'reject': return { action: 'dead-letter', error };
+      case 'reconcile': return { action: 'park', error };
+      case 'retry': return { action: 'retry', error, retryAfterMs: retryAfterMs(eventId ?? error.code, attempt) };
+      default: throw asFatal(error);
+    }
+  }
+
+  /**
+   * What to do with one delivery. `context.attempt` is the broker's delivery
+   * count (1 for the first delivery); the retry hint grows with it.
+   */
+  async function handle(message, context = {}) {
+    checkOptionKeys(context, ['attempt'], 'handle');
+    const attempt = attemptOf(context !== null && typeof context === 'object' ? context.attempt : undefined);
+    const { event, error: bodyError } = await eventOf(message);
+    if (bodyError) return { action: 'dead-letter', error: bodyError };
+    const eventId = eventIdOf(event);
+    try {
+      const result = await processEvent(store, event, processOptions);
+      return { action: 'ack', outcome: result.outcome, result };
+    } catch (error) {
+      if (!(error instanceof IdemflowError)) throw error; // a bug in the store or the host: crash and restart
+      return verdictOnError(error, eventId, attempt);
+    }
+  }
+
+  /**
+   * What to do with each of many deliveries, decided and committed in one
+   * transaction (processBatch): one verdict per message, in order.
+   * `context.attempts[i]` is message i's delivery count.
+   */
+  async function handleBatch(messages, context = {}) {
+    checkOptionKeys(context, ['attempts'], 'handle.batch');
+    if (!Array.isArray(messages)) throw misconfigured('handle.batch takes an array of messages', 'not an array');
+    const attempts = context !== null && typeof context === 'object' && Array.isArray(context.attempts) ? context.attempts : [];
+    const verdicts = new Array(messages.length);
+    const events = [];
+    const positions = [];
+    for (const [i, message] of messages.entries()) {
+      const { event, error } = await eventOf(message);
+      if (error) {
+        verdicts[i] = { action: 'dead-letter', error };
+      } else {
+        events.push(event);
+        positions.push(i);
+      }
+    }
+    const results = await processBatch(store, events, processOptions);
+    for (const [j, result] of results.entries()) {
+      const i = positions[j];
+      verdicts[i] = result.error === undefined
+        ? { action: 'ack', outcome: result.outcome, result }
+        : verdictOnError(result.error, eventIdOf(events[j]), attemptOf(attempts[i]));
+    }
+    return verdicts;
+  }
+
+  Object.defineProperty(handle, 'batch', { value: handleBatch, enumerable: true });
+  return handle;
+}
+
+module.exports = { createDeliveryHandler, DEFAULT_MAX_BYTES };

@@ -1,0 +1,48 @@
+'use strict';
+// The one error class of idemflow. Codes and their default dispositions come
+// from the Rust core (errorCodes()), so JS keeps no second copy of the table.
+
+let dispositions = null;
+
+/** `{ CODE: disposition }`, read from the core once (wasm.cjs loads errors.cjs first, so not at load). */
+function dispositionTable() {
+  dispositions ??= Object.freeze(JSON.parse(require('./wasm.cjs').bindings.errorCodes()));
+  return dispositions;
+}
+
+class IdemflowError extends Error {
+  /**
+   * @param {string} code one of the stable codes (see IdemflowError.codes)
+   * @param {string} message
+   * @param {{ disposition?: string, details?: object, cause?: unknown }} [options]
+   */
+  constructor(code, message, options = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    Object.defineProperty(this, 'name', { value: 'IdemflowError', enumerable: false, configurable: true, writable: true });
+    this.code = code;
+    this.disposition = options.disposition ?? dispositionTable()[code] ?? 'reject';
+    this.details = options.details ?? {};
+  }
+
+  /** `{ CODE: disposition }` for every code the core knows. */
+  static get codes() {
+    return dispositionTable();
+  }
+}
+
+function isIdemflowError(value) {
+  return value instanceof IdemflowError;
+}
+
+/** Turns what the wasm threw into an IdemflowError; anything else passes through. */
+function fromWasm(thrown) {
+  if (thrown !== null && typeof thrown === 'object' && typeof thrown.idemflowCode === 'string') {
+    return new IdemflowError(thrown.idemflowCode, thrown.message, {
+      disposition: thrown.disposition,
+      details: thrown.details,
+    });
+  }
+  return thrown;
+}
+
+module.exports = { IdemflowError, isIdemflowError, fromWasm };

@@ -1,0 +1,609 @@
+'use strict';
+// The outbox consumer: claims due operations under a lease, runs the handler
+// for each operation's type, and has the store record what the Rust core's
+// policy says (done; retry at a time; dead; released). It decides nothing:
+// expiry, backoff, admission and classification all come from the core. The
+// store guards every record with the claim's fencing token, so a consumer
+// whose lease was taken over can never record a result.
+
+const { EventEmitter } = require('node:events');
+const os = require('node:os');
+const { randomUUID } = require('node:crypto');
+const { IdemflowError } = require('../core/errors.cjs');
+const { checkOptionKeys } = require('../core/options.cjs');
+const { POLICY_OPTIONS, createPolicy } = require('../core/policy.cjs');
+
+const STORE_METHODS = Object.freeze(['claimOperations', 'renewLease', 'completeOperation', 'failOperation', 'releaseOperation']);
+const EVENTS = Object.freeze(['claimed', 'done', 'retry-scheduled', 'dead', 'released', 'lease-lost', 'stale-completion', 'store-error', 'stopped', 'quarantined', 'unhandled-type']);
+const DEFAULT_CONCURRENCY = 4;
+const MAX_CONCURRENCY = 1000;
+const DEFAULT_POLL_INTERVAL_MS = 1000;
+const DEFAULT_ABORT_GRACE_MS = 5000;
+// With the default poll interval, a look for unhandled types about once a minute when idle.
+const DEFAULT_TYPE_CHECK_POLLS = 60;
+// The core keeps 1000 characters of an error; this only bounds what crosses into wasm.
+const MAX_MESSAGE_UNITS = 8000;
+
+const CONSUMER_OPTIONS = [...POLICY_OPTIONS, 'concurrency', 'pollIntervalMs', 'owner', 'now', 'autoRenew', 'typeCheckPolls'];
+
+function invalidArgument(message, details) {
+  return new IdemflowError('INVALID_ARGUMENT', message, { details });
+}
+
+function wellFormed(value) {
+  const text = value.length > MAX_MESSAGE_UNITS ? value.slice(0, MAX_MESSAGE_UNITS) : value;
+  return text.isWellFormed() ? text : text.toWellFormed();
+}
+
+/** What a thrown value says about itself, read defensively (getters may throw). */
+function describeFailure(thrown, stopping) {
+  const isObject = thrown !== null && (typeof thrown === 'object' || typeof thrown === 'function');
+  const field = (key) => {
+    if (!isObject) return undefined;
+    try {
+      return thrown[key];
+    } catch {
+      return undefined;
+    }
+  };
+  const label = (value) => {
+    if (typeof value === 'string') return wellFormed(value);
+    if (typeof value === 'number' && Number.isFinite(value)) return String(value);
+    return undefined;
+  };
+  let message = label(field('message'));
+  if (message === undefined && !isObject) {
+    try {
+      message = wellFormed(String(thrown));
+    } catch {
+      message = typeof thrown;
+    }
+  }
+  const retryable = field('retryable');
+  const disposition = field('disposition');
+  return {
+    ok: false,
+    stopping,
+    name: label(field('name')),
+    code: label(field('code')),
+    message: message ?? '',
+    retryable: typeof retryable === 'boolean' ? retryable : undefined,
+    disposition: typeof disposition === 'string' ? disposition : undefined,
+  };
+}
+
+/** True when `promise` settles within `ms` (Infinity waits for it). */
+async function settlesWithin(promise, ms) {
+  if (ms === Infinity) {
+    await promise;
+    return true;
+  }
+  let timer;
+  const timeout = new Promise((resolve) => { timer = setTimeout(resolve, ms, false); });
+  try {
+    return await Promise.race([promise.then(() => true), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function emptyTally() {
+  return { claimed: 0, done: 0, retried: 0, dead: 0, released: 0, stale: 0, errors: 0 };
+}
+
+const TALLY_KEY = { done: 'done', retry: 'retried', dead: 'dead', release: 'released', stale: 'stale', error: 'errors' };
+
+function tally(outcomes) {
+  const counts = emptyTally();
+  counts.claimed = outcomes.length;
+  for (const outcome of outcomes) counts[TALLY_KEY[outcome]] += 1;
+  return counts;
+}
+
+function readHandlers(handlers) {
+  const entries = handlers instanceof Map ? [...handlers] : handlers !== null && typeof handlers === 'object' ? Object.entries(handlers) : null;
+  if (entries === null || entries.length === 0) {
+    throw invalidArgument('handlers must map each operation type to a function, e.g. { START_EXCHANGE: async (operation, { idempotencyKey }) => {...} }', {
+      field: 'handlers', reason: 'no handlers',
+    });
+  }
+  for (const [type, handler] of entries) {
+    if (typeof type !== 'string' || type.length === 0 || typeof handler !== 'function') {
+      throw invalidArgument(`the handler for ${String(type)} must be a function`, { field: 'handlers', reason: 'not a function' });
+    }
+  }
+  return new Map(entries);
+}
+
+function wholeOption(value, field, fallback, min, max) {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < min || value > max) {
+    throw invalidArgument(`options.${field} must be a whole number from ${min} to ${max}`, { field, reason: 'out of range' });
+  }
+  return value;
+}
+
+/**
+ * Claims due operations from `store`, runs `handlers[operation.type]` for
+ * each, and records the result. Emits claimed, done, retry-scheduled, dead,
+ * released, lease-lost, stale-completion, store-error, stopped,
+ * quarantined (a claimed row the store could not read, set aside as dead)
+ * and unhandled-type (operations of a type this consumer has no handler for
+ * are pending in the store: once per type).
+ */
+class OutboxConsumer extends EventEmitter {
+  #store;
+  #handlers;
+  #types;
+  #policy;
+  #owner;
+  #concurrency;
+  #pollIntervalMs;
+  #clock;
+  #autoRenew;
+  #inFlight = new Set();
+  #claiming = Promise.resolve();
+  #loop = null;
+  #stopping = false;
+  // Bumped by stop(): a claim round of an earlier epoch that answers late gives its operations back.
+  #epoch = 0;
+  #releasing = new Set();
+  #wake = null;
+  #renewTimer = null;
+  #renewing = false;
+  #stats = { ...emptyTally(), leaseLost: 0, quarantined: 0 };
+  #typeCheckPolls;
+  #pollsUntilTypeCheck = 0;
+  #unhandledTypes = new Set();
+
+  constructor(store, handlers, options = {}) {
+    super();
+    if (store === null || typeof store !== 'object') {
+      throw invalidArgument('store must be an outbox store (see docs/outbox.md)', { field: 'store', reason: 'not a store' });
+    }
+    const missing = STORE_METHODS.filter((name) => typeof store[name] !== 'function');
+    if (missing.length > 0) {
+      throw invalidArgument(`store does not implement the outbox interface: missing ${missing.join(', ')}`, { field: 'store', reason: 'missing methods', missing });
+    }
+    const opts = options ?? {};
+    if (typeof opts !== 'object') throw invalidArgument('options must be an object', { field: 'options', reason: 'not an object' });
+    checkOptionKeys(opts, CONSUMER_OPTIONS, 'createOutboxConsumer');
+    this.#store = store;
+    this.#handlers = readHandlers(handlers);
+    this.#types = [...this.#handlers.keys()];
+    this.#policy = createPolicy(opts);
+    this.#concurrency = wholeOption(opts.concurrency, 'concurrency', DEFAULT_CONCURRENCY, 1, MAX_CONCURRENCY);
+    this.#pollIntervalMs = wholeOption(opts.pollIntervalMs, 'pollIntervalMs', DEFAULT_POLL_INTERVAL_MS, 1, 3_600_000);
+    if (opts.owner !== undefined && (typeof opts.owner !== 'string' || opts.owner.length === 0 || !opts.owner.isWellFormed())) {
+      throw invalidArgument('options.owner must be a non-empty string', { field: 'owner', reason: 'not a non-empty string' });
+    }
+    this.#owner = opts.owner ?? `${os.hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+    if (opts.now !== undefined && typeof opts.now !== 'function') {
+      throw invalidArgument('options.now must be a function returning milliseconds since the epoch', { field: 'now', reason: 'not a function' });
+    }
+    this.#clock = opts.now ?? (typeof store.now === 'function' ? () => store.now() : Date.now);
+    if (opts.autoRenew !== undefined && typeof opts.autoRenew !== 'boolean') {
+      throw invalidArgument('options.autoRenew must be a boolean', { field: 'autoRenew', reason: 'not a boolean' });
+    }
+    this.#autoRenew = opts.autoRenew ?? true;
+    this.#typeCheckPolls = wholeOption(opts.typeCheckPolls, 'typeCheckPolls', DEFAULT_TYPE_CHECK_POLLS, 0, 1_000_000);
+    const { backoff } = this.#policy;
+    this.policy = Object.freeze({
+      ...this.#policy.settings,
+      /** The wait after failed attempt `attempt` of `operationId`, as the core computes it. */
+      backoffDelay: (operationId, attempt) => backoff(operationId, attempt).delayMs,
+    });
+  }
+
+  /** The lease owner this consumer claims as. */
+  get owner() {
+    return this.#owner;
+  }
+
+  /** Handlers running now. */
+  get inFlight() {
+    return this.#inFlight.size;
+  }
+
+  /** True between start() and stop(). */
+  get running() {
+    return this.#loop !== null && !this.#stopping;
+  }
+
+  /** Counts since this consumer was created. */
+  stats() {
+    return { ...this.#stats };
+  }
+
+  /** Polls the store until stop(): claims whenever a slot is free and work is due. */
+  start() {
+    if (this.#loop === null) {
+      this.#stopping = false;
+      this.#loop = this.#poll();
+    }
+    return this;
+  }
+
+  /**
+   * Stops claiming and waits for running handlers to finish (their leases
+   * are renewed meanwhile). After `timeoutMs` it aborts their signals; a
+   * handler that then fails is released (back to pending, the attempt not
+   * counted). Handlers still running `abortGraceMs` later are abandoned:
+   * their leases are no longer renewed and expire, and another consumer
+   * takes them over. A claim in flight gets the same `timeoutMs` (a
+   * database that does not answer cannot hold stop() up); operations a claim
+   * returns once stop() was called are released, not run. Resolves within
+   * `timeoutMs + abortGraceMs` to `{ abandoned: operationIds, claimPending }`:
+   * the operations left claimed, and whether a claim was still unanswered.
+   */
+  async stop(options = {}) {
+    const opts = options ?? {};
+    checkOptionKeys(opts, ['timeoutMs', 'abortGraceMs'], 'consumer.stop');
+    const timeoutMs = opts.timeoutMs === Infinity ? Infinity : wholeOption(opts.timeoutMs, 'timeoutMs', Infinity, 0, 2 ** 31 - 1);
+    const abortGraceMs = wholeOption(opts.abortGraceMs, 'abortGraceMs', DEFAULT_ABORT_GRACE_MS, 0, 2 ** 31 - 1);
+    const started = Date.now();
+    const left = () => (timeoutMs === Infinity ? Infinity : Math.max(0, timeoutMs - (Date.now() - started)));
+    this.#stopping = true;
+    this.#wakeUp();
+    // The poll loop ends once its claim round is answered.
+    const loopEnded = this.#loop ?? Promise.resolve();
+    this.#loop = null;
+    const claimSettled = await settlesWithin(Promise.all([loopEnded, this.#claiming]), left());
+    this.#epoch += 1;
+    const running = () => Promise.all([...[...this.#inFlight].map((entry) => entry.finished), ...this.#releasing]);
+    if (!(await settlesWithin(running(), left()))) {
+      for (const entry of this.#inFlight) {
+        entry.stopRequested = true;
+        entry.controller.abort(new DOMException('the outbox consumer is stopping', 'AbortError'));
+      }
+      await settlesWithin(running(), abortGraceMs);
+    }
+    const abandoned = [];
+    for (const entry of this.#inFlight) {
+      entry.abandoned = true;
+      abandoned.push(entry.operation.id);
+    }
+    for (const release of this.#releasing) abandoned.push(release.operationId);
+    this.#stopRenewing();
+    this.#stopping = false;
+    const result = { abandoned, claimPending: !claimSettled };
+    this.#emit('stopped', { ...result });
+    return result;
+  }
+
+  /**
+   * One round: claims up to the free slots, runs those handlers and resolves
+   * when their results are recorded, with counts of what happened.
+   */
+  async runOnce() {
+    const started = await this.#claimRound();
+    return tally(await Promise.all(started));
+  }
+
+  /** Rounds of runOnce until one claims nothing (or `maxRounds`); the summed counts. */
+  async drain(options = {}) {
+    checkOptionKeys(options, ['maxRounds'], 'consumer.drain');
+    const maxRounds = wholeOption((options ?? {}).maxRounds, 'maxRounds', 1000, 1, Number.MAX_SAFE_INTEGER);
+    const total = { ...emptyTally(), rounds: 0 };
+    while (total.rounds < maxRounds) {
+      const round = await this.runOnce();
+      total.rounds += 1;
+      for (const key of Object.keys(round)) total[key] += round[key];
+      if (round.claimed === 0) break;
+    }
+    return total;
+  }
+
+  /**
+   * Extends the lease of every running handler (the renewal timer calls
+   * this every `renewEveryMs`). A claim that is no longer this consumer's is
+   * lost: its handler's signal is aborted and 'lease-lost' is emitted.
+   */
+  async renewLeases() {
+    const now = this.#clock();
+    const leaseExpiresAt = this.#policy.leaseExpiresAt(now);
+    let renewed = 0;
+    let lost = 0;
+    for (const entry of [...this.#inFlight]) {
+      if (entry.leaseLost || entry.recording || entry.abandoned) continue;
+      const { id, fencingToken } = entry.operation;
+      let ok;
+      try {
+        ok = await this.#store.renewLease({ id, fencingToken, now, leaseExpiresAt });
+      } catch (error) {
+        this.#emit('store-error', { ...entry.base, during: 'renew', error });
+        continue;
+      }
+      // A handler that finished meanwhile was recorded under its token; nothing was lost.
+      if (entry.recording || !this.#inFlight.has(entry)) continue;
+      if (ok === true) {
+        entry.operation.leaseExpiresAt = leaseExpiresAt;
+        renewed += 1;
+      } else {
+        this.#loseLease(entry, 'renewal refused: another consumer holds the claim');
+        lost += 1;
+      }
+    }
+    return { renewed, lost };
+  }
+
+  #emit(name, payload) {
+    try {
+      this.emit(name, payload);
+    } catch (error) {
+      // A listener's bug must not corrupt the consumer's bookkeeping; it surfaces as an uncaught exception.
+      process.nextTick(() => { throw error; });
+    }
+  }
+
+  #loseLease(entry, why) {
+    entry.leaseLost = true;
+    this.#stats.leaseLost += 1;
+    entry.controller.abort(new DOMException(`the lease on outbox operation ${entry.operation.id} was lost (${why})`, 'AbortError'));
+    this.#emit('lease-lost', { ...entry.base });
+  }
+
+  #claimRound() {
+    const round = this.#claiming.then(() => this.#claimNow());
+    this.#claiming = round.then(() => undefined, () => undefined);
+    return round;
+  }
+
+  async #claimNow() {
+    const free = this.#concurrency - this.#inFlight.size;
+    if (this.#stopping || free <= 0) return [];
+    const epoch = this.#epoch;
+    const now = this.#clock();
+    const leaseExpiresAt = this.#policy.leaseExpiresAt(now);
+    const claimed = await this.#store.claimOperations({
+      owner: this.#owner, now, leaseExpiresAt, limit: free, types: this.#types, onQuarantine: (report) => this.#quarantined(report),
+    });
+    if (!Array.isArray(claimed)) {
+      throw new IdemflowError('INVALID_RECORD', 'claimOperations must resolve to an array of operations', {
+        details: { record: 'operation', field: '(claim)', reason: 'not an array' },
+      });
+    }
+    // Answered after stop() was called: give the claims back rather than start work nobody waits for.
+    if (this.#stopping || epoch !== this.#epoch) {
+      for (const operation of claimed) this.#giveBack(operation);
+      return [];
+    }
+    return claimed.map((operation) => this.#begin(operation));
+  }
+
+  /** The store set aside a claimed row it could not read (marked dead when `recorded`); the rest of the claim runs. */
+  #quarantined({ operationId, error, lastError, recorded, storeError }) {
+    this.#stats.quarantined += 1;
+    this.#emit('quarantined', { operationId, error, lastError, recorded, ...(storeError === undefined ? {} : { storeError }) });
+  }
+
+  /** Releases a claim unrun (pending, due now, the attempt given back); if that fails, its lease expires. */
+  #giveBack(operation) {
+    const release = this.#store.releaseOperation({ id: operation.id, fencingToken: operation.fencingToken, now: this.#clock() })
+      .catch((error) => this.#emit('store-error', { operationId: operation.id, type: operation.type, during: 'release', error }))
+      .finally(() => this.#releasing.delete(release));
+    release.operationId = operation.id;
+    this.#releasing.add(release);
+  }
+
+  #begin(operation) {
+    const entry = {
+      operation,
+      base: {
+        operationId: operation.id,
+        type: operation.type,
+        attempt: operation.attempts,
+        fencingToken: operation.fencingToken,
+      },
+      controller: new AbortController(),
+      stopRequested: false,
+      leaseLost: false,
+      recording: false,
+      abandoned: false,
+      finished: null,
+    };
+    // This consumer's own earlier claim of the operation expired and it claimed it again.
+    // An earlier entry already recording its result lost nothing: either its fenced write
+    // committed (a retry due at once, claimed again before its bookkeeping ended) or it
+    // will be refused and reported as a stale completion.
+    for (const earlier of this.#inFlight) {
+      if (earlier.operation.id === operation.id && !earlier.leaseLost && !earlier.recording) {
+        this.#loseLease(earlier, 'claimed again after the lease expired');
+      }
+    }
+    this.#inFlight.add(entry);
+    this.#startRenewing();
+    entry.finished = this.#execute(entry).finally(() => {
+      this.#inFlight.delete(entry);
+      if (this.#inFlight.size === 0) this.#stopRenewing();
+      this.#wakeUp();
+    });
+    return entry.finished;
+  }
+
+  async #execute(entry) {
+    const { operation, base } = entry;
+    this.#stats.claimed += 1;
+    this.#emit('claimed', { ...base, owner: this.#owner, leaseExpiresAt: operation.leaseExpiresAt });
+    let verdict;
+    let now;
+    try {
+      const admission = this.#policy.admit(operation.attempts);
+      const handler = this.#handlers.get(operation.type);
+      if (admission.verdict === 'dead') {
+        verdict = admission;
+      } else if (handler === undefined) {
+        // The store ignored the types filter: give the claim back to a consumer that can run it.
+        this.#emit('store-error', { ...base, during: 'claim', error: invalidArgument(`no handler for operation type ${operation.type}`, { reason: 'no handler' }) });
+        verdict = { verdict: 'release' };
+      } else {
+        const result = await this.#runHandler(entry, handler);
+        now = this.#clock();
+        verdict = this.#policy.classify({ operationId: operation.id, attempt: operation.attempts, now, result });
+      }
+    } catch (error) {
+      // The core refused the stored operation (say attempts is not a number): leave the claim to expire.
+      this.#stats.errors += 1;
+      this.#emit('store-error', { ...base, during: 'classify', error });
+      return 'error';
+    }
+    return this.#record(entry, verdict, now ?? this.#clock());
+  }
+
+  async #runHandler(entry, handler) {
+    const { operation, controller } = entry;
+    const context = Object.freeze({
+      idempotencyKey: operation.id,
+      attempt: operation.attempts,
+      fencingToken: operation.fencingToken,
+      owner: this.#owner,
+      signal: controller.signal,
+    });
+    try {
+      await handler(structuredClone(operation), context);
+      return { ok: true };
+    } catch (thrown) {
+      return describeFailure(thrown, entry.stopRequested);
+    }
+  }
+
+  async #record(entry, verdict, now) {
+    entry.recording = true;
+    const { base } = entry;
+    const key = { id: entry.operation.id, fencingToken: entry.operation.fencingToken, now };
+    let recorded;
+    try {
+      switch (verdict.verdict) {
+        case 'done':
+          recorded = await this.#store.completeOperation(key);
+          break;
+        case 'retry':
+          recorded = await this.#store.failOperation({ ...key, status: 'pending', nextAttemptAt: verdict.nextAttemptAt, lastError: verdict.lastError });
+          break;
+        case 'dead':
+          recorded = await this.#store.failOperation({ ...key, status: 'dead', lastError: verdict.lastError });
+          break;
+        default:
+          recorded = await this.#store.releaseOperation(key);
+          break;
+      }
+    } catch (error) {
+      this.#stats.errors += 1;
+      this.#emit('store-error', { ...base, during: verdict.verdict, error });
+      return 'error';
+    }
+    if (recorded !== true) {
+      // The claim was taken over (its lease expired and another consumer claimed it): nothing was recorded.
+      this.#stats.stale += 1;
+      this.#emit('stale-completion', { ...base, verdict: verdict.verdict });
+      return 'stale';
+    }
+    switch (verdict.verdict) {
+      case 'done':
+        this.#stats.done += 1;
+        this.#emit('done', { ...base });
+        return 'done';
+      case 'retry':
+        this.#stats.retried += 1;
+        this.#emit('retry-scheduled', { ...base, delayMs: verdict.delayMs, nextAttemptAt: verdict.nextAttemptAt, error: verdict.lastError });
+        return 'retry';
+      case 'dead':
+        this.#stats.dead += 1;
+        this.#emit('dead', { ...base, reason: verdict.reason, error: verdict.lastError });
+        return 'dead';
+      default:
+        this.#stats.released += 1;
+        this.#emit('released', { ...base });
+        return 'release';
+    }
+  }
+
+  /**
+   * On the first poll and then every `typeCheckPolls` polls: asks the store's
+   * stats() (when it has one) for pending operations of types no handler of
+   * this consumer takes, and emits 'unhandled-type' once per such type. They
+   * would otherwise wait in silence: the consumer never claims them.
+   */
+  async #checkTypes() {
+    if (this.#typeCheckPolls === 0 || typeof this.#store.stats !== 'function') return;
+    if (this.#pollsUntilTypeCheck > 0) {
+      this.#pollsUntilTypeCheck -= 1;
+      return;
+    }
+    this.#pollsUntilTypeCheck = this.#typeCheckPolls - 1;
+    let stats;
+    try {
+      stats = await this.#store.stats({ now: this.#clock() });
+    } catch (error) {
+      this.#emit('store-error', { during: 'stats', error });
+      return;
+    }
+    const byType = stats !== null && typeof stats === 'object' && stats.byType !== null && typeof stats.byType === 'object' ? stats.byType : {};
+    for (const [type, counts] of Object.entries(byType)) {
+      const pending = counts !== null && typeof counts === 'object' ? counts.pending : 0;
+      if (this.#handlers.has(type) || this.#unhandledTypes.has(type) || !(Number.isSafeInteger(pending) && pending > 0)) continue;
+      this.#unhandledTypes.add(type);
+      this.#emit('unhandled-type', { type, pending });
+    }
+  }
+
+  async #poll() {
+    const epoch = this.#epoch;
+    while (!this.#stopping && epoch === this.#epoch) {
+      await this.#checkTypes();
+      if (this.#stopping) break;
+      let claimed = 0;
+      try {
+        claimed = (await this.#claimRound()).length;
+      } catch (error) {
+        this.#emit('store-error', { during: 'claim', error });
+      }
+      if (this.#stopping) break;
+      // More may be due: claim again at once while slots are free; otherwise wait for a slot or the next poll.
+      if (claimed === 0 || this.#inFlight.size >= this.#concurrency) await this.#sleep(this.#pollIntervalMs);
+    }
+  }
+
+  #sleep(ms) {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => { this.#wake = null; resolve(); }, ms);
+      this.#wake = () => {
+        clearTimeout(timer);
+        this.#wake = null;
+        resolve();
+      };
+    });
+  }
+
+  #wakeUp() {
+    if (this.#wake !== null) this.#wake();
+  }
+
+  #startRenewing() {
+    if (!this.#autoRenew || this.#renewTimer !== null) return;
+    this.#renewTimer = setInterval(() => {
+      if (this.#renewing) return;
+      this.#renewing = true;
+      this.renewLeases()
+        .catch((error) => this.#emit('store-error', { during: 'renew', error }))
+        .finally(() => { this.#renewing = false; });
+    }, this.#policy.settings.renewEveryMs);
+    this.#renewTimer.unref();
+  }
+
+  #stopRenewing() {
+    if (this.#renewTimer !== null) clearInterval(this.#renewTimer);
+    this.#renewTimer = null;
+  }
+}
+
+/**
+ * createOutboxConsumer(store, handlers, options): a consumer that runs
+ * `handlers[operation.type](operation, { idempotencyKey, attempt,
+ * fencingToken, owner, signal })` for the store's due operations.
+ */
+function createOutboxConsumer(store, handlers, options) {
+  return new OutboxConsumer(store, handlers, options);
+}
+
+module.exports = { createOutboxConsumer, OutboxConsumer, STORE_METHODS, EVENTS };

@@ -1,0 +1,168 @@
+'use strict';
+// Every statement of a SQL store, built once from a dialect
+// (adapters/<name>/dialect.cjs) and the store's table names. A statement is
+// `{ sql, values, returnsRows }`; the dialect says only what differs between
+// databases: quoting, placeholders, insert-if-absent, upsert, the merge of
+// recorded fields, and the purge's form.
+
+const { TABLES, columnList, columnOf, valuesOf } = require('./columns.cjs');
+
+const KEYS = Object.freeze({ workflows: 'id', inbox: 'event_id', outbox: 'id' });
+
+class SqlStatements {
+  /** `a, b, c` of `table`'s columns (see sql/columns.cjs), for a dialect's own statements. */
+  columns(table, options) {
+    return columnList(table, options);
+  }
+
+  /**
+   * @param {object} dialect see adapters/postgres/dialect.cjs for the members
+   * @param {{ workflows: string, inbox: string, outbox: string }} tables
+   */
+  constructor(dialect, tables) {
+    this.dialect = dialect;
+    this.tables = tables;
+    /** Each table's quoted name. */
+    this.quoted = Object.freeze({
+      workflows: dialect.quote(tables.workflows),
+      inbox: dialect.quote(tables.inbox),
+      outbox: dialect.quote(tables.outbox),
+    });
+    const marks = (n) => Array.from({ length: n }, (_, i) => dialect.placeholder(i + 1)).join(', ');
+    this.#read = {};
+    this.#insert = {};
+    for (const table of Object.keys(KEYS)) {
+      const name = this.quoted[table];
+      this.#read[table] = `SELECT ${columnList(table, { read: true })} FROM ${name} WHERE ${KEYS[table]} = ${dialect.placeholder(1)}`;
+      this.#insert[table] = `INSERT INTO ${name} (${columnList(table)}) VALUES (${marks(TABLES[table].length)})${dialect.insertIfAbsent(KEYS[table])}`;
+    }
+    const updated = TABLES.workflows.map(([column]) => column).filter((column) => column !== 'id' && column !== 'created_at');
+    this.#put = `INSERT INTO ${this.quoted.workflows} (${columnList('workflows')}) VALUES (${marks(TABLES.workflows.length)})${dialect.upsert('id', updated)}`;
+  }
+
+  #read;
+  #insert;
+  #put;
+
+  /**
+   * `{ sql, values, returnsRows }` from `write(bind)`, where bind(value)
+   * returns the value's placeholder.
+   */
+  statement(write, returnsRows = false) {
+    const values = [];
+    const bind = (value) => {
+      values.push(value);
+      return this.dialect.placeholder(values.length);
+    };
+    return { sql: write(bind), values, returnsRows };
+  }
+
+  /** The row of `table` with this key. */
+  read(table, key) {
+    return { sql: this.#read[table], values: [key], returnsRows: true };
+  }
+
+  /** The rows of `table` with these keys (any order; missing keys have none). */
+  readMany(table, keys) {
+    return this.statement((bind) => `SELECT ${columnList(table, { read: true })} FROM ${this.quoted[table]} WHERE ${KEYS[table]} IN (${keys.map(bind).join(', ')})`, true);
+  }
+
+  /** Inserts records in one statement; keys that exist insert nothing (or fail the statement as a unique violation, by dialect). */
+  insertMany(table, records) {
+    return this.statement((bind) => `INSERT INTO ${this.quoted[table]} (${columnList(table)}) VALUES `
+      + `${records.map((record) => `(${valuesOf(table, record).map(bind).join(', ')})`).join(', ')}${this.dialect.insertIfAbsent(KEYS[table])}`);
+  }
+
+  /** Inserts a record; a key that exists inserts nothing (or fails as a unique violation, by dialect). */
+  insert(table, record) {
+    return { sql: this.#insert[table], values: valuesOf(table, record), returnsRows: false };
+  }
+
+  /** Inserts or replaces a workflow {id, status, revision, data} (putWorkflow). */
+  putWorkflow(record, now) {
+    return { sql: this.#put, values: valuesOf('workflows', { ...record, createdAt: now, updatedAt: now }), returnsRows: false };
+  }
+
+  /** The compare-and-set of a workflow (workflowPatch's change, with `now`): status, revision and the merged fields. */
+  updateWorkflow(change) {
+    return this.statement((bind) => `UPDATE ${this.quoted.workflows} SET status = ${bind(change.status)}, revision = ${bind(change.revision)}, `
+      + `data = ${this.dialect.mergeData(bind, change)}, updated_at = ${bind(change.now)} `
+      + `WHERE id = ${bind(change.id)} AND status = ${bind(change.expect.status)} AND revision = ${bind(change.expect.revision)}`);
+  }
+
+  // ---- The outbox -----------------------------------------------------------
+
+  /** `type IN (…) AND ` when the claim names its types, else nothing. */
+  typeFilter(bind, { types }) {
+    return types === null ? '' : `type IN (${types.map(bind).join(', ')}) AND `;
+  }
+
+  /** The core's claim condition (and the types filter), for a WHERE (tests/vectors/outbox.json pins it). */
+  due(bind, request) {
+    const { now } = request;
+    return `${this.typeFilter(bind, request)}((status = 'pending' AND next_attempt_at <= ${bind(now)}) OR (status = 'claimed' AND lease_expires_at <= ${bind(now)}))`;
+  }
+
+  /** The SET list of a claim. */
+  claimSet(bind, { owner, now, leaseExpiresAt }) {
+    return `status = 'claimed', lease_owner = ${bind(owner)}, lease_expires_at = ${bind(leaseExpiresAt)}, `
+      + `fencing_token = fencing_token + 1, attempts = attempts + 1, updated_at = ${bind(now)}`;
+  }
+
+  /** The guarded UPDATE of one operation (store/base.cjs guardedChange); its matched row count is the answer. */
+  update(change) {
+    return this.statement((bind) => {
+      const set = Object.entries(change.set).map(([field, value]) => `${columnOf('outbox', field)} = ${value === null ? 'NULL' : bind(value)}`);
+      if (change.giveBackAttempt) set.push('attempts = attempts - 1');
+      const where = [`id = ${bind(change.id)}`, `status = ${bind(change.status)}`];
+      if (change.fencingToken !== undefined) where.push(`fencing_token = ${bind(change.fencingToken)}`);
+      return `UPDATE ${this.quoted.outbox} SET ${set.join(', ')} WHERE ${where.join(' AND ')}`;
+    });
+  }
+
+  /** The WHERE conditions of a listOperations filter (store/queries.cjs), each bound; an empty list for none. */
+  filter(bind, request) {
+    const where = [];
+    const equal = (column, value) => { if (value !== null) where.push(`${column} = ${bind(value)}`); };
+    equal('status', request.status);
+    equal('type', request.type);
+    equal('workflow_id', request.workflowId);
+    equal('lease_owner', request.leaseOwner);
+    if (request.createdBefore !== null) where.push(`created_at < ${bind(request.createdBefore)}`);
+    if (request.createdFrom !== null) where.push(`created_at >= ${bind(request.createdFrom)}`);
+    // LIKE with '!' as its escape: one spelling every database reads alike (a backslash is not).
+    if (request.errorContains !== null) where.push(`LOWER(last_error) LIKE ${bind(`%${request.errorContains.replace(/[!%_]/g, '!$&')}%`)} ESCAPE '!'`);
+    if (request.afterId !== null && request.afterId !== undefined) where.push(`id > ${bind(request.afterId)}`);
+    return where;
+  }
+
+  list(request) {
+    return this.statement((bind) => {
+      const where = this.filter(bind, request);
+      return `SELECT ${columnList('outbox')} FROM ${this.quoted.outbox}${where.length > 0 ? ` WHERE ${where.join(' AND ')}` : ''} ORDER BY id LIMIT ${bind(request.limit)}`;
+    }, true);
+  }
+
+  /** stats(): the operations counted by type and status, one row per pair (`type`, `status`, `n`). */
+  countByTypeAndStatus() {
+    return { sql: `SELECT type, status, COUNT(*) AS n FROM ${this.quoted.outbox} GROUP BY type, status`, values: [], returnsRows: true };
+  }
+
+  /** stats(): when the oldest due operation became due (`due_since`, NULL when none is), by the claim's own condition. */
+  oldestDue(request) {
+    return this.statement((bind) => `SELECT MIN(CASE WHEN status = 'pending' THEN next_attempt_at ELSE lease_expires_at END) AS due_since `
+      + `FROM ${this.quoted.outbox} WHERE ${this.due(bind, { ...request, types: null })}`, true);
+  }
+
+  /** One batch of a purge: at most batchSize rows, oldest first. */
+  purgeBatch(target, { olderThan, batchSize, status }) {
+    return this.statement((bind) => {
+      const [table, key, order, where] = target === 'receipts'
+        ? [this.quoted.inbox, 'event_id', 'recorded_at', `recorded_at < ${bind(olderThan)}`]
+        : [this.quoted.outbox, 'id', 'updated_at', `status = ${bind(status)} AND updated_at < ${bind(olderThan)}`];
+      return this.dialect.purgeBatch({ table, key, order, where, limit: bind(batchSize) });
+    });
+  }
+}
+
+module.exports = { SqlStatements };

@@ -1,0 +1,114 @@
+'use strict';
+// One transaction of a SQL store, over `execute(statement, onUnique)`: it runs
+// a statement on the transaction's connection and returns (or resolves)
+// `{ rows, count }`, count being the rows a write changed; `onUnique(cause)`
+// is what a unique-key violation becomes. `execute` may be synchronous
+// (SQLite) or asynchronous (the server databases).
+
+const { StoreTransaction } = require('../store/base.cjs');
+const { operationExists, receiptExists } = require('../store/errors.cjs');
+const { operationToStore, receiptToStore } = require('../store/records.cjs');
+const { recordOf } = require('./columns.cjs');
+
+/** Rows per multi-row statement: within every dialect's limit on bound values. */
+const CHUNK = 500;
+
+function chunks(items) {
+  const out = [];
+  for (let i = 0; i < items.length; i += CHUNK) out.push(items.slice(i, i + CHUNK));
+  return out;
+}
+
+/** A key that exists already: the insert reports false instead of failing. */
+class KeyExists extends Error {}
+const keyExists = (cause) => new KeyExists('key exists', { cause });
+
+class SqlTransaction extends StoreTransaction {
+  #execute;
+
+  /**
+   * @param {import('./store.cjs').SqlStore} store
+   * @param {(statement: object, onUnique?: (cause: unknown) => Error) => ({ rows: object[], count: number } | Promise<{ rows: object[], count: number }>)} execute
+   */
+  constructor(store, execute) {
+    super(store);
+    this.#execute = execute;
+  }
+
+  async _read(table, key) {
+    return recordOf(table, (await this.#execute(this._store._statements.read(table, key))).rows[0]);
+  }
+
+  async _insert(table, record) {
+    try {
+      return (await this.#execute(this._store._statements.insert(table, record), keyExists)).count === 1;
+    } catch (error) {
+      if (error instanceof KeyExists) return false;
+      throw error;
+    }
+  }
+
+  /** key → stored record of `table` for the keys that exist, in statements of CHUNK keys. */
+  async #readMany(table, keys, read) {
+    const found = new Map();
+    const key = table === 'inbox' ? 'eventId' : 'id';
+    for (const part of chunks(keys)) {
+      for (const row of (await this.#execute(this._store._statements.readMany(table, part))).rows) {
+        const record = recordOf(table, row);
+        found.set(record[key], read(record));
+      }
+    }
+    return found;
+  }
+
+  /** The receipts stored for these event ids, read as getReceipt reads one (processBatch). */
+  getReceipts(eventIds) {
+    return this.#readMany('inbox', eventIds, (record) => this._store._receiptOf(record));
+  }
+
+  /** The workflows with these ids, read as getWorkflow reads one (processBatch). */
+  getWorkflows(ids) {
+    return this.#readMany('workflows', ids, (record) => this._store._workflowOf(record));
+  }
+
+  /** How many of `records` one multi-row insert per chunk stored; a unique violation stores none of its chunk. */
+  async #insertMany(table, records) {
+    let stored = 0;
+    for (const part of chunks(records)) {
+      try {
+        stored += (await this.#execute(this._store._statements.insertMany(table, part), keyExists)).count;
+      } catch (error) {
+        if (!(error instanceof KeyExists)) throw error;
+      }
+    }
+    return stored;
+  }
+
+  /**
+   * The writes of many decisions (processBatch): the receipts and the
+   * operations in multi-row inserts, one compare-and-set per workflow. A
+   * receipt that exists already is a lost race (CONCURRENT_UPDATE); an
+   * operation that does is OUTBOX_CONFLICT, whose event the batch finds by
+   * running its events one by one.
+   */
+  async commitBatch({ receipts, workflows, operations, now = this._store.now() }) {
+    if (receipts.length > 0 && await this.#insertMany('inbox', receipts.map((r) => receiptToStore(r, now))) !== receipts.length) {
+      throw receiptExists(receipts[0]);
+    }
+    for (const write of workflows) await this.writeWorkflow(write);
+    if (operations.length > 0 && await this.#insertMany('outbox', operations.map((op) => operationToStore(op, now))) !== operations.length) {
+      throw operationExists(operations[0]);
+    }
+  }
+
+  /** @internal one raw statement inside this transaction: `{ rows, count }` (tests reach the session with it) */
+  _execute(sql, values = []) {
+    return this.#execute({ sql, values, returnsRows: true });
+  }
+
+  async _updateWorkflow(change) {
+    return (await this.#execute(this._store._statements.updateWorkflow(change))).count === 1;
+  }
+}
+
+module.exports = { SqlTransaction };

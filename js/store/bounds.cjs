@@ -1,0 +1,154 @@
+'use strict';
+// Bounds and connections. A store call never waits forever: the server ends a statement that runs past
+// statementTimeoutMs, and a timer ends the call after timeoutMs whatever the
+// server does (a stopped server answers nothing, so only a client-side bound
+// helps there). A connection the store holds has an 'error' listener for as
+// long as it holds it: a driver emits 'error' when the server ends the
+// session, and Node ends the process on an 'error' nobody listens to.
+
+const { timedOut } = require('./errors.cjs');
+
+/**
+ * The time left to one store call. When it runs out, the call fails with
+ * STORE_UNAVAILABLE (reason 'timeout'), the handlers given to onExpire run
+ * (they discard the connection), and check() throws from then on, so the
+ * abandoned work sends no further statement.
+ */
+class Deadline {
+  #error;
+  #expired = false;
+  #handlers = [];
+  #timer;
+  #reject;
+
+  constructor(timeoutMs, operation) {
+    this.#error = timedOut(operation, timeoutMs);
+    this.promise = new Promise((_, reject) => { this.#reject = reject; });
+    this.promise.catch(() => {}); // raced by withDeadline; nobody else awaits it
+    this.#timer = setTimeout(() => this.#expire(), timeoutMs);
+  }
+
+  get expired() {
+    return this.#expired;
+  }
+
+  check() {
+    if (this.#expired) throw this.#error;
+  }
+
+  /** Runs `handler(error)` when the time runs out (at once if it has). */
+  onExpire(handler) {
+    if (this.#expired) handler(this.#error);
+    else this.#handlers.push(handler);
+  }
+
+  clear() {
+    clearTimeout(this.#timer);
+    this.#handlers = [];
+  }
+
+  #expire() {
+    this.#expired = true;
+    this.#reject(this.#error);
+    for (const handler of this.#handlers) {
+      try {
+        handler(this.#error);
+      } catch {
+        // Discarding a connection is best effort; the caller has its answer.
+      }
+    }
+    this.#handlers = [];
+  }
+}
+
+/** body(deadline), settled within `timeoutMs`: a timeout error once the time is up. */
+async function withDeadline(timeoutMs, operation, body) {
+  const deadline = new Deadline(timeoutMs, operation);
+  try {
+    return await Promise.race([Promise.resolve().then(() => body(deadline)), deadline.promise]);
+  } finally {
+    deadline.clear();
+  }
+}
+
+/**
+ * An 'error' listener on a connection while a store holds it. It keeps the
+ * first error (the server's reason, e.g. SQLSTATE 57P01 or a lost
+ * connection) so that the failure the store reports carries it, rather than
+ * the driver's "not queryable" that follows.
+ */
+class ConnectionWatch {
+  error = null;
+  #connection;
+  #listener = (error) => {
+    if (this.error === null) this.error = error;
+  };
+
+  constructor(connection) {
+    this.#connection = connection;
+    if (connection !== null && typeof connection === 'object' && typeof connection.on === 'function') connection.on('error', this.#listener);
+  }
+
+  /** Stops listening; a broken connection keeps the listener, for what it emits while it is torn down. */
+  stop(broken) {
+    if (!broken && typeof this.#connection.removeListener === 'function') this.#connection.removeListener('error', this.#listener);
+  }
+}
+
+const watchedClients = new WeakMap();
+
+/** One watch for the store's lifetime on a client the host hands in whole (a pg Client, a mysql2 Connection, a MongoClient). */
+function watchClient(client) {
+  let watch = watchedClients.get(client);
+  if (watch === undefined) {
+    watch = new ConnectionWatch(client);
+    watchedClients.set(client, watch);
+  }
+  return watch;
+}
+
+/**
+ * A connection seen through its deadline and its watch: every statement
+ * first checks the time, and a statement that fails after the connection
+ * emitted 'error' fails with that error (which the store then maps).
+ * `prefix(sql)` may rewrite a statement (MariaDB's per-statement timeout).
+ */
+function guardedConnection(connection, deadline, watch, prefix = (sql) => sql) {
+  return {
+    query(sql, params) {
+      deadline.check();
+      if (watch.error !== null) return Promise.reject(watch.error);
+      return Promise.resolve(connection.query(prefix(sql), params)).catch((error) => {
+        throw watch.error ?? error;
+      });
+    },
+  };
+}
+
+/** Runs transactions one after another on one connection, in call order. */
+class Serializer {
+  #tail = Promise.resolve();
+
+  async run(fn) {
+    const previous = this.#tail;
+    let release;
+    this.#tail = new Promise((resolve) => { release = resolve; });
+    await previous;
+    try {
+      return await fn();
+    } finally {
+      release();
+    }
+  }
+}
+
+/** ROLLBACK on a server connection; a connection that is gone rolls back by itself. */
+async function rollbackQuietly(connection) {
+  try {
+    await connection.query('ROLLBACK');
+  } catch {
+    // The connection is gone; the server rolls the transaction back itself.
+  }
+}
+
+module.exports = { Deadline, withDeadline, ConnectionWatch, watchClient, guardedConnection, Serializer, rollbackQuietly };

@@ -1,0 +1,86 @@
+// The shape of the package's JavaScript (README, "Architecture"): one file
+// loads the wasm module, and imports point one way, from the outer folders
+// (adapters, outbox, cli) through sql and store to core, never back.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, readdirSync } from 'node:fs';
+import { dirname, join, relative, resolve, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const js = fileURLToPath(new URL('../../../js/', import.meta.url));
+
+/** Every .cjs and .mjs file under js/, examples aside (they import the package by name). */
+function sources(dir = js) {
+  const files = [];
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) {
+      if (path !== join(js, 'examples')) files.push(...sources(path));
+    } else if (/\.(cjs|mjs)$/.test(entry.name)) {
+      files.push(path);
+    }
+  }
+  return files;
+}
+
+/** The relative specifiers a file requires or imports. */
+function specifiers(text) {
+  const found = [];
+  for (const match of text.matchAll(/(?:require\(\s*|\bfrom\s+|\bimport\(\s*)'(\.{1,2}\/[^']+)'/g)) found.push(match[1]);
+  return found;
+}
+
+/** The layer of a file: core, store, sql, outbox, cli, adapters/<name>, or root (the entry points). */
+function layerOf(file) {
+  const parts = relative(js, file).split(sep);
+  if (parts.length === 1) return 'root';
+  return parts[0] === 'adapters' ? `adapters/${parts[1]}` : parts[0];
+}
+
+// Which layers each layer may import; an adapter imports no other adapter.
+const ALLOWED = {
+  core: ['core', 'wasm'],
+  store: ['core', 'store'],
+  sql: ['core', 'store', 'sql'],
+  outbox: ['core', 'outbox'],
+  cli: ['core', 'cli', 'root'],
+};
+
+function allowed(from, to) {
+  if (from === 'root') return true;
+  if (from.startsWith('adapters/')) return ['core', 'store', 'sql', from].includes(to);
+  // The operator's commands open a store from a URL: the command line is the one shell over every adapter.
+  if (from === 'cli' && to.startsWith('adapters/')) return true;
+  return (ALLOWED[from] ?? []).includes(to);
+}
+
+test('only js/core/wasm.cjs loads the generated wasm module', () => {
+  const loaders = sources().filter((file) => /wasm\/idemflow(\.js)?'/.test(readFileSync(file, 'utf8')));
+  assert.deepEqual(loaders.map((file) => relative(js, file)), [join('core', 'wasm.cjs')]);
+});
+
+test('imports point from adapters, outbox and cli through sql and store to core, never back', () => {
+  const edges = [];
+  for (const file of sources()) {
+    for (const specifier of specifiers(readFileSync(file, 'utf8'))) {
+      const target = resolve(dirname(file), specifier);
+      const to = target.startsWith(join(js, 'wasm')) ? 'wasm' : relative(js, target).startsWith('..') ? 'outside' : layerOf(target);
+      edges.push({ file: relative(js, file), specifier, from: layerOf(file), to });
+    }
+  }
+  assert.ok(edges.length > 50, `the import graph was read (${edges.length} edges)`);
+  assert.ok(edges.some((e) => e.from === 'adapters/postgres' && e.to === 'sql'), 'an adapter builds on the sql layer');
+  const wrong = edges.filter((e) => !allowed(e.from, e.to) && !(e.from === 'cli' && e.specifier === '../package.json'));
+  assert.deepEqual(wrong, [], 'imports against the direction of the layers');
+});
+
+test('the layer rule refuses what it is there to refuse', () => {
+  assert.equal(allowed('core', 'store'), false);
+  assert.equal(allowed('store', 'sql'), false);
+  assert.equal(allowed('adapters/sqlite', 'adapters/postgres'), false);
+  assert.equal(allowed('outbox', 'store'), false);
+  assert.equal(allowed('adapters/sqlite', 'sql'), true);
+  assert.equal(allowed('cli', 'adapters/postgres'), true);
+  assert.equal(allowed('cli', 'store'), false);
+  assert.equal(allowed('adapters/postgres', 'cli'), false);
+});
