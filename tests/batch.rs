@@ -78,7 +78,7 @@ fn generate(rng: &mut Rng, rule_set: &RuleSet) -> Case {
     let workflows = ["swap-1", "swap-2", "wf 😀"];
     let valid = if rng.chance(70) { 100 } else { 85 };
     let mut event = Map::new();
-    let event_type = rng.below(rule_set.events.len());
+    let event_type = rng.below(rule_set.events().len());
     if rng.chance(valid) {
         event.insert("eventId".into(), json!(rng.pick(&ids)));
     } else if let Some(v) = field_value(rng, false, 0) {
@@ -86,14 +86,14 @@ fn generate(rng: &mut Rng, rule_set: &RuleSet) -> Case {
     }
     event.insert(
         "type".into(),
-        if rng.chance(valid) { json!(rule_set.events[event_type].name) } else { json!(rng.pick(&["NOPE", "", "deposit_confirmed"])) },
+        if rng.chance(valid) { json!(rule_set.events()[event_type].name) } else { json!(rng.pick(&["NOPE", "", "deposit_confirmed"])) },
     );
     if rng.chance(valid) {
         event.insert("workflowId".into(), json!(rng.pick(&workflows)));
     } else if let Some(v) = field_value(rng, false, 0) {
         event.insert("workflowId".into(), v);
     }
-    for field in &rule_set.fields {
+    for field in rule_set.fields() {
         let units = field.kind == idemflow::field::FieldKind::Units;
         if let Some(v) = field_value(rng, units, valid.max(90)) {
             event.insert(field.name.clone(), v);
@@ -131,14 +131,14 @@ fn generate(rng: &mut Rng, rule_set: &RuleSet) -> Case {
         let id = if rng.chance(90) { event.get("workflowId").cloned().unwrap_or(json!("x")) } else { json!("other-wf") };
         workflow.insert("id".into(), id);
         let status = if rng.chance(95) {
-            json!(rule_set.statuses[rng.below(rule_set.statuses.len())].name)
+            json!(rule_set.statuses()[rng.below(rule_set.statuses().len())].name)
         } else {
             json!(rng.pick(&["nope", ""]))
         };
         workflow.insert("status".into(), status);
         let revisions = [json!(0), json!(1), json!(41), json!(9007199254740991u64), json!(9007199254740990u64), json!(-1), json!(1.5), json!("3")];
         workflow.insert("revision".into(), if rng.chance(90) { revisions[rng.below(4)].clone() } else { rng.pick(&revisions).clone() });
-        for field in &rule_set.fields {
+        for field in rule_set.fields() {
             // Mostly what the event says, so guards pass and transitions apply.
             let value = if rng.chance(75) {
                 event.get(&field.name).cloned()
@@ -210,12 +210,12 @@ fn encode(rule_set: &RuleSet, cases: &[Case]) -> Encoded {
             names.iter().position(|n| *n == name).map(|i| batch::KNOWN - i as i32)
         };
         push(&mut encoded, case.event.get("eventId"));
-        match known(case.event.get("type"), rule_set.events.iter().map(|e| &e.name).collect()) {
+        match known(case.event.get("type"), rule_set.events().iter().map(|e| &e.name).collect()) {
             Some(entry) if same => encoded.entries.push(entry),
             _ => push(&mut encoded, case.event.get("type")),
         }
         push(&mut encoded, case.event.get("workflowId"));
-        for field in &rule_set.fields {
+        for field in rule_set.fields() {
             push(&mut encoded, case.event.get(&field.name));
         }
         let empty = Map::new();
@@ -224,12 +224,12 @@ fn encode(rule_set: &RuleSet, cases: &[Case]) -> Encoded {
         push(&mut encoded, receipt.get("fingerprint"));
         let workflow = case.workflow.as_ref().unwrap_or(&empty);
         push_or_same(&mut encoded, workflow.get("id"), case.event.get("workflowId"), same);
-        match known(workflow.get("status"), rule_set.statuses.iter().map(|s| &s.name).collect()) {
+        match known(workflow.get("status"), rule_set.statuses().iter().map(|s| &s.name).collect()) {
             Some(entry) if same => encoded.entries.push(entry),
             _ => push(&mut encoded, workflow.get("status")),
         }
         push(&mut encoded, workflow.get("revision"));
-        for field in &rule_set.fields {
+        for field in rule_set.fields() {
             push_or_same(&mut encoded, workflow.get(&field.name), case.event.get(&field.name), same);
         }
         assert_eq!(encoded.entries.len() - start, layout.entries());
@@ -244,7 +244,7 @@ fn rebuild(rule_set: &RuleSet, case: &Case, ints: &[i32], numbers: &[f64], hex: 
     let outcome = batch::OUTCOMES[outcome as usize];
     let event_id = &case.event["eventId"];
     let workflow_id = &case.event["workflowId"];
-    let event_type_name = &rule_set.events[event_type as usize].name;
+    let event_type_name = &rule_set.events()[event_type as usize].name;
     let fp = std::str::from_utf8(hex).unwrap().to_string();
     let mut decision = json!({
         "outcome": outcome, "eventId": event_id, "workflowId": workflow_id,
@@ -257,6 +257,7 @@ fn rebuild(rule_set: &RuleSet, case: &Case, ints: &[i32], numbers: &[f64], hex: 
     decision["writeSet"]["receipt"] = json!({
         "eventId": event_id, "fingerprint": fp, "workflowId": workflow_id, "eventType": event_type_name,
         "outcome": outcome, "ruleSet": { "id": rule_set.id, "version": rule_set.version, "hash": rule_set.hash },
+        "result": { "operationIds": [], "status": null, "revision": null },
     });
     if outcome != "applied" {
         return decision;
@@ -266,7 +267,7 @@ fn rebuild(rule_set: &RuleSet, case: &Case, ints: &[i32], numbers: &[f64], hex: 
         match source[1].as_u64().unwrap() as u8 {
             batch::CONSTANT => source[2].clone(),
             batch::REVISION => json!(numbers[1] as u64),
-            batch::EVENT_FIELD => case.event[&rule_set.fields[source[2].as_u64().unwrap() as usize].name].clone(),
+            batch::EVENT_FIELD => case.event[&rule_set.fields()[source[2].as_u64().unwrap() as usize].name].clone(),
             _ => Value::Null,
         }
     };
@@ -276,7 +277,7 @@ fn rebuild(rule_set: &RuleSet, case: &Case, ints: &[i32], numbers: &[f64], hex: 
     let expect = if state == 0 {
         Value::Null
     } else {
-        json!({ "status": rule_set.statuses[state as usize - 1].name, "revision": numbers[0] as u64 })
+        json!({ "status": rule_set.statuses()[state as usize - 1].name, "revision": numbers[0] as u64 })
     };
     decision["writeSet"]["workflow"] = json!({ "id": workflow_id, "expect": expect, "set": object(&template["set"]) });
     let outbox: Vec<Value> = template["outbox"]
@@ -292,6 +293,12 @@ fn rebuild(rule_set: &RuleSet, case: &Case, ints: &[i32], numbers: &[f64], hex: 
             })
         })
         .collect();
+    // What the receipt keeps of it, as decide writes it: the operations' ids, the status and revision after.
+    decision["writeSet"]["receipt"]["result"] = json!({
+        "operationIds": outbox.iter().map(|op| op["id"].clone()).collect::<Vec<_>>(),
+        "status": decision["writeSet"]["workflow"]["set"]["status"],
+        "revision": decision["writeSet"]["workflow"]["set"]["revision"],
+    });
     decision["writeSet"]["outbox"] = Value::Array(outbox);
     decision
 }
@@ -405,7 +412,9 @@ fn the_batch_path_decides_as_decide_does_on_every_builtin_rule_set() {
         assert!(counts.refused > 500, "{name}: {counts:?}");
         assert!(counts.ascii_batches > 5, "{name}: {counts:?}");
         for (outcome, n) in batch::OUTCOMES.iter().zip(counts.outcomes) {
-            let reachable = rule_set.rules.iter().any(|r| {
+            let reachable = (0..rule_set.events().len())
+                .flat_map(|e| (0..rule_set.state_count()).filter_map(move |s| rule_set.rule_for(e, s).ok()))
+                .any(|r| {
                 matches!(
                     (&r.answer, *outcome),
                     (idemflow::ruleset::Answer::Applied(_), "applied")
