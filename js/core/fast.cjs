@@ -15,6 +15,13 @@
 // string (or a number for the revision), a string with U+FFFD (a lone
 // surrogate becomes one in encodeInto), and whatever the core would refuse.
 // Reading fields here runs no caller code: own property descriptors only.
+//
+// A stored receipt's `result` (what the first delivery produced, answered as
+// a duplicate's `original`) is read here, not in the core: the core only
+// compares the fingerprint. Only a result of the shape this version writes
+// is taken (a plain object of operationIds, status and revision as data
+// properties, well-formed strings, whole numbers, short enough); any other
+// goes to `decide`, which answers it or refuses it (INVALID_RECORD).
 
 const { types } = require('node:util');
 
@@ -53,11 +60,79 @@ const CHUNK = 1024;
 /** The longest string any field takes, in UTF-16 units (`field::MAX_TEXT_BYTES`). */
 const MAX_UNITS = 512;
 
+const ARRAY_PROTOTYPE = Array.prototype;
+const isArray = Array.isArray;
+const isSafeInteger = Number.isSafeInteger;
+const ORIGINAL_OUTCOMES = new Set(['applied', 'already-applied', 'stale']);
+const RESULT_KEYS = new Set(['operationIds', 'status', 'revision']);
+/** `decide` reads a stored result as at most 64 KiB of JSON: a bound on its text, 6 bytes per unit at worst (`\u0000`). */
+const MAX_RESULT_UNITS = Math.floor((64 * 1024) / 6) - 64;
+
 /** A plain object (or one without a prototype), not a proxy: its fields can be read without running code. */
 function isPlainRecord(value) {
   if (typeof value !== 'object' || value === null || isProxy(value)) return false;
   const prototype = getPrototypeOf(value);
   return prototype === OBJECT_PROTOTYPE || prototype === null;
+}
+
+/** An own data property's value; `absent` when there is none, `accessor` when it is an accessor. */
+const ACCESSOR = Symbol('accessor');
+function ownValue(record, key) {
+  const descriptor = getOwn(record, key);
+  if (descriptor === undefined) return undefined;
+  return hasOwn(descriptor, 'value') ? descriptor.value : ACCESSOR;
+}
+
+/** No lone surrogate: JSON.stringify escapes one, and `decide`'s JSON reader refuses the escape. */
+const wellFormed =
+  typeof String.prototype.isWellFormed === 'function'
+    ? (text) => text.isWellFormed()
+    : (text) => !/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(text);
+
+/**
+ * What `decide` answers as a duplicate's `original` for a plain receipt:
+ * null when it keeps no result, the original when its result, outcome and
+ * recordedAt are of the shape this version writes, undefined (leave it to
+ * `decide`) for anything else.
+ */
+function originalOf(receipt) {
+  const result = ownValue(receipt, 'result');
+  if (result === undefined || result === null) return null;
+  if (!isPlainRecord(result) || 'toJSON' in result) return undefined;
+  // JSON.stringify writes the enumerable ones: a non-enumerable member is one `decide` does not see.
+  for (const key of Object.getOwnPropertyNames(result)) {
+    if (!RESULT_KEYS.has(key) || !getOwn(result, key).enumerable) return undefined;
+  }
+  const ids = ownValue(result, 'operationIds');
+  if (!isArray(ids) || isProxy(ids) || getPrototypeOf(ids) !== ARRAY_PROTOTYPE || 'toJSON' in ids) return undefined;
+  let units = 0;
+  const operationIds = new Array(ids.length);
+  for (let k = 0; k < ids.length; k += 1) {
+    const id = ownValue(ids, k);
+    if (typeof id !== 'string' || id.length === 0 || !wellFormed(id)) return undefined;
+    units += id.length + 3;
+    operationIds[k] = id;
+  }
+  let status = ownValue(result, 'status');
+  if (status === undefined) status = null;
+  else if (status !== null) {
+    if (typeof status !== 'string' || !wellFormed(status)) return undefined;
+    units += status.length;
+  }
+  if (units > MAX_RESULT_UNITS) return undefined;
+  let revision = ownValue(result, 'revision');
+  if (revision === undefined) revision = null;
+  else if (revision !== null) {
+    if (!isSafeInteger(revision) || revision < 0) return undefined;
+    revision += 0; // -0 is written as 0
+  }
+  const outcome = ownValue(receipt, 'outcome');
+  if (!ORIGINAL_OUTCOMES.has(outcome)) return undefined;
+  let decidedAt = ownValue(receipt, 'recordedAt');
+  if (decidedAt === undefined || decidedAt === null) decidedAt = null;
+  else if (isSafeInteger(decidedAt) && decidedAt >= 0) decidedAt += 0;
+  else return undefined;
+  return { outcome, operationIds, status, revision, decidedAt };
 }
 
 /**
@@ -85,6 +160,8 @@ function createFastDecider(wasm) {
   let entryCapacity = 0;
   // The strings read, by entry index: decisions reuse them (the core checked them).
   let strings = [];
+  // Per item with a receipt: the duplicate's original (null: the receipt keeps no result).
+  let originals = [];
   // Every string laid out, in entry order, joined for one encodeInto.
   let joined = '';
   let busy = false;
@@ -248,10 +325,12 @@ function createFastDecider(wasm) {
     }
     if (hasReceipt) {
       const at = base + 4 + fieldCount;
-      if (!put(receipt, 'eventId', at, -1, base + 1) || !put(receipt, 'fingerprint', at + 1)) {
+      const original = originalOf(receipt);
+      if (original === undefined || !put(receipt, 'eventId', at, -1, base + 1) || !put(receipt, 'fingerprint', at + 1)) {
         entries[base] = HOST_SLOW;
         return false;
       }
+      originals[i] = original;
     } else if (hasWorkflow) {
       const at = base + 6 + fieldCount;
       if (
@@ -304,11 +383,15 @@ function createFastDecider(wasm) {
     const eventType = plan.types[answerInts[a + 4]];
     const fingerprint = fingerprints.slice(i * FINGERPRINT_BYTES, (i + 1) * FINGERPRINT_BYTES);
     if (outcomeCode === 3) {
-      return { outcome, eventId, workflowId, eventType, fingerprint, writeSet: { receipt: null, workflow: null, outbox: [] } };
+      const decision = { outcome, eventId, workflowId, eventType, fingerprint, writeSet: { receipt: null, workflow: null, outbox: [] } };
+      const original = originals[i];
+      if (original !== null) decision.original = original; // made for this item by originalOf
+      return decision;
     }
     const { id, version, hash } = plan.ruleSet;
-    const receipt = { eventId, fingerprint, workflowId, eventType, outcome, ruleSet: { id, version, hash } };
     if (outcomeCode !== 0) {
+      const result = { operationIds: [], status: null, revision: null };
+      const receipt = { eventId, fingerprint, workflowId, eventType, outcome, ruleSet: { id, version, hash }, result };
       return { outcome, eventId, workflowId, eventType, fingerprint, writeSet: { receipt, workflow: null, outbox: [] } };
     }
     const state = answerInts[a + 3];
@@ -328,13 +411,19 @@ function createFastDecider(wasm) {
         payload: fill(op.payload, base, revision),
       };
     }
+    const set = fill(write.set, base, revision);
+    const operationIds = new Array(outbox.length);
+    for (let k = 0; k < outbox.length; k += 1) operationIds[k] = outbox[k].id;
+    // As `decide` keeps it: the status and revision the write sets (a status is always set, as a string).
+    const result = { operationIds, status: typeof set.status === 'string' ? set.status : null, revision: set.revision ?? null };
+    const receipt = { eventId, fingerprint, workflowId, eventType, outcome, ruleSet: { id, version, hash }, result };
     return {
       outcome,
       eventId,
       workflowId,
       eventType,
       fingerprint,
-      writeSet: { receipt, workflow: { id: workflowId, expect, set: fill(write.set, base, revision) }, outbox },
+      writeSet: { receipt, workflow: { id: workflowId, expect, set }, outbox },
     };
   }
 

@@ -17,7 +17,8 @@ import path from 'node:path';
 
 const require = createRequire(import.meta.url);
 const root = process.env.IDEMFLOW_PKG ?? path.dirname(require.resolve('idemflow/package.json'));
-const wasm = require(path.join(root, 'wasm', 'idemflow.js'));
+// The wasm module as the package loads it: core/wasm.cjs is its one route to it.
+const { bindings: wasm } = require(path.join(root, 'core', 'wasm.cjs'));
 const { createFastDecider } = require(path.join(root, 'core', 'fast.cjs'));
 
 const SEED = Number(process.env.FAST_DECIDE_SEED ?? 20261130);
@@ -64,6 +65,50 @@ const errorOf = (e) =>
   e instanceof Error
     ? { name: e.name, message: e.message, code: e.idemflowCode, disposition: e.disposition, details: e.details }
     : { thrown: String(e) };
+
+/** Stored results `decide` refuses or reads unusually: each must answer (or throw) as it does. */
+const RESULT_HOSTILE = [
+  'extra-key', 'ids-not-array', 'empty-id', 'number-id', 'lone-surrogate-id', 'hole', 'status-number', 'status-lone',
+  'revision-negative', 'revision-fraction', 'revision-huge', 'revision-string', 'revision-minus-zero', 'revision-nan',
+  'hidden-ids', 'getter', 'id-getter', 'array', 'string', 'to-json', 'too-long', 'class', 'proxy', 'bigint', 'null-proto',
+];
+
+/** A stored receipt's result of kind `kind` (see RESULT_HOSTILE), built afresh; `log` records caller code. */
+function storedResult({ result: kind, ids, status, revision }, log) {
+  const plain = { operationIds: [...ids] };
+  if (status !== undefined) plain.status = status;
+  if (revision !== undefined) plain.revision = revision;
+  switch (kind) {
+    case 'plain': return plain;
+    case 'null': return null;
+    case 'extra-key': return { ...plain, note: 'kept?' };
+    case 'ids-not-array': return { ...plain, operationIds: 'a' };
+    case 'empty-id': return { ...plain, operationIds: [''] };
+    case 'number-id': return { ...plain, operationIds: [1] };
+    case 'lone-surrogate-id': return { ...plain, operationIds: ['op \ud800'] };
+    case 'hole': return { ...plain, operationIds: [, 'a'] }; // eslint-disable-line no-sparse-arrays
+    case 'status-number': return { ...plain, status: 4 };
+    case 'status-lone': return { ...plain, status: '\udc00' };
+    case 'revision-negative': return { ...plain, revision: -1 };
+    case 'revision-fraction': return { ...plain, revision: 1.5 };
+    case 'revision-huge': return { ...plain, revision: 2 ** 53 };
+    case 'revision-string': return { ...plain, revision: '3' };
+    case 'revision-minus-zero': return { ...plain, revision: -0 };
+    case 'revision-nan': return { ...plain, revision: NaN };
+    case 'hidden-ids': return Object.defineProperty({ ...plain }, 'operationIds', { enumerable: false });
+    case 'getter': return Object.defineProperty({ ...plain }, 'status', { enumerable: true, get() { log.push('get result.status'); return 'sending'; } });
+    case 'id-getter': return { ...plain, operationIds: Object.defineProperty([], 0, { enumerable: true, get() { log.push('get result.operationIds[0]'); return 'a'; } }) };
+    case 'array': return [plain];
+    case 'string': return JSON.stringify(plain);
+    case 'to-json': return { ...plain, toJSON() { log.push('result.toJSON'); return plain; } };
+    case 'too-long': return { ...plain, operationIds: Array.from({ length: 3000 }, (_, i) => `operation-${i}-${'x'.repeat(20)}`) };
+    case 'class': return Object.assign(new (class Result {})(), plain);
+    case 'proxy': return new Proxy(plain, { get(t, k, r) { log.push(`proxy get result.${String(k)}`); return Reflect.get(t, k, r); } });
+    case 'bigint': return { ...plain, revision: 3n };
+    case 'null-proto': return Object.assign(Object.create(null), plain);
+    default: throw new Error(`no result kind ${kind}`);
+  }
+}
 
 const TEXTS = ['ref-a', 'ref-b', 'btc-mainnet:tx-9f:vout-0', 'réf-☃', '😀-emoji', 'a"quote\\', '2026-11', 'spaced value'];
 const UNITS = ['1', '250', '1000000', '99999999999999999999999999'];
@@ -147,6 +192,16 @@ function recipe(rng, ruleSet) {
     if (idChoice === 'null') receipt.push(['eventId', { value: null }]);
     const fp = pick(['right', 'right', 'right', 'wrong', 'malformed', 'upper', 'hostile']);
     receipt.push(['fingerprint', fp === 'hostile' && hostile ? hostileFor('fingerprint') : { fingerprint: fp }]);
+    // What the first delivery produced (a duplicate answers it as original), as this version
+    // writes it, as an older version left it (absent), or in a hostile case anything.
+    const kept = pick(['plain', 'plain', 'plain', 'absent', 'null', ...(hostile ? RESULT_HOSTILE : [])]);
+    if (kept !== 'absent') {
+      receipt.push(['result', { result: kept, ids: pick([[], ['send-payout:wf-1'], ['a:1:wf', 'b:wf 😀']]), status: pick(['sending', null, undefined]), revision: pick([0, 3, null, undefined]) }]);
+    }
+    const outcome = hostile && chance(0.1) ? pick([{ value: 'duplicate-delivery' }, { value: 7 }, { absent: true }, { getter: 'value', of: 'applied' }]) : { value: pick(['applied', 'already-applied', 'stale']) };
+    receipt.push(['outcome', outcome]);
+    const recordedAt = hostile && chance(0.1) ? pick([-1, 1.5, '5', -0, 2 ** 53, NaN]) : pick([undefined, null, 0, 1_764_000_000_000]);
+    if (recordedAt !== undefined) receipt.push(['recordedAt', { value: recordedAt }]);
   }
   const noReceipt = chance(0.5) ? null : undefined;
   const receiptShape = receipt && hostile && chance(0.1) ? pick(['proxy', 'array', 'string', 'null-proto']) : 'plain';
@@ -178,6 +233,7 @@ function recipe(rng, ruleSet) {
       for (const [key, spec] of entries) {
         if (spec.absent) continue;
         let value = spec.value;
+        if (spec.result !== undefined) value = storedResult(spec, log);
         if (spec.sameAs !== undefined) value = eventValues[spec.sameAs];
         if (spec.copyOf !== undefined) value = typeof eventValues[spec.copyOf] === 'string' ? ` ${eventValues[spec.copyOf]}`.slice(1) : eventValues[spec.copyOf];
         if (spec.fingerprint !== undefined) {
