@@ -14,6 +14,10 @@
 //! may stand for a lone surrogate) or that `decide` would refuse is answered
 //! [`SLOW`]: the host then calls `decide` itself, so every error (code,
 //! message, details) and every unusual success is the one `decide` gives.
+//!
+//! A stored receipt's `result` (a duplicate's `original`) is not laid out:
+//! the host reads it and lays the item out only when the result is of the
+//! shape this version writes; any other receipt with a result goes to `decide`.
 
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
