@@ -563,3 +563,45 @@ test('the shared decision and validation vectors decide alike, one by one and as
   }
   ok(decided >= 88, `${decided} of ${cases.length} vectors decide`);
 });
+
+test('the package decides on the fast path: decide, processEvent and processBatch leave plain data to no slow call', async () => {
+  const pkg = process.env.IDEMFLOW_PKG ? require(`${root}/`) : require('idemflow');
+  const { decide: publicDecide, processEvent, processBatch, InMemoryStore } = pkg;
+  const original = wasm.decide;
+  let slowCalls = 0;
+  wasm.decide = (...args) => {
+    slowCalls += 1;
+    return original(...args);
+  };
+  try {
+    const event = { eventId: 'e-1', workflowId: 'swap-1', type: 'DEPOSIT_CONFIRMED', depositRef: 'ref-a', amountUnits: '100' };
+    const workflow = { id: 'swap-1', status: 'deposit', revision: 3, depositRef: 'ref-a', amountUnits: '100' };
+    const decision = publicDecide({ event, receipt: null, workflow });
+    strictEqual(decision.outcome, 'applied');
+    deepStrictEqual(decision.writeSet.receipt.result, { operationIds: decision.writeSet.outbox.map((op) => op.id), status: 'exchange', revision: 4 });
+    const store = new InMemoryStore([workflow, { ...workflow, id: 'swap-2' }]);
+    const applied = await processEvent(store, event);
+    strictEqual(applied.outcome, 'applied');
+    const duplicate = await processEvent(store, event);
+    deepStrictEqual(duplicate.original && { ...duplicate.original, decidedAt: typeof duplicate.original.decidedAt },
+      { outcome: 'applied', operationIds: applied.operationIds, status: 'exchange', revision: 4, decidedAt: 'number' });
+    const results = await processBatch(store, [
+      { ...event, eventId: 'e-2', workflowId: 'swap-2' },
+      { ...event, eventId: 'e-2', workflowId: 'swap-2' },
+      { ...event, eventId: 'e-3' },
+    ]);
+    deepStrictEqual(results.map((r) => r.outcome), ['applied', 'duplicate-delivery', 'already-applied']);
+    strictEqual(results[1].original.revision, 4);
+    strictEqual(slowCalls, 0, 'plain data went to the slow path');
+    // Anything unusual still goes to it, with its errors.
+    await processEvent(store, { ...event, eventId: 'e-4', amountUnits: '7' }).then(() => ok(false), (error) => strictEqual(error.code, 'IDENTITY_MISMATCH'));
+    ok(slowCalls > 0);
+    // An invalid event is refused before any I/O: the store is never asked.
+    let transactions = 0;
+    const watched = { transaction: (fn) => { transactions += 1; return store.transaction(fn); } };
+    await processEvent(watched, { ...event, amountUnits: 12.5 }).then(() => ok(false), (error) => strictEqual(error.code, 'INVALID_EVENT'));
+    strictEqual(transactions, 0);
+  } finally {
+    wasm.decide = original;
+  }
+});
