@@ -1,7 +1,10 @@
 // The fast decide path against a plain-JavaScript implementation of the same
 // rule (deposit-swap DEPOSIT_CONFIRMED: validate, canonical JSON, SHA-256,
-// decide, write set), measured side by side in one run: today's `decide`,
-// the fast path one event per call, and batches of 16 and 256 per call.
+// decide, write set), measured side by side in one run: the package's
+// `decide` (which takes the fast path), wasm `decide` alone (the slow path,
+// what `decide` was before it), the fast path one event per call, and
+// batches of 16 and 256 per call. `make bench` runs it and writes its
+// figures into target/bench.json (key "decide").
 // Each round runs every contender once, in turn; the figures are medians over
 // the rounds of each contender's rate and of its ratio to the reference in
 // that round (the machine is shared and noisy). Nothing here passes or fails.
@@ -9,24 +12,24 @@
 // Rates are per CPU second of this process (BENCH_CLOCK=wall for elapsed
 // time); BENCH_JSON=1 also prints the figures as one JSON line.
 // IDEMFLOW_PKG=<dir> measures a built pkg/ directory instead of the installed
-// package. `wasm/idemflow.js` must be the module instance the package's
-// RuleSet was compiled by (its `compiled` is handed to the fast decider).
+// package. The bindings and the fast decider are the package's own, from
+// core/wasm.cjs (the one module that loads the wasm).
 import { deepStrictEqual } from 'node:assert';
 import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
 import path from 'node:path';
+import { writeBenchJson } from '../workers/backends.mjs';
 
 const require = createRequire(import.meta.url);
 const root = process.env.IDEMFLOW_PKG ?? path.dirname(require.resolve('idemflow/package.json'));
-const wasm = require(path.join(root, 'wasm', 'idemflow.js'));
-const { createFastDecider } = require(path.join(root, 'core', 'fast.cjs'));
+const { bindings: wasm, fastDecider } = require(path.join(root, 'core', 'wasm.cjs'));
 const { decide, RuleSet } = process.env.IDEMFLOW_PKG ? require(`${root}/`) : require('idemflow');
 
 const N = Number(process.env.BENCH_EVENTS ?? 16_384);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 15);
 const ruleSet = RuleSet.builtin('deposit-swap');
 const compiled = ruleSet.compiled;
-const fast = createFastDecider(wasm);
+const fast = fastDecider();
 
 const workflows = Array.from({ length: 1024 }, (_, i) => ({
   id: `swap-${i}`,
@@ -72,7 +75,10 @@ function referenceDecide(event, receipt, workflow) {
   if (workflow.depositRef !== depositRef || workflow.amountUnits !== amountUnits) throw new Error('IDENTITY_MISMATCH');
   const outcome = applies ? 'applied' : 'already-applied';
   const ref = { id: ruleSet.id, version: ruleSet.version, hash: ruleSet.hash };
-  const receiptOut = { eventId, fingerprint, workflowId, eventType: 'DEPOSIT_CONFIRMED', outcome, ruleSet: ref };
+  const result = applies
+    ? { operationIds: [`start-exchange:${workflowId}`], status: 'exchange', revision: workflow.revision + 1 }
+    : { operationIds: [], status: null, revision: null };
+  const receiptOut = { eventId, fingerprint, workflowId, eventType: 'DEPOSIT_CONFIRMED', outcome, ruleSet: ref, result };
   if (!applies) return { outcome, fingerprint, writeSet: { receipt: receiptOut, workflow: null, outbox: [] } };
   return {
     outcome,
@@ -96,9 +102,14 @@ const contenders = {
     for (let n = 0; n < N; n += 1) sink += referenceDecide(events[n & 1023], null, workflows[n & 1023]).fingerprint.length;
     return sink;
   },
-  'decide (today)': () => {
+  'decide (the package)': () => {
     let sink = 0;
     for (let n = 0; n < N; n += 1) sink += decide({ event: events[n & 1023], receipt: null, workflow: workflows[n & 1023], ruleSet }).fingerprint.length;
+    return sink;
+  },
+  'wasm decide (slow path)': () => {
+    let sink = 0;
+    for (let n = 0; n < N; n += 1) sink += JSON.parse(wasm.decide(compiled, events[n & 1023], null, workflows[n & 1023])).fingerprint.length;
     return sink;
   },
   'fast, one event per call': () => {
@@ -128,6 +139,7 @@ const contenders = {
 for (let i = 0; i < inputs.length; i += 1) {
   const today = decide({ event: events[i], receipt: null, workflow: workflows[i], ruleSet });
   deepStrictEqual(fast.decide(compiled, events[i], null, workflows[i]), today);
+  deepStrictEqual(JSON.parse(wasm.decide(compiled, events[i], null, workflows[i])), today);
   const reference = referenceDecide(events[i], null, workflows[i]);
   deepStrictEqual([reference.outcome, reference.fingerprint, reference.writeSet], [today.outcome, today.fingerprint, today.writeSet]);
 }
@@ -173,3 +185,11 @@ for (const name of Object.keys(contenders)) {
   console.log(`  ${name.padEnd(30)} ${Math.round(r).toLocaleString('en-US').padStart(10)} decisions/s   ${x.toFixed(2)}× plain JS`);
 }
 if (process.env.BENCH_JSON) console.log(JSON.stringify(summary));
+writeBenchJson('decide', {
+  ruleSet: `${ruleSet.id} v${ruleSet.version}`,
+  events: N,
+  rounds: ROUNDS,
+  clock: WALL ? 'wall' : 'cpu',
+  node: process.version,
+  contenders: summary,
+});
