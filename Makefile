@@ -94,6 +94,8 @@ demo: examples
 bench: examples
 	cd tests/js && node examples/bench.mjs
 	@echo
+	cd tests/js && node bench/decide.mjs
+	@echo
 	cd tests/js && node bench/adapters.mjs
 	@echo
 	cd tests/js && node bench/batch.mjs

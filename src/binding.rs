@@ -7,6 +7,7 @@ use js_sys::{JsString, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
+use crate::batch;
 use crate::compat::plan_deposit_confirmation;
 use crate::decide::{self};
 use crate::error::{Error, CODES};
@@ -247,16 +248,25 @@ enum Rules {
 }
 
 /// A loaded, verified rule set held in wasm memory, so a worker parses its
-/// rules once and not per event.
+/// rules once and not per event; what the fast decide path needs of it is
+/// made on its first use.
 #[wasm_bindgen(js_name = CompiledRuleSet)]
-pub struct CompiledRuleSet(Rules);
+pub struct CompiledRuleSet(Rules, std::cell::OnceCell<batch::Prepared>);
 
 impl CompiledRuleSet {
+    fn new(rules: Rules) -> CompiledRuleSet {
+        CompiledRuleSet(rules, std::cell::OnceCell::new())
+    }
+
     fn rules(&self) -> &RuleSet {
         match &self.0 {
             Rules::Builtin(r) => r,
             Rules::Loaded(r) => r,
         }
+    }
+
+    fn prepared(&self) -> &batch::Prepared {
+        self.1.get_or_init(|| batch::Prepared::new(self.rules()))
     }
 }
 
@@ -291,6 +301,19 @@ impl CompiledRuleSet {
     pub fn table_markdown(&self) -> String {
         table::markdown(self.rules())
     }
+
+    /// What a host needs to lay items out for `DecideScratch` (see `batch::layout_json`).
+    #[wasm_bindgen(js_name = fastLayoutJson)]
+    pub fn fast_layout_json(&self) -> String {
+        batch::layout_json(self.rules()).to_string()
+    }
+
+    /// The write a rule applies for an event type, as a template (see
+    /// `batch::template`); `undefined` for a rule that applies no transition.
+    #[wasm_bindgen(js_name = fastTemplateJson)]
+    pub fn fast_template_json(&self, rule: u32, event_type: u32) -> Option<String> {
+        batch::template(self.rules(), rule as usize, event_type as usize).map(|t| t.to_string())
+    }
 }
 
 /// A built-in rule set; `version` picks an older one (for audit), `None` the current.
@@ -308,7 +331,7 @@ pub fn builtin_rule_set(name: &str, version: Option<f64>) -> JsResult<CompiledRu
         }
     };
     RuleSet::builtin_version(name, version)
-        .map(|r| CompiledRuleSet(Rules::Builtin(r)))
+        .map(|r| CompiledRuleSet::new(Rules::Builtin(r)))
         .map_err(throw)
 }
 
@@ -356,7 +379,7 @@ fn load_definition(definition: &JsValue) -> Result<RuleSet, Error> {
 pub fn load_rule_set(definition: JsValue) -> JsResult<CompiledRuleSet> {
     let text = definition_text(&definition).map_err(throw)?;
     let value = limits::parse_definition(&text).map_err(throw)?;
-    RuleSet::from_value(&value).map(|r| CompiledRuleSet(Rules::Loaded(Box::new(r)))).map_err(throw)
+    RuleSet::from_value(&value).map(|r| CompiledRuleSet::new(Rules::Loaded(Box::new(r)))).map_err(throw)
 }
 
 /// The property report as JSON; throws only when the definition is malformed.
@@ -437,6 +460,106 @@ pub fn error_codes() -> String {
 #[wasm_bindgen(js_name = memoryBytes)]
 pub fn memory_bytes() -> f64 {
     (core::arch::wasm32::memory_size(0) * 65536) as f64
+}
+
+// ---------------------------------------------------------------------------
+// The fast decide path (issue 11): the host lays a batch out in these regions
+// of wasm memory (typed-array views over the pointers below), one call
+// decides it, and the host reads the answers from the same memory. No JSON
+// and no per-field crossing; `batch` says what each region holds.
+// ---------------------------------------------------------------------------
+
+/// The most items and text one scratch holds: far above any useful batch,
+/// and well inside wasm's 4 GiB, so a growth request cannot trap the module.
+const MAX_SCRATCH_ITEMS: u32 = 1 << 16;
+const MAX_SCRATCH_TEXT: u32 = 64 << 20;
+
+#[wasm_bindgen(js_name = DecideScratch)]
+#[derive(Default)]
+pub struct DecideScratch {
+    entries: Vec<i32>,
+    numbers: Vec<f64>,
+    text: Vec<u8>,
+    answer_ints: Vec<i32>,
+    answer_numbers: Vec<f64>,
+    fingerprints: Vec<u8>,
+    work: batch::Work,
+}
+
+fn grow<T: Default + Clone>(region: &mut Vec<T>, len: usize) {
+    if region.len() < len {
+        region.resize(len, T::default());
+    }
+}
+
+#[wasm_bindgen(js_class = DecideScratch)]
+impl DecideScratch {
+    #[wasm_bindgen(constructor)]
+    pub fn new() -> DecideScratch {
+        DecideScratch::default()
+    }
+
+    /// Room for `items` items of `entries_per_item` entries and `text_bytes`
+    /// bytes of text. The regions may move: read the pointers again after.
+    pub fn reserve(&mut self, items: u32, entries_per_item: u32, text_bytes: u32) -> JsResult<()> {
+        if items > MAX_SCRATCH_ITEMS || entries_per_item > 4096 || text_bytes > MAX_SCRATCH_TEXT {
+            return Err(throw(Error::InvalidArgument {
+                reason: format!("a decide batch holds at most {MAX_SCRATCH_ITEMS} items and {MAX_SCRATCH_TEXT} bytes of text"),
+            }));
+        }
+        let items = items as usize;
+        grow(&mut self.entries, items * entries_per_item as usize);
+        grow(&mut self.numbers, items);
+        grow(&mut self.answer_ints, items * batch::RESULT_INTS);
+        grow(&mut self.answer_numbers, items * batch::RESULT_NUMBERS);
+        grow(&mut self.fingerprints, items * batch::FINGERPRINT_BYTES);
+        grow(&mut self.text, text_bytes as usize);
+        Ok(())
+    }
+
+    /// The regions: `[pointer, length]` pairs, in elements, for entries, numbers,
+    /// text, answer ints, answer numbers and fingerprints.
+    pub fn regions(&self) -> Vec<u32> {
+        vec![
+            self.entries.as_ptr() as u32,
+            self.entries.len() as u32,
+            self.numbers.as_ptr() as u32,
+            self.numbers.len() as u32,
+            self.text.as_ptr() as u32,
+            self.text.len() as u32,
+            self.answer_ints.as_ptr() as u32,
+            self.answer_ints.len() as u32,
+            self.answer_numbers.as_ptr() as u32,
+            self.answer_numbers.len() as u32,
+            self.fingerprints.as_ptr() as u32,
+            self.fingerprints.len() as u32,
+        ]
+    }
+
+    /// Decides the `count` items laid out (`text_len` bytes of text; `ascii`
+    /// when that is as many bytes as UTF-16 units); returns how many were
+    /// decided here. The rest are answered SLOW: the host calls `decide`.
+    pub fn decide(&mut self, rules: &CompiledRuleSet, count: u32, text_len: u32, ascii: bool) -> JsResult<u32> {
+        let Some(text) = self.text.get(..text_len as usize) else {
+            return Err(throw(Error::InvalidArgument { reason: "text_len is past the text region".into() }));
+        };
+        batch::decide_batch(
+            rules.rules(),
+            rules.prepared(),
+            count as usize,
+            batch::Batch { text, entries: &self.entries, numbers: &self.numbers, ascii },
+            batch::Answers { ints: &mut self.answer_ints, numbers: &mut self.answer_numbers, fingerprints: &mut self.fingerprints },
+            &mut self.work,
+        )
+        .map(|n| n as u32)
+        .map_err(throw)
+    }
+}
+
+/// The module's memory, for typed-array views over a `DecideScratch`.
+#[wasm_bindgen(js_name = wasmMemory)]
+pub fn wasm_memory() -> JsValue {
+    wasm_bindgen::memory()
 }
 
 // ---------------------------------------------------------------------------

@@ -55,6 +55,14 @@ impl FieldKind {
         Ok(text)
     }
 
+    /// Whether `text` is an acceptable value (what `check` answers for a string, without copying it).
+    pub fn accepts(self, text: &str) -> bool {
+        match self {
+            FieldKind::Text => check_text(text).is_ok(),
+            FieldKind::Units => check_units(text).is_ok(),
+        }
+    }
+
     fn too_long(self) -> String {
         match self {
             FieldKind::Text => format!("must be at most {MAX_TEXT_BYTES} UTF-8 bytes"),
@@ -69,6 +77,18 @@ fn check_text(text: &str) -> Result<(), String> {
     }
     if text.len() > MAX_TEXT_BYTES {
         return Err(FieldKind::Text.too_long());
+    }
+    // Printable ASCII with one non-space is valid: no control character, not
+    // only whitespace (the one printable ASCII whitespace is the space).
+    // Anything else takes the full check below, which also says why.
+    let mut printable = true;
+    let mut blank = true;
+    for &b in text.as_bytes() {
+        printable &= (0x20..0x7f).contains(&b);
+        blank &= b == b' ';
+    }
+    if printable && !blank {
+        return Ok(());
     }
     if let Some(c) = text.chars().find(|c| is_control(*c)) {
         return Err(format!("must not contain control characters (found U+{:04X})", c as u32));

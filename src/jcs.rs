@@ -66,6 +66,14 @@ fn write_integer(out: &mut String, n: &serde_json::Number) -> Result<(), String>
 
 /// Writes a JSON string exactly as ECMAScript's JSON.stringify does (RFC 8785 §3.2.2.2).
 pub fn write_string(out: &mut String, s: &str) {
+    // Most strings need no escape: copied whole.
+    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     out.push('"');
     let mut start = 0;
     for (i, b) in s.bytes().enumerate() {

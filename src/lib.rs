@@ -6,6 +6,7 @@
 //! This crate is pure Rust; `binding` (wasm32 only) is the one module that
 //! talks to JavaScript.
 
+pub mod batch;
 pub mod compat;
 pub mod decide;
 pub mod error;

@@ -9,7 +9,7 @@
 const { IdemflowError } = require('./errors.cjs');
 const { checkOptionKeys } = require('./options.cjs');
 const { resolveRuleSet } = require('./rules.cjs');
-const { decide, normalizeEvent } = require('./decide.cjs');
+const { decideNormalized, normalizeEvent } = require('./decide.cjs');
 const { cyclesOf, hooksOf, metadataOf, processEvent, resultOf, sleep } = require('./host.cjs');
 
 const MAX_BATCH = 10_000;
@@ -141,7 +141,7 @@ async function decideAll(tx, valid, ruleSet, clock, metadata) {
     try {
       const receipt = receipts.get(event.eventId) ?? null;
       const workflow = receipt ? null : workflows.get(event.workflowId) ?? null;
-      decision = decide({ event, receipt, workflow, ruleSet });
+      decision = decideNormalized(ruleSet.compiled, event, receipt, workflow);
     } catch (error) {
       if (!ownError(error)) throw error;
       out.push([index, { error }]);

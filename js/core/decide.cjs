@@ -5,7 +5,7 @@
 const { IdemflowError } = require('./errors.cjs');
 const { checkOptionKeys, entry, member } = require('./options.cjs');
 const { resolveRuleSet, definitionText, RuleSet } = require('./rules.cjs');
-const { bindings: wasm, call } = require('./wasm.cjs');
+const { bindings: wasm, call, fastDecider } = require('./wasm.cjs');
 
 /** Throws INVALID_EVENT (with details.field) unless `event` is valid under the rule set. */
 function validateEvent(event, opts) {
@@ -43,7 +43,17 @@ function decide(input) {
   const receipt = member(input, 'receipt') ?? null;
   const workflow = member(input, 'workflow') ?? null;
   const compiled = resolveRuleSet(member(input, 'ruleSet')).compiled;
-  return JSON.parse(call(() => wasm.decide(compiled, event, receipt, workflow)));
+  // The fast path (fast.cjs) decides plain data; anything else, and every error, is wasm.decide's.
+  return call(() => fastDecider().decide(compiled, event, receipt, workflow));
+}
+
+/**
+ * The host loops' decision of an event normalizeEvent has already validated
+ * (a plain copy of data properties): no option checks, and the fast path
+ * lays it out without leaving it to the slow one. Its errors are decide's.
+ */
+function decideNormalized(compiled, event, receipt, workflow) {
+  return call(() => fastDecider().decide(compiled, event, receipt ?? null, workflow ?? null));
 }
 
 /** The same decision from JSON text `{"event":…,"receipt":…,"workflow":…}`, for hot loops. */
@@ -83,5 +93,6 @@ module.exports = {
   decideJSON: entry(decideJSON),
   planDepositConfirmation: entry(planDepositConfirmation),
   verifyRuleSet: entry(verifyRuleSet),
+  decideNormalized,
   wasmMemoryBytes: () => wasm.memoryBytes(),
 };

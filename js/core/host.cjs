@@ -4,7 +4,7 @@
 
 const { IdemflowError } = require('./errors.cjs');
 const { RuleSet, resolveRuleSet } = require('./rules.cjs');
-const { decide, normalizeEvent } = require('./decide.cjs');
+const { decideNormalized, normalizeEvent } = require('./decide.cjs');
 const { checkOptionKeys } = require('./options.cjs');
 const telemetry = require('./telemetry.cjs');
 
@@ -143,7 +143,8 @@ async function processChecked(store, event, opts) {
           return await store.transaction(async (tx) => {
             const receipt = await tx.getReceipt(valid.eventId);
             const workflow = receipt ? null : await tx.getWorkflow(valid.workflowId);
-            const decision = decide({ event: valid, receipt, workflow, ruleSet });
+            // Validated once, above: the normalized copy is plain data the fast path decides as it is.
+            const decision = decideNormalized(ruleSet.compiled, valid, receipt, workflow);
             await commitWriteSet(tx, withCorrelation(decision.writeSet, metadata, run?.traceparent ?? null));
             return { ...resultOf(decision), fingerprint: decision.fingerprint };
           });

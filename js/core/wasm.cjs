@@ -6,6 +6,7 @@
 
 const bindings = require('../wasm/idemflow.js');
 const { fromWasm } = require('./errors.cjs');
+const { createFastDecider } = require('./fast.cjs');
 
 // Compiled rule sets the cache evicted while a wasm call was running. A
 // getter on an event can load rule sets in the middle of a decision; freeing
@@ -35,4 +36,14 @@ function freeWhenIdle(compiled) {
   else compiled.free();
 }
 
-module.exports = { bindings, call, freeWhenIdle };
+// The fast decide path over these bindings (fast.cjs takes them; it loads
+// nothing itself), made at the first decision: its scratch lives in wasm memory.
+let fast;
+
+/** The module's one fast decider: `decide(compiled, event, receipt, workflow)`, `decideBatch(compiled, inputs)`. */
+function fastDecider() {
+  fast ??= createFastDecider(bindings);
+  return fast;
+}
+
+module.exports = { bindings, call, freeWhenIdle, fastDecider };

@@ -1,0 +1,195 @@
+// The fast decide path against a plain-JavaScript implementation of the same
+// rule (deposit-swap DEPOSIT_CONFIRMED: validate, canonical JSON, SHA-256,
+// decide, write set), measured side by side in one run: the package's
+// `decide` (which takes the fast path), wasm `decide` alone (the slow path,
+// what `decide` was before it), the fast path one event per call, and
+// batches of 16 and 256 per call. `make bench` runs it and writes its
+// figures into target/bench.json (key "decide").
+// Each round runs every contender once, in turn; the figures are medians over
+// the rounds of each contender's rate and of its ratio to the reference in
+// that round (the machine is shared and noisy). Nothing here passes or fails.
+//
+// Rates are per CPU second of this process (BENCH_CLOCK=wall for elapsed
+// time); BENCH_JSON=1 also prints the figures as one JSON line.
+// IDEMFLOW_PKG=<dir> measures a built pkg/ directory instead of the installed
+// package. The bindings and the fast decider are the package's own, from
+// core/wasm.cjs (the one module that loads the wasm).
+import { deepStrictEqual } from 'node:assert';
+import { createHash } from 'node:crypto';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { writeBenchJson } from '../workers/backends.mjs';
+
+const require = createRequire(import.meta.url);
+const root = process.env.IDEMFLOW_PKG ?? path.dirname(require.resolve('idemflow/package.json'));
+const { bindings: wasm, fastDecider } = require(path.join(root, 'core', 'wasm.cjs'));
+const { decide, RuleSet } = process.env.IDEMFLOW_PKG ? require(`${root}/`) : require('idemflow');
+
+const N = Number(process.env.BENCH_EVENTS ?? 16_384);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 15);
+const ruleSet = RuleSet.builtin('deposit-swap');
+const compiled = ruleSet.compiled;
+const fast = fastDecider();
+
+const workflows = Array.from({ length: 1024 }, (_, i) => ({
+  id: `swap-${i}`,
+  status: i % 4 === 0 ? 'exchange' : 'deposit',
+  revision: i % 7,
+  depositRef: `btc-mainnet:tx-${i.toString(16)}:vout-0`,
+  amountUnits: String(1_000_000 + i),
+}));
+const events = workflows.map((w, i) => ({
+  eventId: `watcher:evt-${i}`,
+  workflowId: w.id,
+  type: 'DEPOSIT_CONFIRMED',
+  depositRef: w.depositRef,
+  amountUnits: w.amountUnits,
+}));
+const inputs = workflows.map((workflow, i) => ({ event: events[i], receipt: null, workflow }));
+
+// --- The reference: the same rule written by hand (as js/examples/bench.mjs). ---
+const CONTROL = /[\u0000-\u001f\u007f]/;
+function checkText(event, field) {
+  const value = event[field];
+  if (typeof value !== 'string' || value.trim() === '' || Buffer.byteLength(value) > 512 || CONTROL.test(value) || !value.isWellFormed()) {
+    throw new Error(`invalid ${field}`);
+  }
+  return value;
+}
+function referenceDecide(event, receipt, workflow) {
+  if (event === null || typeof event !== 'object' || event.type !== 'DEPOSIT_CONFIRMED') throw new Error('invalid type');
+  const eventId = checkText(event, 'eventId');
+  const workflowId = checkText(event, 'workflowId');
+  const depositRef = checkText(event, 'depositRef');
+  const amountUnits = event.amountUnits;
+  if (typeof amountUnits !== 'string' || !/^[1-9][0-9]{0,77}$/.test(amountUnits)) throw new Error('invalid amountUnits');
+  const canonical = JSON.stringify({ amountUnits, depositRef, type: 'DEPOSIT_CONFIRMED', workflowId });
+  const fingerprint = `fp1:${createHash('sha256').update(canonical).digest('hex')}`;
+  if (receipt) {
+    if (receipt.fingerprint !== fingerprint) throw new Error('EVENT_ID_CONFLICT');
+    return { outcome: 'duplicate-delivery', fingerprint, writeSet: { receipt: null, workflow: null, outbox: [] } };
+  }
+  if (!workflow) throw new Error('UNKNOWN_WORKFLOW');
+  const applies = workflow.status === 'deposit';
+  if (!applies && !['exchange', 'sending', 'success'].includes(workflow.status)) throw new Error('INVALID_TRANSITION');
+  if (workflow.depositRef !== depositRef || workflow.amountUnits !== amountUnits) throw new Error('IDENTITY_MISMATCH');
+  const outcome = applies ? 'applied' : 'already-applied';
+  const ref = { id: ruleSet.id, version: ruleSet.version, hash: ruleSet.hash };
+  const result = applies
+    ? { operationIds: [`start-exchange:${workflowId}`], status: 'exchange', revision: workflow.revision + 1 }
+    : { operationIds: [], status: null, revision: null };
+  const receiptOut = { eventId, fingerprint, workflowId, eventType: 'DEPOSIT_CONFIRMED', outcome, ruleSet: ref, result };
+  if (!applies) return { outcome, fingerprint, writeSet: { receipt: receiptOut, workflow: null, outbox: [] } };
+  return {
+    outcome,
+    fingerprint,
+    writeSet: {
+      receipt: receiptOut,
+      workflow: { id: workflowId, expect: { status: 'deposit', revision: workflow.revision }, set: { status: 'exchange', revision: workflow.revision + 1 } },
+      outbox: [{ id: `start-exchange:${workflowId}`, type: 'START_EXCHANGE', workflowId, eventId, status: 'pending', payload: { depositRef, amountUnits } }],
+    },
+  };
+}
+
+const batches = (size) => Array.from({ length: inputs.length / size }, (_, b) => inputs.slice(b * size, (b + 1) * size));
+const batches16 = batches(16);
+const batches256 = batches(256);
+
+// Each contender decides N events and returns a checksum, so no work is skipped.
+const contenders = {
+  'plain JavaScript (reference)': () => {
+    let sink = 0;
+    for (let n = 0; n < N; n += 1) sink += referenceDecide(events[n & 1023], null, workflows[n & 1023]).fingerprint.length;
+    return sink;
+  },
+  'decide (the package)': () => {
+    let sink = 0;
+    for (let n = 0; n < N; n += 1) sink += decide({ event: events[n & 1023], receipt: null, workflow: workflows[n & 1023], ruleSet }).fingerprint.length;
+    return sink;
+  },
+  'wasm decide (slow path)': () => {
+    let sink = 0;
+    for (let n = 0; n < N; n += 1) sink += JSON.parse(wasm.decide(compiled, events[n & 1023], null, workflows[n & 1023])).fingerprint.length;
+    return sink;
+  },
+  'fast, one event per call': () => {
+    let sink = 0;
+    for (let n = 0; n < N; n += 1) sink += fast.decide(compiled, events[n & 1023], null, workflows[n & 1023]).fingerprint.length;
+    return sink;
+  },
+  'fast, 16 events per call': () => {
+    let sink = 0;
+    for (let n = 0; n < N; n += 16) {
+      const results = fast.decideBatch(compiled, batches16[(n >> 4) % batches16.length]);
+      for (const r of results) sink += r.fingerprint.length;
+    }
+    return sink;
+  },
+  'fast, 256 events per call': () => {
+    let sink = 0;
+    for (let n = 0; n < N; n += 256) {
+      const results = fast.decideBatch(compiled, batches256[(n >> 8) % batches256.length]);
+      for (const r of results) sink += r.fingerprint.length;
+    }
+    return sink;
+  },
+};
+
+// Every contender must agree before its speed means anything.
+for (let i = 0; i < inputs.length; i += 1) {
+  const today = decide({ event: events[i], receipt: null, workflow: workflows[i], ruleSet });
+  deepStrictEqual(fast.decide(compiled, events[i], null, workflows[i]), today);
+  deepStrictEqual(JSON.parse(wasm.decide(compiled, events[i], null, workflows[i])), today);
+  const reference = referenceDecide(events[i], null, workflows[i]);
+  deepStrictEqual([reference.outcome, reference.fingerprint, reference.writeSet], [today.outcome, today.fingerprint, today.writeSet]);
+}
+deepStrictEqual(batches16.flatMap((b) => fast.decideBatch(compiled, b)), inputs.map((x) => decide({ ...x, ruleSet })));
+deepStrictEqual(batches256.flatMap((b) => fast.decideBatch(compiled, b)), inputs.map((x) => decide({ ...x, ruleSet })));
+
+// Rates are per second of this process's CPU time: on a shared machine the
+// time another process holds the CPU is not counted against whoever ran then.
+// BENCH_CLOCK=wall measures elapsed time instead.
+const WALL = process.env.BENCH_CLOCK === 'wall';
+function seconds() {
+  if (WALL) return Number(process.hrtime.bigint()) / 1e9;
+  const { user, system } = process.cpuUsage();
+  return (user + system) / 1e6;
+}
+function rate(fn) {
+  const started = seconds();
+  if (fn() === 0) throw new Error('unreachable');
+  return N / (seconds() - started);
+}
+const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+
+for (const fn of Object.values(contenders)) rate(fn); // warm every path up first
+const rates = Object.fromEntries(Object.keys(contenders).map((name) => [name, []]));
+const ratios = Object.fromEntries(Object.keys(contenders).map((name) => [name, []]));
+for (let round = 0; round < ROUNDS; round += 1) {
+  const names = Object.keys(contenders);
+  // Alternate the order so no contender always runs right after another.
+  if (round % 2 === 1) names.reverse();
+  const measured = Object.fromEntries(names.map((name) => [name, rate(contenders[name])]));
+  for (const name of names) {
+    rates[name].push(measured[name]);
+    ratios[name].push(measured[name] / measured['plain JavaScript (reference)']);
+  }
+}
+
+const summary = {};
+console.log(`decide, deposit-swap DEPOSIT_CONFIRMED, ${N} events per contender per round, medians of ${ROUNDS} rounds, ${WALL ? 'wall' : 'CPU'} time (node ${process.version})`);
+for (const name of Object.keys(contenders)) {
+  const r = median(rates[name]);
+  const x = median(ratios[name]);
+  summary[name] = { decisionsPerSecond: Math.round(r), ratioToPlainJs: Number(x.toFixed(3)) };
+  console.log(`  ${name.padEnd(30)} ${Math.round(r).toLocaleString('en-US').padStart(10)} decisions/s   ${x.toFixed(2)}× plain JS`);
+}
+if (process.env.BENCH_JSON) console.log(JSON.stringify(summary));
+writeBenchJson('decide', {
+  ruleSet: `${ruleSet.id} v${ruleSet.version}`,
+  events: N,
+  rounds: ROUNDS,
+  clock: WALL ? 'wall' : 'cpu',
+  node: process.version,
+  contenders: summary,
+});
