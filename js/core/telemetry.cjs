@@ -81,6 +81,9 @@ function createInstruments(meter) {
     backlog: meter.createObservableGauge('idemflow.outbox.backlog', {
       unit: '{operation}', description: 'Outbox operations by status, read from store.stats()',
     }),
+    backlogByType: meter.createObservableGauge('idemflow.outbox.backlog.by_type', {
+      unit: '{operation}', description: 'Outbox operations by type and status, read from store.stats() (a type no consumer handles shows here)',
+    }),
     oldestDueAge: meter.createObservableGauge('idemflow.outbox.oldest_due.age', {
       unit: 's', description: 'How long the oldest due outbox operation has waited, read from store.stats()',
     }),
@@ -330,15 +333,26 @@ function observeBacklog(store, options = {}) {
     const stats = await read();
     for (const [status, count] of Object.entries(statusCounts(stats))) result.observe(count, { 'idemflow.outbox.status': status, 'idemflow.store': kind });
   };
+  const byType = async (result) => {
+    const types = (await read())?.byType;
+    if (types === null || typeof types !== 'object') return;
+    for (const [type, counts] of Object.entries(types)) {
+      for (const [status, count] of Object.entries(counts ?? {})) {
+        if (typeof count === 'number') result.observe(count, { 'idemflow.operation.type': type, 'idemflow.outbox.status': status, 'idemflow.store': kind });
+      }
+    }
+  };
   const oldest = async (result) => {
     const seconds = oldestDueSeconds(await read(), clock());
     if (seconds !== null) result.observe(seconds, { 'idemflow.store': kind });
   };
   meters.backlog.addCallback(backlog);
+  meters.backlogByType.addCallback(byType);
   meters.oldestDueAge.addCallback(oldest);
   return {
     close() {
       meters.backlog.removeCallback(backlog);
+      meters.backlogByType.removeCallback(byType);
       meters.oldestDueAge.removeCallback(oldest);
     },
   };

@@ -125,6 +125,8 @@ const cases = [
     assert.deepEqual(replay, {
       outcome: 'duplicate-delivery',
       original: { outcome: 'applied', operationIds: first.operationIds, status: first.status, revision: first.revision, decidedAt: receipt.recordedAt ?? null },
+      attempts: 1,
+      fingerprint: fingerprint(CONFIRMED),
     });
     // The workflow moved on since; the duplicate still answers what its first delivery did.
     await h.store.process({ eventId: 'exchange:done-1', workflowId: 'swap-42', type: 'EXCHANGE_COMPLETED', payoutUnits: '99000' });
@@ -140,7 +142,7 @@ const cases = [
     await h.store.process(CONFIRMED);
     assert.ok(await h.corrupt('inbox', CONFIRMED.eventId, { result: null }));
     assert.equal((await h.store.getReceipt(CONFIRMED.eventId)).result, null);
-    assert.deepEqual(await h.store.process(CONFIRMED), { outcome: 'duplicate-delivery', original: null });
+    assert.deepEqual(await h.store.process(CONFIRMED), { outcome: 'duplicate-delivery', original: null, attempts: 1, fingerprint: fingerprint(CONFIRMED) });
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 1 });
   }],
 

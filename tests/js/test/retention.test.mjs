@@ -9,7 +9,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
-import { IdemflowError, InMemoryStore, createRetention } from 'idemflow';
+import { IdemflowError, InMemoryStore, createRetention, fingerprint } from 'idemflow';
 import { PG_URL, openStore, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -90,7 +90,7 @@ describe('createRetention', () => {
     await assert.rejects(store.process({ ...CONFIRMED, depositRef: 'other-ref' }), (error) =>
       error instanceof IdemflowError && error.code === 'IDENTITY_MISMATCH');
     // The workflow still records the deposit: the rule set answers the replay from it.
-    assert.deepEqual(await store.process(CONFIRMED), { outcome: 'already-applied' });
+    assert.deepEqual(await store.process(CONFIRMED), { outcome: 'already-applied', attempts: 1, fingerprint: fingerprint(CONFIRMED) });
     assert.equal(store.snapshot().outbox.size, 1, 'no second START_EXCHANGE');
     await retention.stop();
   });

@@ -92,7 +92,7 @@ function racingOnce(store, stale) {
   return view;
 }
 
-/** stats() as the operator's command line gives it, from listOperations (this branch's stores have none yet). */
+/** A stats() counted from listOperations: the by-status gauge checked against a reading of its own. */
 function withStats(store, clock) {
   store.stats = async () => {
     const byStatus = { pending: 0, claimed: 0, done: 0, dead: 0 };
@@ -255,9 +255,21 @@ for (const backend of BACKENDS) {
         const purgedOperations = await store.purgeOperations({ olderThan: clock.now, status: 'done' });
         const purgedReceipts = await store.purgeReceipts({ olderThan: clock.now });
         assert.ok(purgedOperations.deleted === 2 && purgedReceipts.deleted === 6, `${purgedOperations.deleted} operations, ${purgedReceipts.deleted} receipts`);
+        const realStats = await store.stats();
         const backlog = observeOutboxBacklog(withStats(store, clock), { intervalMs: 0 });
         const points = await collect();
         backlog.close();
+        // The store's own stats() counts by type too: a type no consumer handles shows on the by-type gauge.
+        store.stats = async () => ({ ...realStats, byType: { ...realStats.byType, UNHANDLED_TYPE: { pending: 3, claimed: 0, done: 0, dead: 0 } } });
+        const typed = observeOutboxBacklog(store, { intervalMs: 0 });
+        const typedPoints = await collect();
+        typed.close();
+        assert.equal(valueOf(typedPoints, 'idemflow.outbox.backlog.by_type', { 'idemflow.operation.type': 'UNHANDLED_TYPE', 'idemflow.outbox.status': 'pending', 'idemflow.store': backend.store }), 3);
+        for (const [type, counts] of Object.entries(realStats.byType)) {
+          for (const [status, n] of Object.entries(counts)) {
+            assert.equal(valueOf(typedPoints, 'idemflow.outbox.backlog.by_type', { 'idemflow.operation.type': type, 'idemflow.outbox.status': status, 'idemflow.store': backend.store }), n, `${type} ${status}`);
+          }
+        }
         const listed = await store.listOperations({ limit: 1000 });
         const count = (status) => listed.filter((op) => op.status === status).length;
 
