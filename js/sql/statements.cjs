@@ -90,6 +90,17 @@ class SqlStatements {
       + `WHERE id = ${bind(change.id)} AND status = ${bind(change.expect.status)} AND revision = ${bind(change.expect.revision)}`);
   }
 
+  /**
+   * The compare-and-set of many workflows written whole, one statement
+   * (processBatch): each row `{ id, status, revision, data (JSON text), now,
+   * expect: { status, revision } }`; its count is how many matched.
+   */
+  updateWorkflows(rows) {
+    return this.statement((bind) => this.dialect.updateWorkflows(this.quoted.workflows, rows.map((row) => [
+      bind(row.id), bind(row.status), bind(row.revision), bind(row.data), bind(row.now), bind(row.expect.status), bind(row.expect.revision),
+    ])));
+  }
+
   // ---- The outbox -----------------------------------------------------------
 
   /** `type IN (…) AND ` when the claim names its types, else nothing. */

@@ -6,8 +6,8 @@
 // (SQLite) or asynchronous (the server databases).
 
 const { StoreTransaction } = require('../store/base.cjs');
-const { operationExists, receiptExists } = require('../store/errors.cjs');
-const { operationToStore, receiptToStore } = require('../store/records.cjs');
+const { operationExists, receiptExists, workflowChanged } = require('../store/errors.cjs');
+const { operationToStore, receiptToStore, workflowPatch } = require('../store/records.cjs');
 const { recordOf } = require('./columns.cjs');
 
 /** Rows per multi-row statement: within every dialect's limit on bound values. */
@@ -86,7 +86,10 @@ class SqlTransaction extends StoreTransaction {
 
   /**
    * The writes of many decisions (processBatch): the receipts and the
-   * operations in multi-row inserts, one compare-and-set per workflow. A
+   * operations in multi-row inserts; the workflows, each written whole (its
+   * `set` holds every recorded field, null for those removed), in one
+   * compare-and-set statement per chunk where the dialect has one
+   * (`updateWorkflows`), else one each. A
    * receipt that exists already is a lost race (CONCURRENT_UPDATE); an
    * operation that does is OUTBOX_CONFLICT, whose event the batch finds by
    * running its events one by one.
@@ -95,9 +98,23 @@ class SqlTransaction extends StoreTransaction {
     if (receipts.length > 0 && await this.#insertMany('inbox', receipts.map((r) => receiptToStore(r, now))) !== receipts.length) {
       throw receiptExists(receipts[0]);
     }
-    for (const write of workflows) await this.writeWorkflow(write);
+    await this.#writeWorkflows(workflows, now);
     if (operations.length > 0 && await this.#insertMany('outbox', operations.map((op) => operationToStore(op, now))) !== operations.length) {
       throw operationExists(operations[0]);
+    }
+  }
+
+  /** Workflows written whole: new ones one by one, changed ones in one compare-and-set per chunk. */
+  async #writeWorkflows(writes, now) {
+    const changed = [];
+    for (const write of writes) {
+      if (write.expect === null || !this._store._statements.dialect.updateWorkflows) await this.writeWorkflow(write);
+      else changed.push({ write, change: workflowPatch(write) });
+    }
+    for (const part of chunks(changed)) {
+      const rows = part.map(({ change }) => ({ ...change, data: JSON.stringify(change.kept), now }));
+      const { count } = await this.#execute(this._store._statements.updateWorkflows(rows));
+      if (count !== part.length) throw workflowChanged(part[0].write);
     }
   }
 

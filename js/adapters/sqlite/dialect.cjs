@@ -53,6 +53,10 @@ const dialect = Object.freeze({
   upsert: (key, columns) => ` ON CONFLICT (${key}) DO UPDATE SET ${columns.map((c) => `${c} = excluded.${c}`).join(', ')}`,
   // json_patch is RFC 7396 merge patch: a null in the patch removes the field.
   mergeData: (bind, change) => `json_patch(data, ${bind(JSON.stringify(change.patch))})`,
+  // Many compare-and-sets in one statement (UPDATE … FROM, SQLite 3.33+): the VALUES columns are column1…column7.
+  updateWorkflows: (table, rows) => `UPDATE ${table} SET status = v.column2, revision = v.column3, data = v.column4, updated_at = v.column5
+      FROM (VALUES ${rows.map((row) => `(${row.join(', ')})`).join(', ')}) AS v
+      WHERE ${table}.id = v.column1 AND ${table}.status = v.column6 AND ${table}.revision = v.column7`,
   purgeBatch: ({ table, key, order, where, limit }) =>
     `DELETE FROM ${table} WHERE ${key} IN (SELECT ${key} FROM ${table} WHERE ${where} ORDER BY ${order} LIMIT ${limit})`,
   classify,

@@ -55,7 +55,9 @@ const fmt = (n) => Math.round(n).toLocaleString('en-US').padStart(8);
 
 const report = {};
 console.log(`processBatch vs per-event store.process, one connection, ${WORKFLOWS * 3} events per measurement, median of ${ROUNDS} alternating rounds`);
+const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
 for (const backend of BACKENDS) {
+  if (only && !only.has(backend.id)) continue;
   if (backend.skip) {
     console.log(`${backend.name}: skipped (${backend.skip})`);
     continue;

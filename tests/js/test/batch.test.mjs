@@ -88,10 +88,12 @@ for (const backend of BACKENDS) {
     let env = null;
     let helper = null;
     let store;
+    let tables;
     before(async () => {
       if (backend.durable) {
         env = await backend.setup();
-        helper = await env.open(tablesFor(uniquePrefix()), {});
+        tables = tablesFor(uniquePrefix());
+        helper = await env.open(tables, {});
         store = helper.store;
         await store.migrate();
       } else {
@@ -120,6 +122,27 @@ for (const backend of BACKENDS) {
         assert.deepEqual(batched.map((r) => comparable(r, batchNs)), single.map((r) => comparable(r, oneNs)));
         assert.deepEqual(await stateOf(store, batchNs, drawn), await stateOf(store, oneNs, drawn));
       }), { numRuns: RUNS });
+    });
+
+    it('two batches racing for the same workflows: each workflow applies once, the loser runs again and says so', async () => {
+      const ns = uniquePrefix();
+      const ids = Array.from({ length: 20 }, (_, i) => `${ns}:w${i}`);
+      for (const id of ids) await store.putWorkflow({ id, status: 'waiting', revision: 0 });
+      const second = backend.durable ? await env.open(tables, {}) : null;
+      const other = second ? second.store : store;
+      const batchOf = (source) => ids.map((id, i) => ({ eventId: `${source}:${i}`, workflowId: id, type: 'DEPOSIT_CONFIRMED', depositRef: `r${i}`, amountUnits: '5' }));
+      const retries = [];
+      const [a, b] = await Promise.all([
+        store.processBatch(batchOf(`${ns}:a`), { hooks: { onRaceRetry: (r) => retries.push(r.reason) } }),
+        other.processBatch(batchOf(`${ns}:b`), { hooks: { onRaceRetry: (r) => retries.push(r.reason) } }),
+      ]);
+      for (let i = 0; i < ids.length; i += 1) {
+        assert.deepEqual([a[i].outcome, b[i].outcome].sort(), ['already-applied', 'applied'], `workflow ${i}: ${a[i].outcome ?? a[i].error?.code} / ${b[i].outcome ?? b[i].error?.code}`);
+        const workflow = await store.getWorkflow(ids[i]);
+        assert.deepEqual([workflow.status, workflow.revision], ['exchange', 1]);
+      }
+      assert.ok(retries.every((reason) => typeof reason === 'string'));
+      await second?.close();
     });
 
     it('a batch of duplicates of one event applies it once; an empty batch writes nothing', async () => {
