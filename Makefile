@@ -92,8 +92,6 @@ demo: examples
 	cd tests/js && node examples/consumer-demo.mjs
 
 bench: examples
-	cd tests/js && node examples/bench.mjs
-	@echo
 	cd tests/js && node bench/decide.mjs
 	@echo
 	cd tests/js && node bench/adapters.mjs

@@ -1,7 +1,7 @@
 // The fast decide path against a plain-JavaScript implementation of the same
 // rule (deposit-swap DEPOSIT_CONFIRMED: validate, canonical JSON, SHA-256,
 // decide, write set), measured side by side in one run: the package's
-// `decide` (which takes the fast path), wasm `decide` alone (the slow path,
+// `decide` (which takes the fast path), `decideJSON`, wasm `decide` alone (the slow path,
 // what `decide` was before it), the fast path one event per call, and
 // batches of 16 and 256 per call. `make bench` runs it and writes its
 // figures into target/bench.json (key "decide").
@@ -23,7 +23,7 @@ import { writeBenchJson } from '../workers/backends.mjs';
 const require = createRequire(import.meta.url);
 const root = process.env.IDEMFLOW_PKG ?? path.dirname(require.resolve('idemflow/package.json'));
 const { bindings: wasm, fastDecider } = require(path.join(root, 'core', 'wasm.cjs'));
-const { decide, RuleSet } = process.env.IDEMFLOW_PKG ? require(`${root}/`) : require('idemflow');
+const { decide, decideJSON, RuleSet } = process.env.IDEMFLOW_PKG ? require(`${root}/`) : require('idemflow');
 
 const N = Number(process.env.BENCH_EVENTS ?? 16_384);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 15);
@@ -47,7 +47,7 @@ const events = workflows.map((w, i) => ({
 }));
 const inputs = workflows.map((workflow, i) => ({ event: events[i], receipt: null, workflow }));
 
-// --- The reference: the same rule written by hand (as js/examples/bench.mjs). ---
+// --- The reference: the same rule written by hand in JavaScript. ---
 const CONTROL = /[\u0000-\u001f\u007f]/;
 function checkText(event, field) {
   const value = event[field];
@@ -105,6 +105,13 @@ const contenders = {
   'decide (the package)': () => {
     let sink = 0;
     for (let n = 0; n < N; n += 1) sink += decide({ event: events[n & 1023], receipt: null, workflow: workflows[n & 1023], ruleSet }).fingerprint.length;
+    return sink;
+  },
+  'decideJSON (text)': () => {
+    let sink = 0;
+    for (let n = 0; n < N; n += 1) {
+      sink += decideJSON(JSON.stringify({ event: events[n & 1023], receipt: null, workflow: workflows[n & 1023] }), { ruleSet }).fingerprint.length;
+    }
     return sink;
   },
   'wasm decide (slow path)': () => {
