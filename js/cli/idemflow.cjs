@@ -7,7 +7,7 @@ const fs = require('node:fs');
 const readline = require('node:readline');
 const { RuleSet, verifyRuleSet, fingerprint, IdemflowError } = require('../index.cjs');
 const { tableOfDefinition, tableMarkdownOf } = require('./table.cjs');
-const { UsageError } = require('./args.cjs');
+const { UsageError, flags } = require('./args.cjs');
 const { operatorCommand, USAGE: OPERATOR_USAGE } = require('./operator.cjs');
 const { version: VERSION } = require('../package.json');
 
@@ -57,27 +57,6 @@ function readDefinition(source) {
 
 function loadRuleSet(source) {
   return builtin(source) ?? RuleSet.fromJSON(readDefinition(source));
-}
-
-function flags(args, known) {
-  const positional = [];
-  const options = {};
-  for (let i = 0; i < args.length; i += 1) {
-    const arg = args[i];
-    if (!arg.startsWith('--')) {
-      positional.push(arg);
-      continue;
-    }
-    const name = arg.slice(2);
-    if (!(name in known)) throw new UsageError(`unknown option ${arg}`);
-    if (known[name] === 'value') {
-      if (i + 1 >= args.length) throw new UsageError(`${arg} needs a value`);
-      options[name] = args[(i += 1)];
-    } else {
-      options[name] = true;
-    }
-  }
-  return { positional, options };
 }
 
 function table(args, out, err) {
