@@ -10,7 +10,7 @@ const { IdemflowError } = require('./errors.cjs');
 const { checkOptionKeys } = require('./options.cjs');
 const { resolveRuleSet } = require('./rules.cjs');
 const { decideNormalized, normalizeEvent } = require('./decide.cjs');
-const { cyclesOf, hooksOf, metadataOf, processEvent, resultOf, sleep } = require('./host.cjs');
+const { afterLostRace, cyclesOf, hooksOf, metadataOf, processEvent, resultOf } = require('./host.cjs');
 
 const MAX_BATCH = 10_000;
 
@@ -77,14 +77,7 @@ async function processBatch(store, events, opts = {}) {
       if (!(error instanceof IdemflowError)) throw error;
       const raced = error.code === 'CONCURRENT_UPDATE';
       if (raced && attempt < cycles) {
-        if (onRaceRetry !== undefined) {
-          try {
-            onRaceRetry({ attempt, reason: typeof error.details?.reason === 'string' ? error.details.reason : 'unknown', error });
-          } catch {
-            // A hook that throws must not change what the batch does.
-          }
-        }
-        await sleep(Math.random() * Math.min(100, 5 * 2 ** attempt));
+        await afterLostRace(error, attempt, onRaceRetry);
         continue;
       }
       if (raced || error.code === 'OUTBOX_CONFLICT') return oneByOne(store, valid, results, { ...opts, ruleSet });

@@ -63,6 +63,26 @@ function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+/**
+ * What follows a lost race (cycle `attempt` failed with CONCURRENT_UPDATE)
+ * before the cycle runs again: the race re-run metric (of telemetry run
+ * `run`), the host's hook (whose failure must not turn a race that is being
+ * handled into an error) and a full-jitter backoff, which keeps racing
+ * workers from colliding again in lockstep.
+ */
+async function afterLostRace(error, attempt, onRaceRetry, run = null) {
+  const reason = typeof error.details?.reason === 'string' ? error.details.reason : 'unknown';
+  telemetry.raceRetried(run, { attempt, reason });
+  if (onRaceRetry !== undefined) {
+    try {
+      onRaceRetry({ attempt, reason, error });
+    } catch {
+      // ignored, as documented
+    }
+  }
+  await sleep(Math.random() * Math.min(100, 5 * 2 ** attempt));
+}
+
 /** Host metadata for the operations a delivery writes: a plain JSON object (at most 16 KiB as JSON), copied. */
 function metadataOf(metadata) {
   if (metadata === undefined || metadata === null) return null;
@@ -151,18 +171,7 @@ async function processChecked(store, event, opts) {
         } catch (error) {
           const raced = error instanceof IdemflowError && error.code === 'CONCURRENT_UPDATE';
           if (!raced || attempt >= maxAttempts) throw error;
-          const reason = typeof error.details?.reason === 'string' ? error.details.reason : 'unknown';
-          telemetry.raceRetried(run, { attempt, reason });
-          // A hook's failure must not turn a race that is being handled into an error.
-          if (onRaceRetry !== undefined) {
-            try {
-              onRaceRetry({ attempt, reason, error });
-            } catch {
-              // ignored, as documented
-            }
-          }
-          // Full jitter keeps racing workers from colliding again in lockstep.
-          await sleep(Math.random() * Math.min(100, 5 * 2 ** attempt));
+          await afterLostRace(error, attempt, onRaceRetry, run);
         }
       }
     });
@@ -186,4 +195,4 @@ async function processDepositConfirmed(store, event, opts = {}) {
   return processEvent(store, event, { ...opts, ruleSet, type: 'DEPOSIT_CONFIRMED' });
 }
 
-module.exports = { processEvent, processDepositConfirmed, commitWriteSet, cyclesOf, resultOf, sleep, hooksOf, metadataOf };
+module.exports = { processEvent, processDepositConfirmed, commitWriteSet, cyclesOf, resultOf, afterLostRace, hooksOf, metadataOf };
