@@ -18,22 +18,15 @@
 // and the store's variables (../shared/store.mjs).
 import { connect, headers } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { createDeliveryHandler } from 'idemflow';
 import { createBatcher } from '../shared/batcher.mjs';
-import { log, openStore } from '../shared/store.mjs';
+import { errorFields, log, openWorker } from '../shared/store.mjs';
 import { ensureStream, streamNames } from './topology.mjs';
 
 const NATS_URL = process.env.IDEMFLOW_NATS_URL || 'nats://127.0.0.1:4222';
 const PREFETCH = Number(process.env.PREFETCH || 16);
 const names = streamNames();
 
-const { store, close } = openStore({ poolSize: 4 });
-await store.migrate(); // idempotent
-const handle = createDeliveryHandler(store, {
-  ruleSet: 'deposit-swap',
-  baseDelayMs: Number(process.env.RETRY_BASE_DELAY_MS || 500),
-  maxDelayMs: Number(process.env.RETRY_MAX_DELAY_MS || 60_000),
-});
+const { close, handle } = await openWorker();
 
 const connection = await connect({ servers: NATS_URL });
 await ensureStream(await jetstreamManager(connection), names);
@@ -68,9 +61,7 @@ async function settle(message, verdict, attempt) {
       message.ack();
       break;
   }
-  const error = verdict.error
-    ? { code: verdict.error.code, field: verdict.error.details.field, reason: verdict.error.details.reason }
-    : {};
+  const error = errorFields(verdict);
   log({ role: 'worker', action: verdict.action, outcome: verdict.outcome, ...error, seq: message.seq, attempt, inFlight });
 }
 

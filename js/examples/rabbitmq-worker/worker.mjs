@@ -18,22 +18,15 @@
 // (default swaps), PREFETCH (default 16), RETRY_BASE_DELAY_MS (default 500), RETRY_MAX_DELAY_MS (default 60000),
 // and the store's variables (../shared/store.mjs).
 import amqp from 'amqplib';
-import { createDeliveryHandler } from 'idemflow';
 import { createBatcher } from '../shared/batcher.mjs';
-import { log, openStore } from '../shared/store.mjs';
+import { errorFields, log, openWorker } from '../shared/store.mjs';
 import { declareQueues, publishConfirmed, queueNames } from './topology.mjs';
 
 const AMQP_URL = process.env.IDEMFLOW_AMQP_URL || 'amqp://guest:guest@127.0.0.1:5672';
 const PREFETCH = Number(process.env.PREFETCH || 16);
 const names = queueNames();
 
-const { store, close } = openStore({ poolSize: 4 });
-await store.migrate(); // idempotent
-const handle = createDeliveryHandler(store, {
-  ruleSet: 'deposit-swap',
-  baseDelayMs: Number(process.env.RETRY_BASE_DELAY_MS || 500),
-  maxDelayMs: Number(process.env.RETRY_MAX_DELAY_MS || 60_000),
-});
+const { close, handle } = await openWorker();
 
 const connection = await amqp.connect(AMQP_URL);
 const channel = await connection.createConfirmChannel();
@@ -50,9 +43,7 @@ function attemptOf(message) {
 
 /** Carries out one verdict on its message. */
 async function settle(message, verdict, attempt) {
-  const error = verdict.error
-    ? { code: verdict.error.code, field: verdict.error.details.field, reason: verdict.error.details.reason }
-    : {};
+  const error = errorFields(verdict);
   switch (verdict.action) {
     case 'ack':
       channel.ack(message);

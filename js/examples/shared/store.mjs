@@ -3,6 +3,7 @@
 //   IDEMFLOW_PG_URL        (default postgres://postgres@127.0.0.1:5432/test)
 //   IDEMFLOW_TABLE_PREFIX  (default swaps_example: swaps_example_workflows, _inbox, _outbox)
 import pg from 'pg';
+import { createDeliveryHandler } from 'idemflow';
 import { PostgresStore } from 'idemflow/postgres';
 
 export const PG_URL = process.env.IDEMFLOW_PG_URL || 'postgres://postgres@127.0.0.1:5432/test';
@@ -20,6 +21,27 @@ export function openStore({ poolSize = 4, prefix = TABLE_PREFIX } = {}) {
   pool.on('error', () => {});
   const store = new PostgresStore(pool, { tables: tableNames(prefix) });
   return { store, pool, close: () => pool.end() };
+}
+
+/**
+ * What a broker worker runs on: the store (its tables migrated) and the
+ * delivery handler, whose retry hints come from RETRY_BASE_DELAY_MS (default
+ * 500) and RETRY_MAX_DELAY_MS (default 60000).
+ */
+export async function openWorker() {
+  const { store, close } = openStore({ poolSize: 4 });
+  await store.migrate(); // idempotent
+  const handle = createDeliveryHandler(store, {
+    ruleSet: 'deposit-swap',
+    baseDelayMs: Number(process.env.RETRY_BASE_DELAY_MS || 500),
+    maxDelayMs: Number(process.env.RETRY_MAX_DELAY_MS || 60_000),
+  });
+  return { store, close, handle };
+}
+
+/** The fields of a verdict's error a worker logs: its code and, when it has them, the field and reason. */
+export function errorFields(verdict) {
+  return verdict.error ? { code: verdict.error.code, field: verdict.error.details.field, reason: verdict.error.details.reason } : {};
 }
 
 /** One JSON line per thing that happened: easy to read, easy to grep, easy for a test to follow. */
