@@ -460,7 +460,7 @@ class MongoStore extends StoreBase {
     return RECORD_OF[table](await this._call(READ_CALL[table], () => this._collection(table).findOne({ _id: key }, this._serverBound())));
   }
 
-  // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)
+  // ---- The outbox store interface (docs/outbox.md; the rest is StoreBase)
 
   /**
    * @internal Claims one due document per findOneAndUpdate, up to `limit`,

@@ -240,7 +240,7 @@ class MysqlStore extends SqlStore {
     return guardedConnection(connection, deadline, watch, (sql) => (/^\s*(SELECT|INSERT|UPDATE|DELETE)\b/i.test(sql) ? prefix + sql : sql));
   }
 
-  // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)
+  // ---- The outbox store interface (docs/outbox.md; the rest is StoreBase)
 
   /**
    * A short READ COMMITTED transaction: lock due rows FOR UPDATE SKIP LOCKED,

@@ -145,7 +145,7 @@ class PostgresStore extends SqlStore {
     return null;
   }
 
-  // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)
+  // ---- The outbox store interface (docs/outbox.md; the rest is StoreBase)
 
   /** @internal the dialect's claim statement, in autocommit; the rows are read by StoreBase */
   async _claimRows(request) {

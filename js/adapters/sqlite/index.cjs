@@ -187,7 +187,7 @@ class SqliteStore extends SqlStore {
     };
   }
 
-  // ---- The outbox store interface (docs/outbox.md; the rest is OutboxStoreBase)
+  // ---- The outbox store interface (docs/outbox.md; the rest is StoreBase)
 
   /**
    * The dialect's claim inside BEGIN IMMEDIATE: the write lock is taken
