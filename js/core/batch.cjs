@@ -10,9 +10,11 @@ const { IdemflowError } = require('./errors.cjs');
 const { checkOptionKeys } = require('./options.cjs');
 const { resolveRuleSet } = require('./rules.cjs');
 const { decideNormalized, normalizeEvent } = require('./decide.cjs');
-const { afterLostRace, cyclesOf, hooksOf, metadataOf, processEvent, resultOf } = require('./host.cjs');
+const { afterLostRace, cyclesOf, hooksOf, metadataOf, noteLostRace, processEvent, resultOf } = require('./host.cjs');
 
 const MAX_BATCH = 10_000;
+/** Reads after a lost write: what the winner committed, past any snapshot. */
+const LATEST = Object.freeze({ latest: true });
 
 /**
  * An error of one event, raised before it wrote anything: the core refused it
@@ -30,10 +32,14 @@ function ownError(error) {
  * `{ error }` (an IdemflowError) for an event that was refused and wrote
  * nothing. An event the core rejects does not disturb the others.
  *
- * Every write is guarded, so a concurrent writer makes the transaction fail
- * (CONCURRENT_UPDATE) instead of interleaving: the whole batch then runs
- * again (re-reading what the winner committed, so its events become
- * duplicates or already-applied), up to raceRetries times; if it still
+ * Every write is guarded, so a concurrent writer's commit makes a write fail
+ * instead of interleaving. In a SQL store the batch then rolls back to a
+ * savepoint taken before its writes and, in the same transaction, re-reads
+ * and re-decides only the events that touch what the winner committed (its
+ * events become duplicates or already-applied); the other decisions stand.
+ * Where that is not possible (no savepoints, a deadlock, a lost race that
+ * keeps recurring) the transaction fails (CONCURRENT_UPDATE) and the whole
+ * batch runs again, up to raceRetries times; if it still
  * loses, or one event's write set cannot be committed (OUTBOX_CONFLICT),
  * the events run one transaction each, so that only the events that keep
  * failing answer with an error. A failure of the store itself
@@ -70,8 +76,8 @@ async function processBatch(store, events, opts = {}) {
 
   for (let attempt = 1; ; attempt += 1) {
     try {
-      const decided = await store.transaction((tx) => decideAll(tx, valid, ruleSet, clockOf(store), metadata));
-      for (const [index, result] of decided) results[index] = result.error === undefined ? { ...result, attempts: attempt } : result;
+      const outcome = await store.transaction((tx) => decideAll(tx, valid, ruleSet, clockOf(store), metadata, cycles, onRaceRetry));
+      for (const [index, result, decided] of outcome) results[index] = result.error === undefined ? { ...result, attempts: attempt - 1 + decided } : result;
       return results;
     } catch (error) {
       if (!(error instanceof IdemflowError)) throw error;
@@ -112,43 +118,154 @@ function collapsed(id, expect, original, final) {
 }
 
 /**
+ * A write that lost to another transaction's commit: a receipt it inserts
+ * exists, or a workflow it creates or compares-and-sets is not as read. The
+ * batch can undo its writes to its savepoint and decide the losers again.
+ */
+function lostWrite(error) {
+  return error instanceof IdemflowError && error.code === 'CONCURRENT_UPDATE'
+    && ['receipt-exists', 'workflow-exists', 'workflow-changed'].includes(error.details?.reason);
+}
+
+/** Whether another transaction created, changed or removed a workflow since it was read. */
+function workflowMoved(before, after) {
+  if (before === undefined || after === undefined) return before !== after;
+  return before.status !== after.status || before.revision !== after.revision;
+}
+
+/**
  * Inside one transaction: reads every receipt and workflow the batch names
  * at once, decides each event in order against those copies (each decision
  * updates them as its commit would), and commits the writes of all the
  * decisions together: the receipts, one compare-and-set per workflow, the
- * operations. [index, result] per valid event.
+ * operations. [index, result, decided] per valid event, `decided` being how
+ * often it was decided.
+ *
+ * A write lost to another transaction (see lostWrite) rolls back to a
+ * savepoint taken before the writes, where the transaction has one: the
+ * receipts and workflows the writes expected are read again to find the
+ * losers; the events on them (and every event that shares an event id or a
+ * workflow with those, and so on) are read again and decided again in order;
+ * the other events' decisions stand; and the writes are made again, up to
+ * `cycles` times in all, in the same transaction.
  */
-async function decideAll(tx, valid, ruleSet, clock, metadata) {
+async function decideAll(tx, valid, ruleSet, clock, metadata, cycles, onRaceRetry) {
   // One time for the whole batch: the receipts are stamped with it, and a
   // duplicate within the batch reads it back as its original's decidedAt.
   const now = clock();
-  const receipts = await readMany(tx, 'getReceipts', 'getReceipt', [...new Set(valid.map(({ event }) => event.eventId))]);
-  const workflows = await readMany(tx, 'getWorkflows', 'getWorkflow', [...new Set(valid.map(({ event }) => event.workflowId))]);
-  const original = new Map(workflows);
-  const expected = new Map();
-  const writes = { receipts: [], operations: [] };
-  const operationIds = new Set();
-  const out = [];
-  for (const { index, event } of valid) {
+  // As stored (read), and as the decisions so far leave them.
+  const stored = {
+    receipts: await readMany(tx, 'getReceipts', 'getReceipt', keysOf(valid, 'eventId')),
+    workflows: await readMany(tx, 'getWorkflows', 'getWorkflow', keysOf(valid, 'workflowId')),
+  };
+  const state = { receipts: new Map(stored.receipts), workflows: new Map(stored.workflows) };
+  const entries = new Array(valid.length);
+  decideSome(valid, valid.keys(), entries, state, { ruleSet, now, decided: 1 });
+  const undoable = typeof tx.savepoint === 'function' && typeof tx.getReceipts === 'function' && typeof tx.getWorkflows === 'function';
+  if (undoable) await tx.savepoint();
+  for (let round = 1; ; round += 1) {
+    const writes = writesOf(entries, stored.workflows, state.workflows, metadata);
+    try {
+      await commit(tx, writes, now);
+      return entries.map(({ index, decision, error, decided }) => [index, error === undefined ? { ...resultOf(decision), fingerprint: decision.fingerprint } : { error }, decided]);
+    } catch (error) {
+      if (!undoable || !lostWrite(error) || round >= cycles) throw error;
+      noteLostRace(error, round, onRaceRetry);
+      await tx.rollbackToSavepoint();
+      await decideLosersAgain(tx, valid, entries, stored, state, writes, { ruleSet, now, decided: round + 1 });
+    }
+  }
+}
+
+/** The distinct values of one field of the batch's events. */
+function keysOf(valid, field, positions = valid.keys()) {
+  const keys = new Set();
+  for (const position of positions) keys.add(valid[position].event[field]);
+  return [...keys];
+}
+
+/** Decides the events at `positions` in order against `state`, which each decision updates as its commit would. */
+function decideSome(valid, positions, entries, state, { ruleSet, now, decided }) {
+  for (const position of positions) {
+    const { index, event } = valid[position];
     let decision;
     try {
-      const receipt = receipts.get(event.eventId) ?? null;
-      const workflow = receipt ? null : workflows.get(event.workflowId) ?? null;
+      const receipt = state.receipts.get(event.eventId) ?? null;
+      const workflow = receipt ? null : state.workflows.get(event.workflowId) ?? null;
       decision = decideNormalized(ruleSet.compiled, event, receipt, workflow);
     } catch (error) {
       if (!ownError(error)) throw error;
-      out.push([index, { error }]);
+      entries[position] = { index, error, decided };
       continue;
     }
+    const { receipt, workflow } = decision.writeSet;
+    if (receipt) state.receipts.set(receipt.eventId, { ...receipt, recordedAt: now });
+    if (workflow) state.workflows.set(workflow.id, afterSet(state.workflows.get(workflow.id), workflow.id, workflow.set));
+    entries[position] = { index, decision, decided };
+  }
+}
+
+/**
+ * After a lost write, undone: finds what was lost (receipts now stored,
+ * workflows no longer as read), re-reads the receipts and workflows of every
+ * event that touches it, and decides those events again in order.
+ */
+async function decideLosersAgain(tx, valid, entries, stored, state, writes, how) {
+  const inserted = writes.receipts.map((receipt) => receipt.eventId);
+  const written = writes.workflows.map((write) => write.id);
+  const receiptsNow = await tx.getReceipts(inserted, LATEST);
+  const workflowsNow = await tx.getWorkflows(written, LATEST);
+  const eventIds = new Set(inserted.filter((id) => receiptsNow.has(id)));
+  const workflowIds = new Set(written.filter((id) => workflowMoved(stored.workflows.get(id), workflowsNow.get(id))));
+  const positions = touching(valid, eventIds, workflowIds);
+  if (positions.length === 0) return;
+  const receipts = await tx.getReceipts([...eventIds], LATEST);
+  const workflows = await tx.getWorkflows([...workflowIds], LATEST);
+  for (const [table, keys, fresh] of [['receipts', eventIds, receipts], ['workflows', workflowIds, workflows]]) {
+    for (const key of keys) {
+      if (fresh.has(key)) stored[table].set(key, fresh.get(key));
+      else stored[table].delete(key);
+      if (fresh.has(key)) state[table].set(key, fresh.get(key));
+      else state[table].delete(key);
+    }
+  }
+  decideSome(valid, positions, entries, state, how);
+}
+
+/**
+ * The positions of the events whose event id or workflow is in the sets,
+ * which grow to hold those events' own ids and workflows until no other
+ * event shares one: only these events' decisions depended on what was lost.
+ */
+function touching(valid, eventIds, workflowIds) {
+  for (let grew = true; grew;) {
+    grew = false;
+    for (const { event } of valid) {
+      const hasEvent = eventIds.has(event.eventId);
+      const hasWorkflow = workflowIds.has(event.workflowId);
+      if (hasEvent !== hasWorkflow) {
+        eventIds.add(event.eventId);
+        workflowIds.add(event.workflowId);
+        grew = true;
+      }
+    }
+  }
+  const positions = [];
+  for (const [position, { event }] of valid.entries()) if (eventIds.has(event.eventId)) positions.push(position);
+  return positions;
+}
+
+/** The writes of the batch's decisions: receipts and operations in order, one compare-and-set per workflow. */
+function writesOf(entries, original, final, metadata) {
+  const receipts = [];
+  const operations = [];
+  const expected = new Map();
+  const operationIds = new Set();
+  for (const { decision } of entries) {
+    if (decision === undefined) continue;
     const { receipt, workflow, outbox } = decision.writeSet;
-    if (receipt) {
-      writes.receipts.push(receipt);
-      receipts.set(receipt.eventId, { ...receipt, recordedAt: now });
-    }
-    if (workflow) {
-      if (!expected.has(workflow.id)) expected.set(workflow.id, workflow.expect ?? null);
-      workflows.set(workflow.id, afterSet(workflows.get(workflow.id), workflow.id, workflow.set));
-    }
+    if (receipt) receipts.push(receipt);
+    if (workflow && !expected.has(workflow.id)) expected.set(workflow.id, workflow.expect ?? null);
     for (const operation of outbox) {
       // The same id twice: one by one, the second insert is OUTBOX_CONFLICT for its event.
       if (operationIds.has(operation.id)) {
@@ -157,19 +274,21 @@ async function decideAll(tx, valid, ruleSet, clock, metadata) {
         });
       }
       operationIds.add(operation.id);
-      writes.operations.push(metadata === null ? operation : { ...operation, metadata, traceContext: null });
+      operations.push(metadata === null ? operation : { ...operation, metadata, traceContext: null });
     }
-    out.push([index, { ...resultOf(decision), fingerprint: decision.fingerprint }]);
   }
-  const workflowWrites = [...expected].map(([id, expect]) => collapsed(id, expect, original.get(id) ?? null, workflows.get(id)));
+  const workflows = [...expected].map(([id, expect]) => collapsed(id, expect, original.get(id) ?? null, final.get(id)));
+  return { receipts, workflows, operations };
+}
+
+async function commit(tx, { receipts, workflows, operations }, now) {
   if (typeof tx.commitBatch === 'function') {
-    await tx.commitBatch({ receipts: writes.receipts, workflows: workflowWrites, operations: writes.operations, now });
-  } else {
-    for (const receipt of writes.receipts) await tx.insertReceipt(receipt);
-    for (const write of workflowWrites) await tx.writeWorkflow(write);
-    for (const operation of writes.operations) await tx.insertOperation(operation);
+    await tx.commitBatch({ receipts, workflows, operations, now });
+    return;
   }
-  return out;
+  for (const receipt of receipts) await tx.insertReceipt(receipt);
+  for (const write of workflows) await tx.writeWorkflow(write);
+  for (const operation of operations) await tx.insertOperation(operation);
 }
 
 /** key → record for the keys that exist, through `many` when the transaction has it, else one read each. */

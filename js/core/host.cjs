@@ -71,6 +71,12 @@ function sleep(ms) {
  * workers from colliding again in lockstep.
  */
 async function afterLostRace(error, attempt, onRaceRetry, run = null) {
+  noteLostRace(error, attempt, onRaceRetry, run);
+  await sleep(Math.random() * Math.min(100, 5 * 2 ** attempt));
+}
+
+/** The metric and the hook of a lost race, without the pause (a batch re-deciding inside its transaction must not wait holding it). */
+function noteLostRace(error, attempt, onRaceRetry, run = null) {
   const reason = typeof error.details?.reason === 'string' ? error.details.reason : 'unknown';
   telemetry.raceRetried(run, { attempt, reason });
   if (onRaceRetry !== undefined) {
@@ -80,7 +86,6 @@ async function afterLostRace(error, attempt, onRaceRetry, run = null) {
       // ignored, as documented
     }
   }
-  await sleep(Math.random() * Math.min(100, 5 * 2 ** attempt));
 }
 
 /** Host metadata for the operations a delivery writes: a plain JSON object (at most 16 KiB as JSON), copied. */
@@ -195,4 +200,4 @@ async function processDepositConfirmed(store, event, opts = {}) {
   return processEvent(store, event, { ...opts, ruleSet, type: 'DEPOSIT_CONFIRMED' });
 }
 
-module.exports = { processEvent, processDepositConfirmed, commitWriteSet, cyclesOf, resultOf, afterLostRace, hooksOf, metadataOf };
+module.exports = { processEvent, processDepositConfirmed, commitWriteSet, cyclesOf, resultOf, afterLostRace, noteLostRace, hooksOf, metadataOf };

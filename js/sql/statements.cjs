@@ -62,9 +62,10 @@ class SqlStatements {
     return { sql: this.#read[table], values: [key], returnsRows: true };
   }
 
-  /** The rows of `table` with these keys (any order; missing keys have none). */
-  readMany(table, keys) {
-    return this.statement((bind) => `SELECT ${columnList(table, { read: true })} FROM ${this.quoted[table]} WHERE ${KEYS[table]} IN (${keys.map(bind).join(', ')})`, true);
+  /** The rows of `table` with these keys (any order; missing keys have none); `latest`: as committed now, past a snapshot (the dialect's `latestRead`). */
+  readMany(table, keys, latest = false) {
+    const suffix = latest ? this.dialect.latestRead ?? '' : '';
+    return this.statement((bind) => `SELECT ${columnList(table, { read: true })} FROM ${this.quoted[table]} WHERE ${KEYS[table]} IN (${keys.map(bind).join(', ')})${suffix}`, true);
   }
 
   /** Inserts records in one statement; keys that exist insert nothing (or fail the statement as a unique violation, by dialect). */

@@ -19,6 +19,10 @@ function chunks(items) {
   return out;
 }
 
+// The same words in every dialect.
+const SAVEPOINT = { sql: 'SAVEPOINT idemflow_batch', values: [], returnsRows: false };
+const ROLLBACK_TO_SAVEPOINT = { sql: 'ROLLBACK TO SAVEPOINT idemflow_batch', values: [], returnsRows: false };
+
 /** A key that exists already: the insert reports false instead of failing. */
 class KeyExists extends Error {}
 const keyExists = (cause) => new KeyExists('key exists', { cause });
@@ -48,12 +52,16 @@ class SqlTransaction extends StoreTransaction {
     }
   }
 
-  /** key → stored record of `table` for the keys that exist, in statements of CHUNK keys. */
-  async #readMany(table, keys, read) {
+  /**
+   * key → stored record of `table` for the keys that exist, in statements of
+   * CHUNK keys; `latest`: what is committed now, even where the transaction
+   * reads a snapshot (MySQL's REPEATABLE READ: a locking read).
+   */
+  async #readMany(table, keys, read, latest) {
     const found = new Map();
     const key = table === 'inbox' ? 'eventId' : 'id';
     for (const part of chunks(keys)) {
-      for (const row of (await this.#execute(this._store._statements.readMany(table, part))).rows) {
+      for (const row of (await this.#execute(this._store._statements.readMany(table, part, latest))).rows) {
         const record = recordOf(table, row);
         found.set(record[key], read(record));
       }
@@ -61,14 +69,24 @@ class SqlTransaction extends StoreTransaction {
     return found;
   }
 
-  /** The receipts stored for these event ids, read as getReceipt reads one (processBatch). */
-  getReceipts(eventIds) {
-    return this.#readMany('inbox', eventIds, (record) => this._store._receiptOf(record));
+  /** The receipts stored for these event ids, read as getReceipt reads one (processBatch); `latest` as in #readMany. */
+  getReceipts(eventIds, { latest = false } = {}) {
+    return this.#readMany('inbox', eventIds, (record) => this._store._receiptOf(record), latest);
   }
 
-  /** The workflows with these ids, read as getWorkflow reads one (processBatch). */
-  getWorkflows(ids) {
-    return this.#readMany('workflows', ids, (record) => this._store._workflowOf(record));
+  /** The workflows with these ids, read as getWorkflow reads one (processBatch); `latest` as in #readMany. */
+  getWorkflows(ids, { latest = false } = {}) {
+    return this.#readMany('workflows', ids, (record) => this._store._workflowOf(record), latest);
+  }
+
+  /** Marks where processBatch can undo its writes to after losing one to another transaction. */
+  async savepoint() {
+    await this.#execute(SAVEPOINT);
+  }
+
+  /** Undoes the writes made since savepoint(); the savepoint stays, and the transaction goes on. */
+  async rollbackToSavepoint() {
+    await this.#execute(ROLLBACK_TO_SAVEPOINT);
   }
 
   /** How many of `records` one multi-row insert per chunk stored; a unique violation stores none of its chunk. */

@@ -125,6 +125,8 @@ const dialect = Object.freeze({
   quote,
   placeholder: () => '?',
   insertIfAbsent: () => '',
+  // A read past the REPEATABLE READ snapshot (processBatch, after a lost write): a locking read sees what is committed.
+  latestRead: ' LOCK IN SHARE MODE',
   upsert: (key, columns) => ` ON DUPLICATE KEY UPDATE ${columns.map((c) => `${c} = VALUES(${c})`).join(', ')}`,
   mergeData,
   // MySQL refuses LIMIT in an IN subquery; DELETE takes its own ORDER BY … LIMIT.
