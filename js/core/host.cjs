@@ -166,7 +166,8 @@ async function processChecked(store, event, opts) {
       for (; ; attempt += 1) {
         try {
           return await store.transaction(async (tx) => {
-            const receipt = await tx.getReceipt(valid.eventId);
+            // A transaction that can read less for a decision does (a store's own, or one a host wrote).
+            const receipt = await (typeof tx.getReceiptToDecide === 'function' ? tx.getReceiptToDecide(valid.eventId) : tx.getReceipt(valid.eventId));
             const workflow = receipt ? null : await tx.getWorkflow(valid.workflowId);
             // Validated once, above: the normalized copy is plain data the fast path decides as it is.
             const decision = decideNormalized(ruleSet.compiled, valid, receipt, workflow);

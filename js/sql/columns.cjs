@@ -5,7 +5,7 @@
 // object's keys. The receipt and operation columns are the stored names of
 // their records' fields (store/records.cjs); `json` columns hold JSON text.
 
-const { RECORD_FIELDS } = require('../store/records.cjs');
+const { DECISION_FIELDS, RECORD_FIELDS } = require('../store/records.cjs');
 
 const JSON_FIELDS = new Set(['data', 'payload', 'result', 'metadata']);
 const fromRecord = (fields) => Object.freeze(fields.map(([field, name]) => Object.freeze([name, field, JSON_FIELDS.has(field) ? 'json' : 'plain'])));
@@ -25,6 +25,8 @@ const READ = Object.freeze({
   workflows: Object.freeze(TABLES.workflows.filter(([column]) => column !== 'created_at' && column !== 'updated_at')),
   inbox: TABLES.inbox,
   outbox: TABLES.outbox,
+  // The inbox as a decision reads it (receipts for processEvent and processBatch).
+  decision: Object.freeze(TABLES.inbox.filter(([, field]) => DECISION_FIELDS.includes(field))),
 });
 
 const COLUMN_OF = new Map(Object.entries(TABLES).map(([table, columns]) => [table, new Map(columns.map(([column, field]) => [field, column]))]));

@@ -8,6 +8,9 @@
 const { TABLES, columnList, columnOf, valuesOf } = require('./columns.cjs');
 
 const KEYS = Object.freeze({ workflows: 'id', inbox: 'event_id', outbox: 'id' });
+// What a read may name besides the tables: the inbox as a decision reads it (sql/columns.cjs).
+const VIEWS = Object.freeze({ decision: 'inbox' });
+const sourceOf = (table) => VIEWS[table] ?? table;
 
 class SqlStatements {
   /** `a, b, c` of `table`'s columns (see sql/columns.cjs), for a dialect's own statements. */
@@ -33,8 +36,11 @@ class SqlStatements {
     this.#insert = {};
     for (const table of Object.keys(KEYS)) {
       const name = this.quoted[table];
-      this.#read[table] = `SELECT ${columnList(table, { read: true })} FROM ${name} WHERE ${KEYS[table]} = ${dialect.placeholder(1)}`;
       this.#insert[table] = `INSERT INTO ${name} (${columnList(table)}) VALUES (${marks(TABLES[table].length)})${dialect.insertIfAbsent(KEYS[table])}`;
+    }
+    for (const table of [...Object.keys(KEYS), ...Object.keys(VIEWS)]) {
+      const source = sourceOf(table);
+      this.#read[table] = `SELECT ${columnList(table, { read: true })} FROM ${this.quoted[source]} WHERE ${KEYS[source]} = ${dialect.placeholder(1)}`;
     }
     const updated = TABLES.workflows.map(([column]) => column).filter((column) => column !== 'id' && column !== 'created_at');
     this.#put = `INSERT INTO ${this.quoted.workflows} (${columnList('workflows')}) VALUES (${marks(TABLES.workflows.length)})${dialect.upsert('id', updated)}`;
@@ -57,7 +63,7 @@ class SqlStatements {
     return { sql: write(bind), values, returnsRows };
   }
 
-  /** The row of `table` with this key. */
+  /** The row of `table` (or of a view of one: `decision`) with this key. */
   read(table, key) {
     return { sql: this.#read[table], values: [key], returnsRows: true };
   }
@@ -65,7 +71,8 @@ class SqlStatements {
   /** The rows of `table` with these keys (any order; missing keys have none); `latest`: as committed now, past a snapshot (the dialect's `latestRead`). */
   readMany(table, keys, latest = false) {
     const suffix = latest ? this.dialect.latestRead ?? '' : '';
-    return this.statement((bind) => `SELECT ${columnList(table, { read: true })} FROM ${this.quoted[table]} WHERE ${KEYS[table]} IN (${keys.map(bind).join(', ')})${suffix}`, true);
+    const source = sourceOf(table);
+    return this.statement((bind) => `SELECT ${columnList(table, { read: true })} FROM ${this.quoted[source]} WHERE ${KEYS[source]} IN (${keys.map(bind).join(', ')})${suffix}`, true);
   }
 
   /** Inserts records in one statement; keys that exist insert nothing (or fail the statement as a unique violation, by dialect). */
@@ -86,8 +93,10 @@ class SqlStatements {
 
   /** The compare-and-set of a workflow (workflowPatch's change, with `now`): status, revision and the merged fields. */
   updateWorkflow(change) {
+    // Most transitions change only the status and the revision: the stored fields are then left alone.
+    const merge = Object.keys(change.patch).length > 0;
     return this.statement((bind) => `UPDATE ${this.quoted.workflows} SET status = ${bind(change.status)}, revision = ${bind(change.revision)}, `
-      + `data = ${this.dialect.mergeData(bind, change)}, updated_at = ${bind(change.now)} `
+      + `${merge ? `data = ${this.dialect.mergeData(bind, change)}, ` : ''}updated_at = ${bind(change.now)} `
       + `WHERE id = ${bind(change.id)} AND status = ${bind(change.expect.status)} AND revision = ${bind(change.expect.revision)}`);
   }
 

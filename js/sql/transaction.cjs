@@ -7,7 +7,7 @@
 
 const { StoreTransaction } = require('../store/base.cjs');
 const { operationExists, receiptExists, workflowChanged } = require('../store/errors.cjs');
-const { operationToStore, receiptToStore, workflowPatch } = require('../store/records.cjs');
+const { decisionReceiptFromStore, operationToStore, receiptToStore, workflowPatch } = require('../store/records.cjs');
 const { recordOf } = require('./columns.cjs');
 
 /** Rows per multi-row statement: within every dialect's limit on bound values. */
@@ -59,7 +59,7 @@ class SqlTransaction extends StoreTransaction {
    */
   async #readMany(table, keys, read, latest) {
     const found = new Map();
-    const key = table === 'inbox' ? 'eventId' : 'id';
+    const key = table === 'decision' ? 'eventId' : 'id';
     for (const part of chunks(keys)) {
       for (const row of (await this.#execute(this._store._statements.readMany(table, part, latest))).rows) {
         const record = recordOf(table, row);
@@ -69,9 +69,14 @@ class SqlTransaction extends StoreTransaction {
     return found;
   }
 
-  /** The receipts stored for these event ids, read as getReceipt reads one (processBatch); `latest` as in #readMany. */
+  /** Only the columns a decision reads (processEvent). */
+  async getReceiptToDecide(eventId) {
+    return decisionReceiptFromStore(recordOf('decision', (await this.#execute(this._store._statements.read('decision', eventId))).rows[0]));
+  }
+
+  /** What a decision needs of the receipts stored for these event ids, as getReceiptToDecide reads one (processBatch); `latest` as in #readMany. */
   getReceipts(eventIds, { latest = false } = {}) {
-    return this.#readMany('inbox', eventIds, (record) => this._store._receiptOf(record), latest);
+    return this.#readMany('decision', eventIds, decisionReceiptFromStore, latest);
   }
 
   /** The workflows with these ids, read as getWorkflow reads one (processBatch); `latest` as in #readMany. */

@@ -476,6 +476,15 @@ class StoreTransaction {
     return this._store._receiptOf(await this._read('inbox', eventId));
   }
 
+  /**
+   * What a decision needs of the receipt stored for an event id (see
+   * DECISION_FIELDS in records.cjs), or null: processEvent's read. A store
+   * may read less than getReceipt does; this one reads it whole.
+   */
+  getReceiptToDecide(eventId) {
+    return this.getReceipt(eventId);
+  }
+
   async getWorkflow(id) {
     return this._store._workflowOf(await this._read('workflows', id));
   }

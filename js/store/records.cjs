@@ -267,6 +267,24 @@ function workflowFromStore(record, { numbers = false } = {}) {
   return workflow;
 }
 
+/**
+ * What a decision reads of a stored receipt: its key, the fingerprint it
+ * compares and what the first delivery produced (outcome, recordedAt,
+ * result). SQL stores read only these columns for processEvent and processBatch.
+ */
+const DECISION_FIELDS = Object.freeze(['eventId', 'fingerprint', 'outcome', 'recordedAt', 'result']);
+
+/** The decision's part of a stored receipt record, each field read as receiptFromStore reads it. */
+function decisionReceiptFromStore(record) {
+  if (!record) return null;
+  const eventId = textValue(record.eventId, 'receipt', 'event_id');
+  const receipt = { eventId };
+  for (const [field, name, reader] of RECORD_FIELDS.receipt) {
+    if (field !== 'eventId' && DECISION_FIELDS.includes(field)) receipt[field] = reader(record[field], 'receipt', name, eventId);
+  }
+  return receipt;
+}
+
 /** A receipt as the API gives it (`ruleSet` nested) from a stored receipt record (as receiptToStore writes it). */
 function receiptFromStore(record) {
   if (!record) return null;
@@ -413,6 +431,8 @@ module.exports = {
   workflowFromStore,
   receiptToStore,
   receiptFromStore,
+  DECISION_FIELDS,
+  decisionReceiptFromStore,
   operationToStore,
   operationFromStore,
   operationView,

@@ -375,22 +375,34 @@ const cases = [
   }],
 
   ['INVALID_RECORD: a stored receipt that cannot be read refuses its event only; the store goes on with the others', async (h) => {
+    // [column, damage, field named, whether a decision reads the column]
     const damaged = [
-      ['rule_set_version', null, 'rule_set_version'],
-      ['rule_set_version', '', 'rule_set_version'],
-      ['rule_set_version', '0x1', 'rule_set_version'],
-      ['recorded_at', 'yesterday', 'recorded_at'],
-      ['recorded_at', 1.5, 'recorded_at'],
+      ['rule_set_version', null, 'rule_set_version', false],
+      ['rule_set_version', '', 'rule_set_version', false],
+      ['rule_set_version', '0x1', 'rule_set_version', false],
+      ['recorded_at', 'yesterday', 'recorded_at', true],
+      ['recorded_at', 1.5, 'recorded_at', true],
     ];
-    for (const [i, [column, value, field]] of damaged.entries()) {
+    // The SQL stores read only the columns a decision needs for processEvent; the others read a receipt whole.
+    const narrow = ['sqlite', 'pglite', 'pg', 'mysql'].includes(h.kind);
+    for (const [i, [column, value, field, decisionReads]] of damaged.entries()) {
       const id = `swap-receipt-${i}`;
       await h.store.putWorkflow({ ...WORKFLOW, id });
       const event = confirmed(`receipt-${i}`, { workflowId: id });
       assert.equal((await h.store.process(event)).outcome, 'applied');
       if (!(await h.corrupt('inbox', event.eventId, { [column]: value }))) continue;
+      const context = `${h.kind}: ${column} = ${JSON.stringify(value)}`;
       for (const delivery of [1, 2]) {
-        const error = await rejectsWith(h.store.process(event), 'INVALID_RECORD', 'reconcile');
-        assert.equal(error.details.field, field, `${column} = ${JSON.stringify(value)}, delivery ${delivery}: ${error.message}`);
+        if (decisionReads || !narrow) {
+          const error = await rejectsWith(h.store.process(event), 'INVALID_RECORD', 'reconcile');
+          assert.equal(error.details.field, field, `${context}, delivery ${delivery}: ${error.message}`);
+        } else {
+          assert.equal((await h.store.process(event)).outcome, 'duplicate-delivery', `${context}: a column the decision does not read`);
+        }
+      }
+      if (narrow) {
+        const error = await rejectsWith(h.store.getReceipt(event.eventId), 'INVALID_RECORD', 'reconcile');
+        assert.equal(error.details.field, field, `${context}: getReceipt reads the receipt whole`);
       }
     }
     await h.store.putWorkflow(WORKFLOW);
