@@ -53,6 +53,9 @@ pub const HAS_RECEIPT: i32 = 1;
 pub const HAS_WORKFLOW: i32 = 2;
 /// The host could not lay this item out (a getter, a proxy, an unusual object).
 pub const HOST_SLOW: i32 = 4;
+/// Validate the event only (`normalizeEvent`): no receipt, no workflow, no
+/// fingerprint; a valid event answers [`DECIDED`] with its type's index.
+pub const VALIDATE_ONLY: i32 = 8;
 
 /// Result codes.
 pub const DECIDED: i32 = 0;
@@ -396,6 +399,9 @@ fn decide_item(
         if !rule_set.fields[f].kind.accepts(value) {
             return None;
         }
+    }
+    if header & VALIDATE_ONLY != 0 {
+        return Some(Answered { outcome: 0, rule: 0, state: 0, event_type, expect_revision: 0, revision: 0 });
     }
     // The event's value of a field: "" when its type does not declare it (as `value_of`).
     let value_of = |f: usize| -> &str {

@@ -505,3 +505,59 @@ fn text_checks_and_json_strings_agree_with_their_definitions_on_random_strings()
         assert_eq!(written, serde_json::to_string(&text).unwrap(), "{text:?}");
     }
 }
+
+#[test]
+fn validate_only_items_answer_as_validate_does() {
+    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    let mut work = Work::default();
+    let sets = [("deposit-swap", 1), ("deposit-swap", 2), ("order-shipment", 1), ("order-shipment", 2), ("subscription", 1)];
+    for (name, version) in sets {
+        let rule_set = RuleSet::builtin_version(name, Some(version)).unwrap();
+        let (mut valid, mut refused) = (0, 0);
+        for _ in 0..20 {
+            // The events alone, as normalizeEvent lays them out.
+            let cases: Vec<Case> = (0..100)
+                .map(|_| Case { event: generate(&mut rng, rule_set).event, receipt: None, workflow: None })
+                .collect();
+            let mut encoded = encode(rule_set, &cases);
+            let per_item = Layout::new(rule_set).entries();
+            for i in 0..cases.len() {
+                encoded.entries[i * per_item] = batch::VALIDATE_ONLY;
+            }
+            let n = cases.len();
+            let mut ints = vec![0; n * batch::RESULT_INTS];
+            let mut numbers = vec![0.0; n * batch::RESULT_NUMBERS];
+            let mut hex = vec![0; n * batch::FINGERPRINT_BYTES];
+            let ascii = encoded.text.len() == encoded.units;
+            batch::decide_batch(
+                rule_set,
+                &batch::Prepared::new(rule_set),
+                n,
+                Batch { text: encoded.text.as_bytes(), entries: &encoded.entries, numbers: &encoded.numbers, ascii },
+                Answers { ints: &mut ints, numbers: &mut numbers, fingerprints: &mut hex },
+                &mut work,
+            )
+            .expect("regions are large enough");
+            for (i, case) in cases.iter().enumerate() {
+                let answer = &ints[i * batch::RESULT_INTS..(i + 1) * batch::RESULT_INTS];
+                let context = || format!("{name} v{version}: {:?}", serde_json::to_string(&case.event));
+                match validate(rule_set, &case.event) {
+                    Ok(event) => {
+                        valid += 1;
+                        if plain(case) {
+                            assert_eq!(answer[0], batch::DECIDED, "a plain valid event was left to the slow path: {}", context());
+                        }
+                        if answer[0] == batch::DECIDED {
+                            assert_eq!(answer[4] as usize, event.event_type, "{}", context());
+                        }
+                    }
+                    Err(_) => {
+                        refused += 1;
+                        assert_eq!(answer[0], batch::SLOW, "validate refuses what the batch path found valid: {}", context());
+                    }
+                }
+            }
+        }
+        assert!(valid > 300 && refused > 100, "{name} v{version}: {valid} valid, {refused} refused");
+    }
+}

@@ -11,7 +11,8 @@ const { bindings: wasm, call, fastDecider } = require('./wasm.cjs');
 function validateEvent(event, opts) {
   checkOptionKeys(opts, ['ruleSet'], 'validateEvent');
   const ruleSet = resolveRuleSet(member(opts, 'ruleSet'));
-  call(() => wasm.validateEvent(ruleSet.compiled, event));
+  // A plain event the fast path finds valid is; anything else, and every error, is wasm.validateEvent's.
+  call(() => fastDecider().normalize(ruleSet.compiled, event, undefined) !== undefined || wasm.validateEvent(ruleSet.compiled, event));
 }
 
 /** A validated plain copy of the event: only its own members and declared fields. */
@@ -22,7 +23,8 @@ function normalizeEvent(event, opts) {
   if (type !== undefined && typeof type !== 'string') {
     throw new IdemflowError('INVALID_ARGUMENT', 'type must be a string', { details: { reason: 'type must be a string' } });
   }
-  return JSON.parse(call(() => wasm.normalizeEvent(compiled, event, type)));
+  // The fast path (fast.cjs) answers a plain, valid event; anything else, and every error, is wasm.normalizeEvent's.
+  return call(() => fastDecider().normalize(compiled, event, type) ?? JSON.parse(wasm.normalizeEvent(compiled, event, type)));
 }
 
 /** `fp1:` + hex SHA-256 of the canonical JSON of what the event means. */

@@ -48,6 +48,7 @@ const KNOWN = -16;
 const HAS_RECEIPT = 1;
 const HAS_WORKFLOW = 2;
 const HOST_SLOW = 4;
+const VALIDATE_ONLY = 8;
 const RESULT_INTS = 5;
 const RESULT_NUMBERS = 2;
 const FINGERPRINT_BYTES = 68;
@@ -221,6 +222,11 @@ function createFastDecider(wasm) {
         declared: layout.events.map((e) => [...e.fields].sort((a, b) => a - b)),
         guards: layout.events.map((e) => e.guards),
         templates: new Map(),
+        // Per event type, the members of a normalized event in the order normalizeEvent writes them
+        // (by name): [name, entry offset from the item's base, or -1 for the type].
+        normalized: layout.events.map((e) => [
+          ['eventId', 1], ['workflowId', 3], ['type', -1], ...e.fields.map((f) => [layout.fields[f], 4 + f]),
+        ].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))),
       };
       plans.set(compiled, plan);
     }
@@ -430,9 +436,10 @@ function createFastDecider(wasm) {
   /**
    * Lays `count` items out (`get(i)` gives each one's event, receipt and
    * workflow), decides them in one call and returns the fingerprints of the
-   * batch as one string, or undefined when no item could be laid out.
+   * batch as one string ('' without `fingerprinted`), or undefined when no
+   * item could be laid out.
    */
-  function run(plan, count, get) {
+  function run(plan, count, get, fingerprinted = true) {
     reserve(count, plan.perItem, 0);
     if (strings.length < count * plan.perItem) strings = new Array(count * plan.perItem);
     joined = '';
@@ -449,7 +456,7 @@ function createFastDecider(wasm) {
     scratch.decide(plan.compiled, count, written, written === units);
     // Deciding may have grown the memory: the views would be detached.
     fresh();
-    return latin1(fingerprintBytes, count * FINGERPRINT_BYTES);
+    return fingerprinted ? latin1(fingerprintBytes, count * FINGERPRINT_BYTES) : '';
   }
 
   /**
@@ -479,6 +486,38 @@ function createFastDecider(wasm) {
     }
     // Outside the busy section: the slow path may run a caller's getter, which may decide again.
     return decision !== undefined ? decision : slow(compiled, event, receipt, workflow);
+  }
+
+  /**
+   * normalizeEvent's answer for a plain event the core finds valid (and of
+   * `type`, when given): a plain copy of its ids, type and declared fields,
+   * built from the strings laid out; undefined for anything else, which
+   * `normalizeEvent` then answers (or refuses) itself.
+   */
+  function normalize(compiled, event, type) {
+    if (busy || !usable(compiled)) return undefined;
+    const plan = planFor(compiled);
+    let normalized;
+    busy = true;
+    try {
+      const laidOut = run(plan, 1, (i) => {
+        if (!layOut(plan, i, event, null, null)) return false;
+        entries[i * plan.perItem] |= VALIDATE_ONLY;
+        return true;
+      }, false);
+      if (laidOut !== undefined && answerInts[0] === 0) {
+        const eventType = answerInts[4];
+        const name = plan.types[eventType];
+        if (type === undefined || type === name) {
+          normalized = {};
+          for (const [key, at] of plan.normalized[eventType]) normalized[key] = at < 0 ? name : strings[at];
+        }
+      }
+    } finally {
+      busy = false;
+      joined = '';
+    }
+    return normalized;
   }
 
   function decideBatch(compiled, inputs) {
@@ -524,7 +563,7 @@ function createFastDecider(wasm) {
     return results;
   }
 
-  return { decide, decideBatch };
+  return { decide, decideBatch, normalize };
 }
 
 module.exports = { createFastDecider };

@@ -399,6 +399,44 @@ test('fast decideBatch equals wasm decide input by input, in batches of 1 to 300
   ok(errors > 500 && errors < compared - 1000, `${errors} errors in ${compared}`);
 });
 
+test(`fast normalize equals wasm normalizeEvent on ${CASES / 2} generated events, with and without an expected type`, () => {
+  const fast = createFastDecider(wasm);
+  const rng = random(SEED + 2);
+  const tally = { valid: 0, errors: 0, fast: 0, plainValid: 0 };
+  for (let n = 0; n < CASES / 2; n += 1) {
+    const ruleSet = ruleSets[n % ruleSets.length];
+    const make = recipe(rng, ruleSet);
+    const types = ruleSet.definition.events.map((e) => e.type);
+    const type = rng() < 0.3 ? (rng() < 0.8 ? types[Math.floor(rng() * types.length)] : 'NOT_A_TYPE') : undefined;
+    const label = `case ${n} (${ruleSet.name}, type ${type}, seed ${SEED})`;
+    const slowLog = [];
+    const [slowEvent] = make(slowLog, () => fingerprintOf(ruleSet.compiled, make));
+    const slow = outcomeOf(() => JSON.parse(wasm.normalizeEvent(ruleSet.compiled, slowEvent, type)));
+    const fastLog = [];
+    const [fastEvent] = make(fastLog, () => fingerprintOf(ruleSet.compiled, make));
+    let answered = false;
+    const got = outcomeOf(() => {
+      const quick = fast.normalize(ruleSet.compiled, fastEvent, type);
+      answered = quick !== undefined;
+      return quick ?? JSON.parse(wasm.normalizeEvent(ruleSet.compiled, fastEvent, type));
+    });
+    // The same object, the same JSON (key order included), or the same error; caller code ran alike.
+    deepStrictEqual(got, slow, label);
+    deepStrictEqual(fastLog, slowLog, `${label}: caller code ran differently`);
+    if (slow.value) {
+      tally.valid += 1;
+      if (!make.hostile) tally.plainValid += 1;
+    } else {
+      tally.errors += 1;
+      ok(!answered, `${label}: the fast path answered an event normalizeEvent refuses`);
+    }
+    if (answered) tally.fast += 1;
+  }
+  ok(tally.valid > 1000 && tally.errors > 500, JSON.stringify(tally));
+  // Plain valid events are answered on the fast path.
+  ok(tally.fast >= tally.plainValid * 0.9, JSON.stringify(tally));
+});
+
 test('a lone surrogate split across two strings is not mistaken for a pair', () => {
   const fast = createFastDecider(wasm);
   const ruleSet = ruleSets.find((r) => r.name === 'deposit-swap@2');
@@ -568,10 +606,15 @@ test('the package decides on the fast path: decide, processEvent and processBatc
   const pkg = process.env.IDEMFLOW_PKG ? require(`${root}/`) : require('idemflow');
   const { decide: publicDecide, processEvent, processBatch, InMemoryStore } = pkg;
   const original = wasm.decide;
+  const originalNormalize = wasm.normalizeEvent;
   let slowCalls = 0;
   wasm.decide = (...args) => {
     slowCalls += 1;
     return original(...args);
+  };
+  wasm.normalizeEvent = (...args) => {
+    slowCalls += 1;
+    return originalNormalize(...args);
   };
   try {
     const event = { eventId: 'e-1', workflowId: 'swap-1', type: 'DEPOSIT_CONFIRMED', depositRef: 'ref-a', amountUnits: '100' };
@@ -603,5 +646,6 @@ test('the package decides on the fast path: decide, processEvent and processBatc
     strictEqual(transactions, 0);
   } finally {
     wasm.decide = original;
+    wasm.normalizeEvent = originalNormalize;
   }
 });
