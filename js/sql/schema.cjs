@@ -106,4 +106,4 @@ function portableSchema(tables, quote, createIndex) {
 }
 
 
-module.exports = { baseName, indexName, createTables, indexesOf, portableSchema, addedColumns, PORTABLE_TYPES };
+module.exports = { baseName, indexName, createTables, indexesOf, portableSchema, addedColumns, DEFINITIONS, PORTABLE_TYPES };

@@ -6,6 +6,7 @@
 // recorded fields, and the purge's form.
 
 const { TABLES, columnList, columnOf, valuesOf } = require('./columns.cjs');
+const { DEFINITIONS } = require('./schema.cjs');
 
 const KEYS = Object.freeze({ workflows: 'id', inbox: 'event_id', outbox: 'id' });
 // What a read may name besides the tables: the inbox as a decision reads it (sql/columns.cjs).
@@ -68,17 +69,36 @@ class SqlStatements {
     return { sql: this.#read[table], values: [key], returnsRows: true };
   }
 
+  /**
+   * `$n::type[]` for one array of a column's values, where the dialect binds
+   * arrays (`arrayTypes`, PostgreSQL): a batch statement then has one
+   * parameter per column whatever its rows, and one text, which the
+   * connection prepares once.
+   */
+  #array(bind, values, table, column) {
+    return `${bind(values)}::${this.dialect.arrayTypes[DEFINITIONS[table][column][0]]}[]`;
+  }
+
   /** The rows of `table` with these keys (any order; missing keys have none); `latest`: as committed now, past a snapshot (the dialect's `latestRead`). */
   readMany(table, keys, latest = false) {
     const suffix = latest ? this.dialect.latestRead ?? '' : '';
     const source = sourceOf(table);
-    return this.statement((bind) => `SELECT ${columnList(table, { read: true })} FROM ${this.quoted[source]} WHERE ${KEYS[source]} IN (${keys.map(bind).join(', ')})${suffix}`, true);
+    const key = KEYS[source];
+    return this.statement((bind) => `SELECT ${columnList(table, { read: true })} FROM ${this.quoted[source]} WHERE `
+      + `${this.dialect.arrayTypes ? `${key} = ANY(${this.#array(bind, keys, source, key)})` : `${key} IN (${keys.map(bind).join(', ')})`}${suffix}`, true);
   }
 
   /** Inserts records in one statement; keys that exist insert nothing (or fail the statement as a unique violation, by dialect). */
   insertMany(table, records) {
+    const ifAbsent = this.dialect.insertIfAbsent(KEYS[table]);
+    if (this.dialect.arrayTypes) {
+      const columns = TABLES[table].map(() => []);
+      for (const record of records) valuesOf(table, record).forEach((value, k) => columns[k].push(value));
+      return this.statement((bind) => `INSERT INTO ${this.quoted[table]} (${columnList(table)}) SELECT * FROM unnest(`
+        + `${columns.map((values, k) => this.#array(bind, values, table, TABLES[table][k][0])).join(', ')})${ifAbsent}`);
+    }
     return this.statement((bind) => `INSERT INTO ${this.quoted[table]} (${columnList(table)}) VALUES `
-      + `${records.map((record) => `(${valuesOf(table, record).map(bind).join(', ')})`).join(', ')}${this.dialect.insertIfAbsent(KEYS[table])}`);
+      + `${records.map((record) => `(${valuesOf(table, record).map(bind).join(', ')})`).join(', ')}${ifAbsent}`);
   }
 
   /** Inserts a record; a key that exists inserts nothing (or fails as a unique violation, by dialect). */
@@ -106,6 +126,15 @@ class SqlStatements {
    * expect: { status, revision } }`; its count is how many matched.
    */
   updateWorkflows(rows) {
+    if (this.dialect.arrayTypes) {
+      // The dialect gets one array per column: id, status, revision, data, now, expected status, expected revision.
+      const columns = [
+        ['id', rows.map((row) => row.id)], ['status', rows.map((row) => row.status)], ['revision', rows.map((row) => row.revision)],
+        ['data', rows.map((row) => row.data)], ['updated_at', rows.map((row) => row.now)],
+        ['status', rows.map((row) => row.expect.status)], ['revision', rows.map((row) => row.expect.revision)],
+      ];
+      return this.statement((bind) => this.dialect.updateWorkflows(this.quoted.workflows, columns.map(([column, values]) => this.#array(bind, values, 'workflows', column))));
+    }
     return this.statement((bind) => this.dialect.updateWorkflows(this.quoted.workflows, rows.map((row) => [
       bind(row.id), bind(row.status), bind(row.revision), bind(row.data), bind(row.now), bind(row.expect.status), bind(row.expect.revision),
     ])));

@@ -47,10 +47,14 @@ const dialect = Object.freeze({
   // A merge patch: || replaces the fields it names, and the fields set to
   // null are dropped (recorded fields are flat strings, so no nested nulls).
   mergeData: (bind, change) => `jsonb_strip_nulls(data::jsonb || ${bind(JSON.stringify(change.patch))}::jsonb)::text`,
-  // Many compare-and-sets in one statement: a VALUES list joined on id, matched on the expected status and revision.
-  updateWorkflows: (table, rows) => `UPDATE ${table} AS w SET status = v.status, revision = v.revision, data = v.data, updated_at = v.updated_at
-      FROM (VALUES ${rows.map(([id, status, revision, data, now, expectStatus, expectRevision]) =>
-    `(${id}::text, ${status}::text, ${revision}::bigint, ${data}::text, ${now}::bigint, ${expectStatus}::text, ${expectRevision}::bigint)`).join(', ')})
+  // Batch statements bind one array per column (sql/statements.cjs): the element type of each kind of column.
+  arrayTypes: Object.freeze({ key: 'text', name: 'text', json: 'text', text: 'text', int: 'integer', bigint: 'bigint' }),
+  // Many compare-and-sets in one statement: the rows unnested from one array
+  // per column (id, status, revision, data, now, expected status, expected
+  // revision), joined on id, matched on the expected status and revision.
+  updateWorkflows: (table, [id, status, revision, data, now, expectStatus, expectRevision]) => `UPDATE ${table} AS w
+      SET status = v.status, revision = v.revision, data = v.data, updated_at = v.updated_at
+      FROM unnest(${id}, ${status}, ${revision}, ${data}, ${now}, ${expectStatus}, ${expectRevision})
       AS v (id, status, revision, data, updated_at, expect_status, expect_revision)
       WHERE w.id = v.id AND w.status = v.expect_status AND w.revision = v.expect_revision`,
   purgeBatch: ({ table, key, order, where, limit }) =>
