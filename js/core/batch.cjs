@@ -9,7 +9,7 @@
 const { IdemflowError } = require('./errors.cjs');
 const { checkOptionKeys } = require('./options.cjs');
 const { resolveRuleSet } = require('./rules.cjs');
-const { decideNormalized, normalizeEvent } = require('./decide.cjs');
+const { decideNormalized, decideNormalizedBatch, normalizeEvent } = require('./decide.cjs');
 const { afterLostRace, cyclesOf, hooksOf, metadataOf, noteLostRace, processEvent, resultOf } = require('./host.cjs');
 
 const MAX_BATCH = 10_000;
@@ -99,14 +99,23 @@ function clockOf(store) {
   return typeof store.now === 'function' ? () => store.now() : Date.now;
 }
 
-/** A workflow after a write's `set`: a null removes a recorded field. */
-function afterSet(workflow, id, set) {
-  const next = { ...(workflow ?? { id }) };
-  for (const [field, value] of Object.entries(set)) {
+/**
+ * The workflow after a write's `set` (a null removes a recorded field), in
+ * `state`: the batch's own copy, made at its first write and changed in
+ * place after that (the records read stay as read).
+ */
+function applySet(state, id, set) {
+  let next = state.workflows.get(id);
+  if (next === undefined || !state.copies.has(next)) {
+    next = { ...(next ?? { id }) };
+    state.copies.add(next);
+    state.workflows.set(id, next);
+  }
+  for (const field in set) {
+    const value = set[field];
     if (value === null) delete next[field];
     else next[field] = value;
   }
-  return next;
 }
 
 /** One write per workflow from its first expectation and its last state: the compare-and-set of the whole batch. */
@@ -158,7 +167,7 @@ async function decideAll(tx, valid, ruleSet, clock, metadata, cycles, onRaceRetr
     receipts: await readMany(tx, 'getReceipts', 'getReceipt', keysOf(valid, 'eventId')),
     workflows: await readMany(tx, 'getWorkflows', 'getWorkflow', keysOf(valid, 'workflowId')),
   };
-  const state = { receipts: new Map(stored.receipts), workflows: new Map(stored.workflows) };
+  const state = { receipts: new Map(stored.receipts), workflows: new Map(stored.workflows), copies: new Set() };
   const entries = new Array(valid.length);
   decideSome(valid, valid.keys(), entries, state, { ruleSet, now, decided: 1 });
   const undoable = typeof tx.savepoint === 'function' && typeof tx.getReceipts === 'function' && typeof tx.getWorkflows === 'function';
@@ -184,25 +193,60 @@ function keysOf(valid, field, positions = valid.keys()) {
   return [...keys];
 }
 
-/** Decides the events at `positions` in order against `state`, which each decision updates as its commit would. */
-function decideSome(valid, positions, entries, state, { ruleSet, now, decided }) {
+/**
+ * Decides the events at `positions` in order against `state`, which each
+ * decision updates as its commit would. The events that are the first of
+ * `positions` on both their event id and their workflow read nothing an
+ * earlier one writes: they are decided together, in one call to the core.
+ */
+function decideSome(valid, positions, entries, state, how) {
+  const eventIds = new Set();
+  const workflowIds = new Set();
+  const first = [];
+  const later = [];
   for (const position of positions) {
-    const { index, event } = valid[position];
-    let decision;
-    try {
-      const receipt = state.receipts.get(event.eventId) ?? null;
-      const workflow = receipt ? null : state.workflows.get(event.workflowId) ?? null;
-      decision = decideNormalized(ruleSet.compiled, event, receipt, workflow);
-    } catch (error) {
-      if (!ownError(error)) throw error;
-      entries[position] = { index, error, decided };
-      continue;
-    }
-    const { receipt, workflow } = decision.writeSet;
-    if (receipt) state.receipts.set(receipt.eventId, { ...receipt, recordedAt: now });
-    if (workflow) state.workflows.set(workflow.id, afterSet(state.workflows.get(workflow.id), workflow.id, workflow.set));
-    entries[position] = { index, decision, decided };
+    const { eventId, workflowId } = valid[position].event;
+    (eventIds.has(eventId) || workflowIds.has(workflowId) ? later : first).push(position);
+    eventIds.add(eventId);
+    workflowIds.add(workflowId);
   }
+  if (first.length > 1) {
+    const inputs = first.map((position) => inputOf(valid[position].event, state));
+    const answers = decideNormalizedBatch(how.ruleSet.compiled, inputs);
+    for (const [k, position] of first.entries()) settle(valid[position], position, answers[k], entries, state, how);
+  } else {
+    later.unshift(...first);
+  }
+  for (const position of later) {
+    const { event } = valid[position];
+    const { receipt, workflow } = inputOf(event, state);
+    let answer;
+    try {
+      answer = decideNormalized(how.ruleSet.compiled, event, receipt, workflow);
+    } catch (error) {
+      answer = { error };
+    }
+    settle(valid[position], position, answer, entries, state, how);
+  }
+}
+
+/** What a decision of `event` reads: its receipt, and without one its workflow. */
+function inputOf(event, state) {
+  const receipt = state.receipts.get(event.eventId) ?? null;
+  return { event, receipt, workflow: receipt ? null : state.workflows.get(event.workflowId) ?? null };
+}
+
+/** Records an event's decision (or error) and updates `state` as its commit would. */
+function settle({ index }, position, answer, entries, state, { now, decided }) {
+  if (Object.hasOwn(answer, 'error')) {
+    if (!ownError(answer.error)) throw answer.error;
+    entries[position] = { index, error: answer.error, decided };
+    return;
+  }
+  const { receipt, workflow } = answer.writeSet;
+  if (receipt) state.receipts.set(receipt.eventId, { ...receipt, recordedAt: now });
+  if (workflow) applySet(state, workflow.id, workflow.set);
+  entries[position] = { index, decision: answer, decided };
 }
 
 /**

@@ -2,7 +2,7 @@
 // The pure entry points of the core: validation, fingerprints, decisions and
 // rule set proofs. Every decision is made in Rust; this file converts values.
 
-const { IdemflowError } = require('./errors.cjs');
+const { IdemflowError, fromWasm } = require('./errors.cjs');
 const { checkOptionKeys, entry, member } = require('./options.cjs');
 const { resolveRuleSet, definitionText, RuleSet } = require('./rules.cjs');
 const { bindings: wasm, call, fastDecider } = require('./wasm.cjs');
@@ -58,6 +58,16 @@ function decideNormalized(compiled, event, receipt, workflow) {
   return call(() => fastDecider().decide(compiled, event, receipt ?? null, workflow ?? null));
 }
 
+/**
+ * decideNormalized for many events at once (processBatch), one call to the
+ * core: `[{ event, receipt, workflow }]` in, per input its decision or
+ * `{ error }` (an IdemflowError) out, in order.
+ */
+function decideNormalizedBatch(compiled, inputs) {
+  return call(() => fastDecider().decideBatch(compiled, inputs)).map((answer) =>
+    (Object.hasOwn(answer, 'error') ? { error: fromWasm(answer.error) } : answer));
+}
+
 /** The same decision from JSON text `{"event":…,"receipt":…,"workflow":…}`, for hot loops. */
 function decideJSON(text, opts) {
   checkOptionKeys(opts, ['ruleSet'], 'decideJSON');
@@ -96,5 +106,6 @@ module.exports = {
   planDepositConfirmation: entry(planDepositConfirmation),
   verifyRuleSet: entry(verifyRuleSet),
   decideNormalized,
+  decideNormalizedBatch,
   wasmMemoryBytes: () => wasm.memoryBytes(),
 };
