@@ -99,6 +99,8 @@ bench: examples
 	cd tests/js && node bench/batch.mjs
 	@echo
 	cd tests/js && node bench/brokers.mjs
+	@echo
+	cd tests/js && node bench/startup.mjs
 
 clean:
 	rm -rf pkg target/npm tests/js/node_modules

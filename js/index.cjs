@@ -7,10 +7,17 @@ const core = require('./core/decide.cjs');
 const { processEvent, processDepositConfirmed, commitWriteSet } = require('./core/host.cjs');
 const { createDeliveryHandler } = require('./core/delivery.cjs');
 const { processBatch } = require('./core/batch.cjs');
-const { InMemoryStore } = require('./adapters/memory/index.cjs');
-const { createOutboxConsumer } = require('./outbox/consumer.cjs');
-const { createRetention } = require('./store/retention.cjs');
 const { observeBacklog } = require('./core/telemetry.cjs');
+
+// The outbox consumer and retention are loaded at their first use: a worker
+// that only decides and commits does not pay for them at start.
+function createOutboxConsumer(...args) {
+  return require('./outbox/consumer.cjs').createOutboxConsumer(...args);
+}
+
+function createRetention(...args) {
+  return require('./store/retention.cjs').createRetention(...args);
+}
 
 module.exports = {
   IdemflowError,
@@ -27,10 +34,15 @@ module.exports = {
   processBatch,
   processDepositConfirmed,
   commitWriteSet,
-  InMemoryStore,
   wasmMemoryBytes: core.wasmMemoryBytes,
   createOutboxConsumer,
   createDeliveryHandler,
   createRetention,
   observeOutboxBacklog: observeBacklog,
 };
+
+// Loaded at first use too (a worker with a database store never needs it); the same class every time.
+Object.defineProperty(module.exports, 'InMemoryStore', {
+  enumerable: true,
+  get: () => require('./adapters/memory/index.cjs').InMemoryStore,
+});
