@@ -36,11 +36,12 @@ $(BINARYEN_STAMP):
 
 pkg: tools $(TARBALL)
 
+# wasm-opt also drops the producers and target_features sections: nothing reads them at run time.
 $(TARBALL): $(SOURCES) $(BINARYEN_STAMP)
 	cargo build --release --target wasm32-unknown-unknown
 	rm -rf pkg && mkdir -p pkg/wasm target/npm
 	wasm-bindgen --target nodejs --out-dir pkg/wasm --out-name idemflow $(WASM)
-	$(WASM_OPT) -O3 pkg/wasm/idemflow_bg.wasm -o pkg/wasm/idemflow_bg.wasm
+	$(WASM_OPT) -O3 --strip-producers --strip-target-features pkg/wasm/idemflow_bg.wasm -o pkg/wasm/idemflow_bg.wasm
 	node scripts/assemble-pkg.cjs . pkg
 	rm -f target/npm/idemflow-*.tgz
 	cd pkg && npm pack --silent --pack-destination ../target/npm >/dev/null

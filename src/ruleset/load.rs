@@ -274,7 +274,8 @@ fn load_events(value: &Value, fields: &[Field]) -> Result<Vec<EventType>> {
             Member::Field(p) => fields[carried[*p]].name.clone(),
         };
         // Field names are ASCII, so byte order is RFC 8785's UTF-16 order.
-        members.sort_by_key(member_name);
+        // Members with one name are the same member: unstable is exact.
+        members.sort_unstable_by_key(member_name);
         events.push(EventType { name: event_name, fields: carried, fingerprint_members: members });
     }
     if events.is_empty() {

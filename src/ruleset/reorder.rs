@@ -572,9 +572,10 @@ fn histories(rule_set: &RuleSet, order: &Order) -> Result<Vec<Vec<u8>>> {
                 After::Operation(_) => true,
             })
     });
-    // Smallest first; among equals, the earlier-declared types first.
+    // Smallest first; among equals, the earlier-declared types first. The
+    // order is total (equal configurations are the same), so unstable is exact.
     let size = |c: &[u8]| c.iter().map(|n| *n as usize).sum::<usize>();
-    out.sort_by(|a, b| size(a).cmp(&size(b)).then_with(|| b.cmp(a)));
+    out.sort_unstable_by(|a, b| size(a).cmp(&size(b)).then_with(|| b.cmp(a)));
     Ok(out)
 }
 
