@@ -15,14 +15,18 @@ const { timedOut } = require('./errors.cjs');
  * abandoned work sends no further statement.
  */
 class Deadline {
-  #error;
+  // Made when the time runs out: an error (and its stack) per call would cost more than most statements.
+  #error = null;
+  #operation;
+  #timeoutMs;
   #expired = false;
   #handlers = [];
   #timer;
   #reject;
 
   constructor(timeoutMs, operation) {
-    this.#error = timedOut(operation, timeoutMs);
+    this.#operation = operation;
+    this.#timeoutMs = timeoutMs;
     this.promise = new Promise((_, reject) => { this.#reject = reject; });
     this.promise.catch(() => {}); // raced by withDeadline; nobody else awaits it
     this.#timer = setTimeout(() => this.#expire(), timeoutMs);
@@ -49,6 +53,7 @@ class Deadline {
 
   #expire() {
     this.#expired = true;
+    this.#error = timedOut(this.#operation, this.#timeoutMs);
     this.#reject(this.#error);
     for (const handler of this.#handlers) {
       try {
