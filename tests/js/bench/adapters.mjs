@@ -1,9 +1,11 @@
 // Events per second through store.process, per available backend, beside a
-// hand-written handler that issues the same statements in the same kind of
-// transaction without idemflow: the cost floor. Both run the same events on
+// hand-written handler that issues the same statements (the same columns
+// read and written) in the same kind of transaction without idemflow: the
+// cost floor. Both run the same events on
 // identical tables in interleaved rounds, so the ratio compares like with like.
 // Server backends run when IDEMFLOW_PG_URL / IDEMFLOW_MYSQL_URL /
 // IDEMFLOW_MONGODB_URL are set.
+import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 
@@ -26,12 +28,24 @@ function workload(count = WORKFLOWS, tag = 'wf') {
   return { workflows, events };
 }
 
-/** The handler a careful person writes by hand: same reads, same guards, same writes, no idemflow. */
+/** The fingerprint a careful handler keeps: SHA-256 of the fact (not of the delivery), as idemflow keeps one. */
+function fingerprintOf(event) {
+  return `sha256:${createHash('sha256').update(JSON.stringify([event.type, event.workflowId, event.depositRef, event.amountUnits])).digest('hex')}`;
+}
+
+const RULES_HASH = `sha256:${'0'.repeat(64)}`;
+
+/**
+ * The handler a careful person writes by hand: the same reads, guards and
+ * writes as idemflow's (the same columns, the first delivery's result kept
+ * in the receipt and read back for a duplicate), with no idemflow.
+ */
 async function handWritten(q, sql, event, now) {
-  const fingerprint = JSON.stringify([event.type, event.workflowId, event.depositRef, event.amountUnits]);
+  const fingerprint = fingerprintOf(event);
   const [stored] = await q(sql.receipt, [event.eventId]);
   if (stored) {
     if (stored.fingerprint !== fingerprint) throw new Error('event id reused with another payload');
+    if (stored.result !== null) JSON.parse(stored.result); // what the first delivery produced, answered to the caller
     return 'duplicate-delivery';
   }
   const [workflow] = await q(sql.workflow, [event.workflowId]);
@@ -40,28 +54,30 @@ async function handWritten(q, sql, event, now) {
   if (data.depositRef !== event.depositRef || data.amountUnits !== event.amountUnits) throw new Error('identity mismatch');
   const applied = workflow.status === 'deposit';
   if (!applied && workflow.status !== 'exchange') throw new Error('invalid transition');
-  await q(sql.insertReceipt, [event.eventId, fingerprint, event.workflowId, event.type, applied ? 'applied' : 'already-applied',
-    'deposit-swap', 1, 'sha256:-', now]);
-  if (!applied) return 'already-applied';
   const revision = Number(workflow.revision);
+  const operationId = `start-exchange:${event.workflowId}`;
+  const result = applied ? { operationIds: [operationId], status: 'exchange', revision: revision + 1 } : { operationIds: [], status: null, revision: null };
+  await q(sql.insertReceipt, [event.eventId, fingerprint, event.workflowId, event.type, applied ? 'applied' : 'already-applied',
+    'deposit-swap', 2, RULES_HASH, now, JSON.stringify(result)]);
+  if (!applied) return 'already-applied';
   const changed = await q(sql.update, ['exchange', revision + 1, now, event.workflowId, 'deposit', revision]);
   if (changed !== 1) throw new Error('lost the compare-and-set');
-  await q(sql.insertOperation, [`start-exchange:${event.workflowId}`, 'START_EXCHANGE', event.workflowId, event.eventId,
-    JSON.stringify({ depositRef: event.depositRef, amountUnits: event.amountUnits }), 'pending', 0, now, null, null, 0, null, now, now]);
+  await q(sql.insertOperation, [operationId, 'START_EXCHANGE', event.workflowId, event.eventId,
+    JSON.stringify({ depositRef: event.depositRef, amountUnits: event.amountUnits }), 'pending', 0, now, null, null, 0, null, now, now, null, null]);
   return 'applied';
 }
 
 function statements(tables, mark) {
   const m = (n, from = 1) => Array.from({ length: n }, (_, i) => mark(i + from)).join(', ');
   return {
-    receipt: `SELECT fingerprint FROM ${tables.inbox} WHERE event_id = ${mark(1)}`,
+    receipt: `SELECT event_id, fingerprint, outcome, recorded_at, result FROM ${tables.inbox} WHERE event_id = ${mark(1)}`,
     workflow: `SELECT id, status, revision, data FROM ${tables.workflows} WHERE id = ${mark(1)}`,
     insertReceipt: `INSERT INTO ${tables.inbox} (event_id, fingerprint, workflow_id, event_type, outcome, rule_set_id, rule_set_version,
-      rule_set_hash, recorded_at) VALUES (${m(9)})`,
+      rule_set_hash, recorded_at, result) VALUES (${m(10)})`,
     update: `UPDATE ${tables.workflows} SET status = ${mark(1)}, revision = ${mark(2)}, updated_at = ${mark(3)}
       WHERE id = ${mark(4)} AND status = ${mark(5)} AND revision = ${mark(6)}`,
     insertOperation: `INSERT INTO ${tables.outbox} (id, type, workflow_id, event_id, payload, status, attempts, next_attempt_at,
-      lease_owner, lease_expires_at, fencing_token, last_error, created_at, updated_at) VALUES (${m(14)})`,
+      lease_owner, lease_expires_at, fencing_token, last_error, created_at, updated_at, metadata, trace_context) VALUES (${m(16)})`,
   };
 }
 
@@ -145,20 +161,23 @@ function mongoTransactions(client, db, tables) {
 }
 
 async function handWrittenMongo(db, tables, session, event, now) {
-  const fingerprint = JSON.stringify([event.type, event.workflowId, event.depositRef, event.amountUnits]);
+  const fingerprint = fingerprintOf(event);
   const stored = await db.collection(tables.inbox).findOne({ _id: event.eventId }, { session });
   if (stored) return 'duplicate-delivery';
   const workflow = await db.collection(tables.workflows).findOne({ _id: event.workflowId }, { session });
   const applied = workflow.status === 'deposit';
+  const operationId = `start-exchange:${event.workflowId}`;
+  const result = applied ? { operationIds: [operationId], status: 'exchange', revision: workflow.revision + 1 } : { operationIds: [], status: null, revision: null };
   await db.collection(tables.inbox).insertOne({ _id: event.eventId, fingerprint, workflowId: event.workflowId, eventType: event.type,
-    outcome: applied ? 'applied' : 'already-applied', recordedAt: now }, { session });
+    outcome: applied ? 'applied' : 'already-applied', ruleSetId: 'deposit-swap', ruleSetVersion: 2, ruleSetHash: RULES_HASH, recordedAt: now, result }, { session });
   if (!applied) return 'already-applied';
   const updated = await db.collection(tables.workflows).updateOne({ _id: event.workflowId, status: 'deposit', revision: workflow.revision },
     { $set: { status: 'exchange', revision: workflow.revision + 1, updatedAt: now } }, { session });
   if (updated.matchedCount !== 1) throw new Error('lost the compare-and-set');
   await db.collection(tables.outbox).insertOne({ _id: `start-exchange:${event.workflowId}`, type: 'START_EXCHANGE', workflowId: event.workflowId,
     eventId: event.eventId, payload: { depositRef: event.depositRef, amountUnits: event.amountUnits }, status: 'pending', attempts: 0,
-    nextAttemptAt: now, createdAt: now, updatedAt: now }, { session });
+    nextAttemptAt: now, leaseOwner: null, leaseExpiresAt: null, fencingToken: 0, lastError: null, createdAt: now, updatedAt: now,
+    metadata: null, traceContext: null }, { session });
   return 'applied';
 }
 
