@@ -171,7 +171,10 @@ async function processChecked(store, event, opts) {
             const workflow = receipt ? null : await tx.getWorkflow(valid.workflowId);
             // Validated once, above: the normalized copy is plain data the fast path decides as it is.
             const decision = decideNormalized(ruleSet.compiled, valid, receipt, workflow);
-            await commitWriteSet(tx, withCorrelation(decision.writeSet, metadata, run?.traceparent ?? null));
+            const writeSet = withCorrelation(decision.writeSet, metadata, run?.traceparent ?? null);
+            // A store's own transaction stores what the core made without checking it again; another goes through the checked methods.
+            if (typeof tx._commitDecided === 'function') await tx._commitDecided(writeSet);
+            else await commitWriteSet(tx, writeSet);
             return { ...resultOf(decision), fingerprint: decision.fingerprint };
           });
         } catch (error) {

@@ -43,6 +43,8 @@ class SqlStatements {
       const source = sourceOf(table);
       this.#read[table] = `SELECT ${columnList(table, { read: true })} FROM ${this.quoted[source]} WHERE ${KEYS[source]} = ${dialect.placeholder(1)}`;
     }
+    this.#updateStatus = `UPDATE ${this.quoted.workflows} SET status = ${dialect.placeholder(1)}, revision = ${dialect.placeholder(2)}, `
+      + `updated_at = ${dialect.placeholder(3)} WHERE id = ${dialect.placeholder(4)} AND status = ${dialect.placeholder(5)} AND revision = ${dialect.placeholder(6)}`;
     const updated = TABLES.workflows.map(([column]) => column).filter((column) => column !== 'id' && column !== 'created_at');
     this.#put = `INSERT INTO ${this.quoted.workflows} (${columnList('workflows')}) VALUES (${marks(TABLES.workflows.length)})${dialect.upsert('id', updated)}`;
   }
@@ -50,6 +52,7 @@ class SqlStatements {
   #read;
   #insert;
   #put;
+  #updateStatus;
 
   /**
    * `{ sql, values, returnsRows }` from `write(bind)`, where bind(value)
@@ -113,8 +116,15 @@ class SqlStatements {
 
   /** The compare-and-set of a workflow (workflowPatch's change, with `now`): status, revision and the merged fields. */
   updateWorkflow(change) {
-    // Most transitions change only the status and the revision: the stored fields are then left alone.
+    // Most transitions change only the status and the revision: the stored fields are then left alone (one text, prepared once).
     const merge = Object.keys(change.patch).length > 0;
+    if (!merge) {
+      return {
+        sql: this.#updateStatus,
+        values: [change.status, change.revision, change.now, change.id, change.expect.status, change.expect.revision],
+        returnsRows: false,
+      };
+    }
     return this.statement((bind) => `UPDATE ${this.quoted.workflows} SET status = ${bind(change.status)}, revision = ${bind(change.revision)}, `
       + `${merge ? `data = ${this.dialect.mergeData(bind, change)}, ` : ''}updated_at = ${bind(change.now)} `
       + `WHERE id = ${bind(change.id)} AND status = ${bind(change.expect.status)} AND revision = ${bind(change.expect.revision)}`);

@@ -26,7 +26,7 @@ const telemetry = require('../core/telemetry.cjs');
 const { invalidArgument, receiptExists, workflowChanged, operationExists } = require('./errors.cjs');
 const {
   checkText, workflowToStore, workflowPatch, workflowFromStore, receiptToStore, receiptFromStore,
-  operationToStore, operationFromStore, operationView,
+  operationToStore, operationFromStore, operationView, decidedReceiptToStore, decidedOperationToStore, decidedWorkflowPatch,
 } = require('./records.cjs');
 const { PAGE_SIZE, listRequest, requeueRequest, nowRequest, statsOf } = require('./queries.cjs');
 
@@ -498,7 +498,24 @@ class StoreTransaction {
   }
 
   async writeWorkflow(write) {
-    const change = workflowPatch(write);
+    await this.#writeChange(workflowPatch(write), write);
+  }
+
+  /**
+   * @internal a decision's write set, as the core made it (processEvent):
+   * what insertReceipt, writeWorkflow and insertOperation write, in that
+   * order, without checking again what the core produced.
+   */
+  async _commitDecided({ receipt, workflow, outbox }) {
+    const now = this._store.now();
+    if (receipt && !(await this._insert('inbox', decidedReceiptToStore(receipt, now)))) throw receiptExists(receipt);
+    if (workflow) await this.#writeChange(decidedWorkflowPatch(workflow), workflow);
+    for (const operation of outbox) {
+      if (!(await this._insert('outbox', decidedOperationToStore(operation, now)))) throw operationExists(operation);
+    }
+  }
+
+  async #writeChange(change, write) {
     const now = this._store.now();
     const written = change.expect === null
       ? await this._insert('workflows', { id: change.id, status: change.status, revision: change.revision, data: change.kept, createdAt: now, updatedAt: now })

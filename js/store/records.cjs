@@ -348,6 +348,65 @@ function receiptToStore(receipt, now) {
   };
 }
 
+// The records of a write set the core made (processEvent): of the shapes the
+// core writes, so stored as they are, without the checks above, which are
+// for write sets a host hands in.
+
+/** receiptToStore for a receipt the core made. */
+function decidedReceiptToStore(receipt, now) {
+  const { ruleSet, result } = receipt;
+  return {
+    eventId: receipt.eventId,
+    fingerprint: receipt.fingerprint,
+    workflowId: receipt.workflowId,
+    eventType: receipt.eventType,
+    outcome: receipt.outcome,
+    ruleSetId: ruleSet ? ruleSet.id : null,
+    ruleSetVersion: ruleSet ? ruleSet.version : null,
+    ruleSetHash: ruleSet ? ruleSet.hash : null,
+    recordedAt: now,
+    result: result ? { operationIds: [...result.operationIds], status: result.status, revision: result.revision } : null,
+  };
+}
+
+/** operationToStore for an operation the core made (with the host's metadata and trace context, checked by processEvent). */
+function decidedOperationToStore(operation, now) {
+  return {
+    id: operation.id,
+    type: operation.type,
+    workflowId: operation.workflowId,
+    eventId: operation.eventId,
+    payload: operation.payload,
+    status: 'pending',
+    attempts: 0,
+    nextAttemptAt: now,
+    leaseOwner: null,
+    leaseExpiresAt: null,
+    fencingToken: 0,
+    lastError: null,
+    createdAt: now,
+    updatedAt: now,
+    metadata: operation.metadata ?? null,
+    traceContext: operation.traceContext ?? null,
+  };
+}
+
+/** workflowPatch for a workflow write the core made. */
+function decidedWorkflowPatch(write) {
+  const { status, revision } = write.set;
+  const patch = {};
+  const removed = [];
+  const kept = {};
+  for (const field in write.set) {
+    if (field === 'status' || field === 'revision') continue;
+    const value = write.set[field];
+    patch[field] = value;
+    if (value === null) removed.push(field);
+    else kept[field] = value;
+  }
+  return { id: write.id, status, revision, expect: write.expect ?? null, patch, removed, kept };
+}
+
 /** A new outbox operation's record, checked: pending, due now. */
 function operationToStore(operation, now) {
   if (operation === null || typeof operation !== 'object') {
@@ -430,6 +489,9 @@ module.exports = {
   workflowPatch,
   workflowFromStore,
   receiptToStore,
+  decidedReceiptToStore,
+  decidedOperationToStore,
+  decidedWorkflowPatch,
   receiptFromStore,
   DECISION_FIELDS,
   decisionReceiptFromStore,
