@@ -7,7 +7,7 @@
 
 const { StoreTransaction } = require('../store/base.cjs');
 const { operationExists, receiptExists, workflowChanged } = require('../store/errors.cjs');
-const { decisionReceiptFromStore, operationToStore, receiptToStore, workflowPatch } = require('../store/records.cjs');
+const { decidedOperationToStore, decidedReceiptToStore, decidedWorkflowPatch, decisionReceiptFromStore } = require('../store/records.cjs');
 const { recordOf } = require('./columns.cjs');
 
 /** Rows per multi-row statement: within every dialect's limit on bound values. */
@@ -118,11 +118,12 @@ class SqlTransaction extends StoreTransaction {
    * running its events one by one.
    */
   async commitBatch({ receipts, workflows, operations, now = this._store.now() }) {
-    if (receipts.length > 0 && await this.#insertMany('inbox', receipts.map((r) => receiptToStore(r, now))) !== receipts.length) {
+    // The core made these writes (processBatch): stored without checking them again.
+    if (receipts.length > 0 && await this.#insertMany('inbox', receipts.map((r) => decidedReceiptToStore(r, now))) !== receipts.length) {
       throw receiptExists(receipts[0]);
     }
     await this.#writeWorkflows(workflows, now);
-    if (operations.length > 0 && await this.#insertMany('outbox', operations.map((op) => operationToStore(op, now))) !== operations.length) {
+    if (operations.length > 0 && await this.#insertMany('outbox', operations.map((op) => decidedOperationToStore(op, now))) !== operations.length) {
       throw operationExists(operations[0]);
     }
   }
@@ -132,7 +133,7 @@ class SqlTransaction extends StoreTransaction {
     const changed = [];
     for (const write of writes) {
       if (write.expect === null || !this._store._statements.dialect.updateWorkflows) await this.writeWorkflow(write);
-      else changed.push({ write, change: workflowPatch(write) });
+      else changed.push({ write, change: decidedWorkflowPatch(write) });
     }
     for (const part of chunks(changed)) {
       const rows = part.map(({ change }) => ({ ...change, data: JSON.stringify(change.kept), now }));
