@@ -7,6 +7,7 @@ const { RuleSet, resolveRuleSet } = require('./rules.cjs');
 const { decideNormalized, normalizeEvent } = require('./decide.cjs');
 const { checkOptionKeys } = require('./options.cjs');
 const telemetry = require('./telemetry.cjs');
+const { step } = require('./step.cjs');
 
 const DEFAULT_RACE_RETRIES = 4;
 /** Host metadata is correlation data (an id, a tenant), not a second payload. */
@@ -165,17 +166,16 @@ async function processChecked(store, event, opts) {
     const result = await telemetry.inSpan(run, async () => {
       for (; ; attempt += 1) {
         try {
-          return await store.transaction(async (tx) => {
-            // A transaction that can read less for a decision does (a store's own, or one a host wrote).
-            const receipt = await (typeof tx.getReceiptToDecide === 'function' ? tx.getReceiptToDecide(valid.eventId) : tx.getReceipt(valid.eventId));
-            const workflow = receipt ? null : await tx.getWorkflow(valid.workflowId);
-            // Validated once, above: the normalized copy is plain data the fast path decides as it is.
-            const decision = decideNormalized(ruleSet.compiled, valid, receipt, workflow);
-            const writeSet = withCorrelation(decision.writeSet, metadata, run?.traceparent ?? null);
-            // A store's own transaction stores what the core made without checking it again; another goes through the checked methods.
-            if (typeof tx._commitDecided === 'function') await tx._commitDecided(writeSet);
-            else await commitWriteSet(tx, writeSet);
-            return { ...resultOf(decision), fingerprint: decision.fingerprint };
+          // Read, decide, write: in steps (step.cjs) that stay synchronous
+          // inside a transaction over a synchronous driver (SQLite), so that
+          // the transaction holds no promise per statement.
+          return await store.transaction((tx) => {
+            try {
+              return decideIn(tx);
+            } catch (error) {
+              // As an async body would: a store that does not expect its work to throw gets a rejection.
+              return Promise.reject(error);
+            }
           });
         } catch (error) {
           const raced = error instanceof IdemflowError && error.code === 'CONCURRENT_UPDATE';
@@ -190,6 +190,23 @@ async function processChecked(store, event, opts) {
   } catch (error) {
     telemetry.processFailed(run, error, attempt);
     throw error;
+  }
+
+  /** One cycle inside a transaction. */
+  function decideIn(tx) {
+    // A transaction that can read less for a decision does (a store's own, or one a host wrote).
+    const read = typeof tx.getReceiptToDecide === 'function' ? tx.getReceiptToDecide(valid.eventId) : tx.getReceipt(valid.eventId);
+    return step(read, (receipt) => {
+      const workflow = receipt ? null : typeof tx._workflowToDecide === 'function' ? tx._workflowToDecide(valid.workflowId) : tx.getWorkflow(valid.workflowId);
+      return step(workflow, (stored) => {
+        // Validated once, above: the normalized copy is plain data the fast path decides as it is.
+        const decision = decideNormalized(ruleSet.compiled, valid, receipt, stored);
+        const writeSet = withCorrelation(decision.writeSet, metadata, run?.traceparent ?? null);
+        // A store's own transaction stores what the core made without checking it again; another goes through the checked methods.
+        const written = typeof tx._commitDecided === 'function' ? tx._commitDecided(writeSet) : commitWriteSet(tx, writeSet);
+        return step(written, () => ({ ...resultOf(decision), fingerprint: decision.fingerprint }));
+      });
+    });
   }
 }
 

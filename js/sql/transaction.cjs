@@ -9,6 +9,7 @@ const { StoreTransaction } = require('../store/base.cjs');
 const { operationExists, receiptExists, workflowChanged } = require('../store/errors.cjs');
 const { decidedOperationToStore, decidedReceiptToStore, decidedWorkflowPatch, decisionReceiptFromStore } = require('../store/records.cjs');
 const { recordOf } = require('./columns.cjs');
+const { isPromise, step } = require('../core/step.cjs');
 
 /** Rows per multi-row statement: within every dialect's limit on bound values. */
 const CHUNK = 500;
@@ -39,17 +40,25 @@ class SqlTransaction extends StoreTransaction {
     this.#execute = execute;
   }
 
-  async _read(table, key) {
-    return recordOf(table, (await this.#execute(this._store._statements.read(table, key))).rows[0]);
+  // _read, _insert and _updateWorkflow answer synchronously when `execute`
+  // does (SQLite), with a promise otherwise (core/step.cjs).
+
+  _read(table, key) {
+    return step(this.#execute(this._store._statements.read(table, key)), ({ rows }) => recordOf(table, rows[0]));
   }
 
-  async _insert(table, record) {
-    try {
-      return (await this.#execute(this._store._statements.insert(table, record), keyExists)).count === 1;
-    } catch (error) {
+  _insert(table, record) {
+    const absent = (error) => {
       if (error instanceof KeyExists) return false;
       throw error;
+    };
+    let done;
+    try {
+      done = this.#execute(this._store._statements.insert(table, record), keyExists);
+    } catch (error) {
+      return absent(error);
     }
+    return isPromise(done) ? done.then(({ count }) => count === 1, absent) : done.count === 1;
   }
 
   /**
@@ -69,9 +78,9 @@ class SqlTransaction extends StoreTransaction {
     return found;
   }
 
-  /** Only the columns a decision reads (processEvent). */
-  async getReceiptToDecide(eventId) {
-    return decisionReceiptFromStore(recordOf('decision', (await this.#execute(this._store._statements.read('decision', eventId))).rows[0]));
+  /** Only the columns a decision reads (processEvent); synchronously when `execute` is. */
+  getReceiptToDecide(eventId) {
+    return step(this.#execute(this._store._statements.read('decision', eventId)), ({ rows }) => decisionReceiptFromStore(recordOf('decision', rows[0])));
   }
 
   /** What a decision needs of the receipts stored for these event ids, as getReceiptToDecide reads one (processBatch); `latest` as in #readMany. */
@@ -147,8 +156,8 @@ class SqlTransaction extends StoreTransaction {
     return this.#execute({ sql, values, returnsRows: true });
   }
 
-  async _updateWorkflow(change) {
-    return (await this.#execute(this._store._statements.updateWorkflow(change))).count === 1;
+  _updateWorkflow(change) {
+    return step(this.#execute(this._store._statements.updateWorkflow(change)), ({ count }) => count === 1);
   }
 }
 

@@ -23,6 +23,7 @@ const { checkOptionKeys } = require('../core/options.cjs');
 const { processEvent } = require('../core/host.cjs');
 const { processBatch } = require('../core/batch.cjs');
 const telemetry = require('../core/telemetry.cjs');
+const { eachStep, step } = require('../core/step.cjs');
 const { invalidArgument, receiptExists, workflowChanged, operationExists } = require('./errors.cjs');
 const {
   checkText, workflowToStore, workflowPatch, workflowFromStore, receiptToStore, receiptFromStore,
@@ -502,25 +503,41 @@ class StoreTransaction {
   }
 
   /**
-   * @internal a decision's write set, as the core made it (processEvent):
-   * what insertReceipt, writeWorkflow and insertOperation write, in that
-   * order, without checking again what the core produced.
+   * @internal the workflow a decision reads (processEvent): getWorkflow's
+   * answer, synchronously when the store's reads are (step.cjs).
    */
-  async _commitDecided({ receipt, workflow, outbox }) {
-    const now = this._store.now();
-    if (receipt && !(await this._insert('inbox', decidedReceiptToStore(receipt, now)))) throw receiptExists(receipt);
-    if (workflow) await this.#writeChange(decidedWorkflowPatch(workflow), workflow);
-    for (const operation of outbox) {
-      if (!(await this._insert('outbox', decidedOperationToStore(operation, now)))) throw operationExists(operation);
-    }
+  _workflowToDecide(id) {
+    return step(this._read('workflows', id), (record) => this._store._workflowOf(record));
   }
 
-  async #writeChange(change, write) {
+  /**
+   * @internal a decision's write set, as the core made it (processEvent):
+   * what insertReceipt, writeWorkflow and insertOperation write, in that
+   * order, without checking again what the core produced; synchronously
+   * when the store's writes are (step.cjs).
+   */
+  _commitDecided({ receipt, workflow, outbox }) {
+    const now = this._store.now();
+    const operations = () => eachStep(outbox, (operation) => step(this._insert('outbox', decidedOperationToStore(operation, now)), (stored) => {
+      if (!stored) throw operationExists(operation);
+    }));
+    const rest = () => (workflow ? step(this.#writeChange(decidedWorkflowPatch(workflow), workflow), operations) : operations());
+    if (!receipt) return rest();
+    return step(this._insert('inbox', decidedReceiptToStore(receipt, now)), (stored) => {
+      if (!stored) throw receiptExists(receipt);
+      return rest();
+    });
+  }
+
+  /** The write of a workflow change: an insert for a new workflow, else the compare-and-set; synchronously when the store's writes are. */
+  #writeChange(change, write) {
     const now = this._store.now();
     const written = change.expect === null
-      ? await this._insert('workflows', { id: change.id, status: change.status, revision: change.revision, data: change.kept, createdAt: now, updatedAt: now })
-      : await this._updateWorkflow({ ...change, now });
-    if (!written) throw workflowChanged(write);
+      ? this._insert('workflows', { id: change.id, status: change.status, revision: change.revision, data: change.kept, createdAt: now, updatedAt: now })
+      : this._updateWorkflow({ ...change, now });
+    return step(written, (done) => {
+      if (!done) throw workflowChanged(write);
+    });
   }
 
   async insertOperation(operation) {

@@ -86,7 +86,11 @@ function racingOnce(store, stale) {
   let calls = 0;
   view.transaction = (fn) => store.transaction((tx) => {
     calls += 1;
-    if (calls === 1) tx.getWorkflow = async () => ({ ...stale });
+    if (calls === 1) {
+      // processEvent reads through the store's own internal read where there is one.
+      tx.getWorkflow = async () => ({ ...stale });
+      tx._workflowToDecide = () => ({ ...stale });
+    }
     return fn(tx);
   });
   return view;
