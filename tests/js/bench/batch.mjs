@@ -62,6 +62,10 @@ for (const backend of BACKENDS) {
     console.log(`${backend.name}: skipped (${backend.skip})`);
     continue;
   }
+  if (backend.fake) {
+    console.log(`${backend.name}: not measured (a fake driver)`);
+    continue;
+  }
   let env = null;
   let helper = null;
   let store;

@@ -248,6 +248,8 @@ export const BACKENDS = [
   {
     // Runs the adapter's own code everywhere; the real driver and server run below when the URL is set.
     id: 'mongodb-fake', name: 'MongoStore over an in-process fake of the driver (not a MongoDB server)', durable: true,
+    // Tests run on it; benchmarks do not (a fake's speed, quadratic in its documents, says nothing).
+    fake: true,
     setup: async () => {
       const { FakeMongoClient } = await import('./mongo-fake.mjs');
       const { MongoStore } = await import('idemflow/mongodb');
