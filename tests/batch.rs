@@ -43,6 +43,35 @@ impl Rng {
 const TEXTS: &[&str] = &["ref-a", "ref-b", "btc-mainnet:tx-9f:vout-0", "réf-☃", "😀-emoji", "a\"quote\\", "2026-11", "2026-12"];
 const UNITS: &[&str] = &["1", "250", "1000000", "99999999999999999999999999"];
 
+/// Every built-in rule set, by name and version.
+const BUILTINS: [(&str, u64); 5] = [("deposit-swap", 1), ("deposit-swap", 2), ("order-shipment", 1), ("order-shipment", 2), ("subscription", 1)];
+
+/// The answers of one batch: per item its ints, numbers and fingerprint, and how many the batch path decided.
+struct Answered {
+    ints: Vec<i32>,
+    numbers: Vec<f64>,
+    hex: Vec<u8>,
+    decided: usize,
+}
+
+/// Runs `n` encoded items through the batch path.
+fn answer(rule_set: &RuleSet, encoded: &Encoded, n: usize, work: &mut Work) -> Answered {
+    let mut ints = vec![0; n * batch::RESULT_INTS];
+    let mut numbers = vec![0.0; n * batch::RESULT_NUMBERS];
+    let mut hex = vec![0; n * batch::FINGERPRINT_BYTES];
+    let ascii = encoded.text.len() == encoded.units;
+    let decided = batch::decide_batch(
+        rule_set,
+        &batch::Prepared::new(rule_set),
+        n,
+        Batch { text: encoded.text.as_bytes(), entries: &encoded.entries, numbers: &encoded.numbers, ascii },
+        Answers { ints: &mut ints, numbers: &mut numbers, fingerprints: &mut hex },
+        work,
+    )
+    .expect("regions are large enough");
+    Answered { ints, numbers, hex, decided }
+}
+
 /// A value the host can meet in a field, mostly valid.
 fn field_value(rng: &mut Rng, kind_units: bool, valid_percent: usize) -> Option<Value> {
     if rng.chance(valid_percent) {
@@ -343,21 +372,10 @@ fn run(rule_set: &RuleSet, rng: &mut Rng, cases: usize, work: &mut Work, counts:
         }
         let n = batch_cases.len();
         let encoded = encode(rule_set, &batch_cases);
-        let mut ints = vec![0; n * batch::RESULT_INTS];
-        let mut numbers = vec![0.0; n * batch::RESULT_NUMBERS];
-        let mut hex = vec![0; n * batch::FINGERPRINT_BYTES];
         let ascii = encoded.text.len() == encoded.units;
         assert!(ascii || !ascii_only);
         counts.ascii_batches += ascii as usize;
-        let decided = batch::decide_batch(
-            rule_set,
-            &batch::Prepared::new(rule_set),
-            n,
-            Batch { text: encoded.text.as_bytes(), entries: &encoded.entries, numbers: &encoded.numbers, ascii },
-            Answers { ints: &mut ints, numbers: &mut numbers, fingerprints: &mut hex },
-            work,
-        )
-        .expect("regions are large enough");
+        let Answered { ints, numbers, hex, decided } = answer(rule_set, &encoded, n, work);
         let mut fast = 0;
         for (i, case) in batch_cases.iter().enumerate() {
             let slow = decide(
@@ -401,8 +419,7 @@ fn run(rule_set: &RuleSet, rng: &mut Rng, cases: usize, work: &mut Work, counts:
 fn the_batch_path_decides_as_decide_does_on_every_builtin_rule_set() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut work = Work::default();
-    let sets = [("deposit-swap", 1), ("deposit-swap", 2), ("order-shipment", 1), ("order-shipment", 2), ("subscription", 1)];
-    for (name, version) in sets {
+    for (name, version) in BUILTINS {
         let rule_set = RuleSet::builtin_version(name, Some(version)).unwrap();
         let mut counts = Counts::default();
         run(rule_set, &mut rng, 6000, &mut work, &mut counts);
@@ -510,8 +527,7 @@ fn text_checks_and_json_strings_agree_with_their_definitions_on_random_strings()
 fn validate_only_items_answer_as_validate_does() {
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
     let mut work = Work::default();
-    let sets = [("deposit-swap", 1), ("deposit-swap", 2), ("order-shipment", 1), ("order-shipment", 2), ("subscription", 1)];
-    for (name, version) in sets {
+    for (name, version) in BUILTINS {
         let rule_set = RuleSet::builtin_version(name, Some(version)).unwrap();
         let (mut valid, mut refused) = (0, 0);
         for _ in 0..20 {
@@ -524,20 +540,7 @@ fn validate_only_items_answer_as_validate_does() {
             for i in 0..cases.len() {
                 encoded.entries[i * per_item] = batch::VALIDATE_ONLY;
             }
-            let n = cases.len();
-            let mut ints = vec![0; n * batch::RESULT_INTS];
-            let mut numbers = vec![0.0; n * batch::RESULT_NUMBERS];
-            let mut hex = vec![0; n * batch::FINGERPRINT_BYTES];
-            let ascii = encoded.text.len() == encoded.units;
-            batch::decide_batch(
-                rule_set,
-                &batch::Prepared::new(rule_set),
-                n,
-                Batch { text: encoded.text.as_bytes(), entries: &encoded.entries, numbers: &encoded.numbers, ascii },
-                Answers { ints: &mut ints, numbers: &mut numbers, fingerprints: &mut hex },
-                &mut work,
-            )
-            .expect("regions are large enough");
+            let ints = answer(rule_set, &encoded, cases.len(), &mut work).ints;
             for (i, case) in cases.iter().enumerate() {
                 let answer = &ints[i * batch::RESULT_INTS..(i + 1) * batch::RESULT_INTS];
                 let context = || format!("{name} v{version}: {:?}", serde_json::to_string(&case.event));

@@ -328,24 +328,36 @@ function resultToStore(result) {
   return { operationIds: [...operationIds], status, revision };
 }
 
-/** A new receipt's record, checked: its fields flat (ruleSetId, ruleSetVersion, ruleSetHash), stamped `now`. */
+/** A new receipt's record from its parts: its fields flat (ruleSetId, ruleSetVersion, ruleSetHash), stamped `now`. */
+function newReceipt({ eventId, fingerprint, workflowId, eventType, outcome, ruleSet, result }, now) {
+  return {
+    eventId,
+    fingerprint,
+    workflowId,
+    eventType,
+    outcome,
+    ruleSetId: ruleSet ? ruleSet.id : null,
+    ruleSetVersion: ruleSet ? ruleSet.version : null,
+    ruleSetHash: ruleSet ? ruleSet.hash : null,
+    recordedAt: now,
+    result,
+  };
+}
+
+/** A new receipt's record, checked. */
 function receiptToStore(receipt, now) {
   if (receipt === null || typeof receipt !== 'object') {
     throw invalidArgument('a receipt must be an object', { reason: 'not a receipt' });
   }
-  const ruleSet = receipt.ruleSet ?? null;
-  return {
+  return newReceipt({
     eventId: checkText(receipt.eventId, 'eventId'),
     fingerprint: checkText(receipt.fingerprint, 'fingerprint'),
     workflowId: checkText(receipt.workflowId, 'workflowId'),
     eventType: checkText(receipt.eventType, 'eventType'),
     outcome: checkText(receipt.outcome, 'outcome'),
-    ruleSetId: ruleSet ? ruleSet.id : null,
-    ruleSetVersion: ruleSet ? ruleSet.version : null,
-    ruleSetHash: ruleSet ? ruleSet.hash : null,
-    recordedAt: now,
+    ruleSet: receipt.ruleSet ?? null,
     result: resultToStore(receipt.result),
-  };
+  }, now);
 }
 
 // The records of a write set the core made (processEvent): of the shapes the
@@ -354,41 +366,16 @@ function receiptToStore(receipt, now) {
 
 /** receiptToStore for a receipt the core made. */
 function decidedReceiptToStore(receipt, now) {
-  const { ruleSet, result } = receipt;
-  return {
-    eventId: receipt.eventId,
-    fingerprint: receipt.fingerprint,
-    workflowId: receipt.workflowId,
-    eventType: receipt.eventType,
-    outcome: receipt.outcome,
-    ruleSetId: ruleSet ? ruleSet.id : null,
-    ruleSetVersion: ruleSet ? ruleSet.version : null,
-    ruleSetHash: ruleSet ? ruleSet.hash : null,
-    recordedAt: now,
+  const { result } = receipt;
+  return newReceipt({
+    ...receipt,
     result: result ? { operationIds: [...result.operationIds], status: result.status, revision: result.revision } : null,
-  };
+  }, now);
 }
 
 /** operationToStore for an operation the core made (with the host's metadata and trace context, checked by processEvent). */
 function decidedOperationToStore(operation, now) {
-  return {
-    id: operation.id,
-    type: operation.type,
-    workflowId: operation.workflowId,
-    eventId: operation.eventId,
-    payload: operation.payload,
-    status: 'pending',
-    attempts: 0,
-    nextAttemptAt: now,
-    leaseOwner: null,
-    leaseExpiresAt: null,
-    fencingToken: 0,
-    lastError: null,
-    createdAt: now,
-    updatedAt: now,
-    metadata: operation.metadata ?? null,
-    traceContext: operation.traceContext ?? null,
-  };
+  return pendingOperation({ ...operation, metadata: operation.metadata ?? null, traceContext: operation.traceContext ?? null }, now);
 }
 
 /** workflowPatch for a workflow write the core made. */
@@ -407,7 +394,29 @@ function decidedWorkflowPatch(write) {
   return { id: write.id, status, revision, expect: write.expect ?? null, patch, removed, kept };
 }
 
-/** A new outbox operation's record, checked: pending, due now. */
+/** A new outbox operation's record from its parts: pending, due now. */
+function pendingOperation({ id, type, workflowId, eventId, payload, metadata, traceContext }, now) {
+  return {
+    id,
+    type,
+    workflowId,
+    eventId,
+    payload,
+    status: 'pending',
+    attempts: 0,
+    nextAttemptAt: now,
+    leaseOwner: null,
+    leaseExpiresAt: null,
+    fencingToken: 0,
+    lastError: null,
+    createdAt: now,
+    updatedAt: now,
+    metadata,
+    traceContext,
+  };
+}
+
+/** A new outbox operation's record, checked. */
 function operationToStore(operation, now) {
   if (operation === null || typeof operation !== 'object') {
     throw invalidArgument('an outbox operation must be an object', { reason: 'not an operation' });
@@ -422,24 +431,15 @@ function operationToStore(operation, now) {
   }
   const traceContext = operation.traceContext ?? null;
   if (traceContext !== null) checkText(traceContext, 'traceContext');
-  return {
+  return pendingOperation({
     id: checkText(operation.id, 'id'),
     type: checkText(operation.type, 'type'),
     workflowId: checkText(operation.workflowId, 'workflowId'),
     eventId: checkText(operation.eventId, 'eventId'),
     payload: { ...payload },
-    status: 'pending',
-    attempts: 0,
-    nextAttemptAt: now,
-    leaseOwner: null,
-    leaseExpiresAt: null,
-    fencingToken: 0,
-    lastError: null,
-    createdAt: now,
-    updatedAt: now,
     metadata: metadata === null ? null : { ...metadata },
     traceContext,
-  };
+  }, now);
 }
 
 /** An operation from a stored record; INVALID_RECORD naming the first field that cannot be read. */
