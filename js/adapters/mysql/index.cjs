@@ -136,8 +136,18 @@ class MysqlStore extends SqlStore {
     const pooled = this.#kind === 'pool';
     const lockName = dialect.lockName(name);
     let session;
+    // As on PostgreSQL: a pooled session held for the lock is watched, so that
+    // a server that closes it emits an 'error' somebody hears.
+    let watch = null;
+    const giveBack = () => {
+      const broken = watch.error !== null;
+      watch.stop(broken);
+      if (broken) session.destroy?.();
+      else session.release();
+    };
     try {
       session = pooled ? await this.client.getConnection() : this.client;
+      if (pooled) watch = new ConnectionWatch(session.connection ?? session);
       const [rows] = await session.query(dialect.tryLock, [lockName]);
       if (Number(rows[0]?.acquired) === 1) {
         return async () => {
@@ -146,15 +156,18 @@ class MysqlStore extends SqlStore {
           } catch {
             // A lost session has freed its locks already.
           } finally {
-            if (pooled) session.release();
+            if (pooled) giveBack();
           }
         };
       }
     } catch (error) {
-      if (pooled && session) session.destroy?.();
+      if (pooled && session) {
+        watch?.stop(true);
+        session.destroy?.();
+      }
       throw mapError(error);
     }
-    if (pooled) session.release();
+    if (pooled) giveBack();
     return null;
   }
 

@@ -123,8 +123,17 @@ class PostgresStore extends SqlStore {
   async _tryLock(name) {
     const pooled = this.#kind === 'pool';
     let session;
+    // A pooled session held for the lock has no listener of the pool's: a
+    // server that ends it (57P01) would emit an 'error' nobody hears, which
+    // ends the process. The watch hears it; the session then goes back broken.
+    let watch = null;
+    const giveBack = () => {
+      watch?.stop(watch.error !== null);
+      session.release(watch?.error ?? undefined);
+    };
     try {
       session = pooled ? await this.client.connect() : this.client;
+      if (pooled) watch = new ConnectionWatch(session);
       const { rows } = await session.query(dialect.tryLock, [name]);
       if (rows[0]?.acquired === true) {
         return async () => {
@@ -133,15 +142,18 @@ class PostgresStore extends SqlStore {
           } catch {
             // A lost session has freed its locks already.
           } finally {
-            if (pooled) session.release();
+            if (pooled) giveBack();
           }
         };
       }
     } catch (error) {
-      if (pooled && session) session.release(true);
+      if (pooled && session) {
+        watch?.stop(true);
+        session.release(true);
+      }
       throw mapError(error);
     }
-    if (pooled) session.release();
+    if (pooled) giveBack();
     return null;
   }
 

@@ -210,6 +210,13 @@ async function processBehindAHeldLock(db, kind, check) {
   }
 }
 
+/** The lock's work ran to its end, the process did not crash, and the lock was free again afterwards. */
+function assertLockSurvived(outcome) {
+  assert.equal(outcome.exitCode, 0, `the process ended ${outcome.signal ?? outcome.exitCode}: ${outcome.stderr}`);
+  assert.equal(outcome.failure, null, JSON.stringify(outcome.failure));
+  assert.equal(outcome.after, 'ran, then taken again');
+}
+
 function assertRun(figures, t) {
   t.diagnostic(`${figures.faults} faults (${figures.injected.join(', ')}), ${figures.deliveries} deliveries of ${figures.eventIds} event ids, `
     + `crashes ${figures.crashes}, losses ${figures.losses}, duplicates ${figures.duplicates}, orphan receipts ${figures.orphanReceipts}; `
@@ -237,6 +244,10 @@ describe('faults on a PostgreSQL 15 server of its own', { skip: postgresMissing(
 
   it('a backend terminated while a statement of the transaction runs: the process survives, STORE_UNAVAILABLE', async () => {
     assertSurvived(await terminateMidTransaction(db, 'pg', 'active'), ['57P01']);
+  });
+
+  it('the session of a held withExclusiveLock terminated: the process survives, and the lock can be taken again', async () => {
+    assertLockSurvived(await terminateMidTransaction(db, 'pg', 'lock'));
   });
 
   it('a stopped server (SIGSTOP): store.process fails with STORE_UNAVAILABLE reason timeout, and the redelivery applies once', async () => {
@@ -273,6 +284,10 @@ describe('faults on a MariaDB server of its own', { skip: mariadbMissing() ?? fa
 
   it('a connection killed while a statement of the transaction runs: the process survives, STORE_UNAVAILABLE', async () => {
     assertSurvived(await terminateMidTransaction(db, 'mysql', 'active'), ['1927', 'PROTOCOL_CONNECTION_LOST']);
+  });
+
+  it('the connection of a held withExclusiveLock killed: the process survives, and the lock can be taken again', async () => {
+    assertLockSurvived(await terminateMidTransaction(db, 'mysql', 'lock'));
   });
 
   it('a stopped server (SIGSTOP): store.process fails with STORE_UNAVAILABLE reason timeout, and the redelivery applies once', async () => {

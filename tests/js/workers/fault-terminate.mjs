@@ -5,7 +5,10 @@
 // and reports what the store threw, then processes an event on a fresh
 // connection. If the driver's 'error' reaches no listener, Node ends this
 // process with "Unhandled 'error' event" and the parent sees the crash.
-// Usage: node fault-terminate.mjs <pg|mysql> <url> <idle|active> <table prefix>
+// In mode `lock` the connection is the session withExclusiveLock holds for
+// its lock (no transaction): the lock's work waits for the end, returns, and
+// the lock is then taken again, which the server freed with the session.
+// Usage: node fault-terminate.mjs <pg|mysql> <url> <idle|active|lock> <table prefix>
 import { IdemflowError } from 'idemflow';
 
 const [kind, url, mode, prefix] = process.argv.slice(2);
@@ -17,13 +20,18 @@ let pool;
 let sessionQuery;
 let sleepQuery;
 let closed;
+// The connection the pool handed out last (in mode `lock`: the lock's session), for its id.
+let acquired;
 if (kind === 'pg') {
   const { default: pg } = await import('pg');
   const { PostgresStore } = await import('idemflow/postgres');
   pool = new pg.Pool({ connectionString: url, max: 2 });
   pool.on('error', () => {}); // what the docs ask of the host: idle clients that lose their server
   // The checked-out client's own closing, seen without adding an 'error' listener to it (events.once would).
-  pool.on('acquire', (client) => { closed = new Promise((resolve) => client.once('end', resolve)); });
+  pool.on('acquire', (client) => {
+    acquired = client;
+    closed = new Promise((resolve) => client.once('end', resolve));
+  });
   store = new PostgresStore(pool, { tables });
   sessionQuery = 'SELECT pg_backend_pid() AS id';
   sleepQuery = 'SELECT pg_sleep(30)';
@@ -31,7 +39,10 @@ if (kind === 'pg') {
   const { default: mysql } = await import('mysql2/promise');
   const { MysqlStore } = await import('idemflow/mysql');
   pool = mysql.createPool({ uri: url, connectionLimit: 2 });
-  pool.pool.on('acquire', (connection) => { closed = new Promise((resolve) => connection.stream.once('close', resolve)); });
+  pool.pool.on('acquire', (connection) => {
+    acquired = { query: (sql) => new Promise((resolve, reject) => connection.query(sql, (error, rows) => (error ? reject(error) : resolve({ rows })))) };
+    closed = new Promise((resolve) => connection.stream.once('close', resolve));
+  });
   store = new MysqlStore(pool, { tables });
   sessionQuery = 'SELECT CONNECTION_ID() AS id';
   sleepQuery = 'SELECT SLEEP(30)';
@@ -49,6 +60,29 @@ const describe = (error) => ({
   causeCode: error?.cause?.code ?? null,
   message: String(error?.message ?? error),
 });
+
+if (mode === 'lock') {
+  let failure = null;
+  let after;
+  try {
+    const held = await store.withExclusiveLock('fault-lock', async () => {
+      const { rows } = await acquired.query(sessionQuery);
+      process.send({ session: Number(rows[0].id) });
+      await ended;
+      await closed; // the driver has read the end of the lock's session (and emitted 'error')
+      return 'ran';
+    });
+    after = held.acquired ? held.value : 'not acquired';
+    const again = await store.withExclusiveLock('fault-lock', async () => 'taken again');
+    after = `${after}, then ${again.acquired ? again.value : 'not acquired'}`;
+  } catch (error) {
+    failure = describe(error);
+  }
+  process.send({ failure, after });
+  await pool.end();
+  process.disconnect();
+  process.exit(0);
+}
 
 let failure = null;
 try {
