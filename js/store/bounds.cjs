@@ -147,6 +147,50 @@ class Serializer {
   }
 }
 
+/**
+ * withExclusiveLock's lock on a server database, held by a session: a
+ * connection of its own from a pool (`pooled`; so no transaction stays open
+ * while the lock is held), or the host's one connection. `open()` gives the
+ * session, `tryLock(session)` takes the lock now or answers false,
+ * `unlock(session)` frees it, `giveBack(session, broken, error)` returns a
+ * pooled session (discarding a broken one). A pooled session is watched while
+ * held (on `emitterOf(session)`): the pool does not listen to a session it
+ * handed out, and a server that ends it (a restart) emits an 'error' that
+ * would otherwise end the process; such a session goes back broken. Resolves
+ * to the release function, or null when the lock is held elsewhere; the
+ * driver's errors come out through `mapError`.
+ */
+async function sessionLock({ pooled, open, emitterOf, tryLock, unlock, giveBack, mapError }) {
+  let session;
+  let watch = null;
+  const done = (failed) => {
+    if (!pooled || session === undefined) return;
+    const broken = failed || (watch !== null && watch.error !== null);
+    watch?.stop(broken);
+    giveBack(session, broken, watch?.error ?? null);
+  };
+  try {
+    session = await open();
+    if (pooled) watch = new ConnectionWatch(emitterOf(session));
+    if (await tryLock(session)) {
+      return async () => {
+        try {
+          await unlock(session);
+        } catch {
+          // A lost session has freed its locks already.
+        } finally {
+          done(false);
+        }
+      };
+    }
+  } catch (error) {
+    done(true);
+    throw mapError(error);
+  }
+  done(false);
+  return null;
+}
+
 /** ROLLBACK on a server connection; a connection that is gone rolls back by itself. */
 async function rollbackQuietly(connection) {
   try {
@@ -156,4 +200,4 @@ async function rollbackQuietly(connection) {
   }
 }
 
-module.exports = { Deadline, withDeadline, ConnectionWatch, watchClient, guardedConnection, Serializer, rollbackQuietly };
+module.exports = { Deadline, withDeadline, ConnectionWatch, watchClient, guardedConnection, Serializer, rollbackQuietly, sessionLock };

@@ -12,7 +12,7 @@ const { IdemflowError } = require('../../core/errors.cjs');
 const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
 const { STORE_UNAVAILABLE, invalidArgument, mapDriverError, isStoreUnavailable } = require('../../store/errors.cjs');
 const { DEFAULT_TABLES, STORE_OPTIONS, TIMEOUT_OPTIONS, resolveClock, resolveRaceRetries, resolveTimeouts } = require('../../store/options.cjs');
-const { ConnectionWatch, Serializer, guardedConnection, rollbackQuietly, watchClient, withDeadline } = require('../../store/bounds.cjs');
+const { ConnectionWatch, Serializer, guardedConnection, rollbackQuietly, sessionLock, watchClient, withDeadline } = require('../../store/bounds.cjs');
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
 const dialect = require('./dialect.cjs');
@@ -132,43 +132,18 @@ class MysqlStore extends SqlStore {
    * from a Pool (so no transaction stays open while the lock is held), the
    * Connection itself otherwise. A session that ends frees it.
    */
-  async _tryLock(name) {
-    const pooled = this.#kind === 'pool';
+  _tryLock(name) {
     const lockName = dialect.lockName(name);
-    let session;
-    // As on PostgreSQL: a pooled session held for the lock is watched, so that
-    // a server that closes it emits an 'error' somebody hears.
-    let watch = null;
-    const giveBack = () => {
-      const broken = watch.error !== null;
-      watch.stop(broken);
-      if (broken) session.destroy?.();
-      else session.release();
-    };
-    try {
-      session = pooled ? await this.client.getConnection() : this.client;
-      if (pooled) watch = new ConnectionWatch(session.connection ?? session);
-      const [rows] = await session.query(dialect.tryLock, [lockName]);
-      if (Number(rows[0]?.acquired) === 1) {
-        return async () => {
-          try {
-            await session.query(dialect.unlock, [lockName]);
-          } catch {
-            // A lost session has freed its locks already.
-          } finally {
-            if (pooled) giveBack();
-          }
-        };
-      }
-    } catch (error) {
-      if (pooled && session) {
-        watch?.stop(true);
-        session.destroy?.();
-      }
-      throw mapError(error);
-    }
-    if (pooled) giveBack();
-    return null;
+    return sessionLock({
+      pooled: this.#kind === 'pool',
+      open: () => (this.#kind === 'pool' ? this.client.getConnection() : this.client),
+      // mysql2 emits 'error' on the connection beneath the promise wrapper.
+      emitterOf: (session) => session.connection ?? session,
+      tryLock: async (session) => Number((await session.query(dialect.tryLock, [lockName]))[0][0]?.acquired) === 1,
+      unlock: (session) => session.query(dialect.unlock, [lockName]),
+      giveBack: (session, broken) => (broken ? session.destroy?.() : session.release()),
+      mapError,
+    });
   }
 
   /**

@@ -11,7 +11,7 @@ const { IdemflowError } = require('../../core/errors.cjs');
 const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
 const { STORE_UNAVAILABLE, invalidArgument, lostRace, mapDriverError, isStoreUnavailable } = require('../../store/errors.cjs');
 const { DEFAULT_TABLES, STORE_OPTIONS, TIMEOUT_OPTIONS, resolveClock, resolveRaceRetries, resolveTimeouts } = require('../../store/options.cjs');
-const { ConnectionWatch, Serializer, guardedConnection, rollbackQuietly, watchClient, withDeadline } = require('../../store/bounds.cjs');
+const { ConnectionWatch, Serializer, guardedConnection, rollbackQuietly, sessionLock, watchClient, withDeadline } = require('../../store/bounds.cjs');
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
 const dialect = require('./dialect.cjs');
@@ -120,41 +120,17 @@ class PostgresStore extends SqlStore {
    * own from a Pool (so no transaction stays open while the lock is held),
    * the Client or PGlite itself otherwise. A session that ends frees it.
    */
-  async _tryLock(name) {
-    const pooled = this.#kind === 'pool';
-    let session;
-    // A pooled session held for the lock has no listener of the pool's: a
-    // server that ends it (57P01) would emit an 'error' nobody hears, which
-    // ends the process. The watch hears it; the session then goes back broken.
-    let watch = null;
-    const giveBack = () => {
-      watch?.stop(watch.error !== null);
-      session.release(watch?.error ?? undefined);
-    };
-    try {
-      session = pooled ? await this.client.connect() : this.client;
-      if (pooled) watch = new ConnectionWatch(session);
-      const { rows } = await session.query(dialect.tryLock, [name]);
-      if (rows[0]?.acquired === true) {
-        return async () => {
-          try {
-            await session.query(dialect.unlock, [name]);
-          } catch {
-            // A lost session has freed its locks already.
-          } finally {
-            if (pooled) giveBack();
-          }
-        };
-      }
-    } catch (error) {
-      if (pooled && session) {
-        watch?.stop(true);
-        session.release(true);
-      }
-      throw mapError(error);
-    }
-    if (pooled) giveBack();
-    return null;
+  _tryLock(name) {
+    return sessionLock({
+      pooled: this.#kind === 'pool',
+      open: () => (this.#kind === 'pool' ? this.client.connect() : this.client),
+      emitterOf: (session) => session,
+      tryLock: async (session) => (await session.query(dialect.tryLock, [name])).rows[0]?.acquired === true,
+      unlock: (session) => session.query(dialect.unlock, [name]),
+      // With an error, the pool discards the client instead of handing it out again.
+      giveBack: (session, broken, error) => session.release(broken ? error ?? true : undefined),
+      mapError,
+    });
   }
 
   // ---- The outbox store interface (docs/outbox.md; the rest is StoreBase)
