@@ -72,26 +72,17 @@ function workflowPatch(write) {
   if (!Number.isSafeInteger(revision) || revision < 0) {
     throw invalidArgument('set.revision must be a whole number from 0 to 2^53 - 1', { field: 'set.revision', workflowId: id, reason: 'not a safe integer' });
   }
-  const patch = {};
-  const removed = [];
   for (const [field, value] of Object.entries(fields)) {
     if (!FIELD_NAME.test(field)) {
       throw invalidArgument(`set.${field} is not a field name (a letter, then letters, digits, '_' or '-')`, {
         field: `set.${field}`, workflowId: id, reason: 'not a field name',
       });
     }
-    if (value === null) {
-      patch[field] = null;
-      removed.push(field);
-    } else if (typeof value === 'string') {
-      patch[field] = value;
-    } else {
+    if (value !== null && typeof value !== 'string') {
       throw invalidArgument(`set.${field} must be a string or null`, { field: `set.${field}`, workflowId: id, reason: 'not a string' });
     }
   }
-  const kept = Object.fromEntries(Object.entries(patch).filter(([, value]) => value !== null));
-  const expect = write.expect ?? null;
-  return { id, status, revision, expect, patch, removed, kept };
+  return decidedWorkflowPatch(write);
 }
 
 function invalidRecord(record, field, reason, id) {
@@ -378,15 +369,15 @@ function decidedOperationToStore(operation, now) {
   return pendingOperation({ ...operation, metadata: operation.metadata ?? null, traceContext: operation.traceContext ?? null }, now);
 }
 
-/** workflowPatch for a workflow write the core made. */
+/** workflowPatch for a workflow write the core made (and for one workflowPatch has checked). */
 function decidedWorkflowPatch(write) {
   const { status, revision } = write.set;
   const patch = {};
   const removed = [];
   const kept = {};
-  for (const field in write.set) {
+  // Own fields only: an inherited one (a polluted Object.prototype) is not the write's.
+  for (const [field, value] of Object.entries(write.set)) {
     if (field === 'status' || field === 'revision') continue;
-    const value = write.set[field];
     patch[field] = value;
     if (value === null) removed.push(field);
     else kept[field] = value;
