@@ -263,8 +263,9 @@ async function decideLosersAgain(tx, valid, entries, stored, state, writes, how)
   const workflowIds = new Set(written.filter((id) => workflowMoved(stored.workflows.get(id), workflowsNow.get(id))));
   const positions = touching(valid, eventIds, workflowIds);
   if (positions.length === 0) return;
-  const receipts = await tx.getReceipts([...eventIds], LATEST);
-  const workflows = await tx.getWorkflows([...workflowIds], LATEST);
+  // The keys those reads answered stand; only the others the losers touch are read.
+  const receipts = await readRest(tx, 'getReceipts', eventIds, inserted, receiptsNow);
+  const workflows = await readRest(tx, 'getWorkflows', workflowIds, written, workflowsNow);
   for (const [table, keys, fresh] of [['receipts', eventIds, receipts], ['workflows', workflowIds, workflows]]) {
     for (const key of keys) {
       if (fresh.has(key)) stored[table].set(key, fresh.get(key));
@@ -274,6 +275,14 @@ async function decideLosersAgain(tx, valid, entries, stored, state, writes, how)
     }
   }
   decideSome(valid, positions, entries, state, how);
+}
+
+/** `read` (a map of what is stored now for the keys `done`) with the rest of `keys` read too. */
+async function readRest(tx, many, keys, done, read) {
+  const answered = new Set(done);
+  const rest = [...keys].filter((key) => !answered.has(key));
+  if (rest.length === 0) return read;
+  return new Map([...read, ...await tx[many](rest, LATEST)]);
 }
 
 /**
