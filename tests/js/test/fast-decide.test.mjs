@@ -14,6 +14,7 @@ import { deepStrictEqual, strictEqual, ok } from 'node:assert';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
+import { random } from '../workers/broker.mjs';
 
 const require = createRequire(import.meta.url);
 const root = process.env.IDEMFLOW_PKG ?? path.dirname(require.resolve('idemflow/package.json'));
@@ -23,17 +24,6 @@ const { createFastDecider } = require(path.join(root, 'core', 'fast.cjs'));
 
 const SEED = Number(process.env.FAST_DECIDE_SEED ?? 20261130);
 const CASES = Number(process.env.FAST_DECIDE_CASES ?? 14_000);
-
-function random(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const BUILTINS = [['deposit-swap', 1], ['deposit-swap', 2], ['order-shipment', 1], ['order-shipment', 2], ['subscription', 1]];
 const ruleSets = BUILTINS.map(([name, version]) => {

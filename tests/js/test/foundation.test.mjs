@@ -213,42 +213,18 @@ test('an outbox id that already exists is OUTBOX_CONFLICT and nothing of the eve
   assert.equal(workflows.get('swap-42').revision, 3);
 });
 
-test('a compare-and-set that keeps failing is CONCURRENT_UPDATE, to retry', async () => {
-  const store = new InMemoryStore([workflow]);
-  let attempts = 0;
-  // Another writer bumps the revision between every read and write.
-  const contended = {
-    transaction: (fn) =>
-      store.transaction((tx) =>
-        fn({
-          getReceipt: (id) => tx.getReceipt(id),
-          getWorkflow: async (id) => {
-            attempts += 1;
-            const wf = await tx.getWorkflow(id);
-            await tx.writeWorkflow({ id, expect: { status: wf.status, revision: wf.revision }, set: { status: wf.status, revision: wf.revision + 1 } });
-            return wf;
-          },
-          insertReceipt: (r) => tx.insertReceipt(r),
-          writeWorkflow: (w) => tx.writeWorkflow(w),
-          insertOperation: (op) => tx.insertOperation(op),
-        }),
-      ),
-  };
-  await rejectsWith(processDepositConfirmed(contended, event, { maxAttempts: 3 }), 'CONCURRENT_UPDATE', { disposition: 'retry' });
-  assert.equal(attempts, 3);
-  assert.equal(store.snapshot().workflows.get('swap-42').revision, 3);
-});
-
-test('raceRetries: how often a lost race runs the cycle again, from the call or the store; maxAttempts is its older name', async () => {
-  const store = new InMemoryStore([workflow]);
-  let cycles = 0;
-  // Another writer bumps the revision between every read and write.
-  const contended = (settings = {}) => ({
+/**
+ * A host-written view of `store` where another writer bumps the workflow's
+ * revision between every read and write (`onRead()` hears each read), so every
+ * cycle loses its compare-and-set; `settings` are the view's own options.
+ */
+function contendedView(store, onRead, settings = {}) {
+  return {
     ...settings,
     transaction: (fn) => store.transaction((tx) => fn({
       getReceipt: (id) => tx.getReceipt(id),
       getWorkflow: async (id) => {
-        cycles += 1;
+        onRead();
         const wf = await tx.getWorkflow(id);
         await tx.writeWorkflow({ id, expect: { status: wf.status, revision: wf.revision }, set: { status: wf.status, revision: wf.revision + 1 } });
         return wf;
@@ -257,7 +233,22 @@ test('raceRetries: how often a lost race runs the cycle again, from the call or 
       writeWorkflow: (w) => tx.writeWorkflow(w),
       insertOperation: (op) => tx.insertOperation(op),
     })),
-  });
+  };
+}
+
+test('a compare-and-set that keeps failing is CONCURRENT_UPDATE, to retry', async () => {
+  const store = new InMemoryStore([workflow]);
+  let attempts = 0;
+  const contended = contendedView(store, () => { attempts += 1; });
+  await rejectsWith(processDepositConfirmed(contended, event, { maxAttempts: 3 }), 'CONCURRENT_UPDATE', { disposition: 'retry' });
+  assert.equal(attempts, 3);
+  assert.equal(store.snapshot().workflows.get('swap-42').revision, 3);
+});
+
+test('raceRetries: how often a lost race runs the cycle again, from the call or the store; maxAttempts is its older name', async () => {
+  const store = new InMemoryStore([workflow]);
+  let cycles = 0;
+  const contended = (settings = {}) => contendedView(store, () => { cycles += 1; }, settings);
   const runs = async (store, options) => {
     cycles = 0;
     await rejectsWith(processDepositConfirmed(store, event, options), 'CONCURRENT_UPDATE');
