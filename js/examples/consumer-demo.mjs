@@ -14,6 +14,7 @@
 //   node examples/consumer-demo.mjs [--swaps N] [--seed S] [--verbose]
 import { InMemoryStore, createOutboxConsumer, processEvent } from 'idemflow';
 import { startMetrics } from './shared/metrics-summary.mjs';
+import { random } from './shared/random.mjs';
 
 const metrics = await startMetrics();
 
@@ -29,17 +30,6 @@ const T0 = Date.UTC(2026, 0, 1);
 const POLICY = { maxAttempts: 5, baseDelayMs: 1_000, maxDelayMs: 60_000, leaseMs: 30_000 };
 const PROVIDER_MINIMUM_UNITS = 20_000;
 
-// A small seeded generator, so every run tells the same story.
-function random(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const rand = random(SEED);
 
 const clock = { t: T0, now: () => clock.t };

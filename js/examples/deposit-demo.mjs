@@ -10,6 +10,7 @@ import path from 'node:path';
 import { IdemflowError, InMemoryStore, RuleSet, processEvent } from 'idemflow';
 import { SqliteStore } from 'idemflow/sqlite';
 import { startMetrics } from './shared/metrics-summary.mjs';
+import { random } from './shared/random.mjs';
 
 const metrics = await startMetrics();
 
@@ -18,17 +19,6 @@ const SWAPS = Number(args.swaps ?? 2000);
 const SEED = Number(args.seed ?? 42);
 const CONCURRENCY = 8;
 
-// A small seeded generator, so every run tells the same story.
-function random(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const rand = random(SEED);
 const pick = (n) => Math.floor(rand() * n);
 
