@@ -45,4 +45,15 @@ function fromWasm(thrown) {
   return thrown;
 }
 
-module.exports = { IdemflowError, isIdemflowError, fromWasm };
+/**
+ * What a host loop holds in place of something it could not read: a stored
+ * record that is damaged (INVALID_RECORD), or an element of a batch whose
+ * read threw (INVALID_EVENT). It fails the events that need it, not the batch.
+ */
+class Unreadable {
+  constructor(error) {
+    this.error = error;
+  }
+}
+
+module.exports = { IdemflowError, isIdemflowError, fromWasm, Unreadable };

@@ -82,11 +82,16 @@ class SqlStatements {
     return `${bind(values)}::${this.dialect.arrayTypes[DEFINITIONS[table][column][0]]}[]`;
   }
 
-  /** The rows of `table` with these keys (any order; missing keys have none); `latest`: as committed now, past a snapshot (the dialect's `latestRead`). */
-  readMany(table, keys, latest = false) {
-    const suffix = latest ? this.dialect.latestRead ?? '' : '';
+  /**
+   * The rows of `table` with these keys (missing keys have none). `lock`:
+   * locked for the rest of the transaction, in key order (the dialect's
+   * `lockInOrder`), so that transactions locking overlapping sets of rows
+   * take them in the same order and never wait on each other in a cycle.
+   */
+  readMany(table, keys, { lock = false } = {}) {
     const source = sourceOf(table);
     const key = KEYS[source];
+    const suffix = lock && this.dialect.lockInOrder ? this.dialect.lockInOrder(key) : '';
     return this.statement((bind) => `SELECT ${columnList(table, { read: true })} FROM ${this.quoted[source]} WHERE `
       + `${this.dialect.arrayTypes ? `${key} = ANY(${this.#array(bind, keys, source, key)})` : `${key} IN (${keys.map(bind).join(', ')})`}${suffix}`, true);
   }

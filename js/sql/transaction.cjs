@@ -7,7 +7,7 @@
 
 const { StoreTransaction } = require('../store/base.cjs');
 const { operationExists, receiptExists, workflowChanged } = require('../store/errors.cjs');
-const { decidedOperationToStore, decidedReceiptToStore, decidedWorkflowPatch, decisionReceiptFromStore } = require('../store/records.cjs');
+const { decidedOperationToStore, decidedReceiptToStore, decidedWorkflowPatch, decisionReceiptFromStore, readOrUnreadable } = require('../store/records.cjs');
 const { recordOf } = require('./columns.cjs');
 const { isPromise, step } = require('../core/step.cjs');
 
@@ -63,16 +63,17 @@ class SqlTransaction extends StoreTransaction {
 
   /**
    * key → stored record of `table` for the keys that exist, in statements of
-   * CHUNK keys; `latest`: what is committed now, even where the transaction
-   * reads a snapshot (MySQL's REPEATABLE READ: a locking read).
+   * CHUNK keys (`lock`: see SqlStatements.readMany). A record that cannot be
+   * read is an Unreadable holding its INVALID_RECORD: it fails the events
+   * that need it, not the batch.
    */
-  async #readMany(table, keys, read, latest) {
+  async #readMany(table, keys, read, lock) {
     const found = new Map();
     const key = table === 'decision' ? 'eventId' : 'id';
     for (const part of chunks(keys)) {
-      for (const row of (await this.#execute(this._store._statements.readMany(table, part, latest))).rows) {
+      for (const row of (await this.#execute(this._store._statements.readMany(table, part, { lock }))).rows) {
         const record = recordOf(table, row);
-        found.set(record[key], read(record));
+        found.set(record[key], readOrUnreadable(read, record));
       }
     }
     return found;
@@ -83,14 +84,18 @@ class SqlTransaction extends StoreTransaction {
     return step(this.#execute(this._store._statements.read('decision', eventId)), ({ rows }) => decisionReceiptFromStore(recordOf('decision', rows[0])));
   }
 
-  /** What a decision needs of the receipts stored for these event ids, as getReceiptToDecide reads one (processBatch); `latest` as in #readMany. */
-  getReceipts(eventIds, { latest = false } = {}) {
-    return this.#readMany('decision', eventIds, decisionReceiptFromStore, latest);
+  /** What a decision needs of the receipts stored for these event ids, as getReceiptToDecide reads one (processBatch). */
+  getReceipts(eventIds) {
+    return this.#readMany('decision', eventIds, decisionReceiptFromStore, false);
   }
 
-  /** The workflows with these ids, read as getWorkflow reads one (processBatch); `latest` as in #readMany. */
-  getWorkflows(ids, { latest = false } = {}) {
-    return this.#readMany('workflows', ids, (record) => this._store._workflowOf(record), latest);
+  /**
+   * The workflows with these ids, read as getWorkflow reads one
+   * (processBatch); `lock`: each locked until the transaction ends, taken in
+   * id order where the database has row locks.
+   */
+  getWorkflows(ids, { lock = false } = {}) {
+    return this.#readMany('workflows', ids, (record) => this._store._workflowOf(record), lock);
   }
 
   /** Marks where processBatch can undo its writes to after losing one to another transaction. */
@@ -117,21 +122,24 @@ class SqlTransaction extends StoreTransaction {
   }
 
   /**
-   * The writes of many decisions (processBatch): the receipts and the
-   * operations in multi-row inserts; the workflows, each written whole (its
-   * `set` holds every recorded field, null for those removed), in one
-   * compare-and-set statement per chunk where the dialect has one
-   * (`updateWorkflows`), else one each. A
+   * The writes of many decisions (processBatch), in the order every
+   * transaction of idemflow takes its locks: the workflows, then the
+   * receipts, then the operations, each sorted by key (processBatch sorts
+   * them), so that two batches over overlapping keys queue rather than
+   * deadlock. The receipts and the operations go in multi-row inserts; the
+   * workflows, each written whole (its `set` holds every recorded field,
+   * null for those removed), in one compare-and-set statement per chunk
+   * where the dialect has one (`updateWorkflows`), else one each. A
    * receipt that exists already is a lost race (CONCURRENT_UPDATE); an
    * operation that does is OUTBOX_CONFLICT, whose event the batch finds by
    * running its events one by one.
    */
   async commitBatch({ receipts, workflows, operations, now = this._store.now() }) {
     // The core made these writes (processBatch): stored without checking them again.
+    await this.#writeWorkflows(workflows, now);
     if (receipts.length > 0 && await this.#insertMany('inbox', receipts.map((r) => decidedReceiptToStore(r, now))) !== receipts.length) {
       throw receiptExists(receipts[0]);
     }
-    await this.#writeWorkflows(workflows, now);
     if (operations.length > 0 && await this.#insertMany('outbox', operations.map((op) => decidedOperationToStore(op, now))) !== operations.length) {
       throw operationExists(operations[0]);
     }

@@ -6,7 +6,7 @@
 // Stores keep records their own way (SQL rows, documents, Maps) and convert
 // at their edge; nothing here knows a database.
 
-const { IdemflowError } = require('../core/errors.cjs');
+const { IdemflowError, Unreadable } = require('../core/errors.cjs');
 const { invalidArgument } = require('./errors.cjs');
 
 const RESERVED_FIELDS = new Set(['id', 'status', 'revision']);
@@ -83,6 +83,16 @@ function workflowPatch(write) {
     }
   }
   return decidedWorkflowPatch(write);
+}
+
+/** read(record), or an Unreadable when the record is damaged (INVALID_RECORD); other errors pass. */
+function readOrUnreadable(read, record) {
+  try {
+    return read(record);
+  } catch (error) {
+    if (error instanceof IdemflowError && error.code === 'INVALID_RECORD') return new Unreadable(error);
+    throw error;
+  }
 }
 
 function invalidRecord(record, field, reason, id) {
@@ -472,6 +482,7 @@ function operationView(record) {
 }
 
 module.exports = {
+  readOrUnreadable,
   RECORD_FIELDS,
   OPERATION_STATUSES,
   fieldOfName,

@@ -125,8 +125,12 @@ const dialect = Object.freeze({
   quote,
   placeholder: () => '?',
   insertIfAbsent: () => '',
-  // A read past the REPEATABLE READ snapshot (processBatch, after a lost write): a locking read sees what is committed.
-  latestRead: ' LOCK IN SHARE MODE',
+  // processBatch's locking read, in key order. It runs at READ COMMITTED
+  // (batchIsolation), where a locking read takes no gap lock for a key that
+  // is missing: two batches that both create a workflow then meet at its
+  // insert instead of deadlocking on each other's gap locks.
+  lockInOrder: (key) => ` ORDER BY ${key} FOR UPDATE`,
+  batchIsolation: 'READ COMMITTED',
   upsert: (key, columns) => ` ON DUPLICATE KEY UPDATE ${columns.map((c) => `${c} = VALUES(${c})`).join(', ')}`,
   mergeData,
   // MySQL refuses LIMIT in an IN subquery; DELETE takes its own ORDER BY … LIMIT.

@@ -59,6 +59,9 @@ const dialect = Object.freeze({
       WHERE w.id = v.id AND w.status = v.expect_status AND w.revision = v.expect_revision`,
   purgeBatch: ({ table, key, order, where, limit }) =>
     `DELETE FROM ${table} WHERE ${key} IN (SELECT ${key} FROM ${table} WHERE ${where} ORDER BY ${order} LIMIT ${limit} FOR UPDATE SKIP LOCKED)`,
+  // processBatch's locking read, in key order: the lock an UPDATE of a
+  // non-key column takes, taken as the sorted rows come out.
+  lockInOrder: (key) => ` ORDER BY ${key} FOR NO KEY UPDATE`,
   classify,
   /** The session-level advisory lock of withExclusiveLock, keyed by a hash of its name. */
   tryLock: 'SELECT pg_try_advisory_lock(hashtext($1)) AS acquired',

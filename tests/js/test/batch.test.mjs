@@ -8,7 +8,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { IdemflowError, InMemoryStore, processBatch, processEvent } from 'idemflow';
+import { IdemflowError, InMemoryStore, RuleSet, processBatch, processEvent } from 'idemflow';
 import { BACKENDS, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
@@ -84,6 +84,8 @@ async function stateOf(store, ns, drawnEvents) {
 
 /** The backends whose transactions have savepoints (the SQL stores). */
 const SAVEPOINTS = new Set(['sqlite', 'sqlite-node', 'pglite', 'pg', 'mysql']);
+/** The backends where the batch's workflows are row-locked as it reads them, and other connections write meanwhile. */
+const LOCKS = new Set(['pg', 'mysql']);
 
 /**
  * `store`, counting its transactions (`counted()` per call), whose
@@ -110,9 +112,9 @@ function interceptSavepoint(store, counted, first) {
   return new Proxy(store, {
     get(target, key) {
       if (key !== 'transaction') return forward(target, key);
-      return (fn) => {
+      return (fn, options) => {
         counted();
-        return target.transaction((tx) => fn(txOf(tx)));
+        return target.transaction((tx) => fn(txOf(tx)), options);
       };
     },
   });
@@ -182,7 +184,8 @@ for (const backend of BACKENDS) {
     });
 
     it('a write lost inside a batch: back to the savepoint, only the events on what was lost decided again, one transaction', {
-      skip: SAVEPOINTS.has(backend.id) ? false : 'no savepoints here: a lost race runs the whole batch again (the test above)',
+      skip: !SAVEPOINTS.has(backend.id) ? 'no savepoints here: a lost race runs the whole batch again (the test above)'
+        : LOCKS.has(backend.id) ? 'the batch locks its workflows here: another writer waits (the tests below)' : false,
     }, async () => {
       const batchNs = `lost-${uniquePrefix()}`;
       const oneNs = `lost1-${uniquePrefix()}`;
@@ -200,14 +203,11 @@ for (const backend of BACKENDS) {
       for (const ns of [batchNs, oneNs]) {
         for (let w = 0; w < WORKFLOWS; w += 1) await store.putWorkflow({ id: `${ns}:w${w}`, status: 'waiting', revision: 0 });
       }
-      // The winner commits through a second connection where the database has
-      // them; in process, through the batch's own transaction before its
-      // savepoint (the state a commit in between would leave).
-      const second = backend.id === 'pg' || backend.id === 'mysql' ? await env.open(tables, {}) : null;
+      // In process, the winner commits through the batch's own transaction
+      // before its savepoint: the state a commit in between would leave.
       let transactions = 0;
       const wrapped = interceptSavepoint(store, () => { transactions += 1; }, async (tx) => {
-        const target = second ? second.store : { transaction: (fn) => fn(tx) };
-        for (const d of winner) await processEvent(target, eventOf(d, batchNs));
+        for (const d of winner) await processEvent({ transaction: (fn) => fn(tx) }, eventOf(d, batchNs));
       });
       const heard = [];
       const batched = await processBatch(wrapped, drawn.map((d) => eventOf(d, batchNs)), { hooks: { onRaceRetry: (r) => heard.push(r.reason) } });
@@ -215,7 +215,6 @@ for (const backend of BACKENDS) {
       for (const d of winner) await processEvent(store, eventOf(d, oneNs));
       const single = [];
       for (const d of drawn) single.push(await outcomeOf(processEvent(store, eventOf(d, oneNs))));
-      await second?.close();
 
       assert.equal(transactions, 1, 'one transaction for the batch');
       assert.equal(heard.length, 1, `one lost write heard: ${heard}`);
@@ -227,6 +226,53 @@ for (const backend of BACKENDS) {
       assert.deepEqual(batched.map((r) => withoutAttempts(r, batchNs)), single.map((r) => withoutAttempts(r, oneNs)));
       const all = [...winner, ...drawn];
       assert.deepEqual(await stateOf(store, batchNs, all), await stateOf(store, oneNs, all));
+    });
+
+    it('a workflow another transaction creates after the batch read it missing: back to the savepoint, that event decided again, one transaction', {
+      skip: SAVEPOINTS.has(backend.id) ? false : 'no savepoints here: a lost race runs the whole batch again (the test above)',
+    }, async () => {
+      const ns = uniquePrefix();
+      const ruleSet = RuleSet.builtin('order-shipment');
+      const request = (id, order) => ({ eventId: `${ns}:${id}`, workflowId: `${ns}:${order}`, type: 'SHIPMENT_REQUESTED' });
+      // A new workflow is not locked by the batch's read (there is no row):
+      // another connection creates o1 between the batch's read and its writes.
+      const second = LOCKS.has(backend.id) ? await env.open(tables, {}) : null;
+      let transactions = 0;
+      const wrapped = interceptSavepoint(store, () => { transactions += 1; }, async (tx) => {
+        await processEvent(second ? second.store : { transaction: (fn) => fn(tx) }, request('winner', 'o1'), { ruleSet });
+      });
+      const heard = [];
+      const results = await processBatch(wrapped, [request('a', 'o1'), request('b', 'o2')], { ruleSet, hooks: { onRaceRetry: (r) => heard.push(r.reason) } });
+      await second?.close();
+      assert.equal(transactions, 1, 'one transaction for the batch');
+      assert.deepEqual(heard, ['workflow-exists']);
+      assert.deepEqual(results.map((r) => [r.outcome, r.attempts]), [['already-applied', 2], ['applied', 1]]);
+      assert.equal((await store.getOperation(`create-shipment:${ns}:o1`)).eventId, `${ns}:winner`);
+      assert.equal((await store.getOperation(`create-shipment:${ns}:o2`)).eventId, `${ns}:b`);
+    });
+
+    it('a writer that needs a workflow the batch holds waits for the batch and is decided after it: no lost write on either side', {
+      skip: LOCKS.has(backend.id) ? false : 'one writer at a time here (or no row locks)',
+    }, async () => {
+      const ns = uniquePrefix();
+      const ids = [0, 1, 2].map((i) => `${ns}:w${i}`);
+      for (const id of ids) await store.putWorkflow({ id, status: 'waiting', revision: 0 });
+      const second = await env.open(tables, {});
+      const confirm = (eventId, workflowId) => ({ eventId: `${ns}:${eventId}`, workflowId, type: 'DEPOSIT_CONFIRMED', depositRef: 'r', amountUnits: '5' });
+      const heard = [];
+      let other;
+      const wrapped = interceptSavepoint(store, () => {}, async () => {
+        // The batch holds w1 now: the other writer's event on it waits.
+        other = processEvent(second.store, confirm('other', ids[1]), { hooks: { onRaceRetry: (r) => heard.push(r.reason) } });
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      });
+      const results = await processBatch(wrapped, ids.map((id, i) => confirm(`b${i}`, id)), { hooks: { onRaceRetry: (r) => heard.push(r.reason) } });
+      const late = await other;
+      await second.close();
+      assert.deepEqual(results.map((r) => [r.outcome, r.attempts]), [['applied', 1], ['applied', 1], ['applied', 1]]);
+      assert.equal(late.outcome, 'already-applied', 'decided on what the batch committed');
+      assert.ok(heard.every((reason) => reason !== 'deadlock'), `no deadlock: ${heard}`);
+      assert.equal((await store.getWorkflow(ids[1])).revision, 1);
     });
 
     it('a batch of duplicates of one event applies it once; an empty batch writes nothing', async () => {
