@@ -6,15 +6,15 @@
 // workflow apply one after another): the results and the stored state are
 // those of processing the events one by one. Only the transaction is shared.
 
-const { IdemflowError } = require('./errors.cjs');
-const { checkOptionKeys } = require('./options.cjs');
+const { IdemflowError, Unreadable } = require('./errors.cjs');
+const { messageOf, optionsOf } = require('./options.cjs');
 const { resolveRuleSet } = require('./rules.cjs');
 const { decideNormalized, decideNormalizedBatch, normalizeEvent } = require('./decide.cjs');
-const { afterLostRace, cyclesOf, hooksOf, metadataOf, noteLostRace, processEvent, resultOf } = require('./host.cjs');
+const { PROCESS_OPTIONS, afterLostRace, callDeadline, cyclesOf, hooksOf, metadataOf, noteLostRace, processChecked, resultOf } = require('./host.cjs');
 
 const MAX_BATCH = 10_000;
-/** Reads after a lost write: what the winner committed, past any snapshot. */
-const LATEST = Object.freeze({ latest: true });
+/** The batch's workflows are locked as they are read, in id order (see decideAll). */
+const LOCKED = Object.freeze({ lock: true });
 
 /**
  * An error of one event, raised before it wrote anything: the core refused it
@@ -45,26 +45,25 @@ function ownError(error) {
  * failing answer with an error. A failure of the store itself
  * (STORE_UNAVAILABLE, a missing table) is every event's error.
  */
-async function processBatch(store, events, opts = {}) {
+async function processBatch(store, events, options) {
   if (store === null || typeof store !== 'object' || typeof store.transaction !== 'function') {
     throw new IdemflowError('INVALID_ARGUMENT', 'store must have a transaction(fn) method', { details: { reason: 'not a store' } });
   }
-  if (!Array.isArray(events)) {
-    throw new IdemflowError('INVALID_ARGUMENT', 'processBatch takes an array of events', { details: { reason: 'not an array' } });
-  }
-  if (events.length > MAX_BATCH) {
-    throw new IdemflowError('INVALID_ARGUMENT', `a batch holds at most ${MAX_BATCH} events, not ${events.length}`, {
-      details: { reason: 'batch too large', limit: MAX_BATCH },
-    });
-  }
-  checkOptionKeys(opts, ['ruleSet', 'type', 'raceRetries', 'maxAttempts', 'metadata', 'hooks'], 'processBatch');
+  const list = eventsOf(events);
+  const opts = optionsOf(options, PROCESS_OPTIONS, 'processBatch');
   const ruleSet = resolveRuleSet(opts.ruleSet);
   const cycles = cyclesOf(opts, store);
   const metadata = metadataOf(opts.metadata);
   const { onRaceRetry } = hooksOf(opts.hooks);
-  const results = new Array(events.length);
+  const deadlineAt = callDeadline(store);
+  const transactionOptions = { ...BATCH, deadlineAt };
+  const results = new Array(list.length);
   const valid = [];
-  for (const [index, event] of events.entries()) {
+  for (const [index, event] of list.entries()) {
+    if (event instanceof Unreadable) {
+      results[index] = { error: event.error };
+      continue;
+    }
     try {
       valid.push({ index, event: normalizeEvent(event, { ruleSet, type: opts.type }) });
     } catch (error) {
@@ -76,23 +75,61 @@ async function processBatch(store, events, opts = {}) {
 
   for (let attempt = 1; ; attempt += 1) {
     try {
-      const outcome = await store.transaction((tx) => decideAll(tx, valid, ruleSet, clockOf(store), metadata, cycles, onRaceRetry));
+      const outcome = await store.transaction((tx) => decideAll(tx, valid, ruleSet, clockOf(store), metadata, cycles, onRaceRetry), transactionOptions);
       for (const [index, result, decided] of outcome) results[index] = result.error === undefined ? { ...result, attempts: attempt - 1 + decided } : result;
       return results;
     } catch (error) {
       if (!(error instanceof IdemflowError)) throw error;
       const raced = error.code === 'CONCURRENT_UPDATE';
       if (raced && attempt < cycles) {
-        await afterLostRace(error, attempt, onRaceRetry);
+        await afterLostRace(error, attempt, onRaceRetry, null, deadlineAt);
         continue;
       }
-      if (raced || error.code === 'OUTBOX_CONFLICT') return oneByOne(store, valid, results, { ...opts, ruleSet });
+      if (raced || error.code === 'OUTBOX_CONFLICT') return oneByOne(store, valid, results, { ...opts, ruleSet }, deadlineAt);
       // The store itself failed: nothing was committed, and every event is to be redelivered.
       for (const { index } of valid) results[index] = { error };
       return results;
     }
   }
 }
+
+/**
+ * The events of a batch as a plain array, read once: an array that cannot
+ * be read (a revoked proxy, a throwing length) is INVALID_ARGUMENT; an
+ * element whose read throws is an Unreadable holding that event's
+ * INVALID_EVENT, and the others go on.
+ */
+function eventsOf(events) {
+  let length;
+  try {
+    if (!Array.isArray(events)) {
+      throw new IdemflowError('INVALID_ARGUMENT', 'processBatch takes an array of events', { details: { reason: 'not an array' } });
+    }
+    length = events.length;
+  } catch (cause) {
+    if (cause instanceof IdemflowError) throw cause;
+    const reason = `the events cannot be read: ${messageOf(cause)}`;
+    throw new IdemflowError('INVALID_ARGUMENT', reason, { details: { reason }, cause });
+  }
+  if (length > MAX_BATCH) {
+    throw new IdemflowError('INVALID_ARGUMENT', `a batch holds at most ${MAX_BATCH} events, not ${length}`, {
+      details: { reason: 'batch too large', limit: MAX_BATCH },
+    });
+  }
+  const list = new Array(length);
+  for (let i = 0; i < length; i += 1) {
+    try {
+      list[i] = events[i];
+    } catch (cause) {
+      const reason = `cannot be read: ${messageOf(cause)}`;
+      list[i] = new Unreadable(new IdemflowError('INVALID_EVENT', `event ${i} ${reason}`, { details: { reason, index: i }, cause }));
+    }
+  }
+  return list;
+}
+
+/** What processBatch asks of a store's transaction: the isolation its locking reads need (MySQL: READ COMMITTED). */
+const BATCH = Object.freeze({ batch: true });
 
 /** The store's clock (StoreBase has one), else the wall clock. */
 function clockOf(store) {
@@ -136,9 +173,9 @@ function lostWrite(error) {
     && ['receipt-exists', 'workflow-exists', 'workflow-changed'].includes(error.details?.reason);
 }
 
-/** Whether another transaction created, changed or removed a workflow since it was read. */
+/** Whether another transaction created, changed or removed a workflow since it was read (or it can no longer be read, or now can). */
 function workflowMoved(before, after) {
-  if (before === undefined || after === undefined) return before !== after;
+  if (before === undefined || after === undefined || before instanceof Unreadable || after instanceof Unreadable) return before !== after;
   return before.status !== after.status || before.revision !== after.revision;
 }
 
@@ -163,10 +200,13 @@ async function decideAll(tx, valid, ruleSet, clock, metadata, cycles, onRaceRetr
   // duplicate within the batch reads it back as its original's decidedAt.
   const now = clock();
   // As stored (read), and as the decisions so far leave them.
-  const stored = {
-    receipts: await readMany(tx, 'getReceipts', 'getReceipt', keysOf(valid, 'eventId')),
-    workflows: await readMany(tx, 'getWorkflows', 'getWorkflow', keysOf(valid, 'workflowId')),
-  };
+  // The workflows first, locked in id order, then the receipts: every batch
+  // takes its locks in the same order (workflows, receipts, operations;
+  // commit), so batches over overlapping workflows queue instead of
+  // deadlocking, and the receipts read after the locks see what a batch that
+  // held them committed.
+  const workflows = await readMany(tx, 'getWorkflows', 'getWorkflow', keysOf(valid, 'workflowId'), LOCKED);
+  const stored = { receipts: await readMany(tx, 'getReceipts', 'getReceipt', keysOf(valid, 'eventId')), workflows };
   const state = { receipts: new Map(stored.receipts), workflows: new Map(stored.workflows), copies: new Set() };
   const entries = new Array(valid.length);
   decideSome(valid, valid.keys(), entries, state, { ruleSet, now, decided: 1 });
@@ -212,28 +252,44 @@ function decideSome(valid, positions, entries, state, how) {
   }
   if (first.length > 1) {
     const inputs = first.map((position) => inputOf(valid[position].event, state));
-    const answers = decideNormalizedBatch(how.ruleSet.compiled, inputs);
-    for (const [k, position] of first.entries()) settle(valid[position], position, answers[k], entries, state, how);
+    // An event whose record cannot be read has its error already; the core decides the rest.
+    const readable = inputs.filter((input) => input.error === undefined);
+    const answers = decideNormalizedBatch(how.ruleSet.compiled, readable);
+    let k = 0;
+    for (const [j, position] of first.entries()) {
+      const answer = inputs[j].error === undefined ? answers[k++] : inputs[j];
+      settle(valid[position], position, answer, entries, state, how);
+    }
   } else {
     later.unshift(...first);
   }
   for (const position of later) {
     const { event } = valid[position];
-    const { receipt, workflow } = inputOf(event, state);
-    let answer;
-    try {
-      answer = decideNormalized(how.ruleSet.compiled, event, receipt, workflow);
-    } catch (error) {
-      answer = { error };
+    const input = inputOf(event, state);
+    let answer = input;
+    if (input.error === undefined) {
+      try {
+        answer = decideNormalized(how.ruleSet.compiled, event, input.receipt, input.workflow);
+      } catch (error) {
+        answer = { error };
+      }
     }
     settle(valid[position], position, answer, entries, state, how);
   }
 }
 
-/** What a decision of `event` reads: its receipt, and without one its workflow. */
+/**
+ * What a decision of `event` reads: its receipt, and without one its
+ * workflow; `{ error }` when the one it needs cannot be read (as
+ * processEvent would fail on it, and on nothing else).
+ */
 function inputOf(event, state) {
   const receipt = state.receipts.get(event.eventId) ?? null;
-  return { event, receipt, workflow: receipt ? null : state.workflows.get(event.workflowId) ?? null };
+  if (receipt instanceof Unreadable) return { error: receipt.error };
+  if (receipt) return { event, receipt, workflow: null };
+  const workflow = state.workflows.get(event.workflowId) ?? null;
+  if (workflow instanceof Unreadable) return { error: workflow.error };
+  return { event, receipt: null, workflow };
 }
 
 /** Records an event's decision (or error) and updates `state` as its commit would. */
@@ -257,15 +313,15 @@ function settle({ index }, position, answer, entries, state, { now, decided }) {
 async function decideLosersAgain(tx, valid, entries, stored, state, writes, how) {
   const inserted = writes.receipts.map((receipt) => receipt.eventId);
   const written = writes.workflows.map((write) => write.id);
-  const receiptsNow = await tx.getReceipts(inserted, LATEST);
-  const workflowsNow = await tx.getWorkflows(written, LATEST);
+  const workflowsNow = await tx.getWorkflows(written, LOCKED);
+  const receiptsNow = await tx.getReceipts(inserted);
   const eventIds = new Set(inserted.filter((id) => receiptsNow.has(id)));
   const workflowIds = new Set(written.filter((id) => workflowMoved(stored.workflows.get(id), workflowsNow.get(id))));
   const positions = touching(valid, eventIds, workflowIds);
   if (positions.length === 0) return;
   // The keys those reads answered stand; only the others the losers touch are read.
+  const workflows = await readRest(tx, 'getWorkflows', workflowIds, written, workflowsNow, LOCKED);
   const receipts = await readRest(tx, 'getReceipts', eventIds, inserted, receiptsNow);
-  const workflows = await readRest(tx, 'getWorkflows', workflowIds, written, workflowsNow);
   for (const [table, keys, fresh] of [['receipts', eventIds, receipts], ['workflows', workflowIds, workflows]]) {
     for (const key of keys) {
       if (fresh.has(key)) stored[table].set(key, fresh.get(key));
@@ -278,11 +334,11 @@ async function decideLosersAgain(tx, valid, entries, stored, state, writes, how)
 }
 
 /** `read` (a map of what is stored now for the keys `done`) with the rest of `keys` read too. */
-async function readRest(tx, many, keys, done, read) {
+async function readRest(tx, many, keys, done, read, how) {
   const answered = new Set(done);
   const rest = [...keys].filter((key) => !answered.has(key));
   if (rest.length === 0) return read;
-  return new Map([...read, ...await tx[many](rest, LATEST)]);
+  return new Map([...read, ...await tx[many](rest, how)]);
 }
 
 /**
@@ -331,38 +387,70 @@ function writesOf(entries, original, final, metadata) {
     }
   }
   const workflows = [...expected].map(([id, expect]) => collapsed(id, expect, original.get(id) ?? null, final.get(id)));
+  // Each kind in key order: the order every batch takes its locks in.
+  receipts.sort((a, b) => compareKeys(a.eventId, b.eventId));
+  workflows.sort(byId);
+  operations.sort(byId);
   return { receipts, workflows, operations };
 }
 
+function compareKeys(a, b) {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+function byId(a, b) {
+  return compareKeys(a.id, b.id);
+}
+
+/** The batch's writes: workflows, receipts, operations (see writesOf), through commitBatch when the transaction has it. */
 async function commit(tx, { receipts, workflows, operations }, now) {
   if (typeof tx.commitBatch === 'function') {
     await tx.commitBatch({ receipts, workflows, operations, now });
     return;
   }
-  for (const receipt of receipts) await tx.insertReceipt(receipt);
   for (const write of workflows) await tx.writeWorkflow(write);
+  for (const receipt of receipts) await tx.insertReceipt(receipt);
   for (const operation of operations) await tx.insertOperation(operation);
 }
 
-/** key → record for the keys that exist, through `many` when the transaction has it, else one read each. */
-async function readMany(tx, many, one, keys) {
-  if (typeof tx[many] === 'function') return tx[many](keys);
+/**
+ * key → record for the keys that exist, through `many` when the transaction
+ * has it, else one read each; a record that cannot be read is an Unreadable
+ * (see store/records.cjs).
+ */
+async function readMany(tx, many, one, keys, how) {
+  if (typeof tx[many] === 'function') return how === undefined ? tx[many](keys) : tx[many](keys, how);
   const found = new Map();
   for (const key of keys) {
-    const record = await tx[one](key);
+    let record;
+    try {
+      record = await tx[one](key);
+    } catch (error) {
+      if (!(error instanceof IdemflowError) || error.code !== 'INVALID_RECORD') throw error;
+      record = new Unreadable(error);
+    }
     if (record) found.set(key, record);
   }
   return found;
 }
 
-/** The events of a batch that could not commit together, one transaction each. */
-async function oneByOne(store, valid, results, opts) {
-  for (const { index, event } of valid) {
+/**
+ * The events of a batch that could not commit together, one transaction
+ * each, within the batch's deadline. The first failure of the store itself
+ * (STORE_UNAVAILABLE: an outage, or the time is up) ends it: the events not
+ * yet decided answer that error, to be redelivered, and touch nothing.
+ */
+async function oneByOne(store, valid, results, opts, deadlineAt) {
+  for (const [k, { index, event }] of valid.entries()) {
     try {
-      results[index] = await processEvent(store, event, opts);
+      results[index] = await processChecked(store, event, opts, deadlineAt);
     } catch (error) {
       if (!(error instanceof IdemflowError)) throw error;
       results[index] = { error };
+      if (error.code === 'STORE_UNAVAILABLE') {
+        for (const rest of valid.slice(k + 1)) results[rest.index] = { error };
+        return results;
+      }
     }
   }
   return results;

@@ -5,7 +5,7 @@
 const { IdemflowError } = require('./errors.cjs');
 const { RuleSet, resolveRuleSet } = require('./rules.cjs');
 const { decideNormalized, normalizeEvent } = require('./decide.cjs');
-const { checkOptionKeys } = require('./options.cjs');
+const { optionsOf } = require('./options.cjs');
 const telemetry = require('./telemetry.cjs');
 const { step } = require('./step.cjs');
 
@@ -33,14 +33,15 @@ function cyclesOf(opts, store) {
 }
 
 /**
- * Writes a decision's write set through a store transaction, in a fixed
- * order: receipt (unique event id), workflow (compare-and-set), operations
- * (unique operation ids). Stores signal a lost race with CONCURRENT_UPDATE
- * and an existing operation id with OUTBOX_CONFLICT.
+ * Writes a decision's write set through a store transaction, in the order
+ * every transaction of idemflow takes its locks: workflow (compare-and-set),
+ * receipt (unique event id), operations (unique operation ids). Stores
+ * signal a lost race with CONCURRENT_UPDATE and an existing operation id
+ * with OUTBOX_CONFLICT.
  */
 async function commitWriteSet(tx, writeSet) {
-  if (writeSet.receipt) await tx.insertReceipt(writeSet.receipt);
   if (writeSet.workflow) await tx.writeWorkflow(writeSet.workflow);
+  if (writeSet.receipt) await tx.insertReceipt(writeSet.receipt);
   for (const operation of writeSet.outbox) await tx.insertOperation(operation);
 }
 
@@ -71,9 +72,21 @@ function sleep(ms) {
  * handled into an error) and a full-jitter backoff, which keeps racing
  * workers from colliding again in lockstep.
  */
-async function afterLostRace(error, attempt, onRaceRetry, run = null) {
+async function afterLostRace(error, attempt, onRaceRetry, run = null, deadlineAt = null) {
   noteLostRace(error, attempt, onRaceRetry, run);
-  await sleep(Math.random() * Math.min(100, 5 * 2 ** attempt));
+  const pause = Math.random() * Math.min(100, 5 * 2 ** attempt);
+  // Never past the call's deadline: the next cycle then fails at once, without touching the store.
+  await sleep(deadlineAt === null ? pause : Math.max(0, Math.min(pause, deadlineAt - performance.now())));
+}
+
+/**
+ * When a call must end (performance.now() time): the store's timeoutMs
+ * from now, for the whole call, its re-runs and fallbacks included; null
+ * for a store without one (SQLite, memory: their calls do not wait on a server).
+ */
+function callDeadline(store) {
+  const { timeoutMs } = store;
+  return Number.isSafeInteger(timeoutMs) && timeoutMs > 0 ? performance.now() + timeoutMs : null;
 }
 
 /** The metric and the hook of a lost race, without the pause (a batch re-deciding inside its transaction must not wait holding it). */
@@ -111,17 +124,17 @@ function metadataOf(metadata) {
   return JSON.parse(text);
 }
 
-/** `{ onRaceRetry }`, each a function when given. */
+/** `{ onRaceRetry }`, each a function when given (a plain copy, read as options are). */
 function hooksOf(hooks) {
   if (hooks === undefined || hooks === null) return {};
   if (typeof hooks !== 'object') {
     throw new IdemflowError('INVALID_ARGUMENT', 'hooks must be an object such as { onRaceRetry }', { details: { field: 'hooks', reason: 'not an object' } });
   }
-  checkOptionKeys(hooks, ['onRaceRetry'], 'processEvent hooks');
-  if (hooks.onRaceRetry !== undefined && typeof hooks.onRaceRetry !== 'function') {
+  const copy = optionsOf(hooks, ['onRaceRetry'], 'processEvent hooks');
+  if (copy.onRaceRetry !== undefined && typeof copy.onRaceRetry !== 'function') {
     throw new IdemflowError('INVALID_ARGUMENT', 'hooks.onRaceRetry must be a function', { details: { field: 'hooks.onRaceRetry', reason: 'not a function' } });
   }
-  return hooks;
+  return copy;
 }
 
 /** The outbox operations of a write set with the host's metadata and the delivery's trace context beside their payloads. */
@@ -139,27 +152,31 @@ function withCorrelation(writeSet, metadata, traceContext) {
  * says how many cycles it took (`attempts`) and the event's `fingerprint`;
  * `hooks.onRaceRetry({ attempt, reason, error })` hears of each re-run.
  */
-async function processEvent(store, event, opts = {}) {
+async function processEvent(store, event, opts) {
   try {
-    return await processChecked(store, event, opts);
+    return await processChecked(store, event, opts, null);
   } catch (error) {
     telemetry.errorRaised(error, 'process');
     throw error;
   }
 }
 
-async function processChecked(store, event, opts) {
+const PROCESS_OPTIONS = ['ruleSet', 'type', 'raceRetries', 'maxAttempts', 'metadata', 'hooks'];
+
+/** processEvent within `deadlineAt` (a batch's fallback passes its own; null: the store's timeoutMs from now). */
+async function processChecked(store, event, options, deadlineAt) {
   if (store === null || typeof store !== 'object' || typeof store.transaction !== 'function') {
     throw new IdemflowError('INVALID_ARGUMENT', 'store must have a transaction(fn) method', {
       details: { reason: 'not a store' },
     });
   }
-  checkOptionKeys(opts, ['ruleSet', 'type', 'raceRetries', 'maxAttempts', 'metadata', 'hooks'], 'processEvent');
+  const opts = optionsOf(options, PROCESS_OPTIONS, 'processEvent');
   const ruleSet = resolveRuleSet(opts.ruleSet);
   const valid = normalizeEvent(event, { ruleSet, type: opts.type });
   const maxAttempts = cyclesOf(opts, store);
   const metadata = metadataOf(opts.metadata);
   const { onRaceRetry } = hooksOf(opts.hooks);
+  const transactionOptions = { deadlineAt: deadlineAt ?? callDeadline(store) };
   const run = telemetry.processStarted({ store, event: valid, ruleSet });
   let attempt = 1;
   try {
@@ -176,11 +193,11 @@ async function processChecked(store, event, opts) {
               // As an async body would: a store that does not expect its work to throw gets a rejection.
               return Promise.reject(error);
             }
-          });
+          }, transactionOptions);
         } catch (error) {
           const raced = error instanceof IdemflowError && error.code === 'CONCURRENT_UPDATE';
           if (!raced || attempt >= maxAttempts) throw error;
-          await afterLostRace(error, attempt, onRaceRetry, run);
+          await afterLostRace(error, attempt, onRaceRetry, run, transactionOptions.deadlineAt);
         }
       }
     });
@@ -215,10 +232,10 @@ async function processChecked(store, event, opts) {
  * deposit-swap v1, the seed's rules (no jump from waiting or overdue straight
  * to exchange). Pass `ruleSet` for another, such as the reorder-safe current one.
  */
-async function processDepositConfirmed(store, event, opts = {}) {
-  checkOptionKeys(opts, ['ruleSet', 'raceRetries', 'maxAttempts', 'metadata', 'hooks'], 'processDepositConfirmed');
+async function processDepositConfirmed(store, event, options) {
+  const opts = optionsOf(options, ['ruleSet', 'raceRetries', 'maxAttempts', 'metadata', 'hooks'], 'processDepositConfirmed');
   const ruleSet = opts.ruleSet ?? RuleSet.builtin('deposit-swap', { version: 1 });
   return processEvent(store, event, { ...opts, ruleSet, type: 'DEPOSIT_CONFIRMED' });
 }
 
-module.exports = { processEvent, processDepositConfirmed, commitWriteSet, cyclesOf, resultOf, afterLostRace, noteLostRace, hooksOf, metadataOf };
+module.exports = { processEvent, processChecked, processDepositConfirmed, commitWriteSet, cyclesOf, callDeadline, resultOf, afterLostRace, noteLostRace, hooksOf, metadataOf, PROCESS_OPTIONS };

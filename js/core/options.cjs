@@ -156,5 +156,36 @@ function member(value, key, code = 'INVALID_ARGUMENT') {
   }
 }
 
-module.exports = { checkOptionKeys, identifyHandle, checkHandle, editDistance, entry, member, messageOf };
+/**
+ * A plain copy of an options object, read as events are: its own keys
+ * (each one known, see checkOptionKeys), each read once. A proxy trap or a
+ * getter that throws is INVALID_ARGUMENT naming what could not be read, with
+ * the original as `cause`; undefined and null are no options. Anything else
+ * that is not an object is INVALID_ARGUMENT.
+ * @param {unknown} options
+ * @param {readonly string[]} known
+ * @param {string} where
+ * @returns {Record<string, unknown>}
+ */
+function optionsOf(options, known, where) {
+  if (options === undefined || options === null) return {};
+  if (typeof options !== 'object') {
+    throw new IdemflowError('INVALID_ARGUMENT', `${where}: options must be an object`, { details: { reason: 'options not an object' } });
+  }
+  let keys;
+  try {
+    keys = Object.keys(options);
+  } catch (cause) {
+    const reason = `options cannot be read: ${messageOf(cause)}`;
+    throw new IdemflowError('INVALID_ARGUMENT', `${where}: ${reason}`, { details: { reason }, cause });
+  }
+  const copy = {};
+  for (const key of keys) {
+    if (!known.includes(key)) checkOptionKeys({ [key]: true }, known, where);
+    copy[key] = member(options, key);
+  }
+  return copy;
+}
+
+module.exports = { optionsOf, checkOptionKeys, identifyHandle, checkHandle, editDistance, entry, member, messageOf };
 

@@ -157,13 +157,19 @@ class StoreBase {
   #clock;
 
   /**
-   * @param {{ now?: () => number, raceRetries?: number }} [options] resolved by
-   *   store/options.cjs: the clock, and how often a lost race runs again
+   * @param {{ now?: () => number, raceRetries?: number, timeoutMs?: number }} [options] resolved by
+   *   store/options.cjs: the clock, how often a lost race runs again, and how long a call may take
    */
-  constructor({ now = Date.now, raceRetries } = {}) {
+  constructor({ now = Date.now, raceRetries, timeoutMs } = {}) {
     this.#clock = now;
     /** How many times processEvent runs a transaction again after a lost race (undefined: its default). */
     this.raceRetries = raceRetries;
+    /**
+     * How long one call may take (a server store's options.timeoutMs):
+     * processEvent and processBatch end within it, their re-runs and
+     * fallbacks included; undefined where calls wait on no server.
+     */
+    Object.defineProperty(this, 'timeoutMs', { value: timeoutMs, enumerable: true });
   }
 
   /** The store's clock: ms since the epoch. */
@@ -512,21 +518,24 @@ class StoreTransaction {
 
   /**
    * @internal a decision's write set, as the core made it (processEvent):
-   * what insertReceipt, writeWorkflow and insertOperation write, in that
-   * order, without checking again what the core produced; synchronously
-   * when the store's writes are (step.cjs).
+   * what writeWorkflow, insertReceipt and insertOperation write, in that
+   * order (the order processBatch takes its locks in: workflows, receipts,
+   * operations), without checking again what the core produced;
+   * synchronously when the store's writes are (step.cjs).
    */
   _commitDecided({ receipt, workflow, outbox }) {
     const now = this._store.now();
     const operations = () => eachStep(outbox, (operation) => step(this._insert('outbox', decidedOperationToStore(operation, now)), (stored) => {
       if (!stored) throw operationExists(operation);
     }));
-    const rest = () => (workflow ? step(this.#writeChange(decidedWorkflowPatch(workflow), workflow), operations) : operations());
-    if (!receipt) return rest();
-    return step(this._insert('inbox', decidedReceiptToStore(receipt, now)), (stored) => {
-      if (!stored) throw receiptExists(receipt);
-      return rest();
-    });
+    const rest = () => {
+      if (!receipt) return operations();
+      return step(this._insert('inbox', decidedReceiptToStore(receipt, now)), (stored) => {
+        if (!stored) throw receiptExists(receipt);
+        return operations();
+      });
+    };
+    return workflow ? step(this.#writeChange(decidedWorkflowPatch(workflow), workflow), rest) : rest();
   }
 
   /** The write of a workflow change: an insert for a new workflow, else the compare-and-set; synchronously when the store's writes are. */

@@ -6,7 +6,7 @@
 // long as it holds it: a driver emits 'error' when the server ends the
 // session, and Node ends the process on an 'error' nobody listens to.
 
-const { timedOut } = require('./errors.cjs');
+const { callExpired, timedOut } = require('./errors.cjs');
 
 /**
  * The time left to one store call. When it runs out, the call fails with
@@ -66,8 +66,41 @@ class Deadline {
   }
 }
 
-/** body(deadline), settled within `timeoutMs`: a timeout error once the time is up. */
-async function withDeadline(timeoutMs, operation, body) {
+/**
+ * The options of a store's transaction(fn, options), as the host loops pass
+ * them: `batch` (processBatch's transaction: its locking reads need READ
+ * COMMITTED where the database's default is stricter) and `deadlineAt`
+ * (performance.now() time by which the whole call must end: every
+ * transaction of one processEvent or processBatch call shares it).
+ */
+function transactionOptions(options) {
+  if (options === undefined || options === null || typeof options !== 'object') return { batch: false, deadlineAt: null };
+  const { batch, deadlineAt } = options;
+  return { batch: batch === true, deadlineAt: typeof deadlineAt === 'number' && !Number.isNaN(deadlineAt) ? deadlineAt : null };
+}
+
+/** Throws when the call a transaction belongs to has no time left (`deadlineAt`, see transactionOptions). */
+function checkTimeLeft(deadlineAt, operation) {
+  if (deadlineAt !== null && performance.now() >= deadlineAt) throw callExpired(operation);
+}
+
+/**
+ * body(deadline), settled within `timeoutMs`, or within what is left until
+ * `deadlineAt` when that is sooner: a timeout error once the time is up. A
+ * call whose time is up already fails at once, without touching the store.
+ * @template T
+ * @param {number} timeoutMs
+ * @param {string} operation
+ * @param {(deadline: Deadline) => T | Promise<T>} body
+ * @param {number | null} [deadlineAt] performance.now() time the whole call must end by
+ * @returns {Promise<T>}
+ */
+async function withDeadline(timeoutMs, operation, body, deadlineAt = null) {
+  if (deadlineAt !== null) {
+    const left = Math.ceil(deadlineAt - performance.now());
+    if (left <= 0) throw callExpired(operation);
+    if (left < timeoutMs) timeoutMs = left;
+  }
   const deadline = new Deadline(timeoutMs, operation);
   try {
     return await Promise.race([Promise.resolve().then(() => body(deadline)), deadline.promise]);
@@ -200,4 +233,5 @@ async function rollbackQuietly(connection) {
   }
 }
 
-module.exports = { Deadline, withDeadline, ConnectionWatch, watchClient, guardedConnection, Serializer, rollbackQuietly, sessionLock };
+module.exports = {
+  transactionOptions, checkTimeLeft, Deadline, withDeadline, ConnectionWatch, watchClient, guardedConnection, Serializer, rollbackQuietly, sessionLock };

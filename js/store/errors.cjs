@@ -123,6 +123,13 @@ function timedOut(operation, timeoutMs, cause) {
   });
 }
 
+/** The call a transaction belongs to ran out of time before the transaction began: nothing was sent to the store. */
+function callExpired(operation) {
+  return new IdemflowError(STORE_UNAVAILABLE, `the call's time ran out before its ${operation} began`, {
+    details: { reason: 'timeout', operation },
+  });
+}
+
 function isStoreUnavailable(error) {
   return error instanceof IdemflowError && error.code === STORE_UNAVAILABLE;
 }
@@ -140,5 +147,6 @@ module.exports = {
   isNetworkError,
   mapDriverError,
   timedOut,
+  callExpired,
   isStoreUnavailable,
 };

@@ -9,7 +9,7 @@ const { IdemflowError } = require('../../core/errors.cjs');
 const { isClaimable } = require('../../core/policy.cjs');
 const { invalidArgument } = require('../../store/errors.cjs');
 const { resolveClock } = require('../../store/options.cjs');
-const { Serializer } = require('../../store/bounds.cjs');
+const { Serializer, checkTimeLeft, transactionOptions } = require('../../store/bounds.cjs');
 const { StoreBase, StoreTransaction } = require('../../store/base.cjs');
 const { operationMatches } = require('../../store/queries.cjs');
 const { fieldOfName, operationView, receiptFromStore, workflowFromStore } = require('../../store/records.cjs');
@@ -370,8 +370,10 @@ class InMemoryStore extends StoreBase {
    * Runs fn(tx) alone (calls queue behind each other in this process). If fn
    * throws, none of its writes are kept.
    */
-  async transaction(fn) {
+  async transaction(fn, options) {
+    const { deadlineAt } = transactionOptions(options);
     return this.#alone(async () => {
+      checkTimeLeft(deadlineAt, 'transaction');
       const tx = new MemoryTransaction(this, this.#data, this.#clock);
       const result = await fn(tx);
       tx.commitTo(this.#data);

@@ -12,7 +12,7 @@ const { IdemflowError } = require('../../core/errors.cjs');
 const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
 const { STORE_UNAVAILABLE, lostRace, mapDriverError, isNetworkError, isStoreUnavailable: isUnavailable } = require('../../store/errors.cjs');
 const { DEFAULT_TABLES, STORE_OPTIONS, TIMEOUT_OPTIONS, resolveClock, resolveRaceRetries, resolveTables, resolveTimeouts } = require('../../store/options.cjs');
-const { watchClient, withDeadline } = require('../../store/bounds.cjs');
+const { transactionOptions, watchClient, withDeadline } = require('../../store/bounds.cjs');
 const { StoreBase, StoreTransaction } = require('../../store/base.cjs');
 
 /**
@@ -268,27 +268,29 @@ class MongoStore extends StoreBase {
       && typeof value.db === 'function', 'MongoStore needs a MongoClient');
     checkOptionKeys(options, ['db', ...STORE_OPTIONS, ...TIMEOUT_OPTIONS], 'MongoStore');
     const opts = options ?? {};
-    super({ now: resolveClock(opts.now), raceRetries: resolveRaceRetries(opts) });
+    const timeouts = resolveTimeouts(opts);
+    super({ now: resolveClock(opts.now), raceRetries: resolveRaceRetries(opts), timeoutMs: timeouts.timeoutMs });
     /** The MongoClient this store works through. */
     this.client = client;
     /** @type {Db} */
     this.db = typeof opts.db === 'object' && opts.db !== null ? opts.db : client.db(opts.db);
     /** @type {{ workflows: string, inbox: string, outbox: string }} */
     this.tables = /** @type {{ workflows: string, inbox: string, outbox: string }} */ (resolveTables(opts.tables));
-    this.#timeouts = resolveTimeouts(opts);
+    this.#timeouts = timeouts;
     // The client re-emits its topology's 'error'; with no listener Node would end the process.
     watchClient(client);
   }
 
   /**
-   * @internal body(deadline), failed with STORE_UNAVAILABLE (reason 'timeout') after options.timeoutMs.
+   * @internal body(deadline), failed with STORE_UNAVAILABLE (reason 'timeout') after options.timeoutMs (or at `deadlineAt`, when sooner).
    * @template T
    * @param {string} operation
    * @param {(deadline: { check(): void }) => Promise<T>} body
+   * @param {number | null} [deadlineAt] performance.now() time the whole call must end by
    * @returns {Promise<T>}
    */
-  _within(operation, body) {
-    return withDeadline(this.#timeouts.timeoutMs, operation, body);
+  _within(operation, body, deadlineAt = null) {
+    return withDeadline(this.#timeouts.timeoutMs, operation, body, deadlineAt);
   }
 
   /**
@@ -397,10 +399,12 @@ class MongoStore extends StoreBase {
    * retry, not the driver's, runs the cycle again.
    * @template T
    * @param {(tx: MongoTransaction) => Promise<T>} fn
+   * @param {{ batch?: boolean, deadlineAt?: number }} [options] see store/bounds.cjs transactionOptions
    * @returns {Promise<T>}
    */
-  transaction(fn) {
-    return this._within('transaction', (deadline) => this.#transactionWithin(deadline, fn));
+  transaction(fn, options) {
+    const { deadlineAt } = transactionOptions(options);
+    return this._within('transaction', (deadline) => this.#transactionWithin(deadline, fn), deadlineAt);
   }
 
   /**

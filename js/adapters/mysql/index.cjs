@@ -12,7 +12,7 @@ const { IdemflowError } = require('../../core/errors.cjs');
 const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
 const { STORE_UNAVAILABLE, invalidArgument, mapDriverError, isStoreUnavailable } = require('../../store/errors.cjs');
 const { DEFAULT_TABLES, STORE_OPTIONS, TIMEOUT_OPTIONS, resolveClock, resolveRaceRetries, resolveTimeouts } = require('../../store/options.cjs');
-const { ConnectionWatch, Serializer, guardedConnection, rollbackQuietly, sessionLock, watchClient, withDeadline } = require('../../store/bounds.cjs');
+const { ConnectionWatch, Serializer, guardedConnection, rollbackQuietly, sessionLock, transactionOptions, watchClient, withDeadline } = require('../../store/bounds.cjs');
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
 const dialect = require('./dialect.cjs');
@@ -77,14 +77,15 @@ class MysqlStore extends SqlStore {
     if (opts.collation !== undefined && !/^[A-Za-z0-9_]+$/.test(String(opts.collation))) {
       throw invalidArgument('options.collation must be a collation name', { field: 'collation', reason: 'not a collation name' });
     }
-    super(dialect, { tables: opts.tables, now: resolveClock(opts.now), raceRetries: resolveRaceRetries(opts) });
+    const timeouts = resolveTimeouts(opts);
+    super(dialect, { tables: opts.tables, now: resolveClock(opts.now), raceRetries: resolveRaceRetries(opts), timeoutMs: timeouts.timeoutMs });
     const client = promiseFlavour(db);
     const kind = kindOf(client);
     this.#kind = kind;
     /** The mysql2 Pool or Connection (promise flavour) this store works through. */
     this.client = client;
     this.#collation = opts.collation ?? null;
-    this.#timeouts = resolveTimeouts(opts);
+    this.#timeouts = timeouts;
     // A Connection the host hands in is held for the store's lifetime; pool connections are watched while checked out.
     if (kind === 'connection') this.#watch = watchClient(client.connection ?? client);
   }
@@ -150,13 +151,15 @@ class MysqlStore extends SqlStore {
    * Runs fn(tx) between BEGIN and COMMIT on one connection; if fn throws, the
    * transaction rolls back and the error is rethrown as it was.
    */
-  async transaction(fn) {
-    return this.#inTransaction((connection) => fn(new MysqlTransaction(this, connection)));
+  async transaction(fn, options) {
+    // A batch's locking reads take no gap locks at READ COMMITTED (see the dialect's lockInOrder).
+    const { batch, deadlineAt } = transactionOptions(options);
+    return this.#inTransaction((connection) => fn(new MysqlTransaction(this, connection)), batch ? dialect.batchIsolation : undefined, 'transaction', deadlineAt);
   }
 
   /** work(connection) between START TRANSACTION and COMMIT on one connection (at `isolation` when given). */
-  #inTransaction(work, isolation, operation = 'transaction') {
-    return this.#onConnection(operation, (connection, raw) => onConnection(connection, raw, work, isolation));
+  #inTransaction(work, isolation, operation = 'transaction', deadlineAt = null) {
+    return this.#onConnection(operation, (connection, raw) => onConnection(connection, raw, work, isolation), deadlineAt);
   }
 
   /**
@@ -165,7 +168,7 @@ class MysqlStore extends SqlStore {
    * statement and carries the server-side statement bound; `raw` is for the
    * rollback after a failure.
    */
-  #onConnection(operation, use) {
+  #onConnection(operation, use, deadlineAt = null) {
     return withDeadline(this.#timeouts.timeoutMs, operation, async (deadline) => {
       if (this.#kind === 'connection') {
         // The host's Connection is not ours to close: work that ran out of time
@@ -203,7 +206,7 @@ class MysqlStore extends SqlStore {
       } finally {
         release(broken || watch.error !== null);
       }
-    });
+    }, deadlineAt);
   }
 
   /**

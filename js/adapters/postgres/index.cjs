@@ -11,7 +11,7 @@ const { IdemflowError } = require('../../core/errors.cjs');
 const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
 const { STORE_UNAVAILABLE, invalidArgument, lostRace, mapDriverError, isStoreUnavailable } = require('../../store/errors.cjs');
 const { DEFAULT_TABLES, STORE_OPTIONS, TIMEOUT_OPTIONS, resolveClock, resolveRaceRetries, resolveTimeouts } = require('../../store/options.cjs');
-const { ConnectionWatch, Serializer, guardedConnection, rollbackQuietly, sessionLock, watchClient, withDeadline } = require('../../store/bounds.cjs');
+const { ConnectionWatch, Serializer, guardedConnection, rollbackQuietly, sessionLock, transactionOptions, watchClient, withDeadline } = require('../../store/bounds.cjs');
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
 const dialect = require('./dialect.cjs');
@@ -79,12 +79,13 @@ class PostgresStore extends SqlStore {
     checkHandle(db, 'pg', (value) => kindOf(value) !== null, 'PostgresStore needs a pg Pool, a pg Client or a PGlite instance');
     checkOptionKeys(options, [...STORE_OPTIONS, ...TIMEOUT_OPTIONS], 'PostgresStore');
     const opts = options ?? {};
-    super(dialect, { tables: opts.tables, now: resolveClock(opts.now), raceRetries: resolveRaceRetries(opts) });
+    const timeouts = resolveTimeouts(opts);
+    super(dialect, { tables: opts.tables, now: resolveClock(opts.now), raceRetries: resolveRaceRetries(opts), timeoutMs: timeouts.timeoutMs });
     const kind = kindOf(db);
     this.#kind = kind;
     /** The pg Pool, pg Client or PGlite instance this store works through. */
     this.client = db;
-    this.#timeouts = resolveTimeouts(opts);
+    this.#timeouts = timeouts;
     // A Client the host hands in is held for the store's lifetime; pool clients are watched while checked out.
     if (kind === 'client') this.#watch = watchClient(db);
     /** @internal pg prepares named statements once per connection; PGlite runs each as given. */
@@ -104,10 +105,13 @@ class PostgresStore extends SqlStore {
 
   /**
    * Runs fn(tx) between BEGIN and COMMIT on one connection; if fn throws, the
-   * transaction rolls back and the error is rethrown as it was.
+   * transaction rolls back and the error is rethrown as it was. `options`:
+   * see store/bounds.cjs transactionOptions (a batch runs at READ COMMITTED,
+   * whatever the server's default, for its locking reads).
    */
-  transaction(fn) {
-    return this.#inTransaction((queryable) => fn(new PostgresTransaction(this, queryable)));
+  transaction(fn, options) {
+    const { batch, deadlineAt } = transactionOptions(options);
+    return this.#inTransaction((queryable) => fn(new PostgresTransaction(this, queryable)), 'transaction', deadlineAt, batch ? ' ISOLATION LEVEL READ COMMITTED' : '');
   }
 
   /** @internal a Client or PGlite is one session: runners sharing it are told apart in process */
@@ -154,11 +158,12 @@ class PostgresStore extends SqlStore {
    * driver's own failures (BEGIN, COMMIT, acquiring a connection, a lost
    * connection) come out mapped.
    */
-  #inTransaction(work, operation = 'transaction') {
-    return withDeadline(this.#timeouts.timeoutMs, operation, (deadline) => this.#transactionWithin(deadline, work));
+  #inTransaction(work, operation = 'transaction', deadlineAt = null, mode = '') {
+    return withDeadline(this.#timeouts.timeoutMs, operation, (deadline) => this.#transactionWithin(deadline, work, mode), deadlineAt);
   }
 
-  async #transactionWithin(deadline, work) {
+  async #transactionWithin(deadline, work, mode) {
+    const timeouts = mode === '' ? this.#timeouts : { ...this.#timeouts, mode };
     let workError = null;
     const guarded = async (queryable) => {
       try {
@@ -187,7 +192,7 @@ class PostgresStore extends SqlStore {
       return this.#serializer.run(() => {
         deadline.check();
         checkConnected(this.client);
-        return onConnection(this.client, guardedConnection(this.client, deadline, this.#watch), guarded, this.#timeouts);
+        return onConnection(this.client, guardedConnection(this.client, deadline, this.#watch), guarded, timeouts);
       });
     }
     let connection;
@@ -214,7 +219,7 @@ class PostgresStore extends SqlStore {
     let broken;
     try {
       deadline.check();
-      return await onConnection(connection, guardedConnection(connection, deadline, watch), guarded, this.#timeouts);
+      return await onConnection(connection, guardedConnection(connection, deadline, watch), guarded, timeouts);
     } catch (error) {
       if (watch.error !== null || (error instanceof IdemflowError && error.code === STORE_UNAVAILABLE)) broken = error;
       throw error;
@@ -244,12 +249,12 @@ function checkConnected(client) {
  * rollback after a failure goes to the raw `connection`, so that even an
  * abandoned transaction on a shared Client is rolled back.
  */
-async function onConnection(connection, queryable, work, { timeoutMs, statementTimeoutMs }) {
+async function onConnection(connection, queryable, work, { timeoutMs, statementTimeoutMs, mode = '' }) {
   // One round trip: SET LOCAL lasts until the transaction ends and leaves the
   // connection's own settings as they were. A session that this process leaves
   // idle inside the transaction longer than its own timeout is ended by the server.
   const bounds = statementTimeoutMs > 0 ? `; SET LOCAL statement_timeout = ${statementTimeoutMs}` : '';
-  await run(queryable, `BEGIN${bounds}; SET LOCAL idle_in_transaction_session_timeout = ${timeoutMs}`, []);
+  await run(queryable, `BEGIN${mode}${bounds}; SET LOCAL idle_in_transaction_session_timeout = ${timeoutMs}`, []);
   let result;
   try {
     result = await work(queryable);

@@ -10,7 +10,7 @@ const { IdemflowError } = require('../../core/errors.cjs');
 const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
 const { STORE_UNAVAILABLE, invalidArgument, mapDriverError, isStoreUnavailable } = require('../../store/errors.cjs');
 const { DEFAULT_TABLES, STORE_OPTIONS, resolveClock, resolveRaceRetries } = require('../../store/options.cjs');
-const { Serializer } = require('../../store/bounds.cjs');
+const { Serializer, checkTimeLeft, transactionOptions } = require('../../store/bounds.cjs');
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
 const { randomUUID } = require('node:crypto');
@@ -136,8 +136,12 @@ class SqliteStore extends SqlStore {
    * Runs fn(tx) inside BEGIN IMMEDIATE … COMMIT; if fn throws, ROLLBACK and
    * rethrow. Calls on one store queue behind each other.
    */
-  transaction(fn) {
-    return this.#serializer.run(() => this.#immediate(() => fn(new SqliteTransaction(this))));
+  transaction(fn, options) {
+    const { deadlineAt } = transactionOptions(options);
+    return this.#serializer.run(() => {
+      checkTimeLeft(deadlineAt, 'transaction');
+      return this.#immediate(() => fn(new SqliteTransaction(this)));
+    });
   }
 
   /**
