@@ -7,7 +7,7 @@
 
 const { IdemflowError } = require('./errors.cjs');
 const { resolveRuleSet } = require('./rules.cjs');
-const { checkOptionKeys } = require('./options.cjs');
+const { messageOf, optionsOf } = require('./options.cjs');
 const { processEvent, hooksOf } = require('./host.cjs');
 const { processBatch } = require('./batch.cjs');
 const { createPolicy } = require('./policy.cjs');
@@ -20,6 +20,13 @@ const DEFAULT_BASE_DELAY_MS = 500;
 const DEFAULT_MAX_DELAY_MS = 60_000;
 /** Redelivery counts beyond this no longer change the (already capped) hint. */
 const MAX_ATTEMPT = 1000;
+/**
+ * Deliveries of one message before a retryable verdict becomes park: with
+ * the default backoff (500 ms doubling to 60 s) about a quarter of an hour
+ * of retries, so an event whose workflow never appears is set aside for a
+ * person instead of cycling through the retry queue for ever.
+ */
+const DEFAULT_MAX_DELIVERIES = 20;
 
 
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
@@ -49,6 +56,36 @@ function checkInteger(value, name, { min, max }) {
   }
 }
 
+/** A short description of a value the caller passed, for a message (never throws). */
+function describe(value) {
+  if (value === null) return 'null';
+  if (typeof value === 'string') return `the string ${JSON.stringify(value.slice(0, 20))}`;
+  if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean') return String(value);
+  return typeof value;
+}
+
+/** A handler call's context, read as options are (a fatal error: the worker is wrong). */
+function contextOf(context, known, where) {
+  try {
+    return optionsOf(context, known, where);
+  } catch (error) {
+    throw asFatal(error);
+  }
+}
+
+/** A plain copy of an array the worker passes (messages, attempts); one that cannot be read is the worker's fault. */
+function listOf(value, name) {
+  try {
+    if (!Array.isArray(value)) throw misconfigured(`handle.batch takes ${name} as an array`, 'not an array');
+    return Array.from({ length: value.length }, (_, i) => value[i]);
+  } catch (cause) {
+    if (cause instanceof IdemflowError) throw cause;
+    throw new IdemflowError('INVALID_ARGUMENT', `${name} cannot be read: ${messageOf(cause)}`, {
+      disposition: 'fatal', details: { field: name, reason: 'unreadable' }, cause,
+    });
+  }
+}
+
 function isStore(store) {
   return store !== null && typeof store === 'object' && typeof store.transaction === 'function';
 }
@@ -70,18 +107,25 @@ function parseJson(body) {
   return JSON.parse(text);
 }
 
+const HANDLER_OPTIONS = ['ruleSet', 'parse', 'maxBytes', 'raceRetries', 'maxAttempts', 'maxDeliveries', 'baseDelayMs', 'maxDelayMs', 'hooks'];
+
 /**
  * A handler for deliveries from any broker over a store.
  * Throws (disposition fatal) at once when its own arguments are wrong.
  */
-function createDeliveryHandler(store, options = {}) {
+function createDeliveryHandler(store, handlerOptions) {
   if (!isStore(store)) {
     throw misconfigured('createDeliveryHandler needs a store with a transaction(fn) method', 'not a store');
   }
-  if (options === null || typeof options !== 'object') {
+  if (handlerOptions !== undefined && (handlerOptions === null || typeof handlerOptions !== 'object')) {
     throw misconfigured('createDeliveryHandler options must be an object', 'options must be an object');
   }
-  checkOptionKeys(options, ['ruleSet', 'parse', 'maxBytes', 'raceRetries', 'maxAttempts', 'baseDelayMs', 'maxDelayMs', 'hooks'], 'createDeliveryHandler');
+  let options;
+  try {
+    options = optionsOf(handlerOptions, HANDLER_OPTIONS, 'createDeliveryHandler');
+  } catch (error) {
+    throw asFatal(error);
+  }
   let ruleSet;
   try {
     ruleSet = resolveRuleSet(options.ruleSet);
@@ -93,7 +137,9 @@ function createDeliveryHandler(store, options = {}) {
   checkInteger(options.maxBytes, 'maxBytes', { min: 1, max: MAX_MAX_BYTES });
   checkInteger(options.raceRetries, 'raceRetries', { min: 0, max: 999 });
   checkInteger(options.maxAttempts, 'maxAttempts', { min: 1, max: 1000 });
+  if (options.maxDeliveries !== Infinity) checkInteger(options.maxDeliveries, 'maxDeliveries', { min: 1, max: Number.MAX_SAFE_INTEGER });
   const maxBytes = options.maxBytes ?? DEFAULT_MAX_BYTES;
+  const maxDeliveries = options.maxDeliveries ?? DEFAULT_MAX_DELIVERIES;
   let policy;
   try {
     // The outbox's backoff from the core: capped doubling, jitter fixed by key and attempt.
@@ -107,7 +153,7 @@ function createDeliveryHandler(store, options = {}) {
   const processOptions = { ruleSet, raceRetries: options.raceRetries, maxAttempts: options.maxAttempts, hooks: options.hooks };
   if (options.hooks !== undefined) {
     try {
-      hooksOf(options.hooks);
+      processOptions.hooks = hooksOf(options.hooks);
     } catch (error) {
       throw asFatal(error);
     }
@@ -137,16 +183,32 @@ function createDeliveryHandler(store, options = {}) {
       }
       message = parsed;
     }
-    if (message === null || typeof message !== 'object' || Array.isArray(message)) {
-      const kind = message === null ? 'null' : Array.isArray(message) ? 'an array' : typeof message;
+    let array;
+    try {
+      array = Array.isArray(message); // a revoked proxy throws here
+    } catch (cause) {
+      return { error: invalidBody('unreadable', messageOf(cause)) };
+    }
+    if (message === null || typeof message !== 'object' || array) {
+      const kind = message === null ? 'null' : array ? 'an array' : typeof message;
       return { error: invalidBody('not-an-object', `it is ${kind}, not a JSON object`) };
     }
     return { event: message };
   }
 
-  /** The broker's delivery count (1 for the first delivery), bounded: the retry hint grows with it. */
-  function attemptOf(rawAttempt) {
-    return Number.isSafeInteger(rawAttempt) && rawAttempt >= 1 ? Math.min(rawAttempt, MAX_ATTEMPT) : 1;
+  /**
+   * The broker's delivery count of a message (1 for its first delivery):
+   * the retry hint grows with it and maxDeliveries caps it. Anything but a
+   * positive safe integer means the worker counts wrong: it must stop.
+   */
+  function attemptOf(rawAttempt, field) {
+    if (!Number.isSafeInteger(rawAttempt) || rawAttempt < 1) {
+      throw new IdemflowError('INVALID_ARGUMENT', `${field} must be the delivery count, a whole number from 1 (the first delivery), not ${describe(rawAttempt)}`, {
+        disposition: 'fatal',
+        details: { field, reason: 'not a positive safe integer' },
+      });
+    }
+    return rawAttempt;
   }
 
   /** The retry hint's jitter key, read without running a getter (the core reads the event once, itself). */
@@ -160,30 +222,37 @@ function createDeliveryHandler(store, options = {}) {
     return null;
   }
 
-  /** The verdict on a coded error; a fatal one (or an unknown disposition) is thrown: stop rather than guess. */
+  /**
+   * The verdict on a coded error; a fatal one (or an unknown disposition) is
+   * thrown: stop rather than guess. A retry of a message delivered
+   * maxDeliveries times already is parked instead, with its error.
+   */
   function verdictOnError(error, eventId, attempt) {
     switch (error.disposition) {
       case 'reject': return { action: 'dead-letter', error };
       case 'reconcile': return { action: 'park', error };
-      case 'retry': return { action: 'retry', error, retryAfterMs: retryAfterMs(eventId ?? error.code, attempt) };
+      case 'retry':
+        if (attempt >= maxDeliveries) return { action: 'park', error, deliveries: attempt, maxDeliveries };
+        return { action: 'retry', error, retryAfterMs: retryAfterMs(eventId ?? error.code, Math.min(attempt, MAX_ATTEMPT)) };
       default: throw asFatal(error);
     }
   }
 
   /**
    * What to do with one delivery. `context.attempt` is the broker's delivery
-   * count (1 for the first delivery); the retry hint grows with it.
-   * `context.metadata` (correlation id, tenant, …) is stored beside the
-   * payload of each outbox operation the delivery writes.
+   * count (1 for the first delivery, and when not given); the retry hint
+   * grows with it, and a message that would be retried after maxDeliveries
+   * is parked. `context.metadata` (correlation id, tenant, …) is stored
+   * beside the payload of each outbox operation the delivery writes.
    */
-  async function handle(message, context = {}) {
-    checkOptionKeys(context, ['attempt', 'metadata'], 'handle');
-    const attempt = attemptOf(context !== null && typeof context === 'object' ? context.attempt : undefined);
+  async function handle(message, context) {
+    const given = contextOf(context, ['attempt', 'metadata'], 'handle');
+    const attempt = Object.hasOwn(given, 'attempt') ? attemptOf(given.attempt, 'attempt') : 1;
     const { event, error: bodyError } = await eventOf(message);
     if (bodyError) return { action: 'dead-letter', error: bodyError };
     const eventId = eventIdOf(event);
     try {
-      const metadata = context !== null && typeof context === 'object' ? context.metadata : undefined;
+      const { metadata } = given;
       const result = await processEvent(store, event, metadata === undefined ? processOptions : { ...processOptions, metadata });
       return { action: 'ack', outcome: result.outcome, result };
     } catch (error) {
@@ -195,16 +264,20 @@ function createDeliveryHandler(store, options = {}) {
   /**
    * What to do with each of many deliveries, decided and committed in one
    * transaction (processBatch): one verdict per message, in order.
-   * `context.attempts[i]` is message i's delivery count.
+   * `context.attempts[i]` is message i's delivery count (all 1 when not given).
    */
-  async function handleBatch(messages, context = {}) {
-    checkOptionKeys(context, ['attempts'], 'handle.batch');
-    if (!Array.isArray(messages)) throw misconfigured('handle.batch takes an array of messages', 'not an array');
-    const attempts = context !== null && typeof context === 'object' && Array.isArray(context.attempts) ? context.attempts : [];
-    const verdicts = new Array(messages.length);
+  async function handleBatch(messages, context) {
+    const given = contextOf(context, ['attempts'], 'handle.batch');
+    const list = listOf(messages, 'messages');
+    const attempts = given.attempts === undefined ? null : listOf(given.attempts, 'attempts');
+    if (attempts !== null && attempts.length !== list.length) {
+      throw misconfigured(`attempts holds ${attempts.length} delivery counts for ${list.length} messages`, 'attempts of another length');
+    }
+    const counts = list.map((_, i) => (attempts === null ? 1 : attemptOf(attempts[i], `attempts[${i}]`)));
+    const verdicts = new Array(list.length);
     const events = [];
     const positions = [];
-    for (const [i, message] of messages.entries()) {
+    for (const [i, message] of list.entries()) {
       const { event, error } = await eventOf(message);
       if (error) {
         verdicts[i] = { action: 'dead-letter', error };
@@ -218,7 +291,7 @@ function createDeliveryHandler(store, options = {}) {
       const i = positions[j];
       verdicts[i] = result.error === undefined
         ? { action: 'ack', outcome: result.outcome, result }
-        : verdictOnError(result.error, eventIdOf(events[j]), attemptOf(attempts[i]));
+        : verdictOnError(result.error, eventIdOf(events[j]), counts[i]);
     }
     return verdicts;
   }
@@ -227,4 +300,4 @@ function createDeliveryHandler(store, options = {}) {
   return handle;
 }
 
-module.exports = { createDeliveryHandler, DEFAULT_MAX_BYTES };
+module.exports = { createDeliveryHandler, DEFAULT_MAX_BYTES, DEFAULT_MAX_DELIVERIES };

@@ -145,14 +145,50 @@ for (const [name, backend] of Object.entries(backends)) {
       }
       // The same event and attempt get the same hint; attempt 1 is the default.
       assert.equal((await handle(early)).retryAfterMs, hints[0]);
-      assert.equal((await handle(early, { attempt: 0 })).retryAfterMs, hints[0]);
-      assert.equal((await handle(early, { attempt: 'x' })).retryAfterMs, hints[0]);
-      assert.ok((await handle(early, { attempt: 1e9 })).retryAfterMs <= 1000);
+      assert.equal((await handle(early, {})).retryAfterMs, hints[0]);
       // Jittered: different events do not all wait the same time.
       const spread = new Set();
       for (let i = 0; i < 20; i += 1) spread.add((await handle({ ...early, eventId: `watcher:early-${i}` }, { attempt: 6 })).retryAfterMs);
       assert.ok(spread.size > 1, 'hints are jittered across events');
     }));
+
+    test('refuses a delivery count that is not a positive safe integer: the worker counts wrong and must stop', () => withHandler({}, async (handle) => {
+      const early = { ...detection('watcher:early'), workflowId: 'swap-not-yet' };
+      for (const attempt of [0, -1, 1.5, '2', NaN, Infinity, undefined, null, 2 ** 53]) {
+        await assert.rejects(handle(early, { attempt }), (error) => {
+          assert.ok(error instanceof IdemflowError);
+          assert.equal(error.code, 'INVALID_ARGUMENT');
+          assert.equal(error.disposition, 'fatal');
+          assert.equal(error.details.field, 'attempt');
+          return true;
+        }, `attempt ${String(attempt)}`);
+      }
+    }));
+
+    test('parks a message it would retry once it has been delivered maxDeliveries times, with the last error', () => withHandler({ maxDeliveries: 3 }, async (handle) => {
+      const early = { ...detection('watcher:early'), workflowId: 'swap-not-yet' };
+      assert.equal((await handle(early, { attempt: 2 })).action, 'retry');
+      const parked = await handle(early, { attempt: 3 });
+      assert.equal(parked.action, 'park');
+      assert.equal(parked.error.code, 'UNKNOWN_WORKFLOW');
+      assert.deepEqual([parked.deliveries, parked.maxDeliveries], [3, 3]);
+      assert.equal((await handle(early, { attempt: 9 })).action, 'park');
+      // A verdict that is not a retry is not touched by the cap.
+      assert.equal((await handle('{', { attempt: 9 })).action, 'dead-letter');
+    }));
+
+    test('the delivery cap is on by default (20) and can be lifted with Infinity', async () => {
+      const early = { ...detection('watcher:early'), workflowId: 'swap-not-yet' };
+      await withHandler({}, async (handle) => {
+        assert.equal((await handle(early, { attempt: 19 })).action, 'retry');
+        assert.equal((await handle(early, { attempt: 20 })).action, 'park');
+      });
+      await withHandler({ maxDeliveries: Infinity, baseDelayMs: 100, maxDelayMs: 1000 }, async (handle) => {
+        const verdict = await handle(early, { attempt: 1e9 });
+        assert.equal(verdict.action, 'retry');
+        assert.ok(verdict.retryAfterMs <= 1000);
+      });
+    });
 
     test('throws fatal when the store has no tables, instead of retrying every message', async () => {
       if (name === 'memory') return; // the in-memory store has no schema to miss
@@ -322,4 +358,23 @@ test('handle.batch: one verdict per message, in order, from one transaction', as
   assert.equal((await store.getWorkflow('swap-42')).status, 'deposit');
   assert.deepEqual(await handle.batch([]), []);
   await assert.rejects(handle.batch('not an array'), { code: 'INVALID_ARGUMENT', disposition: 'fatal' });
+});
+
+test('handle.batch refuses delivery counts of another length, or one that is not a positive safe integer, before any I/O', async () => {
+  let transactions = 0;
+  const store = new InMemoryStore([waitingSwap()]);
+  const counting = { transaction: (fn, options) => { transactions += 1; return store.transaction(fn, options); } };
+  const handle = createDeliveryHandler(counting);
+  const bodies = [JSON.stringify(detection()), JSON.stringify(detection('watcher:detect-2'))];
+  await assert.rejects(handle.batch(bodies, { attempts: [1] }), { code: 'INVALID_ARGUMENT', disposition: 'fatal' });
+  await assert.rejects(handle.batch(bodies, { attempts: [1, 2, 3] }), { code: 'INVALID_ARGUMENT', disposition: 'fatal' });
+  for (const bad of [0, '1', undefined, 1.5]) {
+    await assert.rejects(handle.batch(bodies, { attempts: [1, bad] }), (error) => {
+      assert.equal(error.disposition, 'fatal');
+      assert.equal(error.details.field, 'attempts[1]');
+      return true;
+    });
+  }
+  assert.equal(transactions, 0);
+  assert.equal((await handle.batch(bodies)).length, 2, 'without attempts every message is a first delivery');
 });
