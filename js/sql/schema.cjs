@@ -57,14 +57,6 @@ const ADDED_COLUMNS = Object.freeze([
   ['outbox', 'trace_context'],
 ]);
 
-/** `[table name, column, its definition]` of each added column, the definition in `types`. */
-function addedColumns(tables, types) {
-  return ADDED_COLUMNS.map(([table, column]) => {
-    const [kind, constraint] = DEFINITIONS[table][column];
-    return [tables[table], column, `${column} ${types[kind]} ${constraint}`];
-  });
-}
-
 /** The indexes of the tables: [table, name suffix, columns]. */
 const INDEXES = Object.freeze([
   ['inbox', 'recorded_at_idx', 'recorded_at'],
@@ -77,33 +69,56 @@ const INDEXES = Object.freeze([
 const PORTABLE_TYPES = Object.freeze({ key: 'TEXT', name: 'TEXT', json: 'TEXT', text: 'TEXT', int: 'INTEGER', bigint: 'BIGINT' });
 
 /**
- * CREATE TABLE IF NOT EXISTS for the three tables: `quote(table)` quotes a
- * table name, `types` names each kind of column, `primaryKey` writes the key's
- * constraint and `options` follows the closing parenthesis.
+ * CREATE TABLE IF NOT EXISTS for one of the three tables (`workflows`,
+ * `inbox`, `outbox`) named `name`: `quote(name)` quotes a table name, `types`
+ * names each kind of column, `primaryKey` writes the key's constraint and
+ * `options` follows the closing parenthesis.
  */
-function createTables(tables, quote, types, { primaryKey = 'PRIMARY KEY', options = '' } = {}) {
-  return Object.keys(DEFINITIONS).map((table) => {
-    const columns = TABLES[table].map(([column]) => {
-      const [kind, constraint] = DEFINITIONS[table][column];
-      return `${column} ${types[kind]} ${constraint === 'PRIMARY KEY' ? primaryKey : constraint}`;
-    });
-    return `CREATE TABLE IF NOT EXISTS ${quote(tables[table])} (\n  ${columns.join(',\n  ')}\n)${options}`;
+function createTable(table, name, quote, types, { primaryKey = 'PRIMARY KEY', options = '' } = {}) {
+  const columns = TABLES[table].map(([column]) => {
+    const [kind, constraint] = DEFINITIONS[table][column];
+    return `${column} ${types[kind]} ${constraint === 'PRIMARY KEY' ? primaryKey : constraint}`;
   });
+  return `CREATE TABLE IF NOT EXISTS ${quote(name)} (\n  ${columns.join(',\n  ')}\n)${options}`;
 }
 
-/** `[table name, index suffix, columns]` of each index of these tables. */
-function indexesOf(tables) {
-  return INDEXES.map(([table, suffix, columns]) => [tables[table], suffix, columns]);
+/** `column type constraint` of an added column, its type named by `types`. */
+function columnDefinition(table, column, types) {
+  const [kind, constraint] = DEFINITIONS[table][column];
+  return `${column} ${types[kind]} ${constraint}`;
 }
 
 /**
- * The three tables and their indexes as SQLite and PostgreSQL both write them,
- * one statement each; `createIndex(table, suffix, columns)` writes the
- * dialect's CREATE INDEX IF NOT EXISTS.
+ * What migrate() makes, part by part, in the order it makes them: the three
+ * tables, the columns added since a table was first made (an older table
+ * lacks them; a new one has them), and the indexes. Each part names the
+ * store's own table (`name`) beside which of the three it is (`table`):
+ *   { kind: 'table', table, name }
+ *   { kind: 'column', table, name, column }
+ *   { kind: 'index', table, name, index, columns }   index: the index's name
+ * A dialect says how to see whether a part is there (`present`, a read that
+ * takes no lock a transaction holds) and how to make it (`create`).
  */
-function portableSchema(tables, quote, createIndex) {
-  return [...createTables(tables, quote, PORTABLE_TYPES), ...indexesOf(tables).map(([table, suffix, columns]) => createIndex(table, suffix, columns))];
+function schemaParts(tables) {
+  return [
+    ...Object.keys(DEFINITIONS).map((table) => ({ kind: 'table', table, name: tables[table] })),
+    ...ADDED_COLUMNS.map(([table, column]) => ({ kind: 'column', table, name: tables[table], column })),
+    ...INDEXES.map(([table, suffix, columns]) => ({ kind: 'index', table, name: tables[table], index: indexName(tables[table], suffix), columns })),
+  ];
 }
 
+/**
+ * The store's migrate(), over what its dialect and driver do: looks at
+ * every part of the schema first (`missingOf(parts)`: reads only, answering
+ * the parts that are not there), and when every part is there, that is all:
+ * a worker starting beside live traffic takes no lock. What is missing is
+ * made by `create(missing)`, which serialises concurrent migrations and makes
+ * each part in a short step of its own, looking again first (another
+ * process may have made it meanwhile).
+ */
+async function migrateMissing(tables, { missingOf, create }) {
+  const missing = await missingOf(schemaParts(tables));
+  if (missing.length > 0) await create(missing);
+}
 
-module.exports = { baseName, indexName, createTables, indexesOf, portableSchema, addedColumns, DEFINITIONS, PORTABLE_TYPES };
+module.exports = { baseName, indexName, createTable, columnDefinition, schemaParts, migrateMissing, DEFINITIONS, PORTABLE_TYPES };

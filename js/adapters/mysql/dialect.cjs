@@ -8,7 +8,7 @@
 
 const { isNetworkError } = require('../../store/errors.cjs');
 const { createHash } = require('node:crypto');
-const { addedColumns, createTables, indexName, indexesOf } = require('../../sql/schema.cjs');
+const { columnDefinition, createTable, indexName } = require('../../sql/schema.cjs');
 
 const UNAVAILABLE_ERRNO = new Set([1040, 1053, 1077, 1152, 1158, 1159, 1160, 1161, 1927, 2002, 2003, 2006, 2013, 2055]);
 const UNAVAILABLE_CODES = new Set([
@@ -66,40 +66,41 @@ function columnTypes(collation) {
   };
 }
 
-/** The tables of migrate() (InnoDB, utf8mb4; ids and names in `collation`), a statement each: DDL commits implicitly here. */
-function schema(tables, collation) {
-  const types = columnTypes(collation);
-  return createTables(tables, quote, types, { primaryKey: 'NOT NULL PRIMARY KEY', options: ` ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=${collation}` });
+/** `[schema or null, table]` of a store's table name, for information_schema. */
+function schemaAndName(name) {
+  const dot = name.indexOf('.');
+  return dot < 0 ? [null, name] : [name.slice(0, dot), name.slice(dot + 1)];
 }
 
 /**
- * The columns added since a table was first made, each as a check (a row
- * when the column is there) and the ALTER that adds it: MySQL has no ADD
- * COLUMN IF NOT EXISTS (MariaDB has), so a concurrent migrate() can still add
- * it first: DUPLICATE_COLUMN_NAME is then what was wanted.
+ * migrate(): whether a part of the schema (sql/schema.cjs schemaParts) is
+ * there, read from information_schema (no lock a transaction holds).
  */
-function added(tables) {
-  return addedColumns(tables, TYPES_WITHOUT_COLLATION).map(([table, column, definition]) => {
-    const dot = table.indexOf('.');
-    return {
-      present: {
-        sql: 'SELECT 1 AS present FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME = ?',
-        values: [dot < 0 ? null : table.slice(0, dot), table.slice(dot + 1), column],
-      },
-      add: `ALTER TABLE ${quote(table)} ADD COLUMN ${definition}`,
-    };
-  });
+function present(part) {
+  const where = 'TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?';
+  const values = schemaAndName(part.name);
+  switch (part.kind) {
+    case 'table': return { sql: `SELECT 1 AS present FROM information_schema.TABLES WHERE ${where}`, values };
+    case 'column': return { sql: `SELECT 1 AS present FROM information_schema.COLUMNS WHERE ${where} AND COLUMN_NAME = ?`, values: [...values, part.column] };
+    default: return { sql: `SELECT 1 AS present FROM information_schema.STATISTICS WHERE ${where} AND INDEX_NAME = ? LIMIT 1`, values: [...values, part.index] };
+  }
 }
 
-/** The types of the added columns: none of them is an id or a name, so none needs the id collation. */
-const TYPES_WITHOUT_COLLATION = Object.freeze({ json: 'LONGTEXT', text: 'TEXT', int: 'INT', bigint: 'BIGINT' });
-
 /**
- * The indexes, created one by one after the tables: MySQL has no CREATE
- * INDEX IF NOT EXISTS, so an index that is there already (1061) is what was wanted.
+ * The statement that makes a missing part (InnoDB, utf8mb4; ids and names in
+ * `collation`). DDL commits implicitly here. An index is built in place
+ * without blocking writers (LOCK=NONE). The columns added since a table was
+ * first made are none of them an id or a name, so none needs the id collation.
  */
-function indexes(tables) {
-  return indexesOf(tables).map(([table, suffix, columns]) => `CREATE INDEX \`${indexName(table, suffix)}\` ON ${quote(table)} (${columns})`);
+function create(part, collation) {
+  switch (part.kind) {
+    case 'table':
+      return createTable(part.table, part.name, quote, columnTypes(collation), {
+        primaryKey: 'NOT NULL PRIMARY KEY', options: ` ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=${collation}`,
+      });
+    case 'column': return `ALTER TABLE ${quote(part.name)} ADD COLUMN ${columnDefinition(part.table, part.column, columnTypes(collation))}`;
+    default: return `CREATE INDEX \`${part.index}\` ON ${quote(part.name)} (${part.columns}) ALGORITHM=INPLACE LOCK=NONE`;
+  }
 }
 
 /**
@@ -136,14 +137,18 @@ const dialect = Object.freeze({
   // MySQL refuses LIMIT in an IN subquery; DELETE takes its own ORDER BY … LIMIT.
   purgeBatch: ({ table, order, where, limit }) => `DELETE FROM ${table} WHERE ${where} ORDER BY ${order} LIMIT ${limit}`,
   classify,
-  schema,
-  indexes,
-  addedColumns: added,
+  present,
+  create,
+  /** Migrations queue on this named lock (GET_LOCK), each waiting at most its deadline. */
+  migrationLock: 'idemflow.migrate',
+  /** How long a step of a migration waits for its table's metadata lock (seconds): a DDL queued behind a long transaction holds up every statement behind it. */
+  stepLockWaitSeconds: 2,
   /** The named lock of withExclusiveLock (GET_LOCK names hold at most 64 characters: a longer one is hashed). */
   tryLock: 'SELECT GET_LOCK(?, 0) AS acquired',
   unlock: 'SELECT RELEASE_LOCK(?)',
   lockName: (name) => (name.length <= 64 ? name : `idemflow:${createHash('sha256').update(name).digest('hex').slice(0, 40)}`),
   claim,
+  // What a migration that lost to another one meets: the part is there, as wanted.
   DUPLICATE_INDEX_NAME: 1061,
   DUPLICATE_COLUMN_NAME: 1060,
 });

@@ -10,11 +10,12 @@
 
 const { IdemflowError } = require('../../core/errors.cjs');
 const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
-const { STORE_UNAVAILABLE, invalidArgument, mapDriverError, isStoreUnavailable } = require('../../store/errors.cjs');
+const { STORE_UNAVAILABLE, invalidArgument, mapDriverError, isStoreUnavailable, timedOut } = require('../../store/errors.cjs');
 const { DEFAULT_TABLES, STORE_OPTIONS, TIMEOUT_OPTIONS, resolveClock, resolveRaceRetries, resolveTimeouts } = require('../../store/options.cjs');
 const { ConnectionWatch, Serializer, guardedConnection, rollbackQuietly, sessionLock, transactionOptions, watchClient, withDeadline } = require('../../store/bounds.cjs');
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
+const { migrateMissing } = require('../../sql/schema.cjs');
 const dialect = require('./dialect.cjs');
 
 function mapError(error, onUnique) {
@@ -92,35 +93,49 @@ class MysqlStore extends SqlStore {
 
   /**
    * Creates the tables (InnoDB, utf8mb4) and their indexes if they do not
-   * exist. Id columns use a binary NO PAD collation: utf8mb4_nopad_bin on
-   * MariaDB, utf8mb4_0900_bin on MySQL 8 (options.collation overrides).
-   * Adds the columns a table made by an earlier version lacks.
+   * exist, and adds the columns a table made by an earlier version lacks.
+   * Id columns use a binary NO PAD collation: utf8mb4_nopad_bin on MariaDB,
+   * utf8mb4_0900_bin on MySQL 8 (options.collation overrides). It looks at
+   * information_schema first: on a current schema it changes nothing and
+   * takes no lock that waits on traffic, so every worker may run it at
+   * start. What is missing is made under a named lock (migrations started
+   * together queue), one part per statement, each giving up soon when its
+   * table's metadata lock is held (MariaDB) and trying again.
    */
   async migrate() {
-    const collation = this.#collation ?? await this.#idCollation();
-    for (const statement of dialect.schema(this.tables, collation)) await this.#query(statement, []);
-    for (const statement of dialect.indexes(this.tables)) {
-      try {
-        await this.#query(statement, []);
-      } catch (error) {
-        if (error.cause?.errno !== dialect.DUPLICATE_INDEX_NAME) throw error;
-      }
-    }
-    for (const { present, add } of dialect.addedColumns(this.tables)) {
-      if ((await this.#query(present.sql, present.values)).rows.length > 0) continue;
-      try {
-        await this.#query(add, []);
-      } catch (error) {
-        if (error.cause?.errno !== dialect.DUPLICATE_COLUMN_NAME) throw error;
-      }
-    }
+    await migrateMissing(this.tables, {
+      missingOf: (parts) => this.#onConnection('migrate', async (connection) => {
+        const missing = [];
+        for (const part of parts) if (!(await present(connection, part))) missing.push(part);
+        return missing;
+      }),
+      create: (missing) => this.#onConnection('migrate', (connection, raw) => this.#create(connection, raw, missing)),
+    });
   }
 
-  async #idCollation() {
-    const { rows } = await this.#query('SELECT VERSION() AS version', []);
-    const version = String(rows[0].version);
-    if (/mariadb/i.test(version)) return 'utf8mb4_nopad_bin';
-    return Number.parseInt(version, 10) >= 8 ? 'utf8mb4_0900_bin' : 'utf8mb4_bin';
+  /**
+   * The missing parts made on `connection`, under the migration lock, each
+   * looked for again first. The lock is taken on `raw`, past the server-side
+   * statement bound, which would end the wait for a long migration; the
+   * call's deadline still bounds it.
+   */
+  async #create(connection, raw, missing) {
+    const { rows: [server] } = await run(connection, 'SELECT VERSION() AS version', []);
+    const mariadb = /mariadb/i.test(String(server.version));
+    const collation = this.#collation ?? (mariadb ? 'utf8mb4_nopad_bin' : Number.parseInt(String(server.version), 10) >= 8 ? 'utf8mb4_0900_bin' : 'utf8mb4_bin');
+    const waitSeconds = Math.max(1, Math.ceil(this.#timeouts.timeoutMs / 1000));
+    const { rows: [lock] } = await run(raw, 'SELECT GET_LOCK(?, ?) AS acquired', [dialect.migrationLock, waitSeconds]);
+    if (Number(lock.acquired) !== 1) throw timedOut('migrate', this.#timeouts.timeoutMs);
+    try {
+      // MariaDB bounds one statement's wait for a metadata lock; MySQL has no such prefix for DDL.
+      const bounded = mariadb ? `SET STATEMENT lock_wait_timeout = ${dialect.stepLockWaitSeconds} FOR ` : '';
+      for (const part of missing) {
+        if (await present(connection, part)) continue;
+        await migrationStep(connection, bounded + dialect.create(part, collation));
+      }
+    } finally {
+      await run(raw, 'SELECT RELEASE_LOCK(?)', [dialect.migrationLock]).catch(() => {});
+    }
   }
 
   /** @internal a Connection is one session: runners sharing it are told apart in process */
@@ -266,6 +281,34 @@ class MysqlStore extends SqlStore {
   /** One statement in autocommit, under the same bounds as a transaction. */
   #query(sql, params, operation = 'statement') {
     return this.#onConnection(operation, (connection) => run(connection, sql, params));
+  }
+}
+
+/** Whether a part of the schema is there (dialect.present), read on `connection`. */
+async function present(connection, part) {
+  const { sql, values } = dialect.present(part);
+  return (await run(connection, sql, values)).rows.length > 0;
+}
+
+const STEP_TRIES = 5;
+
+/**
+ * One statement of a migration; one that timed out waiting for its table's
+ * lock tries again after a pause. A part another migration made meanwhile
+ * (a duplicate index or column) is what was wanted.
+ */
+async function migrationStep(connection, sql) {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      await run(connection, sql, []);
+      return;
+    } catch (error) {
+      const errno = error.cause?.errno;
+      if (errno === dialect.DUPLICATE_INDEX_NAME || errno === dialect.DUPLICATE_COLUMN_NAME) return;
+      const lockTimeout = error instanceof IdemflowError && error.details?.reason === 'lock-timeout';
+      if (!lockTimeout || attempt >= STEP_TRIES) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 100 * 2 ** attempt * Math.random()));
+    }
   }
 }
 

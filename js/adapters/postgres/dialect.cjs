@@ -6,13 +6,18 @@
 // would be this dialect with the differences it has, as flags or overrides.
 
 const { isNetworkError } = require('../../store/errors.cjs');
-const { PORTABLE_TYPES, addedColumns, indexName, portableSchema } = require('../../sql/schema.cjs');
+const { PORTABLE_TYPES, columnDefinition, createTable } = require('../../sql/schema.cjs');
 
 const MIGRATION_LOCK = 'idemflow.migrate';
 const UNAVAILABLE_MESSAGE = /Connection terminated|connection error|not queryable|Cannot use a pool after calling end|timeout exceeded when trying to connect|Client was closed|PGlite is closed|closed/i;
 
 function quote(name) {
   return name.split('.').map((part) => `"${part}"`).join('.');
+}
+
+/** An index's name as a relation, in the schema of its table. */
+function indexOf(part) {
+  return part.name.includes('.') ? `${quote(part.name.slice(0, part.name.indexOf('.')))}."${part.index}"` : `"${part.index}"`;
 }
 
 /** What kind of failure a pg or PGlite error is (SQLSTATE in error.code). */
@@ -68,15 +73,48 @@ const dialect = Object.freeze({
   unlock: 'SELECT pg_advisory_unlock(hashtext($1))',
 
   /**
-   * The DDL of migrate(), under an advisory lock so that workers starting
-   * together do not trip over each other; then the columns an older table lacks.
+   * migrate(): whether a part of the schema (sql/schema.cjs schemaParts) is
+   * there, a read of the catalog that takes no lock on the table (an index
+   * a failed concurrent build left invalid is not there); the statements
+   * that make a missing part; and the session lock that serialises
+   * migrations.
    */
-  schema: (tables) => [
-    `SELECT pg_advisory_xact_lock(hashtext('${MIGRATION_LOCK}'))`,
-    ...portableSchema(tables, quote, (table, suffix, columns) => `CREATE INDEX IF NOT EXISTS "${indexName(table, suffix)}" ON ${quote(table)} (${columns})`),
-    // Tables made by an earlier version lack the columns added since; under the same lock.
-    ...addedColumns(tables, PORTABLE_TYPES).map(([table, , definition]) => `ALTER TABLE ${quote(table)} ADD COLUMN IF NOT EXISTS ${definition}`),
-  ],
+  present: (part) => {
+    const found = (sql, values) => ({ sql: `SELECT 1 AS present FROM ${sql}`, values, returnsRows: true });
+    switch (part.kind) {
+      case 'table': return found('pg_class WHERE oid = to_regclass($1)', [quote(part.name)]);
+      case 'column': return found('pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped', [quote(part.name), part.column]);
+      default: return found('pg_index WHERE indexrelid = to_regclass($1) AND indisvalid', [indexOf(part)]);
+    }
+  },
+  /**
+   * What makes a missing part: `{ sql, inTransaction }`. An index on a table
+   * that holds rows already is built CONCURRENTLY (outside a transaction),
+   * so writers go on meanwhile; an invalid one a failed build left is
+   * dropped first.
+   */
+  create: (part, { concurrently }) => {
+    switch (part.kind) {
+      case 'table': return [{ sql: createTable(part.table, part.name, quote, PORTABLE_TYPES), inTransaction: true }];
+      case 'column': return [{ sql: `ALTER TABLE ${quote(part.name)} ADD COLUMN IF NOT EXISTS ${columnDefinition(part.table, part.column, PORTABLE_TYPES)}`, inTransaction: true }];
+      default: {
+        const on = `${quote(part.name)} (${part.columns})`;
+        if (!concurrently) return [{ sql: `CREATE INDEX IF NOT EXISTS "${part.index}" ON ${on}`, inTransaction: true }];
+        return [
+          { sql: `DROP INDEX CONCURRENTLY IF EXISTS ${indexOf(part)}`, inTransaction: false },
+          { sql: `CREATE INDEX CONCURRENTLY IF NOT EXISTS "${part.index}" ON ${on}`, inTransaction: false },
+        ];
+      }
+    }
+  },
+  migrationLock: `SELECT pg_advisory_lock(hashtext('${MIGRATION_LOCK}'))`,
+  migrationUnlock: `SELECT pg_advisory_unlock(hashtext('${MIGRATION_LOCK}'))`,
+  /**
+   * How long one step of a migration waits for its table's lock: a step
+   * queued behind a long transaction would hold up every statement queued
+   * behind it, so it gives up soon and tries again.
+   */
+  stepLockTimeout: (ms) => `SET LOCAL lock_timeout = ${ms}`,
 
   /**
    * The claim, one statement: a CTE that locks due rows FOR UPDATE SKIP

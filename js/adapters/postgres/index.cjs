@@ -14,6 +14,7 @@ const { DEFAULT_TABLES, STORE_OPTIONS, TIMEOUT_OPTIONS, resolveClock, resolveRac
 const { ConnectionWatch, Serializer, guardedConnection, rollbackQuietly, sessionLock, transactionOptions, watchClient, withDeadline } = require('../../store/bounds.cjs');
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
+const { migrateMissing } = require('../../sql/schema.cjs');
 const dialect = require('./dialect.cjs');
 
 function mapError(error, onUnique) {
@@ -93,14 +94,80 @@ class PostgresStore extends SqlStore {
   }
 
   /**
-   * Creates the tables and indexes if they do not exist, under an advisory
-   * lock so that workers starting together do not trip over each other.
+   * Creates the tables and indexes if they do not exist, and adds the
+   * columns a table made by an earlier version lacks. It looks at the
+   * catalog first: on a current schema it changes nothing and takes no lock
+   * that waits on traffic, so every worker may run it at start. What is
+   * missing is made on one session under an advisory lock (migrations
+   * started together queue), one part per short step that gives up waiting
+   * for its table's lock soon and tries again; an index on a table that
+   * holds rows is built CONCURRENTLY.
    */
   async migrate() {
-    const ddl = dialect.schema(this.tables);
-    await this.#inTransaction(async (queryable) => {
-      for (const statement of ddl) await run(queryable, statement, []);
-    }, 'migrate');
+    await migrateMissing(this.tables, {
+      missingOf: (parts) => this.#inTransaction(async (queryable) => {
+        const missing = [];
+        for (const part of parts) if (!(await present(queryable, part))) missing.push(part);
+        return missing;
+      }, 'migrate'),
+      create: (missing) => withDeadline(this.#timeouts.timeoutMs, 'migrate', (deadline) => this.#onSession(deadline, (session) => this.#create(session, missing))),
+    });
+  }
+
+  /** The missing parts made on `session`, under the migration lock, each looked for again first. */
+  async #create(session, missing) {
+    await run(session, dialect.migrationLock, []);
+    try {
+      const made = new Set();
+      for (const part of missing) {
+        if (await present(session, part)) continue;
+        const concurrently = part.kind === 'index' && !made.has(part.table) && this.#kind !== 'pglite';
+        for (const step of dialect.create(part, { concurrently })) await migrationStep(session, step);
+        if (part.kind === 'table') made.add(part.table);
+      }
+    } finally {
+      await run(session, dialect.migrationUnlock, []).catch(() => {});
+    }
+  }
+
+  /** use(session) on one connection of this store, outside any transaction (migrate's steps), within `deadline`. */
+  async #onSession(deadline, use) {
+    if (this.#kind === 'pglite') return use(guardedConnection(this.client, deadline, new ConnectionWatch(null)));
+    if (this.#kind === 'client') {
+      return this.#serializer.run(() => {
+        deadline.check();
+        checkConnected(this.client);
+        return use(guardedConnection(this.client, deadline, this.#watch));
+      });
+    }
+    let connection;
+    try {
+      connection = await this.client.connect();
+    } catch (error) {
+      throw mapError(error);
+    }
+    const watch = new ConnectionWatch(connection);
+    let released = false;
+    const release = (error) => {
+      if (released) return;
+      released = true;
+      watch.stop(error !== undefined);
+      connection.release(error);
+    };
+    // A session that ran out of time may still hold the lock or be building an index: it is discarded.
+    deadline.onExpire((timeout) => {
+      release(timeout);
+      connection.connection?.stream?.destroy?.();
+    });
+    let broken;
+    try {
+      return await use(guardedConnection(connection, deadline, watch));
+    } catch (error) {
+      broken = error;
+      throw error;
+    } finally {
+      release(broken ?? (watch.error === null ? undefined : watch.error));
+    }
   }
 
   /**
@@ -225,6 +292,47 @@ class PostgresStore extends SqlStore {
       throw error;
     } finally {
       release(broken ?? (watch.error === null ? undefined : watch.error));
+    }
+  }
+}
+
+/** Whether a part of the schema is there (dialect.present), read on `queryable`. */
+async function present(queryable, part) {
+  const { sql, values } = dialect.present(part);
+  return (await run(queryable, sql, values)).rows.length > 0;
+}
+
+/** How long one step of a migration waits for its table's lock, and how often it tries. */
+const STEP_LOCK_MS = 2000;
+const STEP_TRIES = 5;
+
+/**
+ * One step of a migration on `session`: in a transaction of its own (or,
+ * for CREATE INDEX CONCURRENTLY, none), waiting at most STEP_LOCK_MS for
+ * its lock; a step that timed out tries again after a pause.
+ */
+async function migrationStep(session, { sql, inTransaction }) {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      if (inTransaction) {
+        await run(session, 'BEGIN', []);
+        await run(session, dialect.stepLockTimeout(STEP_LOCK_MS), []);
+        await run(session, sql, []);
+        await run(session, 'COMMIT', []);
+      } else {
+        await run(session, `SET lock_timeout = ${STEP_LOCK_MS}`, []);
+        try {
+          await run(session, sql, []);
+        } finally {
+          await run(session, 'RESET lock_timeout', []).catch(() => {});
+        }
+      }
+      return;
+    } catch (error) {
+      if (inTransaction) await rollbackQuietly(session);
+      const lockTimeout = error instanceof IdemflowError && error.details?.reason === 'lock-timeout';
+      if (!lockTimeout || attempt >= STEP_TRIES) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 100 * 2 ** attempt * Math.random()));
     }
   }
 }

@@ -4,7 +4,7 @@
 // claim (one UPDATE … RETURNING, inside BEGIN IMMEDIATE) and the result
 // codes of better-sqlite3 and node:sqlite.
 
-const { PORTABLE_TYPES, addedColumns, baseName, indexName, portableSchema } = require('../../sql/schema.cjs');
+const { PORTABLE_TYPES, baseName, columnDefinition, createTable } = require('../../sql/schema.cjs');
 
 // Extended result codes (sqlite3.h), for node:sqlite, which reports numbers.
 const PRIMARY = { ERROR: 1, BUSY: 5, LOCKED: 6, NOMEM: 7, READONLY: 8, IOERR: 10, CORRUPT: 11, FULL: 13, CANTOPEN: 14, CONSTRAINT: 19, NOTADB: 26 };
@@ -39,10 +39,15 @@ function classify(error) {
   }
 }
 
-/** SQLite puts the schema on the index name, not on its table. */
-function qualifiedIndex(table, suffix) {
-  const schema = table.includes('.') ? `${quote(table.slice(0, table.indexOf('.')))}.` : '';
-  return `${schema}"${indexName(table, suffix)}"`;
+/** The schema part of `schema.name` (null for a plain name). */
+function schemaOf(table) {
+  return table.includes('.') ? table.slice(0, table.indexOf('.')) : null;
+}
+
+/** The catalog of the schema a table is in: `"schema".sqlite_master`, or sqlite_master. */
+function catalogOf(table) {
+  const schema = schemaOf(table);
+  return schema === null ? 'sqlite_master' : `${quote(schema)}.sqlite_master`;
 }
 
 const dialect = Object.freeze({
@@ -61,22 +66,31 @@ const dialect = Object.freeze({
     `DELETE FROM ${table} WHERE ${key} IN (SELECT ${key} FROM ${table} WHERE ${where} ORDER BY ${order} LIMIT ${limit})`,
   classify,
 
-  /** The DDL of migrate(), one script. */
-  schema: (tables) => portableSchema(tables, quote, (table, suffix, columns) =>
-    `CREATE INDEX IF NOT EXISTS ${qualifiedIndex(table, suffix)} ON ${quote(baseName(table))} (${columns})`).join(';\n'),
-
   /**
-   * The columns added since a table was first made, each as a check (a row
-   * when the column is there) and the ALTER that adds it: SQLite has no ADD
-   * COLUMN IF NOT EXISTS. migrate() runs both under the write lock.
+   * Whether a part of the schema (sql/schema.cjs schemaParts) is there: a
+   * read of the catalog, which waits on no writer.
    */
-  addedColumns: (tables) => addedColumns(tables, PORTABLE_TYPES).map(([table, column, definition]) => {
-    const schema = table.includes('.') ? [table.slice(0, table.indexOf('.'))] : [];
-    return {
-      present: { sql: `SELECT 1 AS present FROM pragma_table_info(?${schema.length ? ', ?' : ''}) WHERE name = ?`, values: [baseName(table), ...schema, column], returnsRows: true },
-      add: `ALTER TABLE ${quote(table)} ADD COLUMN ${definition}`,
-    };
-  }),
+  present: (part) => {
+    const found = (sql, values) => ({ sql: `SELECT 1 AS present FROM ${sql}`, values, returnsRows: true });
+    if (part.kind === 'column') {
+      const schema = schemaOf(part.name);
+      return found(`pragma_table_info(?${schema === null ? '' : ', ?'}) WHERE name = ?`, [baseName(part.name), ...(schema === null ? [] : [schema]), part.column]);
+    }
+    const name = part.kind === 'table' ? baseName(part.name) : part.index;
+    return found(`${catalogOf(part.name)} WHERE type = ? AND name = ?`, [part.kind, name]);
+  },
+
+  /** The statement that makes a missing part (SQLite puts the schema on the index's name, not on its table). */
+  create: (part) => {
+    switch (part.kind) {
+      case 'table': return createTable(part.table, part.name, quote, PORTABLE_TYPES);
+      case 'column': return `ALTER TABLE ${quote(part.name)} ADD COLUMN ${columnDefinition(part.table, part.column, PORTABLE_TYPES)}`;
+      default: {
+        const schema = schemaOf(part.name);
+        return `CREATE INDEX IF NOT EXISTS ${schema === null ? '' : `${quote(schema)}.`}"${part.index}" ON ${quote(baseName(part.name))} (${part.columns})`;
+      }
+    }
+  },
 
   /**
    * The lease row of withExclusiveLock, in `<inbox>_locks` beside the inbox

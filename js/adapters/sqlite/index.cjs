@@ -13,6 +13,7 @@ const { DEFAULT_TABLES, STORE_OPTIONS, resolveClock, resolveRaceRetries } = requ
 const { Serializer, checkTimeLeft, transactionOptions } = require('../../store/bounds.cjs');
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
+const { migrateMissing } = require('../../sql/schema.cjs');
 const { randomUUID } = require('node:crypto');
 const dialect = require('./dialect.cjs');
 
@@ -120,16 +121,19 @@ class SqliteStore extends SqlStore {
 
   /**
    * Creates the three tables and their indexes if they do not exist, and adds
-   * the columns a table made by an earlier version lacks, all under the
-   * write lock, so processes migrating together do not trip over each other.
+   * the columns a table made by an earlier version lacks. It looks first,
+   * without the write lock: on a current schema it writes nothing and waits
+   * on nobody. What is missing is made under the write lock (BEGIN
+   * IMMEDIATE), so processes migrating together do not trip over each other.
    */
   async migrate() {
-    const ddl = dialect.schema(this.tables);
-    const added = dialect.addedColumns(this.tables);
-    await this.#serializer.run(() => this.#immediate(() => {
-      this.#exec(ddl);
-      for (const { present, add } of added) if (this._executeNow(present).rows.length === 0) this.#exec(add);
-    }));
+    const absent = (part) => this._executeNow(dialect.present(part)).rows.length === 0;
+    await migrateMissing(this.tables, {
+      missingOf: (parts) => this.#serializer.run(() => parts.filter(absent)),
+      create: (missing) => this.#serializer.run(() => this.#immediate(() => {
+        for (const part of missing) if (absent(part)) this.#exec(dialect.create(part));
+      })),
+    });
   }
 
   /**
