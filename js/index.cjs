@@ -6,6 +6,7 @@ const { RuleSet } = require('./core/rules.cjs');
 const core = require('./core/decide.cjs');
 const { processEvent, processDepositConfirmed, commitWriteSet } = require('./core/host.cjs');
 const { createDeliveryHandler } = require('./core/delivery.cjs');
+const { createBatcher } = require('./core/batcher.cjs');
 const { processBatch } = require('./core/batch.cjs');
 const { observeBacklog } = require('./core/telemetry.cjs');
 
@@ -37,6 +38,7 @@ module.exports = {
   wasmMemoryBytes: core.wasmMemoryBytes,
   createOutboxConsumer,
   createDeliveryHandler,
+  createBatcher,
   createRetention,
   observeOutboxBacklog: observeBacklog,
 };

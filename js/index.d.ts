@@ -786,6 +786,12 @@ export interface DeliveryHandlerOptions extends RuleSetOption {
   maxBytes?: number;
   /** Passed to processEvent: whole cycles to try when a concurrent writer wins (default 5). */
   maxAttempts?: number;
+  /**
+   * Deliveries of one message before a verdict that would be retry becomes
+   * park, with its error (default 20; Infinity for no cap). Counted from
+   * `attempt` / `attempts`, which the worker must pass for the cap to apply.
+   */
+  maxDeliveries?: number;
   /** The retry hint's ceiling for the first delivery, doubling per delivery (default 500). */
   baseDelayMs?: number;
   /** The retry hint's cap (default 60000). */
@@ -795,7 +801,11 @@ export interface DeliveryHandlerOptions extends RuleSetOption {
 }
 
 export interface DeliveryContext {
-  /** The broker's delivery count, 1 for the first delivery: the retry hint grows with it. */
+  /**
+   * The broker's delivery count, 1 for the first delivery (the default when
+   * the key is absent): the retry hint grows with it and maxDeliveries caps
+   * it. Anything but a positive safe integer is a fatal INVALID_ARGUMENT.
+   */
   attempt?: number;
   /** Passed to processEvent: stored beside the payload of each outbox operation. */
   metadata?: OperationMetadata;
@@ -812,8 +822,12 @@ export type DeliveryVerdict =
   | { action: 'retry'; error: IdemflowError; retryAfterMs: number; outcome?: undefined }
   /** The message can never succeed (disposition reject): move it to the dead-letter queue. */
   | { action: 'dead-letter'; error: IdemflowError; outcome?: undefined; retryAfterMs?: undefined }
-  /** A genuine conflict (disposition reconcile): park it where a person or a reconciliation job looks. */
-  | { action: 'park'; error: IdemflowError; outcome?: undefined; retryAfterMs?: undefined };
+  /**
+   * A genuine conflict (disposition reconcile), or a retry past maxDeliveries
+   * (then `deliveries` and `maxDeliveries` say so): park it where a person or
+   * a reconciliation job looks.
+   */
+  | { action: 'park'; error: IdemflowError; deliveries?: number; maxDeliveries?: number; outcome?: undefined; retryAfterMs?: undefined };
 
 export type DeliveryAction = DeliveryVerdict['action'];
 
@@ -827,10 +841,38 @@ export interface DeliveryHandler {
   /**
    * Many deliveries (a broker's prefetched messages) decided and committed in one
    * transaction (processBatch): one verdict per message, in order.
-   * `attempts[i]` is message i's delivery count.
+   * `attempts[i]` is message i's delivery count (all 1 when not given); an
+   * attempts list of another length is a fatal INVALID_ARGUMENT.
    */
   batch(messages: readonly DeliveryMessage[], context?: { attempts?: readonly number[] }): Promise<DeliveryVerdict[]>;
 }
+
+export interface BatcherOptions<T> {
+  /** Items per batch: a batch goes when it holds this many (a broker's prefetch window). */
+  size: number;
+  /** …or this long after its first item arrived (default 5 ms). */
+  lingerMs?: number;
+  /** Items held or in unsettled batches at most; push() waits for room (default `size`). */
+  window?: number;
+  /** One batch: settles its items (acks, retries, …). */
+  run: (items: T[]) => unknown;
+  /** A batch whose run threw (default: the error is thrown uncaught, and the process ends). */
+  onError?: (error: unknown, items: T[]) => void;
+}
+
+export interface Batcher<T> {
+  /** Adds an item; resolves once it is taken (at once while the window has room). */
+  push(item: T): Promise<void>;
+  /** Items waiting for their batch. */
+  readonly held: number;
+  /** Items in batches that have not settled. */
+  readonly running: number;
+  /** A graceful stop: sends what is held now, resolves once every batch has settled. */
+  drain(): Promise<void>;
+}
+
+/** Groups a broker's deliveries into batches for handle.batch; a fatal INVALID_ARGUMENT for bad options. */
+export function createBatcher<T>(options: BatcherOptions<T>): Batcher<T>;
 
 /** Throws an IdemflowError of disposition fatal when store or options are wrong. */
 export function createDeliveryHandler(store: Store, options?: DeliveryHandlerOptions): DeliveryHandler;

@@ -20,6 +20,7 @@ export const {
   wasmMemoryBytes,
   createOutboxConsumer,
   createDeliveryHandler,
+  createBatcher,
   createRetention,
   observeOutboxBacklog,
 } = idemflow;

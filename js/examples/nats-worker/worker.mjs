@@ -18,7 +18,7 @@
 // and the store's variables (../shared/store.mjs).
 import { connect, headers } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { createBatcher } from '../shared/batcher.mjs';
+import { createBatcher } from 'idemflow';
 import { errorFields, log, openWorker } from '../shared/store.mjs';
 import { ensureStream, streamNames } from './topology.mjs';
 
@@ -41,8 +41,6 @@ async function publishCopy(subject, message, error) {
   await js.publish(subject, message.data, { msgID: `${subject}:${message.seq}`, headers: h });
 }
 
-let inFlight = 0;
-
 /** Carries out one verdict on its message. */
 async function settle(message, verdict, attempt) {
   switch (verdict.action) {
@@ -62,7 +60,7 @@ async function settle(message, verdict, attempt) {
       break;
   }
   const error = errorFields(verdict);
-  log({ role: 'worker', action: verdict.action, outcome: verdict.outcome, ...error, seq: message.seq, attempt, inFlight });
+  log({ role: 'worker', action: verdict.action, outcome: verdict.outcome, ...error, seq: message.seq, attempt, inFlight: batcher.held + batcher.running });
 }
 
 /** One batch: one transaction for its events (handle.batch), then each message settled in order. */
@@ -75,29 +73,25 @@ async function onBatch(batch) {
     // Fatal (or a bug): stop without acknowledging; JetStream redelivers after ack_wait.
     log({ role: 'worker', action: 'stop', error: String(error?.message ?? error), disposition: error?.disposition ?? null });
     process.exit(1);
-  } finally {
-    inFlight -= batch.length;
-    for (let i = 0; i < batch.length; i += 1) slots.shift()?.();
   }
 }
 
-const slots = [];
-const batcher = createBatcher({ size: PREFETCH, run: onBatch });
+// At most PREFETCH messages held or in flight at once (push waits for room); a full window goes as one batch.
+const batcher = createBatcher({ size: PREFETCH, window: PREFETCH, run: onBatch });
 
 const messages = await consumer.consume({ max_messages: PREFETCH });
 log({ role: 'worker', event: 'started', stream: names.stream });
 
+// A graceful stop: take no more messages, let every batch held or in flight commit and settle, then close.
 process.once('SIGTERM', async () => {
-  messages.stop(); // take no more; those in flight finish below
-  while (inFlight > 0) await new Promise((resolve) => setTimeout(resolve, 20));
+  messages.stop();
+  await batcher.drain();
   await connection.drain().catch(() => {});
   await close();
+  log({ role: 'worker', event: 'stopped' });
   process.exit(0);
 });
 
-// At most PREFETCH messages held at once; a full window goes as one batch.
 for await (const message of messages) {
-  while (inFlight >= PREFETCH) await new Promise((resolve) => slots.push(resolve));
-  inFlight += 1;
-  batcher.push(message);
+  await batcher.push(message);
 }

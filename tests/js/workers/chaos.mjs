@@ -270,10 +270,15 @@ async function nats(url, base) {
   };
 }
 
+/** The harness of one broker ('rabbitmq' | 'nats') over queues or a stream named after `base`. */
+export function brokerHarness(brokerName, url, base) {
+  return brokerName === 'rabbitmq' ? rabbitmq(url, base) : nats(url, base.replaceAll('-', '_'));
+}
+
 // ---- The run ----------------------------------------------------------------
 
 /** A child process of an example program, restartable, with its JSON log lines parsed. */
-function supervise(script, env, onLine) {
+export function supervise(script, env, onLine) {
   const child = spawn(process.execPath, [script], { cwd: TESTS_JS, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let buffered = '';
   let stderr = '';
@@ -307,7 +312,7 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
   await db.store.migrate();
   for (const swap of plan.swaps) if (!swap.late) await db.store.putWorkflow({ id: swap.id, status: 'waiting', revision: 1 });
 
-  const broker = brokerName === 'rabbitmq' ? await rabbitmq(url, `idemflow-${runId}`) : await nats(url, `idemflow_${runId}`);
+  const broker = await brokerHarness(brokerName, url, `idemflow-${runId}`);
   const { startFakeProvider } = await import(path.join(EXAMPLES, 'shared/fake-provider.mjs'));
 
   const reactionCount = [...plan.reactions.values()].reduce((n, list) => n + list.length, 0);

@@ -1,0 +1,103 @@
+'use strict';
+// Groups a broker's deliveries into batches for handle.batch (one transaction
+// each): a batch goes when it holds `size` items, or `lingerMs` after its
+// first item arrived, whichever comes first. `window` bounds how many items
+// are held or in batches that have not settled: push() waits for room, so a
+// consumer that awaits it takes no more than the window from its broker
+// (RabbitMQ's prefetch does the same; a JetStream pull consumer needs it).
+// drain() is a graceful stop: what is held goes now, and it resolves once
+// every batch has settled, so the worker can acknowledge them and exit.
+
+const { IdemflowError } = require('./errors.cjs');
+const { optionsOf } = require('./options.cjs');
+
+function misconfigured(field, message) {
+  return new IdemflowError('INVALID_ARGUMENT', `createBatcher: ${message}`, { disposition: 'fatal', details: { field, reason: message } });
+}
+
+function wholeNumber(value, field, min) {
+  if (!Number.isSafeInteger(value) || value < min) throw misconfigured(field, `${field} must be a whole number of at least ${min}`);
+  return value;
+}
+
+/**
+ * `run(items)` is the worker's batch: it settles its items (acks, retries, …).
+ * A run that throws is handed to `onError(error, items)`; without one, the
+ * error is thrown where nothing catches it, and the process ends, as for any
+ * uncaught error: a worker that cannot settle its messages must stop.
+ * @param {{ size: number, lingerMs?: number, window?: number, run: (items: unknown[]) => unknown, onError?: (error: unknown, items: unknown[]) => void }} options
+ */
+function createBatcher(options) {
+  const given = optionsOf(options, ['size', 'lingerMs', 'window', 'run', 'onError'], 'createBatcher');
+  const size = wholeNumber(given.size, 'size', 1);
+  const lingerMs = wholeNumber(given.lingerMs ?? 5, 'lingerMs', 0);
+  const window = wholeNumber(given.window ?? size, 'window', size);
+  const { run } = given;
+  if (typeof run !== 'function') throw misconfigured('run', 'run must be a function that takes one batch');
+  if (given.onError !== undefined && typeof given.onError !== 'function') throw misconfigured('onError', 'onError must be a function');
+  const onError = given.onError ?? ((error) => queueMicrotask(() => { throw error; }));
+
+  let pending = [];
+  let timer = null;
+  let running = 0;
+  const batches = new Set();
+  const waiting = [];
+
+  const admit = () => {
+    while (waiting.length > 0 && pending.length + running < window) waiting.shift()();
+  };
+  const flush = () => {
+    clearTimeout(timer);
+    timer = null;
+    if (pending.length === 0) return;
+    const batch = pending;
+    pending = [];
+    running += batch.length;
+    const settled = Promise.resolve()
+      .then(() => run(batch))
+      .catch((error) => onError(error, batch))
+      .finally(() => {
+        running -= batch.length;
+        batches.delete(settled);
+        admit();
+      });
+    batches.add(settled);
+  };
+
+  return {
+    /** Adds an item; resolves once it is taken (at once while the window has room). */
+    push(item) {
+      const take = () => {
+        pending.push(item);
+        if (pending.length >= size) flush();
+        else if (timer === null) timer = setTimeout(flush, lingerMs);
+      };
+      if (pending.length + running < window && waiting.length === 0) {
+        take();
+        return Promise.resolve();
+      }
+      return new Promise((resolve) => waiting.push(() => {
+        take();
+        resolve();
+      }));
+    },
+    /** Items waiting for their batch. */
+    get held() {
+      return pending.length;
+    },
+    /** Items in batches that have not settled. */
+    get running() {
+      return running;
+    },
+    /** Sends what is held now and resolves once every batch has settled. */
+    async drain() {
+      while (waiting.length > 0 || pending.length > 0 || batches.size > 0) {
+        admit();
+        flush();
+        await Promise.allSettled([...batches]);
+      }
+    },
+  };
+}
+
+module.exports = { createBatcher };
