@@ -167,7 +167,13 @@ function createDeliveryHandler(store, handlerOptions) {
 
   /** The event a message carries, or the reason it carries none. */
   async function eventOf(message) {
-    if (typeof message === 'string' || message instanceof Uint8Array) {
+    let raw;
+    try {
+      raw = typeof message === 'string' || message instanceof Uint8Array; // a revoked proxy throws here
+    } catch (cause) {
+      return { error: invalidBody('unreadable', messageOf(cause)) };
+    }
+    if (raw) {
       const size = byteLength(message, maxBytes);
       if (size > maxBytes) {
         return { error: invalidBody('too-large', `${size} bytes exceed maxBytes ${maxBytes}`, { bytes: size, maxBytes }) };
@@ -183,12 +189,7 @@ function createDeliveryHandler(store, handlerOptions) {
       }
       message = parsed;
     }
-    let array;
-    try {
-      array = Array.isArray(message); // a revoked proxy throws here
-    } catch (cause) {
-      return { error: invalidBody('unreadable', messageOf(cause)) };
-    }
+    const array = Array.isArray(message); // (only a revoked proxy throws here, and it threw above)
     if (message === null || typeof message !== 'object' || array) {
       const kind = message === null ? 'null' : array ? 'an array' : typeof message;
       return { error: invalidBody('not-an-object', `it is ${kind}, not a JSON object`) };

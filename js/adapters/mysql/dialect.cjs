@@ -10,7 +10,12 @@ const { isNetworkError } = require('../../store/errors.cjs');
 const { createHash } = require('node:crypto');
 const { columnDefinition, createTable, indexName } = require('../../sql/schema.cjs');
 
-const UNAVAILABLE_ERRNO = new Set([1040, 1053, 1077, 1152, 1158, 1159, 1160, 1161, 1927, 2002, 2003, 2006, 2013, 2055]);
+const UNAVAILABLE_ERRNO = new Set([1053, 1077, 1152, 1158, 1159, 1160, 1161, 1927, 2002, 2003, 2006, 2013, 2055]);
+// The server is out of something (PostgreSQL's class 53): a full disk (ER_DISK_FULL, ER_RECORD_FILE_FULL), memory
+// (ER_OUTOFMEMORY, ER_OUT_OF_SORTMEMORY, ER_OUT_OF_RESOURCES), threads (ER_CANT_CREATE_THREAD), connections (ER_CON_COUNT_ERROR).
+const OUT_OF_RESOURCES_ERRNO = new Set([1021, 1114, 1037, 1038, 1041, 1135, 1040]);
+/** A storage engine's OS error 28 (ENOSPC), e.g. ER_GET_ERRNO "Got error 28 …" or "Errcode: 28". */
+const NO_SPACE = /\b(error|errcode:?) 28\b|No space left on device/i;
 const UNAVAILABLE_CODES = new Set([
   'PROTOCOL_CONNECTION_LOST', 'PROTOCOL_ENQUEUE_AFTER_FATAL_ERROR', 'PROTOCOL_ENQUEUE_AFTER_QUIT',
   'PROTOCOL_SEQUENCE_TIMEOUT', 'POOL_CLOSED', 'POOL_ENQUEUELIMIT',
@@ -31,8 +36,12 @@ function classify(error) {
   if (errno === 1213) return { type: 'race', reason: 'deadlock' };
   if (errno === 1205) return { type: 'race', reason: 'lock-timeout' };
   if (errno === 1020) return { type: 'race', reason: 'serialization-failure' }; // record changed since last read
-  // max_statement_time (MariaDB 1969) or max_execution_time (MySQL 3024) ran out: redeliver later.
-  if (errno === 1969 || errno === 3024) return { type: 'unavailable', reason: 'timeout' };
+  // max_statement_time (MariaDB 1969) or max_execution_time (MySQL 3024) ran out, or the statement was
+  // cancelled (KILL QUERY: ER_QUERY_INTERRUPTED 1317): redeliver later, as for PostgreSQL's 57014.
+  if (errno === 1969 || errno === 3024 || errno === 1317) return { type: 'unavailable', reason: 'timeout' };
+  if (OUT_OF_RESOURCES_ERRNO.has(errno) || ((errno === 1030 || errno === 3) && NO_SPACE.test(String(error.message)))) {
+    return { type: 'unavailable', reason: 'server-out-of-resources' };
+  }
   if (isNetworkError(error)) {
     return { type: 'unavailable', reason: error.code === 'ECONNREFUSED' ? 'connection-refused' : 'network-error' };
   }

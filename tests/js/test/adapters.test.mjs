@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { InMemoryStore, IdemflowError, RuleSet, fingerprint, processEvent } from 'idemflow';
+import { InMemoryStore, IdemflowError, RuleSet, createDeliveryHandler, fingerprint, processBatch, processEvent } from 'idemflow';
 import { BACKENDS, MYSQL_URL, PG_URL, hasNodeSqlite, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -410,6 +410,55 @@ const cases = [
     assert.deepEqual(await h.store.process(CONFIRMED), {
       outcome: 'duplicate-delivery', original: await originalOf(h, CONFIRMED.eventId), attempts: 1, fingerprint: fingerprint(CONFIRMED),
     });
+  }],
+
+  ['INVALID_RECORD in a batch: a damaged workflow or receipt fails only the events that need it; the rest commit, and handle.batch parks only those', async (h) => {
+    // [table, column, damage, field named]: each applied to its own record, all in one batch.
+    const damages = [
+      ['workflows', 'data', '{not json', 'data'],
+      ['workflows', 'data', '[]', 'data'],
+      ['workflows', 'data', `{"depositRef": "${DEPOSIT_REF}", "amountUnits": 12500000}`, 'data.amountUnits'],
+      ['workflows', 'revision', -1, 'revision'],
+      ['inbox', 'result', '[1]', 'result'],
+      ['inbox', 'recorded_at', 'yesterday', 'recorded_at'],
+    ];
+    const events = [];
+    const expected = [];
+    for (const [i, [table, column, value, field]] of damages.entries()) {
+      const id = `swap-batch-damaged-${i}`;
+      await h.store.putWorkflow({ ...WORKFLOW, id });
+      const event = confirmed(`batch-damaged-${i}`, { workflowId: id });
+      // A damaged receipt is met by a redelivery of its event; a damaged workflow by a first delivery.
+      if (table === 'inbox') assert.equal((await h.store.process(event)).outcome, 'applied');
+      const key = table === 'inbox' ? event.eventId : id;
+      if (!(await h.corrupt(table, key, { [column]: value }))) continue; // this store's column cannot hold it
+      events.push(event);
+      expected.push(field);
+      // A healthy neighbour in the same batch.
+      await h.store.putWorkflow({ ...WORKFLOW, id: `swap-batch-healthy-${i}` });
+      events.push(confirmed(`batch-healthy-${i}`, { workflowId: `swap-batch-healthy-${i}` }));
+      expected.push('applied');
+    }
+    const results = await processBatch(h.store, events);
+    for (const [k, want] of expected.entries()) {
+      if (want === 'applied') {
+        assert.equal(results[k].outcome, 'applied', `${h.kind}: event ${events[k].eventId}: ${results[k].error?.message}`);
+      } else {
+        assert.equal(results[k].error?.code, 'INVALID_RECORD', `${h.kind}: event ${events[k].eventId}: ${JSON.stringify(results[k])}`);
+        assert.equal(results[k].error.disposition, 'reconcile');
+        assert.equal(results[k].error.details.field, want);
+      }
+    }
+    for (const [k, event] of events.entries()) {
+      if (expected[k] === 'applied') assert.equal((await h.store.getReceipt(event.eventId)).outcome, 'applied', 'the healthy events committed');
+    }
+    // The delivery handler over the same store: only the damaged ones are parked.
+    const handle = createDeliveryHandler(h.store);
+    // A redelivery of the batch: the healthy events are duplicates now; the damaged ones meet their damage again.
+    const verdicts = await handle.batch(events.map((event) => JSON.stringify(event)));
+    for (const [k, verdict] of verdicts.entries()) {
+      assert.equal(verdict.action, expected[k] === 'applied' ? 'ack' : 'park', `${h.kind}: verdict ${k}: ${JSON.stringify(verdict)}`);
+    }
   }],
 
   ['RULESET_INVALID and INVALID_ARGUMENT: a broken rule set or an unknown name never reaches the store', async (h) => {

@@ -12,7 +12,7 @@ import { EventEmitter } from 'node:events';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { IdemflowError, createOutboxConsumer } from 'idemflow';
+import { IdemflowError, createOutboxConsumer, processBatch } from 'idemflow';
 import { openPglite, openStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 import { faultRun } from '../workers/fault-runs.mjs';
 import { FakeMongoClient } from '../workers/mongo-fake.mjs';
@@ -210,6 +210,143 @@ async function processBehindAHeldLock(db, kind, check) {
   }
 }
 
+/** How far past its deadline a call may return: the time to answer, on a loaded machine. */
+const DEADLINE_SLACK_MS = 1500;
+
+/**
+ * processBatch on a server that stops (SIGSTOP) as the batch falls back to one
+ * transaction per event (an operation id of one event exists already, so the
+ * batch's commit is OUTBOX_CONFLICT): the call ends within the store's
+ * timeoutMs, the first timeout answers every event not yet decided, nothing
+ * is written, and once the server is back the redelivery applies.
+ */
+async function batchFallbackOnStoppedServer(db, kind, size) {
+  const tables = tablesFor(uniquePrefix());
+  const timeoutMs = 2000;
+  const helper = await openStore(kind, { url: db.url, tables, poolSize: 4, timeoutMs });
+  try {
+    await helper.store.migrate();
+    const ids = Array.from({ length: size }, (_, i) => `wf-${i}`);
+    for (const id of ids) await helper.store.putWorkflow(workflow(id));
+    // wf-0's exchange was scheduled before; its workflow was put back to deposit by hand.
+    await helper.store.process(confirmation('wf-0', 1), { ruleSet: 'deposit-swap' });
+    await helper.store.putWorkflow(workflow('wf-0'));
+    let transactions = 0;
+    const store = new Proxy(helper.store, {
+      get(target, name) {
+        if (name !== 'transaction') return passThrough(target, name);
+        return (fn, options) => {
+          transactions += 1;
+          if (transactions === 2) db.server.freeze(); // the fallback's first transaction
+          return target.transaction(fn, options);
+        };
+      },
+    });
+    const started = performance.now();
+    let outcome;
+    try {
+      outcome = await watched(processBatch(store, ids.map((id) => confirmation(id, 2)), { ruleSet: 'deposit-swap' }), () => db.server.resume());
+    } finally {
+      db.server.resume();
+    }
+    const elapsed = performance.now() - started;
+    assert.notEqual(outcome, 'watchdog', `processBatch of ${size} was still waiting after ${WATCHDOG_MS} ms`);
+    assert.ok(transactions >= 2, 'the batch fell back to one transaction per event');
+    assert.ok(elapsed <= timeoutMs + DEADLINE_SLACK_MS, `processBatch of ${size} returned after ${Math.round(elapsed)} ms, its deadline ${timeoutMs} ms`);
+    const results = outcome.value;
+    assert.equal(results.length, size);
+    for (const result of results) {
+      assert.equal(result.error?.code, 'STORE_UNAVAILABLE', JSON.stringify(result));
+      assert.equal(result.error.disposition, 'retry');
+    }
+    assert.ok(transactions <= 3, `the first timeout ended the fallback (${transactions} transactions)`);
+    assert.equal(await helper.count('inbox'), 1, 'nothing of the batch was written');
+    // The server is back: the redeliveries apply (a session the stop left behind may hold its locks a
+    // while: what answers retry is delivered again, as a broker would); wf-0's operation is a genuine conflict.
+    const final = new Map();
+    for (let round = 0; round < 20 && final.size < size; round += 1) {
+      const due = ids.filter((id) => !final.has(id));
+      const answers = await processBatch(helper.store, due.map((id) => confirmation(id, 2)), { ruleSet: 'deposit-swap' });
+      for (const [k, answer] of answers.entries()) if (answer.error?.disposition !== 'retry') final.set(due[k], answer);
+      if (final.size < size) await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+    assert.equal(final.get('wf-0')?.error?.code, 'OUTBOX_CONFLICT');
+    assert.deepEqual(new Set(ids.slice(1).map((id) => final.get(id)?.outcome)), new Set(['applied']));
+  } finally {
+    await helper.drop().catch(() => {});
+    await helper.close();
+  }
+}
+
+/**
+ * store.process behind a row lock, its waiting statement cancelled by an
+ * operator (`cancel(tables)`): STORE_UNAVAILABLE reason timeout, as a statement
+ * timeout is, on every server; nothing is kept.
+ */
+async function processCancelled(db, kind, cancel) {
+  const tables = tablesFor(uniquePrefix());
+  const helper = await openStore(kind, { url: db.url, tables, poolSize: 2, statementTimeoutMs: 15_000, timeoutMs: 15_000 });
+  let holder;
+  try {
+    await helper.store.migrate();
+    await helper.store.putWorkflow(workflow('wf-1'));
+    holder = await lockHolder(kind, db.url);
+    await holder.lock(tables.workflows);
+    const processing = watched(helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' }));
+    await cancel(tables);
+    const outcome = await processing;
+    await holder.release();
+    assert.notEqual(outcome, 'watchdog');
+    assert.equal(outcome.error?.code, 'STORE_UNAVAILABLE', String(outcome.error ?? JSON.stringify(outcome.value)));
+    assert.equal(outcome.error.details.reason, 'timeout');
+    assert.equal(outcome.error.disposition, 'retry');
+    assert.equal(await helper.count('inbox'), 0, 'nothing of the cancelled transaction was kept');
+  } finally {
+    await holder?.end().catch(() => {});
+    await helper.drop().catch(() => {});
+    await helper.close();
+  }
+}
+
+/** store.process whose receipt insert meets a full disk (`fill(tables)` fills it; `free()` frees it): STORE_UNAVAILABLE reason server-out-of-resources. */
+async function processOnFullDisk(db, kind, { place, fill, free }) {
+  const tables = tablesFor(uniquePrefix());
+  const helper = await openStore(kind, { url: db.url, tables, poolSize: 2, timeoutMs: 15_000 });
+  try {
+    await helper.store.migrate();
+    await helper.store.putWorkflow(workflow('wf-1'));
+    await place(tables);
+    await fill(tables);
+    let outcome;
+    try {
+      outcome = await watched(helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' }));
+    } finally {
+      await free();
+    }
+    assert.notEqual(outcome, 'watchdog');
+    assert.equal(outcome.error?.code, 'STORE_UNAVAILABLE', String(outcome.error ?? JSON.stringify(outcome.value)));
+    assert.equal(outcome.error.details.reason, 'server-out-of-resources', `driverCode ${outcome.error.details.driverCode}`);
+    assert.equal(outcome.error.disposition, 'retry');
+    assert.equal((await helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })).outcome, 'applied', 'once there is room, the redelivery applies');
+  } finally {
+    await helper.drop().catch(() => {});
+    await helper.close();
+  }
+}
+
+/** Waits until a session of the server waits for a lock, and answers its id. */
+async function waitingSession(db, kind) {
+  let id = null;
+  await waitFor(async () => {
+    const rows = kind === 'pg'
+      ? await db.query("SELECT pid AS id FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND backend_type = 'client backend'")
+      : await db.query("SELECT id FROM information_schema.processlist WHERE info LIKE '%UPDATE%' AND command = 'Query' AND id <> CONNECTION_ID()");
+    id = rows[0]?.id ?? null;
+    return id !== null;
+  });
+  return id;
+}
+
 /** The lock's work ran to its end, the process did not crash, and the lock was free again afterwards. */
 function assertLockSurvived(outcome) {
   assert.equal(outcome.exitCode, 0, `the process ended ${outcome.signal ?? outcome.exitCode}: ${outcome.stderr}`);
@@ -265,6 +402,30 @@ describe('faults on a PostgreSQL 15 server of its own', { skip: postgresMissing(
     });
   });
 
+  for (const size of [32, 128]) {
+    it(`a stopped server during a batch's one-by-one fallback (${size} events): processBatch returns within its deadline, every event answers retry`, async () => {
+      await batchFallbackOnStoppedServer(db, 'pg', size);
+    });
+  }
+
+  it('a statement cancelled by an operator (pg_cancel_backend): STORE_UNAVAILABLE reason timeout, as on MariaDB', async () => {
+    await processCancelled(db, 'pg', async () => {
+      await db.query('SELECT pg_cancel_backend($1)', [await waitingSession(db, 'pg')]);
+    });
+  });
+
+  it('a full disk (SQLSTATE 53100): STORE_UNAVAILABLE reason server-out-of-resources, as on MariaDB', async (t) => {
+    if (!db.tablespace) {
+      t.diagnostic(`no small tablespace: ${db.tablespaceError}`);
+      return;
+    }
+    await processOnFullDisk(db, 'pg', {
+      place: (tables) => db.query(`ALTER TABLE "${tables.inbox}" SET TABLESPACE small`),
+      fill: () => db.fillTablespace(),
+      free: () => db.freeTablespace(),
+    });
+  });
+
   it(`${DELIVERIES} deliveries through 4 worker processes while backends are terminated, the server restarted, stopped and its tablespace filled`, async (t) => {
     const faults = ['terminate', 'pause', 'restart', 'terminate'];
     if (db.tablespace) faults.push('diskFull');
@@ -275,7 +436,7 @@ describe('faults on a PostgreSQL 15 server of its own', { skip: postgresMissing(
 
 describe('faults on a MariaDB server of its own', { skip: mariadbMissing() ?? false }, () => {
   let db;
-  before(async () => { db = await startMariadb(); });
+  before(async () => { db = await startMariadb({ smallDirMb: 8 }); });
   after(async () => { await db?.close(); });
 
   it('a connection killed while the store holds it idle inside a transaction: the process survives, STORE_UNAVAILABLE', async () => {
@@ -305,6 +466,65 @@ describe('faults on a MariaDB server of its own', { skip: mariadbMissing() ?? fa
       assert.ok(outcome.error instanceof IdemflowError, String(outcome.error));
       assert.equal(outcome.error.disposition, 'retry');
       assert.ok(['1969', '1205'].includes(outcome.error.details.driverCode), `driverCode ${outcome.error.details.driverCode}`);
+    });
+  });
+
+  for (const size of [32, 128]) {
+    it(`a stopped server during a batch's one-by-one fallback (${size} events): processBatch returns within its deadline, every event answers retry`, async () => {
+      await batchFallbackOnStoppedServer(db, 'mysql', size);
+    });
+  }
+
+  it('a statement cancelled by an operator (KILL QUERY, 1317): STORE_UNAVAILABLE reason timeout, as on PostgreSQL', async () => {
+    await processCancelled(db, 'mysql', async () => {
+      await db.query(`KILL QUERY ${Number(await waitingSession(db, 'mysql'))}`);
+    });
+  });
+
+  it('a full disk (1114, the table is full): STORE_UNAVAILABLE reason server-out-of-resources, as on PostgreSQL', async (t) => {
+    let fullInbox;
+    let inboxDdl;
+    if (!db.smallDir) {
+      t.diagnostic(`no small data directory: ${db.smallDirError}`);
+      return;
+    }
+    await processOnFullDisk(db, 'mysql', {
+      // The inbox made again in the small directory (InnoDB takes DATA DIRECTORY only when a table is created).
+      place: async (tables) => {
+        [{ 'Create Table': inboxDdl }] = await db.query(`SHOW CREATE TABLE \`${tables.inbox}\``);
+        await db.query(`DROP TABLE \`${tables.inbox}\``);
+        await db.query(`${inboxDdl} DATA DIRECTORY='${db.smallDir}'`);
+      },
+      // Receipts of no event fill the inbox's own file until the disk is full (InnoDB keeps free pages in a file it made).
+      fill: async (tables) => {
+        fullInbox = tables.inbox;
+        try {
+          for (let n = 0; ; n += 200) {
+            await db.query(`INSERT INTO \`${tables.inbox}\` (event_id, fingerprint, workflow_id, event_type, outcome, recorded_at, result)
+              SELECT CONCAT('filler-', ${n} + seq, '-', REPEAT('x', 700)), 'fp', 'none', 'FILLER', 'applied', 0, REPEAT(MD5(RAND()), 60) FROM seq_1_to_200`);
+          }
+        } catch (error) {
+          if (error.errno !== 1114 && error.errno !== 1021) throw error;
+        }
+        // Then rows of a receipt's size, keyed beside the receipt to come, one at a time, until not even one
+        // fits in the pages left (a failed statement's rollback can give a page back: so several times over).
+        let refused = 0;
+        for (let n = 0; refused < 20; n += 1) {
+          try {
+            await db.query(`INSERT INTO \`${tables.inbox}\` (event_id, fingerprint, workflow_id, event_type, outcome, recorded_at, result)
+              VALUES (?, REPEAT('f', 71), 'wf-1', 'FILLER', 'applied', ?, REPEAT('r', 160))`, [`wf-1-e0-${String(n).padStart(6, '0')}`, Date.now()]);
+            refused = 0;
+          } catch (error) {
+            if (error.errno !== 1114 && error.errno !== 1021) throw error;
+            refused += 1;
+          }
+        }
+      },
+      // The fillers go with the file (a DELETE would free pages only once purged): the inbox made again where it was.
+      free: async () => {
+        await db.query(`DROP TABLE \`${fullInbox}\``);
+        await db.query(inboxDdl);
+      },
     });
   });
 

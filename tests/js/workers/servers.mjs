@@ -319,14 +319,33 @@ export async function startPostgres({ smallTablespaceMb = 0 } = {}) {
 
 /**
  * A MariaDB server of its own: `{ url, server, query(sql, params),
- * killConnections(), close() }`.
+ * killConnections(), smallDir, smallDirError, close() }`. `smallDirMb` mounts
+ * a tmpfs of that size (root only) where a table can be put with `DATA
+ * DIRECTORY` and fill it; `smallDir` is null when that could not be done.
  */
-export async function startMariadb() {
+export async function startMariadb({ smallDirMb = 0 } = {}) {
   const user = systemUser('mysql');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'idemflow-faults-mariadb-'));
   const data = path.join(dir, 'data');
   fs.mkdirSync(data);
   chown(dir, user);
+  let smallDir = null;
+  let smallDirError = null;
+  if (smallDirMb > 0) {
+    if (!isRoot) {
+      smallDirError = 'mounting a small tmpfs needs root';
+    } else {
+      const target = path.join(dir, 'small');
+      fs.mkdirSync(target);
+      try {
+        execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${smallDirMb}m,mode=0700`, 'tmpfs', target], { stdio: 'pipe' });
+        chown(target, user);
+        smallDir = target;
+      } catch (error) {
+        smallDirError = `mount -t tmpfs failed: ${String(error.stderr ?? error.message).trim()}`;
+      }
+    }
+  }
   const userArgs = user ? ['--user=mysql'] : [];
   execFileSync(MARIADB_INSTALL_DB, ['--no-defaults', `--datadir=${data}`, ...userArgs, '--auth-root-authentication-method=normal',
     '--skip-test-db', '--innodb-log-file-size=8M', '--innodb-buffer-pool-size=16M'], { stdio: 'ignore' });
@@ -345,7 +364,17 @@ export async function startMariadb() {
       await connection.end();
     },
     shutdownSignal: 'SIGTERM',
-    cleanup: () => fs.rmSync(dir, { recursive: true, force: true }),
+    cleanup: () => {
+      if (smallDir !== null) {
+        try {
+          execFileSync('umount', ['-l', smallDir], { stdio: 'ignore' });
+        } catch {
+          // already gone
+        }
+        smallDir = null;
+      }
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
   });
   await server.start();
   let admin = null;
@@ -366,6 +395,8 @@ export async function startMariadb() {
     url,
     server,
     query,
+    smallDir,
+    smallDirError,
     /** KILL on every other client connection of the server; how many it ended. */
     async killConnections() {
       server.faults.terminate += 1;
