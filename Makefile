@@ -79,7 +79,8 @@ fuzz:
 	fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # The long fault campaign: throwaway PostgreSQL 15 and MariaDB servers of its
-# own, many faults and deliveries, the figures printed (make test runs a slice).
+# own, many faults and deliveries through processEvent workers and through
+# processBatch workers (with SIGKILLs), the figures printed (make test runs a slice).
 faults: pkg tests/js/node_modules/.installed
 	cd tests/js && node workers/fault-campaign.mjs
 

@@ -432,6 +432,12 @@ describe('faults on a PostgreSQL 15 server of its own', { skip: postgresMissing(
     else t.diagnostic(`no small tablespace: ${db.tablespaceError}`);
     assertRun(await faultRun(db, 'pg', { faults, deliveries: DELIVERIES, workflows: WORKFLOWS, seed: 90_001 }), t);
   });
+
+  it(`${DELIVERIES} deliveries through 3 processBatch workers (batches of 32), SIGKILLed 3 times, while the server is restarted, stopped and filled`, async (t) => {
+    const faults = ['terminate', 'pause', 'restart'];
+    if (db.tablespace) faults.push('diskFull');
+    assertRun(await faultRun(db, 'pg', { faults, deliveries: DELIVERIES, workflows: WORKFLOWS, seed: 90_003, workers: 3, batch: 32, kills: 3 }), t);
+  });
 });
 
 describe('faults on a MariaDB server of its own', { skip: mariadbMissing() ?? false }, () => {
@@ -531,6 +537,12 @@ describe('faults on a MariaDB server of its own', { skip: mariadbMissing() ?? fa
   it(`${DELIVERIES} deliveries through 4 worker processes while connections are killed and the server restarted and stopped`, async (t) => {
     const faults = ['terminate', 'pause', 'restart', 'terminate'];
     assertRun(await faultRun(db, 'mysql', { faults, deliveries: DELIVERIES, workflows: WORKFLOWS, seed: 90_002 }), t);
+  });
+
+  it(`${DELIVERIES} deliveries through 3 processBatch workers (batches of 32), SIGKILLed 3 times, while the server is restarted, stopped and filled`, async (t) => {
+    const faults = ['terminate', 'pause', 'restart'];
+    if (db.smallDir) faults.push('diskFull');
+    assertRun(await faultRun(db, 'mysql', { faults, deliveries: DELIVERIES, workflows: WORKFLOWS, seed: 90_004, workers: 3, batch: 32, kills: 3 }), t);
   });
 });
 

@@ -118,7 +118,7 @@ export function run(planned, {
       const exits = slots.map((slot) => new Promise((done) => {
         if (!slot.child || slot.child.exitCode !== null || slot.child.signalCode !== null) return done();
         slot.child.once('exit', done);
-        slot.child.send({ type: 'stop' });
+        slot.child.send({ type: 'stop' }, () => {});
         setTimeout(() => slot.child.kill('SIGKILL'), 10_000).unref();
       }));
       Promise.all(exits).then(() => (error ? reject(error) : resolve(stats)));
@@ -132,6 +132,8 @@ export function run(planned, {
       slot.child = child;
       slot.ready = false;
       slot.inFlight = new Map();
+      // A delivery sent to a worker that was just killed fails with EPIPE: its exit hands the delivery back.
+      child.on('error', () => {});
       child.on('message', (message) => {
         if (message.type === 'ready') {
           slot.ready = true;
@@ -211,7 +213,7 @@ export function run(planned, {
         shuffle(free, rand);
         unit.forEach((delivery, i) => {
           free[i].inFlight.set(delivery.id, delivery);
-          free[i].child.send({ type: 'deliver', id: delivery.id, event: delivery.event });
+          free[i].child.send({ type: 'deliver', id: delivery.id, event: delivery.event }, () => {});
         });
       }
     }

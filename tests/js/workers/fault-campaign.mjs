@@ -2,14 +2,19 @@
 // than the slice in test/faults.test.mjs, on a throwaway PostgreSQL 15 and
 // MariaDB of its own, and the figures printed: faults injected, deliveries,
 // crashes, losses, duplicates. Exits 1 if any of the last three is not 0.
-// IDEMFLOW_FAULTS_DELIVERIES (default 6000 per server) and
-// IDEMFLOW_FAULTS_COUNT (default 24 per server) scale it.
-import { faultRun } from './fault-runs.mjs';
+// Each server gets two campaigns: workers calling processEvent per delivery,
+// and workers calling processBatch on batches of IDEMFLOW_FAULTS_BATCH (64),
+// SIGKILLed IDEMFLOW_FAULTS_KILLS (8) times on top of the server's faults.
+// IDEMFLOW_FAULTS_DELIVERIES (default 6000 per campaign) and
+// IDEMFLOW_FAULTS_COUNT (default 24 per campaign) scale it.
+import { canFillDisk, faultRun } from './fault-runs.mjs';
 import { random } from './broker.mjs';
 import { mariadbMissing, postgresMissing, startMariadb, startPostgres } from './servers.mjs';
 
 const deliveries = Number(process.env.IDEMFLOW_FAULTS_DELIVERIES || 6000);
 const count = Number(process.env.IDEMFLOW_FAULTS_COUNT || 24);
+const batchSize = Number(process.env.IDEMFLOW_FAULTS_BATCH || 64);
+const batchKills = Number(process.env.IDEMFLOW_FAULTS_KILLS || 8);
 
 /** `count` faults from `kinds`, each kind about as often, in a seeded random order. */
 function schedule(kinds, seed) {
@@ -26,13 +31,16 @@ const servers = [
   {
     name: 'PostgreSQL 15', kind: 'pg', missing: postgresMissing(), seed: 91_001,
     start: () => startPostgres({ smallTablespaceMb: 8 }),
-    kinds: (db) => (db.tablespace ? ['terminate', 'pause', 'restart', 'diskFull'] : ['terminate', 'pause', 'restart']),
   },
   {
     name: 'MariaDB', kind: 'mysql', missing: mariadbMissing(), seed: 91_002,
-    start: () => startMariadb(),
-    kinds: () => ['terminate', 'pause', 'restart'],
+    start: () => startMariadb({ smallDirMb: 8 }),
   },
+];
+const kindsOf = (db) => (canFillDisk(db) ? ['terminate', 'pause', 'restart', 'diskFull'] : ['terminate', 'pause', 'restart']);
+const campaigns = [
+  { name: 'processEvent', batch: 0, kills: 0 },
+  { name: `processBatch (batches of ${batchSize}, ${batchKills} SIGKILLs)`, batch: batchSize, kills: batchKills },
 ];
 
 const totals = { faults: 0, deliveries: 0, crashes: 0, losses: 0, duplicates: 0, orphanReceipts: 0 };
@@ -43,18 +51,22 @@ for (const server of servers) {
   }
   const db = await server.start();
   try {
-    if (server.kind === 'pg' && !db.tablespace) console.log(`${server.name}: no small tablespace (${db.tablespaceError}); no disk-full faults`);
-    const started = Date.now();
-    const figures = await faultRun(db, server.kind, {
-      faults: schedule(server.kinds(db), server.seed), deliveries, workflows: Math.max(50, Math.round(deliveries / 20)), seed: server.seed, timeoutMs: 1_800_000,
-    });
-    const byKind = figures.injected.reduce((tally, name) => ({ ...tally, [name]: (tally[name] ?? 0) + 1 }), {});
-    console.log(`${server.name}: ${figures.faults} faults (${Object.entries(byKind).map(([k, v]) => `${k} ${v}`).join(', ')}), `
-      + `${figures.deliveries} deliveries of ${figures.eventIds} event ids for ${figures.confirmedWorkflows} confirmed workflows, `
-      + `crashes ${figures.crashes}, losses ${figures.losses}, duplicates ${figures.duplicates}, orphan receipts ${figures.orphanReceipts}; `
-      + `retry nacks ${JSON.stringify(figures.nacks)}; unexpected ${figures.unexpected.length}; ${((Date.now() - started) / 1000).toFixed(1)} s`);
-    for (const line of figures.unexpected.slice(0, 10)) console.log(`  unexpected: ${line}`);
-    for (const key of Object.keys(totals)) totals[key] += figures[key];
+    if (!canFillDisk(db)) console.log(`${server.name}: no small disk (${db.tablespaceError ?? db.smallDirError}); no disk-full faults`);
+    for (const [c, campaign] of campaigns.entries()) {
+      const started = Date.now();
+      const seed = server.seed + 1000 * c;
+      const figures = await faultRun(db, server.kind, {
+        faults: schedule(kindsOf(db), seed), deliveries, workflows: Math.max(50, Math.round(deliveries / 20)), seed, timeoutMs: 1_800_000,
+        batch: campaign.batch, kills: campaign.kills,
+      });
+      const byKind = figures.injected.reduce((tally, name) => ({ ...tally, [name]: (tally[name] ?? 0) + 1 }), {});
+      console.log(`${server.name}, ${campaign.name}: ${figures.faults} faults (${Object.entries(byKind).map(([k, v]) => `${k} ${v}`).join(', ')}), `
+        + `${figures.kills} SIGKILLs, ${figures.deliveries} deliveries of ${figures.eventIds} event ids for ${figures.confirmedWorkflows} confirmed workflows, `
+        + `crashes ${figures.crashes}, losses ${figures.losses}, duplicates ${figures.duplicates}, orphan receipts ${figures.orphanReceipts}; `
+        + `retry nacks ${JSON.stringify(figures.nacks)}; unexpected ${figures.unexpected.length}; ${((Date.now() - started) / 1000).toFixed(1)} s`);
+      for (const line of figures.unexpected.slice(0, 10)) console.log(`  unexpected: ${line}`);
+      for (const key of Object.keys(totals)) totals[key] += figures[key];
+    }
   } finally {
     await db.close();
   }

@@ -17,6 +17,28 @@ export const FAULTS = {
   },
 };
 
+/** Where a disk can fill for `kind`: PostgreSQL's small tablespace, MariaDB's small data directory. */
+export function canFillDisk(db) {
+  return Boolean(db.tablespace ?? db.smallDir);
+}
+
+/** The store's tables (and PostgreSQL's indexes) moved onto the small disk, so that a full disk stops their writes. */
+async function placeOnSmallDisk(db, kind, tables) {
+  for (const table of Object.values(tables)) {
+    if (kind === 'pg') {
+      await db.query(`ALTER TABLE "${table}" SET TABLESPACE small`);
+      for (const { name } of await db.query('SELECT indexname AS name FROM pg_indexes WHERE tablename = $1', [table])) {
+        await db.query(`ALTER INDEX "${name}" SET TABLESPACE small`);
+      }
+    } else {
+      // InnoDB takes DATA DIRECTORY only when a table is made: the empty table is made again there.
+      const [{ 'Create Table': ddl }] = await db.query(`SHOW CREATE TABLE \`${table}\``);
+      await db.query(`DROP TABLE \`${table}\``);
+      await db.query(`${ddl} DATA DIRECTORY='${db.smallDir}'`);
+    }
+  }
+}
+
 /** The store options the workers run with: short bounds, so a stopped server costs seconds. */
 export const STORE_BOUNDS = { timeoutMs: 1500, statementTimeoutMs: 1000 };
 
@@ -28,7 +50,7 @@ export const STORE_BOUNDS = { timeoutMs: 1500, statementTimeoutMs: 1000 };
  * receipts, the nacks by code/reason and anything unexpected.
  */
 export async function faultRun(db, kind, {
-  faults, deliveries, workflows, seed = 1, workers = 4, pauseMs = 2500, diskFullMs = 2000, timeoutMs = 300_000,
+  faults, deliveries, workflows, seed = 1, workers = 4, pauseMs = 2500, diskFullMs = 2000, timeoutMs = 300_000, batch = 0, kills = 0,
 }) {
   const tables = tablesFor(uniquePrefix());
   const options = { url: db.url, tables, poolSize: 4, ...STORE_BOUNDS };
@@ -36,16 +58,8 @@ export async function faultRun(db, kind, {
   const helper = await openStore(kind, options);
   try {
     await helper.store.migrate();
+    if (faults.includes('diskFull')) await placeOnSmallDisk(db, kind, tables);
     for (const workflow of planned.workflows) await helper.store.putWorkflow(workflow);
-    if (faults.includes('diskFull')) {
-      // Tables and their indexes on the small tablespace, so that a full disk stops their writes.
-      for (const table of Object.values(tables)) {
-        await db.query(`ALTER TABLE "${table}" SET TABLESPACE small`);
-        for (const { name } of await db.query('SELECT indexname AS name FROM pg_indexes WHERE tablename = $1', [table])) {
-          await db.query(`ALTER INDEX "${name}" SET TABLESPACE small`);
-        }
-      }
-    }
     // Faults one after another, each when its share of the deliveries is acknowledged.
     const rand = random(seed ^ 0xfa17);
     const due = faults.map((name, i) => ({ name, at: Math.floor((deliveries * (i + 1)) / (faults.length + 1) * (0.9 + 0.2 * rand())) }));
@@ -60,8 +74,9 @@ export async function faultRun(db, kind, {
         });
       }
     };
+    // Batch workers hold a batch's worth each; SIGKILLs take whatever a worker holds.
     const stats = await run(planned, {
-      workerConfig: { kind, ...options }, workers, inFlight: 4, seed, timeoutMs, retryDelayMs: 50, onAcked,
+      workerConfig: { kind, ...options, batch }, workers, inFlight: batch > 0 ? batch : 4, kills, seed, timeoutMs, retryDelayMs: 50, onAcked,
     });
     await injecting;
     const figures = await verify(helper, tables, planned);
@@ -71,6 +86,7 @@ export async function faultRun(db, kind, {
       faults: injected.length,
       injected,
       crashes: stats.crashes,
+      kills: stats.kills,
       nacks: stats.nacks,
       unexpected: stats.unexpected,
       outcomes: stats.outcomes,

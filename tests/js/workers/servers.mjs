@@ -397,6 +397,19 @@ export async function startMariadb({ smallDirMb = 0 } = {}) {
     query,
     smallDir,
     smallDirError,
+    /** Fills the small data directory with a filler table until the disk is full (1114). */
+    async fillTablespace() {
+      server.faults.diskFull += 1;
+      await query(`CREATE TABLE IF NOT EXISTS test.filler (id INT PRIMARY KEY AUTO_INCREMENT, pad TEXT) ENGINE=InnoDB DATA DIRECTORY='${smallDir}'`);
+      try {
+        for (;;) await query('INSERT INTO test.filler (pad) SELECT REPEAT(MD5(RAND()), 60) FROM seq_1_to_200');
+      } catch (error) {
+        if (error.errno !== 1114 && error.errno !== 1021) throw error;
+      }
+    },
+    async freeTablespace() {
+      await query('DROP TABLE IF EXISTS test.filler');
+    },
     /** KILL on every other client connection of the server; how many it ended. */
     async killConnections() {
       server.faults.terminate += 1;
