@@ -4,10 +4,11 @@
 const { IdemflowError, isIdemflowError } = require('./core/errors.cjs');
 const { RuleSet } = require('./core/rules.cjs');
 const core = require('./core/decide.cjs');
-const { processEvent, processDepositConfirmed, commitWriteSet } = require('./core/host.cjs');
-const { createDeliveryHandler } = require('./core/delivery.cjs');
-const { createBatcher } = require('./core/batcher.cjs');
-const { processBatch } = require('./core/batch.cjs');
+const { processEvent, processDepositConfirmed } = require('./host/event.cjs');
+const { commitWriteSet } = require('./host/contract.cjs');
+const { createDeliveryHandler } = require('./host/delivery.cjs');
+const { createBatcher } = require('./host/batcher.cjs');
+const { processBatch } = require('./host/batch.cjs');
 const { observeBacklog } = require('./core/telemetry.cjs');
 
 // The outbox consumer and retention are loaded at their first use: a worker

@@ -89,6 +89,11 @@ pub enum Error {
 
     #[error("{path}: {reason}")]
     RuleSetInvalid { path: String, reason: String, report: Option<Value> },
+
+    /// The host's own work in the transaction (`onApplied`) failed: the
+    /// transaction rolled back, and the delivery is to be retried.
+    #[error("{reason}")]
+    HandlerFailed { reason: String },
 }
 
 /// Every code with its default disposition, in a stable order. Hosts read this
@@ -105,6 +110,7 @@ pub const CODES: &[(&str, Disposition)] = &[
     ("INVALID_ARGUMENT", Disposition::Fatal),
     ("RULESET_INVALID", Disposition::Fatal),
     ("STORE_UNAVAILABLE", Disposition::Retry),
+    ("HANDLER_FAILED", Disposition::Retry),
 ];
 
 pub fn default_disposition(code: &str) -> Option<Disposition> {
@@ -125,6 +131,7 @@ impl Error {
             Error::InvalidRecord { .. } => "INVALID_RECORD",
             Error::InvalidArgument { .. } => "INVALID_ARGUMENT",
             Error::RuleSetInvalid { .. } => "RULESET_INVALID",
+            Error::HandlerFailed { .. } => "HANDLER_FAILED",
         }
     }
 
@@ -168,7 +175,7 @@ impl Error {
             Error::InvalidRecord { record, field, reason } => {
                 json!({ "record": record, "field": field, "reason": reason })
             }
-            Error::InvalidArgument { reason } => json!({ "reason": reason }),
+            Error::InvalidArgument { reason } | Error::HandlerFailed { reason } => json!({ "reason": reason }),
             Error::RuleSetInvalid { path, reason, report } => {
                 json!({ "path": path, "reason": reason, "report": report })
             }

@@ -672,6 +672,7 @@ fn every_error_code_has_a_stable_default_disposition() {
             ("INVALID_ARGUMENT", "fatal"),
             ("RULESET_INVALID", "fatal"),
             ("STORE_UNAVAILABLE", "retry"),
+            ("HANDLER_FAILED", "retry"),
         ]
     );
 }

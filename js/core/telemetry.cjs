@@ -66,6 +66,12 @@ function createInstruments(meter) {
     processDuration: meter.createHistogram('idemflow.process.duration', {
       unit: 's', description: 'Time processEvent took, every race re-run included, by store',
     }),
+    batchDuration: meter.createHistogram('idemflow.batch.duration', {
+      unit: 's', description: 'Time processBatch took, every race re-run and fallback included, by store',
+    }),
+    batchSize: meter.createHistogram('idemflow.batch.size', {
+      unit: '{delivery}', description: 'Deliveries per processBatch call',
+    }),
     raceRetries: meter.createCounter('idemflow.race_retries', {
       unit: '{retry}', description: 'Transactions run again after a lost race (CONCURRENT_UPDATE), by reason',
     }),
@@ -90,13 +96,14 @@ function createInstruments(meter) {
   };
 }
 
-/** A store's kind for the `idemflow.store` attribute: sqlite, postgres, mysql, mongodb, memory or its class name. */
+/**
+ * A store's kind for the `idemflow.store` attribute: what its class declares
+ * (`static kind`: sqlite, postgres, mysql, mongodb, memory), else its class name.
+ */
 function storeKind(store) {
-  const dialect = store?._statements?.dialect?.name;
-  if (typeof dialect === 'string') return dialect;
+  const kind = store?.constructor?.kind;
+  if (typeof kind === 'string' && kind.length > 0) return kind;
   const name = store?.constructor?.name;
-  if (name === 'MongoStore') return 'mongodb';
-  if (name === 'InMemoryStore') return 'memory';
   return typeof name === 'string' && name.length > 0 ? name : 'unknown';
 }
 
@@ -161,6 +168,69 @@ function processStarted({ store, event, ruleSet }) {
   const spanContext = span.spanContext();
   const traceparent = o.trace.isSpanContextValid(spanContext) ? traceparentOf(spanContext) : null;
   return { o, span, kind, ruleSet, eventType: event.type, traceparent, started: performance.now() };
+}
+
+/**
+ * The telemetry of one processBatch: a span `process batch` (its trace
+ * context is what the batch's outbox rows record) and the instruments; the
+ * deliveries are counted one by one when it ends. Null without OpenTelemetry.
+ */
+function batchStarted({ store, ruleSet, size }) {
+  const o = otel();
+  if (o === null) return null;
+  const kind = storeKind(store);
+  const span = o.trace.getTracer(SCOPE).startSpan('process batch', {
+    kind: SPAN_KIND.INTERNAL,
+    attributes: {
+      'messaging.batch.message_count': size,
+      'idemflow.rule_set.id': ruleSet.id,
+      'idemflow.rule_set.version': ruleSet.version,
+      'idemflow.store': kind,
+    },
+  });
+  const spanContext = span.spanContext();
+  const traceparent = o.trace.isSpanContextValid(spanContext) ? traceparentOf(spanContext) : null;
+  return { o, span, kind, ruleSet, traceparent, started: performance.now(), size };
+}
+
+/**
+ * A batch that answered: each delivery counted by outcome (as processEvent
+ * counts its one), each refused one as an error, the batch's duration and
+ * size, and the outcomes on the span.
+ */
+function batchEnded(run, valid, results) {
+  if (run === null) return;
+  const meters = instruments();
+  const outcomes = {};
+  let refused = 0;
+  for (const result of results) {
+    if (result?.error === undefined) continue;
+    refused += 1;
+    meters?.errors.add(1, { ...errorAttributes(result.error), 'idemflow.source': 'process' });
+  }
+  for (const { index, event } of valid) {
+    const result = results[index];
+    if (result?.error !== undefined) continue;
+    outcomes[result.outcome] = (outcomes[result.outcome] ?? 0) + 1;
+    meters?.deliveries.add(1, {
+      'idemflow.outcome': result.outcome,
+      'idemflow.event.type': event.type,
+      'idemflow.rule_set.id': run.ruleSet.id,
+      'idemflow.rule_set.version': run.ruleSet.version,
+    });
+  }
+  meters?.batchDuration.record((performance.now() - run.started) / 1000, { 'idemflow.store': run.kind });
+  meters?.batchSize.record(run.size, { 'idemflow.store': run.kind });
+  for (const [outcome, count] of Object.entries(outcomes)) run.span.setAttribute(`idemflow.outcomes.${outcome}`, count);
+  run.span.setAttribute('idemflow.refused', refused);
+  run.span.end();
+}
+
+function batchFailed(run, error) {
+  if (run === null) return;
+  instruments()?.batchDuration.record((performance.now() - run.started) / 1000, { 'idemflow.store': run.kind, 'error.type': errorAttributes(error)['error.type'] });
+  failSpan(run.span, error);
+  run.span.end();
 }
 
 /** Runs fn with the process span active, so that spans the host's instrumentation makes meanwhile are its children. */
@@ -360,6 +430,9 @@ function observeBacklog(store, options = {}) {
 
 module.exports = {
   processStarted,
+  batchStarted,
+  batchEnded,
+  batchFailed,
   inSpan,
   raceRetried,
   processEnded,

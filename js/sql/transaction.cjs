@@ -7,7 +7,8 @@
 
 const { StoreTransaction } = require('../store/base.cjs');
 const { operationExists, receiptExists, workflowChanged } = require('../store/errors.cjs');
-const { decidedOperationToStore, decidedReceiptToStore, decidedWorkflowPatch, decisionReceiptFromStore, readOrUnreadable } = require('../store/records.cjs');
+const { decidedOperationToStore, decidedReceiptToStore, decidedWorkflowPatch, decisionReceiptFromStore } = require('../store/records.cjs');
+const { orUnreadable } = require('../host/contract.cjs');
 const { recordOf } = require('./columns.cjs');
 const { isPromise, step } = require('../core/step.cjs');
 
@@ -20,9 +21,11 @@ function chunks(items) {
   return out;
 }
 
-// The same words in every dialect.
-const SAVEPOINT = { sql: 'SAVEPOINT idemflow_batch', values: [], returnsRows: false };
-const ROLLBACK_TO_SAVEPOINT = { sql: 'ROLLBACK TO SAVEPOINT idemflow_batch', values: [], returnsRows: false };
+/** A savepoint's name in SQL (the same words in every dialect): idemflow's own names, a word each. */
+function savepointName(name) {
+  if (!/^[a-z_]{1,32}$/.test(name)) throw new Error(`idemflow: savepoint name ${name}`); // a bug, never an input
+  return `idemflow_${name}`;
+}
 
 /** A key that exists already: the insert reports false instead of failing. */
 class KeyExists extends Error {}
@@ -30,14 +33,26 @@ const keyExists = (cause) => new KeyExists('key exists', { cause });
 
 class SqlTransaction extends StoreTransaction {
   #execute;
+  #client;
 
   /**
    * @param {import('./store.cjs').SqlStore} store
    * @param {(statement: object, onUnique?: (cause: unknown) => Error) => ({ rows: object[], count: number } | Promise<{ rows: object[], count: number }>)} execute
+   * @param {object} client the driver's own handle of the transaction's connection (`tx.client`)
    */
-  constructor(store, execute) {
+  constructor(store, execute, client) {
     super(store);
     this.#execute = execute;
+    this.#client = client;
+  }
+
+  /** The driver's own handle of this transaction's connection: the host's statements on it commit or roll back with idemflow's. */
+  get client() {
+    return this.#client;
+  }
+
+  get savepoints() {
+    return true;
   }
 
   // _read, _insert and _updateWorkflow answer synchronously when `execute`
@@ -73,7 +88,7 @@ class SqlTransaction extends StoreTransaction {
     for (const part of chunks(keys)) {
       for (const row of (await this.#execute(this._store._statements.readMany(table, part, { lock }))).rows) {
         const record = recordOf(table, row);
-        found.set(record[key], readOrUnreadable(read, record));
+        found.set(record[key], orUnreadable(() => read(record)));
       }
     }
     return found;
@@ -98,14 +113,19 @@ class SqlTransaction extends StoreTransaction {
     return this.#readMany('workflows', ids, (record) => this._store._workflowOf(record), lock);
   }
 
-  /** Marks where processBatch can undo its writes to after losing one to another transaction. */
-  async savepoint() {
-    await this.#execute(SAVEPOINT);
+  /** Marks a point the transaction can go back to (processBatch: before its writes; before each onApplied). */
+  async savepoint(name) {
+    await this.#execute({ sql: `SAVEPOINT ${savepointName(name)}`, values: [], returnsRows: false });
   }
 
-  /** Undoes the writes made since savepoint(); the savepoint stays, and the transaction goes on. */
-  async rollbackToSavepoint() {
-    await this.#execute(ROLLBACK_TO_SAVEPOINT);
+  /** Undoes what was written since savepoint(name); the savepoint stays, and the transaction goes on. */
+  async rollbackToSavepoint(name) {
+    await this.#execute({ sql: `ROLLBACK TO SAVEPOINT ${savepointName(name)}`, values: [], returnsRows: false });
+  }
+
+  /** Forgets savepoint(name), keeping what was written since. */
+  async releaseSavepoint(name) {
+    await this.#execute({ sql: `RELEASE SAVEPOINT ${savepointName(name)}`, values: [], returnsRows: false });
   }
 
   /** How many of `records` one multi-row insert per chunk stored; a unique violation stores none of its chunk. */
@@ -162,6 +182,11 @@ class SqlTransaction extends StoreTransaction {
   /** @internal one raw statement inside this transaction: `{ rows, count }` (tests reach the session with it) */
   _execute(sql, values = []) {
     return this.#execute({ sql, values, returnsRows: true });
+  }
+
+  /** @internal tx.putWorkflow: insert or replace, in this transaction */
+  async _putWorkflow(record, now) {
+    await this.#execute(this._store._statements.putWorkflow(record, now));
   }
 
   _updateWorkflow(change) {

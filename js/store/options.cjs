@@ -12,7 +12,7 @@ const DEFAULT_STATEMENT_TIMEOUT_MS = 10_000;
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** The option names every store accepts (an adapter adds its own). */
-const STORE_OPTIONS = Object.freeze(['tables', 'raceRetries', 'maxAttempts', 'now']);
+const STORE_OPTIONS = Object.freeze(['tables', 'raceRetries', 'now']);
 const TIMEOUT_OPTIONS = Object.freeze(['timeoutMs', 'statementTimeoutMs']);
 
 /** `{workflows, inbox, outbox}` from options.tables; each a plain name or `schema.name`. */
@@ -41,26 +41,16 @@ function resolveTables(tables) {
 
 /**
  * How many times a delivery whose transaction lost a race runs again
- * (processEvent's re-runs), from `raceRetries`, or from the older name
- * `maxAttempts` (the number of runs, raceRetries + 1; deprecated: the outbox
- * consumer's maxAttempts is another thing). Undefined when neither is given.
+ * (processEvent's and processBatch's re-runs), from `raceRetries`; undefined
+ * when not given (the host cycle's default then holds).
  */
 function resolveRaceRetries(options) {
-  const { raceRetries, maxAttempts } = options;
-  if (raceRetries !== undefined && maxAttempts !== undefined) {
-    throw invalidArgument('give options.raceRetries or the older options.maxAttempts, not both', { field: 'raceRetries', reason: 'both given' });
+  const { raceRetries } = options;
+  if (raceRetries === undefined) return undefined;
+  if (!Number.isSafeInteger(raceRetries) || raceRetries < 0) {
+    throw invalidArgument('options.raceRetries must be a whole number of at least 0', { field: 'raceRetries', reason: 'not a non-negative integer' });
   }
-  if (raceRetries !== undefined) {
-    if (!Number.isSafeInteger(raceRetries) || raceRetries < 0) {
-      throw invalidArgument('options.raceRetries must be a whole number of at least 0', { field: 'raceRetries', reason: 'not a non-negative integer' });
-    }
-    return raceRetries;
-  }
-  if (maxAttempts === undefined) return undefined;
-  if (!Number.isSafeInteger(maxAttempts) || maxAttempts < 1) {
-    throw invalidArgument('options.maxAttempts must be a whole number of at least 1', { field: 'maxAttempts', reason: 'not a positive integer' });
-  }
-  return maxAttempts - 1;
+  return raceRetries;
 }
 
 function resolveClock(now) {

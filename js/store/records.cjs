@@ -6,7 +6,8 @@
 // Stores keep records their own way (SQL rows, documents, Maps) and convert
 // at their edge; nothing here knows a database.
 
-const { IdemflowError, Unreadable } = require('../core/errors.cjs');
+const { IdemflowError } = require('../core/errors.cjs');
+const { outputOf } = require('../host/applied.cjs');
 const { invalidArgument } = require('./errors.cjs');
 
 const RESERVED_FIELDS = new Set(['id', 'status', 'revision']);
@@ -83,16 +84,6 @@ function workflowPatch(write) {
     }
   }
   return decidedWorkflowPatch(write);
-}
-
-/** read(record), or an Unreadable when the record is damaged (INVALID_RECORD); other errors pass. */
-function readOrUnreadable(read, record) {
-  try {
-    return read(record);
-  } catch (error) {
-    if (error instanceof IdemflowError && error.code === 'INVALID_RECORD') return new Unreadable(error);
-    throw error;
-  }
 }
 
 function invalidRecord(record, field, reason, id) {
@@ -321,12 +312,14 @@ function resultToStore(result) {
   if (result === undefined || result === null) return null;
   const bad = (reason) => invalidArgument(`receipt result ${reason}`, { field: 'result', reason });
   if (typeof result !== 'object' || Array.isArray(result)) throw bad('must be an object {operationIds, status, revision}');
-  const { operationIds, status = null, revision = null } = result;
+  const { operationIds, status = null, revision = null, output } = result;
   if (!Array.isArray(operationIds)) throw bad('operationIds must be an array');
   operationIds.forEach((id, i) => checkText(id, `result.operationIds[${i}]`));
   if (status !== null) checkText(status, 'result.status');
   if (revision !== null && (!Number.isSafeInteger(revision) || revision < 0)) throw bad('revision must be a whole number or null');
-  return { operationIds: [...operationIds], status, revision };
+  const stored = { operationIds: [...operationIds], status, revision };
+  if (output !== undefined) stored.output = outputOf(output);
+  return stored;
 }
 
 /** A new receipt's record from its parts: its fields flat (ruleSetId, ruleSetVersion, ruleSetHash), stamped `now`. */
@@ -365,13 +358,16 @@ function receiptToStore(receipt, now) {
 // core writes, so stored as they are, without the checks above, which are
 // for write sets a host hands in.
 
-/** receiptToStore for a receipt the core made. */
-function decidedReceiptToStore(receipt, now) {
+/**
+ * receiptToStore for a receipt the core made, with the host's output
+ * (onApplied's, checked: `output`, or the one processBatch put in its
+ * result) when there is one.
+ */
+function decidedReceiptToStore(receipt, now, output = receipt.result?.output) {
   const { result } = receipt;
-  return newReceipt({
-    ...receipt,
-    result: result ? { operationIds: [...result.operationIds], status: result.status, revision: result.revision } : null,
-  }, now);
+  const kept = result ? { operationIds: [...result.operationIds], status: result.status, revision: result.revision } : null;
+  if (kept !== null && output !== undefined) kept.output = output;
+  return newReceipt({ ...receipt, result: kept }, now);
 }
 
 /** operationToStore for an operation the core made (with the host's metadata and trace context, checked by processEvent). */
@@ -482,7 +478,6 @@ function operationView(record) {
 }
 
 module.exports = {
-  readOrUnreadable,
   RECORD_FIELDS,
   OPERATION_STATUSES,
   fieldOfName,

@@ -243,6 +243,8 @@ class MemoryTransaction extends StoreTransaction {
   #data;
   #clock;
   #writes = { workflows: new Map(), inbox: new Map(), outbox: new Map() };
+  /** The host's tables this transaction touched: name → a working copy, kept or dropped with the rest. */
+  #hostTables = new Map();
 
   constructor(store, data, clock) {
     super(store);
@@ -306,6 +308,28 @@ class MemoryTransaction extends StoreTransaction {
     return true;
   }
 
+  /**
+   * A table of the host's own, by name (a Map of whatever the host keeps:
+   * shipments by id, say): what the host writes in it commits or rolls back
+   * with the receipt, the workflow and the operations. A copy: the store's
+   * table changes only when the transaction commits. snapshot().tables shows
+   * them.
+   */
+  table(name) {
+    if (typeof name !== 'string' || name.length === 0) throw invalidArgument('a table name is a non-empty string', { field: 'name', reason: 'not a name' });
+    let table = this.#hostTables.get(name);
+    if (table === undefined) {
+      table = structuredClone(this.#data.tables.get(name) ?? new Map());
+      this.#hostTables.set(name, table);
+    }
+    return table;
+  }
+
+  /** @internal tx.putWorkflow: the record held as the store holds workflows (flat) */
+  async _putWorkflow({ id, status, revision, data }) {
+    this.#writes.workflows.set(id, { ...structuredClone(data), id, status, revision });
+  }
+
   /** @internal */
   commitTo(data) {
     for (const table of ['workflows', 'inbox', 'outbox']) {
@@ -314,13 +338,17 @@ class MemoryTransaction extends StoreTransaction {
         else data[table].set(key, value);
       }
     }
+    for (const [name, table] of this.#hostTables) data.tables.set(name, table);
   }
 }
 
 class InMemoryStore extends StoreBase {
+  /** What telemetry calls this store (the `idemflow.store` attribute). */
+  static kind = 'memory';
+
   static holdsNumbers = true;
 
-  #data = { workflows: new Map(), inbox: new Map(), outbox: new Map() };
+  #data = { workflows: new Map(), inbox: new Map(), outbox: new Map(), tables: new Map() };
   #serializer = new Serializer();
   #clock;
 
@@ -363,6 +391,7 @@ class InMemoryStore extends StoreBase {
     for (const table of ['workflows', 'inbox', 'outbox']) {
       for (const [key, value] of new Map(tables[table] ?? [])) store.#data[table].set(key, structuredClone(value));
     }
+    for (const [name, table] of new Map(tables.tables ?? [])) store.#data.tables.set(name, structuredClone(new Map(table)));
     return store;
   }
 

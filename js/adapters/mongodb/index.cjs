@@ -203,6 +203,29 @@ class MongoTransaction extends StoreTransaction {
     return /** @type {MongoStore} */ (this._store);
   }
 
+  /** The MongoClient: the host's own operations pass `{ session: tx.session }` to commit with idemflow's. */
+  get client() {
+    return this.#store.client;
+  }
+
+  /** The transaction's ClientSession: every operation of the host's in this transaction passes it. */
+  get session() {
+    return this.#session;
+  }
+
+  /**
+   * @internal inserts or replaces a workflow inside the transaction (tx.putWorkflow)
+   * @param {{ id: string, status: string, revision: number, data: Record<string, string> }} record
+   * @param {number} now
+   */
+  async _putWorkflow({ id, status, revision, data }, now) {
+    await this.#run((options) => this.#store._workflows().updateOne(
+      { _id: id },
+      { $set: { status, revision, data, updatedAt: now }, $setOnInsert: { createdAt: now } },
+      { upsert: true, ...options },
+    ));
+  }
+
   /**
    * One driver call of this transaction, within the transaction's deadline.
    * @template T
@@ -253,6 +276,9 @@ class MongoTransaction extends StoreTransaction {
  * outbox store (docs/outbox.md).
  */
 class MongoStore extends StoreBase {
+  /** What telemetry calls this store (the `idemflow.store` attribute). */
+  static kind = 'mongodb';
+
   static holdsNumbers = true;
 
   /** @type {{ timeoutMs: number, statementTimeoutMs: number }} */

@@ -49,8 +49,9 @@ function kindOf(db) {
 }
 
 class MysqlTransaction extends SqlTransaction {
-  constructor(store, connection) {
-    super(store, ({ sql, values }, onUnique) => run(connection, sql, values, onUnique));
+  /** @param {object} raw the mysql2 connection (promise flavour): `tx.client` */
+  constructor(store, connection, raw) {
+    super(store, ({ sql, values }, onUnique) => run(connection, sql, values, onUnique), raw);
   }
 }
 
@@ -60,6 +61,9 @@ class MysqlTransaction extends SqlTransaction {
  * also an outbox store (docs/outbox.md).
  */
 class MysqlStore extends SqlStore {
+  /** What telemetry calls this store (the `idemflow.store` attribute). */
+  static kind = 'mysql';
+
   #kind;
   #serializer = new Serializer();
   #collation;
@@ -169,7 +173,7 @@ class MysqlStore extends SqlStore {
   async transaction(fn, options) {
     // A batch's locking reads take no gap locks at READ COMMITTED (see the dialect's lockInOrder).
     const { batch, deadlineAt } = transactionOptions(options);
-    return this.#inTransaction((connection) => fn(new MysqlTransaction(this, connection)), batch ? dialect.batchIsolation : undefined, 'transaction', deadlineAt);
+    return this.#inTransaction((connection, raw) => fn(new MysqlTransaction(this, connection, raw)), batch ? dialect.batchIsolation : undefined, 'transaction', deadlineAt);
   }
 
   /** work(connection) between START TRANSACTION and COMMIT on one connection (at `isolation` when given). */
@@ -323,7 +327,7 @@ async function onConnection(connection, raw, work, isolation) {
   await run(connection, 'START TRANSACTION', []);
   let result;
   try {
-    result = await work(connection);
+    result = await work(connection, raw);
   } catch (error) {
     await rollbackQuietly(raw);
     throw error;

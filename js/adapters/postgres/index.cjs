@@ -56,8 +56,9 @@ function kindOf(db) {
 }
 
 class PostgresTransaction extends SqlTransaction {
-  constructor(store, queryable) {
-    super(store, ({ sql, values }, onUnique) => run(queryable, sql, values, onUnique, store._prepares));
+  /** @param {object} raw the pg PoolClient or Client, or the PGlite transaction: `tx.client` */
+  constructor(store, queryable, raw) {
+    super(store, ({ sql, values }, onUnique) => run(queryable, sql, values, onUnique, store._prepares), raw);
   }
 }
 
@@ -67,6 +68,9 @@ class PostgresTransaction extends SqlTransaction {
  * also an outbox store (docs/outbox.md).
  */
 class PostgresStore extends SqlStore {
+  /** What telemetry calls this store (the `idemflow.store` attribute). */
+  static kind = 'postgres';
+
   #kind;
   #serializer = new Serializer();
   #timeouts;
@@ -178,7 +182,7 @@ class PostgresStore extends SqlStore {
    */
   transaction(fn, options) {
     const { batch, deadlineAt } = transactionOptions(options);
-    return this.#inTransaction((queryable) => fn(new PostgresTransaction(this, queryable)), 'transaction', deadlineAt, batch ? ' ISOLATION LEVEL READ COMMITTED' : '');
+    return this.#inTransaction((queryable, raw) => fn(new PostgresTransaction(this, queryable, raw)), 'transaction', deadlineAt, batch ? ' ISOLATION LEVEL READ COMMITTED' : '');
   }
 
   /** @internal a Client or PGlite is one session: runners sharing it are told apart in process */
@@ -220,7 +224,8 @@ class PostgresStore extends SqlStore {
   }
 
   /**
-   * work(queryable) between BEGIN and COMMIT on one connection, within
+   * work(queryable, raw) between BEGIN and COMMIT on one connection (`raw`
+   * the driver's own handle of it, for tx.client), within
    * options.timeoutMs. Errors thrown by `work` pass through untouched; the
    * driver's own failures (BEGIN, COMMIT, acquiring a connection, a lost
    * connection) come out mapped.
@@ -232,9 +237,9 @@ class PostgresStore extends SqlStore {
   async #transactionWithin(deadline, work, mode) {
     const timeouts = mode === '' ? this.#timeouts : { ...this.#timeouts, mode };
     let workError = null;
-    const guarded = async (queryable) => {
+    const guarded = async (queryable, raw) => {
       try {
-        return await work(queryable);
+        return await work(queryable, raw);
       } catch (error) {
         workError = error;
         throw error;
@@ -246,7 +251,7 @@ class PostgresStore extends SqlStore {
       // lock after its caller gave up runs nothing and rolls back.
       const watch = new ConnectionWatch(null);
       try {
-        return await this.client.transaction((tx) => guarded(guardedConnection(tx, deadline, watch)));
+        return await this.client.transaction((tx) => guarded(guardedConnection(tx, deadline, watch), tx));
       } catch (error) {
         if (error === workError) throw error;
         throw mapError(error);
@@ -365,7 +370,7 @@ async function onConnection(connection, queryable, work, { timeoutMs, statementT
   await run(queryable, `BEGIN${mode}${bounds}; SET LOCAL idle_in_transaction_session_timeout = ${timeoutMs}`, []);
   let result;
   try {
-    result = await work(queryable);
+    result = await work(queryable, connection);
   } catch (error) {
     await rollbackQuietly(connection);
     throw error;

@@ -34,7 +34,7 @@ function isHandle(db) {
 /** One transaction: statements run on the store's handle, synchronously, inside BEGIN IMMEDIATE … COMMIT. */
 class SqliteTransaction extends SqlTransaction {
   constructor(store) {
-    super(store, (statement, onUnique) => store._executeNow(statement, onUnique));
+    super(store, (statement, onUnique) => store._executeNow(statement, onUnique), store.db);
   }
 }
 
@@ -45,6 +45,9 @@ class SqliteTransaction extends SqlTransaction {
  * (docs/outbox.md).
  */
 class SqliteStore extends SqlStore {
+  /** What telemetry calls this store (the `idemflow.store` attribute). */
+  static kind = 'sqlite';
+
   #db;
   #owned;
   #statements = new Map();

@@ -295,7 +295,7 @@ const cases = [
     await h.store.putWorkflow(WORKFLOW);
     await h.store.process(CONFIRMED);
     const store = hooked(h.store, { getWorkflow: () => ({ ...WORKFLOW }) });
-    const error = await rejectsWith(processEvent(store, confirmed('observer-b:event-3'), { maxAttempts: 2 }), 'CONCURRENT_UPDATE', 'retry');
+    const error = await rejectsWith(processEvent(store, confirmed('observer-b:event-3'), { raceRetries: 1 }), 'CONCURRENT_UPDATE', 'retry');
     assert.equal(error.details.workflowId, 'swap-42');
     assert.equal(store.attempts, 2);
     assert.equal(await h.store.getReceipt('observer-b:event-3'), null);
@@ -640,7 +640,8 @@ const durableCases = [
   ['bad options are refused with INVALID_ARGUMENT before anything is written', async (h) => {
     await rejectsWith(h.construct({ tables: { inbox: 'inbox; DROP TABLE x' } }), 'INVALID_ARGUMENT', 'fatal');
     await rejectsWith(h.construct({ tables: { inbox: 'same', outbox: 'same' } }), 'INVALID_ARGUMENT');
-    await rejectsWith(h.construct({ maxAttempts: 0 }), 'INVALID_ARGUMENT');
+    await rejectsWith(h.construct({ raceRetries: -1 }), 'INVALID_ARGUMENT');
+    await rejectsWith(h.construct({ maxAttempts: 3 }), 'INVALID_ARGUMENT');
     assert.deepEqual(await counts(h), { workflows: 0, inbox: 0, outbox: 0 });
   }],
 ];

@@ -1,6 +1,7 @@
-// The shape of the package's JavaScript (README, "Architecture"): one file
+// The shape of the package's JavaScript (docs/architecture.md): one file
 // loads the wasm module, and imports point one way, from the outer folders
-// (adapters, outbox, cli) through sql and store to core, never back.
+// (adapters, outbox, cli) through sql, store and the host cycle to core,
+// never back.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';
@@ -30,7 +31,7 @@ function specifiers(text) {
   return found;
 }
 
-/** The layer of a file: core, store, sql, outbox, cli, adapters/<name>, or root (the entry points). */
+/** The layer of a file: core, host, store, sql, outbox, cli, adapters/<name>, or root (the entry points). */
 function layerOf(file) {
   const parts = relative(js, file).split(sep);
   if (parts.length === 1) return 'root';
@@ -40,15 +41,16 @@ function layerOf(file) {
 // Which layers each layer may import; an adapter imports no other adapter.
 const ALLOWED = {
   core: ['core', 'wasm'],
-  store: ['core', 'store'],
-  sql: ['core', 'store', 'sql'],
+  host: ['core', 'host'],
+  store: ['core', 'host', 'store'],
+  sql: ['core', 'host', 'store', 'sql'],
   outbox: ['core', 'outbox'],
   cli: ['core', 'cli', 'root'],
 };
 
 function allowed(from, to) {
   if (from === 'root') return true;
-  if (from.startsWith('adapters/')) return ['core', 'store', 'sql', from].includes(to);
+  if (from.startsWith('adapters/')) return ['core', 'host', 'store', 'sql', from].includes(to);
   // The operator's commands open a store from a URL: the command line is the one shell over every adapter.
   if (from === 'cli' && to.startsWith('adapters/')) return true;
   return (ALLOWED[from] ?? []).includes(to);
@@ -59,7 +61,7 @@ test('only js/core/wasm.cjs loads the generated wasm module', () => {
   assert.deepEqual(loaders.map((file) => relative(js, file)), [join('core', 'wasm.cjs')]);
 });
 
-test('imports point from adapters, outbox and cli through sql and store to core, never back', () => {
+test('imports point from adapters, outbox and cli through sql, store and host to core, never back', () => {
   const edges = [];
   for (const file of sources()) {
     for (const specifier of specifiers(readFileSync(file, 'utf8'))) {
@@ -76,6 +78,8 @@ test('imports point from adapters, outbox and cli through sql and store to core,
 
 test('the layer rule refuses what it is there to refuse', () => {
   assert.equal(allowed('core', 'store'), false);
+  assert.equal(allowed('core', 'host'), false);
+  assert.equal(allowed('host', 'store'), false);
   assert.equal(allowed('store', 'sql'), false);
   assert.equal(allowed('adapters/sqlite', 'adapters/postgres'), false);
   assert.equal(allowed('outbox', 'store'), false);

@@ -100,12 +100,12 @@ function interceptSavepoint(store, counted, first) {
   const txOf = (tx) => new Proxy(tx, {
     get(target, key) {
       if (key !== 'savepoint') return forward(target, key);
-      return async () => {
+      return async (name) => {
         if (pending) {
           pending = false;
           await first(target);
         }
-        return target.savepoint();
+        return target.savepoint(name);
       };
     },
   });

@@ -240,12 +240,12 @@ test('a compare-and-set that keeps failing is CONCURRENT_UPDATE, to retry', asyn
   const store = new InMemoryStore([workflow]);
   let attempts = 0;
   const contended = contendedView(store, () => { attempts += 1; });
-  await rejectsWith(processDepositConfirmed(contended, event, { maxAttempts: 3 }), 'CONCURRENT_UPDATE', { disposition: 'retry' });
+  await rejectsWith(processDepositConfirmed(contended, event, { raceRetries: 2 }), 'CONCURRENT_UPDATE', { disposition: 'retry' });
   assert.equal(attempts, 3);
   assert.equal(store.snapshot().workflows.get('swap-42').revision, 3);
 });
 
-test('raceRetries: how often a lost race runs the cycle again, from the call or the store; maxAttempts is its older name', async () => {
+test('raceRetries: how often a lost race runs the cycle again, from the call or the store (maxAttempts is not a name of it)', async () => {
   const store = new InMemoryStore([workflow]);
   let cycles = 0;
   const contended = (settings = {}) => contendedView(store, () => { cycles += 1; }, settings);
@@ -258,17 +258,15 @@ test('raceRetries: how often a lost race runs the cycle again, from the call or 
   assert.equal(await runs(contended(), { raceRetries: 2 }), 3);
   assert.equal(await runs(contended({ raceRetries: 1 }), {}), 2, "the store's own setting");
   assert.equal(await runs(contended({ raceRetries: 1 }), { raceRetries: 3 }), 4, 'the call overrides the store');
-  assert.equal(await runs(contended(), { maxAttempts: 2 }), 2, 'the older name counts cycles');
+  await rejectsWith(processDepositConfirmed(contended(), event, { maxAttempts: 2 }), 'INVALID_ARGUMENT');
   assert.equal(await runs(contended(), {}), 5, 'default: four re-runs');
   await rejectsWith(processDepositConfirmed(contended(), event, { raceRetries: -1 }), 'INVALID_ARGUMENT');
-  // A store resolves its option once; both names at once is a mistake.
+  // A store resolves its option once.
   const { SqliteStore } = await import('idemflow/sqlite');
   const Database = (await import('better-sqlite3')).default;
   const sqlite = new SqliteStore(new Database(':memory:'), { raceRetries: 2 });
-  assert.deepEqual([sqlite.raceRetries, sqlite.maxAttempts], [2, 3]);
-  const old = new SqliteStore(new Database(':memory:'), { maxAttempts: 7 });
-  assert.deepEqual([old.raceRetries, old.maxAttempts], [6, 7]);
-  assert.throws(() => new SqliteStore(new Database(':memory:'), { raceRetries: 1, maxAttempts: 2 }), { code: 'INVALID_ARGUMENT' });
+  assert.equal(sqlite.raceRetries, 2);
+  assert.throws(() => new SqliteStore(new Database(':memory:'), { maxAttempts: 7 }), { code: 'INVALID_ARGUMENT' });
 });
 
 test('decide returns the complete write set for applied', () => {

@@ -122,10 +122,10 @@ describe('an unknown option key is refused, naming the nearest known one', () =>
     try {
       await store.migrate();
       await assert.rejects(processEvent(store, EVENT, { rulset: null }), isMisuse(unknownOption('rulset', 'ruleSet')));
-      await assert.rejects(processDepositConfirmed(store, EVENT, { maxAttempt: 2 }), isMisuse(unknownOption('maxAttempt', 'maxAttempts')));
+      await assert.rejects(processDepositConfirmed(store, EVENT, { raceRetry: 2 }), isMisuse(unknownOption('raceRetry', 'raceRetries')));
       await assert.rejects(store.process(EVENT, { typ: 'DEPOSIT_CONFIRMED' }), isMisuse(unknownOption('typ', 'type')));
       // The known keys pass: the call gets as far as the workflow, which does not exist.
-      await assert.rejects(store.process(EVENT, { maxAttempts: 2 }), { code: 'UNKNOWN_WORKFLOW' });
+      await assert.rejects(store.process(EVENT, { raceRetries: 2 }), { code: 'UNKNOWN_WORKFLOW' });
     } finally {
       store.close();
     }

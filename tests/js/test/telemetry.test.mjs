@@ -89,7 +89,7 @@ function racingOnce(store, stale) {
     if (calls === 1) {
       // processEvent reads through the store's own internal read where there is one.
       tx.getWorkflow = async () => ({ ...stale });
-      tx._workflowToDecide = () => ({ ...stale });
+      tx.getWorkflowToDecide = () => ({ ...stale });
     }
     return fn(tx);
   });

@@ -16,7 +16,7 @@ async function deliver({ id, event }) {
   let lostRaces = 0;
   // Counts the cycles processEvent runs again after a lost race.
   const counting = {
-    maxAttempts: store.maxAttempts,
+    raceRetries: store.raceRetries,
     transaction: (fn) => store.transaction(fn).catch((error) => {
       if (error && error.code === 'CONCURRENT_UPDATE') lostRaces += 1;
       throw error;

@@ -8,8 +8,8 @@
 // drain() is a graceful stop: what is held goes now, and it resolves once
 // every batch has settled, so the worker can acknowledge them and exit.
 
-const { IdemflowError } = require('./errors.cjs');
-const { optionsOf } = require('./options.cjs');
+const { IdemflowError } = require('../core/errors.cjs');
+const { optionsOf } = require('../core/options.cjs');
 
 function misconfigured(field, message) {
   return new IdemflowError('INVALID_ARGUMENT', `createBatcher: ${message}`, { disposition: 'fatal', details: { field, reason: message } });

@@ -5,12 +5,14 @@
 // only when the worker itself is wrong, so a misconfigured worker stops
 // instead of dead-lettering or redelivering every message it is handed.
 
-const { IdemflowError } = require('./errors.cjs');
-const { resolveRuleSet } = require('./rules.cjs');
-const { messageOf, optionsOf } = require('./options.cjs');
-const { processEvent, hooksOf } = require('./host.cjs');
+const { IdemflowError } = require('../core/errors.cjs');
+const { resolveRuleSet } = require('../core/rules.cjs');
+const { messageOf, optionsOf } = require('../core/options.cjs');
+const { processEvent } = require('./event.cjs');
 const { processBatch } = require('./batch.cjs');
-const { createPolicy } = require('./policy.cjs');
+const { hooksOf } = require('./cycle.cjs');
+const { appliedHookOf } = require('./applied.cjs');
+const { createPolicy } = require('../core/policy.cjs');
 
 /** Events are a few short fields (each at most 512 bytes): 64 KiB is generous and still cheap to refuse. */
 const DEFAULT_MAX_BYTES = 64 * 1024;
@@ -107,7 +109,7 @@ function parseJson(body) {
   return JSON.parse(text);
 }
 
-const HANDLER_OPTIONS = ['ruleSet', 'parse', 'maxBytes', 'raceRetries', 'maxAttempts', 'maxDeliveries', 'baseDelayMs', 'maxDelayMs', 'hooks'];
+const HANDLER_OPTIONS = ['ruleSet', 'parse', 'maxBytes', 'raceRetries', 'maxDeliveries', 'baseDelayMs', 'maxDelayMs', 'hooks', 'onApplied'];
 
 /**
  * A handler for deliveries from any broker over a store.
@@ -136,7 +138,6 @@ function createDeliveryHandler(store, handlerOptions) {
   if (typeof parse !== 'function') throw misconfigured('parse must be a function', 'parse must be a function');
   checkInteger(options.maxBytes, 'maxBytes', { min: 1, max: MAX_MAX_BYTES });
   checkInteger(options.raceRetries, 'raceRetries', { min: 0, max: 999 });
-  checkInteger(options.maxAttempts, 'maxAttempts', { min: 1, max: 1000 });
   if (options.maxDeliveries !== Infinity) checkInteger(options.maxDeliveries, 'maxDeliveries', { min: 1, max: Number.MAX_SAFE_INTEGER });
   const maxBytes = options.maxBytes ?? DEFAULT_MAX_BYTES;
   const maxDeliveries = options.maxDeliveries ?? DEFAULT_MAX_DELIVERIES;
@@ -150,13 +151,12 @@ function createDeliveryHandler(store, handlerOptions) {
   } catch (error) {
     throw asFatal(error);
   }
-  const processOptions = { ruleSet, raceRetries: options.raceRetries, maxAttempts: options.maxAttempts, hooks: options.hooks };
-  if (options.hooks !== undefined) {
-    try {
-      processOptions.hooks = hooksOf(options.hooks);
-    } catch (error) {
-      throw asFatal(error);
-    }
+  const processOptions = { ruleSet, raceRetries: options.raceRetries, hooks: options.hooks, onApplied: options.onApplied };
+  try {
+    if (options.hooks !== undefined) processOptions.hooks = hooksOf(options.hooks);
+    appliedHookOf(options.onApplied);
+  } catch (error) {
+    throw asFatal(error);
   }
 
   /** Half the ceiling plus a jittered half: never a hot loop, never in lockstep. */

@@ -1,16 +1,20 @@
 'use strict';
-// Many deliveries, one transaction: the host loop of host.cjs for a batch.
-// Each event is decided in delivery order against what the transaction has
-// read and written so far, so a later event sees what an earlier one wrote
-// (a second delivery of one event id is a duplicate, several events for one
-// workflow apply one after another): the results and the stored state are
-// those of processing the events one by one. Only the transaction is shared.
+// processBatch: the host cycle of event.cjs for many deliveries in one
+// transaction. Each event is decided in delivery order against what the
+// transaction has read and written so far, so a later event sees what an
+// earlier one wrote (a second delivery of one event id is a duplicate,
+// several events for one workflow apply one after another): the results and
+// the stored state are those of processing the events one by one. Only the
+// transaction is shared.
 
-const { IdemflowError, Unreadable } = require('./errors.cjs');
-const { messageOf, optionsOf } = require('./options.cjs');
-const { resolveRuleSet } = require('./rules.cjs');
-const { decideNormalized, decideNormalizedBatch, normalizeEvent } = require('./decide.cjs');
-const { PROCESS_OPTIONS, afterLostRace, callDeadline, cyclesOf, hooksOf, metadataOf, noteLostRace, processChecked, resultOf } = require('./host.cjs');
+const { IdemflowError, Unreadable } = require('../core/errors.cjs');
+const { messageOf } = require('../core/options.cjs');
+const { decideNormalized, decideNormalizedBatch, normalizeEvent } = require('../core/decide.cjs');
+const telemetry = require('../core/telemetry.cjs');
+const { runApplied, splitOutput, withOriginalOutput } = require('./applied.cjs');
+const { contractOf } = require('./contract.cjs');
+const { afterLostRace, callOf, isLostRace, noteLostRace, resultOf } = require('./cycle.cjs');
+const { processValid } = require('./event.cjs');
 
 const MAX_BATCH = 10_000;
 /** The batch's workflows are locked as they are read, in id order (see decideAll). */
@@ -27,36 +31,42 @@ function ownError(error) {
 }
 
 /**
+ * A callback failed in a transaction that cannot undo one event's part
+ * (no savepoints: memory, MongoDB): the batch's transaction rolls back and
+ * its events run one transaction each.
+ */
+class EventsApart extends Error {}
+
+/**
  * Processes `events` in one store transaction and returns one result per
  * event, in input order: `{ outcome, … }` as processEvent returns it, or
  * `{ error }` (an IdemflowError) for an event that was refused and wrote
  * nothing. An event the core rejects does not disturb the others.
  *
- * Every write is guarded, so a concurrent writer's commit makes a write fail
- * instead of interleaving. In a SQL store the batch then rolls back to a
- * savepoint taken before its writes and, in the same transaction, re-reads
- * and re-decides only the events that touch what the winner committed (its
- * events become duplicates or already-applied); the other decisions stand.
- * Where that is not possible (no savepoints, a deadlock, a lost race that
- * keeps recurring) the transaction fails (CONCURRENT_UPDATE) and the whole
- * batch runs again, up to raceRetries times; if it still
- * loses, or one event's write set cannot be committed (OUTBOX_CONFLICT),
- * the events run one transaction each, so that only the events that keep
- * failing answer with an error. A failure of the store itself
- * (STORE_UNAVAILABLE, a missing table) is every event's error.
+ * The batch locks its workflows as it reads them (in id order) and writes
+ * workflows, receipts and operations each in key order, so batches over the
+ * same workflows queue instead of deadlocking. Every write is guarded, so a
+ * concurrent writer's commit (a receipt, a workflow created meanwhile) makes
+ * a write fail instead of interleaving; in a SQL store the batch then rolls
+ * back to a savepoint taken before its writes and, in the same transaction,
+ * re-reads and re-decides only the events that touch what the winner
+ * committed; the other decisions stand. Where that is not possible (no
+ * savepoints, a deadlock, onApplied callbacks, a lost race that keeps
+ * recurring) the whole batch runs again, up to raceRetries times; if it
+ * still loses, or one event's write set cannot be committed
+ * (OUTBOX_CONFLICT), the events run one transaction each, so that only the
+ * events that keep failing answer with an error. A failure of the store
+ * itself (STORE_UNAVAILABLE, a missing table) is every event's error. The
+ * whole call ends within the store's timeoutMs.
+ *
+ * `onApplied(tx, decision)` runs for each applied event in delivery order
+ * inside the batch's transaction; one that throws rolls back that event
+ * alone (a savepoint per event, where the store has them; elsewhere the
+ * events run one transaction each) and the event answers its error.
  */
 async function processBatch(store, events, options) {
-  if (store === null || typeof store !== 'object' || typeof store.transaction !== 'function') {
-    throw new IdemflowError('INVALID_ARGUMENT', 'store must have a transaction(fn) method', { details: { reason: 'not a store' } });
-  }
+  const call = callOf(store, options, 'processBatch');
   const list = eventsOf(events);
-  const opts = optionsOf(options, PROCESS_OPTIONS, 'processBatch');
-  const ruleSet = resolveRuleSet(opts.ruleSet);
-  const cycles = cyclesOf(opts, store);
-  const metadata = metadataOf(opts.metadata);
-  const { onRaceRetry } = hooksOf(opts.hooks);
-  const deadlineAt = callDeadline(store);
-  const transactionOptions = { ...BATCH, deadlineAt };
   const results = new Array(list.length);
   const valid = [];
   for (const [index, event] of list.entries()) {
@@ -65,30 +75,50 @@ async function processBatch(store, events, options) {
       continue;
     }
     try {
-      valid.push({ index, event: normalizeEvent(event, { ruleSet, type: opts.type }) });
+      valid.push({ index, event: normalizeEvent(event, { ruleSet: call.ruleSet, type: call.type }) });
     } catch (error) {
       if (!(error instanceof IdemflowError)) throw error;
       results[index] = { error };
     }
   }
   if (valid.length === 0) return results;
+  const run = telemetry.batchStarted({ store, ruleSet: call.ruleSet, size: list.length });
+  try {
+    await telemetry.inSpan(run, () => decideInTransactions(call, valid, results, run));
+  } catch (error) {
+    telemetry.batchFailed(run, error);
+    throw error;
+  }
+  telemetry.batchEnded(run, valid, results);
+  return results;
+}
 
+/** The batch's transaction, run again after a lost race, and its fallback: one transaction per event. */
+async function decideInTransactions(call, valid, results, run) {
+  const transactionOptions = { batch: true, deadlineAt: call.deadlineAt };
+  const traceContext = run?.traceparent ?? null;
   for (let attempt = 1; ; attempt += 1) {
     try {
-      const outcome = await store.transaction((tx) => decideAll(tx, valid, ruleSet, clockOf(store), metadata, cycles, onRaceRetry), transactionOptions);
+      const outcome = await call.store.transaction((tx) => decideAll(contractOf(tx), valid, call, traceContext, run), transactionOptions);
       for (const [index, result, decided] of outcome) results[index] = result.error === undefined ? { ...result, attempts: attempt - 1 + decided } : result;
-      return results;
+      return;
     } catch (error) {
+      if (error instanceof EventsApart) {
+        await oneByOne(call, valid, results);
+        return;
+      }
       if (!(error instanceof IdemflowError)) throw error;
-      const raced = error.code === 'CONCURRENT_UPDATE';
-      if (raced && attempt < cycles) {
-        await afterLostRace(error, attempt, onRaceRetry, null, deadlineAt);
+      if (isLostRace(error) && attempt < call.cycles) {
+        await afterLostRace(error, attempt, call, run);
         continue;
       }
-      if (raced || error.code === 'OUTBOX_CONFLICT') return oneByOne(store, valid, results, { ...opts, ruleSet }, deadlineAt);
+      if (isLostRace(error) || error.code === 'OUTBOX_CONFLICT') {
+        await oneByOne(call, valid, results);
+        return;
+      }
       // The store itself failed: nothing was committed, and every event is to be redelivered.
       for (const { index } of valid) results[index] = { error };
-      return results;
+      return;
     }
   }
 }
@@ -127,9 +157,6 @@ function eventsOf(events) {
   }
   return list;
 }
-
-/** What processBatch asks of a store's transaction: the isolation its locking reads need (MySQL: READ COMMITTED). */
-const BATCH = Object.freeze({ batch: true });
 
 /** The store's clock (StoreBase has one), else the wall clock. */
 function clockOf(store) {
@@ -180,48 +207,50 @@ function workflowMoved(before, after) {
 }
 
 /**
- * Inside one transaction: reads every receipt and workflow the batch names
- * at once, decides each event in order against those copies (each decision
- * updates them as its commit would), and commits the writes of all the
- * decisions together: the receipts, one compare-and-set per workflow, the
+ * Inside one transaction: reads every workflow (locked, in id order) and
+ * receipt the batch names at once, decides each event in order against
+ * those copies (each decision updates them as its commit would), runs the
+ * host's onApplied for each applied event, and commits the writes of all the
+ * decisions together: one compare-and-set per workflow, the receipts, the
  * operations. [index, result, decided] per valid event, `decided` being how
  * often it was decided.
  *
  * A write lost to another transaction (see lostWrite) rolls back to a
- * savepoint taken before the writes, where the transaction has one: the
- * receipts and workflows the writes expected are read again to find the
- * losers; the events on them (and every event that shares an event id or a
- * workflow with those, and so on) are read again and decided again in order;
- * the other events' decisions stand; and the writes are made again, up to
- * `cycles` times in all, in the same transaction.
+ * savepoint taken before the writes, where the transaction has one (and no
+ * callback ran: their writes would be undone too): the receipts and
+ * workflows the writes expected are read again to find the losers; the
+ * events on them (and every event that shares an event id or a workflow
+ * with those, and so on) are read again and decided again in order; the
+ * other events' decisions stand; and the writes are made again, up to
+ * `call.cycles` times in all, in the same transaction.
  */
-async function decideAll(tx, valid, ruleSet, clock, metadata, cycles, onRaceRetry) {
+async function decideAll(tx, valid, call, traceContext, run) {
   // One time for the whole batch: the receipts are stamped with it, and a
   // duplicate within the batch reads it back as its original's decidedAt.
-  const now = clock();
-  // As stored (read), and as the decisions so far leave them.
+  const now = clockOf(call.store)();
   // The workflows first, locked in id order, then the receipts: every batch
   // takes its locks in the same order (workflows, receipts, operations;
   // commit), so batches over overlapping workflows queue instead of
   // deadlocking, and the receipts read after the locks see what a batch that
   // held them committed.
-  const workflows = await readMany(tx, 'getWorkflows', 'getWorkflow', keysOf(valid, 'workflowId'), LOCKED);
-  const stored = { receipts: await readMany(tx, 'getReceipts', 'getReceipt', keysOf(valid, 'eventId')), workflows };
+  const workflows = await tx.getWorkflows(keysOf(valid, 'workflowId'), LOCKED);
+  const stored = { receipts: await tx.getReceipts(keysOf(valid, 'eventId')), workflows };
   const state = { receipts: new Map(stored.receipts), workflows: new Map(stored.workflows), copies: new Set() };
   const entries = new Array(valid.length);
-  decideSome(valid, valid.keys(), entries, state, { ruleSet, now, decided: 1 });
-  const undoable = typeof tx.savepoint === 'function' && typeof tx.getReceipts === 'function' && typeof tx.getWorkflows === 'function';
-  if (undoable) await tx.savepoint();
+  const how = { ruleSet: call.ruleSet, now, decided: 1, onApplied: call.onApplied, tx };
+  await decideSome(valid, valid.keys(), entries, state, how);
+  const undoable = tx.savepoints && call.onApplied === undefined;
+  if (undoable) await tx.savepoint('batch');
   for (let round = 1; ; round += 1) {
-    const writes = writesOf(entries, stored.workflows, state.workflows, metadata);
+    const writes = writesOf(entries, stored.workflows, state.workflows, call.metadata, traceContext);
     try {
-      await commit(tx, writes, now);
-      return entries.map(({ index, decision, error, decided }) => [index, error === undefined ? { ...resultOf(decision), fingerprint: decision.fingerprint } : { error }, decided]);
+      await tx.commitBatch({ ...writes, now });
+      return entries.map(({ index, result, error, decided }) => [index, error === undefined ? result : { error }, decided]);
     } catch (error) {
-      if (!undoable || !lostWrite(error) || round >= cycles) throw error;
-      noteLostRace(error, round, onRaceRetry);
-      await tx.rollbackToSavepoint();
-      await decideLosersAgain(tx, valid, entries, stored, state, writes, { ruleSet, now, decided: round + 1 });
+      if (!undoable || !lostWrite(error) || round >= call.cycles) throw error;
+      noteLostRace(error, round, call.onRaceRetry, run);
+      await tx.rollbackToSavepoint('batch');
+      await decideLosersAgain(tx, valid, entries, stored, state, writes, { ...how, decided: round + 1 });
     }
   }
 }
@@ -238,43 +267,71 @@ function keysOf(valid, field, positions = valid.keys()) {
  * decision updates as its commit would. The events that are the first of
  * `positions` on both their event id and their workflow read nothing an
  * earlier one writes: they are decided together, in one call to the core.
+ * With onApplied, each applied event's callback runs in delivery order
+ * before its decision counts, so an event after one whose callback failed
+ * decides on the state without it, as one by one.
  */
-function decideSome(valid, positions, entries, state, how) {
+async function decideSome(valid, positions, entries, state, how) {
   const eventIds = new Set();
   const workflowIds = new Set();
+  const ordered = [...positions];
   const first = [];
-  const later = [];
-  for (const position of positions) {
+  for (const position of ordered) {
     const { eventId, workflowId } = valid[position].event;
-    (eventIds.has(eventId) || workflowIds.has(workflowId) ? later : first).push(position);
+    if (!eventIds.has(eventId) && !workflowIds.has(workflowId)) first.push(position);
     eventIds.add(eventId);
     workflowIds.add(workflowId);
   }
+  const early = new Map();
   if (first.length > 1) {
     const inputs = first.map((position) => inputOf(valid[position].event, state));
     // An event whose record cannot be read has its error already; the core decides the rest.
-    const readable = inputs.filter((input) => input.error === undefined);
-    const answers = decideNormalizedBatch(how.ruleSet.compiled, readable);
+    const answers = decideNormalizedBatch(how.ruleSet.compiled, inputs.filter((input) => input.error === undefined));
     let k = 0;
-    for (const [j, position] of first.entries()) {
-      const answer = inputs[j].error === undefined ? answers[k++] : inputs[j];
-      settle(valid[position], position, answer, entries, state, how);
-    }
-  } else {
-    later.unshift(...first);
+    for (const [j, position] of first.entries()) early.set(position, inputs[j].error === undefined ? answers[k++] : inputs[j]);
   }
-  for (const position of later) {
-    const { event } = valid[position];
-    const input = inputOf(event, state);
-    let answer = input;
-    if (input.error === undefined) {
-      try {
-        answer = decideNormalized(how.ruleSet.compiled, event, input.receipt, input.workflow);
-      } catch (error) {
-        answer = { error };
+  for (const position of ordered) {
+    let answer = early.get(position);
+    if (answer === undefined) {
+      const input = inputOf(valid[position].event, state);
+      answer = input;
+      if (input.error === undefined) {
+        try {
+          answer = decideNormalized(how.ruleSet.compiled, input.event, input.receipt, input.workflow);
+        } catch (error) {
+          answer = { error };
+        }
       }
     }
+    if (how.onApplied !== undefined && answer.outcome === 'applied') answer = await withCallback(valid[position], answer, how);
     settle(valid[position], position, answer, entries, state, how);
+  }
+}
+
+/**
+ * The host's onApplied for an applied decision, in a savepoint of its own
+ * where the transaction has them: a callback that throws undoes its writes
+ * alone and the event answers its error. Without savepoints the batch's
+ * transaction cannot undo one event's part: its events run one by one.
+ */
+async function withCallback({ event }, decision, { onApplied, tx }) {
+  const view = { ...resultOf(decision), fingerprint: decision.fingerprint, event };
+  if (!tx.savepoints) {
+    try {
+      return { ...decision, output: await runApplied(onApplied, tx, view) };
+    } catch {
+      throw new EventsApart();
+    }
+  }
+  await tx.savepoint('event');
+  try {
+    const output = await runApplied(onApplied, tx, view);
+    await tx.releaseSavepoint('event');
+    return { ...decision, output };
+  } catch (error) {
+    await tx.rollbackToSavepoint('event');
+    await tx.releaseSavepoint('event');
+    return { error, callback: true };
   }
 }
 
@@ -284,31 +341,36 @@ function decideSome(valid, positions, entries, state, how) {
  * processEvent would fail on it, and on nothing else).
  */
 function inputOf(event, state) {
-  const receipt = state.receipts.get(event.eventId) ?? null;
-  if (receipt instanceof Unreadable) return { error: receipt.error };
-  if (receipt) return { event, receipt, workflow: null };
+  const stored = state.receipts.get(event.eventId) ?? null;
+  if (stored instanceof Unreadable) return { error: stored.error };
+  if (stored) return { event, receipt: splitOutput(stored).receipt, workflow: null };
   const workflow = state.workflows.get(event.workflowId) ?? null;
   if (workflow instanceof Unreadable) return { error: workflow.error };
   return { event, receipt: null, workflow };
 }
 
-/** Records an event's decision (or error) and updates `state` as its commit would. */
-function settle({ index }, position, answer, entries, state, { now, decided }) {
+/** Records an event's decision (or error) and its result, and updates `state` as its commit would. */
+function settle({ index, event }, position, answer, entries, state, { now, decided }) {
   if (Object.hasOwn(answer, 'error')) {
-    if (!ownError(answer.error)) throw answer.error;
+    // A callback's error is its event's whatever it is; the core's and the store's are the batch's unless ownError.
+    if (!answer.callback && !ownError(answer.error)) throw answer.error;
     entries[position] = { index, error: answer.error, decided };
     return;
   }
   const { receipt, workflow } = answer.writeSet;
-  if (receipt) state.receipts.set(receipt.eventId, { ...receipt, recordedAt: now });
+  const withOutput = answer.output === undefined || !receipt ? receipt : { ...receipt, result: { ...receipt.result, output: answer.output } };
+  if (withOutput) state.receipts.set(withOutput.eventId, { ...withOutput, recordedAt: now });
   if (workflow) applySet(state, workflow.id, workflow.set);
-  entries[position] = { index, decision: answer, decided };
+  let result = { ...resultOf(answer), fingerprint: answer.fingerprint };
+  if (answer.outcome === 'duplicate-delivery') result = withOriginalOutput(result, splitOutput(state.receipts.get(event.eventId)).output);
+  if (answer.output !== undefined) result.output = answer.output;
+  entries[position] = { index, decision: withOutput === receipt ? answer : { ...answer, writeSet: { ...answer.writeSet, receipt: withOutput } }, result, decided };
 }
 
 /**
  * After a lost write, undone: finds what was lost (receipts now stored,
- * workflows no longer as read), re-reads the receipts and workflows of every
- * event that touches it, and decides those events again in order.
+ * workflows no longer as read), re-reads the workflows (locked) and
+ * receipts of every event that touches it, and decides those events again in order.
  */
 async function decideLosersAgain(tx, valid, entries, stored, state, writes, how) {
   const inserted = writes.receipts.map((receipt) => receipt.eventId);
@@ -330,7 +392,7 @@ async function decideLosersAgain(tx, valid, entries, stored, state, writes, how)
       else state[table].delete(key);
     }
   }
-  decideSome(valid, positions, entries, state, how);
+  await decideSome(valid, positions, entries, state, how);
 }
 
 /** `read` (a map of what is stored now for the keys `done`) with the rest of `keys` read too. */
@@ -364,12 +426,25 @@ function touching(valid, eventIds, workflowIds) {
   return positions;
 }
 
-/** The writes of the batch's decisions: receipts and operations in order, one compare-and-set per workflow. */
-function writesOf(entries, original, final, metadata) {
+function compareKeys(a, b) {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+function byId(a, b) {
+  return compareKeys(a.id, b.id);
+}
+
+/**
+ * The writes of the batch's decisions: one compare-and-set per workflow, the
+ * receipts and the operations (with the host's metadata and the batch's
+ * trace context), each in key order: the order every batch takes its locks in.
+ */
+function writesOf(entries, original, final, metadata, traceContext) {
   const receipts = [];
   const operations = [];
   const expected = new Map();
   const operationIds = new Set();
+  const correlated = metadata !== null || traceContext !== null;
   for (const { decision } of entries) {
     if (decision === undefined) continue;
     const { receipt, workflow, outbox } = decision.writeSet;
@@ -383,55 +458,14 @@ function writesOf(entries, original, final, metadata) {
         });
       }
       operationIds.add(operation.id);
-      operations.push(metadata === null ? operation : { ...operation, metadata, traceContext: null });
+      operations.push(correlated ? { ...operation, metadata, traceContext } : operation);
     }
   }
   const workflows = [...expected].map(([id, expect]) => collapsed(id, expect, original.get(id) ?? null, final.get(id)));
-  // Each kind in key order: the order every batch takes its locks in.
   receipts.sort((a, b) => compareKeys(a.eventId, b.eventId));
   workflows.sort(byId);
   operations.sort(byId);
   return { receipts, workflows, operations };
-}
-
-function compareKeys(a, b) {
-  return a < b ? -1 : a > b ? 1 : 0;
-}
-
-function byId(a, b) {
-  return compareKeys(a.id, b.id);
-}
-
-/** The batch's writes: workflows, receipts, operations (see writesOf), through commitBatch when the transaction has it. */
-async function commit(tx, { receipts, workflows, operations }, now) {
-  if (typeof tx.commitBatch === 'function') {
-    await tx.commitBatch({ receipts, workflows, operations, now });
-    return;
-  }
-  for (const write of workflows) await tx.writeWorkflow(write);
-  for (const receipt of receipts) await tx.insertReceipt(receipt);
-  for (const operation of operations) await tx.insertOperation(operation);
-}
-
-/**
- * key → record for the keys that exist, through `many` when the transaction
- * has it, else one read each; a record that cannot be read is an Unreadable
- * (see store/records.cjs).
- */
-async function readMany(tx, many, one, keys, how) {
-  if (typeof tx[many] === 'function') return how === undefined ? tx[many](keys) : tx[many](keys, how);
-  const found = new Map();
-  for (const key of keys) {
-    let record;
-    try {
-      record = await tx[one](key);
-    } catch (error) {
-      if (!(error instanceof IdemflowError) || error.code !== 'INVALID_RECORD') throw error;
-      record = new Unreadable(error);
-    }
-    if (record) found.set(key, record);
-  }
-  return found;
 }
 
 /**
@@ -440,20 +474,19 @@ async function readMany(tx, many, one, keys, how) {
  * (STORE_UNAVAILABLE: an outage, or the time is up) ends it: the events not
  * yet decided answer that error, to be redelivered, and touch nothing.
  */
-async function oneByOne(store, valid, results, opts, deadlineAt) {
+async function oneByOne(call, valid, results) {
   for (const [k, { index, event }] of valid.entries()) {
     try {
-      results[index] = await processChecked(store, event, opts, deadlineAt);
+      results[index] = await processValid(call, event);
     } catch (error) {
       if (!(error instanceof IdemflowError)) throw error;
       results[index] = { error };
       if (error.code === 'STORE_UNAVAILABLE') {
         for (const rest of valid.slice(k + 1)) results[rest.index] = { error };
-        return results;
+        return;
       }
     }
   }
-  return results;
 }
 
 module.exports = { processBatch, MAX_BATCH };

@@ -1,0 +1,127 @@
+'use strict';
+// The transaction contract: what the host cycle (processEvent, processBatch)
+// asks of a store's transaction, and nothing else. A store's own
+// transaction (StoreTransaction, js/store/base.cjs) implements it and says so
+// with the CONTRACT brand; any other transaction a host hands in (an object
+// with the checked methods getReceipt, getWorkflow, insertReceipt,
+// writeWorkflow and insertOperation, docs/adapters.md) is wrapped into it
+// once per cycle by contractOf, so the cycle never probes for methods.
+//
+//   getReceiptToDecide(eventId)          what a decision needs of a receipt, or null
+//   getWorkflowToDecide(id)              the workflow, or null
+//   commitDecided(writeSet, between?)    the core's write set: workflow, receipt, operations;
+//                                        between() runs after the workflow's write and answers
+//                                        the receipt's output (onApplied)
+//   getReceipts(eventIds)                Map of many (processBatch); a damaged one an Unreadable
+//   getWorkflows(ids, { lock })          Map of many, locked in id order where the database can
+//   commitBatch({ receipts, workflows, operations, now })
+//   savepoints                           true when the four below undo part of the transaction
+//   savepoint(name), rollbackToSavepoint(name), releaseSavepoint(name)
+//
+// The reads may answer synchronously (core/step.cjs) when the driver is.
+
+const { IdemflowError, Unreadable } = require('../core/errors.cjs');
+const { isPromise } = require('../core/step.cjs');
+
+/** The brand of a transaction that implements the contract itself. */
+const CONTRACT = Symbol.for('idemflow.transaction-contract');
+
+/** An INVALID_RECORD as an Unreadable (kept for the events that need the record); any other error thrown on. */
+function unreadable(error) {
+  if (error instanceof IdemflowError && error.code === 'INVALID_RECORD') return new Unreadable(error);
+  throw error;
+}
+
+/** read()'s answer, or an Unreadable when it failed on a damaged record; synchronously when read() is. */
+function orUnreadable(read) {
+  let value;
+  try {
+    value = read();
+  } catch (error) {
+    return unreadable(error);
+  }
+  return isPromise(value) ? value.catch(unreadable) : value;
+}
+
+/** A transaction a host wrote, seen through the contract: its checked methods, one at a time. */
+class ForeignTransaction {
+  #tx;
+
+  constructor(tx) {
+    this.#tx = tx;
+  }
+
+  get client() {
+    return this.#tx.client;
+  }
+
+  get savepoints() {
+    return false;
+  }
+
+  getReceiptToDecide(eventId) {
+    return this.#tx.getReceipt(eventId);
+  }
+
+  getWorkflowToDecide(id) {
+    return this.#tx.getWorkflow(id);
+  }
+
+  async commitDecided({ receipt, workflow, outbox }, between) {
+    if (workflow) await this.#tx.writeWorkflow(workflow);
+    const output = between === undefined ? undefined : await between();
+    if (receipt) await this.#tx.insertReceipt(output === undefined ? receipt : withOutput(receipt, output));
+    for (const operation of outbox) await this.#tx.insertOperation(operation);
+    return output;
+  }
+
+  async getReceipts(eventIds) {
+    const found = new Map();
+    for (const id of eventIds) {
+      const receipt = await orUnreadable(() => this.#tx.getReceipt(id));
+      if (receipt) found.set(id, receipt);
+    }
+    return found;
+  }
+
+  async getWorkflows(ids) {
+    const found = new Map();
+    for (const id of ids) {
+      const workflow = await orUnreadable(() => this.#tx.getWorkflow(id));
+      if (workflow) found.set(id, workflow);
+    }
+    return found;
+  }
+
+  async commitBatch({ receipts, workflows, operations }) {
+    for (const write of workflows) await this.#tx.writeWorkflow(write);
+    for (const receipt of receipts) await this.#tx.insertReceipt(receipt);
+    for (const operation of operations) await this.#tx.insertOperation(operation);
+  }
+}
+
+/** A receipt with the host's output in its result. */
+function withOutput(receipt, output) {
+  return { ...receipt, result: { ...receipt.result, output } };
+}
+
+/** `tx` as the contract: itself when it implements it, else wrapped. */
+function contractOf(tx) {
+  return tx !== null && typeof tx === 'object' && tx[CONTRACT] === true ? tx : new ForeignTransaction(tx);
+}
+
+/**
+ * Writes a decision's write set through a transaction's checked methods, in
+ * the order every transaction of idemflow takes its locks: workflow
+ * (compare-and-set), receipt (unique event id), operations (unique operation
+ * ids). For hosts that commit a decision of `decide` in a transaction of
+ * their own. Stores signal a lost race with CONCURRENT_UPDATE and an
+ * existing operation id with OUTBOX_CONFLICT.
+ */
+async function commitWriteSet(tx, writeSet) {
+  if (writeSet.workflow) await tx.writeWorkflow(writeSet.workflow);
+  if (writeSet.receipt) await tx.insertReceipt(writeSet.receipt);
+  for (const operation of writeSet.outbox) await tx.insertOperation(operation);
+}
+
+module.exports = { CONTRACT, contractOf, commitWriteSet, orUnreadable, withOutput };
