@@ -92,6 +92,8 @@ demo: examples
 	cd tests/js && node examples/deposit-demo.mjs
 	@echo
 	cd tests/js && node examples/consumer-demo.mjs
+	@echo
+	cd tests/js && node examples/shipments-demo.mjs
 
 bench: examples
 	cd tests/js && node bench/decide.mjs

@@ -378,3 +378,28 @@ test('handle.batch refuses delivery counts of another length, or one that is not
   assert.equal(transactions, 0);
   assert.equal((await handle.batch(bodies)).length, 2, 'without attempts every message is a first delivery');
 });
+
+test('createDeliveryHandler runs onApplied in the transaction: a throw is a retry verdict with nothing written; the redelivery acks with the output', async () => {
+  const store = new InMemoryStore([waitingSwap()]);
+  let fail = true;
+  const handle = createDeliveryHandler(store, {
+    onApplied: (tx, decision) => {
+      tx.table('ledger').set(decision.event.eventId, { workflowId: decision.event.workflowId });
+      if (fail) throw new Error('the ledger is locked');
+      return { ledgerKey: decision.event.eventId };
+    },
+  });
+  const body = JSON.stringify(detection());
+  const failed = await handle(body, { attempt: 1 });
+  assert.equal(failed.action, 'retry');
+  assert.equal(failed.error.code, 'HANDLER_FAILED');
+  assert.equal(store.snapshot().inbox.size, 0);
+  assert.equal(store.snapshot().tables.get('ledger'), undefined, "the callback's write rolled back with the rest");
+  fail = false;
+  const [acked, again] = await handle.batch([body, body], { attempts: [2, 2] });
+  assert.equal(acked.action, 'ack');
+  assert.deepEqual(acked.result.output, { ledgerKey: 'watcher:detect-1' });
+  assert.deepEqual(again.result.original.output, { ledgerKey: 'watcher:detect-1' });
+  assert.equal(store.snapshot().tables.get('ledger').size, 1);
+  assert.throws(() => createDeliveryHandler(store, { onApplied: 'yes' }), { code: 'INVALID_ARGUMENT', disposition: 'fatal' });
+});
