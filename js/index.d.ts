@@ -323,8 +323,15 @@ export interface VerificationReport {
     /** reorder-safe: the bound, the declared order, the work done, or why it was skipped. */
     checked?: {
       bound: { events: number; copiesPerType: number };
+      /** (history, start status) pairs explored. */
       histories: number;
+      /** Delivery configurations explored over all of them. */
       configurations: number;
+      /** How much of the whole verification's budget (`maxReorderHistories`, `maxReorderConfigurations`) this used. */
+      budget: {
+        histories: { used: number; limit: number };
+        configurations: { used: number; limit: number };
+      };
       races?: ([string, string] | { between: [string, string]; description: string })[];
       follows?: { event: string; after: string }[];
       skipped?: string;

@@ -30,6 +30,15 @@ pub const MAX_TABLE_ENTRIES: usize = 1 << 17;
 /// outbox entry points: far above any valid input (a field holds at most 512
 /// bytes), far below what could exhaust the wasm memory once parsed.
 pub const MAX_JSON_INPUT_BYTES: usize = 1 << 20;
+/// States (status × emitted operations × recorded fields) the verifier explores.
+pub const MAX_STATES_EXPLORED: usize = 200_000;
+/// The reorder-safe check's budget, counted over one whole verification:
+/// (history, start status) pairs explored, and delivery configurations over
+/// all of them. One history costs at most a few thousand configurations (six
+/// events, every order), so it is the total that bounds the time, however
+/// many start statuses and histories a definition declares.
+pub const MAX_REORDER_HISTORIES: usize = 100_000;
+pub const MAX_REORDER_CONFIGURATIONS: usize = 2_000_000;
 
 /// Every bound with its name, for documentation and tests.
 pub const LIMITS: &[(&str, usize)] = &[
@@ -42,6 +51,9 @@ pub const LIMITS: &[(&str, usize)] = &[
     ("maxListNames", MAX_LIST_NAMES),
     ("maxEmitsPerRule", MAX_EMITS_PER_RULE),
     ("maxTableEntries", MAX_TABLE_ENTRIES),
+    ("maxStatesExplored", MAX_STATES_EXPLORED),
+    ("maxReorderHistories", MAX_REORDER_HISTORIES),
+    ("maxReorderConfigurations", MAX_REORDER_CONFIGURATIONS),
 ];
 
 /// The refusal for a definition over a bound: `limit maxRules: …`.

@@ -98,3 +98,51 @@ fn the_documented_limits_table_matches_the_code() {
         assert!(row.contains(&format!("| {grouped} |")), "README row for {name} does not say {grouped}: {row}");
     }
 }
+
+/// CPU time of the calling thread (Linux: /proc/thread-self/stat, in clock
+/// ticks of 10 ms); elsewhere, the time on the wall clock, which is no less.
+fn thread_cpu<T>(body: impl FnOnce() -> T) -> (T, std::time::Duration) {
+    fn ticks() -> Option<u64> {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+    }
+    let (before, started) = (ticks(), std::time::Instant::now());
+    let answer = body();
+    let spent = match (before, ticks()) {
+        (Some(a), Some(b)) => std::time::Duration::from_millis((b - a) * 10),
+        _ => started.elapsed(),
+    };
+    (answer, spent)
+}
+
+#[test]
+fn a_definition_past_the_reorder_budget_in_total_is_refused_in_bounded_time() {
+    // Each start status and history alone is far within the budget; together they are not.
+    for (types, statuses, limit) in [(15, 256, "maxReorderHistories"), (6, 200, "maxReorderConfigurations")] {
+        let definition = hostile::reorder_budget(types, statuses);
+        let text = definition.to_string();
+        let label = format!("{types} types from {statuses} statuses ({} KiB)", text.len() >> 10);
+        let (error, spent) = thread_cpu(|| RuleSet::from_json(&text).unwrap_err());
+        assert_limit(&label, &error, "$.order", limit);
+        assert!(spent.as_secs_f64() < 2.0, "{label}: refused after {spent:?} of CPU");
+        let (error, spent) = thread_cpu(|| verify_definition(&definition).unwrap_err());
+        assert_limit(&label, &error, "$.order", limit);
+        assert!(spent.as_secs_f64() < 2.0, "{label}: refused after {spent:?} of CPU");
+    }
+}
+
+#[test]
+fn the_report_says_how_much_of_the_reorder_budget_a_definition_used() {
+    let report = verify_definition(&hostile::reorder_budget(4, 3)).unwrap().to_json();
+    let reorder = report["properties"].as_array().unwrap().iter().find(|p| p["name"] == "reorder-safe").unwrap();
+    assert_eq!(reorder["ok"], json!(true), "{reorder}");
+    let checked = &reorder["checked"];
+    // 4 types make 75 histories of up to six events (each type at most twice); from (none) and 3 initial statuses.
+    assert_eq!(checked["budget"]["histories"], json!({ "used": 75 * 4, "limit": limits::MAX_REORDER_HISTORIES }));
+    assert_eq!(checked["histories"], json!(75 * 4));
+    let configurations = &checked["budget"]["configurations"];
+    assert_eq!(configurations["limit"], json!(limits::MAX_REORDER_CONFIGURATIONS));
+    assert_eq!(configurations["used"], checked["configurations"]);
+    assert!(configurations["used"].as_u64().unwrap() > 75 * 4);
+}

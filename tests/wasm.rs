@@ -631,6 +631,18 @@ fn hostile_definitions_are_refused_by_their_limit_and_the_module_keeps_working()
 }
 
 #[wasm_bindgen_test]
+fn a_definition_past_the_reorder_budget_in_total_is_refused() {
+    // The CPU bound is asserted natively and in JS (release wasm); here, that the refusal names the budget.
+    for (types, statuses, limit) in [(15, 256, "maxReorderHistories"), (6, 200, "maxReorderConfigurations")] {
+        let text = text_arg(&hostile::reorder_budget(types, statuses).to_string());
+        let label = format!("{types} types from {statuses} statuses");
+        assert_limit(&label, expect_err(&label, binding::load_rule_set(text.clone())), "$.order", limit);
+        assert_limit(&label, expect_err(&label, binding::verify_rule_set(text)), "$.order", limit);
+        a_valid_decision_still_works(&label);
+    }
+}
+
+#[wasm_bindgen_test]
 fn an_oversized_definition_is_refused_before_it_is_copied_into_wasm_memory() {
     let before = binding::memory_bytes();
     // 64 MiB of UTF-16: refused by its length alone.

@@ -127,7 +127,7 @@ function describeChecked(checked) {
   if (checked.skipped) return `      not claimed: ${checked.skipped}\n`;
   const races = (checked.races ?? []).map((r) => (Array.isArray(r) ? r : r.between).join(' vs '));
   return [
-    `      histories of up to ${checked.bound.events} events (each type at most ${checked.bound.copiesPerType} times): ${checked.histories}, delivery configurations: ${checked.configurations}`,
+    `      histories of up to ${checked.bound.events} events (each type at most ${checked.bound.copiesPerType} times), from each start status: ${checked.histories} of ${checked.budget.histories.limit}, delivery configurations: ${checked.configurations} of ${checked.budget.configurations.limit}`,
     `      declared races: ${races.length ? races.join('; ') : 'none'}`,
   ].join('\n') + '\n';
 }

@@ -31,22 +31,21 @@ use serde_json::{json, Value};
 use super::order::{After, Order};
 use super::{Answer, RuleSet, StateIndex};
 use crate::error::{Error, Result};
+use crate::limits::{MAX_REORDER_CONFIGURATIONS, MAX_REORDER_HISTORIES};
 
 /// Events in a history, at most.
 pub const BOUND: usize = 6;
 /// Copies of one event type in a history, at most.
 pub const MAX_COPIES: u8 = 2;
-/// Configurations explored over all histories before the check gives up.
-pub const MAX_CONFIGURATIONS: usize = 2_000_000;
-/// Histories (multisets of event types) before the check gives up.
-pub const MAX_HISTORIES: usize = 100_000;
 const MAX_COUNTEREXAMPLES: usize = 8;
 
 pub struct Check {
     /// `None` when the rule set makes no reorder claim or cannot be checked.
     pub skipped: Option<&'static str>,
     pub counterexamples: Vec<Value>,
+    /// (history, start status) pairs explored: the `maxReorderHistories` budget used.
     pub histories: usize,
+    /// Delivery configurations over all of them: the `maxReorderConfigurations` budget used.
     pub configurations: usize,
 }
 
@@ -56,6 +55,10 @@ impl Check {
             "bound": { "events": BOUND, "copiesPerType": MAX_COPIES },
             "histories": self.histories,
             "configurations": self.configurations,
+            "budget": {
+                "histories": { "used": self.histories, "limit": MAX_REORDER_HISTORIES },
+                "configurations": { "used": self.configurations, "limit": MAX_REORDER_CONFIGURATIONS },
+            },
         });
         if let Some(order) = &rule_set.order {
             info["races"] = order
@@ -330,7 +333,8 @@ struct Search<'h, 'a, 's> {
     references: Vec<(u32, Config, Vec<Delivery>, bool)>,
     path: Vec<Delivery>,
     mismatch: Option<(usize, Config, Vec<Delivery>)>,
-    configurations: usize,
+    /// The whole verification's count, not this history's: the budget is one total.
+    budget: &'s mut Check,
 }
 
 impl Search<'_, '_, '_> {
@@ -338,15 +342,14 @@ impl Search<'_, '_, '_> {
         if self.mismatch.is_some() || !self.seen.insert(config) {
             return Ok(());
         }
-        self.configurations += 1;
-        if self.configurations > MAX_CONFIGURATIONS {
-            return Err(Error::RuleSetInvalid {
-                path: "$.order".into(),
-                reason: format!(
-                    "the reorder-safe check would explore more than {MAX_CONFIGURATIONS} configurations (limit maxReorderConfigurations); split the rule set"
-                ),
-                report: None,
-            });
+        self.budget.configurations += 1;
+        if self.budget.configurations > MAX_REORDER_CONFIGURATIONS {
+            return Err(over_budget(
+                "maxReorderConfigurations",
+                MAX_REORDER_CONFIGURATIONS,
+                "delivery configurations over all histories and start statuses",
+                self.budget.histories,
+            ));
         }
         let mut progressed = false;
         for t in 0..self.history.types.len() {
@@ -428,6 +431,31 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
         )
         .collect();
 
+    // What each event type needs before it can exist, and which pairs race:
+    // the same for every history, so worked out once.
+    let needs_emitted: Vec<u64> = (0..rule_set.events.len())
+        .map(|e| {
+            order.follows.iter().filter(|f| f.event == e).fold(0, |bits, f| match &f.after {
+                After::Operation(op) => bits | operation_bits(rule_set, &templates, op),
+                After::Event(_) => bits,
+            })
+        })
+        .collect();
+    let follows_events: Vec<Vec<usize>> = (0..rule_set.events.len())
+        .map(|e| {
+            order
+                .follows
+                .iter()
+                .filter(|f| f.event == e)
+                .filter_map(|f| match f.after {
+                    After::Event(a) => Some(a),
+                    After::Operation(_) => None,
+                })
+                .collect()
+        })
+        .collect();
+    let racing: HashSet<(usize, usize)> = order.races.iter().map(|r| (r.a, r.b)).collect();
+
     let mut seen: HashSet<Config, BuildHasherDefault<Fx>> = HashSet::default();
     for copies in histories(rule_set, order)? {
         let types: Vec<usize> = (0..copies.len()).filter(|e| copies[*e] > 0).collect();
@@ -435,7 +463,8 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
         let mut races = Vec::new();
         for low in 0..types.len() {
             for high in low + 1..types.len() {
-                if order.races_between(types[low], types[high]) {
+                // `types` ascends, so (low, high) is the race's (a, b).
+                if racing.contains(&(types[low], types[high])) {
                     races.push((low, high, races.len()));
                 }
             }
@@ -443,32 +472,10 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
         let history = History {
             rule_set,
             copies: types.iter().map(|e| copies[*e]).collect(),
-            needs_emitted: types
-                .iter()
-                .map(|e| {
-                    order
-                        .follows
-                        .iter()
-                        .filter(|f| f.event == *e)
-                        .fold(0, |bits, f| match &f.after {
-                            After::Operation(op) => bits | operation_bits(rule_set, &templates, op),
-                            After::Event(_) => bits,
-                        })
-                })
-                .collect(),
+            needs_emitted: types.iter().map(|e| needs_emitted[*e]).collect(),
             follows: types
                 .iter()
-                .map(|e| {
-                    order
-                        .follows
-                        .iter()
-                        .filter(|f| f.event == *e)
-                        .filter_map(|f| match f.after {
-                            After::Event(a) => local(a),
-                            After::Operation(_) => None,
-                        })
-                        .collect()
-                })
+                .map(|e| follows_events[*e].iter().filter_map(|a| local(*a)).collect())
                 .collect(),
             races,
             emit_bits: emit_bits.clone(),
@@ -477,6 +484,14 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
         };
         for &start in &starts {
             outcome.histories += 1;
+            if outcome.histories > MAX_REORDER_HISTORIES {
+                return Err(over_budget(
+                    "maxReorderHistories",
+                    MAX_REORDER_HISTORIES,
+                    "(history, start status) pairs",
+                    outcome.histories - 1,
+                ));
+            }
             let origin = Config {
                 at: start,
                 emitted: 0,
@@ -494,18 +509,18 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
                 references: vec![(end.seen_first, end, deliveries, true)],
                 path: Vec::new(),
                 mismatch: None,
-                configurations: 0,
+                budget: &mut outcome,
             };
             search.explore(origin)?;
-            outcome.configurations += search.configurations;
             if let Some((reference, actual, path)) = &search.mismatch {
                 let (_, expected_end, expected, in_order) = &search.references[*reference];
-                outcome.counterexamples.push(counterexample(
+                let example = counterexample(
                     &history,
                     start,
                     (expected, expected_end, *in_order),
                     (path, actual),
-                ));
+                );
+                outcome.counterexamples.push(example);
                 break;
             }
         }
@@ -514,6 +529,19 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
         }
     }
     Ok(outcome)
+}
+
+/// The refusal of a definition whose check would take more than the whole
+/// verification's budget: `limit maxReorderConfigurations: …`.
+fn over_budget(limit: &str, max: usize, what: &str, histories_done: usize) -> Error {
+    Error::RuleSetInvalid {
+        path: "$.order".into(),
+        reason: format!(
+            "limit {limit}: at most {max} {what} in one verification, this definition needs more \
+             (the budget ran out after {histories_done} (history, start status) pairs); split the rule set or declare fewer initial statuses"
+        ),
+        report: None,
+    }
 }
 
 fn template_bit(templates: &[&str], text: &str) -> u64 {
@@ -545,7 +573,7 @@ fn histories(rule_set: &RuleSet, order: &Order) -> Result<Vec<Vec<u8>>> {
             if left < BOUND {
                 out.push(copies.clone());
             }
-            return out.len() <= MAX_HISTORIES;
+            return out.len() <= MAX_REORDER_HISTORIES;
         }
         for n in 0..=MAX_COPIES.min(left as u8) {
             copies[e] = n;
@@ -560,7 +588,7 @@ fn histories(rule_set: &RuleSet, order: &Order) -> Result<Vec<Vec<u8>>> {
         return Err(Error::RuleSetInvalid {
             path: "$.order".into(),
             reason: format!(
-                "{types} event types make more than {MAX_HISTORIES} histories of up to {BOUND} events (limit maxReorderHistories); split the rule set"
+                "limit maxReorderHistories: at most {MAX_REORDER_HISTORIES} histories, this definition's {types} event types make more of up to {BOUND} events; split the rule set"
             ),
             report: None,
         });
@@ -726,6 +754,12 @@ mod tests {
         );
         assert_eq!(checked["races"].as_array().unwrap().len(), 6);
         assert!(checked.get("skipped").is_none());
+        // The budget is the whole verification's: what it used is what it explored.
+        let budget = &checked["budget"];
+        assert_eq!(budget["histories"]["used"], checked["histories"]);
+        assert_eq!(budget["configurations"]["used"], checked["configurations"]);
+        assert_eq!(budget["histories"]["limit"], 100_000);
+        assert_eq!(budget["configurations"]["limit"], 2_000_000);
     }
 
     #[test]

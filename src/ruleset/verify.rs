@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use super::{reorder, Answer, RuleSet, StateIndex, NONE};
 use crate::error::{Error, Result};
+use crate::limits::MAX_STATES_EXPLORED;
 
-const MAX_STATES: usize = 200_000;
 
 #[derive(Debug, Clone)]
 pub struct Property {
@@ -116,10 +116,12 @@ impl<'a> Explorer<'a> {
         if self.seen.contains_key(&state) {
             return Ok(());
         }
-        if self.states.len() >= MAX_STATES {
+        if self.states.len() >= MAX_STATES_EXPLORED {
             return Err(Error::RuleSetInvalid {
                 path: "$".into(),
-                reason: format!("more than {MAX_STATES} reachable states; split the rule set"),
+                reason: format!(
+                    "limit maxStatesExplored: at most {MAX_STATES_EXPLORED} states, this definition reaches more; split the rule set"
+                ),
                 report: None,
             });
         }

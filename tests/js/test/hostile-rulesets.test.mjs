@@ -92,6 +92,55 @@ test('every hostile definition is RULESET_INVALID naming its limit, and the modu
   }
 });
 
+/**
+ * Within every count limit, but past the reorder-safe check's budget in total (issue 24): `types` event
+ * types racing pairwise from `statuses` initial statuses, each answering every type without moving. With
+ * 15 types and 256 statuses (146 KiB) the budget that restarted per (history, start status) let it explore
+ * billions of configurations; the same generator as tests/hostile/definitions.rs.
+ */
+function pastTheReorderBudget(types, statuses) {
+  const names = range(types, (i) => `E${i}`);
+  const half = types >> 1;
+  const rules = [{ on: '*', in: '(none)', then: { error: 'UNKNOWN_WORKFLOW', disposition: 'retry' } }];
+  for (let s = 0; s < statuses; s += 1) {
+    for (const on of names.slice(0, half)) rules.push({ on, in: `s${s}`, then: { outcome: 'applied', to: `s${s}` } });
+    rules.push({ on: names.slice(half), in: `s${s}`, then: { outcome: 'already-applied' } });
+  }
+  return {
+    id: 'reorder-budget',
+    version: 1,
+    statuses: range(statuses, (i) => ({ name: `s${i}`, initial: true })),
+    events: names.map((type) => ({ type, fields: [] })),
+    order: { races: names.slice(0, -1).map((name, i) => ({ between: [name, names.slice(i + 1)] })) },
+    rules,
+  };
+}
+
+test('a definition past the reorder budget in total is refused naming it, in under 2 s of CPU', () => {
+  for (const [types, statuses, limit] of [[15, 256, 'maxReorderHistories'], [6, 200, 'maxReorderConfigurations']]) {
+    const definition = pastTheReorderBudget(types, statuses);
+    const label = `${types} types from ${statuses} statuses (${JSON.stringify(definition).length >> 10} KiB)`;
+    for (const [entry, load] of [['RuleSet.fromJSON', () => RuleSet.fromJSON(definition)], ['verifyRuleSet', () => verifyRuleSet(definition)]]) {
+      const before = process.cpuUsage();
+      const error = coded(load, 'RULESET_INVALID');
+      const spent = process.cpuUsage(before);
+      assert.equal(error.details.path, '$.order', `${label}, ${entry}: ${error.message}`);
+      assert.ok(error.details.reason.startsWith(`limit ${limit}: `), `${label}, ${entry}: ${error.details.reason}`);
+      const seconds = (spent.user + spent.system) / 1e6;
+      assert.ok(seconds < 2, `${label}, ${entry}: refused after ${seconds.toFixed(2)} s of CPU`);
+    }
+    aValidDecisionStillWorks();
+  }
+});
+
+test('a verification report says how much of the reorder budget the definition used', () => {
+  const checked = verifyRuleSet(pastTheReorderBudget(4, 3)).properties.find((p) => p.name === 'reorder-safe').checked;
+  // 75 histories of up to six events from 4 types (each at most twice), from (none) and 3 initial statuses.
+  assert.deepEqual(checked.budget.histories, { used: 75 * 4, limit: 100_000 });
+  assert.deepEqual(checked.budget.configurations, { used: checked.configurations, limit: 2_000_000 });
+  assert.ok(checked.configurations > checked.histories);
+});
+
 test('decideJSON refuses a text over 1 MiB without copying it into wasm memory', () => {
   const before = wasmMemoryBytes();
   const error = coded(() => decideJSON(`{"event": ${JSON.stringify('x'.repeat(32 << 20))}}`), 'INVALID_ARGUMENT');
