@@ -9,24 +9,14 @@
 // Needs IDEMFLOW_PG_URL and IDEMFLOW_AMQP_URL / IDEMFLOW_NATS_URL (.ci/run sets them).
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import { EXAMPLES, runChaos } from '../workers/chaos.mjs';
-import { PG_URL } from '../workers/backends.mjs';
+import { BROKERS, brokerSkip, runChaos } from '../workers/chaos.mjs';
 
 const SWAPS = Number(process.env.IDEMFLOW_CHAOS_SWAPS || 1000);
 // How long a run may take to drain before it fails (a loaded machine needs more).
 const DRAIN_MS = Number(process.env.IDEMFLOW_CHAOS_DRAIN_MS || 240_000);
-const BROKERS = [
-  { name: 'rabbitmq', env: 'IDEMFLOW_AMQP_URL' },
-  { name: 'nats', env: 'IDEMFLOW_NATS_URL' },
-];
-
 for (const { name, env } of BROKERS) {
   const url = process.env[env];
-  const skip = !PG_URL ? 'IDEMFLOW_PG_URL is not set'
-    : !url ? `${env} is not set`
-      : !fs.existsSync(EXAMPLES) ? 'tests/js/examples is missing: run `make examples`'
-        : false;
+  const skip = brokerSkip(env);
   test(`${name}: ${SWAPS} swaps in any order, with kills, end where their histories lead`, { skip, timeout: DRAIN_MS + 90_000 }, async (t) => {
     const { figures, problems } = await runChaos({ brokerName: name, url, swaps: SWAPS, timeoutMs: DRAIN_MS, note: (line) => t.diagnostic(line) });
     t.diagnostic(`${name} chaos (seed ${figures.seed}): ${JSON.stringify(figures)}`);
