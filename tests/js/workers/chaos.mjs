@@ -11,19 +11,11 @@ import { once } from 'node:events';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { InMemoryStore, createDeliveryHandler } from 'idemflow';
-import { random } from './broker.mjs';
+import { random, shuffle } from './broker.mjs';
 import { openStore, uniquePrefix, tablesFor, PG_URL } from './backends.mjs';
 
 const TESTS_JS = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const EXAMPLES = path.join(TESTS_JS, 'examples');
-
-function shuffle(items, rand) {
-  for (let i = items.length - 1; i > 0; i -= 1) {
-    const j = Math.floor(rand() * (i + 1));
-    [items[i], items[j]] = [items[j], items[i]];
-  }
-  return items;
-}
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
