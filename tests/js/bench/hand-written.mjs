@@ -141,9 +141,15 @@ export function sqliteTransactions(db) {
   };
 }
 
+/**
+ * `transaction(work, timing)` over a pg Pool; `timing.ms`, when given, gets
+ * the time from BEGIN to the end of COMMIT or ROLLBACK (the wait for a
+ * pooled connection left out).
+ */
 export function pgTransactions(pool) {
-  return async (work) => {
+  return async (work, timing) => {
     const client = await pool.connect();
+    const started = performance.now();
     const q = async (sql, params) => {
       const result = await client.query(sql, params);
       return result.command === 'SELECT' ? result.rows : result.rowCount;
@@ -157,6 +163,7 @@ export function pgTransactions(pool) {
       await client.query('ROLLBACK');
       throw error;
     } finally {
+      if (timing) timing.ms = performance.now() - started;
       client.release();
     }
   };
@@ -169,9 +176,11 @@ export function pgliteTransactions(db) {
   }));
 }
 
+/** `transaction(work, timing)` over a mysql2 Pool, `timing` as pgTransactions sets it. */
 export function mysqlTransactions(pool) {
-  return async (work) => {
+  return async (work, timing) => {
     const connection = await pool.getConnection();
+    const started = performance.now();
     const q = async (sql, params) => {
       const [result] = await connection.query(sql, params);
       return Array.isArray(result) ? result : result.affectedRows;
@@ -185,6 +194,7 @@ export function mysqlTransactions(pool) {
       await connection.query('ROLLBACK');
       throw error;
     } finally {
+      if (timing) timing.ms = performance.now() - started;
       connection.release();
     }
   };
@@ -209,18 +219,23 @@ export function raceOf(error) {
  * One event through the hand-written handler as a worker runs it: again
  * after a lost race (up to `retries` times), `onRace(reason)` told of each.
  * Resolves `{ outcome }` or `{ refused: disposition }` (a race still lost
- * after the retries is a retry).
+ * after the retries is a retry), with `ms`: the time its transactions took
+ * (`transaction(work, timing)` as pgTransactions and mysqlTransactions time them).
  */
 export async function handWrittenDelivery(transaction, sql, event, { retries = 4, onRace = () => {} } = {}) {
+  let ms = 0;
   for (let attempt = 0; ; attempt += 1) {
+    const timing = { ms: 0 };
     try {
-      return { outcome: await transaction((q) => handWritten(q, sql, event, Date.now())) };
+      const outcome = await transaction((q) => handWritten(q, sql, event, Date.now()), timing);
+      return { outcome, ms: ms + timing.ms };
     } catch (error) {
-      if (error instanceof Refused) return { refused: error.disposition, message: error.message };
+      ms += timing.ms;
+      if (error instanceof Refused) return { refused: error.disposition, message: error.message, ms };
       const race = raceOf(error);
       if (race === null) throw error;
       onRace(race);
-      if (attempt >= retries) return { refused: 'retry', message: `lost ${attempt + 1} races (${race})` };
+      if (attempt >= retries) return { refused: 'retry', message: `lost ${attempt + 1} races (${race})`, ms };
     }
   }
 }

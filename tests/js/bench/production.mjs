@@ -1,21 +1,37 @@
-// The production-shaped benchmark: several worker processes over one
-// database, measured beside the references of the same run.
+// The production-shaped benchmark: WORKERS worker processes over one
+// database, the chaos test's traffic (workers/swap-traffic.mjs: many swaps,
+// detections and confirmations, reversals, deadlines, duplicates,
+// re-publications, conflicts, a few bodies that are not events) in one
+// shuffled order, so that batches of different workers touch the same
+// workflows; each figure beside references measured in the same run.
 //
-// Store only (PostgreSQL, MariaDB): WORKERS processes (workers/lane.mjs)
-// calling handle.batch with batches of P, beside the hand-written worker
-// (bench/hand-written.mjs: one transaction per message, 4 at a time over each
-// process's pool).
+// Through a broker (RabbitMQ, NATS JetStream: when IDEMFLOW_AMQP_URL /
+// IDEMFLOW_NATS_URL and IDEMFLOW_PG_URL are set), at each prefetch P:
+//   idemflow      the example worker itself (js/examples/<broker>-worker:
+//                 batches of up to P through handle.batch) over PostgreSQL
+//   hand-written  a worker of one transaction per message (bench/hand-written.mjs)
+//   broker alone  publish, consume and ack only, the same queues and prefetch
+// Store only (PostgreSQL, MariaDB: always, when their URLs are set): WORKERS
+// processes calling handle.batch on batches of P taken from one shared queue
+// (workers/lanes.mjs), beside the hand-written worker in as many processes.
+// The hand-written worker runs HAND_CONCURRENCY (default 4) transactions at a
+// time in each process, over a pool of as many connections.
 //
 // Events per second, p50/p99 per batch (per transaction for the hand-written
-// worker), deadlocks and race re-runs (hooks.onRaceRetry, by reason), the
-// load average next to each figure. Everything goes to target/bench.json
-// under "production". Scale with BENCH_PRODUCTION_SWAPS (default 600, about
-// 5 messages each), BENCH_PRODUCTION_PREFETCH (default 16,128,512),
-// BENCH_PRODUCTION_WORKERS (default 3), BENCH_PRODUCTION_ONLY (store-pg,
-// store-mysql: a comma-separated choice).
+// worker), deadlocks (hooks.onRaceRetry reason `deadlock`; and every
+// transaction that ended in one, the last attempt's included), race re-runs
+// by reason, the database's own deadlock counter (server-wide: other clients
+// count too) and the load average before and after each figure. Everything
+// goes to target/bench.json under "production".
+//
+// Scale with BENCH_PRODUCTION_SWAPS (default 600, about 5 messages each),
+// BENCH_PRODUCTION_PREFETCH (default 16,128,512), BENCH_PRODUCTION_WORKERS
+// (default 3), BENCH_HAND_CONCURRENCY, BENCH_PRODUCTION_ONLY (a
+// comma-separated choice of rabbitmq, nats, store-pg, store-mysql).
 import os from 'node:os';
 
 import { MYSQL_URL, PG_URL, openStore, tablesFor, uniquePrefix, writeBenchJson } from '../workers/backends.mjs';
+import { runOnBroker } from '../workers/broker-runs.mjs';
 import { percentile, runLanes } from '../workers/lanes.mjs';
 import { putWorkflows, swapTraffic } from '../workers/swap-traffic.mjs';
 
@@ -25,20 +41,78 @@ const WORKERS = Number(process.env.BENCH_PRODUCTION_WORKERS ?? 3);
 const HAND_CONCURRENCY = Number(process.env.BENCH_HAND_CONCURRENCY ?? 4);
 const ONLY = process.env.BENCH_PRODUCTION_ONLY ? new Set(process.env.BENCH_PRODUCTION_ONLY.split(',')) : null;
 const SEED = Number(process.env.BENCH_PRODUCTION_SEED ?? 1);
+/** The broker alone runs the traffic this many times over: a run of a fraction of a second measures its start more than its rate. */
+const FLOOR_REPEAT = Number(process.env.BENCH_FLOOR_REPEAT ?? 4);
 
 const load = () => Number(os.loadavg()[0].toFixed(2));
+const round = (ms) => (ms === null ? null : Number(ms.toFixed(1)));
+const traffic = swapTraffic({ swaps: SWAPS, seed: SEED, runId: 'bench' });
 
 /** The database's own deadlock counter (server-wide: other clients' deadlocks count too). */
-async function serverDeadlocks(helper, kind) {
-  if (kind === 'pg') return Number((await helper.query('SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()', []))[0].deadlocks);
-  const [row] = await helper.query("SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'", []);
-  return row ? Number(row.Value) : null;
+async function serverDeadlocks(kind, url) {
+  const helper = await openStore(kind, { tables: tablesFor('unused'), url, poolSize: 1 });
+  try {
+    if (kind === 'pg') return Number((await helper.query('SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()', []))[0].deadlocks);
+    const [row] = await helper.query("SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'", []);
+    return row ? Number(row.Value) : null;
+  } finally {
+    await helper.close();
+  }
 }
 
-/** What one run's results say: a verdict's count by action (and outcome), and whether it is final. */
-function settleVerdict(item, result) {
-  return result.action === 'retry' && item.attempt < 20 ? 'again' : 'final';
+/** Runs `measure()` with the load average and the server's deadlock counter taken before and after. */
+async function measured(kind, url, measure) {
+  const before = { load: load(), deadlocks: url ? await serverDeadlocks(kind, url) : null };
+  const raw = await measure();
+  const after = { load: load(), deadlocks: url ? await serverDeadlocks(kind, url) : null };
+  return { ...raw, load: [before.load, after.load], serverDeadlocks: before.deadlocks === null ? null : after.deadlocks - before.deadlocks };
 }
+
+/** A run's figures as reported: `rerunsBy` 'hook' (idemflow's onRaceRetry) or 'transaction' (the hand-written worker runs it again). */
+function summary(raw, rerunsBy) {
+  const reRuns = rerunsBy === 'hook' ? raw.races : raw.failedTransactions;
+  return {
+    messages: raw.messages,
+    seconds: Number(raw.seconds.toFixed(2)),
+    eventsPerSecond: raw.eventsPerSecond,
+    ...(raw.publishSeconds !== undefined ? { publishSeconds: Number(raw.publishSeconds.toFixed(2)) } : {}),
+    p50Ms: round(percentile(raw.latencies, 50)),
+    p99Ms: round(percentile(raw.latencies, 99)),
+    batches: raw.latencies.length,
+    deadlocks: reRuns.deadlock ?? 0,
+    deadlockedTransactions: raw.failedTransactions.deadlock ?? 0,
+    raceReRuns: reRuns,
+    failedTransactions: raw.failedTransactions,
+    serverDeadlocks: raw.serverDeadlocks,
+    verdicts: raw.verdicts,
+    load: raw.load,
+    problems: raw.problems,
+  };
+}
+
+/** Whether two contenders that did the same work ended the same (every workflow's status, the receipts, the operations). */
+function endsDiffer(a, b) {
+  if (!a || !b) return null;
+  if (a.statuses.size !== b.statuses.size || a.receipts !== b.receipts || a.operations !== b.operations) {
+    return `receipts ${a.receipts}/${b.receipts}, operations ${a.operations}/${b.operations}`;
+  }
+  let differ = 0;
+  for (const [id, status] of a.statuses) if (b.statuses.get(id) !== status) differ += 1;
+  return differ === 0 ? null : `${differ} workflows end elsewhere`;
+}
+
+function line(label, f) {
+  const latency = f.p50Ms === null ? ''.padEnd(34) : `  p50 ${String(f.p50Ms).padStart(7)} ms  p99 ${String(f.p99Ms).padStart(7)} ms`;
+  const races = Object.entries(f.raceReRuns ?? {}).map(([k, v]) => `${k} ${v}`).join(', ') || 'none';
+  const deadlocks = f.deadlocks === undefined ? '' : `  deadlocks ${f.deadlocks} (${f.deadlockedTransactions} transactions)  re-runs: ${races}`;
+  return `    ${label.padEnd(22)} ${String(f.eventsPerSecond).padStart(6)} events/s${latency}${deadlocks}`
+    + `  (server deadlocks ${f.serverDeadlocks ?? 'n/a'}; load ${f.load.join(' → ')})${f.problems.length ? `  PROBLEMS: ${f.problems.join('; ')}` : ''}`;
+}
+
+// ---- Store only -------------------------------------------------------------
+
+/** Store-only retries go back to the shared queue, as a broker redelivers them. */
+const settleVerdict = (item, result) => (result.action === 'retry' && item.attempt < 20 ? 'again' : 'final');
 
 function verdictCounts(items) {
   const counts = {};
@@ -50,90 +124,90 @@ function verdictCounts(items) {
   return counts;
 }
 
-/** Every workflow's status and receipt count after a run: two contenders that did the same work end the same. */
-async function endState(helper, tables) {
-  const statuses = new Map((await helper.query(`SELECT id, status FROM ${tables.workflows}`, [])).map((row) => [row.id, row.status]));
-  const receipts = await helper.count('inbox');
-  const operations = await helper.count('outbox');
-  return { statuses, receipts, operations };
-}
-
-const SERVERS = [
-  { id: 'store-pg', kind: 'pg', name: 'PostgreSQL', url: PG_URL, env: 'IDEMFLOW_PG_URL' },
-  { id: 'store-mysql', kind: 'mysql', name: 'MariaDB', url: MYSQL_URL, env: 'IDEMFLOW_MYSQL_URL' },
-];
-
-/** One contender on fresh tables: the figures of a store-only run. */
+/** One store-only contender on fresh tables. */
 async function storeOnly(server, mode, prefetch) {
-  const traffic = swapTraffic({ swaps: SWAPS, seed: SEED, runId: 'bench' });
   const tables = tablesFor(uniquePrefix());
   const helper = await openStore(server.kind, { tables, url: server.url, poolSize: 4 });
   try {
     await helper.store.migrate();
     await putWorkflows(helper.store, traffic.workflows);
-    const before = { load: load(), deadlocks: await serverDeadlocks(helper, server.kind) };
-    const run = await runLanes({
-      lanes: WORKERS,
-      config: { mode, concurrency: HAND_CONCURRENCY, store: { kind: server.kind, url: server.url, tables, poolSize: mode === 'hand-written' ? HAND_CONCURRENCY : 2 } },
-      items: traffic.messages.map((m) => ({ body: m.body })),
-      batchSize: prefetch,
-      settle: settleVerdict,
-      timeoutMs: 600_000,
+    return await measured(server.kind, server.url, async () => {
+      const run = await runLanes({
+        lanes: WORKERS,
+        config: { mode, concurrency: HAND_CONCURRENCY, store: { kind: server.kind, url: server.url, tables, poolSize: mode === 'hand-written' ? HAND_CONCURRENCY : 2 } },
+        items: traffic.messages.map((m) => ({ body: m.body })),
+        batchSize: prefetch,
+        settle: settleVerdict,
+        timeoutMs: 600_000,
+      });
+      const problems = [];
+      const receipts = await helper.count('inbox');
+      if (receipts !== traffic.validIds.size) problems.push(`${receipts} receipts for ${traffic.validIds.size} event ids`);
+      const end = {
+        statuses: new Map((await helper.query(`SELECT id, status FROM ${tables.workflows}`, [])).map((row) => [row.id, row.status])),
+        receipts,
+        operations: await helper.count('outbox'),
+      };
+      return { ...run, messages: traffic.messages.length, eventsPerSecond: Math.round(traffic.messages.length / run.seconds), verdicts: verdictCounts(run.items), problems, end };
     });
-    const after = { load: load(), deadlocks: await serverDeadlocks(helper, server.kind) };
-    const state = await endState(helper, tables);
-    const problems = [];
-    if (state.receipts !== traffic.validIds.size) problems.push(`${state.receipts} receipts for ${traffic.validIds.size} event ids`);
-    return {
-      figures: {
-        messages: traffic.messages.length,
-        deliveries: run.deliveries,
-        seconds: Number(run.seconds.toFixed(2)),
-        eventsPerSecond: Math.round(traffic.messages.length / run.seconds),
-        p50Ms: round(percentile(run.latencies, 50)),
-        p99Ms: round(percentile(run.latencies, 99)),
-        // By the hook (idemflow) or as the hand-written worker runs its transaction again.
-        deadlocks: (mode === 'hand-written' ? run.failedTransactions.deadlock : run.races.deadlock) ?? 0,
-        raceReRuns: mode === 'hand-written' ? run.failedTransactions : run.races,
-        // Every transaction that ended in a lost race, the last attempt's included (a batch's last attempt is no re-run).
-        deadlockedTransactions: run.failedTransactions.deadlock ?? 0,
-        failedTransactions: run.failedTransactions,
-        serverDeadlocks: before.deadlocks === null ? null : after.deadlocks - before.deadlocks,
-        verdicts: verdictCounts(run.items),
-        load: [before.load, after.load],
-        problems,
-      },
-      state,
-    };
   } finally {
     await helper.drop();
     await helper.close();
   }
 }
 
-const round = (ms) => (ms === null ? null : Number(ms.toFixed(1)));
+// ---- The run ----------------------------------------------------------------
 
-function sameEnd(a, b) {
-  if (a.statuses.size !== b.statuses.size || a.receipts !== b.receipts || a.operations !== b.operations) {
-    return `receipts ${a.receipts}/${b.receipts}, operations ${a.operations}/${b.operations}`;
+const report = {
+  swaps: SWAPS, messages: traffic.messages.length, eventIds: traffic.validIds.size, workers: WORKERS, handConcurrency: HAND_CONCURRENCY,
+  prefetches: PREFETCHES, cores: os.cpus().length, loadAtStart: load(), brokers: {}, storeOnly: {},
+};
+const ratio = (a, b) => Number((a / b).toFixed(2));
+const chosen = (id) => !ONLY || ONLY.has(id);
+
+console.log(`production-shaped runs: ${WORKERS} worker processes, ${SWAPS} swaps = ${traffic.messages.length} messages (${traffic.validIds.size} event ids), `
+  + `prefetch / batch ${PREFETCHES.join(', ')}; load average ${load()} on ${os.cpus().length} cores (figures under load are noisy)`);
+
+for (const [name, env] of [['rabbitmq', 'IDEMFLOW_AMQP_URL'], ['nats', 'IDEMFLOW_NATS_URL']]) {
+  if (!chosen(name)) continue;
+  const url = process.env[env];
+  if (!PG_URL || !url) {
+    console.log(`  ${name}: skipped (${!PG_URL ? 'IDEMFLOW_PG_URL' : env} is not set)`);
+    continue;
   }
-  let differ = 0;
-  for (const [id, status] of a.statuses) if (b.statuses.get(id) !== status) differ += 1;
-  return differ === 0 ? null : `${differ} workflows end elsewhere`;
+  console.log(`  ${name} + PostgreSQL: ${WORKERS} example workers, beside ${WORKERS} hand-written workers and ${WORKERS} consumers of the broker alone `
+    + `(which runs the messages ${FLOOR_REPEAT} times over); p50/p99 per batch, per transaction for the hand-written worker`);
+  const figures = {};
+  for (const prefetch of PREFETCHES) {
+    const run = (contender) => measured('pg', contender === 'floor' ? null : PG_URL,
+      () => runOnBroker({ brokerName: name, url, contender, prefetch, traffic, workers: WORKERS, seed: SEED, repeat: contender === 'floor' ? FLOOR_REPEAT : 1 }));
+    const floor = await run('floor');
+    const example = await run('example');
+    const hand = await run('hand-written');
+    const differs = endsDiffer(example.end, hand.end);
+    if (differs) example.problems.push(`the hand-written worker ended elsewhere: ${differs}`);
+    const f = {
+      idemflow: summary(example, 'hook'),
+      handWritten: summary(hand, 'transaction'),
+      brokerAlone: { ...summary(floor, 'transaction'), p50Ms: null, p99Ms: null, batches: undefined, deadlocks: undefined, deadlockedTransactions: undefined, raceReRuns: undefined },
+    };
+    f.ofBrokerAlone = ratio(f.idemflow.eventsPerSecond, f.brokerAlone.eventsPerSecond);
+    f.ofHandWritten = ratio(f.idemflow.eventsPerSecond, f.handWritten.eventsPerSecond);
+    console.log(`   prefetch ${prefetch}:`);
+    console.log(line('idemflow example', f.idemflow));
+    console.log(line('hand-written', f.handWritten));
+    console.log(line('broker alone', f.brokerAlone));
+    console.log(`    idemflow = ${Math.round(f.ofBrokerAlone * 100)}% of the broker alone, ${f.ofHandWritten}x the hand-written worker`);
+    figures[prefetch] = f;
+  }
+  report.brokers[name] = figures;
 }
 
-function line(label, f) {
-  const latency = f.p50Ms === null ? '' : `  p50 ${String(f.p50Ms).padStart(7)} ms  p99 ${String(f.p99Ms).padStart(7)} ms`;
-  const races = Object.entries(f.raceReRuns).map(([k, v]) => `${k} ${v}`).join(', ') || 'none';
-  return `    ${label.padEnd(28)} ${String(f.eventsPerSecond).padStart(6)} events/s${latency}  deadlocks ${f.deadlocks} (${f.deadlockedTransactions} transactions)`
-    + `  re-runs: ${races}  (server deadlocks ${f.serverDeadlocks ?? 'n/a'}; load ${f.load.join(' → ')})${f.problems.length ? `  PROBLEMS: ${f.problems.join('; ')}` : ''}`;
-}
-
-const report = { swaps: SWAPS, workers: WORKERS, handConcurrency: HAND_CONCURRENCY, prefetches: PREFETCHES, cores: os.cpus().length, storeOnly: {} };
-
-console.log(`production-shaped runs: ${WORKERS} worker processes, ${SWAPS} swaps (chaos-test traffic), prefetch / batch ${PREFETCHES.join(', ')}; load average ${load()} on ${os.cpus().length} cores`);
-for (const server of SERVERS) {
-  if (ONLY && !ONLY.has(server.id)) continue;
+for (const server of [
+  { id: 'store-pg', kind: 'pg', name: 'PostgreSQL', url: PG_URL, env: 'IDEMFLOW_PG_URL' },
+  { id: 'store-mysql', kind: 'mysql', name: 'MariaDB', url: MYSQL_URL, env: 'IDEMFLOW_MYSQL_URL' },
+]) {
+  if (!chosen(server.id)) continue;
   if (!server.url) {
     console.log(`  store only, ${server.name}: skipped (${server.env} is not set)`);
     continue;
@@ -143,16 +217,18 @@ for (const server of SERVERS) {
   for (const prefetch of PREFETCHES) {
     const idemflow = await storeOnly(server, 'handle-batch', prefetch);
     const hand = await storeOnly(server, 'hand-written', prefetch);
-    const differs = sameEnd(idemflow.state, hand.state);
-    if (differs) idemflow.figures.problems.push(`the hand-written worker ended elsewhere: ${differs}`);
+    const differs = endsDiffer(idemflow.end, hand.end);
+    if (differs) idemflow.problems.push(`the hand-written worker ended elsewhere: ${differs}`);
+    const f = { idemflow: summary(idemflow, 'hook'), handWritten: summary(hand, 'transaction') };
+    f.ofHandWritten = ratio(f.idemflow.eventsPerSecond, f.handWritten.eventsPerSecond);
     console.log(`   batch ${prefetch}:`);
-    console.log(line('idemflow handle.batch', idemflow.figures));
-    console.log(line('hand-written', hand.figures));
-    const ratio = Number((idemflow.figures.eventsPerSecond / hand.figures.eventsPerSecond).toFixed(2));
-    console.log(`    idemflow / hand-written: ${ratio}x`);
-    figures[prefetch] = { idemflow: idemflow.figures, handWritten: hand.figures, ratioToHandWritten: ratio };
+    console.log(line('idemflow handle.batch', f.idemflow));
+    console.log(line('hand-written', f.handWritten));
+    console.log(`    idemflow = ${f.ofHandWritten}x the hand-written worker`);
+    figures[prefetch] = f;
   }
   report.storeOnly[server.kind] = figures;
 }
 
+report.loadAtEnd = load();
 writeBenchJson('production', report);
