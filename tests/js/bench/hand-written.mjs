@@ -142,62 +142,55 @@ export function sqliteTransactions(db) {
 }
 
 /**
- * `transaction(work, timing)` over a pg Pool; `timing.ms`, when given, gets
- * the time from BEGIN to the end of COMMIT or ROLLBACK (the wait for a
- * pooled connection left out).
+ * `transaction(work, timing)` on a session of its own from a pool: `connect()`
+ * hands one out (with release()), `run(session, sql, params)` runs a
+ * statement as work's q does. `timing.ms`, when given, gets the time from
+ * BEGIN to the end of COMMIT or ROLLBACK (the wait for a pooled connection
+ * left out).
  */
-export function pgTransactions(pool) {
+function pooledTransactions({ connect, begin, run }) {
   return async (work, timing) => {
-    const client = await pool.connect();
+    const session = await connect();
     const started = performance.now();
-    const q = async (sql, params) => {
-      const result = await client.query(sql, params);
-      return result.command === 'SELECT' ? result.rows : result.rowCount;
-    };
+    const q = (sql, params) => run(session, sql, params);
     try {
-      await client.query('BEGIN');
+      await q(begin, []);
       const result = await work(q);
-      await client.query('COMMIT');
+      await q('COMMIT', []);
       return result;
     } catch (error) {
-      await client.query('ROLLBACK');
+      await q('ROLLBACK', []);
       throw error;
     } finally {
       if (timing) timing.ms = performance.now() - started;
-      client.release();
+      session.release();
     }
   };
 }
+
+export const pgTransactions = (pool) => pooledTransactions({
+  connect: () => pool.connect(),
+  begin: 'BEGIN',
+  run: async (client, sql, params) => {
+    const result = await client.query(sql, params);
+    return result.command === 'SELECT' ? result.rows : result.rowCount;
+  },
+});
+
+export const mysqlTransactions = (pool) => pooledTransactions({
+  connect: () => pool.getConnection(),
+  begin: 'START TRANSACTION',
+  run: async (connection, sql, params) => {
+    const [result] = await connection.query(sql, params);
+    return Array.isArray(result) ? result : result.affectedRows;
+  },
+});
 
 export function pgliteTransactions(db) {
   return (work) => db.transaction((tx) => work(async (sql, params) => {
     const result = await tx.query(sql, params);
     return sql.trimStart().startsWith('SELECT') ? result.rows : result.affectedRows;
   }));
-}
-
-/** `transaction(work, timing)` over a mysql2 Pool, `timing` as pgTransactions sets it. */
-export function mysqlTransactions(pool) {
-  return async (work, timing) => {
-    const connection = await pool.getConnection();
-    const started = performance.now();
-    const q = async (sql, params) => {
-      const [result] = await connection.query(sql, params);
-      return Array.isArray(result) ? result : result.affectedRows;
-    };
-    try {
-      await connection.query('START TRANSACTION');
-      const result = await work(q);
-      await connection.query('COMMIT');
-      return result;
-    } catch (error) {
-      await connection.query('ROLLBACK');
-      throw error;
-    } finally {
-      if (timing) timing.ms = performance.now() - started;
-      connection.release();
-    }
-  };
 }
 
 /** The transactions of a server store kind over its pool (helper.store.client of workers/backends.mjs). */
@@ -220,7 +213,7 @@ export function raceOf(error) {
  * after a lost race (up to `retries` times), `onRace(reason)` told of each.
  * Resolves `{ outcome }` or `{ refused: disposition }` (a race still lost
  * after the retries is a retry), with `ms`: the time its transactions took
- * (`transaction(work, timing)` as pgTransactions and mysqlTransactions time them).
+ * (`transaction(work, timing)` as pgTransactions and mysqlTransactions time it).
  */
 export async function handWrittenDelivery(transaction, sql, event, { retries = 4, onRace = () => {} } = {}) {
   let ms = 0;

@@ -6,12 +6,10 @@
 // it. Each delivery touches a workflow of its own, so only migrate() can
 // make deliveries wait on each other. PostgreSQL and MariaDB run when their
 // URLs are set; SQLite (a file the processes share) always runs.
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import path from 'node:path';
 
-import { MYSQL_URL, PG_URL, openStore, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { BACKENDS, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 import { runLanes } from '../workers/lanes.mjs';
 import { putWorkflows } from '../workers/swap-traffic.mjs';
 
@@ -21,14 +19,11 @@ const LANES = 3;
 /** A generous bound on one call on a loaded machine; a migration that waits on traffic waits for its transactions. */
 const STALL_MS = 5000;
 
-const dir = tempDir('migrate-live');
-after(() => fs.rmSync(dir, { recursive: true, force: true }));
-
-const backends = [
-  { name: 'PostgreSQL', kind: 'pg', skip: PG_URL ? false : 'set IDEMFLOW_PG_URL to run it on PostgreSQL', spec: (tables) => ({ url: PG_URL, tables, poolSize: 2 }) },
-  { name: 'MariaDB', kind: 'mysql', skip: MYSQL_URL ? false : 'set IDEMFLOW_MYSQL_URL to run it on MariaDB/MySQL', spec: (tables) => ({ url: MYSQL_URL, tables, poolSize: 2 }) },
-  { name: 'SQLite file', kind: 'sqlite', skip: false, spec: (tables) => ({ file: path.join(dir, `${tables.inbox}.db`), tables, synchronous: 'NORMAL' }) },
-];
+/** The servers (when their URLs are set) and a SQLite file the processes share; `options` what each store opens with. */
+const backends = BACKENDS.filter((b) => ['pg', 'mysql', 'sqlite'].includes(b.id)).map((b) => ({
+  ...b,
+  options: b.id === 'sqlite' ? { synchronous: 'NORMAL' } : { poolSize: 2 },
+}));
 
 /** One confirmation per workflow, each for a workflow of its own: a receipt, a compare-and-set and an operation per delivery. */
 function traffic(ns) {
@@ -64,13 +59,14 @@ async function holdTables(helper, kind, tables) {
 const HOLD_MS = 3000;
 
 describe('migrate() on a current schema beside an open transaction', () => {
-  for (const backend of backends.filter((b) => b.kind !== 'sqlite')) {
+  for (const backend of backends.filter((b) => b.id !== 'sqlite')) {
     it(`${backend.name}: returns while a transaction that wrote to every table is still open`, { skip: backend.skip, timeout: 30_000 }, async (t) => {
       const tables = tablesFor(uniquePrefix());
-      const helper = await openStore(backend.kind, backend.spec(tables));
+      const env = await backend.setup();
+      const helper = await env.open(tables, backend.options);
       try {
         await helper.store.migrate();
-        const release = await holdTables(helper, backend.kind, tables);
+        const release = await holdTables(helper, backend.id, tables);
         const started = performance.now();
         const migrated = helper.store.migrate().then(() => ({ ms: performance.now() - started }), (error) => ({ ms: performance.now() - started, error }));
         const first = await Promise.race([migrated, new Promise((resolve) => setTimeout(() => resolve(null), HOLD_MS))]);
@@ -83,6 +79,7 @@ describe('migrate() on a current schema beside an open transaction', () => {
       } finally {
         await helper.drop();
         await helper.close();
+        await env.close();
       }
     });
   }
@@ -92,8 +89,9 @@ describe('migrate() in a loop while 3 processes deliver', () => {
   for (const backend of backends) {
     it(`${backend.name}: no migration fails or stalls, no delivery waits on one or loses a race to it`, { skip: backend.skip, timeout: 120_000 }, async (t) => {
       const tables = tablesFor(uniquePrefix());
-      const spec = backend.spec(tables);
-      const helper = await openStore(backend.kind, spec);
+      const env = await backend.setup();
+      const spec = { ...env.spec(tables), ...backend.options };
+      const helper = await env.open(tables, backend.options);
       try {
         await helper.store.migrate();
         const { workflows, items } = traffic(tables.workflows);
@@ -118,7 +116,7 @@ describe('migrate() in a loop while 3 processes deliver', () => {
         try {
           run = await runLanes({
             lanes: LANES,
-            config: { mode: 'handle-batch', store: { kind: backend.kind, ...spec } },
+            config: { mode: 'handle-batch', store: spec },
             items,
             batchSize: BATCH,
             timeoutMs: 90_000,
@@ -156,6 +154,7 @@ describe('migrate() in a loop while 3 processes deliver', () => {
       } finally {
         await helper.drop();
         await helper.close();
+        await env.close();
       }
     });
   }

@@ -12,13 +12,11 @@
 // swap ends where its history in order leads. PostgreSQL and MariaDB run
 // when their URLs are set; a SQLite file (its writers queue, so nothing can
 // deadlock) always runs, as the control that the checks hold where they should.
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import path from 'node:path';
 import { InMemoryStore, processEvent } from 'idemflow';
 
-import { MYSQL_URL, PG_URL, openStore, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { BACKENDS, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 import { runLanes } from '../workers/lanes.mjs';
 import { putWorkflows, swapTraffic } from '../workers/swap-traffic.mjs';
 
@@ -26,14 +24,12 @@ const SWAPS = Number(process.env.IDEMFLOW_SCALE_SWAPS ?? 600);
 const LANES = 4;
 const BATCH = 128;
 
-const dir = tempDir('scale-batches');
-after(() => fs.rmSync(dir, { recursive: true, force: true }));
-
-const backends = [
-  { name: 'PostgreSQL', kind: 'pg', skip: PG_URL ? false : 'set IDEMFLOW_PG_URL to run it on PostgreSQL', spec: (tables) => ({ url: PG_URL, tables, poolSize: 2 }) },
-  { name: 'MariaDB', kind: 'mysql', skip: MYSQL_URL ? false : 'set IDEMFLOW_MYSQL_URL to run it on MariaDB/MySQL', spec: (tables) => ({ url: MYSQL_URL, tables, poolSize: 2 }) },
-  { name: 'SQLite file (control)', kind: 'sqlite', skip: false, spec: (tables) => ({ file: path.join(dir, `${tables.inbox}.db`), tables, synchronous: 'NORMAL', busyTimeoutMs: 30_000 }) },
-];
+/** The servers (when their URLs are set) and a SQLite file the processes share; `options` what each store opens with. */
+const backends = BACKENDS.filter((b) => ['pg', 'mysql', 'sqlite'].includes(b.id)).map((b) => ({
+  ...b,
+  name: b.id === 'sqlite' ? `${b.name} (control)` : b.name,
+  options: b.id === 'sqlite' ? { synchronous: 'NORMAL', busyTimeoutMs: 30_000 } : { poolSize: 2 },
+}));
 
 const ruleSet = 'deposit-swap';
 /** A workflow as a comparable value: status, revision and recorded fields. */
@@ -95,14 +91,15 @@ describe(`${LANES} processes running processBatch on batches of ${BATCH} over sh
     it(`${backend.name}: no deadlock, no error, results and state those of one by one`, { skip: backend.skip, timeout: 180_000 }, async (t) => {
       const traffic = swapTraffic({ swaps: SWAPS, seed: Date.now() % 100_000, eventsOnly: true });
       const tables = tablesFor(uniquePrefix());
-      const spec = backend.spec(tables);
-      const helper = await openStore(backend.kind, spec);
+      const env = await backend.setup();
+      const spec = { ...env.spec(tables), ...backend.options };
+      const helper = await env.open(tables, backend.options);
       try {
         await helper.store.migrate();
         await putWorkflows(helper.store, traffic.workflows);
         const run = await runLanes({
           lanes: LANES,
-          config: { mode: 'process-batch', store: { kind: backend.kind, ...spec } },
+          config: { mode: 'process-batch', store: spec },
           items: traffic.messages.map((m) => ({ event: m.event })),
           batchSize: BATCH,
           timeoutMs: 150_000,
@@ -166,6 +163,7 @@ describe(`${LANES} processes running processBatch on batches of ${BATCH} over sh
       } finally {
         await helper.drop();
         await helper.close();
+        await env.close();
       }
     });
   }
