@@ -104,9 +104,9 @@ export async function runOnBroker({ brokerName, url, contender, prefetch, traffi
     figures.seconds = (t1 - t0) / 1000;
     figures.eventsPerSecond = Math.round(total / figures.seconds);
 
-    // Stopped at once after their last verdict, RabbitMQ example workers sometimes (3 runs in
-    // about 10 at prefetch 512) left 30-40 messages back in the queue that none was holding before:
-    // acks still on their way when the channel closed, it seems. The clock has stopped; let them land.
+    // A quorum queue settles acks asynchronously: a channel closed right after its last acks can
+    // hand those messages back (seen here: 30-40 of them in about 1 run in 4 at prefetch 512, before
+    // the examples waited STOP_GRACE_MS on SIGTERM). The clock has stopped; let them land.
     await sleep(500);
     const pendingBeforeStop = await broker.pending();
     for (const child of children) child.kill('SIGTERM');
