@@ -14,8 +14,8 @@
 // Store only (PostgreSQL, MariaDB: always, when their URLs are set): WORKERS
 // processes calling handle.batch on batches of P taken from one shared queue
 // (workers/lanes.mjs), beside the hand-written worker in as many processes.
-// The hand-written worker runs HAND_CONCURRENCY (default 4) transactions at a
-// time in each process, over a pool of as many connections.
+// The hand-written worker runs BENCH_HAND_CONCURRENCY (default 4) transactions
+// at a time in each process, over a pool of as many connections.
 //
 // Events per second, p50/p99 per batch (per transaction for the hand-written
 // worker), deadlocks (hooks.onRaceRetry reason `deadlock`; and every
@@ -24,7 +24,9 @@
 // count too) and the load average before and after each figure. Everything
 // goes to target/bench.json under "production".
 //
-// Scale with BENCH_PRODUCTION_SWAPS (default 600, about 5 messages each),
+// Every contender first runs BENCH_PRODUCTION_WARM_SWAPS (default 100) swaps
+// of other traffic, untimed. Scale with BENCH_PRODUCTION_SWAPS (default 2000,
+// about 4.5 messages each),
 // BENCH_PRODUCTION_PREFETCH (default 16,128,512), BENCH_PRODUCTION_WORKERS
 // (default 3), BENCH_HAND_CONCURRENCY, BENCH_PRODUCTION_ONLY (a
 // comma-separated choice of rabbitmq, nats, store-pg, store-mysql).
@@ -35,7 +37,8 @@ import { runOnBroker } from '../workers/broker-runs.mjs';
 import { percentile, runLanes } from '../workers/lanes.mjs';
 import { putWorkflows, swapTraffic } from '../workers/swap-traffic.mjs';
 
-const SWAPS = Number(process.env.BENCH_PRODUCTION_SWAPS ?? 600);
+const SWAPS = Number(process.env.BENCH_PRODUCTION_SWAPS ?? 2000);
+const WARM_SWAPS = Number(process.env.BENCH_PRODUCTION_WARM_SWAPS ?? 100);
 const PREFETCHES = (process.env.BENCH_PRODUCTION_PREFETCH ?? '16,128,512').split(',').map(Number);
 const WORKERS = Number(process.env.BENCH_PRODUCTION_WORKERS ?? 3);
 const HAND_CONCURRENCY = Number(process.env.BENCH_HAND_CONCURRENCY ?? 4);
@@ -47,6 +50,8 @@ const FLOOR_REPEAT = Number(process.env.BENCH_FLOOR_REPEAT ?? 4);
 const load = () => Number(os.loadavg()[0].toFixed(2));
 const round = (ms) => (ms === null ? null : Number(ms.toFixed(1)));
 const traffic = swapTraffic({ swaps: SWAPS, seed: SEED, runId: 'bench' });
+/** Run first by every contender, untimed: its workers' first batches (connections, compilation) are not what is measured. */
+const warmUp = swapTraffic({ swaps: WARM_SWAPS, seed: SEED + 100, runId: 'warm' });
 
 /** The database's own deadlock counter (server-wide: other clients' deadlocks count too). */
 async function serverDeadlocks(kind, url) {
@@ -130,19 +135,21 @@ async function storeOnly(server, mode, prefetch) {
   const helper = await openStore(server.kind, { tables, url: server.url, poolSize: 4 });
   try {
     await helper.store.migrate();
-    await putWorkflows(helper.store, traffic.workflows);
+    await putWorkflows(helper.store, [...warmUp.workflows, ...traffic.workflows]);
     return await measured(server.kind, server.url, async () => {
       const run = await runLanes({
         lanes: WORKERS,
         config: { mode, concurrency: HAND_CONCURRENCY, store: { kind: server.kind, url: server.url, tables, poolSize: mode === 'hand-written' ? HAND_CONCURRENCY : 2 } },
         items: traffic.messages.map((m) => ({ body: m.body })),
+        warmUp: warmUp.messages.map((m) => ({ body: m.body })),
         batchSize: prefetch,
         settle: settleVerdict,
         timeoutMs: 600_000,
       });
       const problems = [];
       const receipts = await helper.count('inbox');
-      if (receipts !== traffic.validIds.size) problems.push(`${receipts} receipts for ${traffic.validIds.size} event ids`);
+      const eventIds = traffic.validIds.size + warmUp.validIds.size;
+      if (receipts !== eventIds) problems.push(`${receipts} receipts for ${eventIds} event ids`);
       const end = {
         statuses: new Map((await helper.query(`SELECT id, status FROM ${tables.workflows}`, [])).map((row) => [row.id, row.status])),
         receipts,
@@ -180,7 +187,7 @@ for (const [name, env] of [['rabbitmq', 'IDEMFLOW_AMQP_URL'], ['nats', 'IDEMFLOW
   const figures = {};
   for (const prefetch of PREFETCHES) {
     const run = (contender) => measured('pg', contender === 'floor' ? null : PG_URL,
-      () => runOnBroker({ brokerName: name, url, contender, prefetch, traffic, workers: WORKERS, seed: SEED, repeat: contender === 'floor' ? FLOOR_REPEAT : 1 }));
+      () => runOnBroker({ brokerName: name, url, contender, prefetch, traffic, warmUp, workers: WORKERS, seed: SEED, repeat: contender === 'floor' ? FLOOR_REPEAT : 1, handConcurrency: HAND_CONCURRENCY }));
     const floor = await run('floor');
     const example = await run('example');
     const hand = await run('hand-written');

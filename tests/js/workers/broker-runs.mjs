@@ -38,7 +38,7 @@ async function publishAll(broker, bodies, seed) {
  * transaction for the hand-written worker), race re-runs and transactions
  * lost to a race by reason, verdicts, and the problems found.
  */
-export async function runOnBroker({ brokerName, url, contender, prefetch, traffic, workers = 3, timeoutMs = 300_000, seed = 1, repeat = 1 }) {
+export async function runOnBroker({ brokerName, url, contender, prefetch, traffic, warmUp = null, workers = 3, timeoutMs = 300_000, seed = 1, repeat = 1, handConcurrency = 4 }) {
   const runId = uniquePrefix();
   const tables = tablesFor(runId);
   const usesStore = contender !== 'floor';
@@ -49,13 +49,13 @@ export async function runOnBroker({ brokerName, url, contender, prefetch, traffi
   try {
     if (db) {
       await db.store.migrate();
-      await putWorkflows(db.store, traffic.workflows);
+      await putWorkflows(db.store, [...(warmUp?.workflows ?? []), ...traffic.workflows]);
     }
     const storeEnv = { IDEMFLOW_PG_URL: PG_URL, IDEMFLOW_TABLE_PREFIX: runId };
     const [script, env, nodeArgs] = contender === 'example'
       ? [broker.worker, { ...broker.env, ...storeEnv, PREFETCH: String(prefetch), RETRY_BASE_DELAY_MS: '50', RETRY_MAX_DELAY_MS: '500' },
         ['--import', path.join(HERE, 'instrumented-idemflow.mjs')]]
-      : [path.join(HERE, 'broker-reference.mjs'), { ...broker.env, ...storeEnv, BROKER: brokerName, REFERENCE: contender, PREFETCH: String(prefetch) }, []];
+      : [path.join(HERE, 'broker-reference.mjs'), { ...broker.env, ...storeEnv, BROKER: brokerName, REFERENCE: contender, PREFETCH: String(prefetch), HAND_POOL: String(handConcurrency) }, []];
 
     let started = 0;
     let finals = 0;
@@ -88,10 +88,19 @@ export async function runOnBroker({ brokerName, url, contender, prefetch, traffi
     while (started < workers && fatal.length === 0 && Date.now() - ready < 60_000) await sleep(20);
     if (started < workers) throw new Error(`${started} of ${workers} ${contender} workers started: ${children.map((c) => c.stderrTail()).join(' | ').slice(0, 500)}`);
 
+    const settledSoFar = () => (contender === 'floor' ? [...floor.values()].reduce((a, b) => a + b, 0) : finals);
+    if (warmUp) {
+      // Untimed and uncounted: the workers' first batches (connections, compilation) are not what is measured.
+      const warmed = Date.now();
+      await publishAll(broker, warmUp.messages.map((m) => m.body), seed + 1);
+      while (settledSoFar() < warmUp.messages.length && fatal.length === 0 && Date.now() - warmed < timeoutMs) await sleep(5);
+      Object.assign(figures, { latencies: [], races: {}, failedTransactions: {}, verdicts: {} });
+    }
+    const before = settledSoFar();
+    const done = () => settledSoFar() - before;
     // The broker alone is quick: `repeat` times the traffic gives its rate a run long enough to measure.
     const bodies = Array.from({ length: repeat }, () => traffic.messages.map((m) => m.body)).flat();
     const total = bodies.length;
-    const done = () => (contender === 'floor' ? [...floor.values()].reduce((a, b) => a + b, 0) : finals);
     const t0 = Date.now();
     await publishAll(broker, bodies, seed);
     figures.publishSeconds = (Date.now() - t0) / 1000;
@@ -120,7 +129,8 @@ export async function runOnBroker({ brokerName, url, contender, prefetch, traffi
     if (exits.length > 0) figures.problems.push(`workers exited with ${exits.join(', ')} on SIGTERM`);
     if (db) {
       const receipts = await db.count('inbox');
-      if (receipts !== traffic.validIds.size) figures.problems.push(`${receipts} receipts for ${traffic.validIds.size} event ids`);
+      const eventIds = traffic.validIds.size + (warmUp?.validIds.size ?? 0);
+      if (receipts !== eventIds) figures.problems.push(`${receipts} receipts for ${eventIds} event ids`);
       figures.end = {
         statuses: new Map((await db.query(`SELECT id, status FROM "${tables.workflows}"`, [])).map((row) => [row.id, row.status])),
         receipts,

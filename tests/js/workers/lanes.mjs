@@ -21,11 +21,16 @@ const add = (into, counts) => {
  * Resolves the run's figures: seconds, deliveries, batch latencies (ms),
  * lost races heard by the hook (`races`) and transactions that ended in one
  * (`failedTransactions`), by reason, and each item's results in delivery
- * order (`item.results`).
+ * order (`item.results`). `warmUp` items go through first, untimed and
+ * uncounted: the clock starts once they are all settled.
  */
-export function runLanes({ lanes, config, items, batchSize, settle = () => 'final', retryDelayMs = 20, timeoutMs = 120_000, onBatch = null }) {
-  const queue = items.map((item) => ({ ...item, attempt: item.attempt ?? 1, results: [] }));
-  const figures = { lanes, batchSize, items: items.length, deliveries: 0, batches: 0, latencies: [], races: {}, failedTransactions: {}, seconds: null };
+export function runLanes({ lanes, config, items, warmUp = [], batchSize, settle = () => 'final', retryDelayMs = 20, timeoutMs = 120_000, onBatch = null }) {
+  const prepare = (list) => list.map((item) => ({ ...item, attempt: item.attempt ?? 1, results: [] }));
+  const main = prepare(items);
+  const queue = prepare(warmUp);
+  const fresh = () => ({ lanes, batchSize, items: items.length, deliveries: 0, batches: 0, latencies: [], races: {}, failedTransactions: {}, seconds: null });
+  let figures = fresh();
+  let warming = queue.length > 0;
   const children = [];
   const idle = []; // lanes that asked while the queue was empty
   const outstanding = new Map(); // batch id -> items
@@ -33,6 +38,7 @@ export function runLanes({ lanes, config, items, batchSize, settle = () => 'fina
   let nextId = 0;
   let ready = 0;
   let started = null;
+  let allReady = false;
   let finished = false;
   const early = []; // lanes that asked before every lane was ready
   const settled = []; // items with a final result
@@ -55,10 +61,21 @@ export function runLanes({ lanes, config, items, batchSize, settle = () => 'fina
       Promise.all(exits).then(() => (error ? reject(error) : resolve({ ...figures, items: settled })));
     }
 
+    /** All settled: after the warm-up, the clock starts on the items; after the items, the run is over. */
+    function phaseDone() {
+      if (!warming) return finish();
+      warming = false;
+      figures = fresh();
+      settled.length = 0;
+      started = process.hrtime.bigint();
+      queue.push(...main);
+      for (const lane of idle.splice(0)) serve(lane);
+    }
+
     function serve(child) {
       if (queue.length === 0) {
-        if (outstanding.size === 0 && retrying === 0) finish();
-        else idle.push(child);
+        idle.push(child);
+        if (outstanding.size === 0 && retrying === 0) phaseDone();
         return;
       }
       const batch = queue.splice(0, batchSize);
@@ -96,7 +113,7 @@ export function runLanes({ lanes, config, items, batchSize, settle = () => 'fina
           settled.push(item);
         }
       }
-      if (queue.length === 0 && outstanding.size === 0 && retrying === 0) finish();
+      if (queue.length === 0 && outstanding.size === 0 && retrying === 0) phaseDone();
     }
 
     for (let i = 0; i < lanes; i += 1) {
@@ -110,11 +127,15 @@ export function runLanes({ lanes, config, items, batchSize, settle = () => 'fina
         if (message.type === 'ready') {
           ready += 1;
           if (ready === lanes) {
-            started = process.hrtime.bigint();
+            if (!warming) {
+              started = process.hrtime.bigint();
+              queue.push(...main);
+            }
+            allReady = true;
             for (const lane of early.splice(0)) serve(lane);
           }
         } else if (message.type === 'next') {
-          if (started === null) early.push(child);
+          if (!allReady) early.push(child);
           else serve(child);
         } else {
           onDone(child, message);
