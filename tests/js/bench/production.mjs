@@ -34,6 +34,7 @@ import os from 'node:os';
 
 import { MYSQL_URL, PG_URL, openStore, tablesFor, uniquePrefix, writeBenchJson } from '../workers/backends.mjs';
 import { runOnBroker } from '../workers/broker-runs.mjs';
+import { BROKERS, brokerSkip } from '../workers/chaos.mjs';
 import { percentile, runLanes } from '../workers/lanes.mjs';
 import { putWorkflows, swapTraffic } from '../workers/swap-traffic.mjs';
 
@@ -175,13 +176,14 @@ const chosen = (id) => !ONLY || ONLY.has(id);
 console.log(`production-shaped runs: ${WORKERS} worker processes, ${SWAPS} swaps = ${traffic.messages.length} messages (${traffic.validIds.size} event ids), `
   + `prefetch / batch ${PREFETCHES.join(', ')}; load average ${load()} on ${os.cpus().length} cores (figures under load are noisy)`);
 
-for (const [name, env] of [['rabbitmq', 'IDEMFLOW_AMQP_URL'], ['nats', 'IDEMFLOW_NATS_URL']]) {
+for (const { name, env } of BROKERS) {
   if (!chosen(name)) continue;
-  const url = process.env[env];
-  if (!PG_URL || !url) {
-    console.log(`  ${name}: skipped (${!PG_URL ? 'IDEMFLOW_PG_URL' : env} is not set)`);
+  const skip = brokerSkip(env);
+  if (skip) {
+    console.log(`  ${name}: skipped (${skip})`);
     continue;
   }
+  const url = process.env[env];
   console.log(`  ${name} + PostgreSQL: ${WORKERS} example workers, beside ${WORKERS} hand-written workers and ${WORKERS} consumers of the broker alone `
     + `(which runs the messages ${FLOOR_REPEAT} times over); p50/p99 per batch, per transaction for the hand-written worker`);
   const figures = {};
