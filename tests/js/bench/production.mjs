@@ -32,11 +32,11 @@
 // comma-separated choice of rabbitmq, nats, store-pg, store-mysql).
 import os from 'node:os';
 
-import { MYSQL_URL, PG_URL, openStore, tablesFor, uniquePrefix, writeBenchJson } from '../workers/backends.mjs';
+import { BACKENDS, MYSQL_URL, PG_URL, openStore, tablesFor, writeBenchJson } from '../workers/backends.mjs';
 import { runOnBroker } from '../workers/broker-runs.mjs';
 import { BROKERS, brokerSkip } from '../workers/chaos.mjs';
-import { percentile, runLanes } from '../workers/lanes.mjs';
-import { putWorkflows, swapTraffic } from '../workers/swap-traffic.mjs';
+import { laneTables, percentile, runLanes } from '../workers/lanes.mjs';
+import { endOf, swapTraffic } from '../workers/swap-traffic.mjs';
 
 const SWAPS = Number(process.env.BENCH_PRODUCTION_SWAPS ?? 2000);
 const WARM_SWAPS = Number(process.env.BENCH_PRODUCTION_WARM_SWAPS ?? 100);
@@ -132,35 +132,27 @@ function verdictCounts(items) {
 
 /** One store-only contender on fresh tables. */
 async function storeOnly(server, mode, prefetch) {
-  const tables = tablesFor(uniquePrefix());
-  const helper = await openStore(server.kind, { tables, url: server.url, poolSize: 4 });
+  const backend = BACKENDS.find((b) => b.id === server.kind);
+  const options = { poolSize: mode === 'hand-written' ? HAND_CONCURRENCY : 2 };
+  const { helper, spec, tables, close } = await laneTables(backend, options, [...warmUp.workflows, ...traffic.workflows]);
   try {
-    await helper.store.migrate();
-    await putWorkflows(helper.store, [...warmUp.workflows, ...traffic.workflows]);
     return await measured(server.kind, server.url, async () => {
       const run = await runLanes({
         lanes: WORKERS,
-        config: { mode, concurrency: HAND_CONCURRENCY, store: { kind: server.kind, url: server.url, tables, poolSize: mode === 'hand-written' ? HAND_CONCURRENCY : 2 } },
+        config: { mode, concurrency: HAND_CONCURRENCY, store: spec },
         items: traffic.messages.map((m) => ({ body: m.body })),
         warmUp: warmUp.messages.map((m) => ({ body: m.body })),
         batchSize: prefetch,
         settle: settleVerdict,
         timeoutMs: 600_000,
       });
-      const problems = [];
-      const receipts = await helper.count('inbox');
+      const end = await endOf(helper, tables);
       const eventIds = traffic.validIds.size + warmUp.validIds.size;
-      if (receipts !== eventIds) problems.push(`${receipts} receipts for ${eventIds} event ids`);
-      const end = {
-        statuses: new Map((await helper.query(`SELECT id, status FROM ${tables.workflows}`, [])).map((row) => [row.id, row.status])),
-        receipts,
-        operations: await helper.count('outbox'),
-      };
+      const problems = end.receipts === eventIds ? [] : [`${end.receipts} receipts for ${eventIds} event ids`];
       return { ...run, messages: traffic.messages.length, eventsPerSecond: Math.round(traffic.messages.length / run.seconds), verdicts: verdictCounts(run.items), problems, end };
     });
   } finally {
-    await helper.drop();
-    await helper.close();
+    await close();
   }
 }
 

@@ -9,9 +9,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { BACKENDS, tablesFor, uniquePrefix } from '../workers/backends.mjs';
-import { runLanes } from '../workers/lanes.mjs';
-import { putWorkflows } from '../workers/swap-traffic.mjs';
+import { BACKENDS, uniquePrefix } from '../workers/backends.mjs';
+import { laneTables, runLanes } from '../workers/lanes.mjs';
 
 const EVENTS = Number(process.env.IDEMFLOW_MIGRATE_LIVE_EVENTS ?? 4000);
 const BATCH = 16;
@@ -61,11 +60,8 @@ const HOLD_MS = 3000;
 describe('migrate() on a current schema beside an open transaction', () => {
   for (const backend of backends.filter((b) => b.id !== 'sqlite')) {
     it(`${backend.name}: returns while a transaction that wrote to every table is still open`, { skip: backend.skip, timeout: 30_000 }, async (t) => {
-      const tables = tablesFor(uniquePrefix());
-      const env = await backend.setup();
-      const helper = await env.open(tables, backend.options);
+      const { tables, helper, close } = await laneTables(backend, backend.options);
       try {
-        await helper.store.migrate();
         const release = await holdTables(helper, backend.id, tables);
         const started = performance.now();
         const migrated = helper.store.migrate().then(() => ({ ms: performance.now() - started }), (error) => ({ ms: performance.now() - started, error }));
@@ -77,9 +73,7 @@ describe('migrate() on a current schema beside an open transaction', () => {
         assert.ok(first !== null, `migrate() waited for the open transaction (more than ${HOLD_MS} ms)`);
         assert.equal(first.error, undefined);
       } finally {
-        await helper.drop();
-        await helper.close();
-        await env.close();
+        await close();
       }
     });
   }
@@ -88,14 +82,9 @@ describe('migrate() on a current schema beside an open transaction', () => {
 describe('migrate() in a loop while 3 processes deliver', () => {
   for (const backend of backends) {
     it(`${backend.name}: no migration fails or stalls, no delivery waits on one or loses a race to it`, { skip: backend.skip, timeout: 120_000 }, async (t) => {
-      const tables = tablesFor(uniquePrefix());
-      const env = await backend.setup();
-      const spec = { ...env.spec(tables), ...backend.options };
-      const helper = await env.open(tables, backend.options);
+      const { workflows, items } = traffic(uniquePrefix());
+      const { helper, spec, close } = await laneTables(backend, backend.options, workflows);
       try {
-        await helper.store.migrate();
-        const { workflows, items } = traffic(tables.workflows);
-        await putWorkflows(helper.store, workflows);
 
         const migrations = [];
         let delivering = true;
@@ -152,9 +141,7 @@ describe('migrate() in a loop while 3 processes deliver', () => {
         assert.equal(await helper.count('inbox'), items.length);
         assert.equal(await helper.count('outbox'), items.length);
       } finally {
-        await helper.drop();
-        await helper.close();
-        await env.close();
+        await close();
       }
     });
   }

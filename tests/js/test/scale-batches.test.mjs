@@ -16,9 +16,9 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { InMemoryStore, processEvent } from 'idemflow';
 
-import { BACKENDS, tablesFor, uniquePrefix } from '../workers/backends.mjs';
-import { runLanes } from '../workers/lanes.mjs';
-import { putWorkflows, swapTraffic } from '../workers/swap-traffic.mjs';
+import { BACKENDS } from '../workers/backends.mjs';
+import { laneTables, runLanes } from '../workers/lanes.mjs';
+import { swapTraffic } from '../workers/swap-traffic.mjs';
 
 const SWAPS = Number(process.env.IDEMFLOW_SCALE_SWAPS ?? 600);
 const LANES = 4;
@@ -90,13 +90,8 @@ describe(`${LANES} processes running processBatch on batches of ${BATCH} over sh
   for (const backend of backends) {
     it(`${backend.name}: no deadlock, no error, results and state those of one by one`, { skip: backend.skip, timeout: 180_000 }, async (t) => {
       const traffic = swapTraffic({ swaps: SWAPS, seed: Date.now() % 100_000, eventsOnly: true });
-      const tables = tablesFor(uniquePrefix());
-      const env = await backend.setup();
-      const spec = { ...env.spec(tables), ...backend.options };
-      const helper = await env.open(tables, backend.options);
+      const { tables, helper, spec, close } = await laneTables(backend, backend.options, traffic.workflows);
       try {
-        await helper.store.migrate();
-        await putWorkflows(helper.store, traffic.workflows);
         const run = await runLanes({
           lanes: LANES,
           config: { mode: 'process-batch', store: spec },
@@ -161,9 +156,7 @@ describe(`${LANES} processes running processBatch on batches of ${BATCH} over sh
         assert.equal(exchanges.size, inOrderExchanges, 'a START_EXCHANGE for each swap whose history exchanges');
         assert.ok([...exchanges.values()].every((n) => n === 1), 'one START_EXCHANGE per swap');
       } finally {
-        await helper.drop();
-        await helper.close();
-        await env.close();
+        await close();
       }
     });
   }

@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 
 import { PG_URL, openStore, tablesFor, uniquePrefix } from './backends.mjs';
 import { brokerHarness, supervise } from './chaos.mjs';
-import { putWorkflows } from './swap-traffic.mjs';
+import { endOf, putWorkflows } from './swap-traffic.mjs';
 import { random } from './broker.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -128,14 +128,9 @@ export async function runOnBroker({ brokerName, url, contender, prefetch, traffi
     const exits = stopped.map((child) => child.exitCode ?? child.signalCode).filter((code) => code !== 0);
     if (exits.length > 0) figures.problems.push(`workers exited with ${exits.join(', ')} on SIGTERM`);
     if (db) {
-      const receipts = await db.count('inbox');
+      figures.end = await endOf(db, tables);
       const eventIds = traffic.validIds.size + (warmUp?.validIds.size ?? 0);
-      if (receipts !== eventIds) figures.problems.push(`${receipts} receipts for ${eventIds} event ids`);
-      figures.end = {
-        statuses: new Map((await db.query(`SELECT id, status FROM "${tables.workflows}"`, [])).map((row) => [row.id, row.status])),
-        receipts,
-        operations: await db.count('outbox'),
-      };
+      if (figures.end.receipts !== eventIds) figures.problems.push(`${figures.end.receipts} receipts for ${eventIds} event ids`);
     }
     return figures;
   } finally {

@@ -7,7 +7,34 @@ import { fork } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { tablesFor, uniquePrefix } from './backends.mjs';
+import { putWorkflows } from './swap-traffic.mjs';
+
 const LANE = path.join(path.dirname(fileURLToPath(import.meta.url)), 'lane.mjs');
+
+/**
+ * Fresh, migrated tables on `backend` (one of workers/backends.mjs BACKENDS)
+ * holding `workflows`: this process's helper on them, the spec a lane opens
+ * them with (`options` added), and close(), which drops them.
+ */
+export async function laneTables(backend, options, workflows = []) {
+  const tables = tablesFor(uniquePrefix());
+  const env = await backend.setup();
+  const helper = await env.open(tables, options);
+  const close = async () => {
+    await helper.drop();
+    await helper.close();
+    await env.close();
+  };
+  try {
+    await helper.store.migrate();
+    await putWorkflows(helper.store, workflows);
+  } catch (error) {
+    await close();
+    throw error;
+  }
+  return { tables, helper, spec: { ...env.spec(tables), ...options }, close };
+}
 
 const add = (into, counts) => {
   for (const [reason, n] of Object.entries(counts ?? {})) into[reason] = (into[reason] ?? 0) + n;

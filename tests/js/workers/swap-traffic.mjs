@@ -31,3 +31,12 @@ export function swapTraffic({ swaps, seed = 1, runId = 'scale', invalid = Math.c
 export async function putWorkflows(store, workflows, chunk = 32) {
   for (let i = 0; i < workflows.length; i += chunk) await Promise.all(workflows.slice(i, i + chunk).map((w) => store.putWorkflow(w)));
 }
+
+/**
+ * Where a run left the tables: every workflow's status, the receipts and the
+ * operations counted (two workers that did the same work end the same).
+ */
+export async function endOf(helper, tables) {
+  const rows = await helper.query(`SELECT id, status FROM ${tables.workflows}`, []);
+  return { statuses: new Map(rows.map((row) => [row.id, row.status])), receipts: await helper.count('inbox'), operations: await helper.count('outbox') };
+}
