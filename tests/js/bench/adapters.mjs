@@ -106,50 +106,100 @@ async function measure(name, openIdemflow, openHand) {
   figures[name] = { idemflow: Math.round(rate(time.idemflow)), handWritten: Math.round(rate(time.hand)), ratio: Number((rate(time.idemflow) / rate(time.hand)).toFixed(2)) };
 }
 
+/**
+ * The host's own row of a delivery (a shipment per applied event), for the
+ * "own writes" measurements: its table's DDL and insert on each kind, the
+ * insert idemflow's onApplied makes through tx.client, and the same insert
+ * in the hand-written transaction (its q(sql, params)).
+ */
+const HOST_ROWS = {
+  sqlite: { type: 'TEXT', mark: () => '?', write: (tx, sql, params) => tx.client.prepare(sql).run(...params) },
+  pg: { type: 'TEXT', mark: (i) => `$${i}`, write: (tx, sql, params) => tx.client.query(sql, params) },
+  mysql: { type: 'VARCHAR(200)', mark: () => '?', write: (tx, sql, params) => tx.client.query(sql, params) },
+};
+
+/** `{ create, onApplied, handWritten(q, event, outcome) }` of the host's shipments table `name` on `kind` (sqlite, pg, mysql). */
+function hostRows(kind, name) {
+  const { type, mark, write } = HOST_ROWS[kind];
+  const insert = `INSERT INTO ${name} (event_id, order_id) VALUES (${mark(1)}, ${mark(2)})`;
+  return {
+    create: `CREATE TABLE ${name} (event_id ${type} PRIMARY KEY, order_id ${type} NOT NULL)`,
+    onApplied: async (tx, decision) => {
+      await write(tx, insert, [decision.event.eventId, decision.event.workflowId]);
+      return { shipped: decision.event.eventId };
+    },
+    handWritten: async (q, event, outcome) => {
+      if (outcome === 'applied') await q(insert, [event.eventId, event.workflowId]);
+      return outcome;
+    },
+  };
+}
+
 /** What each measurement found, written to target/bench.json (key "perEvent") at the end. */
 const figures = {};
 
 const fmt = (n) => Math.round(n).toLocaleString('en-US').padStart(7);
 
-async function sqliteContenders(kind, label) {
-  const dir = tempDir('bench');
-  const open = (withIdemflow) => async () => {
+/**
+ * The two contenders over one store kind: idemflow's store.process, and the
+ * hand-written handler in a transaction of `transactionsOf(store)`; with
+ * `own` (a hostRows), each also writes the host's row of an applied event in
+ * the same transaction (idemflow through onApplied).
+ */
+function contenders(openHelper, { host, transactionsOf, mark, own }) {
+  return (withIdemflow) => async () => {
     const tables = tablesFor(uniquePrefix());
-    const helper = await openStore(kind, { tables, file: path.join(dir, `${tables.inbox}.db`), synchronous: 'NORMAL' });
+    const helper = await openHelper(tables);
     await helper.store.migrate();
-    const sql = statements(tables, () => '?');
-    const transaction = sqliteTransactions(helper.store.db);
+    const rows = own ? hostRows(host, `${tables.inbox}_shipments`) : null;
+    if (rows) await helper.exec(rows.create);
+    const sql = statements(tables, mark);
+    const transaction = transactionsOf(helper.store);
+    const options = rows ? { onApplied: rows.onApplied } : undefined;
+    const hand = rows
+      ? (event) => transaction(async (q) => rows.handWritten(q, event, await handWritten(q, sql, event, Date.now())))
+      : (event) => transaction((q) => handWritten(q, sql, event, Date.now()));
     return {
       store: helper.store,
-      handle: withIdemflow
-        ? async (event) => (await helper.store.process(event)).outcome
-        : (event) => transaction((q) => handWritten(q, sql, event, Date.now())),
+      handle: withIdemflow ? async (event) => (await helper.store.process(event, options)).outcome : hand,
       close: () => helper.close(),
     };
   };
+}
+
+async function sqliteContenders(kind, label) {
+  const dir = tempDir('bench');
+  const openHelper = async (tables) => {
+    const helper = await openStore(kind, { tables, file: path.join(dir, `${tables.inbox}.db`), synchronous: 'NORMAL' });
+    return { ...helper, exec: (sql) => helper.store.db.exec(sql) };
+  };
   try {
-    await measure(label, open(true), open(false));
+    for (const own of [false, true]) {
+      const open = contenders(openHelper, { host: 'sqlite', transactionsOf: (store) => sqliteTransactions(store.db), mark: () => '?', own });
+      await measure(own ? `${label}, onApplied` : label, open(true), open(false));
+    }
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
 }
 
 async function serverContenders(kind, label, transactionsOf, mark) {
-  const open = (withIdemflow) => async () => {
-    const tables = tablesFor(uniquePrefix());
+  const openHelper = async (tables) => {
     const helper = await openStore(kind, { tables, poolSize: 1 });
-    await helper.store.migrate();
-    const sql = statements(tables, mark);
-    const transaction = transactionsOf(helper.store.client);
     return {
-      store: helper.store,
-      handle: withIdemflow
-        ? async (event) => (await helper.store.process(event)).outcome
-        : (event) => transaction((q) => handWritten(q, sql, event, Date.now())),
-      close: async () => { await helper.drop(); await helper.close(); },
+      ...helper,
+      exec: (sql) => helper.query(sql, []),
+      close: async () => {
+        await helper.query(`DROP TABLE IF EXISTS ${tables.inbox}_shipments`, []);
+        await helper.drop();
+        await helper.close();
+      },
     };
   };
-  await measure(label, open(true), open(false));
+  for (const own of [false, true]) {
+    const open = contenders(openHelper, { host: kind, transactionsOf: (store) => transactionsOf(store.client), mark, own });
+    await measure(own ? `${label}, onApplied` : label, open(true), open(false));
+  }
 }
 
 // A hand-written handler per backend of workers/backends.mjs: a backend
@@ -159,19 +209,11 @@ const HAND_WRITTEN = {
   'sqlite-node': () => sqliteContenders('sqlite-node', 'SQLite file (node:sqlite, WAL, NORMAL)'),
   pglite: async () => {
     const pglite = await openPglite();
-    const pgliteOpen = (withIdemflow) => async () => {
-      const tables = tablesFor(uniquePrefix());
-      const helper = pglite.open(tables);
-      await helper.store.migrate();
-      const sql = statements(tables, (i) => `$${i}`);
-      const transaction = pgliteTransactions(pglite.db);
-      return {
-        store: helper.store,
-        handle: withIdemflow ? async (event) => (await helper.store.process(event)).outcome : (event) => transaction((q) => handWritten(q, sql, event, Date.now())),
-        close: async () => {},
-      };
-    };
-    await measure('PostgreSQL via PGlite (in process)', pgliteOpen(true), pgliteOpen(false));
+    const openHelper = async (tables) => ({ ...pglite.open(tables), exec: (sql) => pglite.db.exec(sql), close: async () => {} });
+    for (const own of [false, true]) {
+      const open = contenders(openHelper, { host: 'pg', transactionsOf: () => pgliteTransactions(pglite.db), mark: (i) => `$${i}`, own });
+      await measure(own ? 'PostgreSQL via PGlite (in process), onApplied' : 'PostgreSQL via PGlite (in process)', open(true), open(false));
+    }
     await pglite.close();
   },
   pg: () => serverContenders('pg', 'PostgreSQL server (pg Pool)', pgTransactions, (i) => `$${i}`),
@@ -193,7 +235,8 @@ const HAND_WRITTEN = {
   },
 };
 
-console.log(`idemflow store.process vs a hand-written handler (the cost floor), one connection, sequential, ${WORKFLOWS} workflows`);
+console.log(`idemflow store.process vs a hand-written handler (the cost floor), one connection, sequential, ${WORKFLOWS} workflows;`
+  + ' ", onApplied": both also write the host\'s row of each applied event in the same transaction');
 for (const backend of BACKENDS) {
   if (!backend.durable) continue;
   if (backend.skip) {
