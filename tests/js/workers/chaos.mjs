@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { InMemoryStore, createDeliveryHandler } from 'idemflow';
 import { random } from './broker.mjs';
 import { openStore, uniquePrefix, tablesFor, PG_URL } from './backends.mjs';
+import { kafkaFor, watchTopics } from './kafka.mjs';
 
 const TESTS_JS = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const EXAMPLES = path.join(TESTS_JS, 'examples');
@@ -270,16 +271,62 @@ async function nats(url, base) {
   };
 }
 
-/** The harness of one broker ('rabbitmq' | 'nats') over queues or a stream named after `base`. */
+async function kafka(brokers, base) {
+  const { createProducer, ensureTopics, keyOf, topicNames } = await import(path.join(EXAMPLES, 'kafka-worker/topology.mjs'));
+  const names = topicNames(base);
+  const client = kafkaFor(`chaos-${base}`, brokers);
+  await ensureTopics(client, names);
+  // One reader of every topic for the whole run: the ends of the partitions, and the dead and parked messages.
+  const watcher = await watchTopics(client, [names.main, names.retry, names.dead, names.parked]);
+  const read = async (topic) => {
+    await watcher.caughtUp();
+    return watcher.messages(topic).map((message) => message.value);
+  };
+  return {
+    env: { IDEMFLOW_KAFKA_BROKERS: brokers, SWAPS_TOPIC: base, SESSION_TIMEOUT_MS: '6000', BATCH_SIZE: '16' },
+    worker: path.join(EXAMPLES, 'kafka-worker/worker.mjs'),
+    // A kill stops a group for a session timeout and a rebalance (about 10 s here): the traffic comes
+    // over 10 s per kill, so that every kill finds deliveries in flight, each after the rebalance of the last.
+    publishMsPerKill: 10_000,
+    groupRebalances: true,
+    async publisher() {
+      const producer = createProducer(client);
+      await producer.connect();
+      return {
+        publish: (body) => producer.send({ topic: names.main, acks: -1, messages: [{ key: keyOf(body), value: body }] }),
+        close: () => producer.disconnect(),
+      };
+    },
+    /** Messages of the main and retry topics the group has not committed. */
+    pending: () => watcher.backlog(names.group, [names.main, names.retry]),
+    readDead: () => read(names.dead),
+    readParked: () => read(names.parked),
+    async teardown() {
+      await watcher.close();
+      const admin = client.admin();
+      await admin.connect();
+      await admin.deleteGroups([names.group]).catch(() => {});
+      await admin.deleteTopics({ topics: [names.main, names.retry, names.dead, names.parked] }).catch(() => {});
+      await admin.disconnect().catch(() => {});
+    },
+  };
+}
+
+/** The harness of one broker ('rabbitmq' | 'nats' | 'kafka') over queues, a stream or topics named after `base`. */
 export function brokerHarness(brokerName, url, base) {
-  return brokerName === 'rabbitmq' ? rabbitmq(url, base) : nats(url, base.replaceAll('-', '_'));
+  switch (brokerName) {
+    case 'rabbitmq': return rabbitmq(url, base);
+    case 'nats': return nats(url, base.replaceAll('-', '_'));
+    case 'kafka': return kafka(url, base);
+    default: throw new Error(`no chaos harness for ${brokerName}`);
+  }
 }
 
 // ---- The run ----------------------------------------------------------------
 
-/** A child process of an example program, restartable, with its JSON log lines parsed. */
-export function supervise(script, env, onLine) {
-  const child = spawn(process.execPath, [script], { cwd: TESTS_JS, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+/** A child process of an example program, restartable, with its JSON log lines parsed (`nodeArgs` go before the script). */
+export function supervise(script, env, onLine, { nodeArgs = [] } = {}) {
+  const child = spawn(process.execPath, [...nodeArgs, script], { cwd: TESTS_JS, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let buffered = '';
   let stderr = '';
   child.stdout.setEncoding('utf8');
@@ -298,7 +345,7 @@ export function supervise(script, env, onLine) {
 }
 
 /**
- * Runs the plan through `brokerName` ('rabbitmq' | 'nats') and returns the
+ * Runs the plan through `brokerName` ('rabbitmq' | 'nats' | 'kafka') and returns the
  * figures and the list of problems found (empty when every check holds).
  */
 export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now() % 100000, workers = 3, consumers = 2,
@@ -322,6 +369,7 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
   const children = { workers: new Set(), consumers: new Set() };
   let stopping = false;
   let lastWorkerLine = Date.now();
+  let generationAtKill = 0;
   const workerKillAt = Array.from({ length: workerKills }, (_, k) => Math.round(figures.messages * (0.06 + 0.08 * k)));
   const exchangesExpected = [...expectedOps].filter((id) => id.startsWith('start-exchange:')).length;
   const consumerKillAt = Array.from({ length: consumerKills }, (_, k) => Math.round(exchangesExpected * (0.15 + 0.25 * k)));
@@ -353,6 +401,11 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
   const startWorker = () => {
     const child = supervise(broker.worker, workerEnv, (line, self) => {
       if (line.role !== 'worker') return;
+      // A consumer group's leader reports each generation it completes: after the first kill, each is a rebalance.
+      if (line.event === 'group-join' && line.isLeader) {
+        figures.generations = (figures.generations ?? 0) + 1;
+        if (figures.workerKills > 0) figures.rebalances = (figures.rebalances ?? 0) + 1;
+      }
       if (line.action === 'stop') fatal.push(line);
       if (!line.action || line.action === 'stop') return;
       lastWorkerLine = Date.now();
@@ -361,8 +414,11 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
       const label = line.action === 'ack' ? `ack ${line.outcome}` : `${line.action} ${line.code}${why ? ` (${why})` : ''}`;
       figures.verdicts[label] = (figures.verdicts[label] ?? 0) + 1;
       // SIGKILL a worker that just reported other deliveries still in its hands.
-      if (figures.workerKills < workerKillAt.length && figures.deliveries >= workerKillAt[figures.workerKills] && line.inFlight >= 2) {
+      // In a consumer group, a kill is taken only once the group has rebalanced after the last one, so each costs its own rebalance.
+      const settledGroup = !broker.groupRebalances || (figures.generations ?? 0) > generationAtKill;
+      if (figures.workerKills < workerKillAt.length && figures.deliveries >= workerKillAt[figures.workerKills] && line.inFlight >= 2 && settledGroup) {
         figures.workerKills += 1;
+        generationAtKill = figures.generations ?? 0;
         self.kill('SIGKILL');
       }
     });
@@ -395,8 +451,12 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     const publishing = shares.map(async (share) => {
       const publisher = await broker.publisher();
       const bodies = shuffle(share, rand);
-      // In order within a publisher, a window of unconfirmed messages at a time.
-      for (let i = 0; i < bodies.length; i += 32) await Promise.all(bodies.slice(i, i + 32).map((body) => publisher.publish(body)));
+      // In order within a publisher, a window of unconfirmed messages at a time (spread out for a consumer group).
+      const windows = Math.ceil(bodies.length / 32);
+      for (let i = 0; i < bodies.length; i += 32) {
+        await Promise.all(bodies.slice(i, i + 32).map((body) => publisher.publish(body)));
+        if (broker.publishMsPerKill) await sleep((broker.publishMsPerKill * workerKills) / windows);
+      }
       await publisher.close();
     });
     await Promise.all(publishing);
@@ -520,6 +580,7 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     await db.close();
   }
   if (figures.workerKills < 5) problems.push(`only ${figures.workerKills} worker kills`);
+  if (broker.groupRebalances && !(figures.rebalances >= figures.workerKills)) problems.push(`${figures.rebalances ?? 0} rebalances after ${figures.workerKills} worker kills`);
   if (figures.consumerKills < 2) problems.push(`only ${figures.consumerKills} consumer kills`);
   return { figures, problems };
 }
