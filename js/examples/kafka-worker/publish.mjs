@@ -3,18 +3,11 @@
 // by its workflow id (the bad ones that have none go to any partition).
 //
 //   node examples/kafka-worker/publish.mjs [swaps]
-import { openStore } from '../shared/store.mjs';
-import { sampleSwaps } from '../shared/swaps.mjs';
+import { createSampleSwaps } from '../shared/swaps.mjs';
 import { createProducer, ensureTopics, kafkaClient, keyOf, topicNames } from './topology.mjs';
 
 const names = topicNames();
-const { swaps, bodies } = sampleSwaps(Number(process.argv[2] ?? 10));
-
-// The host creates each swap before its events can matter.
-const { store, close } = openStore({ poolSize: 1 });
-await store.migrate();
-for (const swap of swaps) await store.putWorkflow(swap);
-await close();
+const { swaps, bodies } = await createSampleSwaps(Number(process.argv[2] ?? 10));
 
 const kafka = kafkaClient('idemflow-publisher');
 await ensureTopics(kafka, names);
