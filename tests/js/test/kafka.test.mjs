@@ -3,6 +3,9 @@
 // `make kafka-broker` (IDEMFLOW_KAFKA_BROKERS, with IDEMFLOW_PG_URL), the
 // example relay killed after the broker acknowledged a record and before the
 // operation was marked done, and the example worker stopped with SIGTERM.
+// The worker's eachBatch (examples/kafka-worker/consume.mjs) is also run over
+// stand-ins for kafkajs's callbacks, to pin the order of settle, resolve,
+// commit and heartbeat.
 // The chaos run of the Kafka worker is in brokers.test.mjs.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -153,6 +156,76 @@ describe('the outbox relay to Kafka', () => {
     const store = await confirmedStore(1);
     const operation = await store.getOperation('start-exchange:swap-1');
     assert.deepEqual(code(() => kafkaRecord(operation, null, { topic: () => undefined })), [true, 'INVALID_ARGUMENT', 'topic', null]);
+  });
+});
+
+// ---- The worker's eachBatch --------------------------------------------------
+
+const skipExamples = fs.existsSync(EXAMPLES) ? false : 'tests/js/examples is missing: run `make examples`';
+
+describe('the Kafka worker takes a batch in chunks', { skip: skipExamples }, () => {
+  const message = (offset, notBefore) => ({ offset: String(offset), key: null, value: Buffer.from('{}'), headers: notBefore === undefined ? {} : { 'idemflow-not-before': Buffer.from(String(notBefore)) } });
+
+  /** kafkajs's eachBatch arguments, each call written to `calls`. */
+  function callbacks(topic, messages, { running = () => true } = {}) {
+    const calls = [];
+    const resumed = [];
+    return {
+      calls,
+      resumed,
+      args: {
+        batch: { topic, partition: 3, messages },
+        resolveOffset: (offset) => calls.push(`resolve ${offset}`),
+        uncommittedOffsets: () => ({ topics: [{ topic, partitions: [{ partition: 3, offset: 'resolved' }] }] }),
+        commitOffsetsIfNecessary: async (offsets) => { calls.push(offsets ? 'commit resolved' : 'commit nothing'); },
+        heartbeat: async () => { calls.push('heartbeat'); },
+        isRunning: running,
+        isStale: () => false,
+        pause: () => { calls.push('pause'); return () => resumed.push(Date.now()); },
+      },
+    };
+  }
+
+  it('settles a chunk, then resolves its last offset, commits and heartbeats, chunk after chunk', async () => {
+    const { inChunks } = await import(path.join(EXAMPLES, 'kafka-worker/consume.mjs'));
+    const { calls, args } = callbacks('swaps', [10, 11, 12, 13, 14].map((o) => message(o)));
+    await inChunks({ size: 2, retryTopic: 'swaps.retry', settle: async (topic, partition, chunk) => { calls.push(`settle ${topic}/${partition} ${chunk.map((m) => m.offset)}`); } })(args);
+    assert.deepEqual(calls, [
+      'settle swaps/3 10,11', 'resolve 11', 'commit resolved', 'heartbeat',
+      'settle swaps/3 12,13', 'resolve 13', 'commit resolved', 'heartbeat',
+      'settle swaps/3 14', 'resolve 14', 'commit resolved', 'heartbeat',
+    ]);
+  });
+
+  it('a chunk whose settling fails is neither resolved nor committed', async () => {
+    const { inChunks } = await import(path.join(EXAMPLES, 'kafka-worker/consume.mjs'));
+    const { calls, args } = callbacks('swaps', [10, 11, 12, 13].map((o) => message(o)));
+    const settle = async (topic, partition, chunk) => {
+      calls.push(`settle ${chunk.map((m) => m.offset)}`);
+      if (chunk[0].offset === '12') throw new Error('the broker refused a dead letter');
+    };
+    await assert.rejects(inChunks({ size: 2, retryTopic: 'swaps.retry', settle })(args), /refused a dead letter/);
+    assert.deepEqual(calls, ['settle 10,11', 'resolve 11', 'commit resolved', 'heartbeat', 'settle 12,13']);
+  });
+
+  it('takes no further chunk once the consumer is stopping', async () => {
+    const { inChunks } = await import(path.join(EXAMPLES, 'kafka-worker/consume.mjs'));
+    let chunks = 0;
+    const { calls, args } = callbacks('swaps', [10, 11, 12, 13].map((o) => message(o)), { running: () => chunks < 1 });
+    await inChunks({ size: 2, retryTopic: 'swaps.retry', settle: async (topic, partition, chunk) => { chunks += 1; calls.push(`settle ${chunk.map((m) => m.offset)}`); } })(args);
+    assert.deepEqual(calls, ['settle 10,11', 'resolve 11', 'commit resolved', 'heartbeat']);
+  });
+
+  it('on the retry topic, settles the copies that are due and pauses the partition until the next one is', async () => {
+    const { inChunks } = await import(path.join(EXAMPLES, 'kafka-worker/consume.mjs'));
+    const now = Date.now();
+    const due = now + 300;
+    const { calls, resumed, args } = callbacks('swaps.retry', [message(20, now - 1000), message(21), message(22, due), message(23, now - 1000)]);
+    await inChunks({ size: 16, retryTopic: 'swaps.retry', settle: async (topic, partition, chunk) => { calls.push(`settle ${chunk.map((m) => m.offset)}`); } })(args);
+    assert.deepEqual(calls, ['settle 20,21', 'resolve 21', 'commit resolved', 'heartbeat', 'pause']);
+    assert.deepEqual(resumed, [], 'paused, not resumed yet');
+    await until('the partition is resumed', () => resumed.length === 1, 5000);
+    assert.ok(resumed[0] >= due, 'resumed once the copy was due');
   });
 });
 
