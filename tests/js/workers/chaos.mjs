@@ -370,7 +370,9 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
   let stopping = false;
   let lastWorkerLine = Date.now();
   let generationAtKill = 0;
-  const workerKillAt = Array.from({ length: workerKills }, (_, k) => Math.round(figures.messages * (0.06 + 0.08 * k)));
+  // Every 8% of the messages from 6% on, closer together when more kills must fit before 94%.
+  const killStep = Math.min(0.08, 0.88 / workerKills);
+  const workerKillAt = Array.from({ length: workerKills }, (_, k) => Math.round(figures.messages * (0.06 + killStep * k)));
   const exchangesExpected = [...expectedOps].filter((id) => id.startsWith('start-exchange:')).length;
   const consumerKillAt = Array.from({ length: consumerKills }, (_, k) => Math.round(exchangesExpected * (0.15 + 0.25 * k)));
   const fatal = [];
