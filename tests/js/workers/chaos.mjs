@@ -369,6 +369,20 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
   const children = { workers: new Set(), consumers: new Set() };
   let stopping = false;
   let lastWorkerLine = Date.now();
+  // The host creates a late swap once one of its events has met UNKNOWN_WORKFLOW and waits in the retry
+  // path, as a host that learns of a swap after its deposit was seen; soon enough that the event is not
+  // retried past maxDeliveries (parked) while the traffic is still coming.
+  const lateIds = new Set(plan.swaps.filter((swap) => swap.late).map((swap) => swap.id));
+  const late = new Map(); // id -> the putWorkflow
+  const createLate = (id) => {
+    if (!lateIds.has(id)) return null;
+    if (!late.has(id)) {
+      const created = db.store.putWorkflow({ id, status: 'waiting', revision: 1 });
+      created.catch(() => {}); // awaited below, where a failure fails the run
+      late.set(id, created);
+    }
+    return late.get(id);
+  };
   let generationAtKill = 0;
   // Every 8% of the messages from 6% on, closer together when more kills must fit before 94%.
   const killStep = Math.min(0.08, 0.88 / workerKills);
@@ -409,6 +423,7 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
         if (figures.workerKills > 0) figures.rebalances = (figures.rebalances ?? 0) + 1;
       }
       if (line.action === 'stop') fatal.push(line);
+      if (line.code === 'UNKNOWN_WORKFLOW') createLate(line.workflowId);
       if (!line.action || line.action === 'stop') return;
       lastWorkerLine = Date.now();
       figures.deliveries += 1;
@@ -463,10 +478,10 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     });
     await Promise.all(publishing);
     note(`${brokerName}: published ${plan.messages.length} messages in ${Date.now() - started} ms`);
-    // The host creates the late swaps only once their events have met UNKNOWN_WORKFLOW and wait in the retry path.
+    // Late swaps the workers have not asked for yet (see createLate) are created now, at the latest.
     const lateCount = plan.swaps.filter((swap) => swap.late).length;
-    while ((figures.verdicts['retry UNKNOWN_WORKFLOW'] ?? 0) < lateCount && Date.now() - started < timeoutMs / 2 && fatal.length === 0) await sleep(100);
-    for (const swap of plan.swaps) if (swap.late) await db.store.putWorkflow({ id: swap.id, status: 'waiting', revision: 1 });
+    while (late.size < lateCount && Date.now() - started < timeoutMs / 2 && fatal.length === 0) await sleep(100);
+    await Promise.all(plan.swaps.filter((swap) => swap.late).map((swap) => createLate(swap.id)));
 
     // Drained: every receipt and every operation done, nothing waiting in the broker, workers quiet.
     const query = db.query;
