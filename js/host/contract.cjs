@@ -43,6 +43,16 @@ function orUnreadable(read) {
   return isPromise(value) ? value.catch(unreadable) : value;
 }
 
+/** key → read(key) for the keys that have a record, one read at a time; a damaged one an Unreadable. */
+async function readEach(keys, read) {
+  const found = new Map();
+  for (const key of keys) {
+    const record = await orUnreadable(() => read(key));
+    if (record) found.set(key, record);
+  }
+  return found;
+}
+
 /** A transaction a host wrote, seen through the contract: its checked methods, one at a time. */
 class ForeignTransaction {
   #tx;
@@ -75,22 +85,12 @@ class ForeignTransaction {
     return output;
   }
 
-  async getReceipts(eventIds) {
-    const found = new Map();
-    for (const id of eventIds) {
-      const receipt = await orUnreadable(() => this.#tx.getReceipt(id));
-      if (receipt) found.set(id, receipt);
-    }
-    return found;
+  getReceipts(eventIds) {
+    return readEach(eventIds, (id) => this.#tx.getReceipt(id));
   }
 
-  async getWorkflows(ids) {
-    const found = new Map();
-    for (const id of ids) {
-      const workflow = await orUnreadable(() => this.#tx.getWorkflow(id));
-      if (workflow) found.set(id, workflow);
-    }
-    return found;
+  getWorkflows(ids) {
+    return readEach(ids, (id) => this.#tx.getWorkflow(id));
   }
 
   async commitBatch({ receipts, workflows, operations }) {
@@ -124,4 +124,4 @@ async function commitWriteSet(tx, writeSet) {
   for (const operation of writeSet.outbox) await tx.insertOperation(operation);
 }
 
-module.exports = { CONTRACT, contractOf, commitWriteSet, orUnreadable, withOutput };
+module.exports = { CONTRACT, contractOf, commitWriteSet, orUnreadable, readEach, withOutput };

@@ -22,7 +22,7 @@ const { IdemflowError } = require('../core/errors.cjs');
 const { checkOptionKeys } = require('../core/options.cjs');
 const { processEvent } = require('../host/event.cjs');
 const { processBatch } = require('../host/batch.cjs');
-const { CONTRACT, orUnreadable } = require('../host/contract.cjs');
+const { CONTRACT, readEach } = require('../host/contract.cjs');
 const telemetry = require('../core/telemetry.cjs');
 const { eachStep, step } = require('../core/step.cjs');
 const { invalidArgument, receiptExists, workflowChanged, operationExists } = require('./errors.cjs');
@@ -575,23 +575,13 @@ class StoreTransaction {
   }
 
   /** Many receipts (processBatch), one read each: a damaged one is an Unreadable. */
-  async getReceipts(eventIds) {
-    const found = new Map();
-    for (const id of eventIds) {
-      const receipt = await orUnreadable(() => this.getReceiptToDecide(id));
-      if (receipt) found.set(id, receipt);
-    }
-    return found;
+  getReceipts(eventIds) {
+    return readEach(eventIds, (id) => this.getReceiptToDecide(id));
   }
 
   /** Many workflows (processBatch), one read each (a store with row locks takes them, in id order: SqlTransaction). */
-  async getWorkflows(ids) {
-    const found = new Map();
-    for (const id of ids) {
-      const workflow = await orUnreadable(() => this.getWorkflowToDecide(id));
-      if (workflow) found.set(id, workflow);
-    }
-    return found;
+  getWorkflows(ids) {
+    return readEach(ids, (id) => this.getWorkflowToDecide(id));
   }
 
   /** The writes of many decisions (processBatch), one by one: workflows, receipts (with their outputs), operations. */

@@ -135,13 +135,27 @@ class PostgresStore extends SqlStore {
   }
 
   /** use(session) on one connection of this store, outside any transaction (migrate's steps), within `deadline`. */
-  async #onSession(deadline, use) {
+  #onSession(deadline, use) {
     if (this.#kind === 'pglite') return use(guardedConnection(this.client, deadline, new ConnectionWatch(null)));
+    // A session that failed or ran out of time may still hold the lock or be building an index: it is discarded.
+    return this.#withConnection(deadline, (session) => use(session), () => true);
+  }
+
+  /**
+   * use(queryable, raw) on one connection of this store, within `deadline`:
+   * the host's Client (calls queue behind each other on it), or a client
+   * checked out of the Pool and given back when `use` settles, discarded
+   * when the time ran out, the server ended it, or `broken(error)` says so.
+   */
+  async #withConnection(deadline, use, broken) {
     if (this.#kind === 'client') {
+      // The host's Client is not ours to close: work that ran out of time
+      // sends nothing more and rolls back once the server answers again;
+      // the calls queued behind it time out in the queue meanwhile.
       return this.#serializer.run(() => {
         deadline.check();
         checkConnected(this.client);
-        return use(guardedConnection(this.client, deadline, this.#watch));
+        return use(guardedConnection(this.client, deadline, this.#watch), this.client);
       });
     }
     let connection;
@@ -150,27 +164,30 @@ class PostgresStore extends SqlStore {
     } catch (error) {
       throw mapError(error);
     }
+    // pg-pool removes its own 'error' listener while a client is checked out.
     const watch = new ConnectionWatch(connection);
     let released = false;
     const release = (error) => {
       if (released) return;
       released = true;
       watch.stop(error !== undefined);
+      // With an error, the pool discards the client instead of handing it out again.
       connection.release(error);
     };
-    // A session that ran out of time may still hold the lock or be building an index: it is discarded.
     deadline.onExpire((timeout) => {
       release(timeout);
+      // A stopped server would never answer the goodbye that ends the socket.
       connection.connection?.stream?.destroy?.();
     });
-    let broken;
+    let failure;
     try {
-      return await use(guardedConnection(connection, deadline, watch));
+      deadline.check();
+      return await use(guardedConnection(connection, deadline, watch), connection);
     } catch (error) {
-      broken = error;
+      if (watch.error !== null || broken(error)) failure = error;
       throw error;
     } finally {
-      release(broken ?? (watch.error === null ? undefined : watch.error));
+      release(failure ?? (watch.error === null ? undefined : watch.error));
     }
   }
 
@@ -257,47 +274,8 @@ class PostgresStore extends SqlStore {
         throw mapError(error);
       }
     }
-    if (this.#kind === 'client') {
-      // The host's Client is not ours to close: a transaction that ran out of
-      // time sends nothing more and rolls back once the server answers again;
-      // the transactions queued behind it time out in the queue meanwhile.
-      return this.#serializer.run(() => {
-        deadline.check();
-        checkConnected(this.client);
-        return onConnection(this.client, guardedConnection(this.client, deadline, this.#watch), guarded, timeouts);
-      });
-    }
-    let connection;
-    try {
-      connection = await this.client.connect();
-    } catch (error) {
-      throw mapError(error);
-    }
-    // pg-pool removes its own 'error' listener while a client is checked out.
-    const watch = new ConnectionWatch(connection);
-    let released = false;
-    const release = (error) => {
-      if (released) return;
-      released = true;
-      watch.stop(error !== undefined);
-      // With an error, the pool discards the client instead of handing it out again.
-      connection.release(error);
-    };
-    deadline.onExpire((timeout) => {
-      release(timeout);
-      // A stopped server would never answer the goodbye that ends the socket.
-      connection.connection?.stream?.destroy?.();
-    });
-    let broken;
-    try {
-      deadline.check();
-      return await onConnection(connection, guardedConnection(connection, deadline, watch), guarded, timeouts);
-    } catch (error) {
-      if (watch.error !== null || (error instanceof IdemflowError && error.code === STORE_UNAVAILABLE)) broken = error;
-      throw error;
-    } finally {
-      release(broken ?? (watch.error === null ? undefined : watch.error));
-    }
+    return this.#withConnection(deadline, (queryable, raw) => onConnection(raw, queryable, guarded, timeouts),
+      (error) => error instanceof IdemflowError && error.code === STORE_UNAVAILABLE);
   }
 }
 

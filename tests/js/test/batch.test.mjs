@@ -9,7 +9,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { IdemflowError, InMemoryStore, RuleSet, processBatch, processEvent } from 'idemflow';
-import { BACKENDS, tablesFor, uniquePrefix } from '../workers/backends.mjs';
+import { BACKENDS, suiteStore, uniquePrefix } from '../workers/backends.mjs';
 
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
 const RUNS = Number(process.env.IDEMFLOW_BATCH_RUNS ?? 60);
@@ -123,26 +123,11 @@ function interceptSavepoint(store, counted, first) {
 for (const backend of BACKENDS) {
   if (only && !only.has(backend.id)) continue;
   describe(`processBatch on ${backend.name}`, { skip: backend.skip }, () => {
-    let env = null;
-    let helper = null;
+    const suite = suiteStore(backend, { before, after });
     let store;
+    let env;
     let tables;
-    before(async () => {
-      if (backend.durable) {
-        env = await backend.setup();
-        tables = tablesFor(uniquePrefix());
-        helper = await env.open(tables, {});
-        store = helper.store;
-        await store.migrate();
-      } else {
-        store = new InMemoryStore();
-      }
-    });
-    after(async () => {
-      await helper?.drop?.();
-      await helper?.close?.();
-      await env?.close();
-    });
+    before(() => ({ store, env, tables } = suite));
 
     it(`equals processing the events one by one (results and stored state), ${RUNS} random batches`, async () => {
       let run = 0;

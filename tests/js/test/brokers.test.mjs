@@ -13,27 +13,17 @@
 // IDEMFLOW_CHAOS_BROKERS (say "kafka") runs only those brokers.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import { EXAMPLES, runChaos } from '../workers/chaos.mjs';
-import { PG_URL } from '../workers/backends.mjs';
+import { BROKERS, brokerSkip, runChaos } from '../workers/chaos.mjs';
 
 const SWAPS = Number(process.env.IDEMFLOW_CHAOS_SWAPS || 1000);
 // How long a run may take to drain before it fails (a loaded machine needs more).
 const DRAIN_MS = Number(process.env.IDEMFLOW_CHAOS_DRAIN_MS || 240_000);
 const WORKER_KILLS = Number(process.env.IDEMFLOW_CHAOS_WORKER_KILLS || 6);
 const ONLY = process.env.IDEMFLOW_CHAOS_BROKERS ? new Set(process.env.IDEMFLOW_CHAOS_BROKERS.split(',')) : null;
-const BROKERS = [
-  { name: 'rabbitmq', env: 'IDEMFLOW_AMQP_URL' },
-  { name: 'nats', env: 'IDEMFLOW_NATS_URL' },
-  { name: 'kafka', env: 'IDEMFLOW_KAFKA_BROKERS' },
-].filter(({ name }) => ONLY === null || ONLY.has(name));
 
-for (const { name, env } of BROKERS) {
+for (const { name, env } of BROKERS.filter((broker) => ONLY === null || ONLY.has(broker.name))) {
   const url = process.env[env];
-  const skip = !PG_URL ? 'IDEMFLOW_PG_URL is not set'
-    : !url ? `${env} is not set`
-      : !fs.existsSync(EXAMPLES) ? 'tests/js/examples is missing: run `make examples`'
-        : false;
+  const skip = brokerSkip(env);
   test(`${name}: ${SWAPS} swaps in any order, with kills, end where their histories lead`, { skip, timeout: DRAIN_MS + 90_000 }, async (t) => {
     const { figures, problems } = await runChaos({ brokerName: name, url, swaps: SWAPS, workerKills: WORKER_KILLS, timeoutMs: DRAIN_MS, note: (line) => t.diagnostic(line) });
     t.diagnostic(`${name} chaos (seed ${figures.seed}): ${JSON.stringify(figures)}`);

@@ -370,181 +370,137 @@ function assertRun(figures, t) {
   assert.equal(figures.faults, figures.injected.length);
 }
 
-describe('faults on a PostgreSQL 15 server of its own', { skip: postgresMissing() ?? false }, () => {
-  let db;
-  before(async () => { db = await startPostgres({ smallTablespaceMb: 8 }); });
-  after(async () => { await db?.close(); });
-
-  it('a backend terminated while the store holds it idle inside a transaction: the process survives, STORE_UNAVAILABLE with SQLSTATE 57P01', async () => {
-    assertSurvived(await terminateMidTransaction(db, 'pg', 'idle'), ['57P01']);
-  });
-
-  it('a backend terminated while a statement of the transaction runs: the process survives, STORE_UNAVAILABLE', async () => {
-    assertSurvived(await terminateMidTransaction(db, 'pg', 'active'), ['57P01']);
-  });
-
-  it('the session of a held withExclusiveLock terminated: the process survives, and the lock can be taken again', async () => {
-    assertLockSurvived(await terminateMidTransaction(db, 'pg', 'lock'));
-  });
-
-  it('a stopped server (SIGSTOP): store.process fails with STORE_UNAVAILABLE reason timeout, and the redelivery applies once', async () => {
-    await processOnStoppedServer(db, 'pg');
-  });
-
-  it('a stopped server: consumer.stop({ timeoutMs }) returns while its claim is unanswered, and says so', async () => {
-    await stopDuringStalledClaim(db, 'pg');
-  });
-
-  it('a lock held past statementTimeoutMs: the statement is ended on the server, STORE_UNAVAILABLE reason timeout (57014)', async () => {
-    await processBehindAHeldLock(db, 'pg', (outcome) => {
-      assertTimeout(outcome, 'store.process behind a held lock');
-      assert.equal(outcome.error.details.driverCode, '57014');
-    });
-  });
-
-  for (const size of [32, 128]) {
-    it(`a stopped server during a batch's one-by-one fallback (${size} events): processBatch returns within its deadline, every event answers retry`, async () => {
-      await batchFallbackOnStoppedServer(db, 'pg', size);
-    });
-  }
-
-  it('a statement cancelled by an operator (pg_cancel_backend): STORE_UNAVAILABLE reason timeout, as on MariaDB', async () => {
-    await processCancelled(db, 'pg', async () => {
-      await db.query('SELECT pg_cancel_backend($1)', [await waitingSession(db, 'pg')]);
-    });
-  });
-
-  it('a full disk (SQLSTATE 53100): STORE_UNAVAILABLE reason server-out-of-resources, as on MariaDB', async (t) => {
-    if (!db.tablespace) {
-      t.diagnostic(`no small tablespace: ${db.tablespaceError}`);
-      return;
-    }
-    await processOnFullDisk(db, 'pg', {
-      place: (tables) => db.query(`ALTER TABLE "${tables.inbox}" SET TABLESPACE small`),
-      fill: () => db.fillTablespace(),
-      free: () => db.freeTablespace(),
-    });
-  });
-
-  it(`${DELIVERIES} deliveries through 4 worker processes while backends are terminated, the server restarted, stopped and its tablespace filled`, async (t) => {
-    const faults = ['terminate', 'pause', 'restart', 'terminate'];
-    if (db.tablespace) faults.push('diskFull');
-    else t.diagnostic(`no small tablespace: ${db.tablespaceError}`);
-    assertRun(await faultRun(db, 'pg', { faults, deliveries: DELIVERIES, workflows: WORKFLOWS, seed: 90_001 }), t);
-  });
-
-  it(`${DELIVERIES} deliveries through 3 processBatch workers (batches of 32), SIGKILLed 3 times, while the server is restarted, stopped and filled`, async (t) => {
-    const faults = ['terminate', 'pause', 'restart'];
-    if (db.tablespace) faults.push('diskFull');
-    assertRun(await faultRun(db, 'pg', { faults, deliveries: DELIVERIES, workflows: WORKFLOWS, seed: 90_003, workers: 3, batch: 32, kills: 3 }), t);
-  });
-});
-
-describe('faults on a MariaDB server of its own', { skip: mariadbMissing() ?? false }, () => {
-  let db;
-  before(async () => { db = await startMariadb({ smallDirMb: 8 }); });
-  after(async () => { await db?.close(); });
-
-  it('a connection killed while the store holds it idle inside a transaction: the process survives, STORE_UNAVAILABLE', async () => {
-    assertSurvived(await terminateMidTransaction(db, 'mysql', 'idle'), ['1927', 'PROTOCOL_CONNECTION_LOST']);
-  });
-
-  it('a connection killed while a statement of the transaction runs: the process survives, STORE_UNAVAILABLE', async () => {
-    assertSurvived(await terminateMidTransaction(db, 'mysql', 'active'), ['1927', 'PROTOCOL_CONNECTION_LOST']);
-  });
-
-  it('the connection of a held withExclusiveLock killed: the process survives, and the lock can be taken again', async () => {
-    assertLockSurvived(await terminateMidTransaction(db, 'mysql', 'lock'));
-  });
-
-  it('a stopped server (SIGSTOP): store.process fails with STORE_UNAVAILABLE reason timeout, and the redelivery applies once', async () => {
-    await processOnStoppedServer(db, 'mysql');
-  });
-
-  it('a stopped server: consumer.stop({ timeoutMs }) returns while its claim is unanswered, and says so', async () => {
-    await stopDuringStalledClaim(db, 'mysql');
-  });
-
-  it('a lock held past statementTimeoutMs: the statement is ended on the server, STORE_UNAVAILABLE reason timeout (1969)', async () => {
-    await processBehindAHeldLock(db, 'mysql', (outcome) => {
-      assert.notEqual(outcome, 'watchdog');
-      // The server ends the wait either as a statement timeout or as a lock wait timeout (a lost race, re-run until maxAttempts).
-      assert.ok(outcome.error instanceof IdemflowError, String(outcome.error));
-      assert.equal(outcome.error.disposition, 'retry');
-      assert.ok(['1969', '1205'].includes(outcome.error.details.driverCode), `driverCode ${outcome.error.details.driverCode}`);
-    });
-  });
-
-  for (const size of [32, 128]) {
-    it(`a stopped server during a batch's one-by-one fallback (${size} events): processBatch returns within its deadline, every event answers retry`, async () => {
-      await batchFallbackOnStoppedServer(db, 'mysql', size);
-    });
-  }
-
-  it('a statement cancelled by an operator (KILL QUERY, 1317): STORE_UNAVAILABLE reason timeout, as on PostgreSQL', async () => {
-    await processCancelled(db, 'mysql', async () => {
-      await db.query(`KILL QUERY ${Number(await waitingSession(db, 'mysql'))}`);
-    });
-  });
-
-  it('a full disk (1114, the table is full): STORE_UNAVAILABLE reason server-out-of-resources, as on PostgreSQL', async (t) => {
-    let fullInbox;
-    let inboxDdl;
-    if (!db.smallDir) {
-      t.diagnostic(`no small data directory: ${db.smallDirError}`);
-      return;
-    }
-    await processOnFullDisk(db, 'mysql', {
-      // The inbox made again in the small directory (InnoDB takes DATA DIRECTORY only when a table is created).
-      place: async (tables) => {
-        [{ 'Create Table': inboxDdl }] = await db.query(`SHOW CREATE TABLE \`${tables.inbox}\``);
-        await db.query(`DROP TABLE \`${tables.inbox}\``);
-        await db.query(`${inboxDdl} DATA DIRECTORY='${db.smallDir}'`);
-      },
-      // Receipts of no event fill the inbox's own file until the disk is full (InnoDB keeps free pages in a file it made).
-      fill: async (tables) => {
-        fullInbox = tables.inbox;
+/** What a MariaDB full-disk case needs: the inbox made again in the small directory, filled, and made again where it was. */
+function mariadbFullInbox(db) {
+  let inbox;
+  let ddl;
+  return {
+    // InnoDB takes DATA DIRECTORY only when a table is created.
+    place: async (tables) => {
+      inbox = tables.inbox;
+      [{ 'Create Table': ddl }] = await db.query(`SHOW CREATE TABLE \`${inbox}\``);
+      await db.query(`DROP TABLE \`${inbox}\``);
+      await db.query(`${ddl} DATA DIRECTORY='${db.smallDir}'`);
+    },
+    // Receipts of no event fill the inbox's own file until the disk is full (InnoDB keeps free pages in a file it made).
+    fill: async () => {
+      try {
+        for (let n = 0; ; n += 200) {
+          await db.query(`INSERT INTO \`${inbox}\` (event_id, fingerprint, workflow_id, event_type, outcome, recorded_at, result)
+            SELECT CONCAT('filler-', ${n} + seq, '-', REPEAT('x', 700)), 'fp', 'none', 'FILLER', 'applied', 0, REPEAT(MD5(RAND()), 60) FROM seq_1_to_200`);
+        }
+      } catch (error) {
+        if (error.errno !== 1114 && error.errno !== 1021) throw error;
+      }
+      // Then rows of a receipt's size, keyed beside the receipt to come, one at a time, until not even one
+      // fits in the pages left (a failed statement's rollback can give a page back: so several times over).
+      let refused = 0;
+      for (let n = 0; refused < 20; n += 1) {
         try {
-          for (let n = 0; ; n += 200) {
-            await db.query(`INSERT INTO \`${tables.inbox}\` (event_id, fingerprint, workflow_id, event_type, outcome, recorded_at, result)
-              SELECT CONCAT('filler-', ${n} + seq, '-', REPEAT('x', 700)), 'fp', 'none', 'FILLER', 'applied', 0, REPEAT(MD5(RAND()), 60) FROM seq_1_to_200`);
-          }
+          await db.query(`INSERT INTO \`${inbox}\` (event_id, fingerprint, workflow_id, event_type, outcome, recorded_at, result)
+            VALUES (?, REPEAT('f', 71), 'wf-1', 'FILLER', 'applied', ?, REPEAT('r', 160))`, [`wf-1-e0-${String(n).padStart(6, '0')}`, Date.now()]);
+          refused = 0;
         } catch (error) {
           if (error.errno !== 1114 && error.errno !== 1021) throw error;
+          refused += 1;
         }
-        // Then rows of a receipt's size, keyed beside the receipt to come, one at a time, until not even one
-        // fits in the pages left (a failed statement's rollback can give a page back: so several times over).
-        let refused = 0;
-        for (let n = 0; refused < 20; n += 1) {
-          try {
-            await db.query(`INSERT INTO \`${tables.inbox}\` (event_id, fingerprint, workflow_id, event_type, outcome, recorded_at, result)
-              VALUES (?, REPEAT('f', 71), 'wf-1', 'FILLER', 'applied', ?, REPEAT('r', 160))`, [`wf-1-e0-${String(n).padStart(6, '0')}`, Date.now()]);
-            refused = 0;
-          } catch (error) {
-            if (error.errno !== 1114 && error.errno !== 1021) throw error;
-            refused += 1;
-          }
-        }
-      },
-      // The fillers go with the file (a DELETE would free pages only once purged): the inbox made again where it was.
-      free: async () => {
-        await db.query(`DROP TABLE \`${fullInbox}\``);
-        await db.query(inboxDdl);
-      },
+      }
+    },
+    // The fillers go with the file (a DELETE would free pages only once purged): the inbox made again where it was.
+    free: async () => {
+      await db.query(`DROP TABLE \`${inbox}\``);
+      await db.query(ddl);
+    },
+  };
+}
+
+/** The servers the fault cases run on, each with what differs: how it ends a session, cancels a statement, fills its disk. */
+const SERVERS = [
+  {
+    name: 'a PostgreSQL 15 server', kind: 'pg', missing: postgresMissing, start: () => startPostgres({ smallTablespaceMb: 8 }),
+    ended: 'a backend terminated', killedCodes: ['57P01'], statementTimeoutCode: '57014', seeds: [90_001, 90_003],
+    cancel: { how: 'pg_cancel_backend', run: async (db) => db.query('SELECT pg_cancel_backend($1)', [await waitingSession(db, 'pg')]) },
+    disk: { code: 'SQLSTATE 53100', small: (db) => db.tablespace, why: (db) => db.tablespaceError,
+      full: (db) => ({ place: (tables) => db.query(`ALTER TABLE "${tables.inbox}" SET TABLESPACE small`), fill: () => db.fillTablespace(), free: () => db.freeTablespace() }) },
+  },
+  {
+    name: 'a MariaDB server', kind: 'mysql', missing: mariadbMissing, start: () => startMariadb({ smallDirMb: 8 }),
+    ended: 'a connection killed', killedCodes: ['1927', 'PROTOCOL_CONNECTION_LOST'], statementTimeoutCode: '1969', seeds: [90_002, 90_004],
+    cancel: { how: 'KILL QUERY, 1317', run: async (db) => db.query(`KILL QUERY ${Number(await waitingSession(db, 'mysql'))}`) },
+    disk: { code: '1114, the table is full', small: (db) => db.smallDir, why: (db) => db.smallDirError, full: mariadbFullInbox },
+  },
+];
+
+for (const server of SERVERS) {
+  describe(`faults on ${server.name} of its own`, { skip: server.missing() ?? false }, () => {
+    let db;
+    before(async () => { db = await server.start(); });
+    after(async () => { await db?.close(); });
+    const { kind } = server;
+
+    it(`${server.ended} while the store holds it idle inside a transaction: the process survives, STORE_UNAVAILABLE`, async () => {
+      assertSurvived(await terminateMidTransaction(db, kind, 'idle'), server.killedCodes);
+    });
+
+    it(`${server.ended} while a statement of the transaction runs: the process survives, STORE_UNAVAILABLE`, async () => {
+      assertSurvived(await terminateMidTransaction(db, kind, 'active'), server.killedCodes);
+    });
+
+    it('the session of a held withExclusiveLock ended: the process survives, and the lock can be taken again', async () => {
+      assertLockSurvived(await terminateMidTransaction(db, kind, 'lock'));
+    });
+
+    it('a stopped server (SIGSTOP): store.process fails with STORE_UNAVAILABLE reason timeout, and the redelivery applies once', async () => {
+      await processOnStoppedServer(db, kind);
+    });
+
+    it('a stopped server: consumer.stop({ timeoutMs }) returns while its claim is unanswered, and says so', async () => {
+      await stopDuringStalledClaim(db, kind);
+    });
+
+    it(`a lock held past statementTimeoutMs: the statement is ended on the server, a retry error (${server.statementTimeoutCode})`, async () => {
+      await processBehindAHeldLock(db, kind, (outcome) => {
+        assert.notEqual(outcome, 'watchdog');
+        assert.ok(outcome.error instanceof IdemflowError, String(outcome.error));
+        assert.equal(outcome.error.disposition, 'retry');
+        // MariaDB ends the wait either as a statement timeout or as a lock wait timeout (a lost race, re-run until raceRetries).
+        const codes = kind === 'pg' ? [server.statementTimeoutCode] : [server.statementTimeoutCode, '1205'];
+        assert.ok(codes.includes(outcome.error.details.driverCode), `driverCode ${outcome.error.details.driverCode}`);
+      });
+    });
+
+    for (const size of [32, 128]) {
+      it(`a stopped server during a batch's one-by-one fallback (${size} events): processBatch returns within its deadline, every event answers retry`, async () => {
+        await batchFallbackOnStoppedServer(db, kind, size);
+      });
+    }
+
+    it(`a statement cancelled by an operator (${server.cancel.how}): STORE_UNAVAILABLE reason timeout, on every server`, async () => {
+      await processCancelled(db, kind, () => server.cancel.run(db));
+    });
+
+    it(`a full disk (${server.disk.code}): STORE_UNAVAILABLE reason server-out-of-resources, on every server`, async (t) => {
+      if (!server.disk.small(db)) {
+        t.diagnostic(`no small disk: ${server.disk.why(db)}`);
+        return;
+      }
+      await processOnFullDisk(db, kind, server.disk.full(db));
+    });
+
+    it(`${DELIVERIES} deliveries through 4 worker processes while sessions are ended and the server restarted, stopped and filled`, async (t) => {
+      const faults = ['terminate', 'pause', 'restart', 'terminate'];
+      if (server.disk.small(db)) faults.push('diskFull');
+      else t.diagnostic(`no small disk: ${server.disk.why(db)}`);
+      assertRun(await faultRun(db, kind, { faults, deliveries: DELIVERIES, workflows: WORKFLOWS, seed: server.seeds[0] }), t);
+    });
+
+    it(`${DELIVERIES} deliveries through 3 processBatch workers (batches of 32), SIGKILLed 3 times, while the server is restarted, stopped and filled`, async (t) => {
+      const faults = ['terminate', 'pause', 'restart'];
+      if (server.disk.small(db)) faults.push('diskFull');
+      assertRun(await faultRun(db, kind, { faults, deliveries: DELIVERIES, workflows: WORKFLOWS, seed: server.seeds[1], workers: 3, batch: 32, kills: 3 }), t);
     });
   });
-
-  it(`${DELIVERIES} deliveries through 4 worker processes while connections are killed and the server restarted and stopped`, async (t) => {
-    const faults = ['terminate', 'pause', 'restart', 'terminate'];
-    assertRun(await faultRun(db, 'mysql', { faults, deliveries: DELIVERIES, workflows: WORKFLOWS, seed: 90_002 }), t);
-  });
-
-  it(`${DELIVERIES} deliveries through 3 processBatch workers (batches of 32), SIGKILLed 3 times, while the server is restarted, stopped and filled`, async (t) => {
-    const faults = ['terminate', 'pause', 'restart'];
-    if (db.smallDir) faults.push('diskFull');
-    assertRun(await faultRun(db, 'mysql', { faults, deliveries: DELIVERIES, workflows: WORKFLOWS, seed: 90_004, workers: 3, batch: 32, kills: 3 }), t);
-  });
-});
+}
 
 describe('bounds without a server', () => {
   it('PGlite: a transaction waiting behind the host\'s own fails with STORE_UNAVAILABLE reason timeout, and writes nothing when its turn comes', async () => {

@@ -6,24 +6,15 @@
 // Needs IDEMFLOW_PG_URL and IDEMFLOW_AMQP_URL / IDEMFLOW_NATS_URL / IDEMFLOW_KAFKA_BROKERS.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import { once } from 'node:events';
-import { EXAMPLES, brokerHarness, supervise } from '../workers/chaos.mjs';
+import { BROKERS, brokerHarness, brokerSkip, supervise } from '../workers/chaos.mjs';
 import { PG_URL, openStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 
 const SWAPS = 600;
-const BROKERS = [
-  { name: 'rabbitmq', env: 'IDEMFLOW_AMQP_URL' },
-  { name: 'nats', env: 'IDEMFLOW_NATS_URL' },
-  { name: 'kafka', env: 'IDEMFLOW_KAFKA_BROKERS' },
-];
 
 for (const { name, env } of BROKERS) {
   const url = process.env[env];
-  const skip = !PG_URL ? 'IDEMFLOW_PG_URL is not set'
-    : !url ? `${env} is not set`
-      : !fs.existsSync(EXAMPLES) ? 'tests/js/examples is missing: run `make examples`'
-        : false;
+  const skip = brokerSkip(env);
   test(`${name}: SIGTERM while batches are in flight settles them, acknowledges what committed and exits 0`, { skip, timeout: 90_000 }, async () => {
     const runId = uniquePrefix();
     const tables = tablesFor(runId);

@@ -21,7 +21,7 @@ import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '
 import { IdemflowError, InMemoryStore, createOutboxConsumer, processEvent } from 'idemflow';
 import { RELAY_HEADERS, createKafkaRelay, kafkaRecord } from 'idemflow/kafka';
 import { PG_URL, openStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
-import { EXAMPLES, supervise } from '../workers/chaos.mjs';
+import { EXAMPLES, brokerSkip, supervise } from '../workers/chaos.mjs';
 import { KAFKA_BROKERS, kafkaFor, watchTopics } from '../workers/kafka.mjs';
 
 const T0 = Date.UTC(2026, 0, 1);
@@ -233,10 +233,7 @@ describe('the Kafka worker takes a batch in chunks', { skip: skipExamples }, () 
 
 // ---- Against the broker ------------------------------------------------------
 
-const skipBroker = !KAFKA_BROKERS ? 'IDEMFLOW_KAFKA_BROKERS is not set (make kafka-broker starts the broker)'
-  : !PG_URL ? 'IDEMFLOW_PG_URL is not set'
-    : !fs.existsSync(EXAMPLES) ? 'tests/js/examples is missing: run `make examples`'
-      : false;
+const skipBroker = brokerSkip('IDEMFLOW_KAFKA_BROKERS');
 
 /** Resolves once `done()` is true, polling; rejects after `ms`. */
 async function until(what, done, ms) {
@@ -413,4 +410,4 @@ describe('the Kafka example against the broker', { skip: skipBroker }, () => {
   });
 });
 
-if (skipBroker) console.log(`kafka broker tests: skipped (${skipBroker})`);
+if (skipBroker) console.log(`kafka broker tests: skipped (${skipBroker}; make kafka-broker starts the broker)`);

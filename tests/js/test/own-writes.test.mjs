@@ -10,8 +10,8 @@ import assert from 'node:assert/strict';
 import { fork } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { IdemflowError, InMemoryStore, RuleSet, processBatch, processEvent } from 'idemflow';
-import { BACKENDS, tablesFor, uniquePrefix } from '../workers/backends.mjs';
+import { IdemflowError, RuleSet, processBatch } from 'idemflow';
+import { BACKENDS, suiteStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
 const ruleSet = RuleSet.builtin('order-shipment');
@@ -95,25 +95,9 @@ async function outcomeOf(promise) {
 for (const backend of BACKENDS) {
   if (only && !only.has(backend.id)) continue;
   describe(`onApplied on ${backend.name}`, { skip: backend.skip }, () => {
-    let env = null;
+    const suite = suiteStore(backend, { before, after });
     let helper;
-    let tables;
-    before(async () => {
-      if (backend.durable) {
-        env = await backend.setup();
-        tables = tablesFor(uniquePrefix());
-        helper = await env.open(tables, {});
-        await helper.store.migrate();
-      } else {
-        helper = { store: new InMemoryStore() };
-      }
-    });
-    after(async () => {
-      if (!backend.durable) return;
-      await helper.drop?.();
-      await helper.close();
-      await env.close();
-    });
+    before(() => { helper = suite.helper; });
     const table = () => `${uniquePrefix()}_shipments`;
 
     it("the article's three checks: a duplicate answers the same shipment, an injected failure leaves nothing and the retry succeeds, an identity conflict is refused", async () => {

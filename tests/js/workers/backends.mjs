@@ -281,6 +281,35 @@ export const BACKENDS = [
 ];
 
 /**
+ * A suite's store on `backend` (an entry of BACKENDS), opened by the
+ * suite's `before` and closed by its `after`: `{ store, helper, env, tables }`,
+ * filled in once `before` has run (the in-memory store has no env and its
+ * helper is `{ store }`).
+ */
+export function suiteStore(backend, { before, after }) {
+  const suite = { env: null, helper: null, store: null, tables: null };
+  before(async () => {
+    if (backend.durable) {
+      suite.env = await backend.setup();
+      suite.tables = tablesFor(uniquePrefix());
+      suite.helper = await suite.env.open(suite.tables, {});
+      await suite.helper.store.migrate();
+    } else {
+      const { InMemoryStore } = await import('idemflow');
+      suite.helper = { store: new InMemoryStore() };
+    }
+    suite.store = suite.helper.store;
+  });
+  after(async () => {
+    if (!backend.durable) return;
+    await suite.helper?.drop?.();
+    await suite.helper?.close?.();
+    await suite.env?.close();
+  });
+  return suite;
+}
+
+/**
  * Adds `figures` under `key` to target/bench.json (the figures of `make
  * bench`, kept for tracking), with the time they were measured.
  */

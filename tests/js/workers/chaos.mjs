@@ -6,6 +6,7 @@
 // delivery order under a reorder-safe rule set; the oracle is the same rule
 // set applied to each history in order through an InMemoryStore.
 import { spawn } from 'node:child_process';
+import fs from 'node:fs';
 import { once } from 'node:events';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -310,6 +311,21 @@ async function kafka(brokers, base) {
       await admin.disconnect().catch(() => {});
     },
   };
+}
+
+/** The brokers of the broker tests: a name and the variable holding its URL. */
+export const BROKERS = Object.freeze([
+  { name: 'rabbitmq', env: 'IDEMFLOW_AMQP_URL' },
+  { name: 'nats', env: 'IDEMFLOW_NATS_URL' },
+  { name: 'kafka', env: 'IDEMFLOW_KAFKA_BROKERS' },
+]);
+
+/** Why a broker test cannot run here (its URL, PostgreSQL's or the copied examples are missing), or false. */
+export function brokerSkip(env) {
+  if (!PG_URL) return 'IDEMFLOW_PG_URL is not set';
+  if (!process.env[env]) return `${env} is not set`;
+  if (!fs.existsSync(EXAMPLES)) return 'tests/js/examples is missing: run `make examples`';
+  return false;
 }
 
 /** The harness of one broker ('rabbitmq' | 'nats' | 'kafka') over queues, a stream or topics named after `base`. */

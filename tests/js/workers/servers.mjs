@@ -211,6 +211,34 @@ class Server {
 }
 
 /**
+ * A small tmpfs of `mb` MiB at `<dir>/small`, owned by the server's user, for
+ * filling a disk: `{ mount, error }` (mount null, and why, when it cannot be
+ * done: it needs root); nothing for 0.
+ */
+function smallDisk(dir, mb, user) {
+  if (mb <= 0) return { mount: null, error: null };
+  if (!isRoot) return { mount: null, error: 'mounting a small tmpfs needs root' };
+  const target = path.join(dir, 'small');
+  fs.mkdirSync(target);
+  try {
+    execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${mb}m,mode=0700`, 'tmpfs', target], { stdio: 'pipe' });
+    chown(target, user);
+    return { mount: target, error: null };
+  } catch (error) {
+    return { mount: null, error: `mount -t tmpfs failed: ${String(error.stderr ?? error.message).trim()}` };
+  }
+}
+
+function unmount(mount) {
+  if (mount === null) return;
+  try {
+    execFileSync('umount', ['-l', mount], { stdio: 'ignore' });
+  } catch {
+    // already gone
+  }
+}
+
+/**
  * A PostgreSQL 15 server of its own: `{ url, server, query(sql, params),
  * terminateBackends(), fillTablespace(), freeTablespace(), close() }`.
  * `smallTablespaceMb` mounts a tmpfs of that size (root only) and creates
@@ -224,23 +252,7 @@ export async function startPostgres({ smallTablespaceMb = 0 } = {}) {
   chown(dir, user);
   const asUser = user ? { uid: user.uid, gid: user.gid } : {};
   execFileSync(path.join(PG_BIN, 'initdb'), ['-D', data, '-U', 'postgres', '--auth=trust', '--no-sync', '-E', 'UTF8'], { ...asUser, stdio: 'ignore' });
-  let mount = null;
-  let tablespaceError = null;
-  if (smallTablespaceMb > 0) {
-    if (!isRoot) {
-      tablespaceError = 'mounting a small tmpfs for the tablespace needs root';
-    } else {
-      const target = path.join(dir, 'small');
-      fs.mkdirSync(target);
-      try {
-        execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${smallTablespaceMb}m,mode=0700`, 'tmpfs', target], { stdio: 'pipe' });
-        chown(target, user);
-        mount = target;
-      } catch (error) {
-        tablespaceError = `mount -t tmpfs failed: ${String(error.stderr ?? error.message).trim()}`;
-      }
-    }
-  }
+  let { mount, error: tablespaceError } = smallDisk(dir, smallTablespaceMb, user);
   const port = await freePort();
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
   const { default: pg } = await import('pg');
@@ -260,14 +272,8 @@ export async function startPostgres({ smallTablespaceMb = 0 } = {}) {
     },
     shutdownSignal: 'SIGINT', // fast shutdown
     cleanup: () => {
-      if (mount !== null) {
-        try {
-          execFileSync('umount', ['-l', mount], { stdio: 'ignore' });
-        } catch {
-          // already gone
-        }
-        mount = null;
-      }
+      unmount(mount);
+      mount = null;
       fs.rmSync(dir, { recursive: true, force: true });
     },
   });
@@ -329,23 +335,7 @@ export async function startMariadb({ smallDirMb = 0 } = {}) {
   const data = path.join(dir, 'data');
   fs.mkdirSync(data);
   chown(dir, user);
-  let smallDir = null;
-  let smallDirError = null;
-  if (smallDirMb > 0) {
-    if (!isRoot) {
-      smallDirError = 'mounting a small tmpfs needs root';
-    } else {
-      const target = path.join(dir, 'small');
-      fs.mkdirSync(target);
-      try {
-        execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${smallDirMb}m,mode=0700`, 'tmpfs', target], { stdio: 'pipe' });
-        chown(target, user);
-        smallDir = target;
-      } catch (error) {
-        smallDirError = `mount -t tmpfs failed: ${String(error.stderr ?? error.message).trim()}`;
-      }
-    }
-  }
+  let { mount: smallDir, error: smallDirError } = smallDisk(dir, smallDirMb, user);
   const userArgs = user ? ['--user=mysql'] : [];
   execFileSync(MARIADB_INSTALL_DB, ['--no-defaults', `--datadir=${data}`, ...userArgs, '--auth-root-authentication-method=normal',
     '--skip-test-db', '--innodb-log-file-size=8M', '--innodb-buffer-pool-size=16M'], { stdio: 'ignore' });
@@ -365,14 +355,8 @@ export async function startMariadb({ smallDirMb = 0 } = {}) {
     },
     shutdownSignal: 'SIGTERM',
     cleanup: () => {
-      if (smallDir !== null) {
-        try {
-          execFileSync('umount', ['-l', smallDir], { stdio: 'ignore' });
-        } catch {
-          // already gone
-        }
-        smallDir = null;
-      }
+      unmount(smallDir);
+      smallDir = null;
       fs.rmSync(dir, { recursive: true, force: true });
     },
   });
