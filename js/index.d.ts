@@ -21,7 +21,8 @@ export type ErrorCode =
   | 'STORE_UNAVAILABLE'
   | 'INVALID_RECORD'
   | 'INVALID_ARGUMENT'
-  | 'RULESET_INVALID';
+  | 'RULESET_INVALID'
+  | 'HANDLER_FAILED';
 
 /** The ids and values involved in an error; which keys depend on the code. */
 export interface ErrorDetails {
@@ -119,7 +120,12 @@ export interface OriginalResult extends ReceiptResult {
   outcome: RecordedOutcome;
   /** When the first delivery was decided (its receipt's recordedAt, ms since the epoch); null when the receipt has no stamp. */
   decidedAt: number | null;
+  /** What the first delivery's onApplied returned (null for nothing); absent when it ran without one. */
+  output?: JsonValue;
 }
+
+/** A JSON value: what onApplied may return as a delivery's output. */
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 
 /** What decide needs of a stored receipt. */
 export interface StoredReceipt {
@@ -174,7 +180,8 @@ export interface ProcessMeasure {
 }
 
 export type ProcessResult =
-  | ({ outcome: 'applied'; operationId: string | null; operationIds: string[]; status: string; revision: number } & ProcessMeasure)
+  /** `output`: what onApplied returned (null for nothing), when the call had one. */
+  | ({ outcome: 'applied'; operationId: string | null; operationIds: string[]; status: string; revision: number; output?: JsonValue } & ProcessMeasure)
   | ({ outcome: 'already-applied' | 'stale' } & ProcessMeasure)
   /** `original`: what the first delivery produced; null when its receipt was written by a version that did not keep it. */
   | ({ outcome: 'duplicate-delivery'; original: OriginalResult | null } & ProcessMeasure);
@@ -386,25 +393,53 @@ export interface StoreTransaction {
   insertOperation(operation: OutboxOperation): Promise<void>;
 }
 
-/** What processEvent needs of a store. */
-export interface Store {
-  transaction<T>(fn: (tx: StoreTransaction) => Promise<T>): Promise<T>;
-  /** Re-runs of a cycle after a lost race, when processEvent is not given its own. */
-  readonly raceRetries?: number;
-  /** @deprecated raceRetries + 1. */
-  readonly maxAttempts?: number;
+/**
+ * What the host cycle asks of a store's transaction (docs/adapters.md): `batch`,
+ * processBatch's (its locking reads need READ COMMITTED); `deadlineAt`, the
+ * performance.now() time the whole call must end by.
+ */
+export interface TransactionOptions {
+  batch?: boolean;
+  deadlineAt?: number | null;
 }
 
-export interface ProcessOptions extends RuleSetOption {
+/** What processEvent needs of a store. */
+export interface Store {
+  transaction<T>(fn: (tx: StoreTransaction) => Promise<T>, options?: TransactionOptions): Promise<T>;
+  /** Re-runs of a cycle after a lost race, when processEvent is not given its own. */
+  readonly raceRetries?: number;
+  /** How long one call may take (a server store's options.timeoutMs); undefined where calls wait on no server. */
+  readonly timeoutMs?: number;
+}
+
+/** What onApplied is told of the decision it runs for: the applied result, and the event as validated. */
+export interface AppliedDecision {
+  outcome: 'applied';
+  operationId: string | null;
+  operationIds: string[];
+  status: string;
+  revision: number;
+  fingerprint: string;
+  event: NormalizedEvent;
+}
+
+/**
+ * The host's own writes in idemflow's transaction: runs when a delivery is applied, before the
+ * commit, with the store's transaction (`tx.client`: the driver's handle bound to it). Returns the
+ * delivery's output (a JSON value of at most 16 KiB, kept in the receipt and answered to every later
+ * duplicate); a throw rolls everything back (an IdemflowError as thrown, anything else HANDLER_FAILED).
+ */
+export type OnApplied<Tx = any> = (tx: Tx, decision: AppliedDecision) => JsonValue | void | Promise<JsonValue | void>;
+
+export interface ProcessOptions<Tx = any> extends RuleSetOption {
   /** How many times the read-decide-write cycle runs again when a concurrent writer wins (default 4). */
   raceRetries?: number;
-  /** @deprecated raceRetries + 1: the whole cycles to try (default 5). */
-  maxAttempts?: number;
   /** Refuse events of any other type (INVALID_EVENT, field "type"). */
   type?: string;
   /** Stored beside the payload of each outbox operation this delivery writes. */
   metadata?: OperationMetadata;
   hooks?: ProcessHooks;
+  onApplied?: OnApplied<Tx>;
 }
 
 export function processEvent(store: Store, event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
@@ -422,6 +457,8 @@ export interface MemorySnapshot {
   workflows: Map<string, Workflow>;
   inbox: Map<string, Receipt & { recordedAt?: number }>;
   outbox: Map<string, StoredOperation>;
+  /** The host's own tables (tx.table(name)), by name. */
+  tables: Map<string, Map<string, unknown>>;
 }
 
 /**
@@ -430,6 +467,10 @@ export interface MemorySnapshot {
  * transaction. set() checks a row with the store's readers; get() returns copies.
  */
 export interface InMemoryTransaction extends StoreTransaction {
+  /** A table of the host's own, by name: what the host writes in it commits or rolls back with the rest (snapshot().tables). */
+  table(name: string): Map<string, unknown>;
+  /** Inserts or replaces a workflow in this transaction. */
+  putWorkflow(workflow: Workflow): Promise<void>;
   readonly workflows: Map<string, Workflow>;
   readonly inbox: Map<string, Receipt & { recordedAt?: number }>;
   readonly outbox: Map<string, Partial<StoredOperation> & Pick<OutboxOperation, 'type' | 'workflowId' | 'eventId'>>;
@@ -445,9 +486,9 @@ export class InMemoryStore implements Store, OutboxStore, OutboxAdmin, Exclusive
     options?: { now?: () => number },
   ): InMemoryStore;
   now(): number;
-  transaction<T>(fn: (tx: InMemoryTransaction) => Promise<T>): Promise<T>;
-  process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
-  processBatch(events: readonly EventInput[], options?: ProcessOptions): Promise<BatchResult[]>;
+  transaction<T>(fn: (tx: InMemoryTransaction) => Promise<T>, options?: TransactionOptions): Promise<T>;
+  process(event: EventInput, options?: ProcessOptions<InMemoryTransaction>): Promise<ProcessResult>;
+  processBatch(events: readonly EventInput[], options?: ProcessOptions<InMemoryTransaction>): Promise<BatchResult[]>;
   snapshot(): MemorySnapshot;
   getWorkflow(id: string): Promise<Workflow | null>;
   putWorkflow(workflow: Workflow): Promise<void>;
@@ -791,8 +832,10 @@ export interface DeliveryHandlerOptions extends RuleSetOption {
   parse?: (body: Uint8Array | string) => unknown;
   /** Raw bodies larger than this many bytes are dead-lettered unparsed (default 65536). */
   maxBytes?: number;
-  /** Passed to processEvent: whole cycles to try when a concurrent writer wins (default 5). */
-  maxAttempts?: number;
+  /** Passed to processEvent: re-runs after a lost race (default 4). */
+  raceRetries?: number;
+  /** Passed to processEvent and processBatch: the host's own writes in the transaction. */
+  onApplied?: OnApplied;
   /**
    * Deliveries of one message before a verdict that would be retry becomes
    * park, with its error (default 20; Infinity for no cap). Counted from
