@@ -375,8 +375,6 @@ export function fingerprint(event: EventInput, options?: RuleSetOption): string;
 export function decide(
   input: { event: EventInput; receipt: StoredReceipt | null; workflow: Workflow | null } & RuleSetOption,
 ): Decision;
-/** decide over JSON text `{"event":…,"receipt":…,"workflow":…}`, for hot loops. */
-export function decideJSON(text: string, options?: RuleSetOption): Decision;
 export function planDepositConfirmation(workflow: Workflow | null, event: DepositConfirmedEvent): 'advance' | 'already-applied';
 export function verifyRuleSet(definition: RuleSetDefinition | RuleSet | string): VerificationReport;
 
@@ -508,9 +506,6 @@ export class InMemoryStore implements Store, OutboxStore, OutboxAdmin, Exclusive
   purgeOperations(args: PurgeArgs & { status?: 'done' | 'dead' }): Promise<PurgeResult>;
   withExclusiveLock<T>(name: string, fn: () => Promise<T> | T, options?: { leaseMs?: number }): Promise<LockResult<T>>;
 }
-
-/** Size of the wasm linear memory in bytes (diagnostics: it only grows). */
-export function wasmMemoryBytes(): number;
 
 // ---- Outbox consumer (docs/outbox.md) ---------------------------------------
 
