@@ -88,27 +88,14 @@ faults: pkg tests/js/node_modules/.installed
 examples: pkg tests/js/node_modules/.installed
 	rm -rf tests/js/examples && cp -r js/examples tests/js/examples
 
+DEMOS := deposit-demo consumer-demo shipments-demo
+BENCHES := decide adapters batch production brokers kafka startup
+
 demo: examples
-	cd tests/js && node examples/deposit-demo.mjs
-	@echo
-	cd tests/js && node examples/consumer-demo.mjs
-	@echo
-	cd tests/js && node examples/shipments-demo.mjs
+	@set -e; for demo in $(DEMOS); do echo "== examples/$$demo.mjs"; (cd tests/js && node examples/$$demo.mjs); echo; done
 
 bench: examples
-	cd tests/js && node bench/decide.mjs
-	@echo
-	cd tests/js && node bench/adapters.mjs
-	@echo
-	cd tests/js && node bench/batch.mjs
-	@echo
-	cd tests/js && node bench/production.mjs
-	@echo
-	cd tests/js && node bench/brokers.mjs
-	@echo
-	cd tests/js && node bench/kafka.mjs
-	@echo
-	cd tests/js && node bench/startup.mjs
+	@set -e; for bench in $(BENCHES); do echo "== bench/$$bench.mjs"; (cd tests/js && node bench/$$bench.mjs); echo; done
 
 clean:
 	rm -rf pkg target/npm tests/js/node_modules

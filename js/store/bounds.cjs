@@ -225,6 +225,31 @@ async function sessionLock({ pooled, open, emitterOf, tryLock, unlock, giveBack,
 }
 
 /** ROLLBACK on a server connection; a connection that is gone rolls back by itself. */
+/**
+ * begin(), work(), commit() on one connection, rolled back on `raw` (past the
+ * call's deadline, so an abandoned transaction on a shared connection is
+ * rolled back too) when work or the commit fails: the error is thrown as it
+ * was. Answers work's value and what commit() answered.
+ */
+async function betweenBeginAndCommit(raw, { begin, work, commit }) {
+  await begin();
+  let result;
+  try {
+    result = await work();
+  } catch (error) {
+    await rollbackQuietly(raw);
+    throw error;
+  }
+  let committed;
+  try {
+    committed = await commit();
+  } catch (error) {
+    await rollbackQuietly(raw);
+    throw error;
+  }
+  return { result, committed };
+}
+
 async function rollbackQuietly(connection) {
   try {
     await connection.query('ROLLBACK');
@@ -234,4 +259,4 @@ async function rollbackQuietly(connection) {
 }
 
 module.exports = {
-  transactionOptions, checkTimeLeft, Deadline, withDeadline, ConnectionWatch, watchClient, guardedConnection, Serializer, rollbackQuietly, sessionLock };
+  transactionOptions, checkTimeLeft, Deadline, withDeadline, ConnectionWatch, watchClient, guardedConnection, Serializer, betweenBeginAndCommit, rollbackQuietly, sessionLock };

@@ -12,7 +12,7 @@ const { IdemflowError } = require('../../core/errors.cjs');
 const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
 const { STORE_UNAVAILABLE, invalidArgument, mapDriverError, isStoreUnavailable, timedOut } = require('../../store/errors.cjs');
 const { DEFAULT_TABLES, STORE_OPTIONS, TIMEOUT_OPTIONS, resolveClock, resolveRaceRetries, resolveTimeouts } = require('../../store/options.cjs');
-const { ConnectionWatch, Serializer, guardedConnection, rollbackQuietly, sessionLock, transactionOptions, watchClient, withDeadline } = require('../../store/bounds.cjs');
+const { ConnectionWatch, Serializer, betweenBeginAndCommit, guardedConnection, sessionLock, transactionOptions, watchClient, withDeadline } = require('../../store/bounds.cjs');
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
 const { migrateMissing } = require('../../sql/schema.cjs');
@@ -324,20 +324,11 @@ function execute(connection, { sql, values }) {
 async function onConnection(connection, raw, work, isolation) {
   // SET TRANSACTION (without SESSION) applies to the next transaction only.
   if (isolation) await run(connection, `SET TRANSACTION ISOLATION LEVEL ${isolation}`, []);
-  await run(connection, 'START TRANSACTION', []);
-  let result;
-  try {
-    result = await work(connection, raw);
-  } catch (error) {
-    await rollbackQuietly(raw);
-    throw error;
-  }
-  try {
-    await run(connection, 'COMMIT', []);
-  } catch (error) {
-    await rollbackQuietly(raw);
-    throw error;
-  }
+  const { result } = await betweenBeginAndCommit(raw, {
+    begin: () => run(connection, 'START TRANSACTION', []),
+    work: () => work(connection, raw),
+    commit: () => run(connection, 'COMMIT', []),
+  });
   return result;
 }
 

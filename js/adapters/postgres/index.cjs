@@ -11,7 +11,7 @@ const { IdemflowError } = require('../../core/errors.cjs');
 const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
 const { STORE_UNAVAILABLE, invalidArgument, lostRace, mapDriverError, isStoreUnavailable } = require('../../store/errors.cjs');
 const { DEFAULT_TABLES, STORE_OPTIONS, TIMEOUT_OPTIONS, resolveClock, resolveRaceRetries, resolveTimeouts } = require('../../store/options.cjs');
-const { ConnectionWatch, Serializer, guardedConnection, rollbackQuietly, sessionLock, transactionOptions, watchClient, withDeadline } = require('../../store/bounds.cjs');
+const { ConnectionWatch, Serializer, betweenBeginAndCommit, guardedConnection, rollbackQuietly, sessionLock, transactionOptions, watchClient, withDeadline } = require('../../store/bounds.cjs');
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
 const { migrateMissing } = require('../../sql/schema.cjs');
@@ -345,21 +345,11 @@ async function onConnection(connection, queryable, work, { timeoutMs, statementT
   // connection's own settings as they were. A session that this process leaves
   // idle inside the transaction longer than its own timeout is ended by the server.
   const bounds = statementTimeoutMs > 0 ? `; SET LOCAL statement_timeout = ${statementTimeoutMs}` : '';
-  await run(queryable, `BEGIN${mode}${bounds}; SET LOCAL idle_in_transaction_session_timeout = ${timeoutMs}`, []);
-  let result;
-  try {
-    result = await work(queryable, connection);
-  } catch (error) {
-    await rollbackQuietly(connection);
-    throw error;
-  }
-  let committed;
-  try {
-    committed = await run(queryable, 'COMMIT', []);
-  } catch (error) {
-    await rollbackQuietly(connection);
-    throw error;
-  }
+  const { result, committed } = await betweenBeginAndCommit(connection, {
+    begin: () => run(queryable, `BEGIN${mode}${bounds}; SET LOCAL idle_in_transaction_session_timeout = ${timeoutMs}`, []),
+    work: () => work(queryable, connection),
+    commit: () => run(queryable, 'COMMIT', []),
+  });
   // COMMIT of a transaction a failed statement had aborted answers ROLLBACK.
   if (committed.command === 'ROLLBACK') {
     throw lostRace(new Error('COMMIT rolled back an aborted transaction'), 'transaction-aborted');

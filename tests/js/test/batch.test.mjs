@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { IdemflowError, InMemoryStore, RuleSet, processBatch, processEvent } from 'idemflow';
 import { BACKENDS, suiteStore, uniquePrefix } from '../workers/backends.mjs';
+import { outcomeOf } from '../workers/fixtures.mjs';
 
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
 const RUNS = Number(process.env.IDEMFLOW_BATCH_RUNS ?? 60);
@@ -53,14 +54,6 @@ function comparable(result, ns) {
   return strip(result, ns);
 }
 
-async function outcomeOf(promise) {
-  try {
-    return await promise;
-  } catch (error) {
-    if (!(error instanceof IdemflowError)) throw error;
-    return { error };
-  }
-}
 
 /** What the store holds for the run's workflows, receipts and operations (timestamps aside). */
 async function stateOf(store, ns, drawnEvents) {

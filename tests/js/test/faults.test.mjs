@@ -188,21 +188,24 @@ async function lockHolder(kind, url) {
 }
 
 /**
- * store.process behind a row lock held past statementTimeoutMs: `check` judges
- * the outcome; nothing of the ended transaction may be kept.
+ * store.process behind a row lock another connection holds, with the store's
+ * `bounds`; `whileWaiting()` runs once the delivery waits (an operator's
+ * cancel), `check` judges the outcome; nothing of the ended transaction may be kept.
  */
-async function processBehindAHeldLock(db, kind, check) {
+async function processBehindAHeldLock(db, kind, check, { bounds = { statementTimeoutMs: 300, timeoutMs: 10_000 }, whileWaiting = async () => {} } = {}) {
   const tables = tablesFor(uniquePrefix());
-  const helper = await openStore(kind, { url: db.url, tables, poolSize: 2, statementTimeoutMs: 300, timeoutMs: 10_000 });
+  const helper = await openStore(kind, { url: db.url, tables, poolSize: 2, ...bounds });
   let holder;
   try {
     await helper.store.migrate();
     await helper.store.putWorkflow(workflow('wf-1'));
     holder = await lockHolder(kind, db.url);
     await holder.lock(tables.workflows);
-    check(await watched(helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })));
+    const processing = watched(helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' }));
+    await whileWaiting();
+    check(await processing);
     await holder.release();
-    assert.equal(await helper.count('inbox'), 0, 'nothing of the timed-out transaction was kept');
+    assert.equal(await helper.count('inbox'), 0, 'nothing of the ended transaction was kept');
   } finally {
     await holder?.end().catch(() => {});
     await helper.drop().catch(() => {});
@@ -280,32 +283,16 @@ async function batchFallbackOnStoppedServer(db, kind, size) {
 
 /**
  * store.process behind a row lock, its waiting statement cancelled by an
- * operator (`cancel(tables)`): STORE_UNAVAILABLE reason timeout, as a statement
+ * operator (`cancel()`): STORE_UNAVAILABLE reason timeout, as a statement
  * timeout is, on every server; nothing is kept.
  */
-async function processCancelled(db, kind, cancel) {
-  const tables = tablesFor(uniquePrefix());
-  const helper = await openStore(kind, { url: db.url, tables, poolSize: 2, statementTimeoutMs: 15_000, timeoutMs: 15_000 });
-  let holder;
-  try {
-    await helper.store.migrate();
-    await helper.store.putWorkflow(workflow('wf-1'));
-    holder = await lockHolder(kind, db.url);
-    await holder.lock(tables.workflows);
-    const processing = watched(helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' }));
-    await cancel(tables);
-    const outcome = await processing;
-    await holder.release();
+function processCancelled(db, kind, cancel) {
+  return processBehindAHeldLock(db, kind, (outcome) => {
     assert.notEqual(outcome, 'watchdog');
     assert.equal(outcome.error?.code, 'STORE_UNAVAILABLE', String(outcome.error ?? JSON.stringify(outcome.value)));
     assert.equal(outcome.error.details.reason, 'timeout');
     assert.equal(outcome.error.disposition, 'retry');
-    assert.equal(await helper.count('inbox'), 0, 'nothing of the cancelled transaction was kept');
-  } finally {
-    await holder?.end().catch(() => {});
-    await helper.drop().catch(() => {});
-    await helper.close();
-  }
+  }, { bounds: { statementTimeoutMs: 15_000, timeoutMs: 15_000 }, whileWaiting: cancel });
 }
 
 /** store.process whose receipt insert meets a full disk (`fill(tables)` fills it; `free()` frees it): STORE_UNAVAILABLE reason server-out-of-resources. */

@@ -5,14 +5,9 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { IdemflowError, decide, fingerprint, validateEvent } from 'idemflow';
 import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
+import { SEED_EVENT } from '../workers/fixtures.mjs';
 
-const event = {
-  eventId: 'chain-watcher:event-001',
-  workflowId: 'swap-42',
-  type: 'DEPOSIT_CONFIRMED',
-  depositRef: 'btc-mainnet:tx-abc:vout-0',
-  amountUnits: '12500000',
-};
+const event = SEED_EVENT;
 
 function rejected(input) {
   try {

@@ -8,28 +8,13 @@ import {
   IdemflowError, RuleSet, decide, fingerprint, normalizeEvent, planDepositConfirmation, validateEvent, verifyRuleSet,
 } from 'idemflow';
 import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
+import { SEED_EVENT, shipmentDefinition } from '../workers/fixtures.mjs';
 
-const event = {
-  eventId: 'chain-watcher:event-001',
-  workflowId: 'swap-42',
-  type: 'DEPOSIT_CONFIRMED',
-  depositRef: 'btc-mainnet:tx-abc:vout-0',
-  amountUnits: '12500000',
-};
+const event = SEED_EVENT;
 const workflow = { id: 'swap-42', status: 'deposit', revision: 2, depositRef: event.depositRef, amountUnits: event.amountUnits };
 
 function base() {
-  return {
-    id: 'hostile',
-    version: 1,
-    statuses: [{ name: 'shipping', terminal: true }],
-    events: [{ type: 'SHIPMENT_REQUESTED', fields: [] }],
-    rules: [
-      { on: 'SHIPMENT_REQUESTED', in: '(none)',
-        then: { outcome: 'applied', to: 'shipping', emit: [{ type: 'CREATE_SHIPMENT', id: 'create-shipment:{workflowId}' }] } },
-      { on: 'SHIPMENT_REQUESTED', in: 'shipping', then: { outcome: 'already-applied' } },
-    ],
-  };
+  return shipmentDefinition('hostile');
 }
 
 const range = (n, f) => Array.from({ length: n }, (_, i) => f(i));

@@ -12,6 +12,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { IdemflowError, RuleSet, processBatch } from 'idemflow';
 import { BACKENDS, suiteStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
+import { outcomeOf } from '../workers/fixtures.mjs';
 
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
 const ruleSet = RuleSet.builtin('order-shipment');
@@ -82,14 +83,6 @@ function shipping(shipments, { fail = () => null, calls = [] } = {}) {
   };
 }
 
-async function outcomeOf(promise) {
-  try {
-    return await promise;
-  } catch (error) {
-    if (!(error instanceof IdemflowError)) throw error;
-    return { error };
-  }
-}
 
 
 for (const backend of BACKENDS) {

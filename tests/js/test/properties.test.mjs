@@ -9,6 +9,7 @@ import {
   IdemflowError, RuleSet, decide, fingerprint, normalizeEvent, validateEvent, verifyRuleSet,
 } from 'idemflow';
 import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
+import { shipmentDefinition } from '../workers/fixtures.mjs';
 
 const RUNS = Number(process.env.IDEMFLOW_PROPERTY_RUNS ?? 300);
 const FIELDS = ['eventId', 'workflowId', 'type', 'depositRef', 'amountUnits', 'payoutUnits', 'payoutRef',
@@ -94,16 +95,7 @@ const recordLike = fc.oneof(fc.constant(null), hostileValue, fc.record({
 const ruleSetOption = fc.oneof(fc.constant(undefined), fc.constantFrom('deposit-swap', 'order-shipment', 'nope'), hostileValue);
 
 function base() {
-  return {
-    id: 'prop', version: 1,
-    statuses: [{ name: 'shipping', terminal: true }],
-    events: [{ type: 'SHIPMENT_REQUESTED', fields: [] }],
-    rules: [
-      { on: 'SHIPMENT_REQUESTED', in: '(none)',
-        then: { outcome: 'applied', to: 'shipping', emit: [{ type: 'CREATE_SHIPMENT', id: 'create-shipment:{workflowId}' }] } },
-      { on: 'SHIPMENT_REQUESTED', in: 'shipping', then: { outcome: 'already-applied' } },
-    ],
-  };
+  return shipmentDefinition('prop');
 }
 
 /** A definition: arbitrary JSON, or a valid one with one part replaced. */

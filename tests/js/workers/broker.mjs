@@ -5,20 +5,12 @@
 import { fork } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { random } from '../examples/shared/random.mjs';
 
 const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'delivery-worker.mjs');
 
-/** A small seeded PRNG (mulberry32), so a failing run can be replayed with its seed. */
-export function random(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+// A small seeded PRNG, so a failing run can be replayed with its seed: the examples' own.
+export { random };
 
 /** Shuffles `items` in place with `rand` (Fisher–Yates) and returns them. */
 export function shuffle(items, rand) {
