@@ -464,9 +464,9 @@ pub fn layout_json(rule_set: &RuleSet) -> Value {
                     }
                 }
             }
-            guards.sort_unstable();
+            crate::sort::sort_by(&mut guards, &mut |a, b| a < b);
             let mut declared = event.fields.clone();
-            declared.sort_unstable();
+            crate::sort::sort_by(&mut declared, &mut |a, b| a < b);
             json!({
                 "type": event.name,
                 "fields": declared,
