@@ -9,7 +9,7 @@
 //! in, by the host or by [`render`].
 
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::error::{truncate, Disposition, Error, Result};
 use crate::event::{self, Valid};
@@ -17,6 +17,7 @@ use crate::field::FieldKind;
 use crate::fingerprint::{self, PREFIX};
 use crate::input::Input;
 use crate::jcs::MAX_SAFE_INTEGER;
+use crate::json::text::Writer;
 use crate::packed::{self, Item, Layout, Packer, Spans, MAX_RESULT_BYTES};
 use crate::ruleset::{Answer, FailCode, RuleSet};
 use crate::writes::{self, Filling};
@@ -641,19 +642,22 @@ pub fn write_answer(answer: &Result<Decided>, ints: &mut [i32], numbers: &mut [f
 }
 
 /// The answer regions as the layout describes them to a host.
-pub fn answers_json() -> Value {
-    json!({
-        "ints": ANSWER_INTS,
-        "numbers": ANSWER_NUMBERS,
-        "fingerprintBytes": fingerprint::LEN,
-        "decided": DECIDED,
-        "failed": FAILED,
-        "outcomes": OUTCOMES.iter().map(|o| o.as_str()).collect::<Vec<_>>(),
-        "duplicate": Outcome::DuplicateDelivery.code(),
-        "applied": Outcome::Applied.code(),
-        "from": {
-            "CONSTANT": writes::CONSTANT, "REVISION": writes::REVISION, "EVENT_FIELD": writes::EVENT_FIELD,
-            "REMOVED": writes::REMOVED, "WORKFLOW_ID": writes::WORKFLOW_ID,
-        },
-    })
+pub fn describe_answers(w: &mut Writer) {
+    w.open_object();
+    w.key("ints").int(ANSWER_INTS as i64).key("numbers").int(ANSWER_NUMBERS as i64);
+    w.key("fingerprintBytes").int(fingerprint::LEN as i64);
+    w.key("decided").int(DECIDED as i64).key("failed").int(FAILED as i64);
+    w.key("outcomes").strings(OUTCOMES.iter().map(|o| o.as_str()));
+    w.key("duplicate").int(Outcome::DuplicateDelivery.code() as i64).key("applied").int(Outcome::Applied.code() as i64);
+    w.key("from").open_object();
+    for (name, kind) in [
+        ("CONSTANT", writes::CONSTANT),
+        ("REVISION", writes::REVISION),
+        ("EVENT_FIELD", writes::EVENT_FIELD),
+        ("REMOVED", writes::REMOVED),
+        ("WORKFLOW_ID", writes::WORKFLOW_ID),
+    ] {
+        w.key(name).int(kind as i64);
+    }
+    w.close_object().close_object();
 }
