@@ -452,8 +452,8 @@ function createDecider(wasm) {
 
   /**
    * The decision of item `i` of the last call, from its answer in wasm
-   * memory: `fingerprints` is the call's fingerprints' text, `extra` its
-   * errors' and originals' JSON text. An error is `{ error }`.
+   * memory: `fingerprints` is the call's fingerprints' text, `extra` the
+   * bytes of its errors' and originals' JSON text. An error is `{ error }`.
    */
   function build(plan, p, i, fingerprints, extra) {
     // Fetching a template for the item before may have grown the memory.
@@ -462,7 +462,7 @@ function createDecider(wasm) {
     const ints = wasmInts;
     const extraStart = ints[a + 5];
     const extraEnd = extraStart + ints[a + 6];
-    if (ints[a] !== ANSWER.decided) return { error: errorOf(extra.slice(extraStart, extraEnd)) };
+    if (ints[a] !== ANSWER.decided) return { error: errorOf(utf8(extra, extraStart, extraEnd)) };
     const outcomeCode = ints[a + 1];
     const rule = ints[a + 2];
     const state = ints[a + 3];
@@ -478,7 +478,7 @@ function createDecider(wasm) {
     const fingerprint = fingerprints.length === FINGERPRINT_BYTES ? fingerprints : fingerprints.slice(i * FINGERPRINT_BYTES, (i + 1) * FINGERPRINT_BYTES);
     if (outcomeCode === ANSWER.duplicate) {
       const decision = { outcome, eventId, workflowId, eventType, fingerprint, writeSet: { receipt: null, workflow: null, outbox: [] } };
-      if (extraEnd > extraStart) decision.original = parseJSON(extra.slice(extraStart, extraEnd));
+      if (extraEnd > extraStart) decision.original = parseJSON(utf8(extra, extraStart, extraEnd));
       return decision;
     }
     const ruleSet = plan.ruleSet;
@@ -531,7 +531,8 @@ function createDecider(wasm) {
     // Deciding may have grown the memory: the views would be detached.
     fresh();
     const fingerprints = latin1(wasmFingerprints, 0, count * FINGERPRINT_BYTES);
-    const extra = extraLength === 0 ? '' : utf8(Buffer.from(memory.buffer, scratch.extraPointer(), extraLength), 0, extraLength);
+    // Copied out: its offsets are in bytes, and fetching a template may grow the memory.
+    const extra = extraLength === 0 ? null : Buffer.from(new Uint8Array(memory.buffer, scratch.extraPointer(), extraLength).slice().buffer);
     for (let i = 0; i < count; i += 1) results[offset + i] = build(plan, p, i, fingerprints, extra);
   }
 
