@@ -291,15 +291,15 @@ fn every_way_a_host_lays_a_value_out_decides_alike_one_by_one_and_in_batches() {
             let rust = one_by_one(rule_set, &packer.packed(), cases.len());
             let js = one_by_one(rule_set, &host.packed(), cases.len());
             // The whole batch in one call, four fingerprints at a time.
-            let mut batched = Vec::new();
+            let mut batched = vec![None; cases.len()];
             let mut spans = Spans::new();
             let packed = host.packed();
             packed::locate(&packed, layout.entries(), cases.len(), |s| layout.same_as(s), &mut spans);
             decide_batch(rule_set, &packed, &spans, cases.len(), &mut BatchWork::default(), |i, answer, fp| {
-                assert_eq!(i, batched.len());
                 let fp = if answer.is_ok() { String::from_utf8(fp.to_vec()).unwrap() } else { String::new() };
-                batched.push((answer, fp));
+                assert!(batched[i].replace((answer, fp)).is_none(), "item {i} answered twice");
             });
+            let batched: Vec<_> = batched.into_iter().map(|answer| answer.expect("every item is answered")).collect();
             for (i, case) in cases.iter().enumerate() {
                 let label = || format!("{name} v{version} round {round} item {i}: {:?} {:?} {:?}", case.event, case.receipt, case.workflow);
                 assert_eq!(js[i], rust[i], "laid out as the host does: {}", label());
