@@ -29,10 +29,10 @@ const isView = ArrayBuffer.isView;
 const parseJSON = JSON.parse;
 const stringify = JSON.stringify;
 // Buffer's own decoders, which skip toString's argument handling (measured).
-const latin1 =
-  typeof Buffer.prototype.latin1Slice === 'function'
-    ? (bytes, start, end) => bytes.latin1Slice(start, end)
-    : (bytes, start, end) => bytes.toString('latin1', start, end);
+// Buffer's own coders, which skip toString's and write's argument handling and
+// allocate no result object (measured); the documented forms where they are missing.
+const hasLatin1Slice = typeof Buffer.prototype.latin1Slice === 'function';
+const hasUtf8Write = typeof Buffer.prototype.utf8Write === 'function';
 const utf8 =
   typeof Buffer.prototype.utf8Slice === 'function'
     ? (bytes, start, end) => bytes.utf8Slice(start, end)
@@ -103,6 +103,7 @@ function createDecider(wasm) {
   let wasmEntries;
   let wasmNumbers;
   let wasmText;
+  let wasmTextBuffer;
   let wasmInts;
   let wasmAnswerNumbers;
   let wasmFingerprints;
@@ -114,6 +115,7 @@ function createDecider(wasm) {
     wasmEntries = new Int32Array(buffer, ep, el);
     wasmNumbers = new Float64Array(buffer, np, nl);
     wasmText = new Uint8Array(buffer, tp, tl);
+    wasmTextBuffer = Buffer.from(buffer, tp, tl);
     wasmInts = new Int32Array(buffer, ip, il);
     wasmAnswerNumbers = new Float64Array(buffer, ap, al);
     wasmFingerprints = Buffer.from(buffer, fp, fl);
@@ -414,9 +416,13 @@ function createDecider(wasm) {
     p.joined = joined;
   }
 
+  // What the last `load` wrote: the text's bytes, and whether they are as many as its units (ASCII).
+  let textBytes = 0;
+  let textAscii = false;
+
   /**
    * Copies what `p` laid out (`entries` entries of `items` items) into wasm
-   * memory, with the text; returns `[textBytes, byteLengths]`.
+   * memory, with the text (see `textBytes` and `textAscii`).
    */
   function load(p, items, entries, perItem) {
     checkWellFormed(p, entries, perItem);
@@ -430,9 +436,15 @@ function createDecider(wasm) {
       wasmEntries.set(p.entries.subarray(0, entries));
     }
     for (let k = 0; k < p.count; k += 1) wasmNumbers[k] = p.numbers[k];
-    const { read, written } = encoder.encodeInto(p.joined, wasmText);
-    if (read !== units) throw new Error('idemflow: the decider text region is too small');
-    return [written, written === units];
+    if (hasUtf8Write) {
+      // The region holds three bytes per unit: the whole text fits.
+      textBytes = wasmTextBuffer.utf8Write(p.joined, 0, wasmTextBuffer.length);
+    } else {
+      const { read, written } = encoder.encodeInto(p.joined, wasmText);
+      if (read !== units) throw new Error('idemflow: the decider text region is too small');
+      textBytes = written;
+    }
+    textAscii = textBytes === units;
   }
 
   /**
@@ -580,11 +592,13 @@ function createDecider(wasm) {
    * `{ error }`) at `results[offset + i]`.
    */
   function decideLaidOut(compiled, plan, p, count, results, offset) {
-    const [textBytes, byteLengths] = load(p, count, count * plan.perItem, plan.perItem);
-    const extraLength = scratch.decide(compiled, count, textBytes, byteLengths);
+    load(p, count, count * plan.perItem, plan.perItem);
+    const extraLength = scratch.decide(compiled, count, textBytes, textAscii);
     // Deciding may have grown the memory: the views would be detached.
     fresh();
-    const fingerprints = latin1(wasmFingerprints, 0, count * FINGERPRINT_BYTES);
+    const fingerprints = hasLatin1Slice
+      ? wasmFingerprints.latin1Slice(0, count * FINGERPRINT_BYTES)
+      : wasmFingerprints.toString('latin1', 0, count * FINGERPRINT_BYTES);
     // Copied out: its offsets are in bytes, and fetching a template may grow the memory.
     const extra = extraLength === 0 ? null : Buffer.from(new Uint8Array(memory.buffer, scratch.extraPointer(), extraLength).slice().buffer);
     for (let i = 0; i < count; i += 1) results[offset + i] = build(plan, p, i, fingerprints, extra);
@@ -640,8 +654,8 @@ function createDecider(wasm) {
     const plan = planFor(compiled);
     return packed(plan.perItem, (p) => {
       layOut(p, plan, 0, event, undefined, workflow);
-      const [textBytes, byteLengths] = load(p, 1, plan.perItem, plan.perItem);
-      return fn(p, plan, textBytes, byteLengths);
+      load(p, 1, plan.perItem, plan.perItem);
+      return fn(p, plan, textBytes, textAscii);
     });
   }
 
