@@ -89,14 +89,14 @@ impl CompiledRuleSet {
     /// How a host lays items out for this rule set (`packed::layout_json`).
     #[wasm_bindgen(js_name = layoutJson)]
     pub fn layout_json(&self) -> String {
-        packed::layout_json(self.rules()).to_string()
+        packed::layout_json(self.rules())
     }
 
     /// The write a rule makes for an event type, as a template (see
     /// `writes::Write::to_json`); `undefined` for a rule that applies no transition.
     #[wasm_bindgen(js_name = writeTemplateJson)]
     pub fn write_template_json(&self, rule: u32, event_type: u32) -> Option<String> {
-        writes::template(self.rules(), rule as usize, event_type as usize).map(|t| t.to_json().to_string())
+        writes::template(self.rules(), rule as usize, event_type as usize).map(|t| t.to_json())
     }
 }
 
@@ -107,7 +107,7 @@ pub fn builtin_rule_set(name: &str, version: Option<f64>) -> JsResult<CompiledRu
         None => None,
         Some(v) if v.fract() == 0.0 && (1.0..=crate::jcs::MAX_SAFE_INTEGER as f64).contains(&v) => Some(v as u64),
         Some(v) => {
-            return Err(throw(Error::InvalidArgument { reason: format!("version must be a positive whole number, not {v}") }))
+            return Err(throw(Error::InvalidArgument { reason: format!("version must be a positive whole number, not {}", crate::error::number_text(v)) }))
         }
     };
     RuleSet::builtin_version(name, version).map(|r| CompiledRuleSet(Rules::Builtin(r))).map_err(throw)
@@ -149,15 +149,19 @@ pub fn verify_rule_set(definition: JsValue) -> JsResult<String> {
 /// `{code: disposition}` for every error code.
 #[wasm_bindgen(js_name = errorCodes)]
 pub fn error_codes() -> String {
-    let map: serde_json::Map<String, serde_json::Value> =
-        CODES.iter().map(|(code, d)| (code.to_string(), d.as_str().into())).collect();
-    serde_json::Value::Object(map).to_string()
+    let mut w = json::text::Writer::default();
+    w.open_object();
+    for (code, disposition) in CODES {
+        w.key(code).string(disposition.as_str());
+    }
+    w.close_object();
+    w.finish()
 }
 
 /// What every rule set's packed input shares (`packed::description_json`).
 #[wasm_bindgen(js_name = packedDescriptionJson)]
 pub fn packed_description_json() -> String {
-    packed::description_json().to_string()
+    packed::description_json()
 }
 
 /// The module's memory, for typed-array views over a `Decider`'s regions.

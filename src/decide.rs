@@ -9,7 +9,7 @@
 //! in, by the host or by [`render`].
 
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::error::{truncate, Disposition, Error, Result};
 use crate::event::{self, Valid};
@@ -17,6 +17,7 @@ use crate::field::FieldKind;
 use crate::fingerprint::{self, PREFIX};
 use crate::input::Input;
 use crate::jcs::MAX_SAFE_INTEGER;
+use crate::json::text::Writer;
 use crate::packed::{self, Item, Layout, Packer, Spans, MAX_RESULT_BYTES};
 use crate::ruleset::{Answer, FailCode, RuleSet};
 use crate::writes::{self, Filling};
@@ -216,7 +217,8 @@ fn read_item<'a>(rule_set: &RuleSet, item: &Item<'a>, layout: Layout) -> Result<
 
 /// Decides the `count` items of a located batch (`spans`), four at a time so
 /// that their fingerprints are hashed side by side (`sha256::digest_up_to_four`);
-/// `answer(i, decision, fingerprint)` takes each item's answer, in order.
+/// `answer(i, decision, fingerprint)` takes each item's answer (an item whose
+/// event is refused is answered before the others of its four).
 pub fn decide_batch(
     rule_set: &RuleSet,
     packed: &packed::Packed,
@@ -227,38 +229,57 @@ pub fn decide_batch(
 ) {
     let layout = Layout::new(rule_set);
     let per_item = layout.entries();
+    if count == 1 {
+        // One item alone: nothing to hash beside it.
+        let mut fingerprint = [0u8; fingerprint::LEN];
+        let item = Item::of(packed, spans, per_item, 0);
+        let decided = decide_item(rule_set, &item, layout, &mut fingerprint, &mut work.canonicals[0]).map(|(_, d)| d);
+        return answer(0, decided, &fingerprint);
+    }
     let mut start = 0;
     while start < count {
         let lanes = (count - start).min(4);
-        let items: [Item; 4] = std::array::from_fn(|lane| Item::of(packed, spans, per_item, start + lane.min(lanes - 1)));
-        let mut read: [Option<Result<(Valid, bool, bool)>>; 4] =
-            std::array::from_fn(|lane| (lane < lanes).then(|| read_item(rule_set, &items[lane], layout)));
-        for (result, canonical) in read.iter().zip(work.canonicals.iter_mut()) {
-            if let Some(Ok((valid, _, _))) = result {
-                fingerprint::write_canonical(rule_set, valid.event_type, valid.workflow_id, |f| valid.value_of(rule_set, f), canonical);
+        // The items whose events are valid, by lane; the others are answered at once.
+        let mut valid: [Option<(Item, Valid, bool, bool)>; 4] = [None; 4];
+        for (lane, slot) in valid.iter_mut().enumerate().take(lanes) {
+            let item = Item::of(packed, spans, per_item, start + lane);
+            match read_item(rule_set, &item, layout) {
+                Ok((event, has_receipt, has_workflow)) => *slot = Some((item, event, has_receipt, has_workflow)),
+                Err(error) => answer(start + lane, Err(error), &[0; fingerprint::LEN]),
+            }
+        }
+        let mut hashing = 0;
+        for (lane, slot) in valid.iter().enumerate() {
+            if let Some((_, event, _, _)) = slot {
+                fingerprint::write_canonical(
+                    rule_set,
+                    event.event_type,
+                    event.workflow_id,
+                    |f| event.value_of(rule_set, f),
+                    &mut work.canonicals[lane],
+                );
+                hashing += 1;
             }
         }
         let mut hashed: [&[u8]; 4] = [&[]; 4];
-        let mut lane_of = [0usize; 4];
-        let mut hashing = 0;
-        for (lane, result) in read.iter().enumerate() {
-            if let Some(Ok(_)) = result {
-                lane_of[lane] = hashing;
-                hashed[hashing] = work.canonicals[lane].as_bytes();
-                hashing += 1;
+        let mut lanes_hashed = [0usize; 4];
+        let mut n = 0;
+        for (lane, slot) in valid.iter().enumerate() {
+            if slot.is_some() {
+                hashed[n] = work.canonicals[lane].as_bytes();
+                lanes_hashed[n] = lane;
+                n += 1;
             }
         }
         let mut digests = [[0u8; 32]; 4];
         crate::sha256::digest_up_to_four(&hashed[..hashing], &mut digests);
-        for lane in 0..lanes {
-            let mut fingerprint = [0u8; fingerprint::LEN];
-            let decided = read[lane].take().unwrap_or_else(|| Err(Error::InvalidArgument { reason: "no item".into() })).and_then(
-                |(valid, has_receipt, has_workflow)| {
-                    fingerprint::write_digest(&digests[lane_of[lane]], &mut fingerprint);
-                    decide_fingerprinted(rule_set, &items[lane], layout, &valid, has_receipt, has_workflow, &fingerprint)
-                },
-            );
-            answer(start + lane, decided, &fingerprint);
+        for (digest, lane) in digests.iter().zip(lanes_hashed).take(hashing) {
+            if let Some((item, event, has_receipt, has_workflow)) = &valid[lane] {
+                let mut fingerprint = [0u8; fingerprint::LEN];
+                fingerprint::write_digest(digest, &mut fingerprint);
+                let decided = decide_fingerprinted(rule_set, item, layout, event, *has_receipt, *has_workflow, &fingerprint);
+                answer(start + lane, decided, &fingerprint);
+            }
         }
         start += lanes;
     }
@@ -641,19 +662,22 @@ pub fn write_answer(answer: &Result<Decided>, ints: &mut [i32], numbers: &mut [f
 }
 
 /// The answer regions as the layout describes them to a host.
-pub fn answers_json() -> Value {
-    json!({
-        "ints": ANSWER_INTS,
-        "numbers": ANSWER_NUMBERS,
-        "fingerprintBytes": fingerprint::LEN,
-        "decided": DECIDED,
-        "failed": FAILED,
-        "outcomes": OUTCOMES.iter().map(|o| o.as_str()).collect::<Vec<_>>(),
-        "duplicate": Outcome::DuplicateDelivery.code(),
-        "applied": Outcome::Applied.code(),
-        "from": {
-            "CONSTANT": writes::CONSTANT, "REVISION": writes::REVISION, "EVENT_FIELD": writes::EVENT_FIELD,
-            "REMOVED": writes::REMOVED, "WORKFLOW_ID": writes::WORKFLOW_ID,
-        },
-    })
+pub fn describe_answers(w: &mut Writer) {
+    w.open_object();
+    w.key("ints").int(ANSWER_INTS as i64).key("numbers").int(ANSWER_NUMBERS as i64);
+    w.key("fingerprintBytes").int(fingerprint::LEN as i64);
+    w.key("decided").int(DECIDED as i64).key("failed").int(FAILED as i64);
+    w.key("outcomes").strings(OUTCOMES.iter().map(|o| o.as_str()));
+    w.key("duplicate").int(Outcome::DuplicateDelivery.code() as i64).key("applied").int(Outcome::Applied.code() as i64);
+    w.key("from").open_object();
+    for (name, kind) in [
+        ("CONSTANT", writes::CONSTANT),
+        ("REVISION", writes::REVISION),
+        ("EVENT_FIELD", writes::EVENT_FIELD),
+        ("REMOVED", writes::REMOVED),
+        ("WORKFLOW_ID", writes::WORKFLOW_ID),
+    ] {
+        w.key(name).int(kind as i64);
+    }
+    w.close_object().close_object();
 }

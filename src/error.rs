@@ -206,3 +206,61 @@ pub fn truncate(text: &str) -> String {
         None => text.to_string(),
     }
 }
+
+/// A JS number as an error message shows it: whole numbers in full, as
+/// Rust and JavaScript print them (below 10^19), `NaN` and `inf`, and any
+/// other to 15 significant digits. (The standard float formatting would be about a
+/// tenth of the wasm module for messages that quote a misused argument.)
+pub fn number_text(n: f64) -> String {
+    if n.is_nan() {
+        return "NaN".into();
+    }
+    if n.is_infinite() {
+        return if n > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    let sign = if n.is_sign_negative() { "-" } else { "" };
+    let a = n.abs();
+    if a.fract() == 0.0 && a < 1e19 {
+        return format!("{sign}{}", a as u64);
+    }
+    // Scale to 15 significant digits as a whole number, then place the point.
+    let exponent = a.log10().floor() as i32;
+    let digits = (a * 10f64.powi(14 - exponent)).round() as u64;
+    let text = digits.to_string();
+    let point = exponent + 1;
+    let mut out = String::from(sign);
+    if point <= 0 {
+        out.push_str("0.");
+        out.extend(std::iter::repeat('0').take((-point) as usize));
+        out.push_str(text.trim_end_matches('0'));
+    } else if (point as usize) < text.len() {
+        let (whole, fraction) = text.split_at(point as usize);
+        out.push_str(whole);
+        let fraction = fraction.trim_end_matches('0');
+        if !fraction.is_empty() {
+            out.push('.');
+            out.push_str(fraction);
+        }
+    } else {
+        out.push_str(&text);
+        out.extend(std::iter::repeat('0').take(point as usize - text.len()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::number_text;
+
+    #[test]
+    fn numbers_in_messages_read_as_they_were_written() {
+        let cases = [
+            (3.0, "3"), (-1.0, "-1"), (0.0, "0"), (9_007_199_254_740_992.0, "9007199254740992"), (1e21, "1000000000000000000000"),
+            (1.5, "1.5"), (0.5, "0.5"), (0.1, "0.1"), (-0.25, "-0.25"), (123.456, "123.456"), (1e-7, "0.0000001"),
+            (f64::NAN, "NaN"), (f64::INFINITY, "inf"), (f64::NEG_INFINITY, "-inf"),
+        ];
+        for (n, text) in cases {
+            assert_eq!(number_text(n), text, "{n}");
+        }
+    }
+}

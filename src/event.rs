@@ -92,8 +92,7 @@ pub fn normalized_members(rule_set: &RuleSet, event_type: usize, layout: Layout)
     for &f in &rule_set.events[event_type].fields {
         members.push((rule_set.fields[f].name.clone(), layout.event_field(f) as i64));
     }
-    // Names are unique: unstable is exact.
-    members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    crate::sort::sort_by(&mut members, &mut |a, b| a.0 < b.0);
     members
 }
 

@@ -55,14 +55,6 @@ impl FieldKind {
         Ok(text)
     }
 
-    /// Whether `text` is an acceptable value (what `check` answers for a string, without copying it).
-    pub fn accepts(self, text: &str) -> bool {
-        match self {
-            FieldKind::Text => check_text(text).is_ok(),
-            FieldKind::Units => check_units(text).is_ok(),
-        }
-    }
-
     fn too_long(self) -> String {
         match self {
             FieldKind::Text => format!("must be at most {MAX_TEXT_BYTES} UTF-8 bytes"),

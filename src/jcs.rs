@@ -33,9 +33,8 @@ fn write_value(out: &mut String, value: &Value) -> Result<(), String> {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             // RFC 8785 §3.2.3: members sorted by the UTF-16 code units of their
-            // names. Names are unique, so an unstable sort gives the same order
-            // (its code is a third the size of the stable one's, in the wasm).
-            entries.sort_unstable_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+            // names (unique, so the unstable sort is exact).
+            crate::sort::sort_by(&mut entries, &mut |a, b| a.0.encode_utf16().lt(b.0.encode_utf16()));
             out.push('{');
             for (i, (key, item)) in entries.into_iter().enumerate() {
                 if i > 0 {

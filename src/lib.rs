@@ -20,6 +20,7 @@ pub mod outbox;
 pub mod packed;
 pub mod ruleset;
 pub mod sha256;
+pub mod sort;
 pub mod writes;
 
 #[cfg(target_arch = "wasm32")]

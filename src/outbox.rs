@@ -10,7 +10,7 @@
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::error::{Disposition, Error, Result};
+use crate::error::{number_text, Disposition, Error, Result};
 use crate::input::{Input, Source};
 use crate::jcs::MAX_SAFE_INTEGER;
 
@@ -40,7 +40,7 @@ pub fn whole(value: f64, name: &str, min: u64, max: u64) -> Result<u64> {
     if value.is_finite() && value.fract() == 0.0 && value >= min as f64 && value <= max as f64 {
         Ok(value as u64)
     } else {
-        Err(invalid(format!("{name} must be a whole number from {min} to {max}, not {value}")))
+        Err(invalid(format!("{name} must be a whole number from {min} to {max}, not {}", number_text(value))))
     }
 }
 

@@ -23,10 +23,11 @@
 //! (any entry, recursively), so a fact keyed by its id is found by key.
 //! `layout_json` is how a host learns all of it: it repeats no constant.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::field::MAX_TEXT_BYTES;
 use crate::input::{Input, Source};
+use crate::json::text::Writer;
 use crate::ruleset::RuleSet;
 
 /// The property is missing (or `undefined`).
@@ -427,67 +428,84 @@ impl Source for Record<'_> {
 /// What every rule set's packed input shares, so that a host repeats none
 /// of the decider's constants: the tags, the kinds, the argument codes, the
 /// longest string each kind of slot takes, the answer regions, and the
-/// order of an outbox policy's options (laid out as one record).
-pub fn description_json() -> Value {
-    json!({
-        "tags": {
-            "ABSENT": ABSENT, "NULL": NULL, "NUMBER": NUMBER, "TOO_LONG": TOO_LONG, "ILL_FORMED": ILL_FORMED,
-            "SAME": SAME, "OTHER": OTHER, "KNOWN": KNOWN, "UNREADABLE": UNREADABLE,
-        },
-        "kinds": KINDS,
-        "args": { "OBJECT": ARG_OBJECT, "MISSING": ARG_MISSING, "NULL": ARG_NULL, "STRING": ARG_STRING,
-                  "BINARY": ARG_BINARY, "OTHER": ARG_OTHER, "bits": ARG_BITS },
-        "maxUnits": { "text": MAX_TEXT_BYTES, "result": MAX_RESULT_BYTES, "message": MAX_MESSAGE_UNITS },
-        "answers": crate::decide::answers_json(),
-        "outboxPolicyOptions": crate::outbox::OPTIONS,
-    })
+/// order of an outbox policy's options (laid out as one record). JSON text.
+pub fn description_json() -> String {
+    let mut w = Writer::default();
+    w.open_object().key("tags").open_object();
+    for (name, tag) in [
+        ("ABSENT", ABSENT),
+        ("NULL", NULL),
+        ("NUMBER", NUMBER),
+        ("TOO_LONG", TOO_LONG),
+        ("ILL_FORMED", ILL_FORMED),
+        ("SAME", SAME),
+        ("OTHER", OTHER),
+        ("KNOWN", KNOWN),
+        ("UNREADABLE", UNREADABLE),
+    ] {
+        w.key(name).int(tag as i64);
+    }
+    w.close_object().key("kinds").strings(KINDS).key("args").open_object();
+    for (name, code) in [
+        ("OBJECT", ARG_OBJECT),
+        ("MISSING", ARG_MISSING),
+        ("NULL", ARG_NULL),
+        ("STRING", ARG_STRING),
+        ("BINARY", ARG_BINARY),
+        ("OTHER", ARG_OTHER),
+        ("bits", ARG_BITS as i32),
+    ] {
+        w.key(name).int(code as i64);
+    }
+    w.close_object().key("maxUnits").open_object();
+    w.key("text").int(MAX_TEXT_BYTES as i64).key("result").int(MAX_RESULT_BYTES as i64);
+    w.key("message").int(MAX_MESSAGE_UNITS as i64).close_object();
+    w.key("answers");
+    crate::decide::describe_answers(&mut w);
+    w.key("outboxPolicyOptions").strings(crate::outbox::OPTIONS).close_object();
+    w.finish()
 }
 
 /// How a host lays items out for one rule set: the slots, the rule set's
 /// names, and per event type the fields it declares (laid out from the
 /// event), the fields its rules guard (the only workflow fields worth
-/// reading) and the members of a normalized copy.
-pub fn layout_json(rule_set: &RuleSet) -> Value {
+/// reading) and the members of a normalized copy. JSON text.
+pub fn layout_json(rule_set: &RuleSet) -> String {
     let layout = Layout::new(rule_set);
-    let events: Vec<Value> = rule_set
-        .events
-        .iter()
-        .enumerate()
-        .map(|(e, event)| {
-            let mut guards: Vec<usize> = Vec::new();
-            for state in 1..rule_set.state_count() {
-                for &r in &rule_set.cells[e][state] {
-                    for &f in &rule_set.rules[r].guard {
-                        if !guards.contains(&f) {
-                            guards.push(f);
-                        }
+    let mut w = Writer::default();
+    w.open_object().key("entries").int(layout.entries() as i64).key("slots").open_object();
+    w.key("event").int(layout.event(0) as i64).key("eventField").int(layout.event_field(0) as i64);
+    w.key("receipt").int(layout.receipt(0) as i64).key("receiptKeys").strings(RECEIPT_SLOTS);
+    w.key("workflow").int(layout.workflow(0) as i64).key("workflowField").int(layout.workflow_field(0) as i64);
+    w.close_object();
+    w.key("fields").strings(rule_set.fields.iter().map(|f| f.name.as_str()));
+    w.key("statuses").strings(rule_set.statuses.iter().map(|s| s.name.as_str()));
+    w.key("events").open_array();
+    for (e, event) in rule_set.events.iter().enumerate() {
+        let mut guards: Vec<usize> = Vec::new();
+        for state in 1..rule_set.state_count() {
+            for &r in &rule_set.cells[e][state] {
+                for &f in &rule_set.rules[r].guard {
+                    if !guards.contains(&f) {
+                        guards.push(f);
                     }
                 }
             }
-            guards.sort_unstable();
-            let mut declared = event.fields.clone();
-            declared.sort_unstable();
-            json!({
-                "type": event.name,
-                "fields": declared,
-                "guards": guards,
-                "normalized": crate::event::normalized_members(rule_set, e, layout),
-            })
-        })
-        .collect();
-    json!({
-        "entries": layout.entries(),
-        "slots": {
-            "event": layout.event(0),
-            "eventField": layout.event_field(0),
-            "receipt": layout.receipt(0),
-            "receiptKeys": RECEIPT_SLOTS,
-            "workflow": layout.workflow(0),
-            "workflowField": layout.workflow_field(0),
-        },
-        "fields": rule_set.fields.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
-        "statuses": rule_set.statuses.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
-        "events": events,
-        "ruleSet": { "id": rule_set.id, "version": rule_set.version, "hash": rule_set.hash },
-    })
+        }
+        crate::sort::sort_by(&mut guards, &mut |a, b| a < b);
+        let mut declared = event.fields.clone();
+        crate::sort::sort_by(&mut declared, &mut |a, b| a < b);
+        w.open_object().key("type").string(&event.name);
+        w.key("fields").ints(declared.iter().map(|f| *f as i64));
+        w.key("guards").ints(guards.iter().map(|f| *f as i64));
+        w.key("normalized").open_array();
+        for (name, slot) in crate::event::normalized_members(rule_set, e, layout) {
+            w.open_array().string(&name).int(slot).close_array();
+        }
+        w.close_array().close_object();
+    }
+    w.close_array().key("ruleSet").open_object();
+    w.key("id").string(&rule_set.id).key("version").int(rule_set.version as i64).key("hash").string(&rule_set.hash);
+    w.close_object().close_object();
+    w.finish()
 }

@@ -70,11 +70,20 @@ fn compress(state: &mut [u32; 8], block: &[u8; 64]) {
 /// The SHA-256 digest of `message`.
 pub fn digest(message: &[u8]) -> [u8; 32] {
     let mut state = INITIAL;
+    let mut blocks = message.chunks_exact(64);
+    for block in &mut blocks {
+        compress(&mut state, block.try_into().unwrap_or(&[0; 64]));
+    }
+    // The rest, the 0x80 byte, zeros, and the length in bits: one block or two.
+    let rest = blocks.remainder();
     let mut tail = [0u8; 128];
-    let mut k = 0;
-    while let Some(block) = padded_block(message, k, &mut tail) {
-        compress(&mut state, &block);
-        k += 1;
+    tail[..rest.len()].copy_from_slice(rest);
+    tail[rest.len()] = 0x80;
+    let end = if rest.len() < 56 { 64 } else { 128 };
+    tail[end - 8..end].copy_from_slice(&((message.len() as u64) * 8).to_be_bytes());
+    compress(&mut state, tail[..64].try_into().unwrap_or(&[0; 64]));
+    if end == 128 {
+        compress(&mut state, tail[64..].try_into().unwrap_or(&[0; 64]));
     }
     let mut out = [0u8; 32];
     for (bytes, word) in out.chunks_exact_mut(4).zip(state) {
@@ -103,6 +112,7 @@ pub fn digest_up_to_four(messages: &[&[u8]], out: &mut [[u8; 32]; 4]) {
 /// Block `k` of a message padded (its own blocks, then the rest, the 0x80
 /// byte, zeros and the length in bits: one block or two); `None` past the
 /// last. `tail` keeps the padded rest between calls, from `k` in order.
+#[cfg(target_arch = "wasm32")]
 fn padded_block(message: &[u8], k: usize, tail: &mut [u8; 128]) -> Option<[u8; 64]> {
     let full = message.len() / 64;
     if k < full {

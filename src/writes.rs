@@ -7,6 +7,8 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::json::text::Writer;
+
 use crate::ruleset::{Answer, IdPart, RuleSet};
 
 /// Where a value of a write comes from.
@@ -94,36 +96,49 @@ pub fn template(rule_set: &RuleSet, rule: usize, event_type: usize) -> Option<Wr
     Some(Write { set: entries(set), outbox })
 }
 
-fn from_json(from: &From) -> Value {
+/// A source's `kind, arg` (two values of the array it is written in).
+fn write_source(w: &mut Writer, from: &From) {
     match from {
-        From::Constant(text) => json!([CONSTANT, text]),
-        From::Revision => json!([REVISION, 0]),
-        From::EventField(f) => json!([EVENT_FIELD, f]),
-        From::Removed => json!([REMOVED, 0]),
-        From::WorkflowId => json!([WORKFLOW_ID, 0]),
+        From::Constant(text) => w.int(CONSTANT as i64).string(text),
+        From::Revision => w.int(REVISION as i64).int(0),
+        From::EventField(f) => w.int(EVENT_FIELD as i64).int(*f as i64),
+        From::Removed => w.int(REMOVED as i64).int(0),
+        From::WorkflowId => w.int(WORKFLOW_ID as i64).int(0),
+    };
+}
+
+/// `[[key, kind, arg], ...]`.
+fn write_entries(w: &mut Writer, list: &[(String, From)]) {
+    w.open_array();
+    for (key, from) in list {
+        w.open_array().string(key);
+        write_source(w, from);
+        w.close_array();
     }
+    w.close_array();
 }
 
 impl Write {
-    /// The host's form: `{"set": [[key, kind, arg]], "outbox": [{"type",
-    /// "id": [[kind, arg]], "payload": [[key, kind, arg]]}]}`.
-    pub fn to_json(&self) -> Value {
-        let entries = |list: &[(String, From)]| -> Vec<Value> {
-            list.iter()
-                .map(|(key, from)| {
-                    let source = from_json(from);
-                    json!([key, source[0], source[1]])
-                })
-                .collect()
-        };
-        json!({
-            "set": entries(&self.set),
-            "outbox": self.outbox.iter().map(|op| json!({
-                "type": op.operation_type,
-                "id": op.id.iter().map(from_json).collect::<Vec<_>>(),
-                "payload": entries(&op.payload),
-            })).collect::<Vec<_>>(),
-        })
+    /// The host's form, as JSON text: `{"set": [[key, kind, arg]], "outbox":
+    /// [{"type", "id": [[kind, arg]], "payload": [[key, kind, arg]]}]}`.
+    pub fn to_json(&self) -> String {
+        let mut w = Writer::default();
+        w.open_object().key("set");
+        write_entries(&mut w, &self.set);
+        w.key("outbox").open_array();
+        for op in &self.outbox {
+            w.open_object().key("type").string(&op.operation_type).key("id").open_array();
+            for part in &op.id {
+                w.open_array();
+                write_source(&mut w, part);
+                w.close_array();
+            }
+            w.close_array().key("payload");
+            write_entries(&mut w, &op.payload);
+            w.close_object();
+        }
+        w.close_array().close_object();
+        w.finish()
     }
 }
 

@@ -677,6 +677,25 @@ fn outbox_claim_vectors_through_outbox_claimable() {
 }
 
 #[wasm_bindgen_test]
+fn the_wasm_sha256_gives_the_nist_digests() {
+    // Checked against values computed elsewhere, in the build the package ships.
+    let hex = |d: [u8; 32]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    assert_eq!(hex(idemflow::sha256::digest(b"")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    assert_eq!(hex(idemflow::sha256::digest(b"abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    assert_eq!(
+        hex(idemflow::sha256::digest(b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")),
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"
+    );
+    assert_eq!(hex(idemflow::sha256::digest(&[b'a'; 1_000_000])), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    // And the fingerprint vectors' independently computed digests.
+    for case in cases(FINGERPRINT) {
+        let canonical = case["canonical"].as_str().unwrap();
+        let expected = case["fingerprint"].as_str().unwrap().trim_start_matches("fp1:");
+        assert_eq!(hex(idemflow::sha256::digest(canonical.as_bytes())), expected, "{}", name(&case));
+    }
+}
+
+#[wasm_bindgen_test]
 fn four_fingerprints_hashed_side_by_side_equal_one_at_a_time() {
     // In wasm, up to four messages share the SIMD lanes of one compression.
     let message: Vec<u8> = (0..300u32).map(|i| (i * 17 + 3) as u8).collect();

@@ -7,16 +7,20 @@ const { checkOptionKeys, entry, member } = require('./options.cjs');
 const { resolveRuleSet, definitionText, RuleSet } = require('./rules.cjs');
 const { bindings: wasm, call, decider } = require('./wasm.cjs');
 
+const RULE_SET_OPTION = Object.freeze(['ruleSet']);
+const NORMALIZE_OPTIONS = Object.freeze(['ruleSet', 'type']);
+const DECIDE_INPUT = Object.freeze(['event', 'receipt', 'workflow', 'ruleSet']);
+
 /** Throws INVALID_EVENT (with details.field) unless `event` is valid under the rule set. */
 function validateEvent(event, opts) {
-  checkOptionKeys(opts, ['ruleSet'], 'validateEvent');
+  checkOptionKeys(opts, RULE_SET_OPTION, 'validateEvent');
   const ruleSet = resolveRuleSet(member(opts, 'ruleSet'));
   call(() => decider().validate(ruleSet.compiled, event));
 }
 
 /** A validated plain copy of the event: only its own members and declared fields. */
 function normalizeEvent(event, opts) {
-  checkOptionKeys(opts, ['ruleSet', 'type'], 'normalizeEvent');
+  checkOptionKeys(opts, NORMALIZE_OPTIONS, 'normalizeEvent');
   const compiled = resolveRuleSet(member(opts, 'ruleSet')).compiled;
   const type = member(opts, 'type');
   if (type !== undefined && typeof type !== 'string') {
@@ -27,7 +31,7 @@ function normalizeEvent(event, opts) {
 
 /** `fp1:` + hex SHA-256 of the canonical JSON of what the event means. */
 function fingerprint(event, opts) {
-  checkOptionKeys(opts, ['ruleSet'], 'fingerprint');
+  checkOptionKeys(opts, RULE_SET_OPTION, 'fingerprint');
   const ruleSet = resolveRuleSet(member(opts, 'ruleSet'));
   return call(() => decider().fingerprint(ruleSet.compiled, event));
 }
@@ -38,7 +42,7 @@ function fingerprint(event, opts) {
  * the stored workflow (or null).
  */
 function decide(input) {
-  checkOptionKeys(input, ['event', 'receipt', 'workflow', 'ruleSet'], 'decide');
+  checkOptionKeys(input, DECIDE_INPUT, 'decide');
   const event = member(input, 'event', 'INVALID_EVENT');
   const receipt = member(input, 'receipt') ?? null;
   const workflow = member(input, 'workflow') ?? null;

@@ -128,9 +128,10 @@ function messageOf(thrown) {
  * an input, and is not disguised as one.
  */
 function entry(fn) {
-  return function idemflowEntry(...args) {
+  // Every entry point takes at most two arguments: passed as such, not gathered into an array per call.
+  return function idemflowEntry(first, second) {
     try {
-      return fn.apply(this, args);
+      return fn.call(this, first, second);
     } catch (thrown) {
       const coded = fromWasm(thrown);
       if (coded instanceof IdemflowError || coded instanceof WebAssembly.RuntimeError) throw coded;

@@ -2,18 +2,15 @@
 //! hands over as JSON text or JS numbers, read and checked here; what they
 //! mean is decided in [`crate::outbox`].
 
-use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde::Serialize;
+use serde_json::{json, Map, Value};
 
+use super::parse_object;
 use crate::error::{Disposition, Error, Result};
 use crate::outbox::{attempt_number, claimable, time_ms, whole, Failure, HandlerResult, Policy, Status};
 
 fn invalid(reason: impl Into<String>) -> Error {
     Error::InvalidArgument { reason: reason.into() }
-}
-
-fn parse<'a, T: Deserialize<'a>>(text: &'a str, what: &str) -> Result<T> {
-    serde_json::from_str(text).map_err(|e| invalid(format!("{what}: {e}")))
 }
 
 fn to_text<T: Serialize>(value: &T) -> Result<String> {
@@ -25,21 +22,72 @@ pub fn settings_json(policy: &Policy) -> String {
     policy.to_json().to_string()
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct BackoffRequest {
-    operation_id: String,
-    attempt: f64,
+/// A request's members: an object of `known` keys only; `what` names it in errors.
+struct Request<'a> {
+    what: &'a str,
+    map: Map<String, Value>,
+}
+
+impl<'a> Request<'a> {
+    fn parse(text: &str, what: &'a str, known: &[&str]) -> Result<Request<'a>> {
+        Request::of(parse_object(text, what)?, what, known)
+    }
+
+    fn of(map: Map<String, Value>, what: &'a str, known: &[&str]) -> Result<Request<'a>> {
+        if let Some(key) = map.keys().find(|k| !known.contains(&k.as_str())) {
+            return Err(invalid(format!("{what}: unknown field `{key}`, expected one of {}", known.join(", "))));
+        }
+        Ok(Request { what, map })
+    }
+
+    fn wrong(&self, key: &str, expected: &str) -> Error {
+        let found = match self.map.get(key) {
+            None => return invalid(format!("{}: missing field `{key}`", self.what)),
+            Some(Value::Null) => "null",
+            Some(Value::Bool(_)) => "a boolean",
+            Some(Value::Number(_)) => "a number",
+            Some(Value::String(_)) => "a string",
+            Some(Value::Array(_)) => "an array",
+            Some(Value::Object(_)) => "an object",
+        };
+        invalid(format!("{}: {key} must be {expected}, not {found}", self.what))
+    }
+
+    fn number(&self, key: &str) -> Result<f64> {
+        self.map.get(key).and_then(Value::as_f64).ok_or_else(|| self.wrong(key, "a number"))
+    }
+
+    fn text(&self, key: &str) -> Result<String> {
+        self.map.get(key).and_then(Value::as_str).map(str::to_string).ok_or_else(|| self.wrong(key, "a string"))
+    }
+
+    /// Absent or null: `None`.
+    fn optional_text(&self, key: &str) -> Result<Option<String>> {
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(text)) => Ok(Some(text.clone())),
+            Some(_) => Err(self.wrong(key, "a string or null")),
+        }
+    }
+
+    fn optional_bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(self.wrong(key, "true, false or null")),
+        }
+    }
 }
 
 /// `{"operationId", "attempt"}` in; `{"attempt", "ceilingMs", "delayMs"}` out.
 pub fn backoff(policy: &Policy, request: &str) -> Result<String> {
-    let request: BackoffRequest = parse(request, "backoff request")?;
-    let attempt = attempt_number(request.attempt)?;
+    let request = Request::parse(request, "backoff request", &["operationId", "attempt"])?;
+    let operation_id = request.text("operationId")?;
+    let attempt = attempt_number(request.number("attempt")?)?;
     Ok(json!({
         "attempt": attempt,
         "ceilingMs": policy.backoff_ceiling_ms(attempt),
-        "delayMs": policy.backoff_delay_ms(&request.operation_id, attempt),
+        "delayMs": policy.backoff_delay_ms(&operation_id, attempt),
     })
     .to_string())
 }
@@ -50,55 +98,51 @@ pub fn admit(policy: &Policy, attempts: f64) -> Result<String> {
     to_text(&policy.admit(attempts)?)
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ClassifyRequest {
-    operation_id: String,
-    attempt: f64,
-    now: f64,
-    result: ResultRequest,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ResultRequest {
-    ok: bool,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    code: Option<String>,
-    #[serde(default)]
-    message: Option<String>,
-    #[serde(default)]
-    retryable: Option<bool>,
-    #[serde(default)]
-    disposition: Option<String>,
-    #[serde(default)]
-    stopping: bool,
-}
-
 /// `{"operationId", "attempt", "now", "result": {"ok": true} | {"ok": false,
 /// "name"?, "code"?, "message"?, "retryable"?, "disposition"?, "stopping"?}}`
 /// in; the [`Verdict`] out. A `disposition` that is not one of idemflow's
 /// is ignored (another library's errors may carry the word).
 pub fn classify(policy: &Policy, request: &str) -> Result<String> {
-    let request: ClassifyRequest = parse(request, "classify request")?;
-    let attempt = attempt_number(request.attempt)?;
-    let now = time_ms(request.now, "now")?;
-    let r = request.result;
-    let result = if r.ok {
+    let mut request = Request::parse(request, "classify request", &["operationId", "attempt", "now", "result"])?;
+    let operation_id = request.text("operationId")?;
+    let attempt_value = request.number("attempt")?;
+    let now_value = request.number("now")?;
+    let r = match request.map.remove("result") {
+        Some(Value::Object(map)) => Request::of(
+            map,
+            "classify request result",
+            &["ok", "name", "code", "message", "retryable", "disposition", "stopping"],
+        )?,
+        other => {
+            if let Some(value) = other {
+                request.map.insert("result".into(), value);
+            }
+            return Err(request.wrong("result", "an object"));
+        }
+    };
+    let ok = match r.map.get("ok") {
+        Some(Value::Bool(ok)) => *ok,
+        _ => return Err(r.wrong("ok", "true or false")),
+    };
+    let result = if ok {
         HandlerResult::Succeeded
     } else {
         HandlerResult::Failed(Failure {
-            name: r.name,
-            code: r.code,
-            message: r.message.unwrap_or_default(),
-            retryable: r.retryable,
-            disposition: r.disposition.as_deref().and_then(Disposition::parse_any),
-            stopping: r.stopping,
+            name: r.optional_text("name")?,
+            code: r.optional_text("code")?,
+            message: r.optional_text("message")?.unwrap_or_default(),
+            retryable: r.optional_bool("retryable")?,
+            disposition: r.optional_text("disposition")?.as_deref().and_then(Disposition::parse_any),
+            stopping: match r.map.get("stopping") {
+                None => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(r.wrong("stopping", "true or false")),
+            },
         })
     };
-    to_text(&policy.classify(&request.operation_id, attempt, now, &result))
+    let attempt = attempt_number(attempt_value)?;
+    let now = time_ms(now_value, "now")?;
+    to_text(&policy.classify(&operation_id, attempt, now, &result))
 }
 
 /// The claim condition for one stored operation.

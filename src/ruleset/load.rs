@@ -270,7 +270,7 @@ fn load_events(value: &Value, fields: &[Field]) -> Result<Vec<EventType>> {
         // so unstable is exact.
         let mut members: Vec<(&str, Option<Hole>)> = vec![("type", None), ("workflowId", Some(Hole::WorkflowId))];
         members.extend(identity.iter().map(|f| (fields[*f].name.as_str(), Some(Hole::Field(*f)))));
-        members.sort_unstable_by_key(|(name, _)| *name);
+        crate::sort::sort_by(&mut members, &mut |a, b| a.0 < b.0);
         let mut canonical = Vec::new();
         let mut constant = String::from("{");
         for (i, (member, hole)) in members.into_iter().enumerate() {

@@ -603,7 +603,7 @@ fn histories(rule_set: &RuleSet, order: &Order) -> Result<Vec<Vec<u8>>> {
     // Smallest first; among equals, the earlier-declared types first. The
     // order is total (equal configurations are the same), so unstable is exact.
     let size = |c: &[u8]| c.iter().map(|n| *n as usize).sum::<usize>();
-    out.sort_unstable_by(|a, b| size(a).cmp(&size(b)).then_with(|| b.cmp(a)));
+    crate::sort::sort_by(&mut out, &mut |a, b| size(a).cmp(&size(b)).then_with(|| b.cmp(a)).is_lt());
     Ok(out)
 }
 

@@ -5,7 +5,7 @@
 // tests/wasm.rs's while the binding read objects field by field.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { IdemflowError, RuleSet, decide, fingerprint, planDepositConfirmation, validateEvent } from 'idemflow';
+import { IdemflowError, RuleSet, decide, fingerprint, normalizeEvent, planDepositConfirmation, validateEvent } from 'idemflow';
 import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
 
 const seed = () => ({
@@ -206,4 +206,26 @@ test('a getter that decides again while its own event is read gets the right ans
   assert.equal(decision.outcome, 'applied');
   assert.equal(innerDecision.eventId, 'chain-watcher:event-001');
   assert.equal(innerDecision.fingerprint, SEED_FINGERPRINT);
+});
+
+test('where generated code is forbidden, values are read by loops, to the same answers', async () => {
+  const { execFileSync } = await import('node:child_process');
+  const script = `
+    const { decide, normalizeEvent } = require('idemflow');
+    const event = { eventId: 'chain-watcher:event-001', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000' };
+    const workflow = { id: 'swap-42', status: 'deposit', revision: 2, depositRef: event.depositRef, amountUnits: event.amountUnits };
+    const broken = Object.defineProperty({ ...event }, 'depositRef', { get() { throw new Error('boom'); } });
+    let refused;
+    try { decide({ event: broken, receipt: null, workflow }); } catch (error) { refused = { code: error.code, details: error.details }; }
+    let generated = true;
+    try { new Function('return 1'); } catch { generated = false; }
+    console.log(JSON.stringify({ generated, decision: decide({ event, receipt: null, workflow }), normalized: normalizeEvent(event), refused }));
+  `;
+  const out = JSON.parse(execFileSync(process.execPath, ['--disallow-code-generation-from-strings', '-e', script], { encoding: 'utf8' }));
+  assert.equal(out.generated, false, 'the child could generate code');
+  const event = seed();
+  assert.deepEqual(out.decision, decideOne(event, null, storedWorkflow()));
+  assert.deepEqual(out.normalized, normalizeEvent(event));
+  const error = invalidEvent(() => decideOne(throwingGetter(seed(), 'depositRef', 'boom'), null, storedWorkflow()), 'depositRef');
+  assert.deepEqual(out.refused, { code: error.code, details: error.details });
 });
