@@ -70,7 +70,7 @@ test-js: pkg tests/js/node_modules/.installed examples
 # target in `make test`, skipped with one line without nightly; `make fuzz`
 # is the long campaign (FUZZ_SECONDS per target, FUZZ_TARGETS to choose).
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS ?= validate decide ruleset json outbox
+FUZZ_TARGETS ?= validate decide ruleset json outbox payload
 
 test-fuzz:
 	fuzz/run.sh 5

@@ -10,6 +10,7 @@ const { createDeliveryHandler } = require('./host/delivery.cjs');
 const { createBatcher } = require('./host/batcher.cjs');
 const { processBatch } = require('./host/batch.cjs');
 const { observeBacklog } = require('./core/telemetry.cjs');
+const payload = require('./core/payload.cjs');
 
 // The outbox consumer and retention are loaded at their first use: a worker
 // that only decides and commits does not pay for them at start.
@@ -32,6 +33,10 @@ module.exports = {
   decideJSON: core.decideJSON,
   planDepositConfirmation: core.planDepositConfirmation,
   verifyRuleSet: core.verifyRuleSet,
+  canonicalJson: payload.canonicalJson,
+  canonicalJsonText: payload.canonicalJsonText,
+  fingerprintPayload: payload.fingerprintPayload,
+  fingerprintPayloadText: payload.fingerprintPayloadText,
   processEvent,
   processBatch,
   processDepositConfirmed,

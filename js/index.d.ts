@@ -21,7 +21,10 @@ export type ErrorCode =
   | 'STORE_UNAVAILABLE'
   | 'INVALID_RECORD'
   | 'INVALID_ARGUMENT'
-  | 'RULESET_INVALID';
+  | 'RULESET_INVALID'
+  | 'INVALID_PAYLOAD'
+  | 'IDEMPOTENCY_KEY_CONFLICT'
+  | 'IDEMPOTENCY_KEY_IN_PROGRESS';
 
 /** The ids and values involved in an error; which keys depend on the code. */
 export interface ErrorDetails {
@@ -372,6 +375,25 @@ export function decide(
 export function decideJSON(text: string, options?: RuleSetOption): Decision;
 export function planDepositConfirmation(workflow: Workflow | null, event: DepositConfirmedEvent): 'advance' | 'already-applied';
 export function verifyRuleSet(definition: RuleSetDefinition | RuleSet | string): VerificationReport;
+
+/** A JSON value: what JSON.parse returns (a Date is taken as its toJSON text). */
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+/** JSON text as received: a string, or its UTF-8 bytes. */
+export type JsonText = string | Uint8Array | ArrayBuffer;
+/**
+ * The RFC 8785 text of a JSON value: members sorted by UTF-16 code units, numbers as
+ * ECMAScript writes them. Throws INVALID_PAYLOAD (reject, `details.path`) for what is no
+ * JSON value (undefined, a function, a symbol, a BigInt, NaN or an infinity, a Map or
+ * any object that is not plain, a cycle, a lone surrogate), nests deeper than 64 or
+ * writes more than 1 MiB.
+ */
+export function canonicalJson(value: unknown): string;
+/** canonicalJson of JSON text, read as JSON.parse reads it (a name given twice keeps its last value). */
+export function canonicalJsonText(text: JsonText): string;
+/** `pf1:` + hex SHA-256 of the UTF-8 of canonicalJson(value): one fingerprint for payloads that mean the same. */
+export function fingerprintPayload(value: unknown): string;
+/** fingerprintPayload of JSON text. */
+export function fingerprintPayloadText(text: JsonText): string;
 
 /**
  * One transaction of a store. Each write method throws IdemflowError:

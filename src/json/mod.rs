@@ -11,6 +11,7 @@ use crate::input::Source;
 use crate::ruleset::RuleSet;
 
 pub mod outbox;
+pub mod payload;
 
 /// JSON text that must hold an object; `what` names it in the error.
 pub(crate) fn parse_object(text: &str, what: &str) -> Result<Map<String, Value>> {
