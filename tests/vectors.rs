@@ -736,6 +736,14 @@ fn random_doubles_are_written_as_ryu_js_writes_them() {
         checked += 1;
     }
     assert!(checked > 2_900_000);
+    // Every power of two (its double below is half as far as the one above) and its neighbours.
+    for bits in (0..=0x7fe).map(|exponent: u64| exponent << 52) {
+        for x in [f64::from_bits(bits), f64::from_bits(bits + 1), f64::from_bits(bits.saturating_sub(1))] {
+            let mut written = String::new();
+            assert!(write_number(&mut written, x));
+            assert_eq!(written, reference.format_finite(x), "bits {:016x}", x.to_bits());
+        }
+    }
 }
 
 #[test]
