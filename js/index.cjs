@@ -11,6 +11,7 @@ const { createBatcher } = require('./host/batcher.cjs');
 const { processBatch } = require('./host/batch.cjs');
 const { observeBacklog } = require('./core/telemetry.cjs');
 const payload = require('./core/payload.cjs');
+const { idempotent } = require('./core/keyed.cjs');
 
 // The outbox consumer and retention are loaded at their first use: a worker
 // that only decides and commits does not pay for them at start.
@@ -20,6 +21,18 @@ function createOutboxConsumer(...args) {
 
 function createRetention(...args) {
   return require('./store/retention.cjs').createRetention(...args);
+}
+
+function createWebhookReceiver(...args) {
+  return require('./http/webhook.cjs').createWebhookReceiver(...args);
+}
+
+function hmacSignature(...args) {
+  return require('./http/signature.cjs').hmacSignature(...args);
+}
+
+function signPayload(...args) {
+  return require('./http/signature.cjs').signPayload(...args);
 }
 
 module.exports = {
@@ -39,6 +52,7 @@ module.exports = {
   fingerprintPayloadText: payload.fingerprintPayloadText,
   processEvent,
   processBatch,
+  idempotent,
   processDepositConfirmed,
   commitWriteSet,
   wasmMemoryBytes: core.wasmMemoryBytes,
@@ -46,6 +60,9 @@ module.exports = {
   createDeliveryHandler,
   createBatcher,
   createRetention,
+  createWebhookReceiver,
+  hmacSignature,
+  signPayload,
   observeOutboxBacklog: observeBacklog,
 };
 

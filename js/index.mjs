@@ -18,6 +18,7 @@ export const {
   fingerprintPayloadText,
   processEvent,
   processBatch,
+  idempotent,
   processDepositConfirmed,
   commitWriteSet,
   InMemoryStore,
@@ -26,6 +27,9 @@ export const {
   createDeliveryHandler,
   createBatcher,
   createRetention,
+  createWebhookReceiver,
+  hmacSignature,
+  signPayload,
   observeOutboxBacklog,
 } = idemflow;
 

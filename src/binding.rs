@@ -842,3 +842,9 @@ pub fn canonical_json_text(text: JsValue) -> JsResult<String> {
 pub fn fingerprint_payload_text(text: JsValue) -> JsResult<String> {
     canonical_json_text(text).map(|canonical| json::payload::fingerprint_canonical(&canonical))
 }
+
+/// The keyed mode's decision (`json::keyed`): JSON text in and out.
+#[wasm_bindgen(js_name = decideKey)]
+pub fn decide_key(request: &str) -> JsResult<String> {
+    json::keyed::decide_key(request).map_err(throw)
+}

@@ -16,6 +16,7 @@ use idemflow::fingerprint::{canonical_bytes, fingerprint};
 use idemflow::jcs::{canonical_json, hex, write_number};
 use idemflow::json::payload::{canonical_text, fingerprint_text, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH};
 use sha2::{Digest, Sha256};
+use idemflow::json::keyed::decide_key;
 use idemflow::json::{decide_json, fingerprint_json};
 use idemflow::ruleset::{load_unverified, table, verify_definition};
 use idemflow::{decide, Decision, Error, Outcome, RuleSet};
@@ -1469,4 +1470,49 @@ fn outbox_claim_vectors_cover_every_status_and_both_edges() {
     assert!(at_now("nextAttemptAt") && at_now("leaseExpiresAt"), "equal times are claimable");
     let max = json!(idemflow::jcs::MAX_SAFE_INTEGER);
     assert!(all.iter().any(|c| c["now"] == max), "a case at 2^53 - 1");
+}
+
+// ------------------------------------------------------- the keyed mode
+
+#[test]
+fn a_new_key_runs_and_is_recorded_as_a_receipt_of_its_own_type() {
+    let fp = fingerprint_text("{\"amount\":\"125\"}").unwrap();
+    let answer = parse(&decide_key(&json!({ "key": "order-42", "fingerprint": fp, "storedFingerprint": null }).to_string()).unwrap());
+    assert_eq!(
+        answer,
+        json!({ "outcome": "run", "receipt": {
+            "eventId": "order-42", "fingerprint": fp, "workflowId": "order-42", "eventType": "idemflow.key",
+            "outcome": "applied", "ruleSet": null, "result": { "operationIds": [], "status": null, "revision": null },
+        } })
+    );
+}
+
+#[test]
+fn the_same_key_replays_with_the_same_payload_and_conflicts_with_another() {
+    let fp = fingerprint_text("[1]").unwrap();
+    let other = fingerprint_text("[2]").unwrap();
+    let request = |stored: &str| json!({ "key": "k", "fingerprint": fp, "storedFingerprint": stored }).to_string();
+    assert_eq!(parse(&decide_key(&request(&fp)).unwrap()), json!({ "outcome": "replay" }));
+    let conflict = decide_key(&request(&other)).unwrap_err();
+    assert_eq!((conflict.code(), conflict.disposition().as_str()), ("IDEMPOTENCY_KEY_CONFLICT", "reconcile"));
+    assert_eq!(conflict.details()["storedFingerprint"], json!(other));
+    assert_eq!(conflict.details()["fingerprint"], json!(fp));
+    // An event's receipt under the same id is another payload, never a replay.
+    let event = decide_key(&request("fp1:0000000000000000000000000000000000000000000000000000000000000000")).unwrap_err();
+    assert_eq!(event.code(), "IDEMPOTENCY_KEY_CONFLICT");
+}
+
+#[test]
+fn a_key_or_fingerprint_out_of_shape_is_an_invalid_argument() {
+    let fp = fingerprint_text("1").unwrap();
+    for request in [
+        json!({ "key": "", "fingerprint": fp, "storedFingerprint": null }),
+        json!({ "key": "k".repeat(513), "fingerprint": fp, "storedFingerprint": null }),
+        json!({ "key": "k", "fingerprint": "pf1:abc", "storedFingerprint": null }),
+        json!({ "key": "k", "fingerprint": fp.to_uppercase(), "storedFingerprint": null }),
+        json!({ "key": "k", "fingerprint": fp, "storedFingerprint": null, "extra": 1 }),
+    ] {
+        assert_eq!(decide_key(&request.to_string()).unwrap_err().code(), "INVALID_ARGUMENT", "{request}");
+    }
+    assert_eq!(decide_key("[\"\\ud800\"]").unwrap_err().code(), "INVALID_ARGUMENT");
 }

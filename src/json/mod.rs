@@ -10,6 +10,7 @@ use crate::fingerprint::fingerprint;
 use crate::input::Source;
 use crate::ruleset::RuleSet;
 
+pub mod keyed;
 pub mod outbox;
 pub mod payload;
 

@@ -1,0 +1,172 @@
+'use strict';
+// The keyed mode: idempotent(store, { key, payload }, work) runs `work` once
+// per key and answers every later call with the same key what the first one
+// stored, without a rule set or a workflow. The key's record (an inbox
+// receipt of type idemflow.key, so retention expires it by age) and what
+// `work` writes through `tx.client` commit in one transaction: a call that
+// fails or dies leaves neither, and the key free. The core decides run,
+// replay or conflict (json::keyed); this file holds the key, runs `work` and
+// commits.
+
+const { IdemflowError } = require('./errors.cjs');
+const { checkOptionKeys } = require('./options.cjs');
+const { bindings: wasm, call } = require('./wasm.cjs');
+const { canonicalJson, fingerprintPayload } = require('./payload.cjs');
+const { checkText, decidedReceiptToStore } = require('../store/records.cjs');
+
+const DEFAULT_RETRY_AFTER_MS = 1000;
+const DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024;
+/** The payload bound (json::payload): an output is stored as canonical JSON too. */
+const MAX_OUTPUT_BYTES = 1 << 20;
+const MAX_WAIT_MS = 10 * 60 * 1000;
+/** How often a call waiting for another process's hold asks again. */
+const POLL_MS = 20;
+const DEFAULT_RACE_RETRIES = 4;
+
+function invalidArgument(message, field) {
+  return new IdemflowError('INVALID_ARGUMENT', message, { details: { field, reason: message } });
+}
+
+function bounded(value, field, { min, max, fallback }) {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < min || value > max) throw invalidArgument(`${field} must be a whole number from ${min} to ${max}`, field);
+  return value;
+}
+
+function inProgress(key, retryAfterMs) {
+  return new IdemflowError('IDEMPOTENCY_KEY_IN_PROGRESS', `idempotency key ${key} is held by a call still running; retry in ${retryAfterMs} ms`, {
+    details: { key, retryAfterMs },
+  });
+}
+
+/** `{ key, fingerprint }` of a call: a payload fingerprinted here, or a fingerprint made by fingerprintPayload(Text). */
+function requestOf(request) {
+  if (request === null || typeof request !== 'object') throw invalidArgument('idempotent takes { key, payload } (or { key, fingerprint })', 'request');
+  checkOptionKeys(request, ['key', 'payload', 'fingerprint'], 'idempotent');
+  const key = checkText(request.key, 'key');
+  const hasPayload = Object.hasOwn(request, 'payload');
+  if (hasPayload === (request.fingerprint !== undefined)) throw invalidArgument('give either payload or fingerprint', 'payload');
+  return { key, fingerprint: hasPayload ? fingerprintPayload(request.payload) : checkText(request.fingerprint, 'fingerprint') };
+}
+
+function optionsOf(options) {
+  checkOptionKeys(options, ['waitMs', 'retryAfterMs', 'maxOutputBytes', 'raceRetries'], 'idempotent');
+  const opts = options ?? {};
+  return {
+    waitMs: bounded(opts.waitMs, 'waitMs', { min: 0, max: MAX_WAIT_MS, fallback: 0 }),
+    retryAfterMs: bounded(opts.retryAfterMs, 'retryAfterMs', { min: 1, max: MAX_WAIT_MS, fallback: DEFAULT_RETRY_AFTER_MS }),
+    maxOutputBytes: bounded(opts.maxOutputBytes, 'maxOutputBytes', { min: 2, max: MAX_OUTPUT_BYTES, fallback: DEFAULT_MAX_OUTPUT_BYTES }),
+    raceRetries: bounded(opts.raceRetries, 'raceRetries', { min: 0, max: 100, fallback: undefined }),
+  };
+}
+
+/** What `work` returned as it is stored and replayed: its canonical JSON read back (undefined is null). */
+function storedOutput(output, key, maxOutputBytes) {
+  if (output === undefined) return null;
+  const text = canonicalJson(output);
+  if (Buffer.byteLength(text, 'utf8') > maxOutputBytes) {
+    throw new IdemflowError('INVALID_PAYLOAD', `the output of idempotency key ${key} is more than maxOutputBytes ${maxOutputBytes} bytes of JSON`, {
+      details: { path: '$', reason: `more than maxOutputBytes ${maxOutputBytes}`, key },
+    });
+  }
+  return JSON.parse(text);
+}
+
+// The keys this process holds, by what in-process holders are told apart by
+// (a store, or the one session it shares: store._lockScope()): a second call
+// here waits on the first's promise instead of asking the database.
+const HELD = new WeakMap();
+
+function sleep(ms) {
+  return new Promise((resolve) => { setTimeout(resolve, ms); });
+}
+
+/** `promise` or `ms`, whichever comes first; the timer does not outlive the wait. */
+async function waitAtMost(promise, ms) {
+  let timer;
+  try {
+    await Promise.race([promise, new Promise((resolve) => { timer = setTimeout(resolve, ms); })]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Runs `fn` holding `key` in this process; waits for a holder until `deadline`, then answers in progress. */
+async function holdInProcess(store, key, deadline, retryAfterMs, fn) {
+  const scope = store._lockScope();
+  if (!HELD.has(scope)) HELD.set(scope, new Map());
+  const held = HELD.get(scope);
+  while (held.has(key)) {
+    const left = deadline - Date.now();
+    if (left <= 0) throw inProgress(key, retryAfterMs);
+    await waitAtMost(held.get(key), left);
+  }
+  let release;
+  held.set(key, new Promise((resolve) => { release = resolve; }));
+  try {
+    return await fn();
+  } finally {
+    held.delete(key);
+    release();
+  }
+}
+
+/** Holds `key` across processes for the rest of `tx` (the store's hold), asking again until `deadline`. */
+async function holdAcrossProcesses(tx, key, deadline, retryAfterMs) {
+  for (;;) {
+    if (await tx._tryHoldKey(key)) return;
+    const left = deadline - Date.now();
+    if (left <= 0) throw inProgress(key, retryAfterMs);
+    await sleep(Math.min(POLL_MS, left));
+  }
+}
+
+/**
+ * Runs `work(tx)` once for `key`: `{ output, replayed, recordedAt, key,
+ * fingerprint }`. A later call with the same key and payload answers the
+ * stored output (`replayed: true`) without running work; another payload is
+ * IDEMPOTENCY_KEY_CONFLICT (reconcile); a call while another holds the key
+ * waits up to `waitMs` (default 0) and is then IDEMPOTENCY_KEY_IN_PROGRESS
+ * (retry, `details.retryAfterMs`). If work throws, nothing is written and
+ * the error comes out as thrown.
+ */
+async function idempotent(store, request, work, options) {
+  if (store === null || typeof store !== 'object' || typeof store.transaction !== 'function' || typeof store._lockScope !== 'function') {
+    throw invalidArgument('idempotent needs an idemflow store', 'store');
+  }
+  const { key, fingerprint } = requestOf(request);
+  if (typeof work !== 'function') throw invalidArgument('idempotent needs a function to run', 'work');
+  const { waitMs, retryAfterMs, maxOutputBytes, raceRetries } = optionsOf(options);
+  const cycles = 1 + (raceRetries ?? store.raceRetries ?? DEFAULT_RACE_RETRIES);
+  const deadline = Date.now() + waitMs;
+  return holdInProcess(store, key, deadline, retryAfterMs, async () => {
+    for (let cycle = 1; ; cycle += 1) {
+      try {
+        return await store.transaction(async (tx) => {
+          await holdAcrossProcesses(tx, key, deadline, retryAfterMs);
+          const stored = await tx.getReceipt(key);
+          const decision = JSON.parse(call(() => wasm.decideKey(JSON.stringify({ key, fingerprint, storedFingerprint: stored?.fingerprint ?? null }))));
+          if (decision.outcome === 'replay') {
+            return { output: stored.result?.output ?? null, replayed: true, recordedAt: stored.recordedAt, key, fingerprint };
+          }
+          const output = storedOutput(await work(tx), key, maxOutputBytes);
+          const now = store.now();
+          const record = decidedReceiptToStore(decision.receipt, now);
+          record.result = { ...record.result, output };
+          if (!(await tx._insert('inbox', record))) throw lostKeyRace(key);
+          return { output, replayed: false, recordedAt: now, key, fingerprint };
+        });
+      } catch (error) {
+        // Another process recorded the key between this one's read and its insert
+        // (a store without a hold across processes): the next cycle replays it.
+        if (!(error instanceof IdemflowError) || error.code !== 'CONCURRENT_UPDATE' || cycle >= cycles) throw error;
+      }
+    }
+  });
+}
+
+function lostKeyRace(key) {
+  return new IdemflowError('CONCURRENT_UPDATE', `idempotency key ${key} was recorded concurrently`, { details: { key, reason: 'key-recorded' } });
+}
+
+module.exports = { idempotent, DEFAULT_RETRY_AFTER_MS };
