@@ -2,10 +2,10 @@
 // Idempotency-Key middleware of idemflow/express or idemflow/fastify, for the
 // HTTP tests (in process and in a child process: workers/http-server.mjs) and
 // the bench. Routes:
-//   POST /orders    key required; 201 { orderId, run, received } with Location
-//                   (stored) and X-Trace (not stored); waits `x-delay-ms`;
-//                   writes a row of the host's `orders` table in the keyed
-//                   transaction when the app has one (`hostTable`)
+//   POST /orders    key required; writes a row of the host's `orders` table in
+//                   the keyed transaction when the app has one (`hostTable`),
+//                   waits `x-delay-ms`, then 201 { orderId, run, received }
+//                   with Location (stored) and X-Trace (not stored)
 //   POST /optional  key optional; 200 { run }
 //   POST /unavailable  503 unless `x-final: 1`, which keeps it (final())
 //   POST /throws    the handler throws (500)
@@ -51,11 +51,12 @@ function orderHandler(state) {
   return async (context, headers, received) => {
     state.runs += 1;
     const run = state.runs;
+    const orderId = `order-${run}`;
+    // The host's row first, then the wait: a process killed while it waits has written it, uncommitted.
+    if (state.host) await state.host.insert(context, orderId);
     state.onRun?.(run);
     const delay = Number(headers['x-delay-ms'] ?? 0);
     if (delay > 0) await sleep(delay);
-    const orderId = `order-${run}`;
-    if (state.host) await state.host.insert(context, orderId);
     return { status: 201, headers: { location: `/orders/${orderId}`, 'x-trace': `trace-${run}` }, body: { orderId, run, received } };
   };
 }
