@@ -11,12 +11,12 @@
 const { IdemflowError } = require('./errors.cjs');
 const { checkOptionKeys } = require('./options.cjs');
 const { bindings: wasm, call } = require('./wasm.cjs');
-const { canonicalJson, fingerprintPayload } = require('./payload.cjs');
+const { fingerprintPayload } = require('./payload.cjs');
+const { outputOf, MAX_OUTPUT_BYTES: DEFAULT_MAX_OUTPUT_BYTES } = require('../host/applied.cjs');
 const { checkText, decidedReceiptToStore } = require('../store/records.cjs');
 
 const DEFAULT_RETRY_AFTER_MS = 1000;
-const DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024;
-/** The payload bound (json::payload): an output is stored as canonical JSON too. */
+/** The most an output may take here (an HTTP response with its body); a delivery's is 16 KiB. */
 const MAX_OUTPUT_BYTES = 1 << 20;
 const MAX_WAIT_MS = 10 * 60 * 1000;
 /** How often a call waiting for another process's hold asks again. */
@@ -58,18 +58,6 @@ function optionsOf(options) {
     maxOutputBytes: bounded(opts.maxOutputBytes, 'maxOutputBytes', { min: 2, max: MAX_OUTPUT_BYTES, fallback: DEFAULT_MAX_OUTPUT_BYTES }),
     raceRetries: bounded(opts.raceRetries, 'raceRetries', { min: 0, max: 100, fallback: undefined }),
   };
-}
-
-/** What `work` returned as it is stored and replayed: its canonical JSON read back (undefined is null). */
-function storedOutput(output, key, maxOutputBytes) {
-  if (output === undefined) return null;
-  const text = canonicalJson(output);
-  if (Buffer.byteLength(text, 'utf8') > maxOutputBytes) {
-    throw new IdemflowError('INVALID_PAYLOAD', `the output of idempotency key ${key} is more than maxOutputBytes ${maxOutputBytes} bytes of JSON`, {
-      details: { path: '$', reason: `more than maxOutputBytes ${maxOutputBytes}`, key },
-    });
-  }
-  return JSON.parse(text);
 }
 
 // The keys this process holds, by what in-process holders are told apart by
@@ -149,11 +137,11 @@ async function idempotent(store, request, work, options) {
           if (decision.outcome === 'replay') {
             return { output: stored.result?.output ?? null, replayed: true, recordedAt: stored.recordedAt, key, fingerprint };
           }
-          const output = storedOutput(await work(tx), key, maxOutputBytes);
+          // Checked and kept as onApplied's output is (host/applied.cjs), within this call's bound.
+          const output = outputOf(await work(tx), maxOutputBytes);
           const now = store.now();
-          const record = decidedReceiptToStore(decision.receipt, now);
-          record.result = { ...record.result, output };
-          if (!(await tx._insert('inbox', record))) throw lostKeyRace(key);
+          // The receipt the core made, stored as commitDecided stores one: not checked again.
+          if (!(await tx._insert('inbox', decidedReceiptToStore(decision.receipt, now, output)))) throw lostKeyRace(key);
           return { output, replayed: false, recordedAt: now, key, fingerprint };
         });
       } catch (error) {

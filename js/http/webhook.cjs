@@ -8,7 +8,7 @@
 
 const { IdemflowError } = require('../core/errors.cjs');
 const { checkOptionKeys } = require('../core/options.cjs');
-const { DEFAULT_MAX_BYTES } = require('../core/delivery.cjs');
+const { DEFAULT_MAX_BYTES } = require('../host/delivery.cjs');
 const { HttpRefusal, readRawBody } = require('./raw-body.cjs');
 const { errorBody, sendNode } = require('./response.cjs');
 

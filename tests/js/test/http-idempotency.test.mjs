@@ -19,7 +19,10 @@ const ORDER = { customer: 'c-7', items: [{ sku: 'A-1', quantity: 2 }], totalUnit
 /** A fresh store of `kind` (own tables), its host table, and how to close both. */
 async function openStore(kind) {
   const prefix = uniquePrefix();
-  if (kind === 'memory') return { store: new InMemoryStore(), host: null, close: async () => {} };
+  if (kind === 'memory') {
+    const store = new InMemoryStore();
+    return { store, host: hostTable('memory', store, 'orders'), close: async () => {} };
+  }
   if (kind === 'sqlite') {
     const { SqliteStore } = await import('idemflow/sqlite');
     const dir = tempDir('http');

@@ -1,5 +1,6 @@
 // The keyed mode on every store: idempotent(store, { key, payload }, work)
-// runs work once per key, commits the key's record with what work wrote,
+// runs work once per key, commits the key's record with what work wrote
+// through tx.client (a row of the host's shipments table),
 // replays the stored output for the same payload, refuses another payload,
 // holds the key against a second call, and lets retention expire the key.
 import { after, before, describe, it } from 'node:test';
@@ -7,6 +8,7 @@ import assert from 'node:assert/strict';
 
 import { IdemflowError, InMemoryStore, createRetention, fingerprintPayload, idempotent } from 'idemflow';
 import { BACKENDS, tablesFor, uniquePrefix } from '../workers/backends.mjs';
+import { shipmentsOf } from '../workers/host-tables.mjs';
 
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
 const ORDER = { customer: 'c-7', items: [{ sku: 'A-1', quantity: 2 }], totalUnits: '4200' };
@@ -49,14 +51,19 @@ function counted(output) {
 const cases = [
   ['the first call runs work and records its output; the same key and payload replay it without running work', async (h) => {
     const work = counted({ orderId: 'o-1', totalUnits: '4200' });
-    const first = await idempotent(h.store, { key: 'order-key-1', payload: ORDER }, work);
+    const writing = async (tx) => {
+      await h.shipments.insert(tx, 'order-key-1', 'o-1');
+      return work(tx);
+    };
+    const first = await idempotent(h.store, { key: 'order-key-1', payload: ORDER }, writing);
     assert.deepEqual(first, {
       output: { orderId: 'o-1', totalUnits: '4200' }, replayed: false, recordedAt: first.recordedAt, key: 'order-key-1', fingerprint: fingerprintPayload(ORDER),
     });
-    const again = await idempotent(h.store, { key: 'order-key-1', payload: structuredClone(ORDER) }, work);
+    const again = await idempotent(h.store, { key: 'order-key-1', payload: structuredClone(ORDER) }, writing);
     assert.deepEqual(again, { ...first, replayed: true });
     assert.equal(work.runs, 1);
     assert.equal(await h.count('inbox'), 1);
+    assert.equal(await h.shipments.count(), 1, 'the row work wrote through tx.client committed with the key');
   }],
 
   ['a payload that differs only in member order or number spelling is the same payload', async (h) => {
@@ -76,37 +83,45 @@ const cases = [
     assert.equal(work.runs, 1);
   }],
 
-  ['work that throws leaves no record: the error comes out as thrown and the retry runs work again', async (h) => {
+  ['work that throws leaves no record and none of its rows: the error comes out as thrown and the retry runs work again', async (h) => {
     const boom = new Error('payment provider down');
-    const failing = async () => { throw boom; };
+    const failing = async (tx) => {
+      await h.shipments.insert(tx, 'k-throws', 'o-lost');
+      throw boom;
+    };
     await assert.rejects(idempotent(h.store, { key: 'k-throws', payload: ORDER }, failing), (error) => error === boom);
     assert.equal(await h.count('inbox'), 0);
+    assert.equal(await h.shipments.count(), 0, 'the row work wrote rolled back with it');
     const work = counted({ ok: true });
     const retried = await idempotent(h.store, { key: 'k-throws', payload: ORDER }, work);
     assert.deepEqual([retried.replayed, retried.output, work.runs], [false, { ok: true }, 1]);
   }],
 
-  ['the output is stored as its JSON: the first answer and every replay are the same value', async (h) => {
-    const work = counted({ at: new Date(0), amount: 1.50, nothing: null });
+  ['the output is kept as onApplied\'s is: the first answer and every replay are the same value', async (h) => {
+    const work = counted({ at: '1970-01-01T00:00:00.000Z', amount: 1.50, nothing: null, list: [1, 'two'] });
     const first = await idempotent(h.store, { key: 'k-json', payload: 1 }, work);
     const replay = await idempotent(h.store, { key: 'k-json', payload: 1 }, work);
-    assert.deepEqual(first.output, { at: '1970-01-01T00:00:00.000Z', amount: 1.5, nothing: null });
+    assert.deepEqual(first.output, { at: '1970-01-01T00:00:00.000Z', amount: 1.5, nothing: null, list: [1, 'two'] });
     assert.deepEqual(replay.output, first.output);
     const none = await idempotent(h.store, { key: 'k-undefined', payload: 1 }, async () => undefined);
     assert.equal(none.output, null);
     assert.equal((await idempotent(h.store, { key: 'k-undefined', payload: 1 }, async () => 'never')).output, null);
   }],
 
-  ['an output that is not JSON, or too large, is INVALID_PAYLOAD and nothing is recorded', async (h) => {
-    await rejectsWith(idempotent(h.store, { key: 'k-bad-output', payload: 1 }, async () => ({ f: () => 1 })), 'INVALID_PAYLOAD');
-    await rejectsWith(idempotent(h.store, { key: 'k-bad-output', payload: 1 }, async () => ({ n: 10n })), 'INVALID_PAYLOAD');
-    await rejectsWith(idempotent(h.store, { key: 'k-bad-output', payload: 1 }, async () => 'x'.repeat(100), { maxOutputBytes: 64 }), 'INVALID_PAYLOAD');
-    assert.equal(await h.count('inbox'), 0);
+  ['an output that is not JSON, or too large, is INVALID_ARGUMENT (fatal, as for onApplied) and nothing is recorded', async (h) => {
+    for (const output of [{ f: () => 1 }, { n: 10n }, { at: new Date(0) }, { x: Number.NaN }]) {
+      await rejectsWith(idempotent(h.store, { key: 'k-bad-output', payload: 1 }, async () => output), 'INVALID_ARGUMENT', 'fatal');
+    }
+    await rejectsWith(idempotent(h.store, { key: 'k-bad-output', payload: 1 }, async () => 'x'.repeat(20_000)), 'INVALID_ARGUMENT');
+    await rejectsWith(idempotent(h.store, { key: 'k-bad-output', payload: 1 }, async () => 'x'.repeat(100), { maxOutputBytes: 64 }), 'INVALID_ARGUMENT');
+    assert.equal((await idempotent(h.store, { key: 'k-large-output', payload: 1 }, async () => 'x'.repeat(20_000), { maxOutputBytes: 32_768 })).output.length, 20_000);
+    assert.equal(await h.count('inbox'), 1);
   }],
 
   ['25 concurrent calls with one key run work once and all answer its output (waitMs)', async (h) => {
     const work = counted(async (run) => ({ run }));
     const slow = async (tx) => {
+      await h.shipments.insert(tx, 'k-25', 'o-25');
       await new Promise((resolve) => setTimeout(resolve, 30));
       return work(tx);
     };
@@ -114,6 +129,7 @@ const cases = [
     assert.equal(work.runs, 1);
     assert.equal(results.filter((r) => !r.replayed).length, 1);
     for (const result of results) assert.deepEqual(result.output, { run: 1 });
+    assert.equal(await h.shipments.count(), 1);
   }],
 
   ['a call while another holds the key answers IDEMPOTENCY_KEY_IN_PROGRESS (retry) with the retry hint, at once by default', async (h) => {
@@ -193,13 +209,14 @@ const acrossConnections = [
   }],
 ];
 
-function memoryHarness() {
+async function memoryHarness() {
   const time = clock();
   const memory = new InMemoryStore([], { now: time.now });
-  return { store: memory, time, count: async (which) => memory.snapshot()[which].size, close: async () => {} };
+  const shipments = shipmentsOf('memory', { store: memory }, 'shipments');
+  return { store: memory, time, shipments, count: async (which) => memory.snapshot()[which].size, close: async () => {} };
 }
 
-async function durableHarness(env) {
+async function durableHarness(env, kind) {
   const time = clock();
   const tables = tablesFor(uniquePrefix());
   const opened = [];
@@ -210,13 +227,17 @@ async function durableHarness(env) {
   };
   const main = await open();
   await main.store.migrate();
+  const shipments = shipmentsOf(kind, main, `${tables.inbox}_shipments`);
+  await shipments.create();
   return {
     store: main.store,
     time,
+    shipments,
     count: main.count,
     second: async () => (await open()).store,
     async close() {
       await main.drop();
+      if (main.query) await main.query(`DROP TABLE IF EXISTS ${kind === 'mysql' ? `\`${tables.inbox}_shipments\`` : `"${tables.inbox}_shipments"`}`, []).catch(() => {});
       for (const helper of opened.reverse()) await helper.close();
     },
   };
@@ -232,7 +253,7 @@ for (const backend of BACKENDS) {
     const apart = ['pg', 'mysql'].includes(backend.id) ? acrossConnections : [];
     for (const [name, run] of [...cases, ...apart]) {
       it(name, async () => {
-        const h = env === null ? memoryHarness() : await durableHarness(env);
+        const h = env === null ? await memoryHarness() : await durableHarness(env, backend.id);
         try {
           await run(h);
         } finally {

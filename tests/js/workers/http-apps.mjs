@@ -20,25 +20,31 @@ export const FRAMEWORKS = ['node', 'express', 'fastify'];
 const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
 
 /**
- * The host's own table, written in the keyed transaction: `create()` makes it,
- * `insert(context, orderId)` writes through the transaction the middleware
- * hands the handler, `count()` reads it outside. One per store kind.
+ * The host's own table, written in the keyed transaction through the
+ * context the middleware hands the handler (its `client`, or the in-memory
+ * store's `tx.table`): `create()` makes it, `insert(context, orderId)` writes,
+ * `count()` reads what committed. One per store kind.
  */
 export function hostTable(kind, store, name) {
-  const sql = (tx, text, values) => tx._execute(text, values);
   switch (kind) {
+    case 'memory':
+      return {
+        create: async () => {},
+        insert: async (context, orderId) => { context.tx.table(name).set(orderId, { requestKey: context.key }); },
+        count: async () => store.snapshot().tables.get(name)?.size ?? 0,
+        drop: async () => {},
+      };
     case 'sqlite':
       return {
         create: async () => store.db.exec(`CREATE TABLE IF NOT EXISTS "${name}" (order_id TEXT PRIMARY KEY, request_key TEXT NOT NULL)`),
-        // The store's one handle: a statement on it runs inside the open transaction.
-        insert: async (context, orderId) => { store.db.prepare(`INSERT INTO "${name}" (order_id, request_key) VALUES (?, ?)`).run(orderId, context.key); },
+        insert: async (context, orderId) => { context.client.prepare(`INSERT INTO "${name}" (order_id, request_key) VALUES (?, ?)`).run(orderId, context.key); },
         count: async () => Number(store.db.prepare(`SELECT COUNT(*) AS n FROM "${name}"`).get().n),
         drop: async () => {},
       };
     case 'pg':
       return {
         create: async () => store.client.query(`CREATE TABLE IF NOT EXISTS "${name}" (order_id TEXT PRIMARY KEY, request_key TEXT NOT NULL)`),
-        insert: (context, orderId) => sql(context.tx, `INSERT INTO "${name}" (order_id, request_key) VALUES ($1, $2)`, [orderId, context.key]),
+        insert: async (context, orderId) => { await context.client.query(`INSERT INTO "${name}" (order_id, request_key) VALUES ($1, $2)`, [orderId, context.key]); },
         count: async () => Number((await store.client.query(`SELECT COUNT(*) AS n FROM "${name}"`)).rows[0].n),
         drop: async () => { await store.client.query(`DROP TABLE IF EXISTS "${name}"`); },
       };
