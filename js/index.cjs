@@ -11,7 +11,7 @@ const { createBatcher } = require('./host/batcher.cjs');
 const { processBatch } = require('./host/batch.cjs');
 const { observeBacklog } = require('./core/telemetry.cjs');
 const payload = require('./core/payload.cjs');
-const { idempotent } = require('./core/keyed.cjs');
+const { idempotent } = require('./host/keyed.cjs');
 
 // The outbox consumer and retention are loaded at their first use: a worker
 // that only decides and commits does not pay for them at start.

@@ -303,7 +303,7 @@ fn error_codes_list_every_code_with_its_disposition() {
             "INVALID_EVENT": "reject", "EVENT_ID_CONFLICT": "reconcile", "UNKNOWN_WORKFLOW": "retry",
             "IDENTITY_MISMATCH": "reconcile", "INVALID_TRANSITION": "reconcile", "OUTBOX_CONFLICT": "reconcile",
             "CONCURRENT_UPDATE": "retry", "INVALID_RECORD": "reconcile", "INVALID_ARGUMENT": "fatal",
-            "RULESET_INVALID": "fatal", "STORE_UNAVAILABLE": "retry", "INVALID_PAYLOAD": "reject",
+            "RULESET_INVALID": "fatal", "STORE_UNAVAILABLE": "retry", "HANDLER_FAILED": "retry", "INVALID_PAYLOAD": "reject",
             "IDEMPOTENCY_KEY_CONFLICT": "reconcile", "IDEMPOTENCY_KEY_IN_PROGRESS": "retry",
         })
     );

@@ -11,7 +11,7 @@
 
 const { IdemflowError } = require('../core/errors.cjs');
 const { checkOptionKeys } = require('../core/options.cjs');
-const { idempotent } = require('../core/keyed.cjs');
+const { idempotent } = require('../host/keyed.cjs');
 const { canonicalJson, canonicalJsonText, fingerprintPayload } = require('../core/payload.cjs');
 const { errorBody } = require('./response.cjs');
 

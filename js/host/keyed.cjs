@@ -8,12 +8,11 @@
 // replay or conflict (json::keyed); this file holds the key, runs `work` and
 // commits.
 
-const { IdemflowError } = require('./errors.cjs');
-const { checkOptionKeys } = require('./options.cjs');
-const { bindings: wasm, call } = require('./wasm.cjs');
-const { fingerprintPayload } = require('./payload.cjs');
-const { outputOf, MAX_OUTPUT_BYTES: DEFAULT_MAX_OUTPUT_BYTES } = require('../host/applied.cjs');
-const { checkText, decidedReceiptToStore } = require('../store/records.cjs');
+const { IdemflowError } = require('../core/errors.cjs');
+const { checkOptionKeys } = require('../core/options.cjs');
+const { bindings: wasm, call } = require('../core/wasm.cjs');
+const { fingerprintPayload } = require('../core/payload.cjs');
+const { outputOf, MAX_OUTPUT_BYTES: DEFAULT_MAX_OUTPUT_BYTES } = require('./applied.cjs');
 
 const DEFAULT_RETRY_AFTER_MS = 1000;
 /** The most an output may take here (an HTTP response with its body); a delivery's is 16 KiB. */
@@ -33,6 +32,14 @@ function bounded(value, field, { min, max, fallback }) {
   return value;
 }
 
+/** A key or fingerprint as the caller gave it: non-empty, well-formed text (the core bounds its length). */
+function text(value, field) {
+  if (typeof value !== 'string' || value.length === 0 || !value.isWellFormed()) {
+    throw invalidArgument(`${field} must be a non-empty string of well-formed Unicode`, field);
+  }
+  return value;
+}
+
 function inProgress(key, retryAfterMs) {
   return new IdemflowError('IDEMPOTENCY_KEY_IN_PROGRESS', `idempotency key ${key} is held by a call still running; retry in ${retryAfterMs} ms`, {
     details: { key, retryAfterMs },
@@ -43,10 +50,10 @@ function inProgress(key, retryAfterMs) {
 function requestOf(request) {
   if (request === null || typeof request !== 'object') throw invalidArgument('idempotent takes { key, payload } (or { key, fingerprint })', 'request');
   checkOptionKeys(request, ['key', 'payload', 'fingerprint'], 'idempotent');
-  const key = checkText(request.key, 'key');
+  const key = text(request.key, 'key');
   const hasPayload = Object.hasOwn(request, 'payload');
   if (hasPayload === (request.fingerprint !== undefined)) throw invalidArgument('give either payload or fingerprint', 'payload');
-  return { key, fingerprint: hasPayload ? fingerprintPayload(request.payload) : checkText(request.fingerprint, 'fingerprint') };
+  return { key, fingerprint: hasPayload ? fingerprintPayload(request.payload) : text(request.fingerprint, 'fingerprint') };
 }
 
 function optionsOf(options) {
@@ -137,24 +144,20 @@ async function idempotent(store, request, work, options) {
           if (decision.outcome === 'replay') {
             return { output: stored.result?.output ?? null, replayed: true, recordedAt: stored.recordedAt, key, fingerprint };
           }
-          // Checked and kept as onApplied's output is (host/applied.cjs), within this call's bound.
-          const output = outputOf(await work(tx), maxOutputBytes);
-          const now = store.now();
-          // The receipt the core made, stored as commitDecided stores one: not checked again.
-          if (!(await tx._insert('inbox', decidedReceiptToStore(decision.receipt, now, output)))) throw lostKeyRace(key);
-          return { output, replayed: false, recordedAt: now, key, fingerprint };
+          // The core's receipt, committed as a decision's is: work runs where onApplied would,
+          // and what it returns (checked as onApplied's output, within this call's bound) is kept.
+          const output = await tx.commitDecided({ receipt: decision.receipt, workflow: null, outbox: [] }, async () => outputOf(await work(tx), maxOutputBytes));
+          const { recordedAt } = await tx.getReceipt(key);
+          return { output, replayed: false, recordedAt, key, fingerprint };
         });
       } catch (error) {
-        // Another process recorded the key between this one's read and its insert
-        // (a store without a hold across processes): the next cycle replays it.
+        // Another process recorded the key between this one's read and its insert (a store
+        // without a hold across processes), or the database aborted a lost race: the next cycle
+        // replays the key or runs again.
         if (!(error instanceof IdemflowError) || error.code !== 'CONCURRENT_UPDATE' || cycle >= cycles) throw error;
       }
     }
   });
-}
-
-function lostKeyRace(key) {
-  return new IdemflowError('CONCURRENT_UPDATE', `idempotency key ${key} was recorded concurrently`, { details: { key, reason: 'key-recorded' } });
 }
 
 module.exports = { idempotent, DEFAULT_RETRY_AFTER_MS };
