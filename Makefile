@@ -105,6 +105,8 @@ bench: examples
 	cd tests/js && node bench/brokers.mjs
 	@echo
 	cd tests/js && node bench/startup.mjs
+	@echo
+	cd tests/js && node bench/http.mjs
 
 clean:
 	rm -rf pkg target/npm tests/js/node_modules

@@ -86,44 +86,49 @@ async function waitAtMost(promise, ms) {
   }
 }
 
-/** Runs `fn` holding `key` in this process; waits for a holder until `deadline`, then answers in progress. */
+/**
+ * Runs `fn(holder)` holding `key` in this process. A holder only reading the
+ * key's record (a replay, or a call not yet past its decision) is waited for
+ * whatever the bound: that is one short transaction. A holder running work
+ * (`holder.running`) is waited for until `deadline`, then the call is in
+ * progress.
+ */
 async function holdInProcess(store, key, deadline, retryAfterMs, fn) {
   const scope = store._lockScope();
   if (!HELD.has(scope)) HELD.set(scope, new Map());
   const held = HELD.get(scope);
   while (held.has(key)) {
+    const holder = held.get(key);
+    if (!holder.running) {
+      await holder.done;
+      continue;
+    }
     const left = deadline - Date.now();
     if (left <= 0) throw inProgress(key, retryAfterMs);
-    await waitAtMost(held.get(key), left);
+    await waitAtMost(holder.done, left);
   }
   let release;
-  held.set(key, new Promise((resolve) => { release = resolve; }));
+  const holder = { running: false, done: new Promise((resolve) => { release = resolve; }) };
+  held.set(key, holder);
   try {
-    return await fn();
+    return await fn(holder);
   } finally {
     held.delete(key);
     release();
   }
 }
 
-/** Holds `key` across processes for the rest of `tx` (the store's hold), asking again until `deadline`. */
-async function holdAcrossProcesses(tx, key, deadline, retryAfterMs) {
-  for (;;) {
-    if (await tx._tryHoldKey(key)) return;
-    const left = deadline - Date.now();
-    if (left <= 0) throw inProgress(key, retryAfterMs);
-    await sleep(Math.min(POLL_MS, left));
-  }
-}
+/** Answered by a transaction that found the key held by another process and nothing recorded under it yet. */
+const HELD_ELSEWHERE = Symbol('held elsewhere');
 
 /**
  * Runs `work(tx)` once for `key`: `{ output, replayed, recordedAt, key,
  * fingerprint }`. A later call with the same key and payload answers the
  * stored output (`replayed: true`) without running work; another payload is
- * IDEMPOTENCY_KEY_CONFLICT (reconcile); a call while another holds the key
- * waits up to `waitMs` (default 0) and is then IDEMPOTENCY_KEY_IN_PROGRESS
- * (retry, `details.retryAfterMs`). If work throws, nothing is written and
- * the error comes out as thrown.
+ * IDEMPOTENCY_KEY_CONFLICT (reconcile); a call while another runs work under
+ * the key waits up to `waitMs` (default 0) and is then
+ * IDEMPOTENCY_KEY_IN_PROGRESS (retry, `details.retryAfterMs`). If work
+ * throws, nothing is written and the error comes out as thrown.
  */
 async function idempotent(store, request, work, options) {
   if (store === null || typeof store !== 'object' || typeof store.transaction !== 'function' || typeof store._lockScope !== 'function') {
@@ -134,20 +139,29 @@ async function idempotent(store, request, work, options) {
   const { waitMs, retryAfterMs, maxOutputBytes, raceRetries } = optionsOf(options);
   const cycles = 1 + (raceRetries ?? store.raceRetries ?? DEFAULT_RACE_RETRIES);
   const deadline = Date.now() + waitMs;
-  return holdInProcess(store, key, deadline, retryAfterMs, async () => {
-    for (let cycle = 1; ; cycle += 1) {
+  /** The core's decision on what is stored under the key: run, replay, or a conflict thrown. */
+  const decide = (stored) => JSON.parse(call(() => wasm.decideKey(JSON.stringify({ key, fingerprint, storedFingerprint: stored?.fingerprint ?? null }))));
+  const replay = (stored) => ({ output: stored.result?.output ?? null, replayed: true, recordedAt: stored.recordedAt, key, fingerprint });
+  return holdInProcess(store, key, deadline, retryAfterMs, async (holder) => {
+    for (let cycle = 1; ;) {
+      let outcome;
       try {
-        return await store.transaction(async (tx) => {
-          await holdAcrossProcesses(tx, key, deadline, retryAfterMs);
-          const stored = await tx.getReceipt(key);
-          const decision = JSON.parse(call(() => wasm.decideKey(JSON.stringify({ key, fingerprint, storedFingerprint: stored?.fingerprint ?? null }))));
-          if (decision.outcome === 'replay') {
-            return { output: stored.result?.output ?? null, replayed: true, recordedAt: stored.recordedAt, key, fingerprint };
+        outcome = await store.transaction(async (tx) => {
+          // Each try is a transaction of its own, and the hold comes before its first read: a
+          // snapshot (MySQL's REPEATABLE READ) then sees what the previous holder committed.
+          if (!(await tx._tryHoldKey(key))) {
+            // Another process holds the key: it may only be reading a record that is there.
+            const stored = await tx.getReceipt(key);
+            return stored === null ? HELD_ELSEWHERE : (decide(stored), replay(stored));
           }
+          const stored = await tx.getReceipt(key);
+          const decision = decide(stored);
+          if (decision.outcome === 'replay') return replay(stored);
+          holder.running = true;
           // The core's receipt, committed as a decision's is: work runs where onApplied would,
           // and what it returns (checked as onApplied's output, within this call's bound) is kept.
+          const recordedAt = store.now();
           const output = await tx.commitDecided({ receipt: decision.receipt, workflow: null, outbox: [] }, async () => outputOf(await work(tx), maxOutputBytes));
-          const { recordedAt } = await tx.getReceipt(key);
           return { output, replayed: false, recordedAt, key, fingerprint };
         });
       } catch (error) {
@@ -155,7 +169,14 @@ async function idempotent(store, request, work, options) {
         // without a hold across processes), or the database aborted a lost race: the next cycle
         // replays the key or runs again.
         if (!(error instanceof IdemflowError) || error.code !== 'CONCURRENT_UPDATE' || cycle >= cycles) throw error;
+        holder.running = false;
+        cycle += 1;
+        continue;
       }
+      if (outcome !== HELD_ELSEWHERE) return outcome;
+      const left = deadline - Date.now();
+      if (left <= 0) throw inProgress(key, retryAfterMs);
+      await sleep(Math.min(POLL_MS, left));
     }
   });
 }

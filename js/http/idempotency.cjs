@@ -206,7 +206,9 @@ function createIdempotency(options, base = null) {
       if (response.status >= 500 && !final) throw new NotKept('not kept');
       if (response.body.length > maxResponseBytes) throw new NotKept('too large');
       return storedResponse(response, storeHeaders);
-    }, { waitMs, retryAfterMs, maxOutputBytes: MAX_STORED_BYTES });
+      // A lost race (a deadlock, a serialization failure) must not run the cycle again: the handler
+      // has answered once, and its writes rolled back with the first try. The client retries (503).
+    }, { waitMs, retryAfterMs, maxOutputBytes: MAX_STORED_BYTES, raceRetries: 0 });
     const settled = call.then(
       (result) => {
         if (result.replayed) started.resolve({ action: 'answer', response: replayOf(result.output, replayHeader) });

@@ -132,6 +132,14 @@ const cases = [
     assert.equal(await h.shipments.count(), 1);
   }],
 
+  ['concurrent calls for a key already recorded all replay at once: none is in progress', async (h) => {
+    const work = counted('stored');
+    await idempotent(h.store, { key: 'k-replays', payload: ORDER }, work);
+    const replays = await Promise.all(Array.from({ length: 25 }, () => idempotent(h.store, { key: 'k-replays', payload: ORDER }, work)));
+    assert.deepEqual(new Set(replays.map((r) => `${r.replayed}:${r.output}`)), new Set(['true:stored']));
+    assert.equal(work.runs, 1);
+  }],
+
   ['a call while another holds the key answers IDEMPOTENCY_KEY_IN_PROGRESS (retry) with the retry hint, at once by default', async (h) => {
     const held = gate();
     const entered = gate();

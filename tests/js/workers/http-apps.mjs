@@ -9,6 +9,8 @@
 //   POST /optional  key optional; 200 { run }
 //   POST /unavailable  503 unless `x-final: 1`, which keeps it (final())
 //   POST /throws    the handler throws (500)
+//   POST /plain     no middleware: the order's row in a transaction of its own,
+//                   201 { orderId, run, received } (the bench's reference)
 import http from 'node:http';
 import express from 'express';
 import Fastify from 'fastify';
@@ -53,6 +55,17 @@ export function hostTable(kind, store, name) {
   }
 }
 
+/** The /plain handler: what /orders does, without a key, in the store's own transaction. */
+function plainHandler(state, store) {
+  return async (received) => {
+    state.runs += 1;
+    const run = state.runs;
+    const orderId = `order-${run}`;
+    if (state.host) await store.transaction((tx) => state.host.insert({ tx, client: tx.client, key: `plain-${run}` }, orderId));
+    return { status: 201, headers: { location: `/orders/${orderId}` }, body: { orderId, run, received } };
+  };
+}
+
 function orderHandler(state) {
   return async (context, headers, received) => {
     state.runs += 1;
@@ -90,9 +103,10 @@ function answerNode(res, { status, headers, body }) {
 export function createApp(framework, store, { host = null, middleware = {} } = {}) {
   const state = { runs: 0, host, onRun: null };
   const order = orderHandler(state);
+  const plain = plainHandler(state, store);
   const required = { store, required: true, ...middleware };
   const optional = { store, required: false, ...middleware };
-  if (framework === 'fastify') return fastifyApp(store, state, order, middleware);
+  if (framework === 'fastify') return fastifyApp(store, state, order, plain, middleware);
   if (framework === 'express') {
     const app = express();
     app.post('/orders', expressIdempotency(required), express.json(), async (req, res) => {
@@ -111,6 +125,10 @@ export function createApp(framework, store, { host = null, middleware = {} } = {
     app.post('/throws', expressIdempotency(required), () => {
       state.runs += 1;
       throw new Error('the handler failed');
+    });
+    app.post('/plain', express.json(), async (req, res) => {
+      const answer = await plain(req.body);
+      res.status(answer.status).set(answer.headers).json(answer.body);
     });
     // Express's own error page is HTML with the stack: a JSON 500 instead.
     app.use((error, req, res, next) => { // eslint-disable-line no-unused-vars
@@ -136,6 +154,7 @@ export function createApp(framework, store, { host = null, middleware = {} } = {
       state.runs += 1;
       throw new Error('the handler failed');
     }],
+    '/plain': [(req, res, next) => next(), async (req, res) => answerNode(res, await plain(await jsonOf(req)))],
   };
   return nodeServer(http.createServer((req, res) => {
     const route = req.method === 'POST' ? routes[req.url] : undefined;
@@ -164,7 +183,7 @@ function nodeServer(server, state) {
   };
 }
 
-function fastifyApp(store, state, order, middleware) {
+function fastifyApp(store, state, order, plain, middleware) {
   const app = Fastify();
   app.register(fastifyIdempotency, { store, ...middleware });
   app.register(async (routes) => {
@@ -186,6 +205,11 @@ function fastifyApp(store, state, order, middleware) {
     routes.post('/throws', { config: { idempotency: { required: true } } }, async () => {
       state.runs += 1;
       throw new Error('the handler failed');
+    });
+    routes.post('/plain', { config: { idempotency: false } }, async (request, reply) => {
+      const answer = await plain(request.body);
+      reply.code(answer.status).headers(answer.headers);
+      return answer.body;
     });
   });
   return {

@@ -3,10 +3,11 @@
 // tables, with the host's `orders` table. It tells its parent
 // `{ listening: port }`, then `{ ran: run }` each time the order handler has
 // written its row (so the parent can SIGKILL it mid-request).
-// argv: JSON { framework, kind, file?, url?, tables, hostTable }
+// argv: JSON { framework, kind, file?, url?, tables, hostTable, quiet? }
+// (`quiet`: no message per run, for the bench).
 import { createApp, hostTable } from './http-apps.mjs';
 
-const { framework, kind, file, url, tables, hostTable: hostName } = JSON.parse(process.argv[2]);
+const { framework, kind, file, url, tables, hostTable: hostName, quiet = false } = JSON.parse(process.argv[2]);
 
 let store;
 let close;
@@ -17,7 +18,7 @@ if (kind === 'sqlite') {
 } else {
   const { default: pg } = await import('pg');
   const { PostgresStore } = await import('idemflow/postgres');
-  const pool = new pg.Pool({ connectionString: url, max: 4 });
+  const pool = new pg.Pool({ connectionString: url, max: 8 });
   store = new PostgresStore(pool, { tables });
   close = () => pool.end();
 }
@@ -25,7 +26,7 @@ await store.migrate();
 const host = hostTable(kind, store, hostName);
 await host.create();
 const app = createApp(framework, store, { host });
-app.state.onRun = (run) => process.send({ ran: run });
+if (!quiet) app.state.onRun = (run) => process.send({ ran: run });
 const port = await app.listen();
 process.send({ listening: port });
 process.on('message', async (message) => {
