@@ -15,20 +15,24 @@ const RAW = Symbol('idemflow raw body');
 const FINISH = Symbol('idemflow finish');
 const MIDDLEWARE = Symbol('idemflow route middleware');
 
-/** A copy of the bytes a parser reads, kept on the request (at most maxBytes + 1: more is refused later). */
+/**
+ * A copy of the bytes a parser reads, kept on the request; past maxBytes only
+ * their count is kept (preHandler answers 413: the parser read them, the
+ * fingerprint would not cover them).
+ */
 function copyBody(request, payload, maxBytes) {
   const chunks = [];
   let length = 0;
   const copy = new Transform({
     transform(chunk, encoding, callback) {
-      if (length <= maxBytes) chunks.push(chunk);
       length += chunk.length;
+      if (length <= maxBytes) chunks.push(chunk);
       // Fastify compares what arrived with Content-Length through this property.
       copy.receivedEncodedLength = length;
       callback(null, chunk);
     },
     flush(callback) {
-      request[RAW] = Buffer.concat(chunks);
+      request[RAW] = length <= maxBytes ? Buffer.concat(chunks) : { tooLarge: length };
       callback();
     },
   });
@@ -47,6 +51,10 @@ async function bytesOf(payload) {
     return Buffer.concat(chunks);
   }
   return Buffer.from(String(payload), 'utf8');
+}
+
+function tooLarge(maxBytes) {
+  return { status: 413, headers: { 'content-type': 'application/json; charset=utf-8' }, body: JSON.stringify({ error: { reason: 'too-large', message: `at most ${maxBytes} bytes of body` } }) };
 }
 
 function send(reply, { status, headers, body }) {
@@ -90,7 +98,9 @@ function idempotency(fastify, options, done) {
   fastify.addHook('preHandler', async (request, reply) => {
     const middleware = request[MIDDLEWARE];
     if (!applies(request, middleware)) return undefined;
-    const step = await middleware.begin({ method: request.method, url: request.url, headers: request.headers, body: request[RAW] ?? Buffer.alloc(0) });
+    const raw = request[RAW] ?? Buffer.alloc(0);
+    if (!(raw instanceof Uint8Array)) return send(reply, tooLarge(middleware.settings.maxBodyBytes));
+    const step = await middleware.begin({ method: request.method, url: request.url, headers: request.headers, body: raw });
     if (step.action === 'answer') return send(reply, step.response);
     if (step.action === 'run') {
       request.idempotency = step.context;

@@ -132,6 +132,19 @@ const cases = [
     assert.equal(t.app.state.runs, 3);
   }],
 
+  ['a body over maxBodyBytes is 413 and the handler does not run', async (t) => {
+    const small = createApp(t.framework, t.store, { host: t.host, middleware: { maxBodyBytes: 1000 } });
+    const port = await small.listen();
+    try {
+      const large = await post(port, '/orders', { key: 'key-large', body: { ...ORDER, note: 'x'.repeat(2000) } });
+      assert.equal(large.status, 413);
+      assert.equal((await post(port, '/orders', { key: 'key-small', body: ORDER })).status, 201);
+      assert.equal(small.state.runs, 1);
+    } finally {
+      await small.close();
+    }
+  }],
+
   ['a handler that throws answers 500 and keeps nothing: the retry runs it again', async (t) => {
     assert.equal((await post(t.port, '/throws', { key: 'key-throws', body: {} })).status, 500);
     assert.equal((await post(t.port, '/throws', { key: 'key-throws', body: {} })).status, 500);
@@ -145,7 +158,7 @@ for (const kind of STORES) {
       for (const [name, run] of cases) {
         it(name, async () => {
           const opened = await openStore(kind.id);
-          const t = { host: opened.host };
+          const t = { host: opened.host, store: opened.store, framework };
           t.app = createApp(framework, opened.store, { host: opened.host });
           t.waiting = createApp(framework, opened.store, { host: opened.host, middleware: { waitMs: 20_000 } });
           t.port = await t.app.listen();
