@@ -21,6 +21,10 @@ use idemflow::json::{decide_json, fingerprint_json};
 use idemflow::ruleset::{load_unverified, table, verify_definition};
 use idemflow::{decide, Decision, Error, Outcome, RuleSet};
 
+#[path = "shared/jcs.rs"]
+mod shared_jcs;
+use shared_jcs::{SplitMix, JCS_FILES, JCS_NUMBERS};
+
 const FINGERPRINT: &str = include_str!("vectors/fingerprint.json");
 const VALIDATION: &str = include_str!("vectors/validation.json");
 const DECISIONS: &str = include_str!("vectors/decisions.json");
@@ -647,16 +651,6 @@ fn jcs_writes_literals_integers_and_nested_values_without_whitespace() {
     assert_eq!(canonical_json(&edges).unwrap(), "[9007199254740991,-9007199254740991]");
 }
 
-/// The six files of the published RFC 8785 test data (tests/vectors/jcs, with its licence).
-const JCS_FILES: &[(&str, &str, &str)] = &[
-    ("arrays", include_str!("vectors/jcs/input/arrays.json"), include_str!("vectors/jcs/output/arrays.json")),
-    ("french", include_str!("vectors/jcs/input/french.json"), include_str!("vectors/jcs/output/french.json")),
-    ("structures", include_str!("vectors/jcs/input/structures.json"), include_str!("vectors/jcs/output/structures.json")),
-    ("unicode", include_str!("vectors/jcs/input/unicode.json"), include_str!("vectors/jcs/output/unicode.json")),
-    ("values", include_str!("vectors/jcs/input/values.json"), include_str!("vectors/jcs/output/values.json")),
-    ("weird", include_str!("vectors/jcs/input/weird.json"), include_str!("vectors/jcs/output/weird.json")),
-];
-const JCS_NUMBERS: &str = include_str!("vectors/jcs/numbers.json");
 
 #[test]
 fn the_six_rfc_8785_test_files_canonicalise_byte_for_byte() {
@@ -699,18 +693,6 @@ fn number_vectors_are_written_as_ecmascript_writes_them() {
     }
 }
 
-/// SplitMix64: a seeded stream, so a failure names a reproducible double.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
 
 #[test]
 fn random_doubles_are_written_as_ryu_js_writes_them() {

@@ -10,6 +10,10 @@ use wasm_bindgen_test::wasm_bindgen_test;
 
 use idemflow::binding::{self, CompiledRuleSet};
 
+#[path = "shared/jcs.rs"]
+mod shared_jcs;
+use shared_jcs::{SplitMix, JCS_FILES, JCS_NUMBERS};
+
 #[path = "hostile/definitions.rs"]
 mod hostile;
 
@@ -863,15 +867,6 @@ fn outbox_claim_vectors_through_outbox_claimable() {
 
 // ------------------------------------------- issue 23: payloads (RFC 8785)
 
-const JCS_FILES: &[(&str, &str, &str)] = &[
-    ("arrays", include_str!("vectors/jcs/input/arrays.json"), include_str!("vectors/jcs/output/arrays.json")),
-    ("french", include_str!("vectors/jcs/input/french.json"), include_str!("vectors/jcs/output/french.json")),
-    ("structures", include_str!("vectors/jcs/input/structures.json"), include_str!("vectors/jcs/output/structures.json")),
-    ("unicode", include_str!("vectors/jcs/input/unicode.json"), include_str!("vectors/jcs/output/unicode.json")),
-    ("values", include_str!("vectors/jcs/input/values.json"), include_str!("vectors/jcs/output/values.json")),
-    ("weird", include_str!("vectors/jcs/input/weird.json"), include_str!("vectors/jcs/output/weird.json")),
-];
-const JCS_NUMBERS: &str = include_str!("vectors/jcs/numbers.json");
 
 fn canonical(value: JsValue) -> String {
     binding::canonical_json(value).unwrap_or_else(|e| panic!("refused: {}", thrown("canonicalJson", e).message))
@@ -910,18 +905,6 @@ fn number_vectors_through_canonical_json() {
     }
 }
 
-/// SplitMix64, seeded: a failure names a reproducible double.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
 
 #[wasm_bindgen_test]
 fn random_doubles_are_written_as_node_writes_them() {
