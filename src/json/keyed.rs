@@ -5,24 +5,19 @@
 //! payload fingerprint replays what the first call stored; with another
 //! payload it is a conflict a person must look at, never a silent replay.
 
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use super::parse_object;
 use super::payload::PAYLOAD_PREFIX;
 use crate::error::{Error, Result};
 use crate::field::MAX_TEXT_BYTES;
+use crate::jcs::write_string;
 
 /// The event type of a key's receipt: no rule set declares it (not a name).
 pub const KEY_EVENT_TYPE: &str = "idemflow.key";
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct KeyRequest {
-    key: String,
-    fingerprint: String,
-    /// The fingerprint of the receipt stored under the key, when there is one.
-    stored_fingerprint: Option<String>,
-}
+/// The members of a key request.
+const MEMBERS: &[&str] = &["key", "fingerprint", "storedFingerprint"];
 
 fn invalid(reason: String) -> Error {
     Error::InvalidArgument { reason }
@@ -38,25 +33,42 @@ fn is_payload_fingerprint(text: &str) -> bool {
 /// call's own writes (its `result` gets the call's output), or
 /// IDEMPOTENCY_KEY_CONFLICT.
 pub fn decide_key(request: &str) -> Result<String> {
-    let request: KeyRequest = serde_json::from_str(request).map_err(|e| invalid(format!("key request: {e}")))?;
-    let KeyRequest { key, fingerprint, stored_fingerprint } = request;
+    let request = parse_object(request, "key request")?;
+    if let Some(unknown) = request.keys().find(|name| !MEMBERS.contains(&name.as_str())) {
+        return Err(invalid(format!("key request: unknown member {unknown:?}")));
+    }
+    let text = |name: &str| match request.get(name) {
+        Some(Value::String(text)) => Ok(Some(text.as_str())),
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => Err(invalid(format!("key request: {name} must be a string"))),
+    };
+    let key = text("key")?.unwrap_or_default();
+    let fingerprint = text("fingerprint")?.unwrap_or_default();
     if key.is_empty() || key.len() > MAX_TEXT_BYTES {
         return Err(invalid(format!("an idempotency key is 1 to {MAX_TEXT_BYTES} UTF-8 bytes, not {}", key.len())));
     }
-    if !is_payload_fingerprint(&fingerprint) {
+    if !is_payload_fingerprint(fingerprint) {
         return Err(invalid(format!("{fingerprint:?} is not a payload fingerprint ({PAYLOAD_PREFIX} and 64 hex digits)")));
     }
-    let answer: Value = match stored_fingerprint {
-        Some(stored) if stored == fingerprint => json!({ "outcome": "replay" }),
-        Some(stored) => return Err(Error::IdempotencyKeyConflict { key, stored_fingerprint: stored, fingerprint }),
-        None => json!({
-            "outcome": "run",
-            "receipt": {
-                "eventId": key, "fingerprint": fingerprint, "workflowId": key, "eventType": KEY_EVENT_TYPE,
-                "outcome": "applied", "ruleSet": null,
-                "result": { "operationIds": [], "status": null, "revision": null },
-            },
+    match text("storedFingerprint")? {
+        Some(stored) if stored == fingerprint => Ok(r#"{"outcome":"replay"}"#.to_string()),
+        Some(stored) => Err(Error::IdempotencyKeyConflict {
+            key: key.to_string(),
+            stored_fingerprint: stored.to_string(),
+            fingerprint: fingerprint.to_string(),
         }),
-    };
-    Ok(answer.to_string())
+        None => {
+            let mut out = String::with_capacity(256 + 2 * key.len());
+            out.push_str(r#"{"outcome":"run","receipt":{"eventId":"#);
+            write_string(&mut out, key);
+            out.push_str(r#","fingerprint":"#);
+            write_string(&mut out, fingerprint);
+            out.push_str(r#","workflowId":"#);
+            write_string(&mut out, key);
+            out.push_str(r#","eventType":"#);
+            write_string(&mut out, KEY_EVENT_TYPE);
+            out.push_str(r#","outcome":"applied","ruleSet":null,"result":{"operationIds":[],"status":null,"revision":null}}}"#);
+            Ok(out)
+        }
+    }
 }
