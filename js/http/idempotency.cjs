@@ -197,7 +197,14 @@ function createIdempotency(options, base = null) {
     const started = deferred();
     const answered = deferred();
     let context = null;
+    let entered = false;
     const call = idempotent(store, { key: recordKey, fingerprint }, async (tx) => {
+      // A driver that runs a transaction's function again by itself (MongoDB's withTransaction
+      // after a transient error) must not keep the answer of a handler whose writes rolled back.
+      if (entered) {
+        throw new IdemflowError('CONCURRENT_UPDATE', 'the transaction ran again after the handler had answered', { details: { reason: 'transaction-retried' } });
+      }
+      entered = true;
       let final = false;
       context = { key, tx, client: tx.client, final: () => { final = true; } };
       started.resolve({ action: 'run' });
