@@ -175,3 +175,31 @@ for (const kind of STORES) {
     });
   }
 }
+
+describe('Idempotency-Key when a driver runs the transaction again', () => {
+  it('a keyed transaction run a second time after the handler answered is a 503, and nothing is kept', async () => {
+    const memory = new InMemoryStore();
+    // What MongoDB's withTransaction does after a transient error: the function again, in a new transaction.
+    const retrying = {
+      now: () => memory.now(),
+      _lockScope: () => memory,
+      transaction: async (fn) => {
+        await memory.transaction(async (first) => {
+          await fn(first);
+          throw new Error('a transient transaction error: the commit did not happen');
+        }).catch(() => {});
+        return memory.transaction(fn);
+      },
+    };
+    const app = createApp('express', retrying, { host: hostTable('memory', memory, 'orders') });
+    const port = await app.listen();
+    try {
+      const answer = await post(port, '/orders', { key: 'key-retried', body: ORDER });
+      assert.equal(answer.status, 503);
+      assert.equal(answer.json.error.code, 'CONCURRENT_UPDATE');
+      assert.equal(memory.snapshot().inbox.size, 0);
+    } finally {
+      await app.close();
+    }
+  });
+});
