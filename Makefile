@@ -102,6 +102,8 @@ bench: examples
 	@echo
 	cd tests/js && node bench/batch.mjs
 	@echo
+	cd tests/js && node bench/production.mjs
+	@echo
 	cd tests/js && node bench/brokers.mjs
 	@echo
 	cd tests/js && node bench/startup.mjs

@@ -123,7 +123,12 @@ export interface OriginalResult extends ReceiptResult {
   outcome: RecordedOutcome;
   /** When the first delivery was decided (its receipt's recordedAt, ms since the epoch); null when the receipt has no stamp. */
   decidedAt: number | null;
+  /** What the first delivery's onApplied returned (null for nothing); absent when it ran without one. */
+  output?: JsonValue;
 }
+
+/** A JSON value: what onApplied may return as a delivery's output. */
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 
 /** What decide needs of a stored receipt. */
 export interface StoredReceipt {
@@ -178,7 +183,8 @@ export interface ProcessMeasure {
 }
 
 export type ProcessResult =
-  | ({ outcome: 'applied'; operationId: string | null; operationIds: string[]; status: string; revision: number } & ProcessMeasure)
+  /** `output`: what onApplied returned (null for nothing), when the call had one. */
+  | ({ outcome: 'applied'; operationId: string | null; operationIds: string[]; status: string; revision: number; output?: JsonValue } & ProcessMeasure)
   | ({ outcome: 'already-applied' | 'stale' } & ProcessMeasure)
   /** `original`: what the first delivery produced; null when its receipt was written by a version that did not keep it. */
   | ({ outcome: 'duplicate-delivery'; original: OriginalResult | null } & ProcessMeasure);
@@ -372,13 +378,9 @@ export function fingerprint(event: EventInput, options?: RuleSetOption): string;
 export function decide(
   input: { event: EventInput; receipt: StoredReceipt | null; workflow: Workflow | null } & RuleSetOption,
 ): Decision;
-/** decide over JSON text `{"event":…,"receipt":…,"workflow":…}`, for hot loops. */
-export function decideJSON(text: string, options?: RuleSetOption): Decision;
 export function planDepositConfirmation(workflow: Workflow | null, event: DepositConfirmedEvent): 'advance' | 'already-applied';
 export function verifyRuleSet(definition: RuleSetDefinition | RuleSet | string): VerificationReport;
 
-/** A JSON value: what JSON.parse returns (a Date is taken as its toJSON text). */
-export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 /** JSON text as received: a string, or its UTF-8 bytes. */
 export type JsonText = string | Uint8Array | ArrayBuffer;
 /**
@@ -397,9 +399,11 @@ export function fingerprintPayload(value: unknown): string;
 export function fingerprintPayloadText(text: JsonText): string;
 
 /**
- * The transaction the keyed mode hands `work`: idemflow's own reads and writes, and
- * the driver's handle bound to the transaction, whose statements commit or roll back
- * with the key's record (docs/adapters.md, "tx.client").
+ * The transaction the keyed mode hands `work` when the store's own type does not say
+ * more (a store's transaction type, PostgresTransaction and the like, is inferred from
+ * the store): idemflow's own reads and writes, and the driver's handle bound to the
+ * transaction, whose statements commit or roll back with the key's record
+ * (docs/adapters.md, "tx.client").
  */
 export interface KeyedTransaction extends StoreTransaction {
   /** The pg PoolClient or Client (the PGlite transaction), the SQLite handle, the mysql2 connection, the MongoClient; undefined in memory. */
@@ -444,7 +448,17 @@ export interface KeyedResult<T> {
  * IDEMPOTENCY_KEY_IN_PROGRESS (retry) after `waitMs`. If work throws, nothing is
  * written and the error comes out as thrown.
  */
-export function idempotent<T>(store: Store, request: KeyedRequest, work: (tx: KeyedTransaction) => Promise<T> | T, options?: KeyedOptions): Promise<KeyedResult<T>>;
+export function idempotent<S extends Store, T>(
+  store: S,
+  request: KeyedRequest,
+  work: (tx: TransactionOf<S>) => Promise<T> | T,
+  options?: KeyedOptions,
+): Promise<KeyedResult<T>>;
+
+/** The transaction a store hands `fn` (PostgresTransaction, SqliteTransaction, …), or KeyedTransaction when its type does not say. */
+export type TransactionOf<S> = S extends { transaction<R>(fn: (tx: infer Tx) => Promise<R>, options?: TransactionOptions): Promise<R> }
+  ? (Tx extends { readonly client: unknown } ? Tx : KeyedTransaction)
+  : KeyedTransaction;
 
 /** What a webhook request is to the receiver: the raw body's bytes and the headers (lowercase names). */
 export interface WebhookRequest {
@@ -552,25 +566,53 @@ export interface StoreTransaction {
   insertOperation(operation: OutboxOperation): Promise<void>;
 }
 
-/** What processEvent needs of a store. */
-export interface Store {
-  transaction<T>(fn: (tx: StoreTransaction) => Promise<T>): Promise<T>;
-  /** Re-runs of a cycle after a lost race, when processEvent is not given its own. */
-  readonly raceRetries?: number;
-  /** @deprecated raceRetries + 1. */
-  readonly maxAttempts?: number;
+/**
+ * What the host cycle asks of a store's transaction (docs/adapters.md): `batch`,
+ * processBatch's (its locking reads need READ COMMITTED); `deadlineAt`, the
+ * performance.now() time the whole call must end by.
+ */
+export interface TransactionOptions {
+  batch?: boolean;
+  deadlineAt?: number | null;
 }
 
-export interface ProcessOptions extends RuleSetOption {
+/** What processEvent needs of a store. */
+export interface Store {
+  transaction<T>(fn: (tx: StoreTransaction) => Promise<T>, options?: TransactionOptions): Promise<T>;
+  /** Re-runs of a cycle after a lost race, when processEvent is not given its own. */
+  readonly raceRetries?: number;
+  /** How long one call may take (a server store's options.timeoutMs); undefined where calls wait on no server. */
+  readonly timeoutMs?: number;
+}
+
+/** What onApplied is told of the decision it runs for: the applied result, and the event as validated. */
+export interface AppliedDecision {
+  outcome: 'applied';
+  operationId: string | null;
+  operationIds: string[];
+  status: string;
+  revision: number;
+  fingerprint: string;
+  event: NormalizedEvent;
+}
+
+/**
+ * The host's own writes in idemflow's transaction: runs when a delivery is applied, before the
+ * commit, with the store's transaction (`tx.client`: the driver's handle bound to it). Returns the
+ * delivery's output (a JSON value of at most 16 KiB, kept in the receipt and answered to every later
+ * duplicate); a throw rolls everything back (an IdemflowError as thrown, anything else HANDLER_FAILED).
+ */
+export type OnApplied<Tx = any> = (tx: Tx, decision: AppliedDecision) => JsonValue | void | Promise<JsonValue | void>;
+
+export interface ProcessOptions<Tx = any> extends RuleSetOption {
   /** How many times the read-decide-write cycle runs again when a concurrent writer wins (default 4). */
   raceRetries?: number;
-  /** @deprecated raceRetries + 1: the whole cycles to try (default 5). */
-  maxAttempts?: number;
   /** Refuse events of any other type (INVALID_EVENT, field "type"). */
   type?: string;
   /** Stored beside the payload of each outbox operation this delivery writes. */
   metadata?: OperationMetadata;
   hooks?: ProcessHooks;
+  onApplied?: OnApplied<Tx>;
 }
 
 export function processEvent(store: Store, event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
@@ -588,6 +630,8 @@ export interface MemorySnapshot {
   workflows: Map<string, Workflow>;
   inbox: Map<string, Receipt & { recordedAt?: number }>;
   outbox: Map<string, StoredOperation>;
+  /** The host's own tables (tx.table(name)), by name. */
+  tables: Map<string, Map<string, unknown>>;
 }
 
 /**
@@ -596,6 +640,10 @@ export interface MemorySnapshot {
  * transaction. set() checks a row with the store's readers; get() returns copies.
  */
 export interface InMemoryTransaction extends StoreTransaction {
+  /** A table of the host's own, by name: what the host writes in it commits or rolls back with the rest (snapshot().tables). */
+  table(name: string): Map<string, unknown>;
+  /** Inserts or replaces a workflow in this transaction. */
+  putWorkflow(workflow: Workflow): Promise<void>;
   readonly workflows: Map<string, Workflow>;
   readonly inbox: Map<string, Receipt & { recordedAt?: number }>;
   readonly outbox: Map<string, Partial<StoredOperation> & Pick<OutboxOperation, 'type' | 'workflowId' | 'eventId'>>;
@@ -611,9 +659,9 @@ export class InMemoryStore implements Store, OutboxStore, OutboxAdmin, Exclusive
     options?: { now?: () => number },
   ): InMemoryStore;
   now(): number;
-  transaction<T>(fn: (tx: InMemoryTransaction) => Promise<T>): Promise<T>;
-  process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
-  processBatch(events: readonly EventInput[], options?: ProcessOptions): Promise<BatchResult[]>;
+  transaction<T>(fn: (tx: InMemoryTransaction) => Promise<T>, options?: TransactionOptions): Promise<T>;
+  process(event: EventInput, options?: ProcessOptions<InMemoryTransaction>): Promise<ProcessResult>;
+  processBatch(events: readonly EventInput[], options?: ProcessOptions<InMemoryTransaction>): Promise<BatchResult[]>;
   snapshot(): MemorySnapshot;
   getWorkflow(id: string): Promise<Workflow | null>;
   putWorkflow(workflow: Workflow): Promise<void>;
@@ -633,9 +681,6 @@ export class InMemoryStore implements Store, OutboxStore, OutboxAdmin, Exclusive
   purgeOperations(args: PurgeArgs & { status?: 'done' | 'dead' }): Promise<PurgeResult>;
   withExclusiveLock<T>(name: string, fn: () => Promise<T> | T, options?: { leaseMs?: number }): Promise<LockResult<T>>;
 }
-
-/** Size of the wasm linear memory in bytes (diagnostics: it only grows). */
-export function wasmMemoryBytes(): number;
 
 // ---- Outbox consumer (docs/outbox.md) ---------------------------------------
 
@@ -957,8 +1002,10 @@ export interface DeliveryHandlerOptions extends RuleSetOption {
   parse?: (body: Uint8Array | string) => unknown;
   /** Raw bodies larger than this many bytes are dead-lettered unparsed (default 65536). */
   maxBytes?: number;
-  /** Passed to processEvent: whole cycles to try when a concurrent writer wins (default 5). */
-  maxAttempts?: number;
+  /** Passed to processEvent: re-runs after a lost race (default 4). */
+  raceRetries?: number;
+  /** Passed to processEvent and processBatch: the host's own writes in the transaction. */
+  onApplied?: OnApplied;
   /**
    * Deliveries of one message before a verdict that would be retry becomes
    * park, with its error (default 20; Infinity for no cap). Counted from

@@ -1,24 +1,25 @@
 //! Every `#[wasm_bindgen]` item of idemflow. This module converts values and
-//! maps errors; it decides nothing. Inputs are read inside the function bodies
-//! (never in the ABI layer), so a bad input returns an ordinary `Err` and every
-//! Rust value is dropped on the way out: rejected calls do not leak memory.
+//! maps errors; it decides nothing. Values a host hands over arrive packed
+//! (`crate::packed`): the host reads its objects, says what each value was,
+//! and lays them out in a `Decider`'s regions of wasm memory; nothing here
+//! reads a JS object. Rust values are dropped on every way out, so rejected
+//! calls do not leak memory.
 
 use js_sys::{JsString, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use crate::batch;
-use crate::compat::plan_deposit_confirmation;
-use crate::decide::{self};
+use crate::compat;
+use crate::decide::{self, Work, ANSWER_INTS, ANSWER_NUMBERS};
 use crate::error::{Error, CODES};
-use crate::event::{validate, validate_as};
-use crate::field::MAX_TEXT_BYTES;
-use crate::fingerprint::fingerprint as fingerprint_of;
-use crate::input::{Input, Source};
+use crate::event;
+use crate::fingerprint;
 use crate::json;
-use crate::limits::{self, MAX_DEFINITION_BYTES, MAX_JSON_INPUT_BYTES};
-use crate::outbox::Policy;
+use crate::limits::{self, MAX_DEFINITION_BYTES};
+use crate::outbox::{Policy, OPTIONS};
+use crate::packed::{self, Item, Layout, Packed, Record, Spans};
 use crate::ruleset::{table, verify, RuleSet};
+use crate::writes;
 
 /// Throws a JS `Error` carrying `idemflowCode`, `disposition` and `details`;
 /// the package's JS turns it into an `IdemflowError`.
@@ -34,239 +35,22 @@ fn throw(error: Error) -> JsValue {
 
 type JsResult<T> = Result<T, JsValue>;
 
-/// A JS object read one property at a time, only when the core asks.
-struct JsObject<'a>(&'a JsValue);
-
-impl Source for JsObject<'_> {
-    fn field(&self, name: &str) -> Input {
-        // A UTF-8 string is never shorter than its UTF-16 form: longer than the
-        // longest field in units means too long in bytes, and it is not copied.
-        to_input(read_field(self.0, &key(name), MAX_TEXT_BYTES as u32))
-    }
-
-    fn json_text(&self, name: &str) -> Input {
-        to_input(read_json(self.0, &key(name), MAX_RESULT_UNITS))
-    }
-}
-
-/// The longest JSON text a structured record field is read as (a receipt's
-/// `result`); longer is too long, and the core refuses it.
-const MAX_RESULT_UNITS: u32 = 64 * 1024;
-
-// Reading a property can run a getter or a proxy trap that throws. The throw
-// is caught inside JS and reported as a sentinel symbol: an exception that
-// reaches wasm through a `catch` import costs an externref slot in
-// wasm-bindgen 0.2.130, so 100,000 throwing getters would grow the memory.
-//
-// Only own properties are read: a member inherited through the prototype
-// chain (`Object.create(event)`, a polluted `Object.prototype.amountUnits`)
-// is absent. An own accessor is part of the object the caller built, so its
-// getter runs (once per read, as a data property's value would be read); a
-// getter that throws is an unreadable field, a coded error like any other.
-// `Object.hasOwn` is captured at load, so later pollution of `Object` cannot
-// change what it does.
-#[wasm_bindgen(inline_js = "
-const FAILED = Symbol('idemflow: property read failed');
-const TOO_LONG = Symbol('idemflow: string too long');
-const hasOwn = Object.hasOwn;
-let lastThrown;
-module.exports.read_field = function (target, key, maxUnits) {
-  let value;
-  try {
-    if (!hasOwn(target, key)) return undefined;
-    value = target[key];
-  } catch (thrown) { lastThrown = thrown; return FAILED; }
-  if (typeof value === 'string' && value.length > maxUnits) return TOO_LONG;
-  return value;
-};
-module.exports.read_failure = function (value) {
-  if (value !== FAILED) return undefined;
-  const thrown = lastThrown;
-  lastThrown = undefined;
-  try {
-    if (typeof thrown === 'string') return thrown.slice(0, 200);
-    const message = thrown !== null && typeof thrown === 'object' ? thrown.message : undefined;
-    return typeof message === 'string' ? message.slice(0, 200) : 'a value without a message was thrown';
-  } catch (_) {
-    return 'a value that cannot be inspected was thrown';
-  }
-};
-module.exports.read_json = function (target, key, maxUnits) {
-  const value = module.exports.read_field(target, key, maxUnits);
-  if (value === null || typeof value !== 'object') return value;
-  let text;
-  try { text = JSON.stringify(value); } catch (thrown) { lastThrown = thrown; return FAILED; }
-  if (typeof text !== 'string') return undefined;
-  return text.length > maxUnits ? TOO_LONG : text;
-};
-module.exports.is_too_long = function (value) { return value === TOO_LONG; };
-module.exports.is_well_formed = function (text) {
-  for (let i = 0; i < text.length; i += 1) {
-    const unit = text.charCodeAt(i);
-    if (unit >= 0xd800 && unit <= 0xdbff) {
-      const next = text.charCodeAt(i + 1);
-      if (!(next >= 0xdc00 && next <= 0xdfff)) return false;
-      i += 1;
-    } else if (unit >= 0xdc00 && unit <= 0xdfff) {
-      return false;
-    }
-  }
-  return true;
-};
-module.exports.is_array = function (value) {
-  try { return Array.isArray(value); } catch (_) { return false; }
-};
-module.exports.is_binary = function (value) {
-  try {
-    return ArrayBuffer.isView(value) || value instanceof ArrayBuffer ||
-      (typeof SharedArrayBuffer === 'function' && value instanceof SharedArrayBuffer);
-  } catch (_) { return false; }
-};
-")]
-extern "C" {
-    /// `target[key]` when `key` is an own property (undefined otherwise), or a
-    /// sentinel symbol when the read threw (a getter, a proxy) or the value is
-    /// a string longer than `max_units` UTF-16 units.
-    /// Catching inside JS keeps exceptions out of the wasm call path: one that
-    /// reaches wasm through a `catch` import costs an externref slot in
-    /// wasm-bindgen 0.2.130, so 100,000 throwing getters would grow memory.
-    fn read_field(target: &JsValue, key: &JsValue, max_units: u32) -> JsValue;
-    /// As `read_field`, but an object or array comes back as its JSON text
-    /// (`JSON.stringify`, caught the same way).
-    fn read_json(target: &JsValue, key: &JsValue, max_units: u32) -> JsValue;
-    fn read_failure(value: &JsValue) -> Option<String>;
-    fn is_too_long(value: &JsValue) -> bool;
-    fn is_well_formed(text: &JsValue) -> bool;
-    /// `Array.isArray`, false for a revoked proxy (which can be neither read nor listed).
-    fn is_array(value: &JsValue) -> bool;
-    /// A Buffer, typed array, DataView or ArrayBuffer: bytes, not an object to read fields from.
-    fn is_binary(value: &JsValue) -> bool;
-}
-
-thread_local! {
-    /// Property names as JS strings, made once: decoding a name on every read
-    /// was a measurable share of a decision.
-    static KEYS: std::cell::RefCell<std::collections::HashMap<String, JsValue>> = Default::default();
-}
-
-fn key(name: &str) -> JsValue {
-    KEYS.with(|keys| {
-        let mut keys = keys.borrow_mut();
-        match keys.get(name) {
-            Some(key) => key.clone(),
-            None => {
-                let key = JsValue::from_str(name);
-                keys.insert(name.to_string(), key.clone());
-                key
-            }
-        }
-    })
-}
-
-fn to_input(value: JsValue) -> Input {
-    // The common case first: one crossing copies a string in.
-    if let Some(text) = value.as_string() {
-        // wasm-bindgen turns a lone surrogate into U+FFFD on the way in; only
-        // a string that now holds U+FFFD needs the exact check.
-        if text.contains('\u{FFFD}') && !is_well_formed(&value) {
-            return Input::IllFormedText;
-        }
-        return Input::Text(text);
-    }
-    if value.is_undefined() {
-        return Input::Absent;
-    }
-    if value.is_null() {
-        return Input::Null;
-    }
-    if let Some(number) = value.as_f64() {
-        return Input::Number(number);
-    }
-    if value.is_symbol() {
-        if is_too_long(&value) {
-            return Input::TooLong { utf16_units: MAX_TEXT_BYTES as u64 + 1 };
-        }
-        if let Some(why) = read_failure(&value) {
-            return Input::Unreadable(why);
-        }
-    }
-    Input::Other(kind(&value))
-}
-
-fn kind(value: &JsValue) -> &'static str {
-    if value.as_bool().is_some() {
-        "boolean"
-    } else if value.is_bigint() {
-        "bigint"
-    } else if value.is_symbol() {
-        "symbol"
-    } else if value.is_function() {
-        "function"
-    } else if is_array(value) {
-        "array"
-    } else if value.is_object() {
-        "object"
-    } else {
-        "unknown"
-    }
-}
-
-fn as_event(value: &JsValue) -> Result<JsObject<'_>, Error> {
-    // The JSON text of an event, or its bytes, is a common slip at a queue
-    // boundary: say what was passed and what to do, not "eventId is required".
-    if value.is_object() && !is_array(value) && !is_binary(value) {
-        Ok(JsObject(value))
-    } else {
-        let what = if value.is_undefined() {
-            "missing"
-        } else if value.is_null() {
-            "null"
-        } else if value.is_string() {
-            "a string: parse it first"
-        } else if is_binary(value) {
-            "a Buffer: decode and parse it first"
-        } else {
-            kind(value)
-        };
-        Err(Error::InvalidEvent { field: "event".into(), reason: format!("must be an object, not {what}"), event_id: None })
-    }
-}
-
-fn as_record<'a>(value: &'a JsValue, name: &str) -> Result<Option<JsObject<'a>>, Error> {
-    if value.is_undefined() || value.is_null() {
-        Ok(None)
-    } else if value.is_object() && !is_array(value) {
-        Ok(Some(JsObject(value)))
-    } else {
-        Err(Error::InvalidArgument { reason: format!("{name} must be an object or null, not {}", kind(value)) })
-    }
-}
-
 enum Rules {
     Builtin(&'static RuleSet),
     Loaded(Box<RuleSet>),
 }
 
 /// A loaded, verified rule set held in wasm memory, so a worker parses its
-/// rules once and not per event; what the fast decide path needs of it is
-/// made on its first use.
+/// rules once and not per event.
 #[wasm_bindgen(js_name = CompiledRuleSet)]
-pub struct CompiledRuleSet(Rules, std::cell::OnceCell<batch::Prepared>);
+pub struct CompiledRuleSet(Rules);
 
 impl CompiledRuleSet {
-    fn new(rules: Rules) -> CompiledRuleSet {
-        CompiledRuleSet(rules, std::cell::OnceCell::new())
-    }
-
     fn rules(&self) -> &RuleSet {
         match &self.0 {
             Rules::Builtin(r) => r,
             Rules::Loaded(r) => r,
         }
-    }
-
-    fn prepared(&self) -> &batch::Prepared {
-        self.1.get_or_init(|| batch::Prepared::new(self.rules()))
     }
 }
 
@@ -302,17 +86,17 @@ impl CompiledRuleSet {
         table::markdown(self.rules())
     }
 
-    /// What a host needs to lay items out for `DecideScratch` (see `batch::layout_json`).
-    #[wasm_bindgen(js_name = fastLayoutJson)]
-    pub fn fast_layout_json(&self) -> String {
-        batch::layout_json(self.rules()).to_string()
+    /// How a host lays items out for this rule set (`packed::layout_json`).
+    #[wasm_bindgen(js_name = layoutJson)]
+    pub fn layout_json(&self) -> String {
+        packed::layout_json(self.rules()).to_string()
     }
 
-    /// The write a rule applies for an event type, as a template (see
-    /// `batch::template`); `undefined` for a rule that applies no transition.
-    #[wasm_bindgen(js_name = fastTemplateJson)]
-    pub fn fast_template_json(&self, rule: u32, event_type: u32) -> Option<String> {
-        batch::template(self.rules(), rule as usize, event_type as usize).map(|t| t.to_string())
+    /// The write a rule makes for an event type, as a template (see
+    /// `writes::Write::to_json`); `undefined` for a rule that applies no transition.
+    #[wasm_bindgen(js_name = writeTemplateJson)]
+    pub fn write_template_json(&self, rule: u32, event_type: u32) -> Option<String> {
+        writes::template(self.rules(), rule as usize, event_type as usize).map(|t| t.to_json().to_string())
     }
 }
 
@@ -321,130 +105,45 @@ impl CompiledRuleSet {
 pub fn builtin_rule_set(name: &str, version: Option<f64>) -> JsResult<CompiledRuleSet> {
     let version = match version {
         None => None,
-        Some(v) if v.fract() == 0.0 && (1.0..=crate::jcs::MAX_SAFE_INTEGER as f64).contains(&v) => {
-            Some(v as u64)
-        }
+        Some(v) if v.fract() == 0.0 && (1.0..=crate::jcs::MAX_SAFE_INTEGER as f64).contains(&v) => Some(v as u64),
         Some(v) => {
-            return Err(throw(Error::InvalidArgument {
-                reason: format!("version must be a positive whole number, not {v}"),
-            }))
+            return Err(throw(Error::InvalidArgument { reason: format!("version must be a positive whole number, not {v}") }))
         }
     };
-    RuleSet::builtin_version(name, version)
-        .map(|r| CompiledRuleSet::new(Rules::Builtin(r)))
-        .map_err(throw)
+    RuleSet::builtin_version(name, version).map(|r| CompiledRuleSet(Rules::Builtin(r))).map_err(throw)
 }
 
-/// A JS string argument copied into wasm memory only when it can be within
-/// `max_bytes` of UTF-8: a UTF-8 text is never shorter than its UTF-16 form,
-/// so a longer string is refused by its length alone, before it costs memory
-/// (wasm memory never shrinks, and a copy too large for it traps the module).
-fn bounded_text(value: &JsValue, max_bytes: usize, refuse: impl Fn(usize) -> Error) -> Result<String, Error> {
+/// A definition's JSON text, copied into wasm memory only when it can be
+/// within the size limit: a UTF-8 text is never shorter than its UTF-16
+/// form, so a longer string is refused by its length alone, before it costs
+/// memory (wasm memory never shrinks, and a copy too large for it traps the module).
+fn definition_text(value: &JsValue) -> Result<String, Error> {
     let Some(text) = value.dyn_ref::<JsString>() else {
-        return Err(Error::InvalidArgument { reason: format!("expected JSON text, not {}", kind(value)) });
+        return Err(Error::RuleSetInvalid { path: "$".into(), reason: "must be JSON text".into(), report: None });
     };
+    let refuse = |found| limits::exceeded("$", "maxDefinitionBytes", MAX_DEFINITION_BYTES, "bytes of JSON text", found);
     let units = text.length() as usize;
-    if units > max_bytes {
+    if units > MAX_DEFINITION_BYTES {
         return Err(refuse(units));
     }
     let text = String::from(text);
-    if text.len() > max_bytes {
-        return Err(refuse(text.len()));
-    }
+    limits::check_definition_text(&text)?;
     Ok(text)
-}
-
-fn definition_text(value: &JsValue) -> Result<String, Error> {
-    if !value.is_string() {
-        return Err(Error::RuleSetInvalid { path: "$".into(), reason: "must be JSON text".into(), report: None });
-    }
-    bounded_text(value, MAX_DEFINITION_BYTES, |found| {
-        limits::exceeded("$", "maxDefinitionBytes", MAX_DEFINITION_BYTES, "bytes of JSON text", found)
-    })
-}
-
-fn json_input(value: &JsValue, what: &str) -> Result<String, Error> {
-    bounded_text(value, MAX_JSON_INPUT_BYTES, |found| Error::InvalidArgument {
-        reason: format!("{what} is at least {found} bytes of JSON text; limit maxJsonInputBytes is {MAX_JSON_INPUT_BYTES}"),
-    })
-}
-
-/// A definition's JSON text, size-checked, parsed and loaded (not verified).
-fn load_definition(definition: &JsValue) -> Result<RuleSet, Error> {
-    let text = definition_text(definition)?;
-    crate::ruleset::load_unverified(&limits::parse_definition(&text)?)
 }
 
 #[wasm_bindgen(js_name = loadRuleSet)]
 pub fn load_rule_set(definition: JsValue) -> JsResult<CompiledRuleSet> {
     let text = definition_text(&definition).map_err(throw)?;
     let value = limits::parse_definition(&text).map_err(throw)?;
-    RuleSet::from_value(&value).map(|r| CompiledRuleSet::new(Rules::Loaded(Box::new(r)))).map_err(throw)
+    RuleSet::from_value(&value).map(|r| CompiledRuleSet(Rules::Loaded(Box::new(r)))).map_err(throw)
 }
 
 /// The property report as JSON; throws only when the definition is malformed.
 #[wasm_bindgen(js_name = verifyRuleSet)]
 pub fn verify_rule_set(definition: JsValue) -> JsResult<String> {
-    let rule_set = load_definition(&definition).map_err(throw)?;
+    let text = definition_text(&definition).map_err(throw)?;
+    let rule_set = crate::ruleset::load_unverified(&limits::parse_definition(&text).map_err(throw)?).map_err(throw)?;
     verify::verify(&rule_set).map(|r| r.to_json().to_string()).map_err(throw)
-}
-
-#[wasm_bindgen(js_name = validateEvent)]
-pub fn validate_event(rules: &CompiledRuleSet, event: JsValue) -> JsResult<()> {
-    let event = as_event(&event).map_err(throw)?;
-    validate(rules.rules(), &event).map(|_| ()).map_err(throw)
-}
-
-/// The validated event as JSON text: a plain copy the host works from, so a
-/// getter is read once and a later change to the caller's object changes nothing.
-#[wasm_bindgen(js_name = normalizeEvent)]
-pub fn normalize_event(rules: &CompiledRuleSet, event: JsValue, expected_type: Option<String>) -> JsResult<String> {
-    let event = as_event(&event).map_err(throw)?;
-    let valid = validate_as(rules.rules(), &event, expected_type.as_deref()).map_err(throw)?;
-    Ok(valid.to_json(rules.rules()).to_string())
-}
-
-#[wasm_bindgen]
-pub fn fingerprint(rules: &CompiledRuleSet, event: JsValue) -> JsResult<String> {
-    let event = as_event(&event).map_err(throw)?;
-    let valid = validate(rules.rules(), &event).map_err(throw)?;
-    Ok(fingerprint_of(rules.rules(), &valid))
-}
-
-#[wasm_bindgen(js_name = fingerprintJson)]
-pub fn fingerprint_json(rules: &CompiledRuleSet, event: JsValue) -> JsResult<String> {
-    let event = json_input(&event, "event").map_err(throw)?;
-    json::fingerprint_json(rules.rules(), &event).map_err(throw)
-}
-
-/// The decision as JSON text (one string across the boundary is cheaper than
-/// building the object property by property).
-#[wasm_bindgen]
-pub fn decide(rules: &CompiledRuleSet, event: JsValue, receipt: JsValue, workflow: JsValue) -> JsResult<String> {
-    let event = as_event(&event).map_err(throw)?;
-    let receipt = as_record(&receipt, "receipt").map_err(throw)?;
-    let workflow = as_record(&workflow, "workflow").map_err(throw)?;
-    let decision = decide::decide(
-        rules.rules(),
-        &event,
-        receipt.as_ref().map(|r| r as &dyn Source),
-        workflow.as_ref().map(|w| w as &dyn Source),
-    )
-    .map_err(throw)?;
-    serde_json::to_string(&decision).map_err(|e| throw(Error::InvalidArgument { reason: e.to_string() }))
-}
-
-#[wasm_bindgen(js_name = decideJson)]
-pub fn decide_json(rules: &CompiledRuleSet, input: JsValue) -> JsResult<String> {
-    let input = json_input(&input, "decide input").map_err(throw)?;
-    json::decide_json(rules.rules(), &input).map_err(throw)
-}
-
-#[wasm_bindgen(js_name = planDepositConfirmation)]
-pub fn plan_deposit(workflow: JsValue, event: JsValue) -> JsResult<String> {
-    let event = as_event(&event).map_err(throw)?;
-    let workflow = as_record(&workflow, "workflow").map_err(throw)?;
-    plan_deposit_confirmation(&event, workflow.as_ref().map(|w| w as &dyn Source)).map(str::to_string).map_err(throw)
 }
 
 /// `{code: disposition}` for every error code.
@@ -455,35 +154,43 @@ pub fn error_codes() -> String {
     serde_json::Value::Object(map).to_string()
 }
 
-/// The size of the wasm linear memory in bytes (it only ever grows): tests pin
-/// that rejected calls do not make it grow.
-#[wasm_bindgen(js_name = memoryBytes)]
-pub fn memory_bytes() -> f64 {
-    (core::arch::wasm32::memory_size(0) * 65536) as f64
+/// What every rule set's packed input shares (`packed::description_json`).
+#[wasm_bindgen(js_name = packedDescriptionJson)]
+pub fn packed_description_json() -> String {
+    packed::description_json().to_string()
+}
+
+/// The module's memory, for typed-array views over a `Decider`'s regions.
+#[wasm_bindgen(js_name = wasmMemory)]
+pub fn wasm_memory() -> JsValue {
+    wasm_bindgen::memory()
 }
 
 // ---------------------------------------------------------------------------
-// The fast decide path (issue 11): the host lays a batch out in these regions
-// of wasm memory (typed-array views over the pointers below), one call
-// decides it, and the host reads the answers from the same memory. No JSON
-// and no per-field crossing; `batch` says what each region holds.
+// The decider's regions: the host lays items out in them (typed-array views
+// over the pointers `regions` gives), one call decides, and the host reads
+// the answers from the same memory. No JSON and no crossing per value.
 // ---------------------------------------------------------------------------
 
-/// The most items and text one scratch holds: far above any useful batch,
-/// and well inside wasm's 4 GiB, so a growth request cannot trap the module.
-const MAX_SCRATCH_ITEMS: u32 = 1 << 16;
-const MAX_SCRATCH_TEXT: u32 = 64 << 20;
+/// The most items, entries and text one decider holds: far above any useful
+/// batch, and well inside wasm's 4 GiB, so a growth request cannot trap the module.
+const MAX_ITEMS: u32 = 1 << 16;
+const MAX_ENTRIES: u32 = 1 << 24;
+const MAX_TEXT: u32 = 64 << 20;
 
-#[wasm_bindgen(js_name = DecideScratch)]
+#[wasm_bindgen(js_name = Decider)]
 #[derive(Default)]
-pub struct DecideScratch {
+pub struct Decider {
     entries: Vec<i32>,
     numbers: Vec<f64>,
     text: Vec<u8>,
     answer_ints: Vec<i32>,
     answer_numbers: Vec<f64>,
     fingerprints: Vec<u8>,
-    work: batch::Work,
+    /// Errors and duplicates' originals of the last call, as JSON text.
+    extra: String,
+    work: Work,
+    batch: decide::BatchWork,
 }
 
 fn grow<T: Default + Clone>(region: &mut Vec<T>, len: usize) {
@@ -492,33 +199,47 @@ fn grow<T: Default + Clone>(region: &mut Vec<T>, len: usize) {
     }
 }
 
-#[wasm_bindgen(js_class = DecideScratch)]
-impl DecideScratch {
+impl Decider {
+    /// Item 0 of the input, located with the rule set's layout.
+    fn one<'a>(&'a mut self, rule_set: &RuleSet, text_len: u32, byte_lengths: bool) -> Result<(Item<'a>, &'a mut String), Error> {
+        let layout = Layout::new(rule_set);
+        let Decider { entries, numbers, text, work, .. } = self;
+        let packed = match (text.get(..text_len as usize), entries.get(..layout.entries())) {
+            (Some(text), Some(entries)) => Packed::new(text, entries, numbers, byte_lengths),
+            _ => return Err(Error::InvalidArgument { reason: "the laid-out input is past its regions".into() }),
+        };
+        packed::locate(&packed, layout.entries(), 1, |s| layout.same_as(s), &mut work.spans);
+        Ok((Item::of(&packed, &work.spans, layout.entries(), 0), &mut work.canonical))
+    }
+}
+
+#[wasm_bindgen(js_class = Decider)]
+impl Decider {
     #[wasm_bindgen(constructor)]
-    pub fn new() -> DecideScratch {
-        DecideScratch::default()
+    pub fn new() -> Decider {
+        Decider::default()
     }
 
-    /// Room for `items` items of `entries_per_item` entries and `text_bytes`
-    /// bytes of text. The regions may move: read the pointers again after.
-    pub fn reserve(&mut self, items: u32, entries_per_item: u32, text_bytes: u32) -> JsResult<()> {
-        if items > MAX_SCRATCH_ITEMS || entries_per_item > 4096 || text_bytes > MAX_SCRATCH_TEXT {
+    /// Room for `items` items of `entries` entries in all, `numbers` numbers
+    /// and `text_bytes` bytes of text. The regions may move: read them again after.
+    pub fn reserve(&mut self, items: u32, entries: u32, numbers: u32, text_bytes: u32) -> JsResult<()> {
+        if items > MAX_ITEMS || entries > MAX_ENTRIES || numbers > MAX_ENTRIES || text_bytes > MAX_TEXT {
             return Err(throw(Error::InvalidArgument {
-                reason: format!("a decide batch holds at most {MAX_SCRATCH_ITEMS} items and {MAX_SCRATCH_TEXT} bytes of text"),
+                reason: format!("a decider holds at most {MAX_ITEMS} items, {MAX_ENTRIES} entries and {MAX_TEXT} bytes of text"),
             }));
         }
         let items = items as usize;
-        grow(&mut self.entries, items * entries_per_item as usize);
-        grow(&mut self.numbers, items);
-        grow(&mut self.answer_ints, items * batch::RESULT_INTS);
-        grow(&mut self.answer_numbers, items * batch::RESULT_NUMBERS);
-        grow(&mut self.fingerprints, items * batch::FINGERPRINT_BYTES);
+        grow(&mut self.entries, entries as usize);
+        grow(&mut self.numbers, numbers as usize);
+        grow(&mut self.answer_ints, items * ANSWER_INTS);
+        grow(&mut self.answer_numbers, items * ANSWER_NUMBERS);
+        grow(&mut self.fingerprints, items * fingerprint::LEN);
         grow(&mut self.text, text_bytes as usize);
         Ok(())
     }
 
-    /// The regions: `[pointer, length]` pairs, in elements, for entries, numbers,
-    /// text, answer ints, answer numbers and fingerprints.
+    /// The regions: `[pointer, length]` pairs, in elements, for entries,
+    /// numbers, text, answer ints, answer numbers and fingerprints.
     pub fn regions(&self) -> Vec<u32> {
         vec![
             self.entries.as_ptr() as u32,
@@ -536,61 +257,117 @@ impl DecideScratch {
         ]
     }
 
-    /// Decides the `count` items laid out (`text_len` bytes of text; `ascii`
-    /// when that is as many bytes as UTF-16 units); returns how many were
-    /// decided here. The rest are answered SLOW: the host calls `decide`.
-    pub fn decide(&mut self, rules: &CompiledRuleSet, count: u32, text_len: u32, ascii: bool) -> JsResult<u32> {
-        let Some(text) = self.text.get(..text_len as usize) else {
-            return Err(throw(Error::InvalidArgument { reason: "text_len is past the text region".into() }));
+    /// Where the last call's JSON text of errors and originals is (its length is what the call returned).
+    #[wasm_bindgen(js_name = extraPointer)]
+    pub fn extra_pointer(&self) -> u32 {
+        self.extra.as_ptr() as u32
+    }
+
+    /// Decides the `count` items laid out (`text_len` bytes of text;
+    /// `byte_lengths` when string lengths are in bytes, i.e. the text is
+    /// ASCII). Every item is answered, an error as the JSON of its
+    /// `{code, disposition, message, details}`; returns the extra text's length.
+    pub fn decide(&mut self, rules: &CompiledRuleSet, count: u32, text_len: u32, byte_lengths: bool) -> JsResult<u32> {
+        let rule_set = rules.rules();
+        let layout = Layout::new(rule_set);
+        let count = count as usize;
+        let per_item = layout.entries();
+        let Decider { entries, numbers, text, answer_ints, answer_numbers, fingerprints, extra, work, batch } = self;
+        let too_small = answer_ints.len() < count * ANSWER_INTS
+            || answer_numbers.len() < count * ANSWER_NUMBERS
+            || fingerprints.len() < count * fingerprint::LEN;
+        let packed = match (text.get(..text_len as usize), entries.get(..count * per_item)) {
+            (Some(text), Some(entries)) if !too_small => Packed::new(text, entries, numbers, byte_lengths),
+            _ => return Err(throw(Error::InvalidArgument { reason: format!("{count} items do not fit the decider's regions") })),
         };
-        batch::decide_batch(
-            rules.rules(),
-            rules.prepared(),
-            count as usize,
-            batch::Batch { text, entries: &self.entries, numbers: &self.numbers, ascii },
-            batch::Answers { ints: &mut self.answer_ints, numbers: &mut self.answer_numbers, fingerprints: &mut self.fingerprints },
-            &mut self.work,
-        )
-        .map(|n| n as u32)
-        .map_err(throw)
+        packed::locate(&packed, per_item, count, |s| layout.same_as(s), &mut work.spans);
+        extra.clear();
+        decide::decide_batch(rule_set, &packed, &work.spans, count, batch, |i, answer, fingerprint| {
+            fingerprints[i * fingerprint::LEN..(i + 1) * fingerprint::LEN].copy_from_slice(fingerprint);
+            decide::write_answer(
+                &answer,
+                &mut answer_ints[i * ANSWER_INTS..(i + 1) * ANSWER_INTS],
+                &mut answer_numbers[i * ANSWER_NUMBERS..(i + 1) * ANSWER_NUMBERS],
+                extra,
+            );
+        });
+        Ok(extra.len() as u32)
+    }
+
+    /// Validates item 0's event (and, given `expected`, that it is of that
+    /// type); returns its event type's index.
+    pub fn validate(&mut self, rules: &CompiledRuleSet, text_len: u32, byte_lengths: bool, expected: Option<String>) -> JsResult<u32> {
+        let rule_set = rules.rules();
+        let (item, _) = self.one(rule_set, text_len, byte_lengths).map_err(throw)?;
+        event::check_arg(&item).map_err(throw)?;
+        let valid = event::check(rule_set, &item, Layout::new(rule_set)).map_err(throw)?;
+        if let Some(expected) = expected {
+            event::expect_type(rule_set, &valid, &expected).map_err(throw)?;
+        }
+        Ok(valid.event_type as u32)
+    }
+
+    /// Item 0's event validated and fingerprinted: `fp1:…`.
+    pub fn fingerprint(&mut self, rules: &CompiledRuleSet, text_len: u32, byte_lengths: bool) -> JsResult<String> {
+        let rule_set = rules.rules();
+        let (item, canonical) = self.one(rule_set, text_len, byte_lengths).map_err(throw)?;
+        event::check_arg(&item).map_err(throw)?;
+        let valid = event::check(rule_set, &item, Layout::new(rule_set)).map_err(throw)?;
+        fingerprint::write_canonical(rule_set, valid.event_type, valid.workflow_id, |f| valid.value_of(rule_set, f), canonical);
+        let mut out = [0u8; fingerprint::LEN];
+        fingerprint::write_fingerprint(canonical, &mut out);
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// The seed's `planDepositConfirmation` for item 0, laid out for
+    /// `planRuleSet()`: `advance` or `already-applied`.
+    pub fn plan(&mut self, text_len: u32, byte_lengths: bool) -> JsResult<String> {
+        let rule_set = compat::plan_rule_set().map_err(throw)?;
+        let layout = Layout::new(rule_set);
+        let Decider { entries, numbers, text, work, .. } = self;
+        let packed = match (text.get(..text_len as usize), entries.get(..layout.entries())) {
+            (Some(text), Some(entries)) => Packed::new(text, entries, numbers, byte_lengths),
+            _ => return Err(throw(Error::InvalidArgument { reason: "the laid-out input is past its regions".into() })),
+        };
+        let mut spans = std::mem::take(&mut work.spans);
+        packed::locate(&packed, layout.entries(), 1, |s| layout.same_as(s), &mut spans);
+        let answer = compat::plan_item(&Item::of(&packed, &spans, layout.entries(), 0), work);
+        work.spans = spans;
+        answer.map(str::to_string).map_err(throw)
     }
 }
 
-/// The module's memory, for typed-array views over a `DecideScratch`.
-#[wasm_bindgen(js_name = wasmMemory)]
-pub fn wasm_memory() -> JsValue {
-    wasm_bindgen::memory()
+/// The rule set the seed's `planDepositConfirmation` is laid out for.
+#[wasm_bindgen(js_name = planRuleSet)]
+pub fn plan_rule_set() -> JsResult<CompiledRuleSet> {
+    compat::plan_rule_set().map(|r| CompiledRuleSet(Rules::Builtin(r))).map_err(throw)
 }
 
 // ---------------------------------------------------------------------------
-// Outbox policy (issue 5). New items only; each converts its arguments and
-// hands them to `crate::outbox`, which decides. Times are integer ms since
-// the epoch, checked in the core (a fraction, NaN or a negative is refused).
+// Outbox policy (issue 5). Each item converts its arguments and hands them to
+// `crate::outbox`, which decides. Times are integer ms since the epoch,
+// checked in the core (a fraction, NaN or a negative is refused).
 // ---------------------------------------------------------------------------
-
-/// The settings an options object (or `undefined`/`null`: every default) gives.
-fn policy_of(options: &JsValue) -> Result<Policy, Error> {
-    match as_record(options, "outbox options")? {
-        Some(source) => Policy::from_source(&source),
-        None => Policy::from_source(&serde_json::Map::new()),
-    }
-}
 
 /// An outbox policy read once and held in wasm memory, as `CompiledRuleSet`
 /// holds rules: a consumer's calls per operation do not re-read its settings.
-/// The free functions below answer alike: both call `json::outbox` on a `Policy`.
 #[wasm_bindgen(js_name = OutboxPolicy)]
 pub struct CompiledOutboxPolicy(Policy);
 
 #[wasm_bindgen(js_class = OutboxPolicy)]
 impl CompiledOutboxPolicy {
-    /// `{maxAttempts?, baseDelayMs?, maxDelayMs?, leaseMs?}`; throws as `outboxPolicy` does.
+    /// The options packed as one record of `outbox::OPTIONS`, in order
+    /// (entries, numbers, text; lengths in UTF-16 units); absent ones default.
     #[wasm_bindgen(constructor)]
-    pub fn new(options: JsValue) -> JsResult<CompiledOutboxPolicy> {
-        policy_of(&options).map(CompiledOutboxPolicy).map_err(throw)
+    pub fn new(entries: &[i32], numbers: &[f64], text: &str) -> JsResult<CompiledOutboxPolicy> {
+        let packed = Packed { text, entries, numbers, byte_lengths: false };
+        let mut spans = Spans::new();
+        let record = Record::of(&packed, &OPTIONS, &mut spans)
+            .ok_or_else(|| throw(Error::InvalidArgument { reason: "outbox options are not one record".into() }))?;
+        Policy::from_source(&record).map(CompiledOutboxPolicy).map_err(throw)
     }
 
-    /// The settings (absent ones defaulted, with `renewEveryMs`): the text `outboxPolicy` returns.
+    /// The settings (absent ones defaulted, with `renewEveryMs`).
     #[wasm_bindgen(js_name = settingsJson)]
     pub fn settings_json(&self) -> String {
         json::outbox::settings_json(&self.0)
@@ -618,50 +395,10 @@ impl CompiledOutboxPolicy {
     }
 }
 
-/// `new OutboxPolicy(options)` as a function.
-#[wasm_bindgen(js_name = compileOutboxPolicy)]
-pub fn compile_outbox_policy(options: JsValue) -> JsResult<CompiledOutboxPolicy> {
-    CompiledOutboxPolicy::new(options)
-}
-
-// The policy as text, re-read on every call: kept for callers that hold the
-// text (the JS consumer until it moves to `OutboxPolicy`).
-
-/// The policy's settings (absent ones defaulted) as JSON text; the consumer
-/// passes this text back to the functions below.
-#[wasm_bindgen(js_name = outboxPolicy)]
-pub fn outbox_policy(options: JsValue) -> JsResult<String> {
-    policy_of(&options).map(|policy| json::outbox::settings_json(&policy)).map_err(throw)
-}
-
-/// `{"operationId", "attempt"}` (JSON text) in; `{"attempt", "ceilingMs", "delayMs"}` out.
-#[wasm_bindgen(js_name = outboxBackoff)]
-pub fn outbox_backoff(policy: &str, request: &str) -> JsResult<String> {
-    json::outbox::backoff_json(policy, request).map_err(throw)
-}
-
-/// When a claim taken or renewed at `now` expires.
-#[wasm_bindgen(js_name = outboxLeaseExpiresAt)]
-pub fn outbox_lease_expires_at(policy: &str, now: f64) -> JsResult<f64> {
-    json::outbox::lease_expires_at_args(policy, now).map(|t| t as f64).map_err(throw)
-}
-
 /// Whether a stored operation may be claimed at `now`.
 #[wasm_bindgen(js_name = outboxClaimable)]
 pub fn outbox_claimable(status: &str, next_attempt_at: f64, lease_expires_at: Option<f64>, now: f64) -> JsResult<bool> {
     json::outbox::claimable_args(status, next_attempt_at, lease_expires_at, now).map_err(throw)
-}
-
-/// `{"verdict":"run"}`, or dead when the claim is past `maxAttempts`.
-#[wasm_bindgen(js_name = outboxAdmit)]
-pub fn outbox_admit(policy: &str, attempts: f64) -> JsResult<String> {
-    json::outbox::admit_json(policy, attempts).map_err(throw)
-}
-
-/// A handler's result (JSON text) in; the verdict to record out.
-#[wasm_bindgen(js_name = outboxClassify)]
-pub fn outbox_classify(policy: &str, request: &str) -> JsResult<String> {
-    json::outbox::classify_json(policy, request).map_err(throw)
 }
 
 // ---------------------------------------------------------------------------
@@ -774,14 +511,28 @@ extern "C" {
     fn payload_json(value: &JsValue, max_units: u32, max_depth: u32) -> JsValue;
 }
 
+/// A JS string copied into wasm memory only when it can be within the payload
+/// bound: a UTF-8 text is never shorter than its UTF-16 form, so a longer
+/// string is refused by its length alone, before it costs memory.
+fn payload_string(text: &JsString) -> Result<String, Error> {
+    use crate::json::payload::{invalid, MAX_PAYLOAD_BYTES};
+    let refuse = |found| invalid("$", format!("is at least {found} bytes of JSON text; limit maxPayloadBytes is {MAX_PAYLOAD_BYTES}"));
+    if text.length() as usize > MAX_PAYLOAD_BYTES {
+        return Err(refuse(text.length() as usize));
+    }
+    let text = String::from(text);
+    if text.len() > MAX_PAYLOAD_BYTES {
+        return Err(refuse(text.len()));
+    }
+    Ok(text)
+}
+
 /// The JSON text of a value a host holds, or INVALID_PAYLOAD naming where it is not JSON.
 fn payload_text(value: &JsValue) -> Result<String, Error> {
     use crate::json::payload::{invalid, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH};
     let text = payload_json(value, MAX_PAYLOAD_BYTES as u32, MAX_PAYLOAD_DEPTH as u32);
-    if text.is_string() {
-        return bounded_text(&text, MAX_PAYLOAD_BYTES, |found| {
-            invalid("$", format!("is {found} bytes of JSON text; limit maxPayloadBytes is {MAX_PAYLOAD_BYTES}"))
-        });
+    if let Some(text) = text.dyn_ref::<JsString>() {
+        return payload_string(text);
     }
     let read = |name: &str| Reflect::get(&text, &name.into()).ok().and_then(|v| v.as_string()).unwrap_or_default();
     Err(invalid(read("path"), read("reason")))
@@ -792,7 +543,7 @@ fn write_js_number(out: &mut String, value: f64) -> Result<(), String> {
     if !value.is_finite() {
         return Err("is not a finite number".into());
     }
-    out.push_str(&String::from(JsValue::from_f64(value).unchecked_into::<js_sys::Number>().to_string(10).unwrap_or_default()));
+    out.push_str(&String::from(JsValue::from_f64(value).unchecked_into::<js_sys::Number>().to_string_with_radix(10).unwrap_or_default()));
     Ok(())
 }
 
@@ -810,13 +561,11 @@ fn canonical_of_text(text: &JsValue) -> Result<String, Error> {
         }
         return canonical_utf8(&view.to_vec(), &numbers);
     }
-    if !text.is_string() {
-        return Err(Error::InvalidArgument { reason: format!("JSON text must be a string or a Uint8Array, not {}", kind(text)) });
-    }
-    let text = bounded_text(text, MAX_PAYLOAD_BYTES, |found| {
-        invalid("$", format!("is at least {found} bytes of JSON text; limit maxPayloadBytes is {MAX_PAYLOAD_BYTES}"))
-    })?;
-    canonical_text_with(&text, &numbers)
+    let Some(text) = text.dyn_ref::<JsString>() else {
+        let kind = text.js_typeof().as_string().unwrap_or_default();
+        return Err(Error::InvalidArgument { reason: format!("JSON text must be a string or a Uint8Array, not {kind}") });
+    };
+    canonical_text_with(&payload_string(text)?, &numbers)
 }
 
 /// The RFC 8785 text of any JSON value.

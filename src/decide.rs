@@ -1,17 +1,25 @@
 //! The decision: from an event, the stored inbox receipt for its id and the
 //! stored workflow, what happened and exactly what the host must write, in
 //! one transaction, to record it.
+//!
+//! There is one decider, over the packed input (`crate::packed`): every
+//! entry point lays its inputs out and calls [`decide_item`]. Its answer is
+//! a few numbers (the outcome, the rule, the state, the revisions) and the
+//! fingerprint; the write set is the rule's template (`crate::writes`) filled
+//! in, by the host or by [`render`].
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
-use crate::error::{truncate, Error, Result};
-use crate::event::{validate, Event};
+use crate::error::{truncate, Disposition, Error, Result};
+use crate::event::{self, Valid};
 use crate::field::FieldKind;
-use crate::fingerprint::{fingerprint, PREFIX};
-use crate::input::{Input, Source};
+use crate::fingerprint::{self, PREFIX};
+use crate::input::Input;
 use crate::jcs::MAX_SAFE_INTEGER;
-use crate::ruleset::{Answer, FailCode, RuleSet, Transition};
+use crate::packed::{self, Item, Layout, Packer, Spans, MAX_RESULT_BYTES};
+use crate::ruleset::{Answer, FailCode, RuleSet};
+use crate::writes::{self, Filling};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -24,6 +32,24 @@ pub enum Outcome {
     Stale,
     /// This event id was recorded before with the same meaning: write nothing.
     DuplicateDelivery,
+}
+
+/// Outcomes by the code the decider answers with.
+pub const OUTCOMES: [Outcome; 4] = [Outcome::Applied, Outcome::AlreadyApplied, Outcome::Stale, Outcome::DuplicateDelivery];
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::AlreadyApplied => "already-applied",
+            Outcome::Stale => "stale",
+            Outcome::DuplicateDelivery => "duplicate-delivery",
+        }
+    }
+
+    fn code(self) -> i32 {
+        OUTCOMES.iter().position(|o| *o == self).unwrap_or(0) as i32
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -125,38 +151,284 @@ pub struct Decision {
     pub original: Option<Original>,
 }
 
-/// A stored workflow as far as a decision needs it.
-struct Workflow<'a> {
-    source: &'a dyn Source,
-    status: usize,
-    revision: u64,
+/// What the decider answers for one item: everything the write set is made
+/// from, besides the fingerprint (written where the caller says) and the
+/// event's own values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided {
+    pub outcome: Outcome,
+    /// The rule that answered (none for a duplicate).
+    pub rule: usize,
+    /// 0: no workflow; `s + 1`: `statuses[s]`.
+    pub state: usize,
+    pub event_type: usize,
+    /// The revision the workflow was read at (0 without one).
+    pub expect_revision: u64,
+    /// The revision the write sets (the read one unless applied).
+    pub revision: u64,
+    pub original: Option<Original>,
+}
+
+/// Buffers a decider reuses from item to item.
+#[derive(Debug, Default)]
+pub struct Work {
+    pub spans: Spans,
+    pub canonical: String,
 }
 
 fn record_error(record: &'static str, field: &str, reason: impl Into<String>) -> Error {
     Error::InvalidRecord { record, field: field.to_string(), reason: reason.into() }
 }
 
-fn read_workflow<'a>(rule_set: &RuleSet, event: &Event, source: &'a dyn Source) -> Result<Workflow<'a>> {
-    let id = FieldKind::Text.check(source.field("id")).map_err(|reason| record_error("workflow", "id", reason))?;
-    if id != event.workflow_id {
-        return Err(Error::InvalidArgument {
-            reason: format!(
-                "workflow.id {:?} is not the event's workflowId {:?}",
-                truncate(&id),
-                truncate(&event.workflow_id)
-            ),
-        });
+/// A stored record argument: `Ok(false)` for none, an argument error for
+/// what is neither an object nor null.
+pub(crate) fn record_arg(item: &Item, which: u32, name: &str) -> Result<bool> {
+    let kind = match item.arg(which) {
+        packed::ARG_OBJECT | packed::ARG_BINARY => return Ok(true),
+        packed::ARG_MISSING | packed::ARG_NULL => return Ok(false),
+        packed::ARG_STRING => "unknown",
+        other => packed::KINDS.get((other - packed::ARG_OTHER) as usize).copied().unwrap_or("unknown"),
+    };
+    Err(Error::InvalidArgument { reason: format!("{name} must be an object or null, not {kind}") })
+}
+
+/// Decides one item: `fingerprint` receives its fingerprint (`fingerprint::LEN` bytes).
+pub fn decide_item<'a>(
+    rule_set: &RuleSet,
+    item: &Item<'a>,
+    layout: Layout,
+    fingerprint: &mut [u8],
+    canonical: &mut String,
+) -> Result<(Valid<'a>, Decided)> {
+    let (valid, has_receipt, has_workflow) = read_item(rule_set, item, layout)?;
+    let decided = decide_valid(rule_set, item, layout, &valid, has_receipt, has_workflow, fingerprint, canonical)?;
+    Ok((valid, decided))
+}
+
+/// What the host was handed, and the event validated: the steps before the
+/// fingerprint. Whether there is a receipt and a workflow comes with it.
+fn read_item<'a>(rule_set: &RuleSet, item: &Item<'a>, layout: Layout) -> Result<(Valid<'a>, bool, bool)> {
+    event::check_arg(item)?;
+    let has_receipt = record_arg(item, 1, "receipt")?;
+    let has_workflow = record_arg(item, 2, "workflow")?;
+    Ok((event::check(rule_set, item, layout)?, has_receipt, has_workflow))
+}
+
+/// Decides the `count` items of a located batch (`spans`), four at a time so
+/// that their fingerprints are hashed side by side (`sha256::digest_up_to_four`);
+/// `answer(i, decision, fingerprint)` takes each item's answer, in order.
+pub fn decide_batch(
+    rule_set: &RuleSet,
+    packed: &packed::Packed,
+    spans: &[(u32, i32)],
+    count: usize,
+    work: &mut BatchWork,
+    mut answer: impl FnMut(usize, Result<Decided>, &[u8]),
+) {
+    let layout = Layout::new(rule_set);
+    let per_item = layout.entries();
+    let mut start = 0;
+    while start < count {
+        let lanes = (count - start).min(4);
+        let items: [Item; 4] = std::array::from_fn(|lane| Item::of(packed, spans, per_item, start + lane.min(lanes - 1)));
+        let mut read: [Option<Result<(Valid, bool, bool)>>; 4] =
+            std::array::from_fn(|lane| (lane < lanes).then(|| read_item(rule_set, &items[lane], layout)));
+        for (result, canonical) in read.iter().zip(work.canonicals.iter_mut()) {
+            if let Some(Ok((valid, _, _))) = result {
+                fingerprint::write_canonical(rule_set, valid.event_type, valid.workflow_id, |f| valid.value_of(rule_set, f), canonical);
+            }
+        }
+        let mut hashed: [&[u8]; 4] = [&[]; 4];
+        let mut lane_of = [0usize; 4];
+        let mut hashing = 0;
+        for (lane, result) in read.iter().enumerate() {
+            if let Some(Ok(_)) = result {
+                lane_of[lane] = hashing;
+                hashed[hashing] = work.canonicals[lane].as_bytes();
+                hashing += 1;
+            }
+        }
+        let mut digests = [[0u8; 32]; 4];
+        crate::sha256::digest_up_to_four(&hashed[..hashing], &mut digests);
+        for lane in 0..lanes {
+            let mut fingerprint = [0u8; fingerprint::LEN];
+            let decided = read[lane].take().unwrap_or_else(|| Err(Error::InvalidArgument { reason: "no item".into() })).and_then(
+                |(valid, has_receipt, has_workflow)| {
+                    fingerprint::write_digest(&digests[lane_of[lane]], &mut fingerprint);
+                    decide_fingerprinted(rule_set, &items[lane], layout, &valid, has_receipt, has_workflow, &fingerprint)
+                },
+            );
+            answer(start + lane, decided, &fingerprint);
+        }
+        start += lanes;
     }
-    let status_name =
-        FieldKind::Text.check(source.field("status")).map_err(|reason| record_error("workflow", "status", reason))?;
-    let status = rule_set.status_index(&status_name).ok_or_else(|| {
-        record_error(
-            "workflow",
-            "status",
-            format!("{:?} is not a status of rule set {}", truncate(&status_name), rule_set.id),
-        )
-    })?;
-    let revision = match source.field("revision") {
+}
+
+/// Buffers `decide_batch` reuses from call to call: one canonical text per lane.
+#[derive(Debug, Default)]
+pub struct BatchWork {
+    canonicals: [String; 4],
+}
+
+/// Decides a validated event: the steps after validation, which the seed's
+/// `planDepositConfirmation` shares.
+#[allow(clippy::too_many_arguments)]
+pub fn decide_valid(
+    rule_set: &RuleSet,
+    item: &Item,
+    layout: Layout,
+    event: &Valid,
+    has_receipt: bool,
+    has_workflow: bool,
+    fingerprint: &mut [u8],
+    canonical: &mut String,
+) -> Result<Decided> {
+    fingerprint::write_canonical(rule_set, event.event_type, event.workflow_id, |f| event.value_of(rule_set, f), canonical);
+    fingerprint::write_fingerprint(canonical, fingerprint);
+    decide_fingerprinted(rule_set, item, layout, event, has_receipt, has_workflow, fingerprint)
+}
+
+/// The decision once the event's `fingerprint` is known.
+fn decide_fingerprinted(
+    rule_set: &RuleSet,
+    item: &Item,
+    layout: Layout,
+    event: &Valid,
+    has_receipt: bool,
+    has_workflow: bool,
+    fingerprint: &[u8],
+) -> Result<Decided> {
+    let mut decided = Decided {
+        outcome: Outcome::DuplicateDelivery,
+        rule: 0,
+        state: 0,
+        event_type: event.event_type,
+        expect_revision: 0,
+        revision: 0,
+        original: None,
+    };
+
+    if has_receipt {
+        // A receipt read under another key is a host bug, not a duplicate.
+        if let Input::Text(stored_id) = item.read(layout.receipt(packed::RECEIPT_EVENT_ID)) {
+            if stored_id != event.event_id {
+                return Err(Error::InvalidArgument {
+                    reason: format!(
+                        "receipt.eventId {:?} is not the event's eventId {:?}",
+                        truncate(stored_id),
+                        truncate(event.event_id)
+                    ),
+                });
+            }
+        }
+        let stored = stored_fingerprint(item.read(layout.receipt(packed::RECEIPT_FINGERPRINT)))?;
+        if stored.as_bytes() != &fingerprint[..fingerprint::LEN] {
+            return Err(Error::EventIdConflict {
+                event_id: event.event_id.to_string(),
+                workflow_id: event.workflow_id.to_string(),
+                stored_fingerprint: stored.to_string(),
+                fingerprint: String::from_utf8_lossy(&fingerprint[..fingerprint::LEN]).into_owned(),
+            });
+        }
+        decided.original = stored_original(item, layout)?;
+        return Ok(decided);
+    }
+
+    if has_workflow {
+        let (status, revision) = read_workflow(rule_set, item, layout, event)?;
+        decided.state = status + 1;
+        decided.expect_revision = revision;
+        decided.revision = revision;
+    }
+    let rule_index = rule_set.rule_index_for(event.event_type, decided.state)?;
+    let rule = &rule_set.rules[rule_index];
+    decided.rule = rule_index;
+
+    if has_workflow {
+        for &field in &rule.guard {
+            let actual = event.value_of(rule_set, field);
+            let slot = layout.workflow_field(field);
+            // The very string of a declared event field was checked as that field.
+            if rule_set.events[event.event_type].fields.contains(&field) && item.same(slot, layout.event_field(field)) {
+                continue;
+            }
+            let spec = &rule_set.fields[field];
+            let stored = match item.read(slot) {
+                Input::Absent | Input::Null => None,
+                other => Some(spec.kind.check(other).map_err(|reason| record_error("workflow", &spec.name, reason))?),
+            };
+            if stored != Some(actual) {
+                return Err(Error::IdentityMismatch {
+                    field: spec.name.clone(),
+                    workflow_id: event.workflow_id.to_string(),
+                    event_id: event.event_id.to_string(),
+                    event_type: event.type_name(rule_set).to_string(),
+                    recorded: stored.map(str::to_string),
+                    actual: actual.to_string(),
+                    disposition: Disposition::Reconcile,
+                });
+            }
+        }
+    }
+
+    decided.outcome = match &rule.answer {
+        Answer::Fail { code, disposition } => {
+            let (event_id, workflow_id, event_type) =
+                (event.event_id.to_string(), event.workflow_id.to_string(), event.type_name(rule_set).to_string());
+            return Err(match (code, decided.state) {
+                (FailCode::InvalidTransition, state) if state > 0 => Error::InvalidTransition {
+                    workflow_id,
+                    event_id,
+                    event_type,
+                    status: rule_set.statuses[state - 1].name.clone(),
+                    disposition: *disposition,
+                },
+                _ => Error::UnknownWorkflow { workflow_id, event_id, event_type, disposition: *disposition },
+            });
+        }
+        Answer::AlreadyApplied => Outcome::AlreadyApplied,
+        Answer::Stale => Outcome::Stale,
+        Answer::Applied(transition) => {
+            decided.revision = decided
+                .expect_revision
+                .checked_add(transition.revision_step)
+                .filter(|r| *r <= MAX_SAFE_INTEGER)
+                .ok_or_else(|| record_error("workflow", "revision", "would pass 2^53 - 1"))?;
+            Outcome::Applied
+        }
+    };
+    Ok(decided)
+}
+
+/// The stored workflow's status index and revision.
+fn read_workflow(rule_set: &RuleSet, item: &Item, layout: Layout, event: &Valid) -> Result<(usize, u64)> {
+    let id_slot = layout.workflow(packed::WORKFLOW_ID);
+    // The very string of the event's workflowId (SAME) was checked with it.
+    if !item.same(id_slot, layout.event(packed::EVENT_WORKFLOW_ID)) {
+        let id = FieldKind::Text.check(item.read(id_slot)).map_err(|reason| record_error("workflow", "id", reason))?;
+        if id != event.workflow_id {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "workflow.id {:?} is not the event's workflowId {:?}",
+                    truncate(id),
+                    truncate(event.workflow_id)
+                ),
+            });
+        }
+    }
+    let status_slot = layout.workflow(packed::WORKFLOW_STATUS);
+    let status = match item.known(status_slot) {
+        Some(i) if i < rule_set.statuses.len() => i,
+        _ => {
+            let name = FieldKind::Text
+                .check(item.read(status_slot))
+                .map_err(|reason| record_error("workflow", "status", reason))?;
+            rule_set.status_index(name).ok_or_else(|| {
+                record_error("workflow", "status", format!("{:?} is not a status of rule set {}", truncate(name), rule_set.id))
+            })?
+        }
+    };
+    let revision = match item.read(layout.workflow(packed::WORKFLOW_REVISION)) {
         Input::Number(n) if n.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER as f64).contains(&n) => n as u64,
         other => {
             return Err(record_error(
@@ -166,21 +438,13 @@ fn read_workflow<'a>(rule_set: &RuleSet, event: &Event, source: &'a dyn Source) 
             ))
         }
     };
-    Ok(Workflow { source, status, revision })
-}
-
-fn recorded(workflow: &Workflow, rule_set: &RuleSet, field: usize) -> Result<Option<String>> {
-    let spec = &rule_set.fields[field];
-    match workflow.source.field(&spec.name) {
-        Input::Absent | Input::Null => Ok(None),
-        other => spec.kind.check(other).map(Some).map_err(|reason| record_error("workflow", &spec.name, reason)),
-    }
+    Ok((status, revision))
 }
 
 /// A stored fingerprint must have the shape this version writes: `fp1:` and 64
 /// lowercase hex digits. Anything else is a corrupt record, not a conflict.
-fn stored_fingerprint(receipt: &dyn Source) -> Result<String> {
-    let reason = match receipt.field("fingerprint") {
+fn stored_fingerprint(input: Input<'_>) -> Result<&str> {
+    let reason = match input {
         Input::Text(fp) => {
             let digest = fp.strip_prefix(PREFIX).unwrap_or_default();
             if digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
@@ -193,143 +457,25 @@ fn stored_fingerprint(receipt: &dyn Source) -> Result<String> {
     Err(record_error("receipt", "fingerprint", reason))
 }
 
-/// Validates `event` and decides. `receipt` is the inbox row stored under the
-/// event's id, `workflow` the stored workflow for its workflowId.
-pub fn decide(
-    rule_set: &RuleSet,
-    event: &dyn Source,
-    receipt: Option<&dyn Source>,
-    workflow: Option<&dyn Source>,
-) -> Result<Decision> {
-    let event = validate(rule_set, event)?;
-    decide_valid(rule_set, &event, receipt, workflow)
-}
-
-pub fn decide_valid(
-    rule_set: &RuleSet,
-    event: &Event,
-    receipt: Option<&dyn Source>,
-    workflow: Option<&dyn Source>,
-) -> Result<Decision> {
-    let fp = fingerprint(rule_set, event);
-    let mut decision = Decision {
-        outcome: Outcome::DuplicateDelivery,
-        event_id: event.event_id.clone(),
-        workflow_id: event.workflow_id.clone(),
-        event_type: event.type_name(rule_set).to_string(),
-        fingerprint: fp,
-        write_set: WriteSet { receipt: None, workflow: None, outbox: Vec::new() },
-        original: None,
-    };
-
-    if let Some(receipt) = receipt {
-        // A receipt read under another key is a host bug, not a duplicate.
-        if let Input::Text(stored_id) = receipt.field("eventId") {
-            if stored_id != event.event_id {
-                return Err(Error::InvalidArgument {
-                    reason: format!(
-                        "receipt.eventId {:?} is not the event's eventId {:?}",
-                        truncate(&stored_id),
-                        truncate(&event.event_id)
-                    ),
-                });
-            }
-        }
-        let stored = stored_fingerprint(receipt)?;
-        if stored != decision.fingerprint {
-            return Err(Error::EventIdConflict {
-                event_id: event.event_id.clone(),
-                workflow_id: event.workflow_id.clone(),
-                stored_fingerprint: stored,
-                fingerprint: decision.fingerprint,
-            });
-        }
-        decision.original = stored_original(receipt)?;
-        return Ok(decision);
-    }
-
-    let workflow = workflow.map(|source| read_workflow(rule_set, event, source)).transpose()?;
-    let state = workflow.as_ref().map_or(0, |w| w.status + 1);
-    let rule = rule_set.rule_for(event.event_type, state)?;
-
-    if let Some(wf) = &workflow {
-        for &field in &rule.guard {
-            let actual = event.value_of(rule_set, field).unwrap_or_default();
-            let stored = recorded(wf, rule_set, field)?;
-            if stored.as_deref() != Some(actual) {
-                return Err(Error::IdentityMismatch {
-                    field: rule_set.fields[field].name.clone(),
-                    workflow_id: event.workflow_id.clone(),
-                    event_id: event.event_id.clone(),
-                    event_type: decision.event_type.clone(),
-                    recorded: stored,
-                    actual: actual.to_string(),
-                    disposition: crate::error::Disposition::Reconcile,
-                });
-            }
-        }
-    }
-
-    decision.outcome = match &rule.answer {
-        Answer::Fail { code, disposition } => {
-            let (event_id, workflow_id, event_type) =
-                (event.event_id.clone(), event.workflow_id.clone(), decision.event_type.clone());
-            return Err(match (code, &workflow) {
-                (FailCode::InvalidTransition, Some(wf)) => Error::InvalidTransition {
-                    workflow_id,
-                    event_id,
-                    event_type,
-                    status: rule_set.statuses[wf.status].name.clone(),
-                    disposition: *disposition,
-                },
-                _ => Error::UnknownWorkflow { workflow_id, event_id, event_type, disposition: *disposition },
-            });
-        }
-        Answer::AlreadyApplied => Outcome::AlreadyApplied,
-        Answer::Stale => Outcome::Stale,
-        Answer::Applied(transition) => {
-            apply(rule_set, event, workflow.as_ref(), transition, &mut decision.write_set)?;
-            Outcome::Applied
-        }
-    };
-    decision.write_set.receipt = Some(Receipt {
-        event_id: event.event_id.clone(),
-        fingerprint: decision.fingerprint.clone(),
-        workflow_id: event.workflow_id.clone(),
-        event_type: decision.event_type.clone(),
-        outcome: decision.outcome,
-        rule_set: RuleSetRef { id: rule_set.id.clone(), version: rule_set.version, hash: rule_set.hash.clone() },
-        result: ReceiptResult {
-            operation_ids: decision.write_set.outbox.iter().map(|op| op.id.clone()).collect(),
-            status: decision.write_set.workflow.as_ref().and_then(|w| w.set.get("status")?.as_str().map(str::to_string)),
-            revision: decision.write_set.workflow.as_ref().and_then(|w| w.set.get("revision")?.as_u64()),
-        },
-    });
-    Ok(decision)
-}
-
-/// The longest stored `result` read back: far more than 32 operation ids of
-/// 512 bytes each, far less than anything that could hurt.
-const MAX_RESULT_BYTES: usize = 64 * 1024;
-
 fn whole(value: &Value) -> Option<u64> {
     value.as_u64().filter(|n| *n <= MAX_SAFE_INTEGER)
 }
 
 /// The first delivery's result from a stored receipt: `None` when the receipt
 /// has no `result` (written before receipts kept one); INVALID_RECORD naming
-/// the field when what is there is not what this version writes.
-fn stored_original(receipt: &dyn Source) -> Result<Option<Original>> {
-    let text = match receipt.json_text("result") {
+/// the field when what is there is not what this version writes. The result
+/// is JSON text (a host lays a structured value out as its JSON).
+fn stored_original(item: &Item, layout: Layout) -> Result<Option<Original>> {
+    let text = match item.read(layout.receipt(packed::RECEIPT_RESULT)) {
         Input::Absent | Input::Null => return Ok(None),
         Input::Text(text) if text.len() <= MAX_RESULT_BYTES => text,
-        Input::Text(_) | Input::TooLong { .. } => {
+        Input::Text(_) | Input::TooLong => {
             return Err(record_error("receipt", "result", format!("is longer than {MAX_RESULT_BYTES} bytes")))
         }
         other => return Err(record_error("receipt", "result", format!("must be an object, not {}", other.kind()))),
     };
     let bad = |reason: &str| record_error("receipt", "result", reason.to_string());
-    let result = match serde_json::from_str::<Value>(&text) {
+    let result = match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => map,
         _ => return Err(bad("must be a JSON object")),
     };
@@ -350,10 +496,10 @@ fn stored_original(receipt: &dyn Source) -> Result<Option<Original>> {
         None | Some(Value::Null) => None,
         Some(value) => Some(whole(value).ok_or_else(|| bad("revision must be a whole number from 0 to 2^53 - 1 or null"))?),
     };
-    let outcome = match receipt.field("outcome") {
-        Input::Text(text) if text == "applied" => Outcome::Applied,
-        Input::Text(text) if text == "already-applied" => Outcome::AlreadyApplied,
-        Input::Text(text) if text == "stale" => Outcome::Stale,
+    let outcome = match item.read(layout.receipt(packed::RECEIPT_OUTCOME)) {
+        Input::Text("applied") => Outcome::Applied,
+        Input::Text("already-applied") => Outcome::AlreadyApplied,
+        Input::Text("stale") => Outcome::Stale,
         other => {
             return Err(record_error(
                 "receipt",
@@ -362,7 +508,7 @@ fn stored_original(receipt: &dyn Source) -> Result<Option<Original>> {
             ))
         }
     };
-    let decided_at = match receipt.field("recordedAt") {
+    let decided_at = match item.read(layout.receipt(packed::RECEIPT_RECORDED_AT)) {
         Input::Absent | Input::Null => None,
         Input::Number(n) if n.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER as f64).contains(&n) => Some(n as u64),
         other => {
@@ -383,49 +529,131 @@ fn describe(input: &Input) -> String {
     }
 }
 
-fn apply(
-    rule_set: &RuleSet,
-    event: &Event,
-    workflow: Option<&Workflow>,
-    transition: &Transition,
-    write_set: &mut WriteSet,
-) -> Result<()> {
-    let read_revision = workflow.map_or(0, |w| w.revision);
-    let revision = read_revision
-        .checked_add(transition.revision_step)
-        .filter(|r| *r <= MAX_SAFE_INTEGER)
-        .ok_or_else(|| record_error("workflow", "revision", "would pass 2^53 - 1"))?;
-    let mut set = Map::new();
-    set.insert("status".into(), Value::String(rule_set.statuses[transition.to].name.clone()));
-    set.insert("revision".into(), Value::from(revision));
-    for &field in &transition.record {
-        let value = event.value_of(rule_set, field).unwrap_or_default();
-        set.insert(rule_set.fields[field].name.clone(), Value::String(value.to_string()));
+/// The decision as a value: the decider's answer with the rule's write
+/// template filled in (what the host builds from the same template).
+pub fn render(rule_set: &RuleSet, event: &Valid, decided: &Decided, fingerprint: &str) -> Decision {
+    let event_type = event.type_name(rule_set).to_string();
+    let mut decision = Decision {
+        outcome: decided.outcome,
+        event_id: event.event_id.to_string(),
+        workflow_id: event.workflow_id.to_string(),
+        event_type: event_type.clone(),
+        fingerprint: fingerprint.to_string(),
+        write_set: WriteSet { receipt: None, workflow: None, outbox: Vec::new() },
+        original: decided.original.clone(),
+    };
+    if decided.outcome == Outcome::DuplicateDelivery {
+        return decision;
     }
-    for &field in &transition.clear {
-        set.insert(rule_set.fields[field].name.clone(), Value::Null);
-    }
-    write_set.workflow = Some(WorkflowWrite {
-        id: event.workflow_id.clone(),
-        expect: workflow.map(|w| Expect { status: rule_set.statuses[w.status].name.clone(), revision: w.revision }),
-        set,
-    });
-    for emit in &transition.emit {
-        let mut payload = Map::new();
-        for &field in &emit.payload {
-            let value = event.value_of(rule_set, field).unwrap_or_default();
-            payload.insert(rule_set.fields[field].name.clone(), Value::String(value.to_string()));
-        }
-        write_set.outbox.push(OutboxOperation {
-            // A recurring operation's id carries the revision this write sets:
-            // it rises on every applied transition, so each emission differs.
-            id: emit.id_template.render(&event.workflow_id, revision),
-            operation_type: emit.operation_type.clone(),
-            workflow_id: event.workflow_id.clone(),
-            event_id: event.event_id.clone(),
-            status: "pending",
-            payload,
+    let mut result = ReceiptResult { operation_ids: Vec::new(), status: None, revision: None };
+    if let Some(write) = writes::template(rule_set, decided.rule, decided.event_type).filter(|_| decided.outcome == Outcome::Applied) {
+        let filling = Filling { workflow_id: event.workflow_id, revision: decided.revision, value_of: |f| event.value_of(rule_set, f) };
+        let set = filling.map(&write.set);
+        result.status = set.get("status").and_then(Value::as_str).map(str::to_string);
+        result.revision = set.get("revision").and_then(Value::as_u64);
+        decision.write_set.outbox = write
+            .outbox
+            .iter()
+            .map(|op| OutboxOperation {
+                id: filling.text(&op.id),
+                operation_type: op.operation_type.clone(),
+                workflow_id: event.workflow_id.to_string(),
+                event_id: event.event_id.to_string(),
+                status: "pending",
+                payload: filling.map(&op.payload),
+            })
+            .collect();
+        result.operation_ids = decision.write_set.outbox.iter().map(|op| op.id.clone()).collect();
+        let expect = (decided.state > 0).then(|| Expect {
+            status: rule_set.statuses[decided.state - 1].name.clone(),
+            revision: decided.expect_revision,
         });
+        decision.write_set.workflow = Some(WorkflowWrite { id: event.workflow_id.to_string(), expect, set });
     }
-    Ok(())
+    decision.write_set.receipt = Some(Receipt {
+        event_id: event.event_id.to_string(),
+        fingerprint: fingerprint.to_string(),
+        workflow_id: event.workflow_id.to_string(),
+        event_type,
+        outcome: decided.outcome,
+        rule_set: RuleSetRef { id: rule_set.id.clone(), version: rule_set.version, hash: rule_set.hash.clone() },
+        result,
+    });
+    decision
+}
+
+/// Decides JSON inputs (native callers, tests, the JSON-text entry point):
+/// laid out as a host lays out objects, then decided and rendered.
+pub fn decide(
+    rule_set: &RuleSet,
+    event: &Map<String, Value>,
+    receipt: Option<&Map<String, Value>>,
+    workflow: Option<&Map<String, Value>>,
+) -> Result<Decision> {
+    let mut packer = Packer::default();
+    packer.item(rule_set, event, receipt, workflow);
+    let layout = Layout::new(rule_set);
+    let packed = packer.packed();
+    let mut work = Work::default();
+    packed::locate(&packed, layout.entries(), 1, |s| layout.same_as(s), &mut work.spans);
+    let item = Item::of(&packed, &work.spans, layout.entries(), 0);
+    let mut fingerprint = [0u8; fingerprint::LEN];
+    let (valid, decided) = decide_item(rule_set, &item, layout, &mut fingerprint, &mut work.canonical)?;
+    Ok(render(rule_set, &valid, &decided, &String::from_utf8_lossy(&fingerprint)))
+}
+
+/// Per item, the answer's `i32`s: whether it was decided, then what.
+pub const ANSWER_INTS: usize = 7;
+pub const DECIDED: i32 = 0;
+pub const FAILED: i32 = 1;
+/// Per item, the answer's numbers: the revision read and the one written.
+pub const ANSWER_NUMBERS: usize = 2;
+
+/// One item's answer in the host's regions: `ints` (`ANSWER_INTS`), `numbers`
+/// (`ANSWER_NUMBERS`); a duplicate's original or an error goes into `extra`
+/// as JSON text, at the offset and length the ints say.
+pub fn write_answer(answer: &Result<Decided>, ints: &mut [i32], numbers: &mut [f64], extra: &mut String) {
+    let start = extra.len();
+    match answer {
+        Ok(decided) => {
+            if let Some(original) = &decided.original {
+                extra.push_str(&serde_json::to_string(original).unwrap_or_default());
+            }
+            ints.copy_from_slice(&[
+                DECIDED,
+                decided.outcome.code(),
+                decided.rule as i32,
+                decided.state as i32,
+                decided.event_type as i32,
+                start as i32,
+                (extra.len() - start) as i32,
+            ]);
+            numbers[0] = decided.expect_revision as f64;
+            numbers[1] = decided.revision as f64;
+        }
+        Err(error) => {
+            extra.push_str(&error.to_json().to_string());
+            ints.copy_from_slice(&[FAILED, -1, -1, -1, -1, start as i32, (extra.len() - start) as i32]);
+            numbers[0] = 0.0;
+            numbers[1] = 0.0;
+        }
+    }
+}
+
+/// The answer regions as the layout describes them to a host.
+pub fn answers_json() -> Value {
+    json!({
+        "ints": ANSWER_INTS,
+        "numbers": ANSWER_NUMBERS,
+        "fingerprintBytes": fingerprint::LEN,
+        "decided": DECIDED,
+        "failed": FAILED,
+        "outcomes": OUTCOMES.iter().map(|o| o.as_str()).collect::<Vec<_>>(),
+        "duplicate": Outcome::DuplicateDelivery.code(),
+        "applied": Outcome::Applied.code(),
+        "from": {
+            "CONSTANT": writes::CONSTANT, "REVISION": writes::REVISION, "EVENT_FIELD": writes::EVENT_FIELD,
+            "REMOVED": writes::REMOVED, "WORKFLOW_ID": writes::WORKFLOW_ID,
+        },
+    })
 }

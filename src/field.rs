@@ -34,10 +34,10 @@ impl FieldKind {
     }
 
     /// The value as a string, or the reason it is not acceptable.
-    pub fn check(self, input: Input) -> Result<String, String> {
+    pub fn check<'a>(self, input: Input<'a>) -> Result<&'a str, String> {
         let text = match input {
             Input::Text(text) => text,
-            Input::TooLong { .. } => return Err(self.too_long()),
+            Input::TooLong => return Err(self.too_long()),
             Input::IllFormedText => {
                 return Err("must be well-formed Unicode (it contains a lone surrogate)".into())
             }
@@ -49,8 +49,8 @@ impl FieldKind {
             other => return Err(format!("must be a string, not {}", other.kind())),
         };
         match self {
-            FieldKind::Text => check_text(&text)?,
-            FieldKind::Units => check_units(&text)?,
+            FieldKind::Text => check_text(text)?,
+            FieldKind::Units => check_units(text)?,
         }
         Ok(text)
     }

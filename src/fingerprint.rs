@@ -4,40 +4,59 @@
 //! JSON of `{type, workflowId, ...identity fields}`. The event id is not part
 //! of it: two deliveries of one fact under different ids share a fingerprint.
 
-use sha2::{Digest, Sha256};
-
 use crate::event::Event;
-use crate::jcs::{hex, write_string};
-use crate::ruleset::{Member, RuleSet};
+use crate::jcs::write_string;
+use crate::ruleset::{Hole, RuleSet};
 
 pub const PREFIX: &str = "fp1:";
+/// `fp1:` and 64 hex digits.
+pub const LEN: usize = PREFIX.len() + 64;
+
+/// Writes the exact text that is hashed into `out`: an event type's constant
+/// parts (made when the rule set loaded) with the values between them.
+pub fn write_canonical<'v>(
+    rule_set: &RuleSet,
+    event_type: usize,
+    workflow_id: &str,
+    value_of: impl Fn(usize) -> &'v str,
+    out: &mut String,
+) {
+    out.clear();
+    for (constant, hole) in &rule_set.events[event_type].canonical {
+        out.push_str(constant);
+        match *hole {
+            Hole::WorkflowId => write_string(out, workflow_id),
+            Hole::Field(f) => write_string(out, value_of(f)),
+            Hole::End => {}
+        }
+    }
+}
+
+/// `fp1:` and the hex SHA-256 of `canonical`, into `out` (`LEN` bytes).
+pub fn write_fingerprint(canonical: &str, out: &mut [u8]) {
+    write_digest(&crate::sha256::digest(canonical.as_bytes()), out);
+}
+
+/// `fp1:` and the hex of `digest`, into `out` (`LEN` bytes).
+pub fn write_digest(digest: &[u8; 32], out: &mut [u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out[..PREFIX.len()].copy_from_slice(PREFIX.as_bytes());
+    for (i, b) in digest.iter().enumerate() {
+        out[PREFIX.len() + 2 * i] = HEX[(b >> 4) as usize];
+        out[PREFIX.len() + 2 * i + 1] = HEX[(b & 0xf) as usize];
+    }
+}
 
 /// The exact bytes that are hashed.
 pub fn canonical_bytes(rule_set: &RuleSet, event: &Event) -> String {
-    let event_type = &rule_set.events[event.event_type];
-    let mut out = String::with_capacity(96 + event.values.iter().map(String::len).sum::<usize>());
-    out.push('{');
-    for (i, member) in event_type.fingerprint_members.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        write_string(&mut out, member.name(rule_set, event_type));
-        out.push(':');
-        let value = match member {
-            Member::Type => &event_type.name,
-            Member::WorkflowId => &event.workflow_id,
-            Member::Field(position) => &event.values[*position],
-        };
-        write_string(&mut out, value);
-    }
-    out.push('}');
+    let mut out = String::with_capacity(128);
+    write_canonical(rule_set, event.event_type, &event.workflow_id, |f| event.value_of(rule_set, f).unwrap_or_default(), &mut out);
     out
 }
 
 pub fn fingerprint(rule_set: &RuleSet, event: &Event) -> String {
-    let digest = Sha256::digest(canonical_bytes(rule_set, event).as_bytes());
-    let mut out = String::with_capacity(PREFIX.len() + 64);
-    out.push_str(PREFIX);
-    out.push_str(&hex(&digest));
-    out
+    let mut out = [0u8; LEN];
+    write_fingerprint(&canonical_bytes(rule_set, event), &mut out);
+    // Only ASCII was written.
+    String::from_utf8_lossy(&out).into_owned()
 }

@@ -6,7 +6,6 @@
 //! This crate is pure Rust; `binding` (wasm32 only) is the one module that
 //! talks to JavaScript.
 
-pub mod batch;
 pub mod compat;
 pub mod decide;
 pub mod error;
@@ -18,7 +17,10 @@ pub mod jcs;
 pub mod json;
 pub mod limits;
 pub mod outbox;
+pub mod packed;
 pub mod ruleset;
+pub mod sha256;
+pub mod writes;
 
 #[cfg(target_arch = "wasm32")]
 pub mod binding;

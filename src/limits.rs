@@ -26,10 +26,6 @@ pub const MAX_EMITS_PER_RULE: usize = 32;
 /// set answers each pair once (256 × 257 at most); the bound leaves room for
 /// the overlaps the verifier reports, and keeps the table in memory small.
 pub const MAX_TABLE_ENTRIES: usize = 1 << 17;
-/// Bytes of a JSON text handed to `decideJson`, `fingerprintJson` or the
-/// outbox entry points: far above any valid input (a field holds at most 512
-/// bytes), far below what could exhaust the wasm memory once parsed.
-pub const MAX_JSON_INPUT_BYTES: usize = 1 << 20;
 /// States (status × emitted operations × recorded fields) the verifier explores.
 pub const MAX_STATES_EXPLORED: usize = 200_000;
 /// The reorder-safe check's budget, counted over one whole verification:

@@ -9,7 +9,6 @@
 
 use serde::Serialize;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use crate::error::{Disposition, Error, Result};
 use crate::input::{Input, Source};
@@ -87,6 +86,9 @@ fn setting(source: &dyn Source, name: &str, default: u64, min: u64, max: u64) ->
         other => Err(invalid(format!("{name} must be a number, not {}", other.kind()))),
     }
 }
+
+/// The options a policy reads, in the order a host lays them out as one record.
+pub const OPTIONS: [&str; 4] = ["maxAttempts", "baseDelayMs", "maxDelayMs", "leaseMs"];
 
 impl Policy {
     /// Reads `maxAttempts`, `baseDelayMs`, `maxDelayMs` and `leaseMs`; an
@@ -195,12 +197,12 @@ impl Policy {
 }
 
 fn jitter_draw(operation_id: &str, attempt: u32) -> u64 {
-    let mut hasher = Sha256::new();
-    hasher.update(BACKOFF_DOMAIN.as_bytes());
-    hasher.update([0u8]);
-    hasher.update(attempt.to_be_bytes());
-    hasher.update(operation_id.as_bytes());
-    let digest = hasher.finalize();
+    let mut message = Vec::with_capacity(BACKOFF_DOMAIN.len() + 5 + operation_id.len());
+    message.extend_from_slice(BACKOFF_DOMAIN.as_bytes());
+    message.push(0);
+    message.extend_from_slice(&attempt.to_be_bytes());
+    message.extend_from_slice(operation_id.as_bytes());
+    let digest = crate::sha256::digest(&message);
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     u64::from_be_bytes(first)

@@ -90,12 +90,12 @@ fn a_rule_naming_the_same_pair_twice_answers_it_once() {
 
 #[test]
 fn the_documented_limits_table_matches_the_code() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../docs/rulesets.md");
     for (name, value) in LIMITS {
-        let row = readme.lines().find(|line| line.starts_with(&format!("| `{name}`"))).unwrap_or_else(|| panic!("README has no row for {name}"));
+        let row = readme.lines().find(|line| line.starts_with(&format!("| `{name}`"))).unwrap_or_else(|| panic!("docs/rulesets.md has no row for {name}"));
         let figure = value.to_string();
         let grouped = figure.as_bytes().rchunks(3).rev().map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(",");
-        assert!(row.contains(&format!("| {grouped} |")), "README row for {name} does not say {grouped}: {row}");
+        assert!(row.contains(&format!("| {grouped} |")), "docs/rulesets.md row for {name} does not say {grouped}: {row}");
     }
 }
 

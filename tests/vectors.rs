@@ -245,8 +245,8 @@ fn decision_vectors_through_decide() {
         let result = decide(
             rules,
             object(&case["event"]),
-            receipt.map(|r| r as &dyn idemflow::input::Source),
-            workflow.map(|w| w as &dyn idemflow::input::Source),
+            receipt,
+            workflow,
         )
         .map(|d| serde_json::to_value(d).unwrap());
         check_decision(case, result, "decide");
@@ -841,7 +841,7 @@ fn plan_deposit_confirmation_answers_as_the_seed_did() {
     let event = object(&event);
     let plan_in = |status: &str| {
         let workflow = seed_workflow(status);
-        plan(event, Some(object(&workflow) as &dyn idemflow::input::Source))
+        plan(event, Some(object(&workflow)))
     };
     assert_eq!(plan_in("deposit").unwrap(), "advance");
     for status in ["exchange", "sending", "success"] {
@@ -854,13 +854,13 @@ fn plan_deposit_confirmation_answers_as_the_seed_did() {
 
     let mut changed = seed_workflow("deposit");
     changed["amountUnits"] = json!("12500001");
-    let mismatch = plan(event, Some(object(&changed) as &dyn idemflow::input::Source)).unwrap_err();
+    let mismatch = plan(event, Some(object(&changed))).unwrap_err();
     assert_eq!((mismatch.code(), mismatch.details()["field"].clone()), ("IDENTITY_MISMATCH", json!("amountUnits")));
 
     let mut detected = seed_event();
     detected["type"] = json!("DEPOSIT_DETECTED");
     let workflow = seed_workflow("deposit");
-    let wrong_type = plan(object(&detected), Some(object(&workflow) as &dyn idemflow::input::Source)).unwrap_err();
+    let wrong_type = plan(object(&detected), Some(object(&workflow))).unwrap_err();
     assert_eq!((wrong_type.code(), wrong_type.details()["field"].clone()), ("INVALID_EVENT", json!("type")));
 }
 
@@ -909,8 +909,8 @@ impl Host {
         decide(
             self.rules,
             event,
-            receipt.map(|r| r as &dyn idemflow::input::Source),
-            workflow.map(|w| w as &dyn idemflow::input::Source),
+            receipt,
+            workflow,
         )
     }
 
@@ -1352,7 +1352,7 @@ fn a_receipt_fingerprint_that_is_not_fp1_and_64_hex_digits_is_an_invalid_record(
     let event = seed_event();
     for stored in ["fp1:", "fp1:garbage", "fp1:F7AEC2EC118BDFEAF8378D30FC20A30C1E4A1FF4BE23EA1CA294215F182989FB"] {
         let receipt = json!({ "fingerprint": stored });
-        let error = decide(rules, object(&event), Some(object(&receipt) as &dyn idemflow::input::Source), None).unwrap_err();
+        let error = decide(rules, object(&event), Some(object(&receipt)), None).unwrap_err();
         assert_eq!(
             (error.code(), error.details()["record"].clone(), error.details()["field"].clone()),
             ("INVALID_RECORD", json!("receipt"), json!("fingerprint")),
@@ -1384,7 +1384,7 @@ fn deciding_with_an_unverified_rule_set_that_misses_a_pair_is_an_error_not_a_pan
     let event = json!({ "eventId": "orders:1", "workflowId": "order-1001", "type": "SHIPMENT_REQUESTED" });
     let workflow = json!({ "id": "order-1001", "status": "shipping", "revision": 1 });
     let outcome = std::panic::catch_unwind(|| {
-        decide(&rules, object(&event), None, Some(object(&workflow) as &dyn idemflow::input::Source)).is_err()
+        decide(&rules, object(&event), None, Some(object(&workflow))).is_err()
     });
     assert_eq!(outcome.ok(), Some(true), "decide must return an error, not panic");
 }
@@ -1395,10 +1395,10 @@ fn a_receipt_stored_under_another_event_id_is_an_invalid_argument_not_a_duplicat
     let event = seed_event();
     let fp = idemflow::json::fingerprint_json(rules, &event.to_string()).unwrap();
     let receipt = json!({ "eventId": "someone-else", "fingerprint": fp });
-    let error = decide(rules, object(&event), Some(object(&receipt) as &dyn idemflow::input::Source), None).unwrap_err();
+    let error = decide(rules, object(&event), Some(object(&receipt)), None).unwrap_err();
     assert_eq!(error.code(), "INVALID_ARGUMENT");
     let same = json!({ "eventId": event["eventId"], "fingerprint": fp });
-    let decision = decide(rules, object(&event), Some(object(&same) as &dyn idemflow::input::Source), None).unwrap();
+    let decision = decide(rules, object(&event), Some(object(&same)), None).unwrap();
     assert_eq!(decision.outcome, Outcome::DuplicateDelivery);
 }
 

@@ -4,8 +4,6 @@
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
-use idemflow::input::Source;
-
 #[path = "common.rs"]
 mod common;
 
@@ -23,12 +21,7 @@ fuzz_target!(|data: &[u8]| {
     let receipt = record(&input, "receipt");
     let workflow = record(&input, "workflow");
     let decide = || {
-        idemflow::decide(
-            rule_set,
-            &event,
-            receipt.as_ref().map(|r| r as &dyn Source),
-            workflow.as_ref().map(|w| w as &dyn Source),
-        )
+        idemflow::decide(rule_set, &event, receipt.as_ref(), workflow.as_ref())
     };
     let first = decide();
     match &first {

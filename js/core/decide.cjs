@@ -2,17 +2,16 @@
 // The pure entry points of the core: validation, fingerprints, decisions and
 // rule set proofs. Every decision is made in Rust; this file converts values.
 
-const { IdemflowError, fromWasm } = require('./errors.cjs');
+const { IdemflowError } = require('./errors.cjs');
 const { checkOptionKeys, entry, member } = require('./options.cjs');
 const { resolveRuleSet, definitionText, RuleSet } = require('./rules.cjs');
-const { bindings: wasm, call, fastDecider } = require('./wasm.cjs');
+const { bindings: wasm, call, decider } = require('./wasm.cjs');
 
 /** Throws INVALID_EVENT (with details.field) unless `event` is valid under the rule set. */
 function validateEvent(event, opts) {
   checkOptionKeys(opts, ['ruleSet'], 'validateEvent');
   const ruleSet = resolveRuleSet(member(opts, 'ruleSet'));
-  // A plain event the fast path finds valid is; anything else, and every error, is wasm.validateEvent's.
-  call(() => fastDecider().normalize(ruleSet.compiled, event, undefined) !== undefined || wasm.validateEvent(ruleSet.compiled, event));
+  call(() => decider().validate(ruleSet.compiled, event));
 }
 
 /** A validated plain copy of the event: only its own members and declared fields. */
@@ -23,15 +22,14 @@ function normalizeEvent(event, opts) {
   if (type !== undefined && typeof type !== 'string') {
     throw new IdemflowError('INVALID_ARGUMENT', 'type must be a string', { details: { reason: 'type must be a string' } });
   }
-  // The fast path (fast.cjs) answers a plain, valid event; anything else, and every error, is wasm.normalizeEvent's.
-  return call(() => fastDecider().normalize(compiled, event, type) ?? JSON.parse(wasm.normalizeEvent(compiled, event, type)));
+  return call(() => decider().normalize(compiled, event, type));
 }
 
 /** `fp1:` + hex SHA-256 of the canonical JSON of what the event means. */
 function fingerprint(event, opts) {
   checkOptionKeys(opts, ['ruleSet'], 'fingerprint');
   const ruleSet = resolveRuleSet(member(opts, 'ruleSet'));
-  return call(() => wasm.fingerprint(ruleSet.compiled, event));
+  return call(() => decider().fingerprint(ruleSet.compiled, event));
 }
 
 /**
@@ -45,17 +43,15 @@ function decide(input) {
   const receipt = member(input, 'receipt') ?? null;
   const workflow = member(input, 'workflow') ?? null;
   const compiled = resolveRuleSet(member(input, 'ruleSet')).compiled;
-  // The fast path (fast.cjs) decides plain data; anything else, and every error, is wasm.decide's.
-  return call(() => fastDecider().decide(compiled, event, receipt, workflow));
+  return call(() => decider().decide(compiled, event, receipt, workflow));
 }
 
 /**
  * The host loops' decision of an event normalizeEvent has already validated
- * (a plain copy of data properties): no option checks, and the fast path
- * lays it out without leaving it to the slow one. Its errors are decide's.
+ * (a plain copy of data properties): no option checks. Its errors are decide's.
  */
 function decideNormalized(compiled, event, receipt, workflow) {
-  return call(() => fastDecider().decide(compiled, event, receipt ?? null, workflow ?? null));
+  return call(() => decider().decide(compiled, event, receipt ?? null, workflow ?? null));
 }
 
 /**
@@ -64,23 +60,12 @@ function decideNormalized(compiled, event, receipt, workflow) {
  * `{ error }` (an IdemflowError) out, in order.
  */
 function decideNormalizedBatch(compiled, inputs) {
-  return call(() => fastDecider().decideBatch(compiled, inputs)).map((answer) =>
-    (Object.hasOwn(answer, 'error') ? { error: fromWasm(answer.error) } : answer));
-}
-
-/** The same decision from JSON text `{"event":…,"receipt":…,"workflow":…}`, for hot loops. */
-function decideJSON(text, opts) {
-  checkOptionKeys(opts, ['ruleSet'], 'decideJSON');
-  const compiled = resolveRuleSet(member(opts, 'ruleSet')).compiled;
-  if (typeof text !== 'string') {
-    throw new IdemflowError('INVALID_ARGUMENT', 'decideJSON takes JSON text', { details: { reason: 'not a string' } });
-  }
-  return JSON.parse(call(() => wasm.decideJson(compiled, text)));
+  return call(() => decider().decideBatch(compiled, inputs));
 }
 
 /** The seed's planning step for DEPOSIT_CONFIRMED: 'advance' or 'already-applied'. */
 function planDepositConfirmation(workflow, event) {
-  return call(() => wasm.planDepositConfirmation(workflow, event));
+  return call(() => decider().plan(workflow, event));
 }
 
 /**
@@ -102,10 +87,8 @@ module.exports = {
   normalizeEvent: entry(normalizeEvent),
   fingerprint: entry(fingerprint),
   decide: entry(decide),
-  decideJSON: entry(decideJSON),
   planDepositConfirmation: entry(planDepositConfirmation),
   verifyRuleSet: entry(verifyRuleSet),
   decideNormalized,
   decideNormalizedBatch,
-  wasmMemoryBytes: () => wasm.memoryBytes(),
 };

@@ -3,7 +3,7 @@
 // waits, whether an operation may run again, and what a handler's result
 // means. The consumer and the delivery handler ask; the core answers.
 
-const { bindings: wasm, call } = require('./wasm.cjs');
+const { bindings: wasm, call, decider } = require('./wasm.cjs');
 
 const POLICY_OPTIONS = Object.freeze(['maxAttempts', 'baseDelayMs', 'maxDelayMs', 'leaseMs']);
 
@@ -19,7 +19,7 @@ function createPolicy(options) {
     if (options[key] !== undefined) settings[key] = options[key];
   }
   // Compiled once in wasm and held for the life of the consumer (a handful per process), not re-parsed per call.
-  const compiled = call(() => wasm.compileOutboxPolicy(settings));
+  const compiled = call(() => decider().outboxPolicy(settings));
   const backoff = (operationId, attempt) => JSON.parse(call(() => compiled.backoff(JSON.stringify({ operationId, attempt }))));
   return {
     settings: Object.freeze(JSON.parse(compiled.settingsJson())),

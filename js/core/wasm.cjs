@@ -6,7 +6,7 @@
 
 const bindings = require('../wasm/idemflow.js');
 const { fromWasm } = require('./errors.cjs');
-const { createFastDecider } = require('./fast.cjs');
+const { createDecider } = require('./packed.cjs');
 
 // Compiled rule sets the cache evicted while a wasm call was running. A
 // getter on an event can load rule sets in the middle of a decision; freeing
@@ -36,14 +36,14 @@ function freeWhenIdle(compiled) {
   else compiled.free();
 }
 
-// The fast decide path over these bindings (fast.cjs takes them; it loads
-// nothing itself), made at the first decision: its scratch lives in wasm memory.
-let fast;
+// The decider over these bindings (packed.cjs takes them; it loads nothing
+// itself), made at its first use: its regions live in wasm memory.
+let theDecider;
 
-/** The module's one fast decider: `decide(compiled, event, receipt, workflow)`, `decideBatch(compiled, inputs)`. */
-function fastDecider() {
-  fast ??= createFastDecider(bindings);
-  return fast;
+/** The module's one decider (see packed.cjs). */
+function decider() {
+  theDecider ??= createDecider(bindings);
+  return theDecider;
 }
 
-module.exports = { bindings, call, freeWhenIdle, fastDecider };
+module.exports = { bindings, call, freeWhenIdle, decider };

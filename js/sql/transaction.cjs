@@ -5,7 +5,7 @@
 // is what a unique-key violation becomes. `execute` may be synchronous
 // (SQLite) or asynchronous (the server databases).
 
-const { StoreTransaction } = require('../store/base.cjs');
+const { StoreTransaction } = require('../store/transaction.cjs');
 const { operationExists, receiptExists, workflowChanged } = require('../store/errors.cjs');
 const { decidedOperationToStore, decidedReceiptToStore, decidedWorkflowPatch, decisionReceiptFromStore } = require('../store/records.cjs');
 const { orUnreadable } = require('../host/contract.cjs');

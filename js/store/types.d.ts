@@ -14,6 +14,7 @@ import type {
   Store,
   StoredOperation,
   StoreTransaction,
+  TransactionOptions,
   Workflow,
 } from '../index.js';
 
@@ -45,8 +46,6 @@ export interface StoreOptions {
   tables?: Partial<TableNames>;
   /** How many times processEvent runs the read-decide-write cycle again after a lost race (default 4). */
   raceRetries?: number;
-  /** @deprecated raceRetries + 1 (the number of cycles); the outbox consumer's maxAttempts is another setting. */
-  maxAttempts?: number;
   /** The clock for recorded_at, created_at and updated_at: milliseconds since the epoch (default Date.now). */
   now?: () => number;
 }
@@ -81,10 +80,14 @@ export type RecordedReceipt = {
   result: ReceiptResult | null;
 };
 
-/** One transaction of a durable store: the Store contract plus a read of the outbox. */
+/** One transaction of a durable store: the Store contract, a read of the outbox, and the host's own writes. */
 export interface DurableStoreTransaction extends StoreTransaction {
   getReceipt(eventId: string): Promise<RecordedReceipt | null>;
   getOperation(id: string): Promise<StoredOperation | null>;
+  /** Inserts or replaces a workflow in this transaction: the host's row that starts it and the workflow commit together. */
+  putWorkflow(workflow: Workflow): Promise<void>;
+  /** The driver's own handle bound to this transaction (each adapter types it). */
+  readonly client: unknown;
 }
 
 /**
@@ -98,21 +101,19 @@ export declare abstract class StoreBase {}
 export interface StoreBase extends OutboxStore, OutboxAdmin, ExclusiveLocks {}
 
 /** What every durable store offers a host: the Store contract, the outbox interface and helpers. */
-export interface DurableStore extends Store, OutboxStore, OutboxAdmin, ExclusiveLocks {
+export interface DurableStore<Tx extends DurableStoreTransaction = DurableStoreTransaction> extends Store, OutboxStore, OutboxAdmin, ExclusiveLocks {
   readonly tables: Readonly<TableNames>;
   /** Re-runs of a cycle after a lost race (undefined: processEvent's default, 4). */
   readonly raceRetries?: number;
-  /** @deprecated raceRetries + 1. */
-  readonly maxAttempts?: number;
   /** The store's clock (Date.now unless options.now was given). */
   now(): number;
-  /** Creates the tables and indexes if they do not exist; safe to run on every start. */
+  /** Creates the tables and indexes if they do not exist; safe in every worker at start, beside live traffic. */
   migrate(): Promise<void>;
-  transaction<T>(fn: (tx: DurableStoreTransaction) => Promise<T>): Promise<T>;
+  transaction<T>(fn: (tx: Tx) => Promise<T>, options?: TransactionOptions): Promise<T>;
   /** processEvent(this, event, options): the same outcomes as InMemoryStore. */
-  process(event: EventInput, options?: ProcessOptions): Promise<ProcessResult>;
+  process(event: EventInput, options?: ProcessOptions<Tx>): Promise<ProcessResult>;
   /** processBatch(this, events, options): one transaction, one result per event. */
-  processBatch(events: readonly EventInput[], options?: ProcessOptions): Promise<BatchResult[]>;
+  processBatch(events: readonly EventInput[], options?: ProcessOptions<Tx>): Promise<BatchResult[]>;
   /**
    * Inserts or replaces a workflow. Fields other than id, status and revision
    * must be strings (amounts are decimal strings); null leaves a field out.

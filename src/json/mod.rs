@@ -1,5 +1,6 @@
-//! Entry points over JSON text: for native callers, command-line tools and hot
-//! loops that would rather hand over one string than walk an object.
+//! Entry points over JSON text, for native callers and tools: the text is
+//! parsed and laid out as a host lays out objects, then decided by the one
+//! decider.
 
 use serde_json::{Map, Value};
 
@@ -7,7 +8,6 @@ use crate::decide::decide;
 use crate::error::{Error, Result};
 use crate::event::validate;
 use crate::fingerprint::fingerprint;
-use crate::input::Source;
 use crate::ruleset::RuleSet;
 
 pub mod keyed;
@@ -72,11 +72,6 @@ pub fn decide_json(rule_set: &RuleSet, input: &str) -> Result<String> {
     };
     let receipt = member("receipt")?;
     let workflow = member("workflow")?;
-    let decision = decide(
-        rule_set,
-        event,
-        receipt.map(|r| r as &dyn Source),
-        workflow.map(|w| w as &dyn Source),
-    )?;
+    let decision = decide(rule_set, event, receipt, workflow)?;
     serde_json::to_string(&decision).map_err(|e| Error::InvalidArgument { reason: e.to_string() })
 }

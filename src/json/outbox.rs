@@ -5,18 +5,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::parse_object;
 use crate::error::{Disposition, Error, Result};
-use crate::input::Source;
 use crate::outbox::{attempt_number, claimable, time_ms, whole, Failure, HandlerResult, Policy, Status};
 
 fn invalid(reason: impl Into<String>) -> Error {
     Error::InvalidArgument { reason: reason.into() }
-}
-
-/// A policy as [`Policy::to_json`] wrote it (or any object of its settings).
-pub fn policy_from_json(text: &str) -> Result<Policy> {
-    Policy::from_source(&parse_object(text, "outbox policy")?)
 }
 
 fn parse<'a, T: Deserialize<'a>>(text: &'a str, what: &str) -> Result<T> {
@@ -27,12 +20,7 @@ fn to_text<T: Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(|e| invalid(e.to_string()))
 }
 
-/// The settings (absent ones defaulted) as JSON text, with `renewEveryMs`.
-pub fn policy_json(options: &dyn Source) -> Result<String> {
-    Ok(settings_json(&Policy::from_source(options)?))
-}
-
-/// A policy's settings as the text [`policy_from_json`] reads back.
+/// A policy's settings (absent ones defaulted) as JSON text, with `renewEveryMs`.
 pub fn settings_json(policy: &Policy) -> String {
     policy.to_json().to_string()
 }
@@ -43,11 +31,6 @@ struct BackoffRequest {
     operation_id: String,
     attempt: f64,
 }
-
-// Each request has two entry points: under a policy already read (the
-// binding's compiled handle) and under the policy's text (the free functions
-// it keeps for callers that hold the text). The text form reads the policy
-// and calls the first, so both answer alike, errors included.
 
 /// `{"operationId", "attempt"}` in; `{"attempt", "ceilingMs", "delayMs"}` out.
 pub fn backoff(policy: &Policy, request: &str) -> Result<String> {
@@ -61,18 +44,10 @@ pub fn backoff(policy: &Policy, request: &str) -> Result<String> {
     .to_string())
 }
 
-pub fn backoff_json(policy: &str, request: &str) -> Result<String> {
-    backoff(&policy_from_json(policy)?, request)
-}
-
 /// `{"verdict": "run"}` or `{"verdict": "dead", "reason": "claims-expired", "lastError"}`.
 pub fn admit(policy: &Policy, attempts: f64) -> Result<String> {
     let attempts = whole(attempts, "attempts", 0, u32::MAX as u64)? as u32;
     to_text(&policy.admit(attempts)?)
-}
-
-pub fn admit_json(policy: &str, attempts: f64) -> Result<String> {
-    admit(&policy_from_json(policy)?, attempts)
 }
 
 #[derive(Deserialize)]
@@ -126,10 +101,6 @@ pub fn classify(policy: &Policy, request: &str) -> Result<String> {
     to_text(&policy.classify(&request.operation_id, attempt, now, &result))
 }
 
-pub fn classify_json(policy: &str, request: &str) -> Result<String> {
-    classify(&policy_from_json(policy)?, request)
-}
-
 /// The claim condition for one stored operation.
 pub fn claimable_args(status: &str, next_attempt_at: f64, lease_expires_at: Option<f64>, now: f64) -> Result<bool> {
     let status = Status::parse(status).ok_or_else(|| Error::InvalidRecord {
@@ -147,10 +118,6 @@ pub fn lease_expires_at(policy: &Policy, now: f64) -> Result<u64> {
     Ok(policy.lease_expires_at(time_ms(now, "now")?))
 }
 
-pub fn lease_expires_at_args(policy: &str, now: f64) -> Result<u64> {
-    lease_expires_at(&policy_from_json(policy)?, now)
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::{json, Value};
@@ -159,49 +126,46 @@ mod tests {
     use crate::outbox::tests::{policy, settings};
 
     #[test]
-    fn a_policy_round_trips_through_its_json() {
+    fn settings_json_writes_every_setting_and_the_renewal_period() {
         let p = Policy::from_source(&settings(
             json!({"maxAttempts": 3, "baseDelayMs": 50, "maxDelayMs": 400, "leaseMs": 900}),
         ))
         .unwrap();
-        assert_eq!(policy_from_json(&p.to_json().to_string()).unwrap(), p);
-        assert_eq!(p.renew_every_ms(), 300);
+        let written: Value = serde_json::from_str(&settings_json(&p)).unwrap();
+        assert_eq!(written, json!({"maxAttempts": 3, "baseDelayMs": 50, "maxDelayMs": 400, "leaseMs": 900, "renewEveryMs": 300}));
+        assert_eq!(Policy::from_source(written.as_object().unwrap()).unwrap(), p);
     }
 
     #[test]
-    fn classify_json_reads_a_request_and_writes_the_verdict() {
-        let p = policy(3, 100, 1_000).to_json().to_string();
-        let done = classify_json(&p, r#"{"operationId":"op","attempt":1,"now":10,"result":{"ok":true}}"#).unwrap();
+    fn classify_reads_a_request_and_writes_the_verdict() {
+        let p = policy(3, 100, 1_000);
+        let done = classify(&p, r#"{"operationId":"op","attempt":1,"now":10,"result":{"ok":true}}"#).unwrap();
         assert_eq!(done, r#"{"verdict":"done"}"#);
-        let dead = classify_json(
+        let dead = classify(
             &p,
             r#"{"operationId":"op","attempt":3,"now":10,"result":{"ok":false,"message":"down","disposition":"retry"}}"#,
         )
         .unwrap();
         assert_eq!(dead, r#"{"verdict":"dead","reason":"max-attempts","lastError":"Error: down"}"#);
         let retry: Value = serde_json::from_str(
-            &classify_json(&p, r#"{"operationId":"op","attempt":1,"now":10,"result":{"ok":false,"message":"down"}}"#)
-                .unwrap(),
+            &classify(&p, r#"{"operationId":"op","attempt":1,"now":10,"result":{"ok":false,"message":"down"}}"#).unwrap(),
         )
         .unwrap();
         assert_eq!(retry["verdict"], "retry");
-        assert_eq!(retry["nextAttemptAt"], 10 + policy(3, 100, 1_000).backoff_delay_ms("op", 1));
+        assert_eq!(retry["nextAttemptAt"], 10 + p.backoff_delay_ms("op", 1));
     }
 
     #[test]
     fn an_unknown_disposition_counts_as_unmarked() {
-        let p = policy(3, 100, 1_000).to_json().to_string();
-        let verdict = classify_json(
-            &p,
-            r#"{"operationId":"op","attempt":1,"now":0,"result":{"ok":false,"disposition":"ignore"}}"#,
-        )
-        .unwrap();
+        let p = policy(3, 100, 1_000);
+        let verdict =
+            classify(&p, r#"{"operationId":"op","attempt":1,"now":0,"result":{"ok":false,"disposition":"ignore"}}"#).unwrap();
         assert!(verdict.starts_with(r#"{"verdict":"retry""#), "{verdict}");
     }
 
     #[test]
     fn malformed_requests_are_errors_not_panics() {
-        let p = Policy::default().to_json().to_string();
+        let p = Policy::default();
         for bad in [
             "",
             "[]",
@@ -213,18 +177,16 @@ mod tests {
             r#"{"operationId":"op","attempt":1,"now":0,"result":{"ok":"yes"}}"#,
             r#"{"operationId":"op","attempt":1,"now":0,"result":{"ok":true},"extra":1}"#,
         ] {
-            assert_eq!(classify_json(&p, bad).unwrap_err().code(), "INVALID_ARGUMENT", "{bad}");
+            assert_eq!(classify(&p, bad).unwrap_err().code(), "INVALID_ARGUMENT", "{bad}");
         }
-        assert_eq!(classify_json("{\"maxAttempts\":0}", "{}").unwrap_err().code(), "INVALID_ARGUMENT");
-        assert_eq!(backoff_json(&p, r#"{"operationId":"op"}"#).unwrap_err().code(), "INVALID_ARGUMENT");
-        assert_eq!(admit_json(&p, f64::NAN).unwrap_err().code(), "INVALID_ARGUMENT");
+        assert_eq!(backoff(&p, r#"{"operationId":"op"}"#).unwrap_err().code(), "INVALID_ARGUMENT");
+        assert_eq!(admit(&p, f64::NAN).unwrap_err().code(), "INVALID_ARGUMENT");
     }
 
     #[test]
-    fn backoff_json_reports_the_ceiling_and_the_delay() {
+    fn backoff_reports_the_ceiling_and_the_delay() {
         let p = policy(5, 1_000, 300_000);
-        let out =
-            backoff_json(&p.to_json().to_string(), r#"{"operationId":"start-exchange:swap-42","attempt":2}"#).unwrap();
+        let out = backoff(&p, r#"{"operationId":"start-exchange:swap-42","attempt":2}"#).unwrap();
         let expected =
             json!({"attempt": 2, "ceilingMs": 2000, "delayMs": p.backoff_delay_ms("start-exchange:swap-42", 2)});
         assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), expected);
@@ -239,10 +201,9 @@ mod tests {
     }
 
     #[test]
-    fn admit_json_writes_run_or_dead() {
-        let p = policy(2, 100, 1_000).to_json().to_string();
-        assert_eq!(admit_json(&p, 2.0).unwrap(), r#"{"verdict":"run"}"#);
-        assert!(admit_json(&p, 3.0).unwrap().starts_with(r#"{"verdict":"dead","reason":"claims-expired""#));
+    fn admit_writes_run_or_dead() {
+        let p = policy(2, 100, 1_000);
+        assert_eq!(admit(&p, 2.0).unwrap(), r#"{"verdict":"run"}"#);
+        assert!(admit(&p, 3.0).unwrap().starts_with(r#"{"verdict":"dead","reason":"claims-expired""#));
     }
-
 }

@@ -12,18 +12,18 @@
 //! (which is ECMAScript's JSON.parse reading, by definition, and costs nothing).
 
 use serde_json::{Map, Number, Value};
-use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::jcs::{canonical_json_with, ecmascript_number, hex, WriteNumber, MAX_DEPTH};
-use crate::limits::MAX_JSON_INPUT_BYTES;
 
 /// `pf1:` + lowercase hex SHA-256 of the UTF-8 bytes of the payload's RFC 8785
 /// text: versioned, as an event's `fp1:` is, and never equal to one.
 pub const PAYLOAD_PREFIX: &str = "pf1:";
 
-/// The largest payload, in bytes of JSON text (in and out).
-pub const MAX_PAYLOAD_BYTES: usize = MAX_JSON_INPUT_BYTES;
+/// The largest payload, in bytes of JSON text (in and out): far above a
+/// request body an idempotent API takes, far below what could exhaust the
+/// wasm memory once read.
+pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
 
 /// The deepest nesting of arrays and objects a payload may have.
 pub const MAX_PAYLOAD_DEPTH: usize = MAX_DEPTH;
@@ -92,7 +92,7 @@ pub fn canonical_utf8(bytes: &[u8], numbers: &Numbers) -> Result<String> {
 
 /// The fingerprint of RFC 8785 text as [`canonical_text`] writes it.
 pub fn fingerprint_canonical(canonical: &str) -> String {
-    let digest = Sha256::digest(canonical.as_bytes());
+    let digest = crate::sha256::digest(canonical.as_bytes());
     let mut out = String::with_capacity(PAYLOAD_PREFIX.len() + 64);
     out.push_str(PAYLOAD_PREFIX);
     out.push_str(&hex(&digest));

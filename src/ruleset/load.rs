@@ -4,12 +4,11 @@
 use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
-use super::{Answer, Emit, EventType, FailCode, Field, Member, Rule, RuleSet, Status, Template, Transition};
+use super::{Answer, Emit, EventType, FailCode, Field, Hole, Rule, RuleSet, Status, Template, Transition};
 use crate::error::{default_disposition, truncate, Disposition, Error, Result};
 use crate::field::FieldKind;
-use crate::jcs::{canonical_json_with, hex, whole_numbers_only, MAX_SAFE_INTEGER};
+use crate::jcs::{canonical_json_with, hex, whole_numbers_only, write_string, MAX_SAFE_INTEGER};
 use crate::limits::{
     check_depth, exceeded, MAX_EMITS_PER_RULE, MAX_EVENT_TYPES, MAX_FIELDS, MAX_LIST_NAMES, MAX_RULES, MAX_STATUSES,
     MAX_TABLE_ENTRIES,
@@ -184,7 +183,7 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
     }
 
     let canonical = canonical_json_with(definition, &whole_numbers_only).map_err(|reason| invalid("$", reason))?;
-    rule_set.hash = format!("sha256:{}", hex(&Sha256::digest(canonical.as_bytes())));
+    rule_set.hash = format!("sha256:{}", hex(&crate::sha256::digest(canonical.as_bytes())));
     Ok(rule_set)
 }
 
@@ -266,17 +265,28 @@ fn load_events(value: &Value, fields: &[Field]) -> Result<Vec<EventType>> {
             None => carried.clone(),
             Some(v) => field_list(Some(v), &format!("{path}.identity"), fields, Some(&carried))?,
         };
-        let mut members = vec![Member::Type, Member::WorkflowId];
-        members.extend(identity.iter().map(|f| Member::Field(carried.iter().position(|c| c == f).unwrap_or(0))));
-        let member_name = |m: &Member| match m {
-            Member::Type => "type".to_string(),
-            Member::WorkflowId => "workflowId".to_string(),
-            Member::Field(p) => fields[carried[*p]].name.clone(),
-        };
-        // Field names are ASCII, so byte order is RFC 8785's UTF-16 order.
-        // Members with one name are the same member: unstable is exact.
-        members.sort_unstable_by_key(member_name);
-        events.push(EventType { name: event_name, fields: carried, fingerprint_members: members });
+        // The fingerprint object's members sorted by name. Field names are
+        // ASCII, so byte order is RFC 8785's UTF-16 order; names are unique,
+        // so unstable is exact.
+        let mut members: Vec<(&str, Option<Hole>)> = vec![("type", None), ("workflowId", Some(Hole::WorkflowId))];
+        members.extend(identity.iter().map(|f| (fields[*f].name.as_str(), Some(Hole::Field(*f)))));
+        members.sort_unstable_by_key(|(name, _)| *name);
+        let mut canonical = Vec::new();
+        let mut constant = String::from("{");
+        for (i, (member, hole)) in members.into_iter().enumerate() {
+            if i > 0 {
+                constant.push(',');
+            }
+            write_string(&mut constant, member);
+            constant.push(':');
+            match hole {
+                None => write_string(&mut constant, &event_name),
+                Some(hole) => canonical.push((std::mem::take(&mut constant), hole)),
+            }
+        }
+        constant.push('}');
+        canonical.push((constant, Hole::End));
+        events.push(EventType { name: event_name, fields: carried, canonical });
     }
     if events.is_empty() {
         return Err(invalid("$.events", "must declare at least one event type"));

@@ -40,27 +40,19 @@ pub struct EventType {
     pub name: String,
     /// Indices into `RuleSet::fields`, in declared order.
     pub fields: Vec<usize>,
-    /// The members of the fingerprint object in canonical (RFC 8785) order.
-    pub fingerprint_members: Vec<Member>,
+    /// The canonical (RFC 8785) JSON of the fingerprint object
+    /// `{type, workflowId, ...identity fields}`, as its constant parts, each
+    /// followed by the value that comes after it.
+    pub canonical: Vec<(String, Hole)>,
 }
 
-/// A member of an event's fingerprint object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Member {
-    Type,
+/// What follows a constant part of an event type's canonical JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hole {
     WorkflowId,
-    /// Position in the event type's `fields`.
+    /// A rule-set field index.
     Field(usize),
-}
-
-impl Member {
-    pub fn name<'a>(&self, rule_set: &'a RuleSet, event: &EventType) -> &'a str {
-        match self {
-            Member::Type => "type",
-            Member::WorkflowId => "workflowId",
-            Member::Field(i) => &rule_set.fields[event.fields[*i]].name,
-        }
-    }
+    End,
 }
 
 #[derive(Debug, Clone)]
@@ -130,20 +122,27 @@ pub struct Template {
 }
 
 impl Template {
-    /// The operation id for `workflow_id`; `revision` is the workflow's new
-    /// revision after the emitting transition (read only when recurring).
-    pub fn render(&self, workflow_id: &str, revision: u64) -> String {
-        let mut id = String::with_capacity(self.name.len() + 22 + workflow_id.len());
-        id.push_str(&self.name);
-        id.push(':');
+    /// What the operation id is made of, in order: the name and a colon,
+    /// then for a recurring template the workflow's new revision after the
+    /// emitting transition (decimal digits: no colon) and a colon, then the
+    /// workflow id.
+    pub fn parts(&self) -> Vec<IdPart> {
+        let mut parts = vec![IdPart::Constant(format!("{}:", self.name))];
         if self.recurring {
-            // u64's Display: decimal digits, no sign, no leading zeros.
-            id.push_str(&revision.to_string());
-            id.push(':');
+            parts.push(IdPart::Revision);
+            parts.push(IdPart::Constant(":".into()));
         }
-        id.push_str(workflow_id);
-        id
+        parts.push(IdPart::WorkflowId);
+        parts
     }
+}
+
+/// A part of an operation id (see [`Template::parts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdPart {
+    Constant(String),
+    Revision,
+    WorkflowId,
 }
 
 /// One row of the decision table as written (or the `otherwise` row).
@@ -294,8 +293,13 @@ impl RuleSet {
     /// The rule that answers `event` in `state`. A verified rule set has exactly
     /// one; an unverified one (see `load_unverified`) may not, and is refused here.
     pub fn rule_for(&self, event: usize, state: StateIndex) -> Result<&Rule> {
+        self.rule_index_for(event, state).map(|r| &self.rules[r])
+    }
+
+    /// The index of `rule_for`'s rule.
+    pub fn rule_index_for(&self, event: usize, state: StateIndex) -> Result<usize> {
         match self.cells.get(event).and_then(|row| row.get(state)).map(Vec::as_slice) {
-            Some([only]) => Ok(&self.rules[*only]),
+            Some([only]) => Ok(*only),
             other => Err(Error::InvalidArgument {
                 reason: format!(
                     "rule set {} has {} answers for {} in {}; load it with RuleSet::from_value, which verifies it",

@@ -1,5 +1,5 @@
 // idemflow/mongodb: MongoDB (replica set or sharded cluster) over the official driver.
-import type { Db, MongoClient } from 'mongodb';
+import type { ClientSession, Db, MongoClient } from 'mongodb';
 import type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames } from '../../store/types.js';
 import { StoreBase } from '../../store/types.js';
 import type { EventInput, ProcessOptions, ProcessResult, Workflow } from '../../index.js';
@@ -27,7 +27,7 @@ export declare class MongoStore extends StoreBase {
   readonly db: Db;
 }
 /** Every member of the DurableStore contract (declaration merging keeps them in one place). */
-export interface MongoStore extends DurableStore {
+export interface MongoStore extends DurableStore<MongoTransaction> {
   now(): number;
 }
 
@@ -38,4 +38,9 @@ export interface MongoStore extends DurableStore {
 export declare class MongoTransaction {
   private constructor();
 }
-export interface MongoTransaction extends DurableStoreTransaction {}
+export interface MongoTransaction extends DurableStoreTransaction {
+  /** The MongoClient: the host's own operations pass `{ session: tx.session }` to commit with idemflow's. */
+  readonly client: MongoClient;
+  /** The transaction's session. */
+  readonly session: ClientSession;
+}

@@ -38,7 +38,7 @@ export declare class MysqlStore extends StoreBase {
   readonly client: MysqlPool | MysqlConnection;
 }
 /** Every member of the DurableStore contract (declaration merging keeps them in one place). */
-export interface MysqlStore extends DurableStore {
+export interface MysqlStore extends DurableStore<MysqlTransaction> {
   now(): number;
 }
 
@@ -49,4 +49,7 @@ export interface MysqlStore extends DurableStore {
 export declare class MysqlTransaction {
   private constructor();
 }
-export interface MysqlTransaction extends DurableStoreTransaction {}
+export interface MysqlTransaction extends DurableStoreTransaction {
+  /** The connection of this transaction (promise flavour): the host's statements on it commit or roll back with idemflow's. */
+  readonly client: MysqlConnection;
+}

@@ -35,21 +35,29 @@ export interface PGliteLike {
  * A durable store over PostgreSQL: a connection per transaction from a Pool, or transactions queued on one Client or PGlite.
  * An outbox store too: a claim is one statement that locks due rows FOR UPDATE SKIP LOCKED.
  */
-export declare class PostgresStore extends StoreBase {
-  constructor(db: PostgresPool | PostgresClient | PGliteLike, options?: StoreOptions & TimeoutOptions);
+export declare class PostgresStore<Db extends PostgresPool | PostgresClient | PGliteLike = PostgresPool | PostgresClient | PGliteLike> extends StoreBase {
+  constructor(db: Db, options?: StoreOptions & TimeoutOptions);
   /** The pg Pool, pg Client or PGlite instance the store works through (the host owns and closes it). */
-  readonly client: PostgresPool | PostgresClient | PGliteLike;
+  readonly client: Db;
 }
 /** Every member of the DurableStore contract (declaration merging keeps them in one place). */
-export interface PostgresStore extends DurableStore {
+export interface PostgresStore<Db extends PostgresPool | PostgresClient | PGliteLike = PostgresPool | PostgresClient | PGliteLike> extends DurableStore<PostgresTransaction<Db>> {
   now(): number;
 }
+
+/** What `tx.client` is over `Db`: the client checked out of a Pool, the Client itself, or PGlite's transaction. */
+export type PostgresTransactionClient<Db> = Db extends PostgresPool ? PostgresClient & { release(err?: Error | boolean): void }
+  : Db extends PGliteLike ? Parameters<Parameters<Db['transaction']>[0]>[0]
+    : Db;
 
 /**
  * The handle `PostgresStore.transaction(fn)` passes to `fn`; exported so a host can
  * recognise it (`instanceof`), not to be constructed.
  */
-export declare class PostgresTransaction {
+export declare class PostgresTransaction<Db = PostgresPool | PostgresClient | PGliteLike> {
   private constructor();
 }
-export interface PostgresTransaction extends DurableStoreTransaction {}
+export interface PostgresTransaction<Db = PostgresPool | PostgresClient | PGliteLike> extends DurableStoreTransaction {
+  /** The connection of this transaction: the host's statements on it commit or roll back with idemflow's. */
+  readonly client: PostgresTransactionClient<Db>;
+}

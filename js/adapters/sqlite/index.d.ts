@@ -11,7 +11,7 @@ export interface SqliteHandle {
   prepare(sql: string): {
     get(...params: unknown[]): unknown;
     all(...params: unknown[]): unknown[];
-    run(...params: unknown[]): { changes: number | bigint };
+    run(...params: unknown[]): { changes: number | bigint; lastInsertRowid?: number | bigint };
   };
   exec(sql: string): unknown;
   close(): unknown;
@@ -35,16 +35,16 @@ export interface SqliteOpenOptions extends SqliteStoreOptions {
  * A durable store over one SQLite handle; transactions use BEGIN IMMEDIATE and run one at a time per store.
  * An outbox store too: a claim is one UPDATE … RETURNING inside BEGIN IMMEDIATE.
  */
-export declare class SqliteStore extends StoreBase {
-  constructor(db: SqliteHandle, options?: SqliteStoreOptions);
+export declare class SqliteStore<Db extends SqliteHandle = SqliteHandle> extends StoreBase {
+  constructor(db: Db, options?: SqliteStoreOptions);
   /** Opens (or creates) a database file; the store owns the handle and close() closes it. */
   static open(filename: string, options?: SqliteOpenOptions): SqliteStore;
-  readonly db: SqliteHandle;
+  readonly db: Db;
   /** Closes the handle when the store opened it (SqliteStore.open); otherwise does nothing. */
   close(): Promise<void>;
 }
 /** Every member of the DurableStore contract (declaration merging keeps them in one place). */
-export interface SqliteStore extends DurableStore {
+export interface SqliteStore<Db extends SqliteHandle = SqliteHandle> extends DurableStore<SqliteTransaction<Db>> {
   now(): number;
 }
 
@@ -52,7 +52,10 @@ export interface SqliteStore extends DurableStore {
  * The handle `SqliteStore.transaction(fn)` passes to `fn`; exported so a host can
  * recognise it (`instanceof`), not to be constructed.
  */
-export declare class SqliteTransaction {
+export declare class SqliteTransaction<Db extends SqliteHandle = SqliteHandle> {
   private constructor();
 }
-export interface SqliteTransaction extends DurableStoreTransaction {}
+export interface SqliteTransaction<Db extends SqliteHandle = SqliteHandle> extends DurableStoreTransaction {
+  /** The store's handle, inside BEGIN IMMEDIATE: the host's statements on it commit or roll back with idemflow's. */
+  readonly client: Db;
+}

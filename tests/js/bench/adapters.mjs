@@ -5,10 +5,10 @@
 // identical tables in interleaved rounds, so the ratio compares like with like.
 // Server backends run when IDEMFLOW_PG_URL / IDEMFLOW_MYSQL_URL /
 // IDEMFLOW_MONGODB_URL are set.
-import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 
+import { RULES_HASH, fingerprintOf, handWritten, mysqlTransactions, pgTransactions, pgliteTransactions, sqliteTransactions, statements } from './hand-written.mjs';
 import { BACKENDS, openPglite, openStore, tablesFor, tempDir, uniquePrefix, writeBenchJson } from '../workers/backends.mjs';
 
 const WORKFLOWS = Number(process.env.BENCH_WORKFLOWS ?? 1500);
@@ -26,127 +26,6 @@ function workload(count = WORKFLOWS, tag = 'wf') {
     events.push({ eventId: `a:${w.id}`, ...fields }, { eventId: `a:${w.id}`, ...fields }, { eventId: `b:${w.id}`, ...fields });
   }
   return { workflows, events };
-}
-
-/** The fingerprint a careful handler keeps: SHA-256 of the fact (not of the delivery), as idemflow keeps one. */
-function fingerprintOf(event) {
-  return `sha256:${createHash('sha256').update(JSON.stringify([event.type, event.workflowId, event.depositRef, event.amountUnits])).digest('hex')}`;
-}
-
-const RULES_HASH = `sha256:${'0'.repeat(64)}`;
-
-/**
- * The handler a careful person writes by hand: the same reads, guards and
- * writes as idemflow's (the same columns, the first delivery's result kept
- * in the receipt and read back for a duplicate), with no idemflow.
- */
-async function handWritten(q, sql, event, now) {
-  const fingerprint = fingerprintOf(event);
-  const [stored] = await q(sql.receipt, [event.eventId]);
-  if (stored) {
-    if (stored.fingerprint !== fingerprint) throw new Error('event id reused with another payload');
-    if (stored.result !== null) JSON.parse(stored.result); // what the first delivery produced, answered to the caller
-    return 'duplicate-delivery';
-  }
-  const [workflow] = await q(sql.workflow, [event.workflowId]);
-  if (!workflow) throw new Error('unknown workflow');
-  const data = JSON.parse(workflow.data);
-  if (data.depositRef !== event.depositRef || data.amountUnits !== event.amountUnits) throw new Error('identity mismatch');
-  const applied = workflow.status === 'deposit';
-  if (!applied && workflow.status !== 'exchange') throw new Error('invalid transition');
-  const revision = Number(workflow.revision);
-  const operationId = `start-exchange:${event.workflowId}`;
-  const result = applied ? { operationIds: [operationId], status: 'exchange', revision: revision + 1 } : { operationIds: [], status: null, revision: null };
-  await q(sql.insertReceipt, [event.eventId, fingerprint, event.workflowId, event.type, applied ? 'applied' : 'already-applied',
-    'deposit-swap', 2, RULES_HASH, now, JSON.stringify(result)]);
-  if (!applied) return 'already-applied';
-  const changed = await q(sql.update, ['exchange', revision + 1, now, event.workflowId, 'deposit', revision]);
-  if (changed !== 1) throw new Error('lost the compare-and-set');
-  await q(sql.insertOperation, [operationId, 'START_EXCHANGE', event.workflowId, event.eventId,
-    JSON.stringify({ depositRef: event.depositRef, amountUnits: event.amountUnits }), 'pending', 0, now, null, null, 0, null, now, now, null, null]);
-  return 'applied';
-}
-
-function statements(tables, mark) {
-  const m = (n, from = 1) => Array.from({ length: n }, (_, i) => mark(i + from)).join(', ');
-  return {
-    receipt: `SELECT event_id, fingerprint, outcome, recorded_at, result FROM ${tables.inbox} WHERE event_id = ${mark(1)}`,
-    workflow: `SELECT id, status, revision, data FROM ${tables.workflows} WHERE id = ${mark(1)}`,
-    insertReceipt: `INSERT INTO ${tables.inbox} (event_id, fingerprint, workflow_id, event_type, outcome, rule_set_id, rule_set_version,
-      rule_set_hash, recorded_at, result) VALUES (${m(10)})`,
-    update: `UPDATE ${tables.workflows} SET status = ${mark(1)}, revision = ${mark(2)}, updated_at = ${mark(3)}
-      WHERE id = ${mark(4)} AND status = ${mark(5)} AND revision = ${mark(6)}`,
-    insertOperation: `INSERT INTO ${tables.outbox} (id, type, workflow_id, event_id, payload, status, attempts, next_attempt_at,
-      lease_owner, lease_expires_at, fencing_token, last_error, created_at, updated_at, metadata, trace_context) VALUES (${m(16)})`,
-  };
-}
-
-/** `transaction(work)` where work gets q(sql, params) → rows (SELECT) or changed-row count. */
-function sqliteTransactions(db) {
-  const cache = new Map();
-  const prepared = (sql) => cache.get(sql) ?? cache.set(sql, db.prepare(sql)).get(sql);
-  const q = async (sql, params) => (sql.trimStart().startsWith('SELECT') ? [prepared(sql).get(...params)].filter(Boolean)
-    : Number(prepared(sql).run(...params).changes));
-  return async (work) => {
-    db.exec('BEGIN IMMEDIATE');
-    try {
-      const result = await work(q);
-      db.exec('COMMIT');
-      return result;
-    } catch (error) {
-      db.exec('ROLLBACK');
-      throw error;
-    }
-  };
-}
-
-function pgTransactions(pool) {
-  return async (work) => {
-    const client = await pool.connect();
-    const q = async (sql, params) => {
-      const result = await client.query(sql, params);
-      return result.command === 'SELECT' ? result.rows : result.rowCount;
-    };
-    try {
-      await client.query('BEGIN');
-      const result = await work(q);
-      await client.query('COMMIT');
-      return result;
-    } catch (error) {
-      await client.query('ROLLBACK');
-      throw error;
-    } finally {
-      client.release();
-    }
-  };
-}
-
-function pgliteTransactions(db) {
-  return (work) => db.transaction((tx) => work(async (sql, params) => {
-    const result = await tx.query(sql, params);
-    return sql.trimStart().startsWith('SELECT') ? result.rows : result.affectedRows;
-  }));
-}
-
-function mysqlTransactions(pool) {
-  return async (work) => {
-    const connection = await pool.getConnection();
-    const q = async (sql, params) => {
-      const [result] = await connection.query(sql, params);
-      return Array.isArray(result) ? result : result.affectedRows;
-    };
-    try {
-      await connection.query('START TRANSACTION');
-      const result = await work(q);
-      await connection.query('COMMIT');
-      return result;
-    } catch (error) {
-      await connection.query('ROLLBACK');
-      throw error;
-    } finally {
-      connection.release();
-    }
-  };
 }
 
 function mongoTransactions(client, db, tables) {
@@ -227,50 +106,100 @@ async function measure(name, openIdemflow, openHand) {
   figures[name] = { idemflow: Math.round(rate(time.idemflow)), handWritten: Math.round(rate(time.hand)), ratio: Number((rate(time.idemflow) / rate(time.hand)).toFixed(2)) };
 }
 
+/**
+ * The host's own row of a delivery (a shipment per applied event), for the
+ * "own writes" measurements: its table's DDL and insert on each kind, the
+ * insert idemflow's onApplied makes through tx.client, and the same insert
+ * in the hand-written transaction (its q(sql, params)).
+ */
+const HOST_ROWS = {
+  sqlite: { type: 'TEXT', mark: () => '?', write: (tx, sql, params) => tx.client.prepare(sql).run(...params) },
+  pg: { type: 'TEXT', mark: (i) => `$${i}`, write: (tx, sql, params) => tx.client.query(sql, params) },
+  mysql: { type: 'VARCHAR(200)', mark: () => '?', write: (tx, sql, params) => tx.client.query(sql, params) },
+};
+
+/** `{ create, onApplied, handWritten(q, event, outcome) }` of the host's shipments table `name` on `kind` (sqlite, pg, mysql). */
+function hostRows(kind, name) {
+  const { type, mark, write } = HOST_ROWS[kind];
+  const insert = `INSERT INTO ${name} (event_id, order_id) VALUES (${mark(1)}, ${mark(2)})`;
+  return {
+    create: `CREATE TABLE ${name} (event_id ${type} PRIMARY KEY, order_id ${type} NOT NULL)`,
+    onApplied: async (tx, decision) => {
+      await write(tx, insert, [decision.event.eventId, decision.event.workflowId]);
+      return { shipped: decision.event.eventId };
+    },
+    handWritten: async (q, event, outcome) => {
+      if (outcome === 'applied') await q(insert, [event.eventId, event.workflowId]);
+      return outcome;
+    },
+  };
+}
+
 /** What each measurement found, written to target/bench.json (key "perEvent") at the end. */
 const figures = {};
 
 const fmt = (n) => Math.round(n).toLocaleString('en-US').padStart(7);
 
-async function sqliteContenders(kind, label) {
-  const dir = tempDir('bench');
-  const open = (withIdemflow) => async () => {
+/**
+ * The two contenders over one store kind: idemflow's store.process, and the
+ * hand-written handler in a transaction of `transactionsOf(store)`; with
+ * `own` (a hostRows), each also writes the host's row of an applied event in
+ * the same transaction (idemflow through onApplied).
+ */
+function contenders(openHelper, { host, transactionsOf, mark, own }) {
+  return (withIdemflow) => async () => {
     const tables = tablesFor(uniquePrefix());
-    const helper = await openStore(kind, { tables, file: path.join(dir, `${tables.inbox}.db`), synchronous: 'NORMAL' });
+    const helper = await openHelper(tables);
     await helper.store.migrate();
-    const sql = statements(tables, () => '?');
-    const transaction = sqliteTransactions(helper.store.db);
+    const rows = own ? hostRows(host, `${tables.inbox}_shipments`) : null;
+    if (rows) await helper.exec(rows.create);
+    const sql = statements(tables, mark);
+    const transaction = transactionsOf(helper.store);
+    const options = rows ? { onApplied: rows.onApplied } : undefined;
+    const hand = rows
+      ? (event) => transaction(async (q) => rows.handWritten(q, event, await handWritten(q, sql, event, Date.now())))
+      : (event) => transaction((q) => handWritten(q, sql, event, Date.now()));
     return {
       store: helper.store,
-      handle: withIdemflow
-        ? async (event) => (await helper.store.process(event)).outcome
-        : (event) => transaction((q) => handWritten(q, sql, event, Date.now())),
+      handle: withIdemflow ? async (event) => (await helper.store.process(event, options)).outcome : hand,
       close: () => helper.close(),
     };
   };
+}
+
+async function sqliteContenders(kind, label) {
+  const dir = tempDir('bench');
+  const openHelper = async (tables) => {
+    const helper = await openStore(kind, { tables, file: path.join(dir, `${tables.inbox}.db`), synchronous: 'NORMAL' });
+    return { ...helper, exec: (sql) => helper.store.db.exec(sql) };
+  };
   try {
-    await measure(label, open(true), open(false));
+    for (const own of [false, true]) {
+      const open = contenders(openHelper, { host: 'sqlite', transactionsOf: (store) => sqliteTransactions(store.db), mark: () => '?', own });
+      await measure(own ? `${label}, onApplied` : label, open(true), open(false));
+    }
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
 }
 
 async function serverContenders(kind, label, transactionsOf, mark) {
-  const open = (withIdemflow) => async () => {
-    const tables = tablesFor(uniquePrefix());
+  const openHelper = async (tables) => {
     const helper = await openStore(kind, { tables, poolSize: 1 });
-    await helper.store.migrate();
-    const sql = statements(tables, mark);
-    const transaction = transactionsOf(helper.store.client);
     return {
-      store: helper.store,
-      handle: withIdemflow
-        ? async (event) => (await helper.store.process(event)).outcome
-        : (event) => transaction((q) => handWritten(q, sql, event, Date.now())),
-      close: async () => { await helper.drop(); await helper.close(); },
+      ...helper,
+      exec: (sql) => helper.query(sql, []),
+      close: async () => {
+        await helper.query(`DROP TABLE IF EXISTS ${tables.inbox}_shipments`, []);
+        await helper.drop();
+        await helper.close();
+      },
     };
   };
-  await measure(label, open(true), open(false));
+  for (const own of [false, true]) {
+    const open = contenders(openHelper, { host: kind, transactionsOf: (store) => transactionsOf(store.client), mark, own });
+    await measure(own ? `${label}, onApplied` : label, open(true), open(false));
+  }
 }
 
 // A hand-written handler per backend of workers/backends.mjs: a backend
@@ -280,19 +209,11 @@ const HAND_WRITTEN = {
   'sqlite-node': () => sqliteContenders('sqlite-node', 'SQLite file (node:sqlite, WAL, NORMAL)'),
   pglite: async () => {
     const pglite = await openPglite();
-    const pgliteOpen = (withIdemflow) => async () => {
-      const tables = tablesFor(uniquePrefix());
-      const helper = pglite.open(tables);
-      await helper.store.migrate();
-      const sql = statements(tables, (i) => `$${i}`);
-      const transaction = pgliteTransactions(pglite.db);
-      return {
-        store: helper.store,
-        handle: withIdemflow ? async (event) => (await helper.store.process(event)).outcome : (event) => transaction((q) => handWritten(q, sql, event, Date.now())),
-        close: async () => {},
-      };
-    };
-    await measure('PostgreSQL via PGlite (in process)', pgliteOpen(true), pgliteOpen(false));
+    const openHelper = async (tables) => ({ ...pglite.open(tables), exec: (sql) => pglite.db.exec(sql), close: async () => {} });
+    for (const own of [false, true]) {
+      const open = contenders(openHelper, { host: 'pg', transactionsOf: () => pgliteTransactions(pglite.db), mark: (i) => `$${i}`, own });
+      await measure(own ? 'PostgreSQL via PGlite (in process), onApplied' : 'PostgreSQL via PGlite (in process)', open(true), open(false));
+    }
     await pglite.close();
   },
   pg: () => serverContenders('pg', 'PostgreSQL server (pg Pool)', pgTransactions, (i) => `$${i}`),
@@ -314,7 +235,8 @@ const HAND_WRITTEN = {
   },
 };
 
-console.log(`idemflow store.process vs a hand-written handler (the cost floor), one connection, sequential, ${WORKFLOWS} workflows`);
+console.log(`idemflow store.process vs a hand-written handler (the cost floor), one connection, sequential, ${WORKFLOWS} workflows;`
+  + ' ", onApplied": both also write the host\'s row of each applied event in the same transaction');
 for (const backend of BACKENDS) {
   if (!backend.durable) continue;
   if (backend.skip) {

@@ -1,10 +1,10 @@
-// The fast decide path against a plain-JavaScript implementation of the same
-// rule (deposit-swap DEPOSIT_CONFIRMED: validate, canonical JSON, SHA-256,
-// decide, write set), measured side by side in one run: the package's
-// `decide` (which takes the fast path), `decideJSON`, wasm `decide` alone (the slow path,
-// what `decide` was before it), the fast path one event per call, and
-// batches of 16 and 256 per call. `make bench` runs it and writes its
-// figures into target/bench.json (key "decide").
+// The decider against a plain-JavaScript implementation of the same rule
+// (deposit-swap DEPOSIT_CONFIRMED: validate, canonical JSON, SHA-256, decide,
+// write set), measured side by side in one run: the package's `decide`, the
+// decider one event per call (what processEvent calls, without the public
+// entry point's option checks), and batches of 16 and 256 per call (what
+// processBatch calls). `make bench` runs it and writes its figures into
+// target/bench.json (key "decide").
 // Each round runs every contender once, in turn; the figures are medians over
 // the rounds of each contender's rate and of its ratio to the reference in
 // that round (the machine is shared and noisy). Nothing here passes or fails.
@@ -12,8 +12,8 @@
 // Rates are per CPU second of this process (BENCH_CLOCK=wall for elapsed
 // time); BENCH_JSON=1 also prints the figures as one JSON line.
 // IDEMFLOW_PKG=<dir> measures a built pkg/ directory instead of the installed
-// package. The bindings and the fast decider are the package's own, from
-// core/wasm.cjs (the one module that loads the wasm).
+// package. The decider is the package's own, from core/wasm.cjs (the one
+// module that loads the wasm).
 import { deepStrictEqual } from 'node:assert';
 import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
@@ -22,14 +22,14 @@ import { writeBenchJson } from '../workers/backends.mjs';
 
 const require = createRequire(import.meta.url);
 const root = process.env.IDEMFLOW_PKG ?? path.dirname(require.resolve('idemflow/package.json'));
-const { bindings: wasm, fastDecider } = require(path.join(root, 'core', 'wasm.cjs'));
-const { decide, decideJSON, RuleSet } = process.env.IDEMFLOW_PKG ? require(`${root}/`) : require('idemflow');
+const { decider } = require(path.join(root, 'core', 'wasm.cjs'));
+const { decide, RuleSet } = process.env.IDEMFLOW_PKG ? require(`${root}/`) : require('idemflow');
 
 const N = Number(process.env.BENCH_EVENTS ?? 16_384);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 15);
 const ruleSet = RuleSet.builtin('deposit-swap');
 const compiled = ruleSet.compiled;
-const fast = fastDecider();
+const packed = decider();
 
 const workflows = Array.from({ length: 1024 }, (_, i) => ({
   id: `swap-${i}`,
@@ -107,35 +107,23 @@ const contenders = {
     for (let n = 0; n < N; n += 1) sink += decide({ event: events[n & 1023], receipt: null, workflow: workflows[n & 1023], ruleSet }).fingerprint.length;
     return sink;
   },
-  'decideJSON (text)': () => {
+  'decider, one event per call': () => {
     let sink = 0;
-    for (let n = 0; n < N; n += 1) {
-      sink += decideJSON(JSON.stringify({ event: events[n & 1023], receipt: null, workflow: workflows[n & 1023] }), { ruleSet }).fingerprint.length;
-    }
+    for (let n = 0; n < N; n += 1) sink += packed.decide(compiled, events[n & 1023], null, workflows[n & 1023]).fingerprint.length;
     return sink;
   },
-  'wasm decide (slow path)': () => {
-    let sink = 0;
-    for (let n = 0; n < N; n += 1) sink += JSON.parse(wasm.decide(compiled, events[n & 1023], null, workflows[n & 1023])).fingerprint.length;
-    return sink;
-  },
-  'fast, one event per call': () => {
-    let sink = 0;
-    for (let n = 0; n < N; n += 1) sink += fast.decide(compiled, events[n & 1023], null, workflows[n & 1023]).fingerprint.length;
-    return sink;
-  },
-  'fast, 16 events per call': () => {
+  'decider, 16 events per call': () => {
     let sink = 0;
     for (let n = 0; n < N; n += 16) {
-      const results = fast.decideBatch(compiled, batches16[(n >> 4) % batches16.length]);
+      const results = packed.decideBatch(compiled, batches16[(n >> 4) % batches16.length]);
       for (const r of results) sink += r.fingerprint.length;
     }
     return sink;
   },
-  'fast, 256 events per call': () => {
+  'decider, 256 events per call': () => {
     let sink = 0;
     for (let n = 0; n < N; n += 256) {
-      const results = fast.decideBatch(compiled, batches256[(n >> 8) % batches256.length]);
+      const results = packed.decideBatch(compiled, batches256[(n >> 8) % batches256.length]);
       for (const r of results) sink += r.fingerprint.length;
     }
     return sink;
@@ -145,13 +133,12 @@ const contenders = {
 // Every contender must agree before its speed means anything.
 for (let i = 0; i < inputs.length; i += 1) {
   const today = decide({ event: events[i], receipt: null, workflow: workflows[i], ruleSet });
-  deepStrictEqual(fast.decide(compiled, events[i], null, workflows[i]), today);
-  deepStrictEqual(JSON.parse(wasm.decide(compiled, events[i], null, workflows[i])), today);
+  deepStrictEqual(packed.decide(compiled, events[i], null, workflows[i]), today);
   const reference = referenceDecide(events[i], null, workflows[i]);
   deepStrictEqual([reference.outcome, reference.fingerprint, reference.writeSet], [today.outcome, today.fingerprint, today.writeSet]);
 }
-deepStrictEqual(batches16.flatMap((b) => fast.decideBatch(compiled, b)), inputs.map((x) => decide({ ...x, ruleSet })));
-deepStrictEqual(batches256.flatMap((b) => fast.decideBatch(compiled, b)), inputs.map((x) => decide({ ...x, ruleSet })));
+deepStrictEqual(batches16.flatMap((b) => packed.decideBatch(compiled, b)), inputs.map((x) => decide({ ...x, ruleSet })));
+deepStrictEqual(batches256.flatMap((b) => packed.decideBatch(compiled, b)), inputs.map((x) => decide({ ...x, ruleSet })));
 
 // Rates are per second of this process's CPU time: on a shared machine the
 // time another process holds the CPU is not counted against whoever ran then.

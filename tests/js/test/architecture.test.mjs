@@ -1,4 +1,4 @@
-// The shape of the package's JavaScript (docs/architecture.md): one file
+// The shape of the package's JavaScript (docs/development.md, "Architecture"): one file
 // loads the wasm module, and imports point one way, from the outer folders
 // (adapters, outbox, cli) through sql, store and the host cycle to core,
 // never back.

@@ -40,11 +40,11 @@ test('rules table --json prints the rows of a rule set from a file', () => {
   assert.deepEqual(JSON.parse(stdout), RuleSet.builtin('order-shipment').table());
 });
 
-test('the README shows the deposit-swap table exactly as the rule set defines it', () => {
-  const text = readFileSync(readme, 'utf8');
+test('docs/rulesets.md shows the deposit-swap table exactly as the rule set defines it', () => {
+  const text = readFileSync(fileURLToPath(new URL('../../../docs/rulesets.md', import.meta.url)), 'utf8');
   const begin = text.indexOf('<!-- deposit-swap table: begin -->');
   const end = text.indexOf('<!-- deposit-swap table: end -->');
-  assert.ok(begin >= 0 && end > begin, 'README has the table markers');
+  assert.ok(begin >= 0 && end > begin, 'docs/rulesets.md has the table markers');
   const shown = text.slice(begin, end).split('\n').slice(1).join('\n').trim();
   assert.equal(shown, RuleSet.builtin('deposit-swap').tableMarkdown().trim());
 });

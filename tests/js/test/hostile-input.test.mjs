@@ -3,7 +3,8 @@
 // make the wasm memory grow.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { IdemflowError, decide, fingerprint, validateEvent, wasmMemoryBytes } from 'idemflow';
+import { IdemflowError, decide, fingerprint, validateEvent } from 'idemflow';
+import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
 
 const event = {
   eventId: 'chain-watcher:event-001',

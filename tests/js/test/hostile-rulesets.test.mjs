@@ -5,9 +5,9 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  IdemflowError, RuleSet, decide, decideJSON, fingerprint, normalizeEvent, planDepositConfirmation,
-  validateEvent, verifyRuleSet, wasmMemoryBytes,
+  IdemflowError, RuleSet, decide, fingerprint, normalizeEvent, planDepositConfirmation, validateEvent, verifyRuleSet,
 } from 'idemflow';
+import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
 
 const event = {
   eventId: 'chain-watcher:event-001',
@@ -141,14 +141,6 @@ test('a verification report says how much of the reorder budget the definition u
   assert.ok(checked.configurations > checked.histories);
 });
 
-test('decideJSON refuses a text over 1 MiB without copying it into wasm memory', () => {
-  const before = wasmMemoryBytes();
-  const error = coded(() => decideJSON(`{"event": ${JSON.stringify('x'.repeat(32 << 20))}}`), 'INVALID_ARGUMENT');
-  assert.match(error.message, /maxJsonInputBytes/);
-  assert.ok(wasmMemoryBytes() - before < 8 << 20, 'the text was copied into wasm memory');
-  aValidDecisionStillWorks();
-});
-
 test('a field named after an Object.prototype member is RULESET_INVALID', () => {
   for (const name of ['constructor', 'toString', 'valueOf', 'hasOwnProperty', '__proto__']) {
     const error = coded(() => RuleSet.fromJSON({ ...base(), fields: [{ name, kind: 'text' }] }), 'RULESET_INVALID');
@@ -214,7 +206,7 @@ test('every public entry answers hostile arguments with an IdemflowError', () =>
     (x) => validateEvent(x), (x) => validateEvent(event, x), (x) => normalizeEvent(x), (x) => normalizeEvent(event, x),
     (x) => fingerprint(x), (x) => fingerprint(event, x), (x) => decide(x), (x) => decide({ event: x }),
     (x) => decide({ event, receipt: x, workflow }), (x) => decide({ event, receipt: null, workflow: x }),
-    (x) => decideJSON(x), (x) => decideJSON('{}', x), (x) => planDepositConfirmation(x, event),
+    (x) => planDepositConfirmation(x, event),
     (x) => planDepositConfirmation(workflow, x), (x) => RuleSet.fromJSON(x), (x) => RuleSet.builtin(x), (x) => verifyRuleSet(x),
   ];
   for (const [i, entry] of entries.entries()) {

@@ -176,7 +176,7 @@ describe('an unknown option key is refused, naming the nearest known one', () =>
 });
 
 it('the core entry points and the in-memory store refuse unknown option keys, naming the nearest known one', async () => {
-  const { InMemoryStore, RuleSet, decide, decideJSON, fingerprint, normalizeEvent, validateEvent } = await import('idemflow');
+  const { InMemoryStore, RuleSet, decide, fingerprint, normalizeEvent, validateEvent } = await import('idemflow');
   const event = { eventId: 'e1', workflowId: 'swap-1', type: 'DEADLINE_PASSED' };
   const calls = [
     [() => RuleSet.builtin('deposit-swap', { verison: 1 }), 'verison', 'version'],
@@ -185,7 +185,6 @@ it('the core entry points and the in-memory store refuse unknown option keys, na
     [() => fingerprint(event, { rulSet: 'deposit-swap' }), 'rulSet', 'ruleSet'],
     [() => normalizeEvent(event, { typ: 'DEADLINE_PASSED' }), 'typ', 'type'],
     [() => decide({ event, receipt: null, workflows: null }), 'workflows', 'workflow'],
-    [() => decideJSON('{}', { ruleSets: 'deposit-swap' }), 'ruleSets', 'ruleSet'],
   ];
   for (const [call, key, suggestion] of calls) {
     assert.throws(call, (error) => {

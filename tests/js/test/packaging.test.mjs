@@ -84,9 +84,10 @@ test('every entry point exports the same names, bound to the same objects, from 
   }
 });
 
-test('every README block marked ts compiles under strict tsc against the installed package', () => {
-  const blocks = [...readme.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((m) => m[1]);
-  assert.ok(blocks.length >= 3, `the README has TypeScript blocks (found ${blocks.length})`);
+test('every block marked ts in the README and docs/ compiles under strict tsc against the installed package', () => {
+  const pages = [readme, ...readdirSync(join(repository, 'docs')).filter((name) => name.endsWith('.md')).map((name) => readFileSync(join(repository, 'docs', name), 'utf8'))];
+  const blocks = pages.flatMap((page) => [...page.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((m) => m[1]));
+  assert.ok(blocks.length >= 3, `the README and docs have TypeScript blocks (found ${blocks.length})`);
   assert.ok(blocks.some((b) => /result\.operationId/.test(b)), 'one of them shows what operationId is');
   // Inside the test project, so 'idemflow' and the drivers resolve as they do for a user.
   const dir = join(testProject, 'readme-ts.tmp');
@@ -98,13 +99,13 @@ test('every README block marked ts compiles under strict tsc against the install
     const tsc = spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', join(dir, 'tsconfig.json')], {
       encoding: 'utf8',
     });
-    assert.equal(tsc.status, 0, `tsc found errors in README blocks:\n${tsc.stdout}${tsc.stderr}`);
+    assert.equal(tsc.status, 0, `tsc found errors in the README's and docs' blocks:\n${tsc.stdout}${tsc.stderr}`);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 });
 
-test('the README explains every flag a status can carry, initial among them', () => {
+test('docs/rulesets.md explains every flag a status can carry, initial among them', () => {
   const base = RuleSet.builtin('order-shipment').definition();
   base.statuses[0].bogus = true;
   let reason;
@@ -117,9 +118,10 @@ test('the README explains every flag a status can carry, initial among them', ()
   assert.ok(known, `the loader lists the known status keys: ${reason}`);
   const flags = known.filter((key) => !['name', 'description'].includes(key));
   assert.ok(flags.includes('initial'));
-  const bullets = section('Rule sets').split('\n- ').slice(1);
+  const rulesets = readFileSync(join(repository, 'docs', 'rulesets.md'), 'utf8');
+  const bullets = rulesets.slice(0, rulesets.indexOf('\n## ')).split('\n- ').slice(1);
   for (const flag of flags) {
-    assert.ok(bullets.some((b) => b.includes(`\`${flag}\``)), `a bullet of the Rule sets section explains \`${flag}\``);
+    assert.ok(bullets.some((b) => b.includes(`\`${flag}\``)), `a bullet of docs/rulesets.md explains \`${flag}\``);
   }
   const initial = bullets.find((b) => b.includes('`initial`')).replace(/\s+/g, ' ');
   assert.match(initial, /the host creates/);

@@ -4,10 +4,9 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import {
-  IdemflowError, canonicalJson, canonicalJsonText, fingerprintPayload, fingerprintPayloadText, wasmMemoryBytes,
-} from 'idemflow';
+import { IdemflowError, canonicalJson, canonicalJsonText, fingerprintPayload, fingerprintPayloadText } from 'idemflow';
 import { random } from '../workers/broker.mjs';
+import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
 
 const vectors = new URL('../../vectors/jcs/', import.meta.url);
 const FILES = ['arrays', 'french', 'structures', 'unicode', 'values', 'weird'];

@@ -76,17 +76,17 @@ test('subscription: a RENEWAL_DUE re-published for the same period is already-ap
   assert.deepEqual([...store.snapshot().outbox.keys()], ['charge-renewal:2:sub-7']);
 });
 
-test('subscription: the CLI prints its table and verifies it, and the README shows that table', () => {
+test('subscription: the CLI prints its table and verifies it, and docs/rulesets.md shows that table', () => {
   const bin = fileURLToPath(new URL('../node_modules/.bin/idemflow', import.meta.url));
   const table = spawnSync(bin, ['rules', 'table', 'subscription'], { encoding: 'utf8' });
   assert.equal(table.status, 0, table.stderr);
   assert.equal(table.stdout, subscription.tableMarkdown());
   assert.ok(table.stdout.includes('emits CHARGE_RENEWAL `charge-renewal:{revision}:{workflowId}`'), table.stdout);
   assert.equal(spawnSync(bin, ['rules', 'verify', 'subscription'], { encoding: 'utf8' }).status, 0);
-  const readme = readFileSync(fileURLToPath(new URL('../../../README.md', import.meta.url)), 'utf8');
+  const readme = readFileSync(fileURLToPath(new URL('../../../docs/rulesets.md', import.meta.url)), 'utf8');
   const begin = readme.indexOf('<!-- subscription table: begin -->');
   const end = readme.indexOf('<!-- subscription table: end -->');
-  assert.ok(begin >= 0 && end > begin, 'README has the subscription table markers');
+  assert.ok(begin >= 0 && end > begin, 'docs/rulesets.md has the subscription table markers');
   assert.equal(readme.slice(begin, end).split('\n').slice(1).join('\n').trim(), subscription.tableMarkdown().trim());
 });
 

@@ -1,5 +1,5 @@
 // OpenTelemetry through the installed package: with the SDK's in-memory
-// exporters registered, every metric and span of README "Observability" is
+// exporters registered, every metric and span of docs/observability.md is
 // checked by name, attributes and value for a run through SQLite (and
 // PostgreSQL when IDEMFLOW_PG_URL is set); a handler in another process
 // continues the delivery's trace from the stored traceparent; and without a

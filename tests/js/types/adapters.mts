@@ -9,7 +9,7 @@ import mysql from 'mysql2/promise';
 import mysqlCallbacks from 'mysql2';
 import { MongoClient } from 'mongodb';
 
-import { IdemflowError, processEvent, type ProcessResult, type Store, type Workflow } from 'idemflow';
+import { IdemflowError, processEvent, type JsonValue, type ProcessResult, type Store, type Workflow } from 'idemflow';
 import {
   SqliteStore, DEFAULT_TABLES, STORE_UNAVAILABLE, isStoreUnavailable,
   type DurableStore, type RecordedReceipt, type StoredOperation, type TableNames,
@@ -18,7 +18,7 @@ import { PostgresStore } from 'idemflow/postgres';
 import { MysqlStore } from 'idemflow/mysql';
 import { MongoStore } from 'idemflow/mongodb';
 
-const sqlite = new SqliteStore(new Database(':memory:'), { tables: { inbox: 'inbox_a' }, busyTimeoutMs: 1000, synchronous: 'FULL', maxAttempts: 8 });
+const sqlite = new SqliteStore(new Database(':memory:'), { tables: { inbox: 'inbox_a' }, busyTimeoutMs: 1000, synchronous: 'FULL', raceRetries: 7 });
 const owned: SqliteStore = SqliteStore.open('/tmp/idemflow-types.db', { driver: 'better-sqlite3', now: () => 0 });
 const postgresPool = new PostgresStore(new pg.Pool({ connectionString: 'postgres://localhost/db' }));
 const postgresClient = new PostgresStore(new pg.Client());
@@ -39,7 +39,7 @@ async function useStore(store: DurableStore): Promise<void> {
   const workflow: Workflow = { id: 'swap-42', status: 'deposit', revision: 3, depositRef: 'btc:tx:0', amountUnits: '12500000' };
   await store.putWorkflow(workflow);
   const event = { eventId: 'e-1', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx:0', amountUnits: '12500000' };
-  const result: ProcessResult = await store.process(event, { ruleSet: 'deposit-swap', maxAttempts: 3 });
+  const result: ProcessResult = await store.process(event, { ruleSet: 'deposit-swap', raceRetries: 2 });
   if (result.outcome === 'applied') {
     const id: string | null = result.operationId;
     const operation: StoredOperation | null = id === null ? null : await store.getOperation(id);
@@ -80,3 +80,38 @@ new SqliteStore(new Database(':memory:'), { synchronous: 'fast' });
 void contract;
 void names;
 void code;
+
+// onApplied: tx.client is each driver's own handle bound to the transaction.
+async function ownWrites(): Promise<void> {
+  const order = { eventId: 'o-1', workflowId: 'order-1', type: 'SHIPMENT_REQUESTED' };
+  const shipped = await sqlite.process(order, {
+    ruleSet: 'order-shipment',
+    onApplied: (tx, decision) => {
+      const row = tx.client.prepare('INSERT INTO shipments (order_id) VALUES (?)').run(decision.event.workflowId);
+      return { shipmentId: Number(row.lastInsertRowid) };
+    },
+  });
+  if (shipped.outcome === 'applied') {
+    const output: JsonValue | undefined = shipped.output;
+    void output;
+  }
+  await postgresPool.process(order, {
+    ruleSet: 'order-shipment',
+    onApplied: async (tx) => {
+      await tx.client.query('INSERT INTO shipments (order_id) VALUES ($1)', ['order-1']);
+    },
+  });
+  await mongo.process(order, {
+    ruleSet: 'order-shipment',
+    onApplied: async (tx) => {
+      await tx.client.db('shop').collection('shipments').insertOne({ orderId: 'order-1' }, { session: tx.session });
+    },
+  });
+  await mysqlPool.transaction(async (tx) => {
+    await tx.client.query('INSERT INTO swaps (id) VALUES (?)', ['swap-1']);
+    await tx.putWorkflow({ id: 'swap-1', status: 'waiting', revision: 0 });
+  });
+  // @ts-expect-error a callback's output is JSON: a function is not
+  await sqlite.process(order, { onApplied: () => () => 1 });
+}
+void ownWrites;

@@ -9,20 +9,25 @@ import {
 } from 'idemflow';
 import { idempotency, rawBody } from 'idemflow/express';
 import { idempotency as fastifyIdempotency, webhook } from 'idemflow/fastify';
-import { PostgresStore } from 'idemflow/postgres';
-import type { PoolClient } from 'pg';
+import { PostgresStore, type PostgresPool } from 'idemflow/postgres';
+import { SqliteStore } from 'idemflow/sqlite';
 
-declare const postgres: PostgresStore;
+declare const postgres: PostgresStore<PostgresPool>;
+declare const sqlite: SqliteStore;
 const canonical: string = canonicalJson({ b: [1, 2.5], a: null });
 const fingerprint: string = fingerprintPayload({ amount: '125' });
 void [canonical, fingerprint, fingerprintPayloadText(Buffer.from('{}'))];
 
 async function placeOrder(key: string, order: { sku: string; quantity: number }): Promise<string> {
+  // The store's transaction type comes through: tx.client is the pg client of the transaction.
   const result: KeyedResult<{ orderId: string }> = await idempotent(postgres, { key, payload: order }, async (tx) => {
-    const client = tx.client as PoolClient;
-    const { rows } = await client.query<{ id: string }>('INSERT INTO orders (sku, quantity) VALUES ($1, $2) RETURNING id', [order.sku, order.quantity]);
-    return { orderId: rows[0].id };
+    const { rows } = await tx.client.query('INSERT INTO orders (sku, quantity) VALUES ($1, $2) RETURNING id', [order.sku, order.quantity]);
+    const [row] = rows as { id: string }[];
+    return { orderId: row.id };
   }, { waitMs: 2000 });
+  await idempotent(sqlite, { key, fingerprint: fingerprintPayload(order) }, (tx) => {
+    tx.client.prepare('INSERT INTO orders (sku) VALUES (?)').run(order.sku);
+  });
   return result.replayed ? `replayed ${result.output?.orderId}` : `placed ${result.output?.orderId}`;
 }
 void placeOrder('k', { sku: 'A', quantity: 1 });

@@ -20,7 +20,8 @@ export function random(seed) {
   };
 }
 
-function shuffle(items, rand) {
+/** Shuffles `items` in place with `rand` (Fisher–Yates) and returns them. */
+export function shuffle(items, rand) {
   for (let i = items.length - 1; i > 0; i -= 1) {
     const j = Math.floor(rand() * (i + 1));
     [items[i], items[j]] = [items[j], items[i]];

@@ -11,19 +11,11 @@ import { once } from 'node:events';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { InMemoryStore, createDeliveryHandler } from 'idemflow';
-import { random } from './broker.mjs';
+import { random, shuffle } from './broker.mjs';
 import { openStore, uniquePrefix, tablesFor, PG_URL } from './backends.mjs';
 
 const TESTS_JS = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const EXAMPLES = path.join(TESTS_JS, 'examples');
-
-function shuffle(items, rand) {
-  for (let i = items.length - 1; i > 0; i -= 1) {
-    const j = Math.floor(rand() * (i + 1));
-    [items[i], items[j]] = [items[j], items[i]];
-  }
-  return items;
-}
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -218,7 +210,7 @@ async function rabbitmq(url, base) {
   };
 }
 
-async function nats(url, base) {
+async function nats(url, base, { ackWaitMs = 4000 } = {}) {
   const { connect } = await import('@nats-io/transport-node');
   const { AckPolicy, jetstream, jetstreamManager } = await import('@nats-io/jetstream');
   const { nanos } = await import('@nats-io/transport-node');
@@ -226,7 +218,7 @@ async function nats(url, base) {
   const names = streamNames(base);
   const connection = await connect({ servers: url });
   const jsm = await jetstreamManager(connection);
-  await ensureStream(jsm, names, { ackWaitMs: 4000 });
+  await ensureStream(jsm, names, { ackWaitMs });
   const js = jetstream(connection);
   const subjectCount = async (subject) => {
     const info = await jsm.streams.info(names.stream, { subjects_filter: subject });
@@ -248,7 +240,7 @@ async function nats(url, base) {
     return bodies;
   };
   return {
-    env: { IDEMFLOW_NATS_URL: url, SWAPS_STREAM: base, ACK_WAIT_MS: '4000' },
+    env: { IDEMFLOW_NATS_URL: url, SWAPS_STREAM: base, ACK_WAIT_MS: String(ackWaitMs) },
     worker: path.join(EXAMPLES, 'nats-worker/worker.mjs'),
     async publisher() {
       const own = await connect({ servers: url });
@@ -285,16 +277,21 @@ export function brokerSkip(env) {
   return false;
 }
 
-/** The harness of one broker ('rabbitmq' | 'nats') over queues or a stream named after `base`. */
-export function brokerHarness(brokerName, url, base) {
-  return brokerName === 'rabbitmq' ? rabbitmq(url, base) : nats(url, base.replaceAll('-', '_'));
+/**
+ * The harness of one broker ('rabbitmq' | 'nats') over queues or a stream named
+ * after `base`: `{ env, worker, publisher(), pending(), settled(), readDead(),
+ * readParked(), teardown() }`, `env` what a worker process needs to find them.
+ * NATS: `ackWaitMs` before an unacknowledged message is redelivered.
+ */
+export function brokerHarness(brokerName, url, base, { ackWaitMs } = {}) {
+  return brokerName === 'rabbitmq' ? rabbitmq(url, base) : nats(url, base.replaceAll('-', '_'), { ackWaitMs });
 }
 
 // ---- The run ----------------------------------------------------------------
 
-/** A child process of an example program, restartable, with its JSON log lines parsed. */
-export function supervise(script, env, onLine) {
-  const child = spawn(process.execPath, [script], { cwd: TESTS_JS, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+/** A child process of an example program, restartable, with its JSON log lines parsed; `nodeArgs` go before the script. */
+export function supervise(script, env, onLine, nodeArgs = []) {
+  const child = spawn(process.execPath, [...nodeArgs, script], { cwd: TESTS_JS, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let buffered = '';
   let stderr = '';
   child.stdout.setEncoding('utf8');

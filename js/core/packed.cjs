@@ -1,0 +1,631 @@
+'use strict';
+// The way JS values reach the decider: they are read here, once, and laid
+// out packed (src/packed.rs) in wasm memory; one call decides; the answers
+// are read back from the same memory. Every constant of the layout (tags,
+// slots, the answer regions, write templates) is described by the core
+// (packedDescriptionJson, layoutJson, writeTemplateJson): none is repeated here.
+//
+// A property is read as an own property only (an inherited one is absent),
+// each at most once, with `hasOwn` then `[key]`, so an own getter runs and a
+// proxy's traps run as they would for any reader. Whatever the read gives is
+// laid out for what it is: a string, a number, null, missing, a value of
+// another kind, a string too long for its slot, one with a lone surrogate,
+// or the message of what the read threw. The core decides on all of it and
+// answers every input, errors included: nothing here checks a rule.
+//
+// Only what the decider may read is read: the event's ids, type and declared
+// fields; the receipt's eventId, fingerprint, result (as its JSON text),
+// outcome and recordedAt; without a receipt, the workflow's id, status,
+// revision and the fields the event type's rules guard.
+
+const { IdemflowError } = require('./errors.cjs');
+const { messageOf } = require('./options.cjs');
+
+const hasOwn = Object.hasOwn;
+const getPrototypeOf = Object.getPrototypeOf;
+const OBJECT_PROTOTYPE = Object.prototype;
+const isArray = Array.isArray;
+const isView = ArrayBuffer.isView;
+const parseJSON = JSON.parse;
+const stringify = JSON.stringify;
+// Buffer's own decoders, which skip toString's argument handling (measured).
+const latin1 =
+  typeof Buffer.prototype.latin1Slice === 'function'
+    ? (bytes, start, end) => bytes.latin1Slice(start, end)
+    : (bytes, start, end) => bytes.toString('latin1', start, end);
+const utf8 =
+  typeof Buffer.prototype.utf8Slice === 'function'
+    ? (bytes, start, end) => bytes.utf8Slice(start, end)
+    : (bytes, start, end) => bytes.toString('utf8', start, end);
+/** Whether a string has no lone surrogate. */
+const wellFormed =
+  typeof String.prototype.isWellFormed === 'function'
+    ? (text) => text.isWellFormed()
+    : (text) => !/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(text);
+const toWellFormed =
+  typeof String.prototype.toWellFormed === 'function'
+    ? (text) => text.toWellFormed()
+    : (text) => text.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, '\ufffd');
+
+/** Items laid out per wasm call: a bound on one call's regions whatever the batch. */
+const CHUNK = 1024;
+
+function isArrayValue(value) {
+  try {
+    return isArray(value);
+  } catch {
+    return false; // a revoked proxy, which can be neither read nor listed
+  }
+}
+
+/** A Buffer, typed array, DataView or ArrayBuffer: bytes, not an object to read fields from. */
+function isBinary(value) {
+  try {
+    return isView(value) || value instanceof ArrayBuffer ||
+      (typeof SharedArrayBuffer === 'function' && value instanceof SharedArrayBuffer);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The decider over a wasm-bindgen module (`wasm/idemflow.js`):
+ * - `decide(compiled, event, receipt, workflow)`: the decision, or throws its IdemflowError;
+ * - `decideBatch(compiled, inputs)`: `[{ event, receipt, workflow }]` in, per input
+ *   its decision or `{ error }` (an IdemflowError) out, in order;
+ * - `validate(compiled, event)`, `normalize(compiled, event, type)`,
+ *   `fingerprint(compiled, event)`, `plan(workflow, event)`: the one-event
+ *   entry points, which throw what the core answers;
+ * - `outboxPolicy(options)`: a compiled outbox policy from its options object.
+ */
+function createDecider(wasm) {
+  const described = parseJSON(wasm.packedDescriptionJson());
+  const { ABSENT, NULL, NUMBER, TOO_LONG, ILL_FORMED, SAME, OTHER, KNOWN, UNREADABLE } = described.tags;
+  const KIND = Object.fromEntries(described.kinds.map((name, i) => [name, i]));
+  const ARG = described.args;
+  const MAX_TEXT = described.maxUnits.text;
+  const MAX_RESULT = described.maxUnits.result;
+  const MAX_MESSAGE = described.maxUnits.message;
+  const ANSWER = described.answers;
+  const ANSWER_INTS = ANSWER.ints;
+  const ANSWER_NUMBERS = ANSWER.numbers;
+  const FINGERPRINT_BYTES = ANSWER.fingerprintBytes;
+  const FROM = ANSWER.from;
+  const POLICY_OPTIONS = described.outboxPolicyOptions;
+
+  const encoder = new TextEncoder();
+  const scratch = new wasm.Decider();
+  const memory = wasm.wasmMemory();
+  const plans = new WeakMap();
+
+  // Views over the decider's regions of wasm memory (made again when memory grows).
+  let buffer = null;
+  let wasmEntries;
+  let wasmNumbers;
+  let wasmText;
+  let wasmInts;
+  let wasmAnswerNumbers;
+  let wasmFingerprints;
+  let itemCapacity = 0;
+
+  function views() {
+    const [ep, el, np, nl, tp, tl, ip, il, ap, al, fp, fl] = scratch.regions();
+    buffer = memory.buffer;
+    wasmEntries = new Int32Array(buffer, ep, el);
+    wasmNumbers = new Float64Array(buffer, np, nl);
+    wasmText = new Uint8Array(buffer, tp, tl);
+    wasmInts = new Int32Array(buffer, ip, il);
+    wasmAnswerNumbers = new Float64Array(buffer, ap, al);
+    wasmFingerprints = Buffer.from(buffer, fp, fl);
+    itemCapacity = Math.min(Math.floor(il / ANSWER_INTS), Math.floor(fl / FINGERPRINT_BYTES));
+  }
+
+  /** Views over the current memory: growing it detaches the old buffer (a detached view has length 0). */
+  function fresh() {
+    if (buffer === null || wasmInts.length === 0) views();
+  }
+
+  /** Room in wasm memory for `items` items, `entries` entries, `numbers` numbers and `textBytes` bytes, by doubling. */
+  function reserve(items, entries, numbers, textBytes) {
+    fresh();
+    if (items > itemCapacity || entries > wasmEntries.length || numbers > wasmNumbers.length || textBytes > wasmText.length) {
+      const grown = (need, have, least) => (need > have ? Math.max(need, have * 2, least) : have);
+      scratch.reserve(
+        grown(items, itemCapacity, 16),
+        grown(entries, wasmEntries.length, 256),
+        grown(numbers, wasmNumbers.length, 64),
+        grown(textBytes, wasmText.length, 4096),
+      );
+      views();
+    }
+  }
+
+  /**
+   * What one call lays out, in JS memory first: a getter read while laying
+   * out may call idemflow again (and grow the wasm memory), so nothing is
+   * written into wasm memory until every value is read. A call made by a
+   * getter gets a packing of its own (`depth`).
+   */
+  function newPacking() {
+    return { entries: new Int32Array(256), numbers: new Float64Array(64), count: 0, strings: [], joined: '' };
+  }
+  const packings = [newPacking()];
+  let depth = 0;
+
+  function packingFor(entries) {
+    let p = packings[depth];
+    if (p === undefined) packings[depth] = p = newPacking();
+    if (p.entries.length < entries) p.entries = new Int32Array(Math.max(entries, p.entries.length * 2));
+    // Every slot may be a number.
+    if (p.numbers.length < entries) p.numbers = new Float64Array(Math.max(entries, p.numbers.length * 2));
+    p.count = 0;
+    p.joined = '';
+    if (p.strings.length < entries) p.strings = new Array(entries);
+    return p;
+  }
+
+  /** The kind of a value that is neither a string, a number, null nor undefined. */
+  function kindOf(value) {
+    switch (typeof value) {
+      case 'boolean': return KIND.boolean;
+      case 'bigint': return KIND.bigint;
+      case 'symbol': return KIND.symbol;
+      case 'function': return KIND.function;
+      case 'object': return isArrayValue(value) ? KIND.array : KIND.object;
+      default: return KIND.unknown;
+    }
+  }
+
+  /** What a caller handed over as an event, a receipt or a workflow. */
+  function argOf(value) {
+    if (value === undefined) return ARG.MISSING;
+    if (value === null) return ARG.NULL;
+    if (typeof value === 'string') return ARG.STRING;
+    if (typeof value !== 'object') return ARG.OTHER + kindOf(value);
+    let prototype;
+    try {
+      prototype = getPrototypeOf(value);
+    } catch {
+      prototype = undefined; // a proxy's trap threw: the checks below say what it is
+    }
+    if (prototype === OBJECT_PROTOTYPE || prototype === null) return ARG.OBJECT;
+    if (isArrayValue(value)) return ARG.OTHER + KIND.array;
+    return isBinary(value) ? ARG.BINARY : ARG.OBJECT;
+  }
+
+  function unreadable(p, at, thrown) {
+    const message = toWellFormed(messageOf(thrown)).slice(0, MAX_MESSAGE);
+    p.entries[at] = UNREADABLE - message.length;
+    p.strings[at] = message;
+    p.joined += message;
+  }
+
+  /** Lays a value out at `at`. */
+  function lay(p, at, value, maxUnits, names, same) {
+    if (typeof value === 'string') {
+      if (value.length > maxUnits) {
+        p.entries[at] = TOO_LONG;
+        return;
+      }
+      p.strings[at] = value;
+      if (names !== undefined) {
+        const known = names.get(value);
+        if (known !== undefined) {
+          p.entries[at] = KNOWN - known;
+          return;
+        }
+      }
+      if (same >= 0 && p.entries[same] >= 0 && p.strings[same] === value) {
+        p.entries[at] = SAME;
+        return;
+      }
+      p.entries[at] = value.length;
+      p.joined += value;
+    } else if (value === undefined) {
+      // ABSENT, as laid out
+    } else if (value === null) {
+      p.entries[at] = NULL;
+    } else if (typeof value === 'number') {
+      p.entries[at] = NUMBER;
+      p.numbers[p.count++] = value;
+    } else {
+      p.entries[at] = OTHER - kindOf(value);
+    }
+  }
+
+  /** Reads own property `key` of `record` and lays it out at `at`. */
+  function put(p, record, key, at, names = undefined, same = -1) {
+    let value;
+    try {
+      if (!hasOwn(record, key)) return;
+      value = record[key];
+    } catch (thrown) {
+      unreadable(p, at, thrown);
+      return;
+    }
+    lay(p, at, value, MAX_TEXT, names, same);
+  }
+
+  /** As `put`, for a structured member (a receipt's result): an object or array is laid out as its JSON text. */
+  function putJson(p, record, key, at) {
+    let value;
+    try {
+      if (!hasOwn(record, key)) return;
+      value = record[key];
+      if (value !== null && typeof value === 'object') {
+        value = stringify(value);
+        if (typeof value !== 'string') return;
+      }
+    } catch (thrown) {
+      unreadable(p, at, thrown);
+      return;
+    }
+    lay(p, at, value, MAX_RESULT, undefined, -1);
+  }
+
+  function planFor(compiled) {
+    let plan = plans.get(compiled);
+    if (plan === undefined) {
+      const layout = parseJSON(compiled.layoutJson());
+      const { slots } = layout;
+      plan = {
+        compiled,
+        perItem: layout.entries,
+        fields: layout.fields,
+        statuses: layout.statuses,
+        ruleSet: layout.ruleSet,
+        types: layout.events.map((e) => e.type),
+        eventIndex: new Map(layout.events.map((e, i) => [e.type, i])),
+        statusIndex: new Map(layout.statuses.map((name, i) => [name, i])),
+        declared: layout.events.map((e) => e.fields),
+        guards: layout.events.map((e) => e.guards),
+        normalized: layout.events.map((e) => e.normalized),
+        event: slots.event,
+        eventField: slots.eventField,
+        receipt: slots.receipt,
+        receiptKeys: slots.receiptKeys,
+        workflow: slots.workflow,
+        workflowField: slots.workflowField,
+        // By rule and event type (see `template`).
+        templates: [],
+      };
+      plans.set(compiled, plan);
+    }
+    return plan;
+  }
+
+  /** Lays item `i` out: what the decider may read of its event, receipt and workflow. */
+  function layOut(p, plan, i, event, receipt, workflow) {
+    const base = i * plan.perItem;
+    const entries = p.entries;
+    entries.fill(ABSENT, base, base + plan.perItem);
+    const eventArg = argOf(event);
+    const receiptArg = argOf(receipt);
+    const workflowArg = argOf(workflow);
+    entries[base] = eventArg | (receiptArg << ARG.bits) | (workflowArg << (2 * ARG.bits));
+    if (eventArg !== ARG.OBJECT) return;
+    const e = base + plan.event;
+    put(p, event, 'eventId', e);
+    put(p, event, 'type', e + 1, plan.eventIndex);
+    put(p, event, 'workflowId', e + 2);
+    const typeEntry = entries[e + 1];
+    // Not a type of this rule set: the decider says why, and reads nothing more.
+    if (typeEntry > KNOWN || typeEntry < KNOWN - plan.types.length + 1) return;
+    const type = KNOWN - typeEntry;
+    const fields = plan.fields;
+    const eventField = base + plan.eventField;
+    const declared = plan.declared[type];
+    for (let k = 0; k < declared.length; k += 1) put(p, event, fields[declared[k]], eventField + declared[k]);
+    if (receiptArg === ARG.OBJECT || receiptArg === ARG.BINARY) {
+      const r = base + plan.receipt;
+      const keys = plan.receiptKeys;
+      put(p, receipt, keys[0], r, undefined, e);
+      put(p, receipt, keys[1], r + 1);
+      putJson(p, receipt, keys[2], r + 2);
+      put(p, receipt, keys[3], r + 3);
+      put(p, receipt, keys[4], r + 4);
+    } else if (workflowArg === ARG.OBJECT || workflowArg === ARG.BINARY) {
+      const w = base + plan.workflow;
+      put(p, workflow, 'id', w, undefined, e + 2);
+      put(p, workflow, 'status', w + 1, plan.statusIndex);
+      put(p, workflow, 'revision', w + 2);
+      const workflowField = base + plan.workflowField;
+      const guards = plan.guards[type];
+      for (let k = 0; k < guards.length; k += 1) {
+        const f = guards[k];
+        put(p, workflow, fields[f], workflowField + f, undefined, eventField + f);
+      }
+    }
+  }
+
+  /**
+   * A string with a lone surrogate has no UTF-8 form (encodeInto would make
+   * it U+FFFD, which the core would take for the character itself): such
+   * strings are laid out as ILL_FORMED instead. The whole text is checked
+   * once; only when it fails is each string checked.
+   */
+  function checkWellFormed(p, entries, perItem) {
+    if (wellFormed(p.joined)) return;
+    let joined = '';
+    for (let at = 0; at < entries; at += 1) {
+      if (at % perItem === 0) continue; // a header
+      const entry = p.entries[at];
+      if (entry >= 0) {
+        if (wellFormed(p.strings[at])) joined += p.strings[at];
+        else p.entries[at] = ILL_FORMED;
+      } else if (entry <= UNREADABLE && entry >= UNREADABLE - MAX_MESSAGE) {
+        joined += p.strings[at]; // made well formed when it was laid out
+      }
+    }
+    p.joined = joined;
+  }
+
+  /**
+   * Copies what `p` laid out (`entries` entries of `items` items) into wasm
+   * memory, with the text; returns `[textBytes, byteLengths]`.
+   */
+  function load(p, items, entries, perItem) {
+    checkWellFormed(p, entries, perItem);
+    const units = p.joined.length;
+    // A UTF-16 unit is at most 3 bytes of UTF-8.
+    reserve(items, entries, p.count, units * 3);
+    // A loop for one item's few entries; a copy of a view for a batch's many.
+    if (entries <= 64) {
+      for (let k = 0; k < entries; k += 1) wasmEntries[k] = p.entries[k];
+    } else {
+      wasmEntries.set(p.entries.subarray(0, entries));
+    }
+    for (let k = 0; k < p.count; k += 1) wasmNumbers[k] = p.numbers[k];
+    const { read, written } = encoder.encodeInto(p.joined, wasmText);
+    if (read !== units) throw new Error('idemflow: the decider text region is too small');
+    return [written, written === units];
+  }
+
+  /**
+   * A live CompiledRuleSet of this module. Anything else (another value, one
+   * already freed: wasm-bindgen zeroes its pointer) is refused as the core
+   * refuses an argument that is not a rule set.
+   */
+  function usable(compiled) {
+    if (compiled instanceof wasm.CompiledRuleSet && compiled.__wbg_ptr !== 0) return;
+    throw new IdemflowError('INVALID_ARGUMENT', 'not a compiled rule set (or one already freed)', {
+      details: { reason: 'not a compiled rule set' },
+    });
+  }
+
+  /** `fn(p)` with the packing of this call depth. */
+  function packed(entries, fn) {
+    const p = packingFor(entries);
+    depth += 1;
+    try {
+      return fn(p);
+    } finally {
+      depth -= 1;
+      p.joined = '';
+    }
+  }
+
+  function errorOf(text) {
+    const { code, message, disposition, details } = parseJSON(text);
+    return new IdemflowError(code, message, { disposition, details });
+  }
+
+  /** The write template of `rule` for `eventType`, fetched from the core once per rule set. */
+  function template(plan, rule, eventType) {
+    const key = rule * plan.types.length + eventType;
+    let found = plan.templates[key];
+    if (found === undefined) {
+      const { set, outbox } = parseJSON(plan.compiled.writeTemplateJson(rule, eventType));
+      found = {
+        set: columns(set),
+        outbox: outbox.map((op) => ({
+          type: op.type,
+          id: { kinds: op.id.map((part) => part[0]), args: op.id.map((part) => part[1]) },
+          payload: columns(op.payload),
+        })),
+      };
+      plan.templates[key] = found;
+    }
+    return found;
+  }
+
+  /** A template's `[key, kind, arg]` entries as three arrays. */
+  function columns(entries) {
+    return { keys: entries.map((e) => e[0]), kinds: entries.map((e) => e[1]), args: entries.map((e) => e[2]) };
+  }
+
+  function value(kind, arg, strings, eventField, revision, workflowId) {
+    switch (kind) {
+      case FROM.CONSTANT: return arg;
+      case FROM.REVISION: return revision;
+      case FROM.EVENT_FIELD: return strings[eventField + arg];
+      case FROM.WORKFLOW_ID: return workflowId;
+      default: return null;
+    }
+  }
+
+  function fill({ keys, kinds, args }, strings, eventField, revision, workflowId) {
+    const object = {};
+    for (let k = 0; k < keys.length; k += 1) object[keys[k]] = value(kinds[k], args[k], strings, eventField, revision, workflowId);
+    return object;
+  }
+
+  /**
+   * The decision of item `i` of the last call, from its answer in wasm
+   * memory: `fingerprints` is the call's fingerprints' text, `extra` its
+   * errors' and originals' JSON text. An error is `{ error }`.
+   */
+  function build(plan, p, i, fingerprints, extra) {
+    // Fetching a template for the item before may have grown the memory.
+    fresh();
+    const a = i * ANSWER_INTS;
+    const ints = wasmInts;
+    const extraStart = ints[a + 5];
+    const extraEnd = extraStart + ints[a + 6];
+    if (ints[a] !== ANSWER.decided) return { error: errorOf(extra.slice(extraStart, extraEnd)) };
+    const outcomeCode = ints[a + 1];
+    const rule = ints[a + 2];
+    const state = ints[a + 3];
+    const type = ints[a + 4];
+    const expectRevision = wasmAnswerNumbers[i * ANSWER_NUMBERS];
+    const revision = wasmAnswerNumbers[i * ANSWER_NUMBERS + 1];
+    const base = i * plan.perItem;
+    const strings = p.strings;
+    const outcome = ANSWER.outcomes[outcomeCode];
+    const eventId = strings[base + plan.event];
+    const workflowId = strings[base + plan.event + 2];
+    const eventType = plan.types[type];
+    const fingerprint = fingerprints.length === FINGERPRINT_BYTES ? fingerprints : fingerprints.slice(i * FINGERPRINT_BYTES, (i + 1) * FINGERPRINT_BYTES);
+    if (outcomeCode === ANSWER.duplicate) {
+      const decision = { outcome, eventId, workflowId, eventType, fingerprint, writeSet: { receipt: null, workflow: null, outbox: [] } };
+      if (extraEnd > extraStart) decision.original = parseJSON(extra.slice(extraStart, extraEnd));
+      return decision;
+    }
+    const ruleSet = plan.ruleSet;
+    if (outcomeCode !== ANSWER.applied) {
+      const result = { operationIds: [], status: null, revision: null };
+      const receipt = { eventId, fingerprint, workflowId, eventType, outcome, ruleSet: { id: ruleSet.id, version: ruleSet.version, hash: ruleSet.hash }, result };
+      return { outcome, eventId, workflowId, eventType, fingerprint, writeSet: { receipt, workflow: null, outbox: [] } };
+    }
+    const write = template(plan, rule, type);
+    const expect = state === 0 ? null : { status: plan.statuses[state - 1], revision: expectRevision };
+    const eventField = base + plan.eventField;
+    const operations = write.outbox;
+    const outbox = new Array(operations.length);
+    const operationIds = new Array(operations.length);
+    for (let k = 0; k < operations.length; k += 1) {
+      const op = operations[k];
+      const { kinds, args } = op.id;
+      let operationId = '';
+      for (let j = 0; j < kinds.length; j += 1) operationId += value(kinds[j], args[j], strings, eventField, revision, workflowId);
+      operationIds[k] = operationId;
+      outbox[k] = {
+        id: operationId,
+        type: op.type,
+        workflowId,
+        eventId,
+        status: 'pending',
+        payload: fill(op.payload, strings, eventField, revision, workflowId),
+      };
+    }
+    const set = fill(write.set, strings, eventField, revision, workflowId);
+    const result = { operationIds, status: typeof set.status === 'string' ? set.status : null, revision: set.revision ?? null };
+    const receipt = { eventId, fingerprint, workflowId, eventType, outcome, ruleSet: { id: ruleSet.id, version: ruleSet.version, hash: ruleSet.hash }, result };
+    return {
+      outcome,
+      eventId,
+      workflowId,
+      eventType,
+      fingerprint,
+      writeSet: { receipt, workflow: { id: workflowId, expect, set }, outbox },
+    };
+  }
+
+  /**
+   * Decides the `count` items `p` holds and puts each answer (a decision or
+   * `{ error }`) at `results[offset + i]`.
+   */
+  function decideLaidOut(compiled, plan, p, count, results, offset) {
+    const [textBytes, byteLengths] = load(p, count, count * plan.perItem, plan.perItem);
+    const extraLength = scratch.decide(compiled, count, textBytes, byteLengths);
+    // Deciding may have grown the memory: the views would be detached.
+    fresh();
+    const fingerprints = latin1(wasmFingerprints, 0, count * FINGERPRINT_BYTES);
+    const extra = extraLength === 0 ? '' : utf8(Buffer.from(memory.buffer, scratch.extraPointer(), extraLength), 0, extraLength);
+    for (let i = 0; i < count; i += 1) results[offset + i] = build(plan, p, i, fingerprints, extra);
+  }
+
+  const single = [undefined];
+
+  function decide(compiled, event, receipt, workflow) {
+    usable(compiled);
+    const plan = planFor(compiled);
+    const p = packingFor(plan.perItem);
+    depth += 1;
+    try {
+      layOut(p, plan, 0, event, receipt, workflow);
+      decideLaidOut(compiled, plan, p, 1, single, 0);
+    } finally {
+      depth -= 1;
+      p.joined = '';
+    }
+    const answer = single[0];
+    single[0] = undefined;
+    if (answer.outcome === undefined) throw answer.error;
+    return answer;
+  }
+
+  function decideBatch(compiled, inputs) {
+    usable(compiled);
+    const plan = planFor(compiled);
+    const count = inputs.length;
+    const results = new Array(count);
+    // Chunks keep the regions within their limits whatever the batch.
+    for (let start = 0; start < count; start += CHUNK) {
+      const size = Math.min(CHUNK, count - start);
+      const p = packingFor(size * plan.perItem);
+      depth += 1;
+      try {
+        for (let i = 0; i < size; i += 1) {
+          const input = inputs[start + i];
+          layOut(p, plan, i, input?.event, input?.receipt ?? null, input?.workflow ?? null);
+        }
+        decideLaidOut(compiled, plan, p, size, results, start);
+      } finally {
+        depth -= 1;
+        p.joined = '';
+      }
+    }
+    return results;
+  }
+
+  /** Lays one event out for a one-event entry point and calls `fn(p, plan, textBytes, byteLengths)`. */
+  function one(compiled, event, workflow, fn) {
+    usable(compiled);
+    const plan = planFor(compiled);
+    return packed(plan.perItem, (p) => {
+      layOut(p, plan, 0, event, undefined, workflow);
+      const [textBytes, byteLengths] = load(p, 1, plan.perItem, plan.perItem);
+      return fn(p, plan, textBytes, byteLengths);
+    });
+  }
+
+  function validate(compiled, event) {
+    one(compiled, event, undefined, (p, plan, textBytes, byteLengths) => scratch.validate(compiled, textBytes, byteLengths, undefined));
+  }
+
+  /** A plain copy of a valid event (of `type`, when given): its ids, type and declared fields, as the core orders them. */
+  function normalize(compiled, event, type) {
+    return one(compiled, event, undefined, (p, plan, textBytes, byteLengths) => {
+      const eventType = scratch.validate(compiled, textBytes, byteLengths, type);
+      const normalized = {};
+      for (const [key, at] of plan.normalized[eventType]) normalized[key] = at < 0 ? plan.types[eventType] : p.strings[at];
+      return normalized;
+    });
+  }
+
+  function fingerprint(compiled, event) {
+    return one(compiled, event, undefined, (p, plan, textBytes, byteLengths) => scratch.fingerprint(compiled, textBytes, byteLengths));
+  }
+
+  let planRules;
+  function plan(workflow, event) {
+    planRules ??= wasm.planRuleSet();
+    return one(planRules, event, workflow, (p, rules, textBytes, byteLengths) => scratch.plan(textBytes, byteLengths));
+  }
+
+  /** An outbox policy from its options object, laid out as one record of the options the core reads. */
+  function outboxPolicy(options) {
+    const entries = 1 + POLICY_OPTIONS.length;
+    return packed(entries, (p) => {
+      p.entries.fill(ABSENT, 0, entries);
+      p.entries[0] = 0;
+      for (let k = 0; k < POLICY_OPTIONS.length; k += 1) put(p, options, POLICY_OPTIONS[k], 1 + k);
+      return new wasm.OutboxPolicy(p.entries.slice(0, entries), p.numbers.slice(0, p.count), p.joined);
+    });
+  }
+
+  return { decide, decideBatch, validate, normalize, fingerprint, plan, outboxPolicy };
+}
+
+module.exports = { createDecider };

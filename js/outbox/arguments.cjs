@@ -1,0 +1,177 @@
+'use strict';
+// What the outbox consumer reads of its arguments and of what a handler
+// threw: the handlers by type, whole-number options, a thrown value described
+// without trusting it (its getters may throw), and the tally runOnce and
+// drain answer.
+
+const os = require('node:os');
+const { randomUUID } = require('node:crypto');
+const { IdemflowError } = require('../core/errors.cjs');
+const { checkOptionKeys } = require('../core/options.cjs');
+const { POLICY_OPTIONS, createPolicy } = require('../core/policy.cjs');
+
+/** What a store must offer the consumer (docs/outbox.md, "The store interface"). */
+const STORE_METHODS = Object.freeze(['claimOperations', 'renewLease', 'completeOperation', 'failOperation', 'releaseOperation']);
+const DEFAULT_CONCURRENCY = 4;
+const MAX_CONCURRENCY = 1000;
+const DEFAULT_POLL_INTERVAL_MS = 1000;
+// With the default poll interval, a look for unhandled types about once a minute when idle.
+const DEFAULT_TYPE_CHECK_POLLS = 60;
+const CONSUMER_OPTIONS = [...POLICY_OPTIONS, 'concurrency', 'pollIntervalMs', 'owner', 'now', 'autoRenew', 'typeCheckPolls', 'backlogIntervalMs'];
+
+// The core keeps 1000 characters of an error; this only bounds what crosses into wasm.
+const MAX_MESSAGE_UNITS = 8000;
+
+function invalidArgument(message, details) {
+  return new IdemflowError('INVALID_ARGUMENT', message, { details });
+}
+
+function wellFormed(value) {
+  const text = value.length > MAX_MESSAGE_UNITS ? value.slice(0, MAX_MESSAGE_UNITS) : value;
+  return text.isWellFormed() ? text : text.toWellFormed();
+}
+
+/** What a thrown value says about itself, read defensively (getters may throw). */
+function describeFailure(thrown, stopping) {
+  const isObject = thrown !== null && (typeof thrown === 'object' || typeof thrown === 'function');
+  const field = (key) => {
+    if (!isObject) return undefined;
+    try {
+      return thrown[key];
+    } catch {
+      return undefined;
+    }
+  };
+  const label = (value) => {
+    if (typeof value === 'string') return wellFormed(value);
+    if (typeof value === 'number' && Number.isFinite(value)) return String(value);
+    return undefined;
+  };
+  let message = label(field('message'));
+  if (message === undefined && !isObject) {
+    try {
+      message = wellFormed(String(thrown));
+    } catch {
+      message = typeof thrown;
+    }
+  }
+  const retryable = field('retryable');
+  const disposition = field('disposition');
+  return {
+    ok: false,
+    stopping,
+    name: label(field('name')),
+    code: label(field('code')),
+    message: message ?? '',
+    retryable: typeof retryable === 'boolean' ? retryable : undefined,
+    disposition: typeof disposition === 'string' ? disposition : undefined,
+  };
+}
+
+/** True when `promise` settles within `ms` (Infinity waits for it). */
+async function settlesWithin(promise, ms) {
+  if (ms === Infinity) {
+    await promise;
+    return true;
+  }
+  let timer;
+  const timeout = new Promise((resolve) => { timer = setTimeout(resolve, ms, false); });
+  try {
+    return await Promise.race([promise.then(() => true), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function emptyTally() {
+  return { claimed: 0, done: 0, retried: 0, dead: 0, released: 0, stale: 0, errors: 0 };
+}
+
+const TALLY_KEY = { done: 'done', retry: 'retried', dead: 'dead', release: 'released', stale: 'stale', error: 'errors' };
+
+function tally(outcomes) {
+  const counts = emptyTally();
+  counts.claimed = outcomes.length;
+  for (const outcome of outcomes) counts[TALLY_KEY[outcome]] += 1;
+  return counts;
+}
+
+function readHandlers(handlers) {
+  const entries = handlers instanceof Map ? [...handlers] : handlers !== null && typeof handlers === 'object' ? Object.entries(handlers) : null;
+  if (entries === null || entries.length === 0) {
+    throw invalidArgument('handlers must map each operation type to a function, e.g. { START_EXCHANGE: async (operation, { idempotencyKey }) => {...} }', {
+      field: 'handlers', reason: 'no handlers',
+    });
+  }
+  for (const [type, handler] of entries) {
+    if (typeof type !== 'string' || type.length === 0 || typeof handler !== 'function') {
+      throw invalidArgument(`the handler for ${String(type)} must be a function`, { field: 'handlers', reason: 'not a function' });
+    }
+  }
+  return new Map(entries);
+}
+
+function wholeOption(value, field, fallback, min, max) {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < min || value > max) {
+    throw invalidArgument(`options.${field} must be a whole number from ${min} to ${max}`, { field, reason: 'out of range' });
+  }
+  return value;
+}
+
+/** A consumer's settings from createOutboxConsumer's arguments, each checked (INVALID_ARGUMENT naming the option). */
+function consumerSettings(store, handlers, options = {}) {
+  if (store === null || typeof store !== 'object') {
+    throw invalidArgument('store must be an outbox store (see docs/outbox.md)', { field: 'store', reason: 'not a store' });
+  }
+  const missing = STORE_METHODS.filter((name) => typeof store[name] !== 'function');
+  if (missing.length > 0) {
+    throw invalidArgument(`store does not implement the outbox interface: missing ${missing.join(', ')}`, { field: 'store', reason: 'missing methods', missing });
+  }
+  const opts = options ?? {};
+  if (typeof opts !== 'object') throw invalidArgument('options must be an object', { field: 'options', reason: 'not an object' });
+  checkOptionKeys(opts, CONSUMER_OPTIONS, 'createOutboxConsumer');
+  if (opts.owner !== undefined && (typeof opts.owner !== 'string' || opts.owner.length === 0 || !opts.owner.isWellFormed())) {
+    throw invalidArgument('options.owner must be a non-empty string', { field: 'owner', reason: 'not a non-empty string' });
+  }
+  if (opts.now !== undefined && typeof opts.now !== 'function') {
+    throw invalidArgument('options.now must be a function returning milliseconds since the epoch', { field: 'now', reason: 'not a function' });
+  }
+  if (opts.autoRenew !== undefined && typeof opts.autoRenew !== 'boolean') {
+    throw invalidArgument('options.autoRenew must be a boolean', { field: 'autoRenew', reason: 'not a boolean' });
+  }
+  const policy = createPolicy(opts);
+  return {
+    handlers: readHandlers(handlers),
+    policy,
+    /** consumer.policy: the settings, and the wait after failed attempt `attempt` of `operationId`, as the core computes it. */
+    policyView: Object.freeze({ ...policy.settings, backoffDelay: (operationId, attempt) => policy.backoff(operationId, attempt).delayMs }),
+    concurrency: wholeOption(opts.concurrency, 'concurrency', DEFAULT_CONCURRENCY, 1, MAX_CONCURRENCY),
+    pollIntervalMs: wholeOption(opts.pollIntervalMs, 'pollIntervalMs', DEFAULT_POLL_INTERVAL_MS, 1, 3_600_000),
+    owner: opts.owner ?? `${os.hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`,
+    clock: opts.now ?? (typeof store.now === 'function' ? () => store.now() : Date.now),
+    autoRenew: opts.autoRenew ?? true,
+    typeCheckPolls: wholeOption(opts.typeCheckPolls, 'typeCheckPolls', DEFAULT_TYPE_CHECK_POLLS, 0, 1_000_000),
+    backlogIntervalMs: wholeOption(opts.backlogIntervalMs, 'backlogIntervalMs', 5000, 0, 3_600_000),
+  };
+}
+
+const DEFAULT_ABORT_GRACE_MS = 5000;
+
+/** stop()'s `{ timeoutMs, abortGraceMs }` (Infinity: wait for the handlers however long). */
+function stopSettings(options) {
+  const opts = options ?? {};
+  checkOptionKeys(opts, ['timeoutMs', 'abortGraceMs'], 'consumer.stop');
+  return {
+    timeoutMs: opts.timeoutMs === Infinity ? Infinity : wholeOption(opts.timeoutMs, 'timeoutMs', Infinity, 0, 2 ** 31 - 1),
+    abortGraceMs: wholeOption(opts.abortGraceMs, 'abortGraceMs', DEFAULT_ABORT_GRACE_MS, 0, 2 ** 31 - 1),
+  };
+}
+
+/** drain()'s `{ maxRounds }`. */
+function drainSettings(options) {
+  checkOptionKeys(options, ['maxRounds'], 'consumer.drain');
+  return { maxRounds: wholeOption((options ?? {}).maxRounds, 'maxRounds', 1000, 1, Number.MAX_SAFE_INTEGER) };
+}
+
+module.exports = { STORE_METHODS, consumerSettings, stopSettings, drainSettings, invalidArgument, describeFailure, settlesWithin, emptyTally, tally, readHandlers, wholeOption };

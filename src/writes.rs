@@ -1,0 +1,163 @@
+//! The write a rule makes for one event type, as a template: which keys the
+//! workflow update sets, which operations it schedules, what their ids are
+//! made of, and where each value comes from. The decider says which rule
+//! applied and at which revision; the write set is this template filled in,
+//! by the host (from `to_json`, the form it reads) or here (`fill`), so
+//! the shape of a write set is stated once.
+
+use serde_json::{json, Map, Value};
+
+use crate::ruleset::{Answer, IdPart, RuleSet};
+
+/// Where a value of a write comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum From {
+    Constant(String),
+    /// The workflow's revision after the write.
+    Revision,
+    /// The event's value of a rule-set field.
+    EventField(usize),
+    /// `null`: the field is removed.
+    Removed,
+    WorkflowId,
+}
+
+/// The kinds of [`From`] in the host's form: `[kind, arg]`.
+pub const CONSTANT: u8 = 0;
+pub const REVISION: u8 = 1;
+pub const EVENT_FIELD: u8 = 2;
+pub const REMOVED: u8 = 3;
+pub const WORKFLOW_ID: u8 = 4;
+
+#[derive(Debug, Clone)]
+pub struct Operation {
+    pub operation_type: String,
+    /// The id's parts, concatenated.
+    pub id: Vec<From>,
+    pub payload: Vec<(String, From)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Write {
+    /// Keys in the order a JSON object of them serialises.
+    pub set: Vec<(String, From)>,
+    pub outbox: Vec<Operation>,
+}
+
+/// The template of `rule` for `event_type`; `None` for a rule that applies no transition.
+pub fn template(rule_set: &RuleSet, rule: usize, event_type: usize) -> Option<Write> {
+    let Answer::Applied(transition) = &rule_set.rules.get(rule)?.answer else { return None };
+    let declared = &rule_set.events.get(event_type)?.fields;
+    // A field the event type does not carry is recorded as "".
+    let from_event = |f: usize| if declared.contains(&f) { From::EventField(f) } else { From::Constant(String::new()) };
+    // Into a JSON object's map: its order, and a later insert overwrites an earlier one.
+    let mut set: Map<String, Value> = Map::new();
+    let mut sources: Vec<From> = Vec::new();
+    let mut put = |map: &mut Map<String, Value>, key: &str, from: From| {
+        sources.push(from);
+        map.insert(key.to_string(), json!(sources.len() - 1));
+    };
+    put(&mut set, "status", From::Constant(rule_set.statuses[transition.to].name.clone()));
+    put(&mut set, "revision", From::Revision);
+    for &f in &transition.record {
+        put(&mut set, &rule_set.fields[f].name, from_event(f));
+    }
+    for &f in &transition.clear {
+        put(&mut set, &rule_set.fields[f].name, From::Removed);
+    }
+    let mut outbox = Vec::new();
+    let mut payloads = Vec::new();
+    for emit in &transition.emit {
+        let mut payload = Map::new();
+        for &f in &emit.payload {
+            put(&mut payload, &rule_set.fields[f].name, from_event(f));
+        }
+        payloads.push(payload);
+        let id = emit
+            .id_template
+            .parts()
+            .into_iter()
+            .map(|part| match part {
+                IdPart::Constant(text) => From::Constant(text),
+                IdPart::Revision => From::Revision,
+                IdPart::WorkflowId => From::WorkflowId,
+            })
+            .collect();
+        outbox.push(Operation { operation_type: emit.operation_type.clone(), id, payload: Vec::new() });
+    }
+    let entries = |map: Map<String, Value>| -> Vec<(String, From)> {
+        map.into_iter().map(|(key, at)| (key, sources[at.as_u64().unwrap_or(0) as usize].clone())).collect()
+    };
+    for (operation, payload) in outbox.iter_mut().zip(payloads) {
+        operation.payload = entries(payload);
+    }
+    Some(Write { set: entries(set), outbox })
+}
+
+fn from_json(from: &From) -> Value {
+    match from {
+        From::Constant(text) => json!([CONSTANT, text]),
+        From::Revision => json!([REVISION, 0]),
+        From::EventField(f) => json!([EVENT_FIELD, f]),
+        From::Removed => json!([REMOVED, 0]),
+        From::WorkflowId => json!([WORKFLOW_ID, 0]),
+    }
+}
+
+impl Write {
+    /// The host's form: `{"set": [[key, kind, arg]], "outbox": [{"type",
+    /// "id": [[kind, arg]], "payload": [[key, kind, arg]]}]}`.
+    pub fn to_json(&self) -> Value {
+        let entries = |list: &[(String, From)]| -> Vec<Value> {
+            list.iter()
+                .map(|(key, from)| {
+                    let source = from_json(from);
+                    json!([key, source[0], source[1]])
+                })
+                .collect()
+        };
+        json!({
+            "set": entries(&self.set),
+            "outbox": self.outbox.iter().map(|op| json!({
+                "type": op.operation_type,
+                "id": op.id.iter().map(from_json).collect::<Vec<_>>(),
+                "payload": entries(&op.payload),
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// The values the template is filled with.
+pub struct Filling<'a, F: Fn(usize) -> &'a str> {
+    pub workflow_id: &'a str,
+    pub revision: u64,
+    pub value_of: F,
+}
+
+impl<'a, F: Fn(usize) -> &'a str> Filling<'a, F> {
+    pub fn value(&self, from: &From) -> Value {
+        match from {
+            From::Constant(text) => Value::String(text.clone()),
+            From::Revision => Value::from(self.revision),
+            From::EventField(f) => Value::String((self.value_of)(*f).to_string()),
+            From::Removed => Value::Null,
+            From::WorkflowId => Value::String(self.workflow_id.to_string()),
+        }
+    }
+
+    pub fn map(&self, entries: &[(String, From)]) -> Map<String, Value> {
+        entries.iter().map(|(key, from)| (key.clone(), self.value(from))).collect()
+    }
+
+    /// An id's parts concatenated.
+    pub fn text(&self, parts: &[From]) -> String {
+        let mut out = String::new();
+        for part in parts {
+            match self.value(part) {
+                Value::String(text) => out.push_str(&text),
+                other => out.push_str(&other.to_string()),
+            }
+        }
+        out
+    }
+}
