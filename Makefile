@@ -12,7 +12,7 @@ VERSION := $(shell sed -n 's/^version = "\([^"]*\)"/\1/p' Cargo.toml | head -n 1
 TARBALL := target/npm/idemflow-$(VERSION).tgz
 SOURCES := $(shell find src js -type f) Cargo.toml Cargo.lock pkg.json README.md scripts/assemble-pkg.cjs CHANGELOG.md LICENSE-MIT LICENSE-APACHE
 
-.PHONY: all tools pkg test test-native test-wasm test-js test-fuzz fuzz examples demo bench clean faults
+.PHONY: all tools pkg test test-native test-wasm test-js test-fuzz fuzz examples demo bench clean faults kafka-broker kafka-chaos
 
 all: pkg
 
@@ -106,6 +106,8 @@ bench: examples
 	@echo
 	cd tests/js && node bench/brokers.mjs
 	@echo
+	cd tests/js && node bench/kafka.mjs
+	@echo
 	cd tests/js && node bench/startup.mjs
 	@echo
 	cd tests/js && node bench/http.mjs
@@ -117,3 +119,17 @@ clean:
 .PHONY: reorder-campaign
 reorder-campaign: pkg tests/js/node_modules/.installed
 	cd tests/js && IDEMFLOW_REORDER_RUNS=$${IDEMFLOW_REORDER_RUNS:-200000} node --test test/reorder.test.mjs
+
+# The Kafka-protocol broker of the Kafka tests and bench: Tansu 0.6.0 (scripts/kafka-broker.sh),
+# installed once into ~/.cache/idemflow and started on 127.0.0.1:19092 unless something answers
+# there. The tests find it through IDEMFLOW_KAFKA_BROKERS=127.0.0.1:19092 (.ci/run sets it).
+kafka-broker:
+	scripts/kafka-broker.sh start
+
+# A longer Kafka chaos run than the one of `make test`: more swaps, more worker kills.
+KAFKA_CHAOS_SWAPS ?= 5000
+KAFKA_CHAOS_KILLS ?= 20
+kafka-chaos: examples kafka-broker
+	cd tests/js && IDEMFLOW_KAFKA_BROKERS=$${IDEMFLOW_KAFKA_BROKERS:-127.0.0.1:19092} IDEMFLOW_CHAOS_BROKERS=kafka \
+	  IDEMFLOW_CHAOS_SWAPS=$(KAFKA_CHAOS_SWAPS) IDEMFLOW_CHAOS_WORKER_KILLS=$(KAFKA_CHAOS_KILLS) IDEMFLOW_CHAOS_DRAIN_MS=1200000 \
+	  node --test test/brokers.test.mjs

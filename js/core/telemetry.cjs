@@ -113,6 +113,14 @@ function traceparentOf(spanContext) {
   return `00-${spanContext.traceId}-${spanContext.spanId}-${flags}`;
 }
 
+/** The traceparent of the active span (an outbox handler's, inside one), or null without OpenTelemetry or a valid span. */
+function activeTraceparent() {
+  const o = otel();
+  if (o === null) return null;
+  const spanContext = o.trace.getSpanContext(o.context.active());
+  return spanContext !== undefined && o.trace.isSpanContextValid(spanContext) ? traceparentOf(spanContext) : null;
+}
+
 /** The remote span context a stored traceparent names, or null for none or a malformed one. */
 function spanContextOf(traceparent) {
   if (typeof traceparent !== 'string') return null;
@@ -448,4 +456,5 @@ module.exports = {
   storeKind,
   spanContextOf,
   traceparentOf,
+  activeTraceparent,
 };

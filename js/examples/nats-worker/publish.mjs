@@ -4,18 +4,11 @@
 //   node examples/nats-worker/publish.mjs [swaps]
 import { connect } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { openStore } from '../shared/store.mjs';
-import { sampleSwaps } from '../shared/swaps.mjs';
+import { createSampleSwaps } from '../shared/swaps.mjs';
 import { ensureStream, streamNames } from './topology.mjs';
 
 const names = streamNames();
-const { swaps, bodies } = sampleSwaps(Number(process.argv[2] ?? 10));
-
-// The host creates each swap before its events can matter.
-const { store, close } = openStore({ poolSize: 1 });
-await store.migrate();
-for (const swap of swaps) await store.putWorkflow(swap);
-await close();
+const { swaps, bodies } = await createSampleSwaps(Number(process.argv[2] ?? 10));
 
 const connection = await connect({ servers: process.env.IDEMFLOW_NATS_URL || 'nats://127.0.0.1:4222' });
 await ensureStream(await jetstreamManager(connection), names);

@@ -6,15 +6,10 @@
 //
 //   PROVIDER_URL=http://127.0.0.1:8085 node examples/shared/outbox-worker.mjs
 //
-// Also: IDEMFLOW_PG_URL, IDEMFLOW_TABLE_PREFIX (see store.mjs), OUTBOX_LEASE_MS
-// (default 30000), OUTBOX_BASE_DELAY_MS (default 1000), OUTBOX_POLL_MS (default 1000).
-import { createOutboxConsumer } from 'idemflow';
-import { log, openStore } from './store.mjs';
+// Also the settings of outbox.mjs (store, lease, backoff, poll interval).
+import { runOutboxConsumer } from './outbox.mjs';
 
 const PROVIDER_URL = process.env.PROVIDER_URL || 'http://127.0.0.1:8085';
-const env = (name, fallback) => (process.env[name] ? Number(process.env[name]) : fallback);
-
-const { store, close } = openStore();
 
 /** One provider call. 5xx and 429 are worth retrying; any other refusal is not. */
 async function callProvider(kind, operation, { idempotencyKey, signal }) {
@@ -35,31 +30,11 @@ async function callProvider(kind, operation, { idempotencyKey, signal }) {
   throw error;
 }
 
-const consumer = createOutboxConsumer(store, {
-  START_EXCHANGE: (operation, context) => callProvider('exchanges', operation, context),
-  SEND_PAYOUT: (operation, context) => callProvider('payouts', operation, context),
-  OPEN_REVIEW: (operation, context) => callProvider('reviews', operation, context),
-}, {
-  concurrency: 4,
-  maxAttempts: 10,
-  leaseMs: env('OUTBOX_LEASE_MS', 30_000),
-  baseDelayMs: env('OUTBOX_BASE_DELAY_MS', 1000),
-  pollIntervalMs: env('OUTBOX_POLL_MS', 1000),
-});
-
-consumer
-  .on('claimed', (e) => log({ role: 'outbox', event: 'claimed', operationId: e.operationId, attempt: e.attempt }))
-  .on('done', (e) => log({ role: 'outbox', event: 'done', operationId: e.operationId, attempt: e.attempt }))
-  .on('retry-scheduled', (e) => log({ role: 'outbox', event: 'retry', operationId: e.operationId, delayMs: e.delayMs, error: e.error }))
-  .on('dead', (e) => log({ role: 'outbox', event: 'dead', operationId: e.operationId, reason: e.reason, error: e.error }))
-  .on('store-error', (e) => log({ role: 'outbox', event: 'store-error', during: e.during, error: String(e.error?.message ?? e.error) }));
-
-consumer.start();
-log({ role: 'outbox', event: 'started', owner: consumer.owner });
-
-// Finish the calls in flight, then leave; what is left is claimed again by another consumer.
-process.once('SIGTERM', async () => {
-  await consumer.stop({ timeoutMs: 5000 });
-  await close();
-  process.exit(0);
+runOutboxConsumer({
+  role: 'outbox',
+  handlers: {
+    START_EXCHANGE: (operation, context) => callProvider('exchanges', operation, context),
+    SEND_PAYOUT: (operation, context) => callProvider('payouts', operation, context),
+    OPEN_REVIEW: (operation, context) => callProvider('reviews', operation, context),
+  },
 });

@@ -39,9 +39,11 @@ export async function openWorker() {
   return { store, close, handle };
 }
 
-/** The fields of a verdict's error a worker logs: its code and, when it has them, the field and reason. */
+/** The fields of a verdict's error a worker logs: its code and, when it has them, the field, reason and workflow. */
 export function errorFields(verdict) {
-  return verdict.error ? { code: verdict.error.code, field: verdict.error.details.field, reason: verdict.error.details.reason } : {};
+  if (!verdict.error) return {};
+  const { field, reason, workflowId } = verdict.error.details;
+  return { code: verdict.error.code, field, reason, workflowId };
 }
 
 /** One JSON line per thing that happened: easy to read, easy to grep, easy for a test to follow. */

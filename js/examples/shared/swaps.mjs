@@ -3,6 +3,7 @@
 // them, with redeliveries, re-publications under new ids and a bad message,
 // in shuffled order (a reorder-safe rule set makes the order irrelevant).
 import { randomUUID } from 'node:crypto';
+import { openStore } from './store.mjs';
 
 export function sampleSwaps(count = 10) {
   const run = randomUUID().slice(0, 8);
@@ -23,4 +24,14 @@ export function sampleSwaps(count = 10) {
     [messages[i], messages[j]] = [messages[j], messages[i]];
   }
   return { swaps, bodies: [...messages.map((m) => JSON.stringify(m)), 'not json at all'] };
+}
+
+/** Creates `count` sample swaps in `waiting` in the store (the host creates each before its events can matter); their messages to publish. */
+export async function createSampleSwaps(count) {
+  const sample = sampleSwaps(count);
+  const { store, close } = openStore({ poolSize: 1 });
+  await store.migrate();
+  for (const swap of sample.swaps) await store.putWorkflow(swap);
+  await close();
+  return sample;
 }

@@ -3,7 +3,7 @@
 // Every message it acknowledged has its receipt, every receipt's message was
 // acknowledged (none committed and then handed back to the broker), and the
 // broker still holds every message the worker did not settle.
-// Needs IDEMFLOW_PG_URL and IDEMFLOW_AMQP_URL / IDEMFLOW_NATS_URL.
+// Needs IDEMFLOW_PG_URL and IDEMFLOW_AMQP_URL / IDEMFLOW_NATS_URL / IDEMFLOW_KAFKA_BROKERS.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';

@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { InMemoryStore, createDeliveryHandler } from 'idemflow';
 import { random, shuffle } from './broker.mjs';
 import { openStore, uniquePrefix, tablesFor, PG_URL } from './backends.mjs';
+import { kafkaFor, watchTopics } from './kafka.mjs';
 
 const TESTS_JS = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const EXAMPLES = path.join(TESTS_JS, 'examples');
@@ -263,10 +264,52 @@ async function nats(url, base, { ackWaitMs = 4000 } = {}) {
   };
 }
 
+async function kafka(brokers, base) {
+  const { createProducer, ensureTopics, keyOf, topicNames } = await import(path.join(EXAMPLES, 'kafka-worker/topology.mjs'));
+  const names = topicNames(base);
+  const client = kafkaFor(`chaos-${base}`, brokers);
+  await ensureTopics(client, names);
+  // One reader of every topic for the whole run: the ends of the partitions, and the dead and parked messages.
+  const watcher = await watchTopics(client, [names.main, names.retry, names.dead, names.parked]);
+  const read = async (topic) => {
+    await watcher.caughtUp();
+    return watcher.messages(topic).map((message) => message.value);
+  };
+  return {
+    env: { IDEMFLOW_KAFKA_BROKERS: brokers, SWAPS_TOPIC: base, SESSION_TIMEOUT_MS: '6000', BATCH_SIZE: '16' },
+    worker: path.join(EXAMPLES, 'kafka-worker/worker.mjs'),
+    // A kill stops a group for a session timeout and a rebalance (about 10 s here): the traffic comes
+    // over 10 s per kill, so that every kill finds deliveries in flight, each after the rebalance of the last.
+    publishMsPerKill: 10_000,
+    groupRebalances: true,
+    async publisher() {
+      const producer = createProducer(client);
+      await producer.connect();
+      return {
+        publish: (body) => producer.send({ topic: names.main, acks: -1, messages: [{ key: keyOf(body), value: body }] }),
+        close: () => producer.disconnect(),
+      };
+    },
+    /** Messages of the main and retry topics the group has not committed. */
+    pending: () => watcher.backlog(names.group, [names.main, names.retry]),
+    readDead: () => read(names.dead),
+    readParked: () => read(names.parked),
+    async teardown() {
+      await watcher.close();
+      const admin = client.admin();
+      await admin.connect();
+      await admin.deleteGroups([names.group]).catch(() => {});
+      await admin.deleteTopics({ topics: [names.main, names.retry, names.dead, names.parked] }).catch(() => {});
+      await admin.disconnect().catch(() => {});
+    },
+  };
+}
+
 /** The brokers of the broker tests: a name and the variable holding its URL. */
 export const BROKERS = Object.freeze([
   { name: 'rabbitmq', env: 'IDEMFLOW_AMQP_URL' },
   { name: 'nats', env: 'IDEMFLOW_NATS_URL' },
+  { name: 'kafka', env: 'IDEMFLOW_KAFKA_BROKERS' },
 ]);
 
 /** Why a broker test cannot run here (its URL, PostgreSQL's or the copied examples are missing), or false. */
@@ -278,13 +321,19 @@ export function brokerSkip(env) {
 }
 
 /**
- * The harness of one broker ('rabbitmq' | 'nats') over queues or a stream named
- * after `base`: `{ env, worker, publisher(), pending(), settled(), readDead(),
- * readParked(), teardown() }`, `env` what a worker process needs to find them.
- * NATS: `ackWaitMs` before an unacknowledged message is redelivered.
+ * The harness of one broker ('rabbitmq' | 'nats' | 'kafka') over queues, a
+ * stream or topics named after `base`: `{ env, worker, publisher(), pending(),
+ * settled(), readDead(), readParked(), teardown() }`, `env` what a worker
+ * process needs to find them. NATS: `ackWaitMs` before an unacknowledged
+ * message is redelivered.
  */
 export function brokerHarness(brokerName, url, base, { ackWaitMs } = {}) {
-  return brokerName === 'rabbitmq' ? rabbitmq(url, base) : nats(url, base.replaceAll('-', '_'), { ackWaitMs });
+  switch (brokerName) {
+    case 'rabbitmq': return rabbitmq(url, base);
+    case 'nats': return nats(url, base.replaceAll('-', '_'), { ackWaitMs });
+    case 'kafka': return kafka(url, base);
+    default: throw new Error(`no chaos harness for ${brokerName}`);
+  }
 }
 
 // ---- The run ----------------------------------------------------------------
@@ -310,7 +359,7 @@ export function supervise(script, env, onLine, nodeArgs = []) {
 }
 
 /**
- * Runs the plan through `brokerName` ('rabbitmq' | 'nats') and returns the
+ * Runs the plan through `brokerName` ('rabbitmq' | 'nats' | 'kafka') and returns the
  * figures and the list of problems found (empty when every check holds).
  */
 export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now() % 100000, workers = 3, consumers = 2,
@@ -334,7 +383,24 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
   const children = { workers: new Set(), consumers: new Set() };
   let stopping = false;
   let lastWorkerLine = Date.now();
-  const workerKillAt = Array.from({ length: workerKills }, (_, k) => Math.round(figures.messages * (0.06 + 0.08 * k)));
+  // The host creates a late swap once one of its events has met UNKNOWN_WORKFLOW and waits in the retry
+  // path, as a host that learns of a swap after its deposit was seen; soon enough that the event is not
+  // retried past maxDeliveries (parked) while the traffic is still coming.
+  const lateIds = new Set(plan.swaps.filter((swap) => swap.late).map((swap) => swap.id));
+  const late = new Map(); // id -> the putWorkflow
+  const createLate = (id) => {
+    if (!lateIds.has(id)) return null;
+    if (!late.has(id)) {
+      const created = db.store.putWorkflow({ id, status: 'waiting', revision: 1 });
+      created.catch(() => {}); // awaited below, where a failure fails the run
+      late.set(id, created);
+    }
+    return late.get(id);
+  };
+  let generationAtKill = 0;
+  // Every 8% of the messages from 6% on, closer together when more kills must fit before 94%.
+  const killStep = Math.min(0.08, 0.88 / workerKills);
+  const workerKillAt = Array.from({ length: workerKills }, (_, k) => Math.round(figures.messages * (0.06 + killStep * k)));
   const exchangesExpected = [...expectedOps].filter((id) => id.startsWith('start-exchange:')).length;
   const consumerKillAt = Array.from({ length: consumerKills }, (_, k) => Math.round(exchangesExpected * (0.15 + 0.25 * k)));
   const fatal = [];
@@ -365,7 +431,13 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
   const startWorker = () => {
     const child = supervise(broker.worker, workerEnv, (line, self) => {
       if (line.role !== 'worker') return;
+      // A consumer group's leader reports each generation it completes: after the first kill, each is a rebalance.
+      if (line.event === 'group-join' && line.isLeader) {
+        figures.generations = (figures.generations ?? 0) + 1;
+        if (figures.workerKills > 0) figures.rebalances = (figures.rebalances ?? 0) + 1;
+      }
       if (line.action === 'stop') fatal.push(line);
+      if (line.code === 'UNKNOWN_WORKFLOW') createLate(line.workflowId);
       if (!line.action || line.action === 'stop') return;
       lastWorkerLine = Date.now();
       figures.deliveries += 1;
@@ -373,8 +445,11 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
       const label = line.action === 'ack' ? `ack ${line.outcome}` : `${line.action} ${line.code}${why ? ` (${why})` : ''}`;
       figures.verdicts[label] = (figures.verdicts[label] ?? 0) + 1;
       // SIGKILL a worker that just reported other deliveries still in its hands.
-      if (figures.workerKills < workerKillAt.length && figures.deliveries >= workerKillAt[figures.workerKills] && line.inFlight >= 2) {
+      // In a consumer group, a kill is taken only once the group has rebalanced after the last one, so each costs its own rebalance.
+      const settledGroup = !broker.groupRebalances || (figures.generations ?? 0) > generationAtKill;
+      if (figures.workerKills < workerKillAt.length && figures.deliveries >= workerKillAt[figures.workerKills] && line.inFlight >= 2 && settledGroup) {
         figures.workerKills += 1;
+        generationAtKill = figures.generations ?? 0;
         self.kill('SIGKILL');
       }
     });
@@ -407,16 +482,20 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     const publishing = shares.map(async (share) => {
       const publisher = await broker.publisher();
       const bodies = shuffle(share, rand);
-      // In order within a publisher, a window of unconfirmed messages at a time.
-      for (let i = 0; i < bodies.length; i += 32) await Promise.all(bodies.slice(i, i + 32).map((body) => publisher.publish(body)));
+      // In order within a publisher, a window of unconfirmed messages at a time (spread out for a consumer group).
+      const windows = Math.ceil(bodies.length / 32);
+      for (let i = 0; i < bodies.length; i += 32) {
+        await Promise.all(bodies.slice(i, i + 32).map((body) => publisher.publish(body)));
+        if (broker.publishMsPerKill) await sleep((broker.publishMsPerKill * workerKills) / windows);
+      }
       await publisher.close();
     });
     await Promise.all(publishing);
     note(`${brokerName}: published ${plan.messages.length} messages in ${Date.now() - started} ms`);
-    // The host creates the late swaps only once their events have met UNKNOWN_WORKFLOW and wait in the retry path.
+    // Late swaps the workers have not asked for yet (see createLate) are created now, at the latest.
     const lateCount = plan.swaps.filter((swap) => swap.late).length;
-    while ((figures.verdicts['retry UNKNOWN_WORKFLOW'] ?? 0) < lateCount && Date.now() - started < timeoutMs / 2 && fatal.length === 0) await sleep(100);
-    for (const swap of plan.swaps) if (swap.late) await db.store.putWorkflow({ id: swap.id, status: 'waiting', revision: 1 });
+    while (late.size < lateCount && Date.now() - started < timeoutMs / 2 && fatal.length === 0) await sleep(100);
+    await Promise.all(plan.swaps.filter((swap) => swap.late).map((swap) => createLate(swap.id)));
 
     // Drained: every receipt and every operation done, nothing waiting in the broker, workers quiet.
     const query = db.query;
@@ -532,6 +611,7 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     await db.close();
   }
   if (figures.workerKills < 5) problems.push(`only ${figures.workerKills} worker kills`);
+  if (broker.groupRebalances && !(figures.rebalances >= figures.workerKills)) problems.push(`${figures.rebalances ?? 0} rebalances after ${figures.workerKills} worker kills`);
   if (figures.consumerKills < 2) problems.push(`only ${figures.consumerKills} consumer kills`);
   return { figures, problems };
 }

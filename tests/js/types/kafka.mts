@@ -1,0 +1,23 @@
+// Compiled with tsc --strict (never run): the Kafka relay as a consumer sees it, over a kafkajs producer.
+import { Kafka } from 'kafkajs';
+import { InMemoryStore, createOutboxConsumer, type StoredOperation } from 'idemflow';
+import { RELAY_HEADERS, createKafkaRelay, kafkaRecord, type KafkaProducerLike } from 'idemflow/kafka';
+
+const producer = new Kafka({ clientId: 'relay', brokers: ['127.0.0.1:19092'] }).producer();
+const asProducer: KafkaProducerLike = producer; // a kafkajs producer is what the relay takes
+const byType = createKafkaRelay(asProducer, { topic: (operation: StoredOperation) => `swaps.${operation.type.toLowerCase()}` });
+const oneTopic = createKafkaRelay(producer, { topic: 'swaps.operations' });
+const consumer = createOutboxConsumer(new InMemoryStore(), { START_EXCHANGE: byType, SEND_PAYOUT: oneTopic });
+const header: 'idemflow-operation-id' = RELAY_HEADERS.operationId;
+async function records(operation: StoredOperation): Promise<void> {
+  const { topic, message } = kafkaRecord(operation, { traceContext: operation.traceContext }, { topic: 'swaps.operations' });
+  const key: string = message.key;
+  const id: string | undefined = message.headers[RELAY_HEADERS.operationId];
+  await producer.send({ topic, messages: [message] });
+  void [key, id];
+}
+void [consumer, header, records];
+// @ts-expect-error the relay needs a topic
+createKafkaRelay(producer, {});
+// @ts-expect-error a topic is a name or a function of the operation
+createKafkaRelay(producer, { topic: 42 });
