@@ -70,7 +70,7 @@ test-js: pkg tests/js/node_modules/.installed examples
 # target in `make test`, skipped with one line without nightly; `make fuzz`
 # is the long campaign (FUZZ_SECONDS per target, FUZZ_TARGETS to choose).
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS ?= validate decide ruleset json outbox
+FUZZ_TARGETS ?= validate decide ruleset json outbox payload
 
 test-fuzz:
 	fuzz/run.sh 5
@@ -89,7 +89,7 @@ examples: pkg tests/js/node_modules/.installed
 	rm -rf tests/js/examples && cp -r js/examples tests/js/examples
 
 DEMOS := deposit-demo consumer-demo shipments-demo
-BENCHES := decide adapters batch production brokers kafka startup
+BENCHES := decide adapters batch production brokers kafka startup http
 
 demo: examples
 	@set -e; for demo in $(DEMOS); do echo "== examples/$$demo.mjs"; (cd tests/js && node examples/$$demo.mjs); echo; done

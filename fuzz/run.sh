@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 seconds="${1:-5}"
 shift || true
-targets=("${@:-validate decide ruleset json outbox}")
+targets=("${@:-validate decide ruleset json outbox payload}")
 read -r -a targets <<< "${targets[*]}"
 
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then

@@ -80,6 +80,14 @@ def main():
         for request in requests:
             write("outbox", bytes([first]) + numbers + text(request))
 
+    # Payloads: the RFC 8785 test files and the number vectors, as JSON text.
+    jcs = VECTORS / "jcs"
+    for path in sorted((jcs / "input").glob("*.json")):
+        write("payload", path.read_bytes())
+    for case in load("jcs/numbers")["cases"]:
+        if "text" in case:
+            write("payload", f'[{case["text"]}, {{"n": {case["text"]}}}]')
+
     for target in sorted(p.name for p in CORPUS.iterdir()):
         counts[target] = len(os.listdir(CORPUS / target))
     print("seed corpus:", ", ".join(f"{t} {n}" for t, n in counts.items()))

@@ -10,6 +10,8 @@ const { createDeliveryHandler } = require('./host/delivery.cjs');
 const { createBatcher } = require('./host/batcher.cjs');
 const { processBatch } = require('./host/batch.cjs');
 const { observeBacklog } = require('./core/telemetry.cjs');
+const payload = require('./core/payload.cjs');
+const { idempotent } = require('./host/keyed.cjs');
 
 // The outbox consumer and retention are loaded at their first use: a worker
 // that only decides and commits does not pay for them at start.
@@ -19,6 +21,18 @@ function createOutboxConsumer(...args) {
 
 function createRetention(...args) {
   return require('./store/retention.cjs').createRetention(...args);
+}
+
+function createWebhookReceiver(...args) {
+  return require('./http/webhook.cjs').createWebhookReceiver(...args);
+}
+
+function hmacSignature(...args) {
+  return require('./http/signature.cjs').hmacSignature(...args);
+}
+
+function signPayload(...args) {
+  return require('./http/signature.cjs').signPayload(...args);
 }
 
 module.exports = {
@@ -31,14 +45,22 @@ module.exports = {
   decide: core.decide,
   planDepositConfirmation: core.planDepositConfirmation,
   verifyRuleSet: core.verifyRuleSet,
+  canonicalJson: payload.canonicalJson,
+  canonicalJsonText: payload.canonicalJsonText,
+  fingerprintPayload: payload.fingerprintPayload,
+  fingerprintPayloadText: payload.fingerprintPayloadText,
   processEvent,
   processBatch,
+  idempotent,
   processDepositConfirmed,
   commitWriteSet,
   createOutboxConsumer,
   createDeliveryHandler,
   createBatcher,
   createRetention,
+  createWebhookReceiver,
+  hmacSignature,
+  signPayload,
   observeOutboxBacklog: observeBacklog,
 };
 

@@ -22,7 +22,10 @@ export type ErrorCode =
   | 'INVALID_RECORD'
   | 'INVALID_ARGUMENT'
   | 'RULESET_INVALID'
-  | 'HANDLER_FAILED';
+  | 'HANDLER_FAILED'
+  | 'INVALID_PAYLOAD'
+  | 'IDEMPOTENCY_KEY_CONFLICT'
+  | 'IDEMPOTENCY_KEY_IN_PROGRESS';
 
 /** The ids and values involved in an error; which keys depend on the code. */
 export interface ErrorDetails {
@@ -377,6 +380,178 @@ export function decide(
 ): Decision;
 export function planDepositConfirmation(workflow: Workflow | null, event: DepositConfirmedEvent): 'advance' | 'already-applied';
 export function verifyRuleSet(definition: RuleSetDefinition | RuleSet | string): VerificationReport;
+
+/** JSON text as received: a string, or its UTF-8 bytes. */
+export type JsonText = string | Uint8Array | ArrayBuffer;
+/**
+ * The RFC 8785 text of a JSON value: members sorted by UTF-16 code units, numbers as
+ * ECMAScript writes them. Throws INVALID_PAYLOAD (reject, `details.path`) for what is no
+ * JSON value (undefined, a function, a symbol, a BigInt, NaN or an infinity, a Map or
+ * any object that is not plain, a cycle, a lone surrogate), nests deeper than 64 or
+ * writes more than 1 MiB.
+ */
+export function canonicalJson(value: unknown): string;
+/** canonicalJson of JSON text, read as JSON.parse reads it (a name given twice keeps its last value). */
+export function canonicalJsonText(text: JsonText): string;
+/** `pf1:` + hex SHA-256 of the UTF-8 of canonicalJson(value): one fingerprint for payloads that mean the same. */
+export function fingerprintPayload(value: unknown): string;
+/** fingerprintPayload of JSON text. */
+export function fingerprintPayloadText(text: JsonText): string;
+
+/**
+ * The transaction the keyed mode hands `work` when the store's own type does not say
+ * more (a store's transaction type, PostgresTransaction and the like, is inferred from
+ * the store): idemflow's own reads and writes, and the driver's handle bound to the
+ * transaction, whose statements commit or roll back with the key's record
+ * (docs/adapters.md, "tx.client").
+ */
+export interface KeyedTransaction extends StoreTransaction {
+  /** The pg PoolClient or Client (the PGlite transaction), the SQLite handle, the mysql2 connection, the MongoClient; undefined in memory. */
+  readonly client: unknown;
+  /** MongoDB: the session every operation of the host's passes. */
+  readonly session?: unknown;
+  /** The in-memory store: a table of the host's own that commits with the transaction. */
+  table?(name: string): Map<unknown, unknown>;
+}
+
+/** One keyed call: `payload` (any JSON value, fingerprinted here) or a `fingerprint` made by fingerprintPayload(Text). */
+export type KeyedRequest = { key: string; payload: unknown; fingerprint?: undefined } | { key: string; fingerprint: string; payload?: undefined };
+
+export interface KeyedOptions {
+  /** How long a call waits for another holding the key before IDEMPOTENCY_KEY_IN_PROGRESS (default 0: at once). */
+  waitMs?: number;
+  /** The retry hint of IDEMPOTENCY_KEY_IN_PROGRESS (`details.retryAfterMs`, default 1000). */
+  retryAfterMs?: number;
+  /** The most the output may take as JSON (default 16384, as onApplied's; at most 1 MiB). */
+  maxOutputBytes?: number;
+  /** Whole re-runs after a lost race (default the store's, else 4). */
+  raceRetries?: number;
+}
+
+export interface KeyedResult<T> {
+  /** What work returned (as JSON: undefined is null), or what the first call stored. */
+  output: T | null;
+  /** True when the key's record answered and work did not run. */
+  replayed: boolean;
+  /** When the key's record was written (ms since the epoch, the store's clock). */
+  recordedAt: number;
+  key: string;
+  /** The payload's `pf1:` fingerprint. */
+  fingerprint: string;
+}
+
+/**
+ * Runs `work(tx)` once per key: its writes through `tx.client` and the key's record
+ * (an inbox receipt, expired by retention) commit together. The same key with the
+ * same payload answers the stored output without running work; with another payload
+ * IDEMPOTENCY_KEY_CONFLICT (reconcile); while another call holds the key,
+ * IDEMPOTENCY_KEY_IN_PROGRESS (retry) after `waitMs`. If work throws, nothing is
+ * written and the error comes out as thrown.
+ */
+export function idempotent<S extends Store, T>(
+  store: S,
+  request: KeyedRequest,
+  work: (tx: TransactionOf<S>) => Promise<T> | T,
+  options?: KeyedOptions,
+): Promise<KeyedResult<T>>;
+
+/** The transaction a store hands `fn` (PostgresTransaction, SqliteTransaction, …), or KeyedTransaction when its type does not say. */
+export type TransactionOf<S> = S extends { transaction<R>(fn: (tx: infer Tx) => Promise<R>, options?: TransactionOptions): Promise<R> }
+  ? (Tx extends { readonly client: unknown } ? Tx : KeyedTransaction)
+  : KeyedTransaction;
+
+/** What a webhook request is to the receiver: the raw body's bytes and the headers (lowercase names). */
+export interface WebhookRequest {
+  method?: string;
+  headers: Readonly<Record<string, string | string[] | undefined>>;
+  body: Uint8Array;
+}
+
+/** An answer of the HTTP layer: status, headers and the body to send. */
+export interface HttpAnswer {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+export type SignatureVerdict = boolean | { ok: true } | { ok: false; reason: string };
+
+export interface WebhookReceiverOptions {
+  /** Checks the raw body's signature before anything is parsed or stored (hmacSignature gives one); false accepts unsigned requests. */
+  verify: ((request: WebhookRequest) => SignatureVerdict | Promise<SignatureVerdict>) | false;
+  /** Stores a delivery a person must look at; the receiver answers 200 once it resolves, 503 if it throws. */
+  park: (delivery: { body: Uint8Array; headers: WebhookRequest['headers']; error: IdemflowError }) => unknown | Promise<unknown>;
+  /** The largest raw body read (default 65536): 413 beyond. */
+  maxBytes?: number;
+  /** The delivery's context for the handler (its delivery count, metadata). */
+  context?: (request: { headers: WebhookRequest['headers'] }) => DeliveryContext;
+}
+
+/**
+ * A Node request listener (node:http, Express: `app.post(path, receiver)`) that
+ * answers ack 200, retry 503 with Retry-After, dead-letter 400, park 200 (after
+ * parking), a refused signature 401, too large 413.
+ */
+export interface WebhookReceiver {
+  (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse, next?: (error?: unknown) => void): Promise<void>;
+  /** The same answer for any framework: the raw body in, `{ status, headers, body }` out. */
+  receive(request: WebhookRequest): Promise<HttpAnswer>;
+  readonly maxBytes: number;
+}
+
+export function createWebhookReceiver(handle: DeliveryHandler, options: WebhookReceiverOptions): WebhookReceiver;
+
+export interface HmacSignatureOptions {
+  /** The endpoint's secret, or several while one is rotated. */
+  secret: string | Uint8Array | ReadonlyArray<string | Uint8Array>;
+  /** The header that carries `t=<unix seconds>,v1=<hex>` (default 'webhook-signature'). */
+  header?: string;
+  /** How far the signed time may be from now, either way (default 300 s). */
+  toleranceSeconds?: number;
+  now?: () => number;
+}
+
+/** A verify hook: HMAC-SHA256 of "<t>.<raw body>", Stripe's scheme, compared in constant time; reasons 'missing', 'malformed', 'stale', 'mismatch'. */
+export function hmacSignature(options: HmacSignatureOptions): (request: WebhookRequest) => SignatureVerdict;
+/** The header value a sender writes for `body` at `timestamp` (unix seconds, default now). */
+export function signPayload(body: string | Uint8Array, options: { secret: HmacSignatureOptions['secret']; timestamp?: number }): string;
+
+/** Options of the Idempotency-Key middleware (idemflow/express, idemflow/fastify); docs/http.md. */
+export interface IdempotencyOptions {
+  store: Store;
+  /** The request header (default 'Idempotency-Key'). */
+  header?: string;
+  /** 400 without the header (default false: such a request runs as usual). */
+  required?: boolean;
+  /** The methods it covers (default POST and PATCH). */
+  methods?: string[];
+  /** Response headers kept with the status and body for replays (default content-type, location). */
+  storeHeaders?: string[];
+  /** The header a replay carries, `true` (default 'Idempotent-Replayed'). */
+  replayHeader?: string;
+  /** How long a request waits for another with its key still running before 409 (default 0). */
+  waitMs?: number;
+  /** The Retry-After of a 409, in ms (rounded up to seconds; default 1000). */
+  retryAfterMs?: number;
+  /** The largest request body fingerprinted (default 1 MiB): 413 beyond. */
+  maxBodyBytes?: number;
+  /** The largest response body kept (default 256 KiB): a larger answer is a 500 and nothing is kept. */
+  maxResponseBytes?: number;
+  /** Whose keys these are (an account, a tenant): the same key under two scopes is two keys. */
+  scope?: (request: { method: string; url: string; headers: WebhookRequest['headers']; body: Uint8Array }) => string | Promise<string>;
+}
+
+/** What the handler of a request with a key gets (`req.idempotency`, `request.idempotency`). */
+export interface IdempotencyContext {
+  /** The client's key. */
+  readonly key: string;
+  /** The keyed transaction: the stored response commits in it. */
+  readonly tx: KeyedTransaction;
+  /** tx.client: the driver's handle bound to the transaction, for the handler's own writes. */
+  readonly client: unknown;
+  /** Keep this answer even when it is a 5xx (otherwise a 5xx leaves the key free for the retry). */
+  final(): void;
+}
 
 /**
  * One transaction of a store. Each write method throws IdemflowError:

@@ -11,8 +11,13 @@ export const {
   decide,
   planDepositConfirmation,
   verifyRuleSet,
+  canonicalJson,
+  canonicalJsonText,
+  fingerprintPayload,
+  fingerprintPayloadText,
   processEvent,
   processBatch,
+  idempotent,
   processDepositConfirmed,
   commitWriteSet,
   InMemoryStore,
@@ -20,6 +25,9 @@ export const {
   createDeliveryHandler,
   createBatcher,
   createRetention,
+  createWebhookReceiver,
+  hmacSignature,
+  signPayload,
   observeOutboxBacklog,
 } = idemflow;
 

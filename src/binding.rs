@@ -404,3 +404,200 @@ impl CompiledOutboxPolicy {
 pub fn outbox_claimable(status: &str, next_attempt_at: f64, lease_expires_at: Option<f64>, now: f64) -> JsResult<bool> {
     json::outbox::claimable_args(status, next_attempt_at, lease_expires_at, now).map_err(throw)
 }
+
+// ---------------------------------------------------------------------------
+// Payloads (issue 23): the RFC 8785 text and the `pf1:` fingerprint of any
+// JSON value a host holds (a request body, a keyed call's arguments), as a
+// value or as the JSON text it came in. `json::payload` decides; this block
+// only brings the value across.
+// ---------------------------------------------------------------------------
+
+// A value becomes text through JSON.stringify, whose replacer sees every
+// value once, as it is serialised (after toJSON, so a Date is its ISO text):
+// what JSON.stringify would drop or change without a word (undefined, a
+// function, a symbol, NaN and the infinities, a Map or any object that is
+// not plain) is refused with its path, and so are a BigInt, a lone surrogate,
+// nesting beyond the bound and text beyond the bound (counted as it grows, so
+// a huge value is not serialised first). A refusal is an object, never an
+// exception, for the reason `read_field` gives above.
+#[wasm_bindgen(inline_js = "
+const REFUSED = Symbol('idemflow: payload refused');
+const stringify = JSON.stringify;
+const isArray = Array.isArray;
+const getPrototypeOf = Object.getPrototypeOf;
+const objectPrototype = Object.prototype;
+const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
+function step(parent, holder, key) {
+  if (isArray(holder)) return `${parent}[${key}]`;
+  if (IDENTIFIER.test(key) && key.length <= 64) return `${parent}.${key}`;
+  return `${parent}[${stringify(key.length > 64 ? `${key.slice(0, 64)}…` : key)}]`;
+}
+function kindOf(value) {
+  const proto = getPrototypeOf(value);
+  const name = proto !== null && typeof proto.constructor === 'function' ? proto.constructor.name : '';
+  return name ? `a ${name}` : 'an object with a prototype';
+}
+module.exports.payload_json = function (value, maxUnits, maxDepth) {
+  const seen = new Map();
+  let units = 0;
+  let refusal = null;
+  let top = true;
+  const refuse = (path, reason) => { refusal = { path, reason }; throw REFUSED; };
+  function replacer(key, item) {
+    let depth = 0;
+    let path = '$';
+    if (top) {
+      top = false;
+    } else {
+      const parent = seen.get(this);
+      depth = parent.depth;
+      path = step(parent.path, this, key);
+      if (!isArray(this)) {
+        if (!key.isWellFormed()) refuse(path, 'is a member name with a lone surrogate (not well-formed Unicode)');
+        units += key.length + 3;
+      }
+    }
+    switch (typeof item) {
+      case 'string':
+        if (!item.isWellFormed()) refuse(path, 'is a string with a lone surrogate (not well-formed Unicode)');
+        units += item.length + 2;
+        break;
+      case 'number':
+        if (!Number.isFinite(item)) refuse(path, `is ${item}: JSON has only finite numbers`);
+        units += 24;
+        break;
+      case 'boolean':
+        units += 5;
+        break;
+      case 'object':
+        if (item === null) {
+          units += 4;
+          break;
+        }
+        if (depth + 1 > maxDepth) refuse(path, `nests deeper than ${maxDepth} arrays and objects`);
+        if (!isArray(item)) {
+          const proto = getPrototypeOf(item);
+          if (proto !== objectPrototype && proto !== null) refuse(path, `is ${kindOf(item)}, not a plain object or an array`);
+        }
+        seen.set(item, { depth: depth + 1, path });
+        units += 2;
+        break;
+      case 'bigint':
+        refuse(path, 'is a BigInt: JSON numbers are doubles (write a large integer as a decimal string)');
+        break;
+      case 'undefined':
+        refuse(path, 'is undefined: JSON has none (leave the member out, or write null)');
+        break;
+      default:
+        refuse(path, `is a ${typeof item}: JSON has none`);
+    }
+    if (units > maxUnits) refuse('$', `is more than ${maxUnits} characters of JSON text; limit maxPayloadBytes is ${maxUnits}`);
+    return item;
+  }
+  try {
+    return stringify(value, replacer);
+  } catch (thrown) {
+    if (thrown === REFUSED) return refusal;
+    if (thrown instanceof TypeError && /circular/i.test(thrown.message)) return { path: '$', reason: 'holds a cycle (an object inside itself)' };
+    if (thrown instanceof RangeError) return { path: '$', reason: `nests deeper than ${maxDepth} arrays and objects` };
+    let message = 'a value without a message was thrown';
+    try {
+      if (thrown !== null && typeof thrown === 'object' && typeof thrown.message === 'string') message = thrown.message.slice(0, 200);
+      else if (typeof thrown === 'string') message = thrown.slice(0, 200);
+    } catch (_) { message = 'a value that cannot be inspected was thrown'; }
+    return { path: '$', reason: `could not be read: ${message}` };
+  }
+};
+")]
+extern "C" {
+    /// The JSON text of `value`, or `{path, reason}` when it is no JSON value
+    /// within the bounds.
+    fn payload_json(value: &JsValue, max_units: u32, max_depth: u32) -> JsValue;
+}
+
+/// A JS string copied into wasm memory only when it can be within the payload
+/// bound: a UTF-8 text is never shorter than its UTF-16 form, so a longer
+/// string is refused by its length alone, before it costs memory.
+fn payload_string(text: &JsString) -> Result<String, Error> {
+    use crate::json::payload::{invalid, MAX_PAYLOAD_BYTES};
+    let refuse = |found| invalid("$", format!("is at least {found} bytes of JSON text; limit maxPayloadBytes is {MAX_PAYLOAD_BYTES}"));
+    if text.length() as usize > MAX_PAYLOAD_BYTES {
+        return Err(refuse(text.length() as usize));
+    }
+    let text = String::from(text);
+    if text.len() > MAX_PAYLOAD_BYTES {
+        return Err(refuse(text.len()));
+    }
+    Ok(text)
+}
+
+/// The JSON text of a value a host holds, or INVALID_PAYLOAD naming where it is not JSON.
+fn payload_text(value: &JsValue) -> Result<String, Error> {
+    use crate::json::payload::{invalid, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH};
+    let text = payload_json(value, MAX_PAYLOAD_BYTES as u32, MAX_PAYLOAD_DEPTH as u32);
+    if let Some(text) = text.dyn_ref::<JsString>() {
+        return payload_string(text);
+    }
+    let read = |name: &str| Reflect::get(&text, &name.into()).ok().and_then(|v| v.as_string()).unwrap_or_default();
+    Err(invalid(read("path"), read("reason")))
+}
+
+/// A finite double as the host's Number::toString writes it.
+fn write_js_number(out: &mut String, value: f64) -> Result<(), String> {
+    if !value.is_finite() {
+        return Err("is not a finite number".into());
+    }
+    out.push_str(&String::from(JsValue::from_f64(value).unchecked_into::<js_sys::Number>().to_string_with_radix(10).unwrap_or_default()));
+    Ok(())
+}
+
+/// The RFC 8785 text of JSON text a host hands over: a string, or its UTF-8
+/// bytes (a Uint8Array, a Buffer). Numbers are read by the host's parseFloat,
+/// which reads a JSON number token exactly as JSON.parse does, and written by
+/// its Number::toString, which RFC 8785 §3.2.2.3 names.
+fn canonical_of_text(text: &JsValue) -> Result<String, Error> {
+    use crate::json::payload::{canonical_text_with, canonical_utf8, invalid, Numbers, MAX_PAYLOAD_BYTES};
+    let numbers = Numbers { read: &|token| Some(js_sys::parse_float(token)), write: &write_js_number };
+    if let Some(view) = text.dyn_ref::<js_sys::Uint8Array>() {
+        let found = view.length() as usize;
+        if found > MAX_PAYLOAD_BYTES {
+            return Err(invalid("$", format!("is {found} bytes of JSON text; limit maxPayloadBytes is {MAX_PAYLOAD_BYTES}")));
+        }
+        return canonical_utf8(&view.to_vec(), &numbers);
+    }
+    let Some(text) = text.dyn_ref::<JsString>() else {
+        let kind = text.js_typeof().as_string().unwrap_or_default();
+        return Err(Error::InvalidArgument { reason: format!("JSON text must be a string or a Uint8Array, not {kind}") });
+    };
+    canonical_text_with(&payload_string(text)?, &numbers)
+}
+
+/// The RFC 8785 text of any JSON value.
+#[wasm_bindgen(js_name = canonicalJson)]
+pub fn canonical_json(value: JsValue) -> JsResult<String> {
+    payload_text(&value).and_then(|text| canonical_of_text(&text.into())).map_err(throw)
+}
+
+/// `pf1:` + SHA-256 of the RFC 8785 text of any JSON value.
+#[wasm_bindgen(js_name = fingerprintPayload)]
+pub fn fingerprint_payload(value: JsValue) -> JsResult<String> {
+    canonical_json(value).map(|canonical| json::payload::fingerprint_canonical(&canonical))
+}
+
+/// The RFC 8785 text of JSON text (a string or UTF-8 bytes).
+#[wasm_bindgen(js_name = canonicalJsonText)]
+pub fn canonical_json_text(text: JsValue) -> JsResult<String> {
+    canonical_of_text(&text).map_err(throw)
+}
+
+/// `pf1:` + SHA-256 of the RFC 8785 text of JSON text (a string or UTF-8 bytes).
+#[wasm_bindgen(js_name = fingerprintPayloadText)]
+pub fn fingerprint_payload_text(text: JsValue) -> JsResult<String> {
+    canonical_json_text(text).map(|canonical| json::payload::fingerprint_canonical(&canonical))
+}
+
+/// The keyed mode's decision (`json::keyed`): JSON text in and out.
+#[wasm_bindgen(js_name = decideKey)]
+pub fn decide_key(request: &str) -> JsResult<String> {
+    json::keyed::decide_key(request).map_err(throw)
+}

@@ -94,6 +94,14 @@ pub enum Error {
     /// transaction rolled back, and the delivery is to be retried.
     #[error("{reason}")]
     HandlerFailed { reason: String },
+    #[error("payload {path} {reason}")]
+    InvalidPayload { path: String, reason: String },
+
+    #[error("idempotency key {key} was recorded with another payload (stored {stored_fingerprint}, given {fingerprint})")]
+    IdempotencyKeyConflict { key: String, stored_fingerprint: String, fingerprint: String },
+
+    #[error("idempotency key {key} is held by a call still running; retry in {retry_after_ms} ms")]
+    IdempotencyKeyInProgress { key: String, retry_after_ms: u64 },
 }
 
 /// Every code with its default disposition, in a stable order. Hosts read this
@@ -111,6 +119,9 @@ pub const CODES: &[(&str, Disposition)] = &[
     ("RULESET_INVALID", Disposition::Fatal),
     ("STORE_UNAVAILABLE", Disposition::Retry),
     ("HANDLER_FAILED", Disposition::Retry),
+    ("INVALID_PAYLOAD", Disposition::Reject),
+    ("IDEMPOTENCY_KEY_CONFLICT", Disposition::Reconcile),
+    ("IDEMPOTENCY_KEY_IN_PROGRESS", Disposition::Retry),
 ];
 
 pub fn default_disposition(code: &str) -> Option<Disposition> {
@@ -132,6 +143,9 @@ impl Error {
             Error::InvalidArgument { .. } => "INVALID_ARGUMENT",
             Error::RuleSetInvalid { .. } => "RULESET_INVALID",
             Error::HandlerFailed { .. } => "HANDLER_FAILED",
+            Error::InvalidPayload { .. } => "INVALID_PAYLOAD",
+            Error::IdempotencyKeyConflict { .. } => "IDEMPOTENCY_KEY_CONFLICT",
+            Error::IdempotencyKeyInProgress { .. } => "IDEMPOTENCY_KEY_IN_PROGRESS",
         }
     }
 
@@ -178,6 +192,13 @@ impl Error {
             Error::InvalidArgument { reason } | Error::HandlerFailed { reason } => json!({ "reason": reason }),
             Error::RuleSetInvalid { path, reason, report } => {
                 json!({ "path": path, "reason": reason, "report": report })
+            }
+            Error::InvalidPayload { path, reason } => json!({ "path": path, "reason": reason }),
+            Error::IdempotencyKeyConflict { key, stored_fingerprint, fingerprint } => {
+                json!({ "key": key, "storedFingerprint": stored_fingerprint, "fingerprint": fingerprint })
+            }
+            Error::IdempotencyKeyInProgress { key, retry_after_ms } => {
+                json!({ "key": key, "retryAfterMs": retry_after_ms })
             }
         };
         match value {

@@ -13,10 +13,17 @@ use idemflow::decide::{OutboxOperation, WorkflowWrite};
 use idemflow::error::CODES;
 use idemflow::event::validate;
 use idemflow::fingerprint::{canonical_bytes, fingerprint};
-use idemflow::jcs::canonical_json;
+use idemflow::jcs::{canonical_json, hex, write_number};
+use idemflow::json::payload::{canonical_text, fingerprint_text, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH};
+use sha2::{Digest, Sha256};
+use idemflow::json::keyed::decide_key;
 use idemflow::json::{decide_json, fingerprint_json};
 use idemflow::ruleset::{load_unverified, table, verify_definition};
 use idemflow::{decide, Decision, Error, Outcome, RuleSet};
+
+#[path = "shared/jcs.rs"]
+mod shared_jcs;
+use shared_jcs::{SplitMix, JCS_FILES, JCS_NUMBERS};
 
 const FINGERPRINT: &str = include_str!("vectors/fingerprint.json");
 const VALIDATION: &str = include_str!("vectors/validation.json");
@@ -644,13 +651,148 @@ fn jcs_writes_literals_integers_and_nested_values_without_whitespace() {
     assert_eq!(canonical_json(&edges).unwrap(), "[9007199254740991,-9007199254740991]");
 }
 
+
 #[test]
-fn jcs_refuses_fractions_and_integers_beyond_2_pow_53() {
-    assert!(canonical_json(&json!(1.5)).is_err());
-    assert!(canonical_json(&json!({ "a": [1.5] })).is_err());
-    assert!(canonical_json(&json!(1u64 << 60)).is_err());
-    assert!(canonical_json(&json!(9007199254740992u64)).is_err());
-    assert!(canonical_json(&json!(-9007199254740992i64)).is_err());
+fn the_six_rfc_8785_test_files_canonicalise_byte_for_byte() {
+    for (name, input, output) in JCS_FILES {
+        assert_eq!(canonical_text(input).unwrap(), *output, "{name}");
+    }
+}
+
+#[test]
+fn a_serde_json_value_is_written_with_the_same_numbers() {
+    // Built from doubles (serde_json's own reader rounds some decimals to a neighbour; the payload reader does not).
+    let value = json!({ "numbers": [333333333.3333333f64, 1e30, 4.5, 0.002, 1e-27, -0.0, 1e21, 1e-7, 9007199254740993u64] });
+    assert_eq!(
+        canonical_json(&value).unwrap(),
+        "{\"numbers\":[333333333.3333333,1e+30,4.5,0.002,1e-27,0,1e+21,1e-7,9007199254740992]}"
+    );
+}
+
+fn double(bits: &str) -> f64 {
+    f64::from_bits(u64::from_str_radix(bits, 16).expect("16 hex digits"))
+}
+
+#[test]
+fn number_vectors_are_written_as_ecmascript_writes_them() {
+    for case in cases(JCS_NUMBERS) {
+        let x = double(case["bits"].as_str().unwrap());
+        let mut written = String::new();
+        match case["text"].as_str() {
+            Some(text) => {
+                assert!(write_number(&mut written, x), "{x:e} is finite");
+                assert_eq!(written, text, "bits {}", case["bits"]);
+                // Read back from its own text, the number is the same double and is written alike.
+                assert_eq!(canonical_text(text).unwrap(), text);
+            }
+            None => {
+                assert!(!write_number(&mut written, x), "{x} is not JSON");
+                assert_eq!(written, "", "nothing is written for {x}");
+            }
+        }
+    }
+}
+
+
+#[test]
+fn random_doubles_are_written_as_ryu_js_writes_them() {
+    // ryu-js is an independent implementation of Number::toString (Ryū, not
+    // Grisu/Dragon4): over random bit patterns (every exponent alike), random
+    // short decimals, integers of every size, and the halves and quarters
+    // near 2^53 where two shortest digit strings are equally close (ties).
+    let mut random = SplitMix(8785);
+    let mut reference = ryu_js::Buffer::new();
+    let mut checked = 0;
+    for i in 0..3_000_000u64 {
+        let x = match i % 4 {
+            0 => f64::from_bits(random.next()),
+            1 => (random.next() % 1_000_000_000) as f64 / 10f64.powi((random.next() % 30) as i32),
+            2 => (random.next() >> (random.next() % 64)) as f64,
+            _ => ((random.next() >> 11) | 1) as f64 / (1u64 << (1 + random.next() % 4)) as f64,
+        };
+        if !x.is_finite() {
+            continue;
+        }
+        let mut written = String::new();
+        assert!(write_number(&mut written, x));
+        assert_eq!(written, reference.format_finite(x), "bits {:016x}", x.to_bits());
+        checked += 1;
+    }
+    assert!(checked > 2_900_000);
+    // Every power of two (its double below is half as far as the one above) and its neighbours.
+    for bits in (0..=0x7fe).map(|exponent: u64| exponent << 52) {
+        for x in [f64::from_bits(bits), f64::from_bits(bits + 1), f64::from_bits(bits.saturating_sub(1))] {
+            let mut written = String::new();
+            assert!(write_number(&mut written, x));
+            assert_eq!(written, reference.format_finite(x), "bits {:016x}", x.to_bits());
+        }
+    }
+}
+
+#[test]
+fn numbers_read_from_text_are_the_doubles_json_parse_gives() {
+    // Beyond 2^53 an integer rounds to the nearest double, as JSON.parse rounds it.
+    assert_eq!(canonical_text("[9007199254740993, -9007199254740993, 18446744073709551615]").unwrap(), "[9007199254740992,-9007199254740992,18446744073709552000]");
+    assert_eq!(canonical_text("[-0, 0.0, -0.0e5, 1E0, 10e-1, 1.000]").unwrap(), "[0,0,0,1,1,1]");
+    // 17 significant digits that need exact rounding to read back (a fast approximate parser misses them).
+    assert_eq!(canonical_text("[2.2250738585072011e-308, 0.30000000000000004, 1.0000000000000002]").unwrap(), "[2.225073858507201e-308,0.30000000000000004,1.0000000000000002]");
+    assert_eq!(canonical_text("1e400").unwrap_err().code(), "INVALID_PAYLOAD");
+    assert_eq!(canonical_text("-1e400").unwrap_err().code(), "INVALID_PAYLOAD");
+    assert_eq!(canonical_text("1e-400").unwrap(), "0", "an underflow is zero, as in JSON.parse");
+}
+
+#[test]
+fn rule_set_hashes_do_not_move_with_the_number_writer() {
+    // The integers a definition holds are written as before: digits, no exponent.
+    let value = json!({ "b": [true, false, null, 0, -1, 42], "a": { "z": [], "y": {} } });
+    assert_eq!(canonical_json(&value).unwrap(), "{\"a\":{\"y\":{},\"z\":[]},\"b\":[true,false,null,0,-1,42]}");
+    let edges = json!([9007199254740991u64, -9007199254740991i64, 1_000_000_000_000_000u64]);
+    assert_eq!(canonical_json(&edges).unwrap(), "[9007199254740991,-9007199254740991,1000000000000000]");
+}
+
+#[test]
+fn a_payload_text_that_is_not_json_or_not_well_formed_unicode_is_invalid_payload() {
+    for text in ["", "{", "[1,]", "{\"a\":1}x", "NaN", "'a'"] {
+        let error = canonical_text(text).unwrap_err();
+        assert_eq!((error.code(), error.disposition().as_str()), ("INVALID_PAYLOAD", "reject"), "{text:?}");
+        assert_eq!(error.details()["path"], "$");
+    }
+    let lone = canonical_text("[\"\\ud800\"]").unwrap_err();
+    assert!(lone.details()["reason"].as_str().unwrap().contains("lone surrogate"), "{lone}");
+    assert_eq!(canonical_text("\"\\ud83d\\ude00\"").unwrap(), "\"\u{1f600}\"", "a pair is one character");
+}
+
+#[test]
+fn a_name_given_twice_keeps_its_last_value_as_json_parse_does() {
+    assert_eq!(canonical_text("{\"a\":1,\"b\":2,\"a\":3}").unwrap(), "{\"a\":3,\"b\":2}");
+}
+
+#[test]
+fn payloads_are_bounded_in_depth_and_size() {
+    let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    assert_eq!(canonical_text(&nested(MAX_PAYLOAD_DEPTH)).unwrap(), nested(MAX_PAYLOAD_DEPTH));
+    let deep = canonical_text(&nested(MAX_PAYLOAD_DEPTH + 1)).unwrap_err();
+    assert_eq!(deep.code(), "INVALID_PAYLOAD");
+    assert!(deep.details()["reason"].as_str().unwrap().contains("deeper"), "{deep}");
+    // A parsed value built deeper than any text could be is refused too, not written recursively.
+    let mut value = json!([]);
+    for _ in 0..MAX_PAYLOAD_DEPTH {
+        value = json!([value]);
+    }
+    assert!(canonical_json(&value).is_err());
+    let large = format!("\"{}\"", "a".repeat(MAX_PAYLOAD_BYTES));
+    let error = canonical_text(&large).unwrap_err();
+    assert!(error.details()["reason"].as_str().unwrap().contains("maxPayloadBytes"), "{error}");
+}
+
+#[test]
+fn a_payload_fingerprint_is_pf1_and_the_sha_256_of_its_canonical_text() {
+    let canonical = "{\"amount\":\"125.00\",\"items\":[1,2.5,true]}";
+    let expected = format!("pf1:{}", hex(&Sha256::digest(canonical.as_bytes())));
+    assert_eq!(fingerprint_text(canonical).unwrap(), expected);
+    // Whitespace, member order and the spelling of a number are not part of the payload.
+    assert_eq!(fingerprint_text("{ \"items\": [1.0, 25e-1, true], \"amount\": \"125.00\" }").unwrap(), expected);
+    assert_ne!(fingerprint_text("{\"amount\":\"125.0\",\"items\":[1,2.5,true]}").unwrap(), expected);
 }
 
 // -------------------------------------------------------------- error codes
@@ -673,6 +815,9 @@ fn every_error_code_has_a_stable_default_disposition() {
             ("RULESET_INVALID", "fatal"),
             ("STORE_UNAVAILABLE", "retry"),
             ("HANDLER_FAILED", "retry"),
+            ("INVALID_PAYLOAD", "reject"),
+            ("IDEMPOTENCY_KEY_CONFLICT", "reconcile"),
+            ("IDEMPOTENCY_KEY_IN_PROGRESS", "retry"),
         ]
     );
 }
@@ -1307,4 +1452,49 @@ fn outbox_claim_vectors_cover_every_status_and_both_edges() {
     assert!(at_now("nextAttemptAt") && at_now("leaseExpiresAt"), "equal times are claimable");
     let max = json!(idemflow::jcs::MAX_SAFE_INTEGER);
     assert!(all.iter().any(|c| c["now"] == max), "a case at 2^53 - 1");
+}
+
+// ------------------------------------------------------- the keyed mode
+
+#[test]
+fn a_new_key_runs_and_is_recorded_as_a_receipt_of_its_own_type() {
+    let fp = fingerprint_text("{\"amount\":\"125\"}").unwrap();
+    let answer = parse(&decide_key(&json!({ "key": "order-42", "fingerprint": fp, "storedFingerprint": null }).to_string()).unwrap());
+    assert_eq!(
+        answer,
+        json!({ "outcome": "run", "receipt": {
+            "eventId": "order-42", "fingerprint": fp, "workflowId": "order-42", "eventType": "idemflow.key",
+            "outcome": "applied", "ruleSet": null, "result": { "operationIds": [], "status": null, "revision": null },
+        } })
+    );
+}
+
+#[test]
+fn the_same_key_replays_with_the_same_payload_and_conflicts_with_another() {
+    let fp = fingerprint_text("[1]").unwrap();
+    let other = fingerprint_text("[2]").unwrap();
+    let request = |stored: &str| json!({ "key": "k", "fingerprint": fp, "storedFingerprint": stored }).to_string();
+    assert_eq!(parse(&decide_key(&request(&fp)).unwrap()), json!({ "outcome": "replay" }));
+    let conflict = decide_key(&request(&other)).unwrap_err();
+    assert_eq!((conflict.code(), conflict.disposition().as_str()), ("IDEMPOTENCY_KEY_CONFLICT", "reconcile"));
+    assert_eq!(conflict.details()["storedFingerprint"], json!(other));
+    assert_eq!(conflict.details()["fingerprint"], json!(fp));
+    // An event's receipt under the same id is another payload, never a replay.
+    let event = decide_key(&request("fp1:0000000000000000000000000000000000000000000000000000000000000000")).unwrap_err();
+    assert_eq!(event.code(), "IDEMPOTENCY_KEY_CONFLICT");
+}
+
+#[test]
+fn a_key_or_fingerprint_out_of_shape_is_an_invalid_argument() {
+    let fp = fingerprint_text("1").unwrap();
+    for request in [
+        json!({ "key": "", "fingerprint": fp, "storedFingerprint": null }),
+        json!({ "key": "k".repeat(513), "fingerprint": fp, "storedFingerprint": null }),
+        json!({ "key": "k", "fingerprint": "pf1:abc", "storedFingerprint": null }),
+        json!({ "key": "k", "fingerprint": fp.to_uppercase(), "storedFingerprint": null }),
+        json!({ "key": "k", "fingerprint": fp, "storedFingerprint": null, "extra": 1 }),
+    ] {
+        assert_eq!(decide_key(&request.to_string()).unwrap_err().code(), "INVALID_ARGUMENT", "{request}");
+    }
+    assert_eq!(decide_key("[\"\\ud800\"]").unwrap_err().code(), "INVALID_ARGUMENT");
 }

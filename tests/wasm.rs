@@ -19,6 +19,10 @@ use idemflow::RuleSet;
 #[path = "hostile/definitions.rs"]
 mod hostile;
 
+#[path = "shared/jcs.rs"]
+mod shared_jcs;
+use shared_jcs::{SplitMix, JCS_FILES, JCS_NUMBERS};
+
 const FINGERPRINT: &str = include_str!("vectors/fingerprint.json");
 const VALIDATION: &str = include_str!("vectors/validation.json");
 const DECISIONS: &str = include_str!("vectors/decisions.json");
@@ -434,7 +438,8 @@ fn error_codes_list_every_code_with_its_disposition() {
             "IDENTITY_MISMATCH": "reconcile", "INVALID_TRANSITION": "reconcile", "OUTBOX_CONFLICT": "reconcile",
             "CONCURRENT_UPDATE": "retry", "INVALID_RECORD": "reconcile", "INVALID_ARGUMENT": "fatal",
             "RULESET_INVALID": "fatal", "STORE_UNAVAILABLE": "retry",
-            "HANDLER_FAILED": "retry",
+            "HANDLER_FAILED": "retry", "INVALID_PAYLOAD": "reject",
+            "IDEMPOTENCY_KEY_CONFLICT": "reconcile", "IDEMPOTENCY_KEY_IN_PROGRESS": "retry",
         })
     );
 }
@@ -709,4 +714,152 @@ fn four_fingerprints_hashed_side_by_side_equal_one_at_a_time() {
             }
         }
     }
+}
+
+// ------------------------------------------- issue 23: payloads (RFC 8785)
+
+/// A JS value as JS's own JSON.parse makes it from `text`.
+fn js_text(text: &str) -> JsValue {
+    JSON::parse(text).expect("JSON.parse")
+}
+
+
+fn canonical(value: JsValue) -> String {
+    binding::canonical_json(value).unwrap_or_else(|e| panic!("refused: {}", thrown("canonicalJson", e).message))
+}
+
+fn payload_refusal(label: &str, result: Result<String, JsValue>) -> Thrown {
+    let error = expect_err(label, result);
+    assert_thrown(label, error, &json!({ "code": "INVALID_PAYLOAD", "disposition": "reject" }))
+}
+
+#[wasm_bindgen_test]
+fn the_six_rfc_8785_test_files_through_text_bytes_and_values() {
+    for (name, input, output) in JCS_FILES {
+        assert_eq!(binding::canonical_json_text(text_arg(input)).map_err(|_| ()), Ok(output.to_string()), "{name} as text");
+        let bytes: JsValue = js_sys::Uint8Array::from(input.as_bytes()).into();
+        assert_eq!(binding::canonical_json_text(bytes).map_err(|_| ()), Ok(output.to_string()), "{name} as UTF-8 bytes");
+        assert_eq!(canonical(js_text(input)), *output, "{name} as the value JSON.parse made");
+    }
+}
+
+#[wasm_bindgen_test]
+fn number_vectors_through_canonical_json() {
+    for case in cases(JCS_NUMBERS) {
+        let bits = u64::from_str_radix(case["bits"].as_str().unwrap(), 16).unwrap();
+        let x = JsValue::from_f64(f64::from_bits(bits));
+        match case["text"].as_str() {
+            Some(text) => {
+                assert_eq!(canonical(x), text, "bits {bits:016x}");
+                assert_eq!(binding::canonical_json_text(text_arg(text)).map_err(|_| ()), Ok(text.to_string()));
+            }
+            None => {
+                let t = payload_refusal(case["value"].as_str().unwrap(), binding::canonical_json(x));
+                assert_eq!(t.details["path"], "$");
+            }
+        }
+    }
+}
+
+
+#[wasm_bindgen_test]
+fn random_doubles_are_written_as_node_writes_them() {
+    // Node's JSON.stringify of a finite double is RFC 8785's form (the README
+    // of tests/vectors/jcs): the oracle, over random bit patterns and ties.
+    let mut random = SplitMix(23);
+    for i in 0..60_000u64 {
+        let x = match i % 3 {
+            0 => f64::from_bits(random.next()),
+            1 => ((random.next() >> 11) | 1) as f64 / (1u64 << (1 + random.next() % 4)) as f64,
+            _ => (random.next() % 1_000_000_000) as f64 / 10f64.powi((random.next() % 30) as i32),
+        };
+        if !x.is_finite() {
+            continue;
+        }
+        let expected = String::from(JSON::stringify(&JsValue::from_f64(x)).unwrap());
+        assert_eq!(canonical(JsValue::from_f64(x)), expected, "bits {:016x}", x.to_bits());
+        let text = format!("[{expected}]");
+        assert_eq!(binding::canonical_json_text(text_arg(&text)).map_err(|_| ()), Ok(text), "bits {:016x} read back", x.to_bits());
+    }
+}
+
+#[wasm_bindgen_test]
+fn a_payload_fingerprint_is_pf1_and_the_sha_256_of_the_canonical_text() {
+    use sha2::{Digest, Sha256};
+    let value = js_text("{\"b\": [1.0, 2.5e0, \"é\"], \"a\": null}");
+    let text = canonical(value.clone());
+    assert_eq!(text, "{\"a\":null,\"b\":[1,2.5,\"é\"]}");
+    let expected = format!("pf1:{}", idemflow::jcs::hex(&Sha256::digest(text.as_bytes())));
+    assert_eq!(binding::fingerprint_payload(value).map_err(|_| ()), Ok(expected.clone()));
+    assert_eq!(binding::fingerprint_payload_text(text_arg("{ \"a\": null, \"b\": [1, 25e-1, \"\\u00e9\"] }")).map_err(|_| ()), Ok(expected));
+}
+
+/// A JS value from a JS expression (`new Map()`, a function, a cycle).
+fn eval(expression: &str) -> JsValue {
+    js_sys::Function::new_no_args(&format!("return {expression};")).call0(&JsValue::NULL).expect("the expression runs")
+}
+
+#[wasm_bindgen_test]
+fn what_json_stringify_would_change_silently_is_refused_with_its_path() {
+    let cases = [
+        ("({ a: { b: undefined } })", "$.a.b", "undefined"),
+        ("({ a: [1, () => 1] })", "$.a[1]", "function"),
+        ("({ s: Symbol('x') })", "$.s", "symbol"),
+        ("({ n: [0, NaN] })", "$.n[1]", "NaN"),
+        ("({ 'odd key': Infinity })", "$[\"odd key\"]", "Infinity"),
+        ("({ big: 10n })", "$.big", "BigInt"),
+        ("({ m: new Map([[1, 2]]) })", "$.m", "Map"),
+        ("({ r: /x/ })", "$.r", "RegExp"),
+        ("({ x: new (class Order {})() })", "$.x", "Order"),
+        ("[1, , 3]", "$[1]", "undefined"),
+        ("({ s: 'a\\uD800b' })", "$.s", "lone surrogate"),
+        ("({ ['\\uDC00']: 1 })", "$[\"\\udc00\"]", "lone surrogate"),
+        ("undefined", "$", "undefined"),
+    ];
+    for (expression, path, words) in cases {
+        let t = payload_refusal(expression, binding::canonical_json(eval(expression)));
+        assert_eq!(t.details["path"], path, "{expression}: {}", t.message);
+        assert!(t.details["reason"].as_str().unwrap().contains(words), "{expression}: {}", t.message);
+        payload_refusal(expression, binding::fingerprint_payload(eval(expression)));
+    }
+}
+
+#[wasm_bindgen_test]
+fn cycles_depth_size_and_throwing_getters_are_refused_not_walked() {
+    let cycle = eval("(() => { const a = { b: {} }; a.b.a = a; return a; })()");
+    assert!(payload_refusal("cycle", binding::canonical_json(cycle)).message.contains("cycle"));
+    let nested = |depth: usize| eval(&format!("(() => {{ let a = []; for (let i = 1; i < {depth}; i++) a = [a]; return a; }})()"));
+    assert_eq!(canonical(nested(64)), format!("{}{}", "[".repeat(64), "]".repeat(64)));
+    assert!(payload_refusal("65 deep", binding::canonical_json(nested(65))).message.contains("deeper than 64"));
+    assert!(payload_refusal("100000 deep", binding::canonical_json(nested(100_000))).message.contains("deeper than 64"));
+    let large = eval("({ a: 'x'.repeat(600000), b: 'y'.repeat(600000) })");
+    assert!(payload_refusal("large", binding::canonical_json(large)).message.contains("maxPayloadBytes"));
+    let getter = eval("({ get a() { throw new Error('boom'); } })");
+    assert!(payload_refusal("getter", binding::canonical_json(getter)).message.contains("boom"));
+    // A Date is what JSON.stringify makes of it (toJSON): its ISO text.
+    assert_eq!(canonical(eval("({ at: new Date(0) })")), "{\"at\":\"1970-01-01T00:00:00.000Z\"}");
+    let text = binding::canonical_json_text(text_arg("[\"\\ud800\"]"));
+    assert!(payload_refusal("lone escape", text).message.contains("lone surrogate"));
+    assert_eq!(thrown("not text", expect_err("not text", binding::canonical_json_text(JsValue::from_f64(1.0)))).code, "INVALID_ARGUMENT");
+}
+
+#[wasm_bindgen_test]
+fn ten_thousand_refused_payloads_do_not_grow_memory() {
+    let bad = [eval("({ a: [1, 2, undefined] })"), eval("({ n: NaN })"), eval("(() => { const a = []; a.push(a); return a; })()")];
+    let round = |i: usize| {
+        let refused = match i % 5 {
+            0..=2 => binding::canonical_json(bad[i % 5].clone()).is_err(),
+            3 => binding::canonical_json_text(text_arg("{\"a\": [1, 2,]}")).is_err(),
+            _ => binding::fingerprint_payload_text(text_arg("[1e400]")).is_err(),
+        };
+        assert!(refused, "call {i} was not refused");
+    };
+    for i in 0..500 {
+        round(i);
+    }
+    let before = memory_bytes();
+    for i in 0..10_000 {
+        round(i);
+    }
+    assert_eq!(memory_bytes(), before, "refused payloads grew wasm memory");
 }

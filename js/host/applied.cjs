@@ -71,8 +71,12 @@ function jsonCopy(value, depth, seen) {
   }
 }
 
-/** The output a callback returned, checked and copied; null for none (undefined). */
-function outputOf(value) {
+/**
+ * The output a callback returned, checked and copied; null for none
+ * (undefined). `maxBytes`: the keyed mode's bound (an HTTP response is larger
+ * than a delivery's output).
+ */
+function outputOf(value, maxBytes = MAX_OUTPUT_BYTES) {
   if (value === undefined) return null;
   let copy;
   try {
@@ -82,7 +86,7 @@ function outputOf(value) {
     throw badOutput(`it cannot be read (${messageOf(error)})`);
   }
   const bytes = Buffer.byteLength(JSON.stringify(copy), 'utf8');
-  if (bytes > MAX_OUTPUT_BYTES) throw badOutput(`${bytes} bytes of JSON, more than ${MAX_OUTPUT_BYTES}`);
+  if (bytes > maxBytes) throw badOutput(`${bytes} bytes of JSON, more than ${maxBytes}`);
   return copy;
 }
 

@@ -10,7 +10,9 @@ use crate::event::validate;
 use crate::fingerprint::fingerprint;
 use crate::ruleset::RuleSet;
 
+pub mod keyed;
 pub mod outbox;
+pub mod payload;
 pub mod text;
 
 /// JSON text that must hold an object; `what` names it in the error.

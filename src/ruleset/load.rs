@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use super::{Answer, Emit, EventType, FailCode, Field, Hole, Rule, RuleSet, Status, Template, Transition};
 use crate::error::{default_disposition, truncate, Disposition, Error, Result};
 use crate::field::FieldKind;
-use crate::jcs::{canonical_json, hex, write_string, MAX_SAFE_INTEGER};
+use crate::jcs::{canonical_json_with, hex, whole_numbers_only, write_string, MAX_SAFE_INTEGER};
 use crate::limits::{
     check_depth, exceeded, MAX_EMITS_PER_RULE, MAX_EVENT_TYPES, MAX_FIELDS, MAX_LIST_NAMES, MAX_RULES, MAX_STATUSES,
     MAX_TABLE_ENTRIES,
@@ -182,7 +182,7 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
         rule_set.order = Some(super::order::load(&rule_set, order)?);
     }
 
-    let canonical = canonical_json(definition).map_err(|reason| invalid("$", reason))?;
+    let canonical = canonical_json_with(definition, &whole_numbers_only).map_err(|reason| invalid("$", reason))?;
     rule_set.hash = format!("sha256:{}", hex(&crate::sha256::digest(canonical.as_bytes())));
     Ok(rule_set)
 }

@@ -154,6 +154,8 @@ const dialect = Object.freeze({
   stepLockWaitSeconds: 2,
   /** The named lock of withExclusiveLock (GET_LOCK names hold at most 64 characters: a longer one is hashed). */
   tryLock: 'SELECT GET_LOCK(?, 0) AS acquired',
+  /** The keyed mode's hold on an idempotency key: a named lock (the key hashed, within 64 characters), released after COMMIT or ROLLBACK. */
+  keyLockName: (key) => `idemflow.key:${createHash('sha256').update(key).digest('hex').slice(0, 40)}`,
   unlock: 'SELECT RELEASE_LOCK(?)',
   lockName: (name) => (name.length <= 64 ? name : `idemflow:${createHash('sha256').update(name).digest('hex').slice(0, 40)}`),
   claim,

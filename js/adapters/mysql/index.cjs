@@ -49,9 +49,36 @@ function kindOf(db) {
 }
 
 class MysqlTransaction extends SqlTransaction {
+  #connection;
+  #heldKeys = [];
+
   /** @param {object} raw the mysql2 connection (promise flavour): `tx.client` */
   constructor(store, connection, raw) {
     super(store, ({ sql, values }, onUnique) => run(connection, sql, values, onUnique), raw);
+    this.#connection = connection;
+  }
+
+  /**
+   * @internal GET_LOCK(name, 0) on this transaction's session
+   * (StoreTransaction._tryHoldKey); a session lock, so the store releases it
+   * after COMMIT or ROLLBACK (_releaseKeys)
+   */
+  async _tryHoldKey(key) {
+    const name = dialect.keyLockName(key);
+    const held = Number((await run(this.#connection, dialect.tryLock, [name])).rows[0]?.acquired) === 1;
+    if (held) this.#heldKeys.push(name);
+    return held;
+  }
+
+  /** @internal frees the keys held, on `raw` (the session itself); a session that is gone has freed them */
+  async _releaseKeys(raw) {
+    for (const name of this.#heldKeys.splice(0)) {
+      try {
+        await raw.query(dialect.unlock, [name]);
+      } catch {
+        // The session ended: the server freed its locks with it.
+      }
+    }
   }
 }
 
@@ -173,7 +200,15 @@ class MysqlStore extends SqlStore {
   async transaction(fn, options) {
     // A batch's locking reads take no gap locks at READ COMMITTED (see the dialect's lockInOrder).
     const { batch, deadlineAt } = transactionOptions(options);
-    return this.#inTransaction((connection, raw) => fn(new MysqlTransaction(this, connection, raw)), batch ? dialect.batchIsolation : undefined, 'transaction', deadlineAt);
+    return this.#onConnection('transaction', async (connection, raw) => {
+      const tx = new MysqlTransaction(this, connection, raw);
+      try {
+        return await onConnection(connection, raw, () => fn(tx), batch ? dialect.batchIsolation : undefined);
+      } finally {
+        // After COMMIT or ROLLBACK: a key held to the end of the transaction, not of the session.
+        await tx._releaseKeys(raw);
+      }
+    }, deadlineAt);
   }
 
   /** work(connection) between START TRANSACTION and COMMIT on one connection (at `isolation` when given). */

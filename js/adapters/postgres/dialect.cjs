@@ -70,6 +70,8 @@ const dialect = Object.freeze({
   classify,
   /** The session-level advisory lock of withExclusiveLock, keyed by a hash of its name. */
   tryLock: 'SELECT pg_try_advisory_lock(hashtext($1)) AS acquired',
+  /** The keyed mode's hold on an idempotency key: a 64-bit hash, freed when the transaction ends. */
+  tryHoldKey: "SELECT pg_try_advisory_xact_lock(hashtextextended('idemflow.key:' || $1, 0)) AS held",
   unlock: 'SELECT pg_advisory_unlock(hashtext($1))',
 
   /**

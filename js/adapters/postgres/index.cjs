@@ -56,9 +56,17 @@ function kindOf(db) {
 }
 
 class PostgresTransaction extends SqlTransaction {
+  #queryable;
+
   /** @param {object} raw the pg PoolClient or Client, or the PGlite transaction: `tx.client` */
   constructor(store, queryable, raw) {
     super(store, ({ sql, values }, onUnique) => run(queryable, sql, values, onUnique, store._prepares), raw);
+    this.#queryable = queryable;
+  }
+
+  /** @internal an advisory lock of this transaction (StoreTransaction._tryHoldKey) */
+  async _tryHoldKey(key) {
+    return (await run(this.#queryable, dialect.tryHoldKey, [key])).rows[0]?.held === true;
   }
 }
 

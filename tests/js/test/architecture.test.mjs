@@ -46,6 +46,7 @@ const ALLOWED = {
   sql: ['core', 'host', 'store', 'sql'],
   outbox: ['core', 'outbox'],
   cli: ['core', 'cli', 'root'],
+  http: ['core', 'host', 'http'],
 };
 
 function allowed(from, to) {

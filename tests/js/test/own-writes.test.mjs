@@ -13,64 +13,11 @@ import { fileURLToPath } from 'node:url';
 import { IdemflowError, RuleSet, processBatch } from 'idemflow';
 import { BACKENDS, suiteStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 import { outcomeOf } from '../workers/fixtures.mjs';
+import { shipmentsOf } from '../workers/host-tables.mjs';
 
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
 const ruleSet = RuleSet.builtin('order-shipment');
 const request = (eventId, orderId) => ({ eventId, workflowId: orderId, type: 'SHIPMENT_REQUESTED' });
-
-/**
- * The host's `shipments` table on a backend: `create()`, `insert(tx, eventId,
- * orderId)` through tx.client (tx.table for memory, tx.session for MongoDB),
- * answering the shipment's id, and `count()` of committed rows.
- */
-function shipmentsOf(kind, helper, name) {
-  const { store } = helper;
-  switch (kind) {
-    case 'memory':
-      return {
-        create: async () => {},
-        insert: (tx, eventId, orderId) => {
-          const table = tx.table(name);
-          const id = table.size + 1;
-          table.set(eventId, { id, orderId });
-          return id;
-        },
-        count: async () => store.snapshot().tables.get(name)?.size ?? 0,
-      };
-    case 'sqlite':
-    case 'sqlite-node':
-      return {
-        create: async () => store.db.exec(`CREATE TABLE "${name}" (id INTEGER PRIMARY KEY, event_id TEXT UNIQUE NOT NULL, order_id TEXT NOT NULL)`),
-        insert: (tx, eventId, orderId) => Number(tx.client.prepare(`INSERT INTO "${name}" (event_id, order_id) VALUES (?, ?)`).run(eventId, orderId).lastInsertRowid),
-        count: async () => Number(store.db.prepare(`SELECT COUNT(*) AS n FROM "${name}"`).get().n),
-      };
-    case 'pglite':
-    case 'pg':
-      return {
-        create: () => helper.query(`CREATE TABLE "${name}" (id SERIAL PRIMARY KEY, event_id TEXT UNIQUE NOT NULL, order_id TEXT NOT NULL)`, []),
-        insert: async (tx, eventId, orderId) => (await tx.client.query(`INSERT INTO "${name}" (event_id, order_id) VALUES ($1, $2) RETURNING id`, [eventId, orderId])).rows[0].id,
-        count: async () => Number((await helper.query(`SELECT COUNT(*) AS n FROM "${name}"`, []))[0].n),
-      };
-    case 'mysql':
-      return {
-        create: () => helper.query(`CREATE TABLE \`${name}\` (id INT AUTO_INCREMENT PRIMARY KEY, event_id VARCHAR(200) UNIQUE NOT NULL, order_id VARCHAR(200) NOT NULL) ENGINE=InnoDB`, []),
-        insert: async (tx, eventId, orderId) => (await tx.client.query(`INSERT INTO \`${name}\` (event_id, order_id) VALUES (?, ?)`, [eventId, orderId]))[0].insertId,
-        count: async () => Number((await helper.query(`SELECT COUNT(*) AS n FROM \`${name}\``, []))[0].n),
-      };
-    case 'mongodb-fake':
-    case 'mongodb':
-      return {
-        create: async () => {},
-        insert: async (tx, eventId, orderId) => {
-          await tx.client.db(store.db.databaseName ?? 'suites').collection(name).insertOne({ _id: eventId, orderId }, { session: tx.session });
-          return eventId;
-        },
-        count: () => store.db.collection(name).countDocuments(),
-      };
-    default:
-      throw new Error(`no shipments table for ${kind}`);
-  }
-}
 
 /** An onApplied that writes the shipment row and answers its id; `fail(eventId)` says when to throw after the write. */
 function shipping(shipments, { fail = () => null, calls = [] } = {}) {

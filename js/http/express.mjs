@@ -1,0 +1,6 @@
+// idemflow/express for ES modules: the same objects as express.cjs.
+import express from './express.cjs';
+
+export const { idempotency, rawBody, createWebhookReceiver, hmacSignature, signPayload } = express;
+
+export default express;

@@ -1,0 +1,6 @@
+// idemflow/fastify for ES modules: the same objects as fastify.cjs.
+import fastify from './fastify.cjs';
+
+export const { idempotency, webhook, createWebhookReceiver, hmacSignature, signPayload } = fastify;
+
+export default fastify;
