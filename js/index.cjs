@@ -1,16 +1,16 @@
 'use strict';
-// idemflow for CommonJS. `index.mjs` re-exports exactly these names for ESM.
+// idemflow for CommonJS; `index.mjs` re-exports the same names for ESM.
 
 const { IdemflowError, isIdemflowError } = require('./core/errors.cjs');
 const { RuleSet } = require('./core/rules.cjs');
-const core = require('./core/decide.cjs');
+const { validateEvent, normalizeEvent, fingerprint, decide, planDepositConfirmation, verifyRuleSet } = require('./core/decide.cjs');
 const { processEvent, processDepositConfirmed } = require('./host/event.cjs');
 const { commitWriteSet } = require('./host/contract.cjs');
 const { createDeliveryHandler } = require('./host/delivery.cjs');
 const { createBatcher } = require('./host/batcher.cjs');
 const { processBatch } = require('./host/batch.cjs');
 const { observeBacklog } = require('./core/telemetry.cjs');
-const payload = require('./core/payload.cjs');
+const { canonicalJson, canonicalJsonText, fingerprintPayload, fingerprintPayloadText } = require('./core/payload.cjs');
 const { idempotent } = require('./host/keyed.cjs');
 
 // The outbox consumer and retention are loaded at their first use: a worker
@@ -35,32 +35,14 @@ function signPayload(...args) {
   return require('./http/signature.cjs').signPayload(...args);
 }
 
+// Names and identifiers only: Node reads this object's names for `import` (index.mjs).
 module.exports = {
-  IdemflowError,
-  isIdemflowError,
-  RuleSet,
-  validateEvent: core.validateEvent,
-  normalizeEvent: core.normalizeEvent,
-  fingerprint: core.fingerprint,
-  decide: core.decide,
-  planDepositConfirmation: core.planDepositConfirmation,
-  verifyRuleSet: core.verifyRuleSet,
-  canonicalJson: payload.canonicalJson,
-  canonicalJsonText: payload.canonicalJsonText,
-  fingerprintPayload: payload.fingerprintPayload,
-  fingerprintPayloadText: payload.fingerprintPayloadText,
-  processEvent,
-  processBatch,
-  idempotent,
-  processDepositConfirmed,
-  commitWriteSet,
-  createOutboxConsumer,
-  createDeliveryHandler,
-  createBatcher,
-  createRetention,
-  createWebhookReceiver,
-  hmacSignature,
-  signPayload,
+  IdemflowError, isIdemflowError, RuleSet,
+  validateEvent, normalizeEvent, fingerprint, decide, planDepositConfirmation, verifyRuleSet,
+  canonicalJson, canonicalJsonText, fingerprintPayload, fingerprintPayloadText,
+  processEvent, processBatch, idempotent, processDepositConfirmed, commitWriteSet,
+  createOutboxConsumer, createDeliveryHandler, createBatcher, createRetention,
+  createWebhookReceiver, hmacSignature, signPayload,
   observeOutboxBacklog: observeBacklog,
 };
 

@@ -1,34 +1,8 @@
-// idemflow for ES modules: the same objects as the CommonJS entry point.
+// idemflow for ES modules: the same objects as the CommonJS entry point. Node
+// finds its names in index.cjs's `module.exports = { ... }`; InMemoryStore,
+// a getter there (loaded at first use), is named here.
 import idemflow from './index.cjs';
 
-export const {
-  IdemflowError,
-  isIdemflowError,
-  RuleSet,
-  validateEvent,
-  normalizeEvent,
-  fingerprint,
-  decide,
-  planDepositConfirmation,
-  verifyRuleSet,
-  canonicalJson,
-  canonicalJsonText,
-  fingerprintPayload,
-  fingerprintPayloadText,
-  processEvent,
-  processBatch,
-  idempotent,
-  processDepositConfirmed,
-  commitWriteSet,
-  InMemoryStore,
-  createOutboxConsumer,
-  createDeliveryHandler,
-  createBatcher,
-  createRetention,
-  createWebhookReceiver,
-  hmacSignature,
-  signPayload,
-  observeOutboxBacklog,
-} = idemflow;
-
+export * from './index.cjs';
+export const { InMemoryStore } = idemflow;
 export default idemflow;

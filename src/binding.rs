@@ -245,20 +245,18 @@ impl Decider {
     /// The regions: `[pointer, length]` pairs, in elements, for entries,
     /// numbers, text, answer ints, answer numbers and fingerprints.
     pub fn regions(&self) -> Vec<u32> {
-        vec![
-            self.entries.as_ptr() as u32,
-            self.entries.len() as u32,
-            self.numbers.as_ptr() as u32,
-            self.numbers.len() as u32,
-            self.text.as_ptr() as u32,
-            self.text.len() as u32,
-            self.answer_ints.as_ptr() as u32,
-            self.answer_ints.len() as u32,
-            self.answer_numbers.as_ptr() as u32,
-            self.answer_numbers.len() as u32,
-            self.fingerprints.as_ptr() as u32,
-            self.fingerprints.len() as u32,
+        fn region<T>(elements: &[T]) -> [u32; 2] {
+            [elements.as_ptr() as u32, elements.len() as u32]
+        }
+        [
+            region(&self.entries),
+            region(&self.numbers),
+            region(&self.text),
+            region(&self.answer_ints),
+            region(&self.answer_numbers),
+            region(&self.fingerprints),
         ]
+        .concat()
     }
 
     /// Where the last call's JSON text of errors and originals is (its length is what the call returned).

@@ -15,6 +15,27 @@ pub(crate) const K: [u32; 64] = [
 
 pub(crate) const INITIAL: [u32; 8] = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19];
 
+/// The 64 rounds with constant indexes, eight at a time: each round names the
+/// eight working words in its own rotation, so none is moved between rounds.
+/// `$round` is the caller's round (scalar or four lanes at once).
+macro_rules! sixty_four_rounds {
+    ($round:ident; $a:ident, $b:ident, $c:ident, $d:ident, $e:ident, $f:ident, $g:ident, $h:ident) => {
+        sixty_four_rounds!(@eight $round; $a, $b, $c, $d, $e, $f, $g, $h; 0 8 16 24 32 40 48 56);
+    };
+    (@eight $round:ident; $a:ident, $b:ident, $c:ident, $d:ident, $e:ident, $f:ident, $g:ident, $h:ident; $($base:literal)+) => {
+        $(
+            $round!($a, $b, $c, $d, $e, $f, $g, $h, $base);
+            $round!($h, $a, $b, $c, $d, $e, $f, $g, $base + 1);
+            $round!($g, $h, $a, $b, $c, $d, $e, $f, $base + 2);
+            $round!($f, $g, $h, $a, $b, $c, $d, $e, $base + 3);
+            $round!($e, $f, $g, $h, $a, $b, $c, $d, $base + 4);
+            $round!($d, $e, $f, $g, $h, $a, $b, $c, $base + 5);
+            $round!($c, $d, $e, $f, $g, $h, $a, $b, $base + 6);
+            $round!($b, $c, $d, $e, $f, $g, $h, $a, $base + 7);
+        )+
+    };
+}
+
 /// One 64-byte block into `state`. Every index is a constant (the rounds are
 /// written out by macro), so the 16-word schedule and the eight working
 /// words stay in wasm locals instead of round trips through linear memory,
@@ -42,26 +63,7 @@ fn compress(state: &mut [u32; 8], block: &[u8; 64]) {
             $h = t1.wrapping_add(s0).wrapping_add(majority);
         };
     }
-    macro_rules! eight {
-        ($base:expr) => {
-            round!(a, b, c, d, e, f, g, h, $base);
-            round!(h, a, b, c, d, e, f, g, $base + 1);
-            round!(g, h, a, b, c, d, e, f, $base + 2);
-            round!(f, g, h, a, b, c, d, e, $base + 3);
-            round!(e, f, g, h, a, b, c, d, $base + 4);
-            round!(d, e, f, g, h, a, b, c, $base + 5);
-            round!(c, d, e, f, g, h, a, b, $base + 6);
-            round!(b, c, d, e, f, g, h, a, $base + 7);
-        };
-    }
-    eight!(0);
-    eight!(8);
-    eight!(16);
-    eight!(24);
-    eight!(32);
-    eight!(40);
-    eight!(48);
-    eight!(56);
+    sixty_four_rounds!(round; a, b, c, d, e, f, g, h);
     for (s, v) in state.iter_mut().zip([a, b, c, d, e, f, g, h]) {
         *s = s.wrapping_add(v);
     }
@@ -170,26 +172,7 @@ mod lanes {
                 $h = u32x4_add(t1, u32x4_add(s0, majority));
             };
         }
-        macro_rules! eight {
-            ($base:expr) => {
-                round!(a, b, c, d, e, f, g, h, $base);
-                round!(h, a, b, c, d, e, f, g, $base + 1);
-                round!(g, h, a, b, c, d, e, f, $base + 2);
-                round!(f, g, h, a, b, c, d, e, $base + 3);
-                round!(e, f, g, h, a, b, c, d, $base + 4);
-                round!(d, e, f, g, h, a, b, c, $base + 5);
-                round!(c, d, e, f, g, h, a, b, $base + 6);
-                round!(b, c, d, e, f, g, h, a, $base + 7);
-            };
-        }
-        eight!(0);
-        eight!(8);
-        eight!(16);
-        eight!(24);
-        eight!(32);
-        eight!(40);
-        eight!(48);
-        eight!(56);
+        sixty_four_rounds!(round; a, b, c, d, e, f, g, h);
         for (s, v) in state.iter_mut().zip([a, b, c, d, e, f, g, h]) {
             *s = v128_bitselect(u32x4_add(*s, v), *s, active);
         }

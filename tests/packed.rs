@@ -213,38 +213,30 @@ impl HostLayout {
         let types: Vec<&str> = rule_set.events().iter().map(|e| e.name.as_str()).collect();
         let statuses: Vec<&str> = rule_set.statuses().iter().map(|s| s.name.as_str()).collect();
         let event = &case.event;
-        let entry = self.value(event.get("eventId"));
-        self.entries.push(entry);
-        let entry = self.known(event.get("type"), &types);
-        self.entries.push(entry);
-        let entry = self.value(event.get("workflowId"));
-        self.entries.push(entry);
+        let mut row = Vec::new();
+        row.push(self.value(event.get("eventId")));
+        row.push(self.known(event.get("type"), &types));
+        row.push(self.value(event.get("workflowId")));
         for field in rule_set.fields() {
-            let entry = self.value(event.get(&field.name));
-            self.entries.push(entry);
+            row.push(self.value(event.get(&field.name)));
         }
         let empty = Map::new();
         let receipt = case.receipt.as_ref().unwrap_or(&empty);
-        let entry = self.same(receipt.get("eventId"), event.get("eventId"));
-        self.entries.push(entry);
+        row.push(self.same(receipt.get("eventId"), event.get("eventId")));
         for key in ["fingerprint", "result", "outcome", "recordedAt"] {
-            let entry = match receipt.get(key) {
+            row.push(match receipt.get(key) {
                 Some(structured @ (Value::Object(_) | Value::Array(_))) => self.value(Some(&Value::String(structured.to_string()))),
                 value => self.value(value),
-            };
-            self.entries.push(entry);
+            });
         }
         let workflow = case.workflow.as_ref().unwrap_or(&empty);
-        let entry = self.same(workflow.get("id"), event.get("workflowId"));
-        self.entries.push(entry);
-        let entry = self.known(workflow.get("status"), &statuses);
-        self.entries.push(entry);
-        let entry = self.value(workflow.get("revision"));
-        self.entries.push(entry);
+        row.push(self.same(workflow.get("id"), event.get("workflowId")));
+        row.push(self.known(workflow.get("status"), &statuses));
+        row.push(self.value(workflow.get("revision")));
         for field in rule_set.fields() {
-            let entry = self.same(workflow.get(&field.name), event.get(&field.name));
-            self.entries.push(entry);
+            row.push(self.same(workflow.get(&field.name), event.get(&field.name)));
         }
+        self.entries.extend(row);
     }
 
     fn packed(&self) -> Packed<'_> {

@@ -233,21 +233,13 @@ async function sessionLock({ pooled, open, emitterOf, tryLock, unlock, giveBack,
  */
 async function betweenBeginAndCommit(raw, { begin, work, commit }) {
   await begin();
-  let result;
   try {
-    result = await work();
+    const result = await work();
+    return { result, committed: await commit() };
   } catch (error) {
     await rollbackQuietly(raw);
     throw error;
   }
-  let committed;
-  try {
-    committed = await commit();
-  } catch (error) {
-    await rollbackQuietly(raw);
-    throw error;
-  }
-  return { result, committed };
 }
 
 async function rollbackQuietly(connection) {

@@ -174,52 +174,52 @@ impl<'a> Reader<'a, '_> {
         }
     }
 
-    fn array(&mut self, depth: usize) -> Result<Value> {
+    /// An array's or an object's members, each read by `member`, from its
+    /// opening byte to `close`.
+    fn members(&mut self, close: u8, mut member: impl FnMut(&mut Self) -> Result<()>) -> Result<()> {
         self.at += 1;
-        let mut items = Vec::new();
         self.space();
-        if self.eat(b']') {
-            return Ok(Value::Array(items));
+        if self.eat(close) {
+            return Ok(());
         }
         loop {
-            items.push(self.value(depth + 1)?);
+            member(self)?;
             self.space();
-            if self.eat(b']') {
-                return Ok(Value::Array(items));
+            if self.eat(close) {
+                return Ok(());
             }
             if !self.eat(b',') {
-                return Err(self.fail("is not JSON: ',' or ']' expected"));
+                let expected = if close == b']' { "is not JSON: ',' or ']' expected" } else { "is not JSON: ',' or '}' expected" };
+                return Err(self.fail(expected));
             }
         }
     }
 
+    fn array(&mut self, depth: usize) -> Result<Value> {
+        let mut items = Vec::new();
+        self.members(b']', |reader| {
+            items.push(reader.value(depth + 1)?);
+            Ok(())
+        })?;
+        Ok(Value::Array(items))
+    }
+
     fn object(&mut self, depth: usize) -> Result<Value> {
-        self.at += 1;
         let mut members = Map::new();
-        self.space();
-        if self.eat(b'}') {
-            return Ok(Value::Object(members));
-        }
-        loop {
-            self.space();
-            if self.peek() != Some(b'"') {
-                return Err(self.fail("is not JSON: a member name expected"));
+        self.members(b'}', |reader| {
+            reader.space();
+            if reader.peek() != Some(b'"') {
+                return Err(reader.fail("is not JSON: a member name expected"));
             }
-            let name = self.string()?;
-            self.space();
-            if !self.eat(b':') {
-                return Err(self.fail("is not JSON: ':' expected"));
+            let name = reader.string()?;
+            reader.space();
+            if !reader.eat(b':') {
+                return Err(reader.fail("is not JSON: ':' expected"));
             }
-            let value = self.value(depth + 1)?;
-            members.insert(name, value);
-            self.space();
-            if self.eat(b'}') {
-                return Ok(Value::Object(members));
-            }
-            if !self.eat(b',') {
-                return Err(self.fail("is not JSON: ',' or '}' expected"));
-            }
-        }
+            members.insert(name, reader.value(depth + 1)?);
+            Ok(())
+        })?;
+        Ok(Value::Object(members))
     }
 
     fn number(&mut self) -> Result<Value> {

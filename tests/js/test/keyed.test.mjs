@@ -38,6 +38,19 @@ function gate() {
   return { wait: () => promise, open };
 }
 
+/** A call on `key` whose work has started and waits until `held.open()`; `first` is its answer. */
+async function holding(store, key) {
+  const held = gate();
+  const entered = gate();
+  const first = idempotent(store, { key, payload: ORDER }, async () => {
+    entered.open();
+    await held.wait();
+    return 'first';
+  });
+  await entered.wait();
+  return { first, held };
+}
+
 /** `work` that counts its runs and answers `output` (what a handler would return). */
 function counted(output) {
   const work = async () => {
@@ -141,14 +154,7 @@ const cases = [
   }],
 
   ['a call while another holds the key answers IDEMPOTENCY_KEY_IN_PROGRESS (retry) with the retry hint, at once by default', async (h) => {
-    const held = gate();
-    const entered = gate();
-    const first = idempotent(h.store, { key: 'k-held', payload: ORDER }, async () => {
-      entered.open();
-      await held.wait();
-      return 'first';
-    });
-    await entered.wait();
+    const { first, held } = await holding(h.store, 'k-held');
     const started = Date.now();
     const error = await rejectsWith(idempotent(h.store, { key: 'k-held', payload: ORDER }, counted('second'), { retryAfterMs: 250 }), 'IDEMPOTENCY_KEY_IN_PROGRESS', 'retry');
     assert.deepEqual(error.details, { key: 'k-held', retryAfterMs: 250 });
@@ -201,14 +207,7 @@ const cases = [
 const acrossConnections = [
   ['a second connection sees the key held by the first and waits for it, or answers in progress', async (h) => {
     const other = await h.second();
-    const held = gate();
-    const entered = gate();
-    const first = idempotent(h.store, { key: 'k-across', payload: ORDER }, async () => {
-      entered.open();
-      await held.wait();
-      return 'first';
-    });
-    await entered.wait();
+    const { first, held } = await holding(h.store, 'k-across');
     await rejectsWith(idempotent(other, { key: 'k-across', payload: ORDER }, counted('second')), 'IDEMPOTENCY_KEY_IN_PROGRESS', 'retry');
     const work = counted('third');
     const waiting = idempotent(other, { key: 'k-across', payload: ORDER }, work, { waitMs: 10_000 });

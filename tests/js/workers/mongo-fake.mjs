@@ -282,14 +282,8 @@ export class FakeMongoClient {
 
   /** @internal one transaction (or write) at a time */
   async _exclusive(fn) {
-    const previous = this.#tail;
-    let release;
-    this.#tail = new Promise((resolve) => { release = resolve; });
-    await previous;
-    try {
-      return await fn();
-    } finally {
-      release();
-    }
+    const turn = this.#tail.then(() => fn());
+    this.#tail = turn.catch(() => {});
+    return turn;
   }
 }
