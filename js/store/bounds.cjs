@@ -184,16 +184,16 @@ class Serializer {
  * withExclusiveLock's lock on a server database, held by a session: a
  * connection of its own from a pool (`pooled`; so no transaction stays open
  * while the lock is held), or the host's one connection. `open()` gives the
- * session, `tryLock(session)` takes the lock now or answers false,
- * `unlock(session)` frees it, `giveBack(session, broken, error)` returns a
- * pooled session (discarding a broken one). A pooled session is watched while
- * held (on `emitterOf(session)`): the pool does not listen to a session it
- * handed out, and a server that ends it (a restart) emits an 'error' that
- * would otherwise end the process; such a session goes back broken. Resolves
- * to the release function, or null when the lock is held elsewhere; the
- * driver's errors come out through `mapError`.
+ * session and, for a pooled one, its ConnectionWatch (`{ session, watch }`;
+ * the pool does not listen to a session it handed out, and a server that
+ * ends it emits an 'error' that would otherwise end the process),
+ * `tryLock(session)` takes the lock now or answers false, `unlock(session)`
+ * frees it, `giveBack(session, broken, error)` returns a pooled session
+ * (discarding a broken one: one that failed or whose watch saw an error).
+ * Resolves to the release function, or null when the lock is held
+ * elsewhere; the driver's errors come out through `mapError`.
  */
-async function sessionLock({ pooled, open, emitterOf, tryLock, unlock, giveBack, mapError }) {
+async function sessionLock({ pooled, open, tryLock, unlock, giveBack, mapError }) {
   let session;
   let watch = null;
   const done = (failed) => {
@@ -203,8 +203,7 @@ async function sessionLock({ pooled, open, emitterOf, tryLock, unlock, giveBack,
     giveBack(session, broken, watch?.error ?? null);
   };
   try {
-    session = await open();
-    if (pooled) watch = new ConnectionWatch(emitterOf(session));
+    ({ session, watch = null } = await open());
     if (await tryLock(session)) {
       return async () => {
         try {
@@ -224,7 +223,6 @@ async function sessionLock({ pooled, open, emitterOf, tryLock, unlock, giveBack,
   return null;
 }
 
-/** ROLLBACK on a server connection; a connection that is gone rolls back by itself. */
 /**
  * begin(), work(), commit() on one connection, rolled back on `raw` (past the
  * call's deadline, so an abandoned transaction on a shared connection is
@@ -242,6 +240,7 @@ async function betweenBeginAndCommit(raw, { begin, work, commit }) {
   }
 }
 
+/** ROLLBACK on a server connection; a connection that is gone rolls back by itself. */
 async function rollbackQuietly(connection) {
   try {
     await connection.query('ROLLBACK');

@@ -183,9 +183,12 @@ class MysqlStore extends SqlStore {
     const lockName = dialect.lockName(name);
     return sessionLock({
       pooled: this.#kind === 'pool',
-      open: () => (this.#kind === 'pool' ? this.client.getConnection() : this.client),
-      // mysql2 emits 'error' on the connection beneath the promise wrapper.
-      emitterOf: (session) => session.connection ?? session,
+      open: async () => {
+        if (this.#kind !== 'pool') return { session: this.client };
+        const session = await this.client.getConnection();
+        // mysql2 emits 'error' on the connection beneath the promise wrapper.
+        return { session, watch: new ConnectionWatch(session.connection ?? session) };
+      },
       tryLock: async (session) => Number((await session.query(dialect.tryLock, [lockName]))[0][0]?.acquired) === 1,
       unlock: (session) => session.query(dialect.unlock, [lockName]),
       giveBack: (session, broken) => (broken ? session.destroy?.() : session.release()),

@@ -167,13 +167,12 @@ class PostgresStore extends SqlStore {
       });
     }
     let connection;
+    let watch;
     try {
-      connection = await this.client.connect();
+      ({ session: connection, watch } = await checkOut(this.client));
     } catch (error) {
       throw mapError(error);
     }
-    // pg-pool removes its own 'error' listener while a client is checked out.
-    const watch = new ConnectionWatch(connection);
     let released = false;
     const release = (error) => {
       if (released) return;
@@ -223,8 +222,7 @@ class PostgresStore extends SqlStore {
   _tryLock(name) {
     return sessionLock({
       pooled: this.#kind === 'pool',
-      open: () => (this.#kind === 'pool' ? this.client.connect() : this.client),
-      emitterOf: (session) => session,
+      open: async () => (this.#kind === 'pool' ? checkOut(this.client) : { session: this.client }),
       tryLock: async (session) => (await session.query(dialect.tryLock, [name])).rows[0]?.acquired === true,
       unlock: (session) => session.query(dialect.unlock, [name]),
       // With an error, the pool discards the client instead of handing it out again.
@@ -326,6 +324,21 @@ async function migrationStep(session, { sql, inTransaction }) {
       await new Promise((resolve) => setTimeout(resolve, 100 * 2 ** attempt * Math.random()));
     }
   }
+}
+
+/**
+ * A client of the host's Pool, watched from the moment it is handed out.
+ * pg-pool takes its own 'error' listener off a client as it hands it out and
+ * calls connect()'s callback at once; the same socket read may carry an
+ * error next (a server ending the connection just after it opened), which a
+ * listener attached after an `await` would miss, ending the process
+ * (node-postgres issue 2762). So the watch is attached in the callback.
+ * @returns {Promise<{ session: import('pg').PoolClient, watch: ConnectionWatch }>}
+ */
+function checkOut(pool) {
+  return new Promise((resolve, reject) => {
+    pool.connect((error, client) => (error ? reject(error) : resolve({ session: client, watch: new ConnectionWatch(client) })));
+  });
 }
 
 /**

@@ -58,6 +58,7 @@ function terminateMidTransaction(db, kind, mode) {
           if (kind === 'pg') {
             if (mode === 'active') await waitFor(async () => (await db.query('SELECT state FROM pg_stat_activity WHERE pid = $1', [message.session]))[0]?.state === 'active');
             await db.query('SELECT pg_terminate_backend($1)', [message.session]);
+            if (mode === 'checkout') await waitFor(async () => (await db.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [message.session])).length === 0);
           } else {
             if (mode === 'active') await waitFor(async () => (await db.query('SELECT state FROM information_schema.processlist WHERE id = ?', [message.session]))[0]?.state === 'User sleep');
             await db.query(`KILL ${Number(message.session)}`);
@@ -431,6 +432,10 @@ for (const server of SERVERS) {
 
     it(`${server.ended} while a statement of the transaction runs: the process survives, STORE_UNAVAILABLE`, async () => {
       assertSurvived(await terminateMidTransaction(db, kind, 'active'), server.killedCodes);
+    });
+
+    it(`${server.ended} as the pool hands the connection out, before any await: the process survives, STORE_UNAVAILABLE`, { skip: kind === 'pg' ? false : 'pg-pool only: mysql2 listens to a connection it hands out' }, async () => {
+      assertSurvived(await terminateMidTransaction(db, kind, 'checkout'), server.killedCodes);
     });
 
     it('the session of a held withExclusiveLock ended: the process survives, and the lock can be taken again', async () => {

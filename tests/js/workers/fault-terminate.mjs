@@ -8,13 +8,18 @@
 // In mode `lock` the connection is the session withExclusiveLock holds for
 // its lock (no transaction): the lock's work waits for the end, returns, and
 // the lock is then taken again, which the server freed with the session.
-// Usage: node fault-terminate.mjs <pg|mysql> <url> <idle|active|lock> <table prefix>
+// In mode `checkout` (pg) the connection is ended as the pool hands it out:
+// the pool's verify hook holds the new connection's socket unread until the
+// server has ended it, then hands the client out and lets the socket be read
+// at once, so the server's FATAL arrives before any `await` after connect().
+// Usage: node fault-terminate.mjs <pg|mysql> <url> <idle|active|lock|checkout> <table prefix>
 import { IdemflowError } from 'idemflow';
 
 const [kind, url, mode, prefix] = process.argv.slice(2);
 const tables = { workflows: `${prefix}_workflows`, inbox: `${prefix}_inbox`, outbox: `${prefix}_outbox` };
 const event = { eventId: `${prefix}-e1`, workflowId: 'wf-1', type: 'DEPOSIT_CONFIRMED', depositRef: 'tx-1', amountUnits: '100' };
 
+const ended = new Promise((resolve) => process.on('message', (message) => { if (message === 'ended') resolve(); }));
 let store;
 let pool;
 let sessionQuery;
@@ -25,7 +30,31 @@ let acquired;
 if (kind === 'pg') {
   const { default: pg } = await import('pg');
   const { PostgresStore } = await import('idemflow/postgres');
-  pool = new pg.Pool({ connectionString: url, max: 2 });
+  if (mode === 'checkout') {
+    // The tables are made on a pool of their own, so the store's first connection is the one verify holds.
+    const setup = new pg.Pool({ connectionString: url, max: 1 });
+    const made = new PostgresStore(setup, { tables });
+    await made.migrate();
+    await made.putWorkflow({ id: 'wf-1', status: 'deposit', revision: 1, depositRef: 'tx-1', amountUnits: '100' });
+    await setup.end();
+  }
+  let held = mode === 'checkout';
+  const verify = (client, done) => {
+    if (!held) return done();
+    held = false;
+    const socket = client.connection.stream;
+    socket.pause();
+    process.send({ session: client.processID });
+    // From a timer, not a promise: the socket's buffered FATAL is read in the
+    // tick after this callback, before any continuation of connect()'s promise.
+    const handOut = (tries) => {
+      if (socket.readableLength === 0 && tries > 0) return setTimeout(handOut, 10, tries - 1);
+      done();
+      socket.resume();
+    };
+    ended.then(() => setTimeout(handOut, 0, 500));
+  };
+  pool = new pg.Pool({ connectionString: url, max: 2, verify });
   pool.on('error', () => {}); // what the docs ask of the host: idle clients that lose their server
   // The checked-out client's own closing, seen without adding an 'error' listener to it (events.once would).
   pool.on('acquire', (client) => {
@@ -47,10 +76,11 @@ if (kind === 'pg') {
   sessionQuery = 'SELECT CONNECTION_ID() AS id';
   sleepQuery = 'SELECT SLEEP(30)';
 }
-await store.migrate();
-await store.putWorkflow({ id: 'wf-1', status: 'deposit', revision: 1, depositRef: 'tx-1', amountUnits: '100' });
+if (mode !== 'checkout') {
+  await store.migrate();
+  await store.putWorkflow({ id: 'wf-1', status: 'deposit', revision: 1, depositRef: 'tx-1', amountUnits: '100' });
+}
 
-const ended = new Promise((resolve) => process.on('message', (message) => { if (message === 'ended') resolve(); }));
 const describe = (error) => ({
   coded: error instanceof IdemflowError,
   code: error?.code ?? null,
