@@ -258,7 +258,9 @@ class MysqlStore extends SqlStore {
         deadline.check();
         return await use(await this.#bounded(connection, deadline, watch), connection);
       } catch (error) {
-        broken = watch.error !== null || (error instanceof IdemflowError && error.code === STORE_UNAVAILABLE);
+        // A full disk leaves the connection whole (the statement failed, the
+        // transaction rolled back); anything else unavailable may not have.
+        broken = watch.error !== null || (error instanceof IdemflowError && error.code === STORE_UNAVAILABLE && error.details?.reason !== 'server-out-of-resources');
         throw error;
       } finally {
         release(broken || watch.error !== null);

@@ -34,7 +34,7 @@ const servers = [
   },
   {
     name: 'MariaDB', kind: 'mysql', missing: mariadbMissing(), seed: 91_002,
-    start: () => startMariadb({ smallDirMb: 8 }),
+    start: () => startMariadb({ smallDirMb: 64 }),
   },
 ];
 const kindsOf = (db) => (canFillDisk(db) ? ['terminate', 'pause', 'restart', 'diskFull'] : ['terminate', 'pause', 'restart']);
