@@ -1,0 +1,398 @@
+// Types of the rule core: errors, events, decisions, rule sets and their verification, canonical payloads.
+
+/**
+ * What to do with a delivery that failed: dead-letter it (`reject`), redeliver it
+ * later (`retry`), park it for a person (`reconcile`), or stop the worker, which is
+ * itself misconfigured (`fatal`: no delivery can succeed until it is fixed).
+ */
+export type Disposition = 'reject' | 'retry' | 'reconcile' | 'fatal';
+/** The dispositions a rule set's own answers may give. */
+export type RuleDisposition = 'reject' | 'retry' | 'reconcile';
+
+export type ErrorCode =
+  | 'INVALID_EVENT'
+  | 'EVENT_ID_CONFLICT'
+  | 'UNKNOWN_WORKFLOW'
+  | 'IDENTITY_MISMATCH'
+  | 'INVALID_TRANSITION'
+  | 'OUTBOX_CONFLICT'
+  | 'CONCURRENT_UPDATE'
+  | 'STORE_UNAVAILABLE'
+  | 'INVALID_RECORD'
+  | 'INVALID_ARGUMENT'
+  | 'RULESET_INVALID'
+  | 'HANDLER_FAILED'
+  | 'INVALID_PAYLOAD'
+  | 'IDEMPOTENCY_KEY_CONFLICT'
+  | 'IDEMPOTENCY_KEY_IN_PROGRESS';
+
+/** The ids and values involved in an error; which keys depend on the code. */
+export interface ErrorDetails {
+  readonly field?: string;
+  readonly reason?: string;
+  readonly eventId?: string | null;
+  readonly workflowId?: string;
+  readonly eventType?: string;
+  readonly status?: string;
+  readonly operationId?: string;
+  readonly path?: string;
+  readonly recorded?: string | null;
+  readonly actual?: string;
+  readonly storedFingerprint?: string;
+  readonly fingerprint?: string;
+  readonly [key: string]: unknown;
+}
+
+export class IdemflowError extends Error {
+  constructor(code: ErrorCode, message: string, options?: { disposition?: Disposition; details?: ErrorDetails; cause?: unknown });
+  readonly name: 'IdemflowError';
+  readonly code: ErrorCode;
+  readonly disposition: Disposition;
+  readonly details: ErrorDetails;
+  /** Every code with its default disposition. */
+  static readonly codes: Readonly<Record<ErrorCode, Disposition>>;
+}
+
+export function isIdemflowError(value: unknown): value is IdemflowError;
+
+/** An incoming event. Amounts are integer base units in decimal strings, never numbers. */
+export interface EventInput {
+  eventId: string;
+  workflowId: string;
+  type: string;
+  [field: string]: unknown;
+}
+
+export interface DepositConfirmedEvent extends EventInput {
+  type: 'DEPOSIT_CONFIRMED';
+  depositRef: string;
+  amountUnits: string;
+}
+
+/** A validated plain copy of an event: its own members and the fields its type declares. */
+export interface NormalizedEvent {
+  eventId: string;
+  workflowId: string;
+  type: string;
+  [field: string]: string;
+}
+
+/** A stored workflow: id, status, revision and the fields the rule set records. */
+export interface Workflow {
+  id: string;
+  status: string;
+  revision: number;
+  [field: string]: unknown;
+}
+
+export type Outcome = 'applied' | 'already-applied' | 'stale' | 'duplicate-delivery';
+export type RecordedOutcome = Exclude<Outcome, 'duplicate-delivery'>;
+
+export interface RuleSetRef {
+  id: string;
+  version: number;
+  hash: string;
+}
+
+/** The inbox row, keyed uniquely by eventId. */
+export interface Receipt {
+  eventId: string;
+  fingerprint: string;
+  workflowId: string;
+  eventType: string;
+  outcome: RecordedOutcome;
+  ruleSet: RuleSetRef;
+  /**
+   * What this delivery produced, kept for a later duplicate to answer with.
+   * Every receipt the core writes has it; a receipt written by an earlier
+   * version has none (null when read from a store).
+   */
+  result?: ReceiptResult | null;
+}
+
+/** What a delivery produced beyond its outcome; status and revision are null unless it was applied. */
+export interface ReceiptResult {
+  operationIds: string[];
+  status: string | null;
+  revision: number | null;
+}
+
+/** What the first delivery of an event id produced, as a duplicate of it answers. */
+export interface OriginalResult extends ReceiptResult {
+  outcome: RecordedOutcome;
+  /** When the first delivery was decided (its receipt's recordedAt, ms since the epoch); null when the receipt has no stamp. */
+  decidedAt: number | null;
+  /** What the first delivery's onApplied returned (null for nothing); absent when it ran without one. */
+  output?: JsonValue;
+}
+
+/** A JSON value: what onApplied may return as a delivery's output. */
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+
+/** What decide needs of a stored receipt. */
+export interface StoredReceipt {
+  fingerprint: string;
+  [key: string]: unknown;
+}
+
+/**
+ * A compare-and-set write of one workflow. `expect: null` means the workflow
+ * must not exist yet (insert). `set` holds status, revision and the recorded
+ * fields that change; a field set to null is removed.
+ */
+export interface WorkflowWrite {
+  id: string;
+  expect: { status: string; revision: number } | null;
+  set: { status: string; revision: number; [field: string]: string | number | null };
+}
+
+/** An intention to act, committed with the state change. Its id is deterministic. */
+export interface OutboxOperation {
+  id: string;
+  type: string;
+  workflowId: string;
+  /** The event whose decision emitted it. */
+  eventId: string;
+  status: 'pending';
+  payload: { [field: string]: string };
+}
+
+/** Everything the host must commit in one transaction. */
+export interface WriteSet {
+  receipt: Receipt | null;
+  workflow: WorkflowWrite | null;
+  outbox: OutboxOperation[];
+}
+
+export interface Decision {
+  outcome: Outcome;
+  eventId: string;
+  workflowId: string;
+  eventType: string;
+  fingerprint: string;
+  writeSet: WriteSet;
+  /** On duplicate-delivery only, when the stored receipt carries its result. */
+  original?: OriginalResult;
+}
+
+/** What every processEvent result also says: the cycles it took (1 + race re-runs) and the event's fingerprint. */
+export interface ProcessMeasure {
+  attempts: number;
+  fingerprint: string;
+}
+
+export type ProcessResult =
+  /** `output`: what onApplied returned (null for nothing), when the call had one. */
+  | ({ outcome: 'applied'; operationId: string | null; operationIds: string[]; status: string; revision: number; output?: JsonValue } & ProcessMeasure)
+  | ({ outcome: 'already-applied' | 'stale' } & ProcessMeasure)
+  /** `original`: what the first delivery produced; null when its receipt was written by a version that did not keep it. */
+  | ({ outcome: 'duplicate-delivery'; original: OriginalResult | null } & ProcessMeasure);
+
+/** Why a transaction lost a race (CONCURRENT_UPDATE's details.reason). */
+export type RaceReason = 'receipt-exists' | 'workflow-changed' | 'workflow-exists' | 'database-busy' | 'serialization-failure' | 'deadlock' | 'lock-timeout' | (string & {});
+
+/** Observers of processEvent, for hosts that log without OpenTelemetry. A hook's throw is ignored. */
+export interface ProcessHooks {
+  /** A lost race (CONCURRENT_UPDATE): cycle `attempt` failed and the cycle runs again. */
+  onRaceRetry?: (retry: { attempt: number; reason: RaceReason; error: IdemflowError }) => void;
+}
+
+/** Host metadata stored beside each outbox operation's payload (a correlation id, a tenant): JSON, at most 16 KiB. */
+export type OperationMetadata = { [key: string]: unknown };
+
+export type BuiltinRuleSetName = 'deposit-swap' | 'order-shipment' | 'subscription';
+
+export type Answer =
+  | {
+      outcome: 'applied';
+      to: string;
+      record: string[];
+      clear: string[];
+      /** `recurring`: the id is `<name>:{revision}:{workflowId}`, one per emission. */
+      emit: { type: string; id: string; payload: string[]; recurring: boolean }[];
+      revisionStep: number;
+    }
+  | { outcome: 'already-applied' | 'stale' }
+  | { error: 'UNKNOWN_WORKFLOW' | 'INVALID_TRANSITION'; disposition: RuleDisposition };
+
+export interface TableRow {
+  event: string;
+  /** Status names; "(none)" stands for "no workflow yet". */
+  statuses: string[];
+  guard: string[];
+  answer: Answer;
+  summary: string;
+  /** Where the row was written: "rules[3]" or "otherwise". */
+  rule: string;
+}
+
+/** A rule-set definition (JSON data). See the README for the format. */
+export interface RuleSetDefinition {
+  id: string;
+  version: number;
+  description?: string;
+  statuses: { name: string; initial?: boolean; terminal?: boolean; description?: string }[];
+  fields?: { name: string; kind: 'text' | 'units'; description?: string }[];
+  events: { type: string; fields?: string[]; identity?: string[]; description?: string }[];
+  rules: {
+    on: string | string[];
+    in: string | string[];
+    guard?: string[];
+    then: RuleAnswerDefinition;
+    description?: string;
+  }[];
+  otherwise?: RuleAnswerDefinition;
+  /**
+   * What producers promise about the order of a workflow's events. A rule set
+   * with this section claims to be reorder-safe, and the verifier proves it.
+   */
+  order?: {
+    /** `event` is emitted only after `after`: an event type, or an operation type the rules emit. */
+    follows?: { event: string; after: string; same?: string[]; description?: string }[];
+    /** Event types whose order is the meaning: the first the workflow sees wins. */
+    races?: { between: [string | string[], string | string[]]; description?: string }[];
+    description?: string;
+  };
+}
+
+export type RuleAnswerDefinition =
+  | {
+      outcome: 'applied';
+      to: string;
+      record?: string[];
+      clear?: string[];
+      /** `recurring: true` goes with the id `<name>:{revision}:{workflowId}` (and only with it). */
+      emit?: { type: string; id: string; payload?: string[]; recurring?: boolean }[];
+      revisionStep?: number;
+    }
+  | { outcome: 'already-applied' | 'stale' }
+  | { error: 'UNKNOWN_WORKFLOW' | 'INVALID_TRANSITION'; disposition?: RuleDisposition };
+
+export type PropertyName =
+  | 'one-answer-per-pair'
+  | 'every-status-reachable'
+  | 'terminal-statuses-final'
+  | 'operation-ids-unique'
+  | 'revision-increases'
+  | 'guards-read-recorded-fields'
+  | 'reorder-safe';
+
+/** One delivery in a reorder-safe counterexample. */
+export interface DeliveryStep {
+  event: string;
+  from: string;
+  /** `applied`, `already-applied`, `stale`, or `CODE (disposition)`. */
+  answer: string;
+  to: string;
+  rule: string;
+}
+
+/** Where one delivery order of a history ends. */
+export interface DeliveryEnd {
+  status: string;
+  recorded: string[];
+  /** Operation-id templates emitted (a recurring one once per emission). */
+  emitted: string[];
+  answeredWithError: string[];
+  undelivered: string[];
+}
+
+/** Two delivery orders of one history that end differently. */
+export interface ReorderCounterexample {
+  start: string;
+  /** The history's events (each a type; the same facts throughout). */
+  history: string[];
+  /** The order the workflow saw declared racing types in, in words. */
+  races: string[];
+  expected: { inOrder: boolean; deliveries: DeliveryStep[]; end: DeliveryEnd };
+  actual: { deliveries: DeliveryStep[]; end: DeliveryEnd };
+  /** The first delivery at which the two orders differ. */
+  divergesAt: number;
+}
+
+export interface PathStep {
+  event: string;
+  from: string;
+  to: string;
+  rule: string;
+}
+
+export interface VerificationReport {
+  ok: boolean;
+  ruleSet: RuleSetRef;
+  statesExplored: number;
+  properties: {
+    name: PropertyName;
+    description: string;
+    ok: boolean;
+    /** Where a property fails: the path that breaks it and what it names. */
+    counterexample: null | { start?: string; steps?: PathStep[]; [key: string]: unknown };
+    /** reorder-safe: further histories that fail, smallest first. */
+    moreCounterexamples?: ReorderCounterexample[];
+    /** reorder-safe: the bound, the declared order, the work done, or why it was skipped. */
+    checked?: {
+      bound: { events: number; copiesPerType: number };
+      /** (history, start status) pairs explored. */
+      histories: number;
+      /** Delivery configurations explored over all of them. */
+      configurations: number;
+      /** How much of the whole verification's budget (`maxReorderHistories`, `maxReorderConfigurations`) this used. */
+      budget: {
+        histories: { used: number; limit: number };
+        configurations: { used: number; limit: number };
+      };
+      races?: ([string, string] | { between: [string, string]; description: string })[];
+      follows?: { event: string; after: string }[];
+      skipped?: string;
+    };
+  }[];
+  /** Milliseconds the verification took, measured in JS. */
+  elapsedMs: number;
+}
+
+/** A verified rule set, compiled once and held in wasm memory. */
+export class RuleSet {
+  private constructor();
+  /** A rule set that ships with idemflow; `version` loads an older one (for audit of stored receipts). */
+  static builtin(name: BuiltinRuleSetName, options?: { version?: number }): RuleSet;
+  static fromJSON(definition: RuleSetDefinition | string): RuleSet;
+  readonly id: string;
+  readonly version: number;
+  /** `sha256:` + hex SHA-256 of the definition's RFC 8785 canonical JSON. */
+  readonly hash: string;
+  table(): TableRow[];
+  tableMarkdown(): string;
+  definition(): RuleSetDefinition;
+  toJSON(): RuleSetDefinition;
+}
+
+export interface RuleSetOption {
+  /** A RuleSet or a built-in name; default 'deposit-swap'. */
+  ruleSet?: RuleSet | BuiltinRuleSetName;
+}
+
+export function validateEvent(event: unknown, options?: RuleSetOption): asserts event is EventInput;
+export function normalizeEvent(event: unknown, options?: RuleSetOption & { type?: string }): NormalizedEvent;
+export function fingerprint(event: EventInput, options?: RuleSetOption): string;
+export function decide(
+  input: { event: EventInput; receipt: StoredReceipt | null; workflow: Workflow | null } & RuleSetOption,
+): Decision;
+export function planDepositConfirmation(workflow: Workflow | null, event: DepositConfirmedEvent): 'advance' | 'already-applied';
+export function verifyRuleSet(definition: RuleSetDefinition | RuleSet | string): VerificationReport;
+
+/** JSON text as received: a string, or its UTF-8 bytes. */
+export type JsonText = string | Uint8Array | ArrayBuffer;
+/**
+ * The RFC 8785 text of a JSON value: members sorted by UTF-16 code units, numbers as
+ * ECMAScript writes them. Throws INVALID_PAYLOAD (reject, `details.path`) for what is no
+ * JSON value (undefined, a function, a symbol, a BigInt, NaN or an infinity, a Map or
+ * any object that is not plain, a cycle, a lone surrogate), nests deeper than 64 or
+ * writes more than 1 MiB.
+ */
+export function canonicalJson(value: unknown): string;
+/** canonicalJson of JSON text, read as JSON.parse reads it (a name given twice keeps its last value). */
+export function canonicalJsonText(text: JsonText): string;
+/** `pf1:` + hex SHA-256 of the UTF-8 of canonicalJson(value): one fingerprint for payloads that mean the same. */
+export function fingerprintPayload(value: unknown): string;
+/** fingerprintPayload of JSON text. */
+export function fingerprintPayloadText(text: JsonText): string;
