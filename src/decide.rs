@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{truncate, Disposition, Error, Result};
 use crate::event::{self, Valid};
-use crate::field::FieldKind;
+use crate::field::{FieldKind, FieldValue};
 use crate::fingerprint::{self, PREFIX};
 use crate::input::Input;
 use crate::jcs::MAX_SAFE_INTEGER;
@@ -361,9 +361,8 @@ fn decide_fingerprinted(
         decided.expect_revision = revision;
         decided.revision = revision;
     }
-    let rule_index = rule_set.rule_index_for(event.event_type, decided.state)?;
+    let mut rule_index = rule_set.rule_index_for(event.event_type, decided.state)?;
     let rule = &rule_set.rules[rule_index];
-    decided.rule = rule_index;
 
     if has_workflow {
         for &field in &rule.guard {
@@ -376,7 +375,7 @@ fn decide_fingerprinted(
             let spec = &rule_set.fields[field];
             let stored = match item.read(slot) {
                 Input::Absent | Input::Null => None,
-                other => Some(spec.kind.check(other).map_err(|reason| record_error("workflow", &spec.name, reason))?),
+                other => Some(spec.kind.check_value(other).map_err(|reason| record_error("workflow", &spec.name, reason))?),
             };
             if stored != Some(actual) {
                 return Err(Error::IdentityMismatch {
@@ -384,13 +383,33 @@ fn decide_fingerprinted(
                     workflow_id: event.workflow_id.to_string(),
                     event_id: event.event_id.to_string(),
                     event_type: event.type_name(rule_set).to_string(),
-                    recorded: stored.map(str::to_string),
-                    actual: actual.to_string(),
+                    recorded: stored.map(FieldValue::display),
+                    actual: actual.display(),
                     disposition: Disposition::Reconcile,
                 });
             }
         }
     }
+
+    // The guard holds; a `when` picks the rule's answer or its `else`.
+    if let Some(condition) = &rule.when {
+        let spec = &rule_set.fields[condition.workflow_field];
+        let zero = if spec.kind == FieldKind::Count { FieldValue::Count(0) } else { FieldValue::Text("") };
+        let recorded = if has_workflow {
+            match item.read(layout.workflow_field(condition.workflow_field)) {
+                Input::Absent | Input::Null => zero,
+                other => spec.kind.check_value(other).map_err(|reason| record_error("workflow", &spec.name, reason))?,
+            }
+        } else {
+            zero
+        };
+        let value = event.value_of(rule_set, condition.event_field);
+        if !condition.op.holds(crate::field::compare(value, recorded)) {
+            rule_index = condition.otherwise;
+        }
+    }
+    decided.rule = rule_index;
+    let rule = &rule_set.rules[rule_index];
 
     decided.outcome = match &rule.answer {
         Answer::Fail { code, disposition } => {

@@ -3,7 +3,7 @@
 use serde_json::{Map, Value};
 
 use crate::error::{truncate, Error, Result};
-use crate::field::FieldKind;
+use crate::field::{FieldKind, FieldValue};
 use crate::input::Input;
 use crate::packed::{self, Item, Layout, Packer, Spans};
 use crate::ruleset::RuleSet;
@@ -23,15 +23,18 @@ impl<'a> Valid<'a> {
         &rule_set.events[self.event_type].name
     }
 
-    /// The event's value of a rule-set field: `""` when its type does not declare it.
-    pub fn value_of(&self, rule_set: &RuleSet, field: usize) -> &'a str {
+    /// The event's value of a rule-set field: `""` when its type does not
+    /// declare it. A count is read from the number the host laid out.
+    pub fn value_of(&self, rule_set: &RuleSet, field: usize) -> FieldValue<'a> {
         if rule_set.events[self.event_type].fields.contains(&field) {
             match self.item.read(self.layout.event_field(field)) {
-                Input::Text(text) => text,
-                _ => "",
+                Input::Text(text) => FieldValue::Text(text),
+                // Checked as a count (a safe integer) when the event was validated.
+                Input::Number(n) if rule_set.fields[field].kind == FieldKind::Count => FieldValue::Count(n as u64),
+                _ => FieldValue::Text(""),
             }
         } else {
-            ""
+            FieldValue::Text("")
         }
     }
 
@@ -41,12 +44,13 @@ impl<'a> Valid<'a> {
             event_id: self.event_id.to_string(),
             workflow_id: self.workflow_id.to_string(),
             event_type: self.event_type,
-            values: rule_set.events[self.event_type].fields.iter().map(|f| self.value_of(rule_set, *f).to_string()).collect(),
+            values: rule_set.events[self.event_type].fields.iter().map(|f| self.value_of(rule_set, *f).display()).collect(),
         }
     }
 }
 
-/// An event that passed validation. `values[i]` belongs to the event type's `fields[i]`.
+/// An event that passed validation. `values[i]` belongs to the event type's
+/// `fields[i]`; a count is held as its decimal digits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     pub event_id: String,
@@ -66,6 +70,15 @@ impl Event {
         self.values.get(position).map(String::as_str)
     }
 
+    /// The value of a rule-set field with its kind: a count as a number.
+    pub fn field_value(&self, rule_set: &RuleSet, field: usize) -> FieldValue<'_> {
+        let text = self.value_of(rule_set, field).unwrap_or_default();
+        match rule_set.fields[field].kind {
+            FieldKind::Count => FieldValue::Count(text.parse().unwrap_or(0)),
+            _ => FieldValue::Text(text),
+        }
+    }
+
     /// The validated event as a plain JSON object: its own members and the
     /// fields its type declares, nothing else.
     pub fn to_json(&self, rule_set: &RuleSet) -> Value {
@@ -73,8 +86,8 @@ impl Event {
         map.insert("eventId".into(), self.event_id.clone().into());
         map.insert("workflowId".into(), self.workflow_id.clone().into());
         map.insert("type".into(), self.type_name(rule_set).into());
-        for (position, field) in rule_set.events[self.event_type].fields.iter().enumerate() {
-            map.insert(rule_set.fields[*field].name.clone(), self.values[position].clone().into());
+        for field in &rule_set.events[self.event_type].fields {
+            map.insert(rule_set.fields[*field].name.clone(), self.field_value(rule_set, *field).to_json());
         }
         Value::Object(map)
     }
@@ -137,7 +150,7 @@ pub fn check<'a>(rule_set: &RuleSet, item: &Item<'a>, layout: Layout) -> Result<
         .map_err(|reason| invalid("workflowId", reason, Some(event_id)))?;
     for &f in &rule_set.events[event_type].fields {
         let field = &rule_set.fields[f];
-        field.kind.check(item.read(layout.event_field(f))).map_err(|reason| invalid(&field.name, reason, Some(event_id)))?;
+        field.kind.check_value(item.read(layout.event_field(f))).map_err(|reason| invalid(&field.name, reason, Some(event_id)))?;
     }
     Ok(Valid { event_id, workflow_id, event_type, item: *item, layout })
 }

@@ -5,6 +5,7 @@
 //! of it: two deliveries of one fact under different ids share a fingerprint.
 
 use crate::event::Event;
+use crate::field::FieldValue;
 use crate::jcs::write_string;
 use crate::ruleset::{Hole, RuleSet};
 
@@ -13,12 +14,14 @@ pub const PREFIX: &str = "fp1:";
 pub const LEN: usize = PREFIX.len() + 64;
 
 /// Writes the exact text that is hashed into `out`: an event type's constant
-/// parts (made when the rule set loaded) with the values between them.
+/// parts (made when the rule set loaded) with the values between them. A
+/// count is an RFC 8785 integer (its decimal digits), every other value a
+/// string, so a rule set without counts hashes exactly as before.
 pub fn write_canonical<'v>(
     rule_set: &RuleSet,
     event_type: usize,
     workflow_id: &str,
-    value_of: impl Fn(usize) -> &'v str,
+    value_of: impl Fn(usize) -> FieldValue<'v>,
     out: &mut String,
 ) {
     out.clear();
@@ -26,10 +29,29 @@ pub fn write_canonical<'v>(
         out.push_str(constant);
         match *hole {
             Hole::WorkflowId => write_string(out, workflow_id),
-            Hole::Field(f) => write_string(out, value_of(f)),
+            Hole::Field(f) => match value_of(f) {
+                FieldValue::Text(text) => write_string(out, text),
+                FieldValue::Count(n) => write_count(out, n),
+            },
             Hole::End => {}
         }
     }
+}
+
+/// A safe integer's decimal digits, without the formatting machinery.
+fn write_count(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
 /// `fp1:` and the hex SHA-256 of `canonical`, into `out` (`LEN` bytes).
@@ -50,7 +72,7 @@ pub fn write_digest(digest: &[u8; 32], out: &mut [u8]) {
 /// The exact bytes that are hashed.
 pub fn canonical_bytes(rule_set: &RuleSet, event: &Event) -> String {
     let mut out = String::with_capacity(128);
-    write_canonical(rule_set, event.event_type, &event.workflow_id, |f| event.value_of(rule_set, f).unwrap_or_default(), &mut out);
+    write_canonical(rule_set, event.event_type, &event.workflow_id, |f| event.field_value(rule_set, f), &mut out);
     out
 }
 

@@ -468,8 +468,8 @@ pub fn description_json() -> String {
 
 /// How a host lays items out for one rule set: the slots, the rule set's
 /// names, and per event type the fields it declares (laid out from the
-/// event), the fields its rules guard (the only workflow fields worth
-/// reading) and the members of a normalized copy. JSON text.
+/// event), the fields its rules guard or compare in a `when` (the only
+/// workflow fields worth reading) and the members of a normalized copy. JSON text.
 pub fn layout_json(rule_set: &RuleSet) -> String {
     let layout = Layout::new(rule_set);
     let mut w = Writer::default();
@@ -485,7 +485,8 @@ pub fn layout_json(rule_set: &RuleSet) -> String {
         let mut guards: Vec<usize> = Vec::new();
         for state in 1..rule_set.state_count() {
             for &r in &rule_set.cells[e][state] {
-                for &f in &rule_set.rules[r].guard {
+                let rule = &rule_set.rules[r];
+                for &f in rule.guard.iter().chain(rule.when.as_ref().map(|c| &c.workflow_field)) {
                     if !guards.contains(&f) {
                         guards.push(f);
                     }

@@ -7,6 +7,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::field::FieldValue;
 use crate::json::text::Writer;
 
 use crate::ruleset::{Answer, IdPart, RuleSet};
@@ -143,18 +144,19 @@ impl Write {
 }
 
 /// The values the template is filled with.
-pub struct Filling<'a, F: Fn(usize) -> &'a str> {
+pub struct Filling<'a, F: Fn(usize) -> FieldValue<'a>> {
     pub workflow_id: &'a str,
     pub revision: u64,
     pub value_of: F,
 }
 
-impl<'a, F: Fn(usize) -> &'a str> Filling<'a, F> {
+impl<'a, F: Fn(usize) -> FieldValue<'a>> Filling<'a, F> {
     pub fn value(&self, from: &From) -> Value {
         match from {
             From::Constant(text) => Value::String(text.clone()),
             From::Revision => Value::from(self.revision),
-            From::EventField(f) => Value::String((self.value_of)(*f).to_string()),
+            // A count is recorded and sent as a number, every other value as a string.
+            From::EventField(f) => (self.value_of)(*f).to_json(),
             From::Removed => Value::Null,
             From::WorkflowId => Value::String(self.workflow_id.to_string()),
         }

@@ -230,6 +230,8 @@ function createDecider(wasm) {
     } else if (typeof value === 'number') {
       p.entries[at] = NUMBER;
       p.numbers[p.count++] = value;
+      // A count field's value, as the templates and normalized copies fill it in: the number itself.
+      p.strings[at] = value;
     } else {
       p.entries[at] = OTHER - kindOf(value);
     }

@@ -5,7 +5,9 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use super::{Answer, Emit, EventType, FailCode, Field, Hole, Rule, RuleSet, Status, Template, Transition};
+use super::{
+    Answer, Comparison, Condition, Emit, EventType, FailCode, Field, Hole, Rule, RuleSet, Status, Template, Transition,
+};
 use crate::error::{default_disposition, truncate, Disposition, Error, Result};
 use crate::field::FieldKind;
 use crate::jcs::{canonical_json_with, hex, whole_numbers_only, write_string, MAX_SAFE_INTEGER};
@@ -162,7 +164,7 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
             return Err(invalid("$.otherwise", "must not be 'applied': a transition needs an explicit row"));
         }
         let index = rule_set.rules.len();
-        rule_set.rules.push(Rule { origin: "otherwise".into(), guard: Vec::new(), answer });
+        rule_set.rules.push(Rule { origin: "otherwise".into(), guard: Vec::new(), answer, when: None });
         for row in rule_set.cells.iter_mut() {
             for cell in row.iter_mut().filter(|c| c.is_empty()) {
                 cell.push(index);
@@ -223,7 +225,7 @@ fn load_fields(value: Option<&Value>) -> Result<Vec<Field>> {
         }
         let kind_text = string(required(map, "kind", &path)?, &format!("{path}.kind"))?;
         let kind = FieldKind::parse(kind_text)
-            .ok_or_else(|| invalid(&format!("{path}.kind"), "must be \"text\" or \"units\""))?;
+            .ok_or_else(|| invalid(&format!("{path}.kind"), "must be \"text\", \"units\" or \"count\""))?;
         fields.push(Field { name: field_name, kind });
     }
     unique(&fields, |f| &f.name, "$.fields")?;
@@ -307,7 +309,7 @@ fn names_or_any<'a>(value: &'a Value, path: &str) -> Result<Vec<&'a str>> {
 }
 
 fn load_rule(rule_set: &mut RuleSet, names: &Names, table_entries: &mut usize, value: &Value, path: &str) -> Result<()> {
-    let map = object(value, path, &["on", "in", "guard", "then", "description"])?;
+    let map = object(value, path, &["on", "in", "guard", "when", "then", "else", "description"])?;
     // Sets as flags: a name listed twice (or "*" with a name) answers its cells once.
     let mut on_event = vec![false; rule_set.events.len()];
     for (i, text) in names_or_any(required(map, "on", path)?, &format!("{path}.on"))?.into_iter().enumerate() {
@@ -356,9 +358,29 @@ fn load_rule(rule_set: &mut RuleSet, names: &Names, table_entries: &mut usize, v
         return Err(invalid(&format!("{path}.guard"), format!("there is nothing recorded to compare in \"{NONE}\"")));
     }
     let answer = load_answer(rule_set, required(map, "then", path)?, &format!("{path}.then"), &carried)?;
+    let condition = match (map.get("when"), map.get("else")) {
+        (None, None) => None,
+        (Some(_), None) => return Err(invalid(&format!("{path}.else"), "is required with 'when': the answer when the comparison does not hold")),
+        (None, Some(_)) => return Err(invalid(&format!("{path}.else"), "goes only with 'when'")),
+        (Some(when), Some(otherwise)) => {
+            let (event_field, op, workflow_field) = load_when(rule_set, when, &format!("{path}.when"), &carried)?;
+            Some((event_field, op, workflow_field, load_answer(rule_set, otherwise, &format!("{path}.else"), &carried)?))
+        }
+    };
 
     let index = rule_set.rules.len();
-    rule_set.rules.push(Rule { origin: path.trim_start_matches("$.").to_string(), guard, answer });
+    let origin = path.trim_start_matches("$.").to_string();
+    let when = condition.as_ref().map(|(event_field, op, workflow_field, _)| Condition {
+        event_field: *event_field,
+        op: *op,
+        workflow_field: *workflow_field,
+        otherwise: index + 1,
+    });
+    rule_set.rules.push(Rule { origin: origin.clone(), guard: guard.clone(), answer, when });
+    if let Some((_, _, _, otherwise)) = condition {
+        // In no cell of its own: its rule's `when` picks it.
+        rule_set.rules.push(Rule { origin: format!("{origin}.else"), guard, answer: otherwise, when: None });
+    }
     // Each pair once (the lists were made sets above), so no duplicate check.
     for e in &events {
         for s in &states {
@@ -366,6 +388,52 @@ fn load_rule(rule_set: &mut RuleSet, names: &Names, table_entries: &mut usize, v
         }
     }
     Ok(())
+}
+
+/// `[eventField, op, workflowField]`: two integer fields of one kind (count
+/// or units), the first carried by every event type the rule answers.
+fn load_when(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize]) -> Result<(usize, Comparison, usize)> {
+    let parts = match value.as_array() {
+        Some(parts) if parts.len() == 3 => parts,
+        _ => return Err(invalid(path, "must be [eventField, op, workflowField], op one of >, >=, =, <=, <")),
+    };
+    let field = |i: usize| -> Result<usize> {
+        let item_path = format!("{path}[{i}]");
+        let text = string(&parts[i], &item_path)?;
+        rule_set
+            .fields
+            .iter()
+            .position(|f| f.name == text)
+            .ok_or_else(|| invalid(&item_path, format!("{text:?} is not a declared field")))
+    };
+    let event_field = field(0)?;
+    if !carried.contains(&event_field) {
+        return Err(invalid(
+            &format!("{path}[0]"),
+            format!("{:?} is not carried by every event type this rule answers", rule_set.fields[event_field].name),
+        ));
+    }
+    let op_text = string(&parts[1], &format!("{path}[1]"))?;
+    let op = Comparison::ALL
+        .iter()
+        .find(|(s, _)| *s == op_text)
+        .map(|(_, c)| *c)
+        .ok_or_else(|| invalid(&format!("{path}[1]"), format!("{:?} is not one of >, >=, =, <=, <", truncate(op_text))))?;
+    let workflow_field = field(2)?;
+    let (a, b) = (&rule_set.fields[event_field], &rule_set.fields[workflow_field]);
+    if !a.kind.is_integer() || !b.kind.is_integer() {
+        return Err(invalid(
+            path,
+            format!("compares integers only (count or units fields): {:?} is {}, {:?} is {}", a.name, a.kind.as_str(), b.name, b.kind.as_str()),
+        ));
+    }
+    if a.kind != b.kind {
+        return Err(invalid(
+            path,
+            format!("compares two fields of one kind: {:?} is {}, {:?} is {}", a.name, a.kind.as_str(), b.name, b.kind.as_str()),
+        ));
+    }
+    Ok((event_field, op, workflow_field))
 }
 
 fn load_answer(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize]) -> Result<Answer> {

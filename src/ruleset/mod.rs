@@ -148,10 +148,59 @@ pub enum IdPart {
 /// One row of the decision table as written (or the `otherwise` row).
 #[derive(Debug, Clone)]
 pub struct Rule {
-    /// Where it was written: `rules[3]` or `otherwise`.
+    /// Where it was written: `rules[3]`, `rules[3].else` or `otherwise`.
     pub origin: String,
     pub guard: Vec<usize>,
     pub answer: Answer,
+    /// `when`: the answer is this rule's when the comparison holds, and the
+    /// `else` rule's otherwise (checked after the guard).
+    pub when: Option<Condition>,
+}
+
+/// `"when": [eventField, op, workflowField]` with its `else`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    /// Field indices: the event's value and the workflow's recorded one (a missing one is 0).
+    pub event_field: usize,
+    pub op: Comparison,
+    pub workflow_field: usize,
+    /// The index in `RuleSet::rules` of the `else` answer (a rule in no cell of its own).
+    pub otherwise: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comparison {
+    Greater,
+    GreaterOrEqual,
+    Equal,
+    LessOrEqual,
+    Less,
+}
+
+impl Comparison {
+    pub const ALL: [(&'static str, Comparison); 5] = [
+        (">", Comparison::Greater),
+        (">=", Comparison::GreaterOrEqual),
+        ("=", Comparison::Equal),
+        ("<=", Comparison::LessOrEqual),
+        ("<", Comparison::Less),
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        Comparison::ALL.iter().find(|(_, c)| *c == self).map_or("?", |(s, _)| s)
+    }
+
+    /// Whether `event op recorded` holds, given how the two compare.
+    pub fn holds(self, ordering: std::cmp::Ordering) -> bool {
+        use std::cmp::Ordering::*;
+        match self {
+            Comparison::Greater => ordering == Greater,
+            Comparison::GreaterOrEqual => ordering != Less,
+            Comparison::Equal => ordering == Equal,
+            Comparison::LessOrEqual => ordering != Greater,
+            Comparison::Less => ordering == Less,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -294,6 +343,11 @@ impl RuleSet {
     /// one; an unverified one (see `load_unverified`) may not, and is refused here.
     pub fn rule_for(&self, event: usize, state: StateIndex) -> Result<&Rule> {
         self.rule_index_for(event, state).map(|r| &self.rules[r])
+    }
+
+    /// The rules a cell's rule may answer with: itself, and its `else` when it has a `when`.
+    pub fn answers_of(&self, rule: usize) -> impl Iterator<Item = usize> + '_ {
+        std::iter::once(rule).chain(self.rules[rule].when.as_ref().map(|c| c.otherwise))
     }
 
     /// The index of `rule_for`'s rule.

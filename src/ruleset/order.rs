@@ -56,10 +56,21 @@ pub struct Race {
     pub description: Option<String>,
 }
 
+/// Versioned observations: the producer numbers the events it emits about
+/// the workflow's fact 1, 2, 3 … in emission order (in `field`, a count); a
+/// re-publication carries the same number.
+#[derive(Debug, Clone)]
+pub struct Sequence {
+    pub field: usize,
+    /// Event type indices, ascending: every type that carries the field.
+    pub events: Vec<usize>,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Order {
     pub follows: Vec<Follows>,
     pub races: Vec<Race>,
+    pub sequence: Option<Sequence>,
 }
 
 impl Order {
@@ -122,7 +133,7 @@ fn emits_operation(rule_set: &RuleSet, name: &str) -> bool {
 /// `after` may name an operation type the rules emit.
 pub fn load(rule_set: &RuleSet, value: &Value) -> Result<Order> {
     const LIMIT: usize = 256;
-    let map = object(value, "$.order", &["follows", "races", "description"])?;
+    let map = object(value, "$.order", &["follows", "races", "sequence", "description"])?;
     if let Some(d) = map.get("description") {
         text(d, "$.order.description")?;
     }
@@ -256,5 +267,49 @@ pub fn load(rule_set: &RuleSet, value: &Value) -> Result<Order> {
             }
         }
     }
+    if let Some(sequence) = map.get("sequence") {
+        order.sequence = Some(load_sequence(rule_set, sequence)?);
+    }
     Ok(order)
+}
+
+fn load_sequence(rule_set: &RuleSet, value: &Value) -> Result<Sequence> {
+    let path = "$.order.sequence";
+    let map = object(value, path, &["field", "events", "description"])?;
+    let name = text(map.get("field").ok_or_else(|| invalid(&format!("{path}.field"), "is required"))?, &format!("{path}.field"))?;
+    let field = rule_set
+        .fields
+        .iter()
+        .position(|f| f.name == name)
+        .ok_or_else(|| invalid(&format!("{path}.field"), format!("{name:?} is not a declared field")))?;
+    if rule_set.fields[field].kind != crate::field::FieldKind::Count {
+        return Err(invalid(&format!("{path}.field"), format!("{name:?} must be a count field")));
+    }
+    let listed = list(map, "events", path)?;
+    if listed.is_empty() || listed.len() > rule_set.events.len() {
+        return Err(invalid(&format!("{path}.events"), "must name the event types that carry the sequence"));
+    }
+    let mut events = Vec::new();
+    for (i, entry) in listed.iter().enumerate() {
+        let entry_path = format!("{path}.events[{i}]");
+        let e = event_index(rule_set, entry, &entry_path)?;
+        if !rule_set.events[e].fields.contains(&field) {
+            return Err(invalid(&entry_path, format!("{} does not carry {name:?}", rule_set.events[e].name)));
+        }
+        if events.contains(&e) {
+            return Err(invalid(&entry_path, "is listed twice"));
+        }
+        events.push(e);
+    }
+    if let Some(missing) = (0..rule_set.events.len()).find(|e| rule_set.events[*e].fields.contains(&field) && !events.contains(e)) {
+        return Err(invalid(
+            &format!("{path}.events"),
+            format!("{} carries {name:?} and must be listed: one numbering per fact", rule_set.events[missing].name),
+        ));
+    }
+    if let Some(d) = map.get("description") {
+        text(d, &format!("{path}.description"))?;
+    }
+    crate::sort::sort_by(&mut events, &mut |a, b| a < b);
+    Ok(Sequence { field, events })
 }

@@ -35,13 +35,20 @@ use crate::limits::{MAX_REORDER_CONFIGURATIONS, MAX_REORDER_HISTORIES};
 
 /// Events in a history, at most.
 pub const BOUND: usize = 6;
+/// Events in a history with a chain of numbered observations, at most.
+pub const BOUND_SEQUENCED: usize = 8;
+/// Numbered observations in one chain, at most (detect, reverse, re-detect, confirm).
+pub const MAX_OBSERVATIONS: usize = 4;
 /// Copies of one event type in a history, at most.
 pub const MAX_COPIES: u8 = 2;
 const MAX_COUNTEREXAMPLES: usize = 8;
 
 pub struct Check {
     /// `None` when the rule set makes no reorder claim or cannot be checked.
-    pub skipped: Option<&'static str>,
+    pub skipped: Option<String>,
+    /// A claim the check cannot prove (a comparison the model cannot
+    /// evaluate): the property fails with this as its counterexample.
+    pub unproven: Option<Value>,
     pub counterexamples: Vec<Value>,
     /// (history, start status) pairs explored: the `maxReorderHistories` budget used.
     pub histories: usize,
@@ -84,7 +91,18 @@ impl Check {
                 })
                 .collect();
         }
-        if let Some(reason) = self.skipped {
+        if let Some(sequence) = rule_set.order.as_ref().and_then(|o| o.sequence.as_ref()) {
+            info["bound"] = json!({
+                "events": BOUND_SEQUENCED, "copiesPerType": MAX_COPIES,
+                "sequence": {
+                    "field": rule_set.fields[sequence.field].name,
+                    "events": sequence.events.iter().map(|e| rule_set.events[*e].name.as_str()).collect::<Vec<_>>(),
+                    "observations": MAX_OBSERVATIONS,
+                    "copiesPerObservation": MAX_COPIES,
+                },
+            });
+        }
+        if let Some(reason) = &self.skipped {
             info["skipped"] = json!(reason);
         }
         info
@@ -134,11 +152,14 @@ struct Config {
     /// fail that property anyway.
     recurring: u128,
     recorded: u64,
-    consumed: u16,
-    errored: u16,
+    consumed: u32,
+    errored: u32,
     /// Per racing pair of local types, two bits: decided, and whether the
     /// lower type was seen first.
-    seen_first: u32,
+    seen_first: u64,
+    /// The workflow's recorded sequence (`order.sequence`): the number of
+    /// the last observation a transition recorded, 0 for none.
+    sequence: u8,
 }
 
 const RECURRING_MAX: u128 = 7;
@@ -155,11 +176,11 @@ fn recurring_count(packed: u128, slot: usize) -> usize {
     ((packed >> (3 * slot)) & RECURRING_MAX) as usize
 }
 
-fn count(packed: u16, t: usize) -> u8 {
+fn count(packed: u32, t: usize) -> u8 {
     ((packed >> (2 * t)) & 3) as u8
 }
 
-fn bump(packed: u16, t: usize) -> u16 {
+fn bump(packed: u32, t: usize) -> u32 {
     packed + (1 << (2 * t))
 }
 
@@ -177,6 +198,8 @@ enum Reply {
 #[derive(Clone, Copy)]
 struct Delivery {
     event: usize,
+    /// The observation's number, 0 for an event that carries none.
+    number: u8,
     from: StateIndex,
     to: StateIndex,
     rule: usize,
@@ -186,8 +209,13 @@ struct Delivery {
 /// One history from one start status, with everything precomputed.
 struct History<'a> {
     rule_set: &'a RuleSet,
-    /// Global event index of each local type, in declaration order.
+    /// Global event index of each local type: the chain's observations in
+    /// their producer's order, then the other types in declaration order.
     types: Vec<usize>,
+    /// Each local type's observation number (`order.sequence`), 0 for a type that carries none.
+    numbers: Vec<u8>,
+    /// The sequence field, when the order section declares one.
+    sequence_field: Option<usize>,
     copies: Vec<u8>,
     /// Emitted-template bits that must be set before a local type can exist.
     needs_emitted: Vec<u64>,
@@ -212,11 +240,23 @@ impl History<'_> {
             return None;
         }
         let event = self.types[t];
-        let rule_index = self.rule_set.cells[event][config.at][0];
+        let number = self.numbers[t];
+        let mut rule_index = self.rule_set.cells[event][config.at][0];
         let rule = &self.rule_set.rules[rule_index];
         let mut next = *config;
-        let guard_fails =
-            config.at != 0 && rule.guard.iter().any(|f| config.recorded & (1 << f) == 0);
+        // A guard on the sequence compares numbers; every other guard holds
+        // once its field is recorded (one fact per history).
+        let guard_fails = config.at != 0
+            && rule.guard.iter().any(|f| {
+                config.recorded & (1 << f) == 0 || (Some(*f) == self.sequence_field && config.sequence != number)
+            });
+        // `check` made sure every `when` compares the sequence with the recorded one.
+        if let Some(condition) = &rule.when {
+            if !guard_fails && !condition.op.holds(number.cmp(&config.sequence)) {
+                rule_index = condition.otherwise;
+            }
+        }
+        let rule = &self.rule_set.rules[rule_index];
         let reply = if guard_fails {
             Reply::Error {
                 code: "IDENTITY_MISMATCH",
@@ -239,9 +279,15 @@ impl History<'_> {
                     }
                     for f in &transition.record {
                         next.recorded |= 1 << f;
+                        if Some(*f) == self.sequence_field {
+                            next.sequence = number;
+                        }
                     }
                     for f in &transition.clear {
                         next.recorded &= !(1 << f);
+                        if Some(*f) == self.sequence_field {
+                            next.sequence = 0;
+                        }
                     }
                     Reply::Applied
                 }
@@ -272,6 +318,7 @@ impl History<'_> {
             next,
             Delivery {
                 event,
+                number,
                 from: config.at,
                 to: next.at,
                 rule: rule_index,
@@ -281,7 +328,7 @@ impl History<'_> {
     }
 
     /// A result compares everything but the race bookkeeping.
-    fn result(config: &Config) -> (StateIndex, u64, u128, u64, u16, u16) {
+    fn result(config: &Config) -> (StateIndex, u64, u128, u64, u32, u32, u8) {
         (
             config.at,
             config.emitted,
@@ -289,6 +336,7 @@ impl History<'_> {
             config.recorded,
             config.consumed,
             config.errored,
+            config.sequence,
         )
     }
 
@@ -330,7 +378,7 @@ struct Search<'h, 'a, 's> {
     /// Reused from history to history (cleared), so it allocates once.
     seen: &'s mut HashSet<Config, BuildHasherDefault<Fx>>,
     /// Per race signature: the first result reached and the order that reached it.
-    references: Vec<(u32, Config, Vec<Delivery>, bool)>,
+    references: Vec<(u64, Config, Vec<Delivery>, bool)>,
     path: Vec<Delivery>,
     mismatch: Option<(usize, Config, Vec<Delivery>)>,
     /// The whole verification's count, not this history's: the budget is one total.
@@ -382,18 +430,32 @@ impl Search<'_, '_, '_> {
 pub fn check(rule_set: &RuleSet) -> Result<Check> {
     let mut outcome = Check {
         skipped: None,
+        unproven: None,
         counterexamples: Vec::new(),
         histories: 0,
         configurations: 0,
     };
     let Some(order) = &rule_set.order else {
         outcome.skipped = Some(
-            "no 'order' section: the rule set is proven for in-order delivery per workflow only",
+            "no 'order' section: the rule set is proven for in-order delivery per workflow only".into(),
         );
         return Ok(outcome);
     };
     if rule_set.cells.iter().flatten().any(|cell| cell.len() != 1) {
-        outcome.skipped = Some("needs exactly one answer per (event type, status) pair first");
+        outcome.skipped = Some("needs exactly one answer per (event type, status) pair first".into());
+        return Ok(outcome);
+    }
+    // The model knows one value: the recorded sequence. A `when` on anything
+    // else (an amount, another count) it cannot evaluate, so the claim stays unproven.
+    let sequence_field = order.sequence.as_ref().map(|s| s.field);
+    let evaluable = |c: &super::Condition| Some(c.event_field) == sequence_field && Some(c.workflow_field) == sequence_field;
+    if let Some(rule) = rule_set.rules.iter().find(|r| r.when.as_ref().is_some_and(|c| !evaluable(c))) {
+        let reason = format!(
+            "{} compares fields the reorder check cannot evaluate (it models only the sequence of order.sequence against its recorded value): the rule set's 'order' claim is not proven",
+            rule.origin
+        );
+        outcome.unproven = Some(json!({ "rule": rule.origin, "reason": reason }));
+        outcome.skipped = Some(reason);
         return Ok(outcome);
     }
     let templates = rule_set.templates();
@@ -456,30 +518,62 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
         .collect();
     let racing: HashSet<(usize, usize)> = order.races.iter().map(|r| (r.a, r.b)).collect();
 
+    let sequence_field = order.sequence.as_ref().map(|s| s.field);
+    let sequenced = |e: usize| order.sequence.as_ref().is_some_and(|s| s.events.contains(&e));
     let mut seen: HashSet<Config, BuildHasherDefault<Fx>> = HashSet::default();
-    for copies in histories(rule_set, order)? {
-        let types: Vec<usize> = (0..copies.len()).filter(|e| copies[*e] > 0).collect();
+    for shape in histories(rule_set, order)? {
+        // The chain's observations first, in their producer's order, then the other types.
+        let chain_length = shape.chain.len();
+        let mut types: Vec<usize> = shape.chain.iter().map(|(e, _)| *e).collect();
+        let mut copies: Vec<u8> = shape.chain.iter().map(|(_, n)| *n).collect();
+        let mut numbers: Vec<u8> = (1..=chain_length as u8).collect();
+        for (e, n) in shape.copies.iter().enumerate().filter(|(_, n)| **n > 0) {
+            types.push(e);
+            copies.push(*n);
+            numbers.push(0);
+        }
+        // A type's first local kind: an event that follows a sequenced type follows its first observation.
         let local = |global: usize| types.iter().position(|t| *t == global);
+        let follows: Vec<Vec<usize>> = (0..types.len())
+            .map(|t| {
+                let mut after: Vec<usize> = follows_events[types[t]]
+                    .iter()
+                    .filter(|a| !(t < chain_length && sequenced(**a)))
+                    .filter_map(|a| local(*a))
+                    .collect();
+                // Each observation comes after the one numbered before it.
+                if t > 0 && t < chain_length {
+                    after.push(t - 1);
+                }
+                after
+            })
+            .collect();
         let mut races = Vec::new();
         for low in 0..types.len() {
             for high in low + 1..types.len() {
-                // `types` ascends, so (low, high) is the race's (a, b).
-                if racing.contains(&(types[low], types[high])) {
+                let (a, b) = (types[low].min(types[high]), types[low].max(types[high]));
+                if a != b && racing.contains(&(a, b)) {
                     races.push((low, high, races.len()));
                 }
             }
         }
+        if races.len() > 32 {
+            return Err(Error::RuleSetInvalid {
+                path: "$.order.races".into(),
+                reason: "limit racing pairs: at most 32 racing pairs of events in one history; declare fewer races".into(),
+                report: None,
+            });
+        }
         let history = History {
             rule_set,
-            copies: types.iter().map(|e| copies[*e]).collect(),
+            copies,
             needs_emitted: types.iter().map(|e| needs_emitted[*e]).collect(),
-            follows: types
-                .iter()
-                .map(|e| follows_events[*e].iter().filter_map(|a| local(*a)).collect())
-                .collect(),
+            follows,
             races,
             emit_bits: emit_bits.clone(),
             recurring_emits: recurring_emits.clone(),
+            numbers,
+            sequence_field,
             types,
         };
         for &start in &starts {
@@ -500,6 +594,7 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
                 consumed: 0,
                 errored: 0,
                 seen_first: 0,
+                sequence: 0,
             };
             let (end, deliveries) = history.in_order(origin);
             seen.clear();
@@ -563,47 +658,113 @@ fn operation_bits(rule_set: &RuleSet, templates: &[&str], operation: &str) -> u6
     bits
 }
 
-/// Every legal history as copies per event type, smallest first.
-fn histories(rule_set: &RuleSet, order: &Order) -> Result<Vec<Vec<u8>>> {
+/// One history: the chain of numbered observations (`order.sequence`; each
+/// its event type and copies) and the copies of every other event type.
+struct Shape {
+    chain: Vec<(usize, u8)>,
+    copies: Vec<u8>,
+}
+
+impl Shape {
+    fn size(&self) -> usize {
+        self.chain.iter().map(|(_, n)| *n as usize).sum::<usize>() + self.copies.iter().map(|n| *n as usize).sum::<usize>()
+    }
+
+    fn has(&self, e: usize) -> bool {
+        self.copies[e] > 0 || self.chain.iter().any(|(t, _)| *t == e)
+    }
+}
+
+/// Every legal history, smallest first. Without a sequence, copies per event
+/// type (each at most [`MAX_COPIES`], at most [`BOUND`] events). With one,
+/// the sequenced types are a chain of up to [`MAX_OBSERVATIONS`] numbered
+/// observations, each of a sequenced type and each with up to
+/// [`MAX_COPIES`] copies, in which an observation that `follows` a
+/// sequenced type has an earlier observation of it; the other types as
+/// before, at most [`BOUND_SEQUENCED`] events in all.
+fn histories(rule_set: &RuleSet, order: &Order) -> Result<Vec<Shape>> {
     let types = rule_set.events.len();
-    let mut out: Vec<Vec<u8>> = Vec::new();
-    let mut copies = vec![0u8; types];
-    fn walk(e: usize, left: usize, copies: &mut Vec<u8>, out: &mut Vec<Vec<u8>>) -> bool {
-        if e == copies.len() {
-            if left < BOUND {
-                out.push(copies.clone());
+    let sequenced: Vec<usize> = order.sequence.as_ref().map(|s| s.events.clone()).unwrap_or_default();
+    let bound = if sequenced.is_empty() { BOUND } else { BOUND_SEQUENCED };
+    let too_many = || Error::RuleSetInvalid {
+        path: "$.order".into(),
+        reason: format!(
+            "limit maxReorderHistories: at most {MAX_REORDER_HISTORIES} histories, this definition's {types} event types make more of up to {bound} events; split the rule set"
+        ),
+        report: None,
+    };
+    // The chains: observation types in order, each follows satisfied by an earlier observation.
+    let mut chains: Vec<Vec<usize>> = vec![Vec::new()];
+    let mut frontier: Vec<Vec<usize>> = vec![Vec::new()];
+    for _ in 0..MAX_OBSERVATIONS.min(bound) {
+        let mut longer = Vec::new();
+        for chain in &frontier {
+            for &e in &sequenced {
+                let legal = order.follows.iter().all(|f| match f.after {
+                    After::Event(a) if f.event == e && sequenced.contains(&a) => chain.contains(&a),
+                    _ => true,
+                });
+                if legal {
+                    let mut next = chain.clone();
+                    next.push(e);
+                    longer.push(next);
+                }
             }
-            return out.len() <= MAX_REORDER_HISTORIES;
         }
-        for n in 0..=MAX_COPIES.min(left as u8) {
+        chains.extend(longer.iter().cloned());
+        frontier = longer;
+        if chains.len() > MAX_REORDER_HISTORIES {
+            return Err(too_many());
+        }
+    }
+    let mut out: Vec<Shape> = Vec::new();
+    for chain in &chains {
+        // Copies of each observation: 1 to MAX_COPIES.
+        let mut chain_copies = vec![1u8; chain.len()];
+        loop {
+            let used: usize = chain_copies.iter().map(|n| *n as usize).sum();
+            if used <= bound {
+                let mut copies = vec![0u8; types];
+                if !walk(&sequenced, 0, bound - used, &mut copies, &mut |copies| {
+                    out.push(Shape { chain: chain.iter().copied().zip(chain_copies.iter().copied()).collect(), copies: copies.to_vec() });
+                    out.len() <= MAX_REORDER_HISTORIES
+                }) {
+                    return Err(too_many());
+                }
+            }
+            // The next combination of copies, or done.
+            let Some(i) = chain_copies.iter().position(|n| *n < MAX_COPIES) else { break };
+            chain_copies[i] += 1;
+            chain_copies[..i].iter_mut().for_each(|n| *n = 1);
+        }
+    }
+    /// Copies of each unsequenced type from `e` on, with `left` events to spend.
+    fn walk(sequenced: &[usize], e: usize, left: usize, copies: &mut Vec<u8>, emit: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        if e == copies.len() {
+            return emit(copies);
+        }
+        let most = if sequenced.contains(&e) { 0 } else { MAX_COPIES.min(left as u8) };
+        for n in 0..=most {
             copies[e] = n;
-            if !walk(e + 1, left - n as usize, copies, out) {
+            if !walk(sequenced, e + 1, left - n as usize, copies, emit) {
                 return false;
             }
         }
         copies[e] = 0;
         true
     }
-    if !walk(0, BOUND, &mut copies, &mut out) {
-        return Err(Error::RuleSetInvalid {
-            path: "$.order".into(),
-            reason: format!(
-                "limit maxReorderHistories: at most {MAX_REORDER_HISTORIES} histories, this definition's {types} event types make more of up to {BOUND} events; split the rule set"
-            ),
-            report: None,
-        });
-    }
-    out.retain(|c| {
-        c.iter().any(|n| *n > 0)
+    out.retain(|shape| {
+        shape.size() > 0
             && order.follows.iter().all(|f| match f.after {
-                After::Event(a) => c[f.event] == 0 || c[a] > 0,
+                After::Event(a) => !shape.has(f.event) || shape.has(a),
                 After::Operation(_) => true,
             })
     });
-    // Smallest first; among equals, the earlier-declared types first. The
-    // order is total (equal configurations are the same), so unstable is exact.
-    let size = |c: &[u8]| c.iter().map(|n| *n as usize).sum::<usize>();
-    crate::sort::sort_by(&mut out, &mut |a, b| size(a).cmp(&size(b)).then_with(|| b.cmp(a)).is_lt());
+    // Smallest first; among equals, the earlier-declared types first, then
+    // the shorter chain. Unstable, but over one input order: deterministic.
+    crate::sort::sort_by(&mut out, &mut |a, b| {
+        a.size().cmp(&b.size()).then_with(|| b.copies.cmp(&a.copies)).then_with(|| a.chain.cmp(&b.chain)).is_lt()
+    });
     Ok(out)
 }
 
@@ -614,6 +775,14 @@ fn counterexample(
     actual: (&[Delivery], &Config),
 ) -> Value {
     let rs = history.rule_set;
+    // An observation is named with its number: `DEPOSIT_DETECTED #3`.
+    let name = |t: usize| -> String {
+        let event = &rs.events[history.types[t]].name;
+        match history.numbers[t] {
+            0 => event.clone(),
+            n => format!("{event} #{n}"),
+        }
+    };
     let steps = |deliveries: &[Delivery]| -> Vec<Value> {
         deliveries
             .iter()
@@ -624,36 +793,40 @@ fn counterexample(
                     Reply::Stale => "stale".to_string(),
                     Reply::Error { code, disposition } => format!("{code} ({disposition})"),
                 };
-                json!({
+                let mut step = json!({
                     "event": rs.events[d.event].name,
                     "from": rs.state_name(d.from),
                     "answer": answer,
                     "to": rs.state_name(d.to),
                     "rule": rs.rules[d.rule].origin,
-                })
+                });
+                if d.number > 0 {
+                    step["sequence"] = json!(d.number);
+                }
+                step
             })
             .collect()
     };
     let end = |config: &Config| {
-        let names = |packed: u16| -> Vec<&str> {
+        let names = |packed: u32| -> Vec<String> {
             let mut names = Vec::new();
-            for (t, e) in history.types.iter().enumerate() {
+            for t in 0..history.types.len() {
                 for _ in 0..count(packed, t) {
-                    names.push(rs.events[*e].name.as_str());
+                    names.push(name(t));
                 }
             }
             names
         };
         let undelivered = {
             let mut names = Vec::new();
-            for (t, e) in history.types.iter().enumerate() {
+            for t in 0..history.types.len() {
                 for _ in count(config.consumed, t)..history.copies[t] {
-                    names.push(rs.events[*e].name.as_str());
+                    names.push(name(t));
                 }
             }
             names
         };
-        json!({
+        let mut end = json!({
             "status": rs.state_name(config.at),
             "recorded": rs.fields.iter().enumerate().filter(|(i, _)| config.recorded & (1 << i) != 0).map(|(_, f)| f.name.as_str()).collect::<Vec<_>>(),
             // A recurring template once per emission, a once-only one once.
@@ -662,7 +835,11 @@ fn counterexample(
             }).collect::<Vec<_>>(),
             "answeredWithError": names(config.errored),
             "undelivered": undelivered,
-        })
+        });
+        if history.sequence_field.is_some() {
+            end["recordedSequence"] = json!(config.sequence);
+        }
+        end
     };
     let races: Vec<String> = history
         .races
@@ -674,14 +851,11 @@ fn counterexample(
             } else {
                 (high, low)
             };
-            format!(
-                "{} seen before {}",
-                rs.events[history.types[first]].name, rs.events[history.types[second]].name
-            )
+            format!("{} seen before {}", name(first), name(second))
         })
         .collect();
     let same =
-        |a: &Delivery, b: &Delivery| a.event == b.event && a.to == b.to && a.reply == b.reply;
+        |a: &Delivery, b: &Delivery| a.event == b.event && a.number == b.number && a.to == b.to && a.reply == b.reply;
     let diverges_at = expected
         .0
         .iter()
@@ -689,9 +863,9 @@ fn counterexample(
         .position(|(a, b)| !same(a, b))
         .unwrap_or(expected.0.len().min(actual.0.len()));
     let mut events = Vec::new();
-    for (t, e) in history.types.iter().enumerate() {
+    for t in 0..history.types.len() {
         for _ in 0..history.copies[t] {
-            events.push(rs.events[*e].name.as_str());
+            events.push(name(t));
         }
     }
     json!({

@@ -29,12 +29,29 @@ pub fn rows(rule_set: &RuleSet) -> Vec<Row> {
         }
         for (rule_index, states) in grouped {
             let rule = &rule_set.rules[rule_index];
+            let (mut answer, mut text) = (answer_json(rule_set, &rule.answer), summary(rule_set, &rule.answer));
+            if let Some(condition) = &rule.when {
+                let otherwise = &rule_set.rules[condition.otherwise].answer;
+                let when = [
+                    rule_set.fields[condition.event_field].name.as_str(),
+                    condition.op.as_str(),
+                    rule_set.fields[condition.workflow_field].name.as_str(),
+                ];
+                text = format!(
+                    "when {} {} recorded {}: {text}; else {}",
+                    when[0],
+                    when[1],
+                    when[2],
+                    summary(rule_set, otherwise)
+                );
+                answer = json!({ "when": when, "then": answer, "else": answer_json(rule_set, otherwise) });
+            }
             rows.push(Row {
                 event: event.name.clone(),
                 states,
                 guard: rule.guard.iter().map(|f| rule_set.fields[*f].name.clone()).collect(),
-                answer: answer_json(rule_set, &rule.answer),
-                summary: summary(rule_set, &rule.answer),
+                answer,
+                summary: text,
                 origin: rule.origin.clone(),
             });
         }

@@ -2,7 +2,8 @@
 //! reach. A state is abstract but exact for what the properties need: the
 //! status, which once-only operation ids have been emitted (a recurring
 //! one's id carries the revision: see `operation-ids-unique` below), and
-//! which fields are recorded. Guards are assumed to pass (a failing guard changes nothing).
+//! which fields are recorded. Guards are assumed to pass (a failing guard
+//! changes nothing), and a `when` may go either way: both answers are explored.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -170,7 +171,9 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
     while let Some(node) = queue.pop_front() {
         let state = explorer.states[node];
         for event in 0..rule_set.events.len() {
-            for &rule_index in &rule_set.cells[event][state.at] {
+            // A rule with a `when` may answer with itself or its `else`: both are explored.
+            let answers = rule_set.cells[event][state.at].iter().flat_map(|r| rule_set.answers_of(*r));
+            for rule_index in answers {
                 let rule = &rule_set.rules[rule_index];
                 if state.at != 0 {
                     if let Some(field) =
@@ -317,7 +320,7 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
         .map(|(name, description)| {
             if *name == REORDER_SAFE {
                 let mut examples = reorder.counterexamples.clone();
-                let first = (!examples.is_empty()).then(|| examples.remove(0));
+                let first = (!examples.is_empty()).then(|| examples.remove(0)).or_else(|| reorder.unproven.clone());
                 return Property {
                     name,
                     description,
