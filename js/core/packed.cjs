@@ -229,9 +229,7 @@ function createDecider(wasm) {
       p.entries[at] = NULL;
     } else if (typeof value === 'number') {
       p.entries[at] = NUMBER;
-      p.numbers[p.count++] = value;
-      // A count field's value, as the templates and normalized copies fill it in: the number itself.
-      p.strings[at] = value;
+      p.numbers[p.count++] = p.strings[at] = value; // a count: templates and normalized copies take the number itself
     } else {
       p.entries[at] = OTHER - kindOf(value);
     }
