@@ -262,7 +262,7 @@ impl RuleSet {
             });
         };
         let builtin = match version {
-            None => versions.versions.last(),
+            None => versions.versions.iter().find(|b| b.version == versions.current),
             Some(v) => versions.versions.iter().find(|b| b.version == v),
         }
         .ok_or_else(|| Error::InvalidArgument {
@@ -424,8 +424,14 @@ pub const BUILTIN_DEPOSIT_SWAP: &str = include_str!("deposit-swap.v2.json");
 pub const BUILTIN_DEPOSIT_SWAP_V1: &str = include_str!("deposit-swap.v1.json");
 pub const BUILTIN_ORDER_SHIPMENT: &str = include_str!("order-shipment.v2.json");
 pub const BUILTIN_ORDER_SHIPMENT_V1: &str = include_str!("order-shipment.v1.json");
-/// Renewals: a recurring operation (`charge-renewal:{revision}:{workflowId}`).
-pub const BUILTIN_SUBSCRIPTION: &str = include_str!("subscription.v1.json");
+/// `deposit-swap` over numbered observations (`sequence`): a re-inclusion is
+/// exchanged once. Registered, not yet the current version.
+pub const BUILTIN_DEPOSIT_SWAP_V3: &str = include_str!("deposit-swap.v3.json");
+/// Renewals: a recurring operation (`charge-renewal:{revision}:{workflowId}`),
+/// periods as counts (version 2, current).
+pub const BUILTIN_SUBSCRIPTION: &str = include_str!("subscription.v2.json");
+/// The first `subscription`, periods as text, kept for audit of receipts it wrote.
+pub const BUILTIN_SUBSCRIPTION_V1: &str = include_str!("subscription.v1.json");
 
 struct Builtin {
     version: u64,
@@ -460,26 +466,31 @@ impl Builtin {
 
 struct BuiltinVersions {
     name: &'static str,
-    /// Oldest first; the last is the current version.
+    /// Oldest first.
     versions: &'static [Builtin],
+    /// The version `builtin(name)` loads (a newer one may be registered before it becomes current).
+    current: u64,
 }
 
 static BUILTINS: [BuiltinVersions; 3] = [
     BuiltinVersions {
         name: "deposit-swap",
         versions: &DEPOSIT_SWAP_VERSIONS,
+        current: 2,
     },
     BuiltinVersions {
         name: "order-shipment",
         versions: &ORDER_SHIPMENT_VERSIONS,
+        current: 2,
     },
     BuiltinVersions {
         name: "subscription",
         versions: &SUBSCRIPTION_VERSIONS,
+        current: 2,
     },
 ];
 
-static DEPOSIT_SWAP_VERSIONS: [Builtin; 2] = [
+static DEPOSIT_SWAP_VERSIONS: [Builtin; 3] = [
     Builtin {
         version: 1,
         text: BUILTIN_DEPOSIT_SWAP_V1,
@@ -490,6 +501,12 @@ static DEPOSIT_SWAP_VERSIONS: [Builtin; 2] = [
         version: 2,
         text: BUILTIN_DEPOSIT_SWAP,
         proven_hash: "sha256:5eeb4135240c8f3407ce347771b275987e9e8e1753d02197e50ae31ed1bfb624",
+        cell: OnceLock::new(),
+    },
+    Builtin {
+        version: 3,
+        text: BUILTIN_DEPOSIT_SWAP_V3,
+        proven_hash: "sha256:7e4eeb986c026a5170575b9a116dd3e6ac437b1c30b99aa27f14d6e66cbd8f6a",
         cell: OnceLock::new(),
     },
 ];
@@ -509,12 +526,20 @@ static ORDER_SHIPMENT_VERSIONS: [Builtin; 2] = [
     },
 ];
 
-static SUBSCRIPTION_VERSIONS: [Builtin; 1] = [Builtin {
-    version: 1,
-    text: BUILTIN_SUBSCRIPTION,
-    proven_hash: "sha256:befe7a6db2c7ae1e2605c8fbcdcb2b9ee7a1bcd94dc80f09c770f81daa39e4fb",
-    cell: OnceLock::new(),
-}];
+static SUBSCRIPTION_VERSIONS: [Builtin; 2] = [
+    Builtin {
+        version: 1,
+        text: BUILTIN_SUBSCRIPTION_V1,
+        proven_hash: "sha256:befe7a6db2c7ae1e2605c8fbcdcb2b9ee7a1bcd94dc80f09c770f81daa39e4fb",
+        cell: OnceLock::new(),
+    },
+    Builtin {
+        version: 2,
+        text: BUILTIN_SUBSCRIPTION,
+        proven_hash: "sha256:4803f6db5a600ab3c9089024cf3c4c4afc52c7db97457ca1ad24baddcf111f92",
+        cell: OnceLock::new(),
+    },
+];
 
 #[cfg(test)]
 mod builtin_proofs;

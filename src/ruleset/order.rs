@@ -70,6 +70,10 @@ pub struct Sequence {
 pub struct Order {
     pub follows: Vec<Follows>,
     pub races: Vec<Race>,
+    /// Every `(first side, second side)` pair of event types as declared: two
+    /// numbered observations of one chain race only when the newer one is of
+    /// the first side's type (see `reorder`).
+    pub directed: Vec<(usize, usize)>,
     pub sequence: Option<Sequence>,
 }
 
@@ -207,6 +211,12 @@ pub fn load(rule_set: &RuleSet, value: &Value) -> Result<Order> {
         order.follows.push(Follows { event, after, same });
     }
 
+    // Before the races: two observations of one numbered chain may race though their type is one.
+    if let Some(sequence) = map.get("sequence") {
+        order.sequence = Some(load_sequence(rule_set, sequence)?);
+    }
+    let sequenced_events: Vec<usize> = order.sequence.as_ref().map(|s| s.events.clone()).unwrap_or_default();
+    let sequenced = |e: usize| sequenced_events.contains(&e);
     let races = list(map, "races", "$.order")?;
     if races.len() > LIMIT {
         return Err(invalid("$.order.races", format!("at most {LIMIT} entries")));
@@ -244,11 +254,14 @@ pub fn load(rule_set: &RuleSet, value: &Value) -> Result<Order> {
         };
         for a in side(0)? {
             for b in side(1)? {
-                if a == b {
+                if a == b && !sequenced(a) {
                     return Err(invalid(
                         &format!("{path}.between"),
-                        "an event type does not race with itself",
+                        "an event type does not race with itself (only a sequenced one does: a newer observation with an older one)",
                     ));
+                }
+                if !order.directed.contains(&(a, b)) {
+                    order.directed.push((a, b));
                 }
                 let (a, b) = (a.min(b), a.max(b));
                 if !order.races_between(a, b) {
@@ -266,9 +279,6 @@ pub fn load(rule_set: &RuleSet, value: &Value) -> Result<Order> {
                 }
             }
         }
-    }
-    if let Some(sequence) = map.get("sequence") {
-        order.sequence = Some(load_sequence(rule_set, sequence)?);
     }
     Ok(order)
 }

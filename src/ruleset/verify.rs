@@ -372,7 +372,7 @@ pub const REORDER_SAFE: &str = "reorder-safe";
 mod tests {
     use serde_json::{json, Value};
 
-    use crate::ruleset::{verify_definition, BUILTIN_SUBSCRIPTION};
+    use crate::ruleset::{verify_definition, BUILTIN_SUBSCRIPTION_V1 as BUILTIN_SUBSCRIPTION};
 
     fn subscription() -> Value {
         serde_json::from_str(BUILTIN_SUBSCRIPTION).unwrap()
