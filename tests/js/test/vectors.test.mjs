@@ -51,7 +51,7 @@ for (const c of load('fingerprint').cases) {
 
 for (const c of load('validation').cases) {
   test(`validation vector: ${c.name}`, () => {
-    const ruleSet = rules(c.ruleSet);
+    const ruleSet = rules(c.ruleSet, c.ruleSetVersion);
     if (c.valid) {
       validateEvent(c.event, { ruleSet });
       assert.match(fingerprint(c.event, { ruleSet }), /^fp1:[0-9a-f]{64}$/);
