@@ -19,9 +19,10 @@ const { decider } = require(path.join(root, 'core', 'wasm.cjs'));
 
 const SEED = Number(process.env.DECIDER_SEED ?? 20261201);
 const CASES = Number(process.env.DECIDER_CASES ?? 6_000);
-const BUILTINS = [['deposit-swap', 1], ['deposit-swap', 2], ['order-shipment', 1], ['order-shipment', 2], ['subscription', 1]];
+const BUILTINS = [['deposit-swap', 1], ['deposit-swap', 2], ['deposit-swap', 3], ['order-shipment', 1], ['order-shipment', 2], ['subscription', 1], ['subscription', 2]];
 const TEXTS = ['ref-a', 'ref-b', 'btc-mainnet:tx-9f:vout-0', 'réf-☃', '😀-emoji', 'a"quote\\', '2026-11'];
 const UNITS = ['1', '250', '1000000', '99999999999999999999999999'];
+const COUNTS = [1, 2, 3, 4, 9007199254740991];
 const HOSTILE = [
   () => ({ absent: true }), () => ({ value: null }), () => ({ value: undefined }), () => ({ value: '' }),
   () => ({ value: '   ' }), () => ({ value: '012' }), () => ({ value: 5 }), () => ({ value: -0 }), () => ({ value: true }),
@@ -43,7 +44,7 @@ function recipe(rng, ruleSet) {
   const type = pick(definition.events);
   const kinds = Object.fromEntries((definition.fields ?? []).map((f) => [f.name, f.kind]));
   const hostile = chance(0.3);
-  const valid = (field) => (kinds[field] === 'units' ? pick(UNITS) : pick(TEXTS));
+  const valid = (field) => (kinds[field] === 'units' ? pick(UNITS) : kinds[field] === 'count' ? pick(COUNTS) : pick(TEXTS));
   const draw = (field, p = 0.15) => {
     if (!(hostile && chance(p))) return { value: field === 'type' ? type.type : valid(field) };
     const spec = pick(HOSTILE)();

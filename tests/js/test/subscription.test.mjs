@@ -11,9 +11,12 @@ import { IdemflowError, InMemoryStore, RuleSet, fingerprint, processEvent, verif
 
 const subscription = RuleSet.builtin('subscription');
 const ruleSet = subscription;
+// Version 1 (periods as text), kept for its receipts; its renewal rule charges in `then`.
+const v1 = RuleSet.builtin('subscription', { version: 1 });
 
-const started = { eventId: 'signup:1', workflowId: 'sub-7', type: 'SUBSCRIPTION_STARTED', paidThrough: '2026-11', paymentRef: 'psp:pay-1' };
-const due = (eventId, paidThrough, period) => ({ eventId, workflowId: 'sub-7', type: 'RENEWAL_DUE', paidThrough, period, amountUnits: '1500' });
+// Periods are counts: the first period is 1, paid at signup.
+const started = { eventId: 'signup:1', workflowId: 'sub-7', type: 'SUBSCRIPTION_STARTED', paidThrough: 1, paymentRef: 'psp:pay-1' };
+const due = (eventId, period) => ({ eventId, workflowId: 'sub-7', type: 'RENEWAL_DUE', period, amountUnits: '1500' });
 const paid = (eventId, period, paymentRef) => ({ eventId, workflowId: 'sub-7', type: 'RENEWAL_PAID', period, paidThrough: period, paymentRef });
 
 async function errorOf(promise) {
@@ -28,8 +31,9 @@ async function errorOf(promise) {
 
 test('subscription: RuleSet.builtin and the name as a string both work, and it verifies', () => {
   assert.equal(subscription.id, 'subscription');
-  assert.equal(subscription.version, 1);
-  assert.equal(RuleSet.builtin('subscription', { version: 1 }).hash, subscription.hash);
+  assert.equal(subscription.version, 2);
+  assert.equal(RuleSet.builtin('subscription', { version: 2 }).hash, subscription.hash);
+  assert.equal(v1.version, 1);
   const report = verifyRuleSet(subscription.definition());
   assert.equal(report.ok, true);
   const reorder = report.properties.find((p) => p.name === 'reorder-safe');
@@ -39,17 +43,17 @@ test('subscription: RuleSet.builtin and the name as a string both work, and it v
 test('subscription: two renewals in one workflow give two distinct operation ids', async () => {
   const store = new InMemoryStore();
   assert.equal((await processEvent(store, started, { ruleSet })).outcome, 'applied');
-  const firstDue = due('billing:2026-12', '2026-11', '2026-12');
+  const firstDue = due('billing:2', 2);
   const first = await processEvent(store, firstDue, { ruleSet: 'subscription' });
   assert.deepEqual(first, { outcome: 'applied', status: 'renewing', revision: 2,
     operationId: 'charge-renewal:2:sub-7', operationIds: ['charge-renewal:2:sub-7'],
     attempts: 1, fingerprint: fingerprint(firstDue, { ruleSet: 'subscription' }) });
-  assert.equal((await processEvent(store, paid('psp:1', '2026-12', 'psp:pay-2'), { ruleSet })).status, 'active');
-  const second = await processEvent(store, due('billing:2027-01', '2026-12', '2027-01'), { ruleSet });
+  assert.equal((await processEvent(store, paid('psp:1', 2, 'psp:pay-2'), { ruleSet })).status, 'active');
+  const second = await processEvent(store, due('billing:3', 3), { ruleSet });
   assert.equal(second.operationId, 'charge-renewal:4:sub-7');
   const { outbox, workflows } = store.snapshot();
   assert.deepEqual([...outbox.keys()].sort(), ['charge-renewal:2:sub-7', 'charge-renewal:4:sub-7']);
-  assert.deepEqual(outbox.get('charge-renewal:4:sub-7').payload, { period: '2027-01', amountUnits: '1500' });
+  assert.deepEqual(outbox.get('charge-renewal:4:sub-7').payload, { period: 3, amountUnits: '1500' });
   assert.equal(outbox.get('charge-renewal:2:sub-7').type, 'CHARGE_RENEWAL');
   assert.equal(workflows.get('sub-7').revision, 4);
 });
@@ -57,23 +61,26 @@ test('subscription: two renewals in one workflow give two distinct operation ids
 test('subscription: a RENEWAL_DUE re-published for the same period is already-applied and charges once', async () => {
   const store = new InMemoryStore();
   await processEvent(store, started, { ruleSet });
-  await processEvent(store, due('billing:2026-12', '2026-11', '2026-12'), { ruleSet });
-  const republished = due('billing:2026-12-retry', '2026-11', '2026-12');
+  await processEvent(store, due('billing:2', 2), { ruleSet });
+  const republished = due('billing:2-retry', 2);
   const again = await processEvent(store, republished, { ruleSet });
   assert.deepEqual(again, { outcome: 'already-applied', attempts: 1, fingerprint: fingerprint(republished, { ruleSet }) });
-  const redelivered = due('billing:2026-12', '2026-11', '2026-12');
+  const redelivered = due('billing:2', 2);
   const duplicate = await processEvent(store, redelivered, { ruleSet });
   assert.equal(duplicate.outcome, 'duplicate-delivery');
   assert.deepEqual(duplicate.original.operationIds, ['charge-renewal:2:sub-7']);
   assert.deepEqual([duplicate.attempts, duplicate.fingerprint], [1, fingerprint(redelivered, { ruleSet })]);
-  // Once that renewal is paid, a late re-publication names a paidThrough the
-  // subscription has moved past: refused for a person, never charged.
-  await processEvent(store, paid('psp:1', '2026-12', 'psp:pay-2'), { ruleSet });
-  const late = await errorOf(processEvent(store, due('billing:2026-12-late', '2026-11', '2026-12'), { ruleSet }));
-  assert.equal(late.code, 'IDENTITY_MISMATCH');
-  assert.equal(late.disposition, 'reconcile');
-  assert.equal(late.details.field, 'paidThrough');
+  // Once that renewal is paid, a late re-publication is for a period already
+  // paid (period <= paidThrough): already-applied, never charged (v1 refused
+  // it as IDENTITY_MISMATCH).
+  await processEvent(store, paid('psp:1', 2, 'psp:pay-2'), { ruleSet });
+  const late = await processEvent(store, due('billing:2-late', 2), { ruleSet });
+  assert.equal(late.outcome, 'already-applied');
   assert.deepEqual([...store.snapshot().outbox.keys()], ['charge-renewal:2:sub-7']);
+  // The next period's renewal while a charge is in flight waits for it (retry).
+  await processEvent(store, due('billing:3', 3), { ruleSet });
+  const early = await errorOf(processEvent(store, due('billing:4-early', 4), { ruleSet }));
+  assert.deepEqual([early.code, early.disposition], ['INVALID_TRANSITION', 'retry']);
 });
 
 test('subscription: the CLI prints its table and verifies it, and docs/rulesets.md shows that table', () => {
@@ -93,7 +100,7 @@ test('subscription: the CLI prints its table and verifies it, and docs/rulesets.
 // A definition that marks or writes a recurring operation inconsistently is
 // refused with the path of the bad part.
 function withRenewalEmit(emit) {
-  const definition = subscription.definition();
+  const definition = v1.definition();
   definition.rules.find((r) => r.on === 'RENEWAL_DUE' && r.in === 'active').then.emit = [emit];
   return definition;
 }
@@ -119,7 +126,7 @@ test('recurring: a charge without the revision in its id fails operation-ids-uni
 });
 
 test('recurring: a renewal with revisionStep 0 would repeat its id: operation-ids-unique fails too', () => {
-  const definition = subscription.definition();
+  const definition = v1.definition();
   definition.rules.find((r) => r.on === 'RENEWAL_DUE' && r.in === 'active').then.revisionStep = 0;
   const report = verifyRuleSet(definition);
   const failed = report.properties.filter((p) => !p.ok).map((p) => p.name);

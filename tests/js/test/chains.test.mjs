@@ -1,0 +1,143 @@
+// Versioned observations through the installed package (issue 21, first
+// slice): deposit-swap v3's numbered chain-watcher events and subscription
+// v2's counted periods, through processEvent over InMemoryStore and SQLite.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { IdemflowError, InMemoryStore, RuleSet, processEvent, verifyRuleSet } from 'idemflow';
+import { SqliteStore } from 'idemflow/sqlite';
+
+const v3 = RuleSet.builtin('deposit-swap', { version: 3 });
+const subscription = RuleSet.builtin('subscription');
+
+const dir = mkdtempSync(path.join(tmpdir(), 'idemflow-chains-'));
+test.after(() => rmSync(dir, { recursive: true, force: true }));
+let opened = 0;
+
+const STORES = {
+  InMemoryStore: async (workflows) => new InMemoryStore(workflows),
+  SqliteStore: async (workflows) => {
+    opened += 1;
+    const store = SqliteStore.open(path.join(dir, `chains-${opened}.db`));
+    await store.migrate();
+    for (const workflow of workflows) await store.putWorkflow(workflow);
+    return store;
+  },
+};
+
+const REF = 'btc-mainnet:tx-abc:vout-0';
+const swap = { id: 'swap-9', status: 'waiting', revision: 1 };
+const observed = (eventId, type, sequence) => ({ eventId, workflowId: 'swap-9', type, depositRef: REF, amountUnits: '12500000', sequence });
+const detected = (eventId, sequence) => observed(eventId, 'DEPOSIT_DETECTED', sequence);
+const confirmed = (eventId, sequence) => observed(eventId, 'DEPOSIT_CONFIRMED', sequence);
+const reversed = (eventId, sequence) => observed(eventId, 'DEPOSIT_REVERSED', sequence);
+
+/** Each event's outcome (or error code), and every operation id the applied ones scheduled. */
+async function deliver(store, ruleSet, events) {
+  const answers = [];
+  const operations = [];
+  for (const event of events) {
+    try {
+      const result = await processEvent(store, event, { ruleSet });
+      answers.push(result.outcome);
+      if (result.outcome === 'applied') operations.push(...result.operationIds);
+    } catch (error) {
+      assert.ok(error instanceof IdemflowError, String(error));
+      answers.push(error.code);
+    }
+  }
+  return { answers, operations };
+}
+
+test('deposit-swap v3 is selected by version and is not the default yet; v2 stays current', () => {
+  assert.equal(v3.version, 3);
+  assert.equal(RuleSet.builtin('deposit-swap').version, 2);
+  const reorder = verifyRuleSet(v3).properties.find((p) => p.name === 'reorder-safe');
+  assert.equal(reorder.ok, true);
+  assert.equal(reorder.checked.bound.sequence.observations, 4);
+});
+
+for (const [name, open] of Object.entries(STORES)) {
+  test(`deposit-swap v3 through ${name}: a re-inclusion is exchanged exactly once, in order and reordered`, async () => {
+    for (const events of [
+      [detected('w:d1', 1), reversed('w:r2', 2), detected('w:d3', 3), confirmed('w:c4', 4)],
+      [confirmed('w:c4', 4), detected('w:d3', 3), reversed('w:r2', 2), detected('w:d1', 1)],
+      [reversed('w:r2', 2), confirmed('w:c4', 4), detected('w:d1', 1), detected('w:d3', 3)],
+    ]) {
+      const store = await open([swap]);
+      const { operations } = await deliver(store, v3, events);
+      assert.deepEqual(operations, ['start-exchange:swap-9'], JSON.stringify(events.map((e) => e.eventId)));
+      const stored = await store.getWorkflow('swap-9');
+      assert.equal(stored.status, 'exchange');
+      assert.equal(stored.sequence, 4, 'the recorded count is a number');
+    }
+  });
+
+  test(`deposit-swap v3 through ${name}: v2 answers the same history applied, applied, stale, stale`, async () => {
+    const store = await open([swap]);
+    const unnumbered = [detected('w:d1'), reversed('w:r2'), detected('w:d3'), confirmed('w:c4')].map(({ sequence, ...e }) => e);
+    const v2 = await deliver(store, RuleSet.builtin('deposit-swap', { version: 2 }), unnumbered);
+    assert.deepEqual(v2, { answers: ['applied', 'applied', 'stale', 'stale'], operations: [] });
+  });
+
+  test(`deposit-swap v3 through ${name}: a late copy of observation 1 is stale, a re-publication already-applied`, async () => {
+    const store = await open([swap]);
+    const { answers } = await deliver(store, v3, [
+      detected('w:d1', 1), reversed('w:r2', 2),
+      detected('other:d1', 1), // a late copy of observation 1, under another event id
+      reversed('other:r2', 2), // the reversal re-published
+      reversed('w:r2', 2), // the same delivery again
+    ]);
+    assert.deepEqual(answers, ['applied', 'applied', 'stale', 'already-applied', 'duplicate-delivery']);
+    assert.equal((await store.getWorkflow('swap-9')).status, 'reversed');
+  });
+
+  test(`deposit-swap v3 through ${name}: a reversal after the exchange started opens a review, which records newer observations`, async () => {
+    const store = await open([swap]);
+    const { answers, operations } = await deliver(store, v3, [
+      detected('w:d1', 1), confirmed('w:c2', 2), reversed('w:r3', 3), detected('w:d4', 4), confirmed('w:c2-late', 2),
+    ]);
+    assert.deepEqual(answers, ['applied', 'applied', 'applied', 'applied', 'stale']);
+    assert.deepEqual(operations, ['start-exchange:swap-9', 'open-review:swap-9']);
+    const stored = await store.getWorkflow('swap-9');
+    assert.deepEqual([stored.status, stored.sequence], ['review', 4]);
+  });
+
+  test(`deposit-swap v3 through ${name}: a missing or invalid sequence is INVALID_EVENT naming it, and nothing is written`, async () => {
+    const store = await open([swap]);
+    const { sequence, ...unnumbered } = detected('w:d1', 1);
+    for (const event of [unnumbered, detected('w:d1', '1'), detected('w:d1', 0), detected('w:d1', 1.5), detected('w:d1', -3), detected('w:d1', 2 ** 53)]) {
+      await assert.rejects(processEvent(store, event, { ruleSet: v3 }), (error) =>
+        error instanceof IdemflowError && error.code === 'INVALID_EVENT' && error.details.field === 'sequence', JSON.stringify(event));
+    }
+    const stored = await store.getWorkflow('swap-9');
+    assert.deepEqual([stored.status, stored.revision, stored.sequence], ['waiting', 1, undefined]);
+  });
+
+  test(`deposit-swap v3 through ${name}: another depositRef stays IDENTITY_MISMATCH`, async () => {
+    const store = await open([swap]);
+    await deliver(store, v3, [detected('w:d1', 1), reversed('w:r2', 2)]);
+    const other = { ...detected('w:other', 3), depositRef: 'btc-mainnet:tx-def:vout-1' };
+    await assert.rejects(processEvent(store, other, { ruleSet: v3 }), (error) =>
+      error instanceof IdemflowError && error.code === 'IDENTITY_MISMATCH' && error.details.field === 'depositRef');
+  });
+
+  test(`subscription v2 through ${name}: a renewal for a paid period is already-applied, the next period charges once`, async () => {
+    const store = await open([]);
+    const sub = (eventId, type, fields) => ({ eventId, workflowId: 'sub-7', type, ...fields });
+    const due = (eventId, period) => sub(eventId, 'RENEWAL_DUE', { period, amountUnits: '1500' });
+    const paid = (eventId, period, paymentRef) => sub(eventId, 'RENEWAL_PAID', { period, paidThrough: period, paymentRef });
+    const { answers, operations } = await deliver(store, subscription, [
+      sub('signup:1', 'SUBSCRIPTION_STARTED', { paidThrough: 1, paymentRef: 'psp:pay-1' }),
+      due('billing:2', 2), due('billing:2-again', 2), due('billing:3-early', 3), paid('psp:2', 2, 'psp:pay-2'),
+      due('billing:2-late', 2), // a copy of the paid period's renewal, after its payment
+      due('billing:3', 3), due('billing:3-again', 3),
+    ]);
+    assert.deepEqual(answers, ['applied', 'applied', 'already-applied', 'INVALID_TRANSITION', 'applied', 'already-applied', 'applied', 'already-applied']);
+    assert.deepEqual(operations, ['charge-renewal:2:sub-7', 'charge-renewal:4:sub-7']);
+    const stored = await store.getWorkflow('sub-7');
+    assert.deepEqual([stored.status, stored.paidThrough, stored.period], ['renewing', 2, 3]);
+  });
+}
