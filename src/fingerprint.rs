@@ -6,7 +6,7 @@
 
 use crate::event::Event;
 use crate::field::FieldValue;
-use crate::jcs::write_string;
+use crate::jcs::{write_string, write_whole};
 use crate::ruleset::{Hole, RuleSet};
 
 pub const PREFIX: &str = "fp1:";
@@ -31,27 +31,11 @@ pub fn write_canonical<'v>(
             Hole::WorkflowId => write_string(out, workflow_id),
             Hole::Field(f) => match value_of(f) {
                 FieldValue::Text(text) => write_string(out, text),
-                FieldValue::Count(n) => write_count(out, n),
+                FieldValue::Count(n) => write_whole(out, n),
             },
             Hole::End => {}
         }
     }
-}
-
-/// A safe integer's decimal digits, without the formatting machinery.
-fn write_count(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    // Only ASCII digits were written.
-    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
 /// `fp1:` and the hex SHA-256 of `canonical`, into `out` (`LEN` bytes).

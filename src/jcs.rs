@@ -106,7 +106,8 @@ fn write_json_number(out: &mut String, n: &serde_json::Number, numbers: WriteNum
     Ok(())
 }
 
-fn write_whole(out: &mut String, mut value: u64) {
+/// A whole number's decimal digits (RFC 8785 writes a safe integer so).
+pub(crate) fn write_whole(out: &mut String, mut value: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     loop {

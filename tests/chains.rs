@@ -197,11 +197,16 @@ fn a_count_enters_the_fingerprint_as_a_json_number() {
 
 // ------------------------------------------------------------- evaluation
 
+/// Detection #1 decided against a workflow in `status` that has recorded no sequence.
+fn first_detection_in(status: &str) -> idemflow::Decision {
+    let mut unrecorded = workflow(status, json!(null));
+    unrecorded.remove("sequence");
+    decide(v3(), &deposit("e-1", "DEPOSIT_DETECTED", json!(1)), None, Some(&unrecorded)).unwrap()
+}
+
 #[test]
 fn a_recorded_count_is_written_as_a_number() {
-    let mut waiting = workflow("waiting", json!(null));
-    waiting.remove("sequence");
-    let decision = decide(v3(), &deposit("e-1", "DEPOSIT_DETECTED", json!(1)), None, Some(&waiting)).unwrap();
+    let decision = first_detection_in("waiting");
     assert_eq!(decision.outcome, Outcome::Applied);
     assert_eq!(decision.write_set.workflow.unwrap().set["sequence"], json!(1));
 }
@@ -228,10 +233,8 @@ fn when_picks_then_or_else_by_the_recorded_count() {
 
 #[test]
 fn a_missing_recorded_count_compares_as_zero() {
-    let mut reversed = workflow("reversed", json!(null));
-    reversed.remove("sequence");
-    let decision = decide(v3(), &deposit("e-1", "DEPOSIT_DETECTED", json!(1)), None, Some(&reversed)).unwrap();
-    assert_eq!(decision.outcome, Outcome::Applied);
+    // 1 > 0: the detection revives a reversed deposit that recorded no number.
+    assert_eq!(first_detection_in("reversed").outcome, Outcome::Applied);
 }
 
 #[test]
