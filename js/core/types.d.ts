@@ -232,13 +232,17 @@ export interface RuleSetDefinition {
   version: number;
   description?: string;
   statuses: { name: string; initial?: boolean; terminal?: boolean; description?: string }[];
-  fields?: { name: string; kind: 'text' | 'units'; description?: string }[];
+  /** `count`: a safe integer >= 1 sent as a JSON number (an observation's number, a period). */
+  fields?: { name: string; kind: 'text' | 'units' | 'count'; description?: string }[];
   events: { type: string; fields?: string[]; identity?: string[]; description?: string }[];
   rules: {
     on: string | string[];
     in: string | string[];
     guard?: string[];
+    /** `[eventField, op, workflowField]` over two counts or two amounts: `then` when it holds, `else` otherwise. */
+    when?: [string, '>' | '>=' | '=' | '<=' | '<', string];
     then: RuleAnswerDefinition;
+    else?: RuleAnswerDefinition;
     description?: string;
   }[];
   otherwise?: RuleAnswerDefinition;
@@ -251,6 +255,8 @@ export interface RuleSetDefinition {
     follows?: { event: string; after: string; same?: string[]; description?: string }[];
     /** Event types whose order is the meaning: the first the workflow sees wins. */
     races?: { between: [string | string[], string | string[]]; description?: string }[];
+    /** Versioned observations: the producer numbers its events about the workflow's fact 1, 2, 3 … in `field` (a count). */
+    sequence?: { field: string; events: string[]; description?: string };
     description?: string;
   };
 }
