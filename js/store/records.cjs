@@ -13,6 +13,7 @@ const { invalidArgument } = require('./errors.cjs');
 const RESERVED_FIELDS = new Set(['id', 'status', 'revision']);
 // The shape of a rule set's field names; it keeps them safe in JSON paths and MongoDB dotted paths.
 const FIELD_NAME = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
+const isCount = (value) => Number.isSafeInteger(value) && value >= 1; // a count field's value (the core checks each field's kind)
 
 function checkText(value, field) {
   if (typeof value !== 'string' || value.length === 0) {
@@ -27,7 +28,7 @@ function checkText(value, field) {
 /**
  * A workflow a host wants stored, checked: `{id, status, revision, data}`
  * with the recorded fields in `data`. Recorded fields are strings (amounts
- * are decimal strings, never numbers); null or undefined leaves a field out.
+ * are decimal strings) or counts; null or undefined leaves a field out.
  * Throws INVALID_ARGUMENT before anything is written.
  */
 function workflowToStore(workflow) {
@@ -48,13 +49,12 @@ function workflowToStore(workflow) {
         field, workflowId: id, reason: 'not a field name',
       });
     }
-    if (typeof value !== 'string') {
-      throw invalidArgument(`workflow field ${field} must be a string (amounts are decimal strings), not ${typeof value}`, {
-        field, workflowId: id, reason: 'not a string',
+    if (typeof value !== 'string' && !isCount(value)) {
+      throw invalidArgument(`workflow field ${field} must be a string (amounts are decimal strings) or a count (a safe integer >= 1), not ${typeof value === 'number' ? value : typeof value}`, {
+        field, workflowId: id, reason: 'not a string or a count',
       });
     }
-    checkText(value, field);
-    data[field] = value;
+    data[field] = typeof value === 'string' ? checkText(value, field) : value;
   }
   return { id, status, revision, data };
 }
@@ -79,8 +79,8 @@ function workflowPatch(write) {
         field: `set.${field}`, workflowId: id, reason: 'not a field name',
       });
     }
-    if (value !== null && typeof value !== 'string') {
-      throw invalidArgument(`set.${field} must be a string or null`, { field: `set.${field}`, workflowId: id, reason: 'not a string' });
+    if (value !== null && typeof value !== 'string' && !isCount(value)) {
+      throw invalidArgument(`set.${field} must be a string, a count or null`, { field: `set.${field}`, workflowId: id, reason: 'not a string or a count' });
     }
   }
   return decidedWorkflowPatch(write);
@@ -239,7 +239,7 @@ function fieldOfName(name) {
 /**
  * `{id, status, revision, ...fields}` from a stored workflow record
  * `{id, status, revision, data}` (data: an object or JSON text). The recorded
- * fields must be what a store writes: field names holding strings.
+ * fields must be what a store writes: field names holding strings or counts.
  * `numbers`: the store holds numbers as numbers (MongoDB, memory), so a
  * revision held as text, even '3', is damage: a compare-and-set on the number
  * would never match it.
@@ -253,7 +253,7 @@ function workflowFromStore(record, { numbers = false } = {}) {
   for (const field of Object.keys(data)) {
     if (RESERVED_FIELDS.has(field)) continue;
     if (!FIELD_NAME.test(field)) throw invalidRecord('workflow', `data.${field.slice(0, 64)}`, 'is not a field name', id);
-    if (typeof data[field] !== 'string') throw invalidRecord('workflow', `data.${field}`, `is not a string (${describeValue(data[field])})`, id);
+    if (typeof data[field] !== 'string' && !isCount(data[field])) throw invalidRecord('workflow', `data.${field}`, `is not a string or a count (${describeValue(data[field])})`, id);
     workflow[field] = data[field];
   }
   return workflow;

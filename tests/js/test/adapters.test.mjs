@@ -417,7 +417,7 @@ const cases = [
     const damages = [
       ['workflows', 'data', '{not json', 'data'],
       ['workflows', 'data', '[]', 'data'],
-      ['workflows', 'data', `{"depositRef": "${DEPOSIT_REF}", "amountUnits": 12500000}`, 'data.amountUnits'],
+      ['workflows', 'data', `{"depositRef": "${DEPOSIT_REF}", "amountUnits": 12.5}`, 'data.amountUnits'],
       ['workflows', 'revision', -1, 'revision'],
       ['inbox', 'result', '[1]', 'result'],
       ['inbox', 'recorded_at', 'yesterday', 'recorded_at'],
@@ -609,8 +609,9 @@ const durableCases = [
     assert.deepEqual(await other.withExclusiveLock('retention-test', () => 'second'), { acquired: true, value: 'second' });
   }],
 
-  ['putWorkflow refuses a number amount, a missing id and a bad revision, and writes nothing', async (h) => {
-    await rejectsWith(h.store.putWorkflow({ ...WORKFLOW, amountUnits: 12500000 }), 'INVALID_ARGUMENT', 'fatal');
+  ['putWorkflow refuses a number that is not a count, a missing id and a bad revision, and writes nothing', async (h) => {
+    // A recorded field is a string or a count (a safe integer >= 1); which one a field must be is the rule set's to say.
+    for (const amountUnits of [12.5, 0, -1, 2 ** 53]) await rejectsWith(h.store.putWorkflow({ ...WORKFLOW, amountUnits }), 'INVALID_ARGUMENT', 'fatal');
     await rejectsWith(h.store.putWorkflow({ status: 'deposit', revision: 1 }), 'INVALID_ARGUMENT');
     await rejectsWith(h.store.putWorkflow({ ...WORKFLOW, revision: 1.5 }), 'INVALID_ARGUMENT');
     await rejectsWith(h.store.putWorkflow({ ...WORKFLOW, depositRef: 'bad\uD800' }), 'INVALID_ARGUMENT');
