@@ -36,7 +36,7 @@ test('RuleSet.builtin gives the current version by default and an older one by v
 });
 
 test('an unknown version is INVALID_ARGUMENT, a fatal error naming the versions there are', () => {
-  for (const version of [3, 0, 1.5, '1']) {
+  for (const version of [4, 0, 1.5, '1']) {
     assert.throws(() => RuleSet.builtin('deposit-swap', { version }), (error) => {
       assert.ok(error instanceof IdemflowError);
       assert.equal(error.code, 'INVALID_ARGUMENT');
@@ -44,7 +44,7 @@ test('an unknown version is INVALID_ARGUMENT, a fatal error naming the versions 
       return true;
     }, String(version));
   }
-  assert.throws(() => RuleSet.builtin('deposit-swap', { version: 3 }), /there are: 1, 2/);
+  assert.throws(() => RuleSet.builtin('deposit-swap', { version: 4 }), /there are: 1, 2, 3/);
 });
 
 test('receipts name the version that decided them', () => {
