@@ -220,7 +220,8 @@ export interface TableRow {
   /** Status names; "(none)" stands for "no workflow yet". */
   statuses: string[];
   guard: string[];
-  answer: Answer;
+  /** A rule with a `when`: the comparison, and the answers when it holds and when not. */
+  answer: Answer | { when: [string, string, string]; then: Answer; else: Answer };
   summary: string;
   /** Where the row was written: "rules[3]" or "otherwise". */
   rule: string;
@@ -291,6 +292,8 @@ export interface DeliveryStep {
   answer: string;
   to: string;
   rule: string;
+  /** The observation's number, for an event of `order.sequence`. */
+  sequence?: number;
 }
 
 /** Where one delivery order of a history ends. */
@@ -301,12 +304,14 @@ export interface DeliveryEnd {
   emitted: string[];
   answeredWithError: string[];
   undelivered: string[];
+  /** With `order.sequence`: the workflow's recorded sequence (0 for none). */
+  recordedSequence?: number;
 }
 
 /** Two delivery orders of one history that end differently. */
 export interface ReorderCounterexample {
   start: string;
-  /** The history's events (each a type; the same facts throughout). */
+  /** The history's events (each a type, a numbered observation as `DEPOSIT_DETECTED #3`; the same facts throughout). */
   history: string[];
   /** The order the workflow saw declared racing types in, in words. */
   races: string[];
