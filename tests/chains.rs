@@ -372,3 +372,22 @@ fn a_comparison_the_model_cannot_evaluate_leaves_the_order_claim_unproven() {
     definition.as_object_mut().unwrap().remove("order");
     assert!(RuleSet::from_value(&definition).is_ok());
 }
+
+#[test]
+fn many_sequenced_event_types_are_refused_by_the_history_budget_before_they_cost() {
+    let types: Vec<String> = (0..200).map(|i| format!("OBSERVED_{i}")).collect();
+    let definition = json!({
+        "id": "observations", "version": 1,
+        "statuses": [{ "name": "open", "initial": true }],
+        "fields": [{ "name": "sequence", "kind": "count" }],
+        "events": types.iter().map(|t| json!({ "type": t, "fields": ["sequence"] })).collect::<Vec<_>>(),
+        "order": { "sequence": { "field": "sequence", "events": types } },
+        "rules": [{ "on": "*", "in": "(none)", "then": { "error": "UNKNOWN_WORKFLOW", "disposition": "retry" } }],
+        "otherwise": { "outcome": "stale" }
+    });
+    let started = std::time::Instant::now();
+    let error = RuleSet::from_value(&definition).unwrap_err();
+    assert_eq!(error.details()["path"], "$.order", "{error}");
+    assert!(error.to_string().contains("limit maxReorderHistories"), "{error}");
+    assert!(started.elapsed().as_secs_f64() < 2.0, "{:?}", started.elapsed());
+}

@@ -720,6 +720,10 @@ fn histories(rule_set: &RuleSet, order: &Order) -> Result<Vec<Shape>> {
                     _ => true,
                 });
                 if legal {
+                    // Counted as they are made: a definition with many sequenced types is refused before it costs.
+                    if chains.len() + longer.len() >= MAX_REORDER_HISTORIES {
+                        return Err(too_many());
+                    }
                     let mut next = chain.clone();
                     next.push(e);
                     longer.push(next);
@@ -728,9 +732,6 @@ fn histories(rule_set: &RuleSet, order: &Order) -> Result<Vec<Shape>> {
         }
         chains.extend(longer.iter().cloned());
         frontier = longer;
-        if chains.len() > MAX_REORDER_HISTORIES {
-            return Err(too_many());
-        }
     }
     let mut out: Vec<Shape> = Vec::new();
     for chain in &chains {
