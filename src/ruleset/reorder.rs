@@ -22,6 +22,14 @@
 //! compared. Orders in which the workflow saw each declared racing pair in
 //! the same order must end in the same result as the history in order. Exploration is memoised on the
 //! configuration, so a history of six events costs hundreds of steps, not 6!.
+//!
+//! With `order.sequence`, the sequenced events of a history are one chain of
+//! numbered observations (see [`histories`]), each its own local kind with
+//! its number; the configuration holds the workflow's recorded sequence,
+//! which a `when` on the sequence field is evaluated against, a guard on it
+//! compares, and the result includes. Two observations of the chain race
+//! only when the newer one is of a declared race's first side: an older one
+//! delivered late is the rules' to absorb, compared with the history in order.
 
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
