@@ -168,8 +168,16 @@ const chosen = (id) => !ONLY || ONLY.has(id);
 console.log(`production-shaped runs: ${WORKERS} worker processes, ${SWAPS} swaps = ${traffic.messages.length} messages (${traffic.validIds.size} event ids), `
   + `prefetch / batch ${PREFETCHES.join(', ')}; load average ${load()} on ${os.cpus().length} cores (figures under load are noisy)`);
 
+// The references (workers/broker-reference.mjs) speak RabbitMQ and NATS; Kafka's
+// example workers are measured against the broker alone by bench/kafka.mjs.
+const REFERENCED = new Set(['rabbitmq', 'nats']);
+
 for (const { name, env } of BROKERS) {
   if (!chosen(name)) continue;
+  if (!REFERENCED.has(name)) {
+    console.log(`  ${name}: measured by bench/kafka.mjs (its references here are RabbitMQ's and NATS's)`);
+    continue;
+  }
   const skip = brokerSkip(env);
   if (skip) {
     console.log(`  ${name}: skipped (${skip})`);
