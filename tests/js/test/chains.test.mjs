@@ -3,9 +3,11 @@
 // v2's counted periods, through processEvent over InMemoryStore and SQLite.
 import test from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { IdemflowError, InMemoryStore, RuleSet, processEvent, verifyRuleSet } from 'idemflow';
 import { SqliteStore } from 'idemflow/sqlite';
 
@@ -57,6 +59,14 @@ test('deposit-swap v3 is selected by version and is not the default yet; v2 stay
   const reorder = verifyRuleSet(v3).properties.find((p) => p.name === 'reorder-safe');
   assert.equal(reorder.ok, true);
   assert.equal(reorder.checked.bound.sequence.observations, 4);
+});
+
+test('deposit-swap v3 loads in a fresh process in under 50 ms: its proof was made at build time', () => {
+  // The wasm module is compiled by the first call (v2), so the time is v3's loading alone.
+  const script = "const { RuleSet } = require('idemflow'); RuleSet.builtin('deposit-swap'); const t = performance.now(); RuleSet.builtin('deposit-swap', { version: 3 }); console.log(performance.now() - t);";
+  const run = spawnSync(process.execPath, ['-e', script], { cwd: fileURLToPath(new URL('..', import.meta.url)), encoding: 'utf8' });
+  assert.equal(run.status, 0, run.stderr);
+  assert.ok(Number(run.stdout) < 50, `${run.stdout} ms`);
 });
 
 for (const [name, open] of Object.entries(STORES)) {
