@@ -146,7 +146,7 @@ impl Hasher for Fx {
 
 /// Where one delivery order stands. Counts are per local event type (the
 /// types present in the history), two bits each.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct Config {
     at: StateIndex,
     /// Bit `i`: template `i` was emitted at least once (what `follows` an
@@ -168,6 +168,21 @@ struct Config {
     /// The workflow's recorded sequence (`order.sequence`): the number of
     /// the last observation a transition recorded, 0 for none.
     sequence: u8,
+}
+
+/// Seven words for the hasher, which mixes one word at a time (a derived
+/// `Hash` fed the `u128` to it byte by byte): the search hashes every
+/// configuration it meets, and this is most of its time.
+impl std::hash::Hash for Config {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.at as u64 | (self.sequence as u64) << 32);
+        state.write_u64(self.emitted);
+        state.write_u64(self.recurring as u64);
+        state.write_u64((self.recurring >> 64) as u64);
+        state.write_u64(self.recorded);
+        state.write_u64(self.consumed as u64 | (self.errored as u64) << 32);
+        state.write_u64(self.seen_first);
+    }
 }
 
 const RECURRING_MAX: u128 = 7;
@@ -526,7 +541,6 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
         .collect();
     let racing: HashSet<(usize, usize)> = order.races.iter().map(|r| (r.a, r.b)).collect();
 
-    let sequence_field = order.sequence.as_ref().map(|s| s.field);
     let sequenced = |e: usize| order.sequence.as_ref().is_some_and(|s| s.events.contains(&e));
     let mut seen: HashSet<Config, BuildHasherDefault<Fx>> = HashSet::default();
     for shape in histories(rule_set, order)? {
