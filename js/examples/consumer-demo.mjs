@@ -81,7 +81,7 @@ for (let i = 1; i <= SWAPS; i += 1) {
 }
 const store = new InMemoryStore(workflows, { now: clock.now });
 for (const workflow of workflows) {
-  const event = { eventId: `watcher:${workflow.id}`, workflowId: workflow.id, type: 'DEPOSIT_CONFIRMED', depositRef: workflow.depositRef, amountUnits: workflow.amountUnits };
+  const event = { eventId: `watcher:${workflow.id}`, workflowId: workflow.id, type: 'DEPOSIT_CONFIRMED', depositRef: workflow.depositRef, amountUnits: workflow.amountUnits, sequence: 2 };
   await processEvent(store, event);
   await processEvent(store, event); // the queue redelivers: a duplicate, no second operation
 }

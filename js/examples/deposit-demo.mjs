@@ -54,7 +54,9 @@ for (let i = 1; i <= SWAPS; i += 1) {
   const id = `swap-${String(i).padStart(5, '0')}`;
   const deposit = { depositRef: `btc-mainnet:tx-${(i * 7919).toString(16)}:vout-${i % 3}`, amountUnits: String(100000 + pick(90000000)) };
   workflows.push({ id, status: 'deposit', revision: pick(5), ...deposit });
-  const confirmation = { eventId: `watcher-a:${id}:confirmed`, workflowId: id, type: 'DEPOSIT_CONFIRMED', ...deposit };
+  // The swap is in `deposit`: the chain watcher's detection was its observation 1 of the deposit, the confirmation is
+  // its observation 2 (`sequence`, which every re-publication keeps; deposit-swap v2 ignores it, v3 requires it).
+  const confirmation = { eventId: `watcher-a:${id}:confirmed`, workflowId: id, type: 'DEPOSIT_CONFIRMED', ...deposit, sequence: 2 };
   story.confirmations += 1;
   const copies = 1 + pick(3);
   story.repeats += copies - 1;
@@ -74,7 +76,7 @@ for (let i = 1; i <= SWAPS; i += 1) {
 }
 for (let i = 1; i <= Math.ceil(SWAPS / 200); i += 1) {
   story.orphans += 1;
-  deliveries.push({ eventId: `watcher-a:ghost-${i}`, workflowId: `swap-ghost-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: 'eth:0xdead:log-0', amountUnits: '1' });
+  deliveries.push({ eventId: `watcher-a:ghost-${i}`, workflowId: `swap-ghost-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: 'eth:0xdead:log-0', amountUnits: '1', sequence: 1 });
 }
 for (let i = deliveries.length - 1; i > 0; i -= 1) {
   const j = pick(i + 1);

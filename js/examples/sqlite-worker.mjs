@@ -13,9 +13,11 @@ await store.migrate(); // idempotent: every worker may run it on start
 
 await store.putWorkflow({ id: 'swap-42', status: 'deposit', revision: 3, depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000' });
 
+// `sequence`: the chain watcher's number of this observation of the deposit (its detection,
+// which put the swap in `deposit`, was 1); a re-publication keeps it.
 const confirmed = {
   eventId: 'chain-watcher:event-001', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED',
-  depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000',
+  depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000', sequence: 2,
 };
 
 // What the queue hands this worker: the event, its redelivery, the same fact

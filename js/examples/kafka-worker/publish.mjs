@@ -1,6 +1,8 @@
 // Creates a few swaps in `waiting` and produces their events to the swaps
 // topic in shuffled order, with duplicates and two bad messages, each keyed
 // by its workflow id (the bad ones that have none go to any partition).
+// The events are shared/swaps.mjs's: as a chain watcher sends them, each
+// deposit event carries `sequence`, its number of the observation.
 //
 //   node examples/kafka-worker/publish.mjs [swaps]
 import { createSampleSwaps } from '../shared/swaps.mjs';

@@ -1,5 +1,7 @@
 // Creates a few swaps in `waiting` and publishes their events to
 // <base>.events in shuffled order, with duplicates and two bad messages.
+// The events are shared/swaps.mjs's: as a chain watcher sends them, each
+// deposit event carries `sequence`, its number of the observation.
 //
 //   node examples/nats-worker/publish.mjs [swaps]
 import { connect } from '@nats-io/transport-node';

@@ -2,6 +2,10 @@
 // the events a chain watcher, a timer and the exchange would publish for
 // them, with redeliveries, re-publications under new ids and a bad message,
 // in shuffled order (a reorder-safe rule set makes the order irrelevant).
+// A chain watcher numbers the events it emits about one depositRef with
+// `sequence`, 1, 2, 3 … in the order it emits them: the detection is 1, the
+// confirmation 2; another observer re-publishing an observation under its own
+// event id keeps the number. deposit-swap v2 ignores the field, v3 requires it.
 import { randomUUID } from 'node:crypto';
 import { openStore } from './store.mjs';
 
@@ -13,10 +17,10 @@ export function sampleSwaps(count = 10) {
     const id = `swap-${run}-${i}`;
     swaps.push({ id, status: 'waiting', revision: 1 });
     const deposit = { depositRef: `btc-mainnet:tx-${run}${i}:vout-0`, amountUnits: String(1_000_000 * (i + 1)) };
-    const detected = { eventId: `watcher-a:${id}:detected`, workflowId: id, type: 'DEPOSIT_DETECTED', ...deposit };
-    const confirmed = { eventId: `watcher-a:${id}:confirmed`, workflowId: id, type: 'DEPOSIT_CONFIRMED', ...deposit };
+    const detected = { eventId: `watcher-a:${id}:detected`, workflowId: id, type: 'DEPOSIT_DETECTED', ...deposit, sequence: 1 };
+    const confirmed = { eventId: `watcher-a:${id}:confirmed`, workflowId: id, type: 'DEPOSIT_CONFIRMED', ...deposit, sequence: 2 };
     messages.push(detected, confirmed, confirmed); // the confirmation is delivered twice
-    messages.push({ ...confirmed, eventId: `watcher-b:${id}:confirmed` }); // another observer saw it too
+    messages.push({ ...confirmed, eventId: `watcher-b:${id}:confirmed` }); // another observer saw it too: the same sequence
   }
   messages.push({ eventId: `bad-${run}`, workflowId: swaps[0].id, type: 'DEPOSIT_CONFIRMED', amountUnits: 12.5 });
   for (let i = messages.length - 1; i > 0; i -= 1) {

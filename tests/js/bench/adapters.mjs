@@ -22,7 +22,7 @@ function workload(count = WORKFLOWS, tag = 'wf') {
   }));
   const events = [];
   for (const w of workflows) {
-    const fields = { workflowId: w.id, type: 'DEPOSIT_CONFIRMED', depositRef: w.depositRef, amountUnits: w.amountUnits };
+    const fields = { workflowId: w.id, type: 'DEPOSIT_CONFIRMED', depositRef: w.depositRef, amountUnits: w.amountUnits, sequence: 2 };
     events.push({ eventId: `a:${w.id}`, ...fields }, { eventId: `a:${w.id}`, ...fields }, { eventId: `b:${w.id}`, ...fields });
   }
   return { workflows, events };

@@ -13,7 +13,7 @@ const ROUNDS = Number(process.env.IDEMFLOW_BENCH_ROUNDS ?? 3);
 function eventsFor(ns) {
   const events = [];
   for (let i = 0; i < WORKFLOWS; i += 1) {
-    const confirmed = { eventId: `${ns}:c${i}`, workflowId: `${ns}:w${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `tx-${i}`, amountUnits: String(1000 + i) };
+    const confirmed = { eventId: `${ns}:c${i}`, workflowId: `${ns}:w${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `tx-${i}`, amountUnits: String(1000 + i), sequence: 1 };
     events.push(confirmed, { ...confirmed }, { ...confirmed, eventId: `${ns}:r${i}` });
   }
   return events;

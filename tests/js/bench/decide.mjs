@@ -44,6 +44,7 @@ const events = workflows.map((w, i) => ({
   type: 'DEPOSIT_CONFIRMED',
   depositRef: w.depositRef,
   amountUnits: w.amountUnits,
+  sequence: 2, // the watcher's detection (1) put the swap in deposit
 }));
 const inputs = workflows.map((workflow, i) => ({ event: events[i], receipt: null, workflow }));
 

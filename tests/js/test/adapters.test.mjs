@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 
 import { InMemoryStore, IdemflowError, RuleSet, createDeliveryHandler, fingerprint, processBatch, processEvent } from 'idemflow';
 import { BACKENDS, MYSQL_URL, PG_URL, hasNodeSqlite, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { SEED_EVENT as CONFIRMED } from '../workers/fixtures.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
@@ -19,10 +20,6 @@ const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKEN
 
 const DEPOSIT_REF = 'btc-mainnet:tx-abc:vout-0';
 const WORKFLOW = { id: 'swap-42', status: 'deposit', revision: 3, depositRef: DEPOSIT_REF, amountUnits: '12500000' };
-const CONFIRMED = {
-  eventId: 'chain-watcher:event-001', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED',
-  depositRef: DEPOSIT_REF, amountUnits: '12500000',
-};
 const confirmed = (eventId, fields = {}) => ({ ...CONFIRMED, eventId, ...fields });
 
 async function counts(h) {
@@ -182,7 +179,7 @@ const cases = [
     const amount = '123456789012345678901234567890';
     const ref = 'eth:0x"abc"\\log-3\'$.x'; // quotes, a backslash and a JSON path in a value stay text
     await h.store.putWorkflow({ id: 'swap-7', status: 'waiting', revision: 0, payoutRef: 'kept' });
-    const detected = { eventId: 'watcher:d1', workflowId: 'swap-7', type: 'DEPOSIT_DETECTED', depositRef: ref, amountUnits: amount };
+    const detected = { eventId: 'watcher:d1', workflowId: 'swap-7', type: 'DEPOSIT_DETECTED', depositRef: ref, amountUnits: amount, sequence: 1 };
     assert.equal((await h.store.process(detected)).outcome, 'applied');
     assert.deepEqual(await h.store.getWorkflow('swap-7'), {
       id: 'swap-7', status: 'deposit', revision: 1, payoutRef: 'kept', depositRef: ref, amountUnits: amount,

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { IdemflowError, InMemoryStore, RuleSet, processBatch, processEvent } from 'idemflow';
 import { BACKENDS, suiteStore, uniquePrefix } from '../workers/backends.mjs';
-import { outcomeOf } from '../workers/fixtures.mjs';
+import { WATCHER_SEQUENCE, outcomeOf } from '../workers/fixtures.mjs';
 
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
 const RUNS = Number(process.env.IDEMFLOW_BATCH_RUNS ?? 60);
@@ -31,7 +31,7 @@ const anEvent = fc.record({
 function eventOf(drawn, ns) {
   const event = { eventId: `${ns}:e${drawn.id}`, workflowId: `${ns}:w${drawn.workflow}`, type: drawn.type };
   if (drawn.type === 'EXCHANGE_COMPLETED') event.payoutUnits = drawn.units;
-  else if (drawn.type !== 'DEADLINE_PASSED') Object.assign(event, { depositRef: drawn.ref, amountUnits: drawn.units });
+  else if (drawn.type !== 'DEADLINE_PASSED') Object.assign(event, { depositRef: drawn.ref, amountUnits: drawn.units, sequence: WATCHER_SEQUENCE[drawn.type] });
   if (drawn.broken) event.amountUnits = 7; // a number where a decimal string belongs: INVALID_EVENT
   return event;
 }
@@ -146,7 +146,7 @@ for (const backend of BACKENDS) {
       for (const id of ids) await store.putWorkflow({ id, status: 'waiting', revision: 0 });
       const second = backend.durable ? await env.open(tables, {}) : null;
       const other = second ? second.store : store;
-      const batchOf = (source) => ids.map((id, i) => ({ eventId: `${source}:${i}`, workflowId: id, type: 'DEPOSIT_CONFIRMED', depositRef: `r${i}`, amountUnits: '5' }));
+      const batchOf = (source) => ids.map((id, i) => ({ eventId: `${source}:${i}`, workflowId: id, type: 'DEPOSIT_CONFIRMED', depositRef: `r${i}`, amountUnits: '5', sequence: 1 }));
       const retries = [];
       const [a, b] = await Promise.all([
         store.processBatch(batchOf(`${ns}:a`), { hooks: { onRaceRetry: (r) => retries.push(r.reason) } }),
@@ -236,7 +236,7 @@ for (const backend of BACKENDS) {
       const ids = [0, 1, 2].map((i) => `${ns}:w${i}`);
       for (const id of ids) await store.putWorkflow({ id, status: 'waiting', revision: 0 });
       const second = await env.open(tables, {});
-      const confirm = (eventId, workflowId) => ({ eventId: `${ns}:${eventId}`, workflowId, type: 'DEPOSIT_CONFIRMED', depositRef: 'r', amountUnits: '5' });
+      const confirm = (eventId, workflowId) => ({ eventId: `${ns}:${eventId}`, workflowId, type: 'DEPOSIT_CONFIRMED', depositRef: 'r', amountUnits: '5', sequence: 1 });
       const heard = [];
       let other;
       const wrapped = interceptSavepoint(store, () => {}, async () => {
@@ -256,7 +256,7 @@ for (const backend of BACKENDS) {
     it('a batch of duplicates of one event applies it once; an empty batch writes nothing', async () => {
       const ns = uniquePrefix();
       await store.putWorkflow({ id: `${ns}:w`, status: 'waiting', revision: 0 });
-      const event = { eventId: `${ns}:e`, workflowId: `${ns}:w`, type: 'DEPOSIT_CONFIRMED', depositRef: 'r', amountUnits: '5' };
+      const event = { eventId: `${ns}:e`, workflowId: `${ns}:w`, type: 'DEPOSIT_CONFIRMED', depositRef: 'r', amountUnits: '5', sequence: 1 };
       const results = await processBatch(store, [event, { ...event }, { ...event, eventId: `${ns}:e2` }]);
       assert.deepEqual(results.map((r) => r.outcome), ['applied', 'duplicate-delivery', 'already-applied']);
       assert.deepEqual(await processBatch(store, []), []);
@@ -282,7 +282,7 @@ describe('processBatch arguments', () => {
         throw new IdemflowError('STORE_UNAVAILABLE', 'the database went away', { details: { reason: 'connection-lost' } });
       }),
     };
-    const event = { eventId: 'e', workflowId: 'w', type: 'DEPOSIT_CONFIRMED', depositRef: 'r', amountUnits: '5' };
+    const event = { eventId: 'e', workflowId: 'w', type: 'DEPOSIT_CONFIRMED', depositRef: 'r', amountUnits: '5', sequence: 1 };
     const results = await processBatch(failing, [event, { ...event, amountUnits: 5 }]);
     assert.equal(results[0].error.code, 'STORE_UNAVAILABLE');
     assert.equal(results[1].error.code, 'INVALID_EVENT', 'an event the core refused keeps its own error');

@@ -11,6 +11,9 @@
 // IDEMFLOW_PG_URL and IDEMFLOW_AMQP_URL / IDEMFLOW_NATS_URL /
 // IDEMFLOW_KAFKA_BROKERS (.ci/run sets them; `make kafka-broker` starts Kafka's).
 // IDEMFLOW_CHAOS_BROKERS (say "kafka") runs only those brokers.
+// IDEMFLOW_CHAOS_REINCLUSIONS (a share, 0 by default) makes that share of the
+// swaps re-included deposits (workers/chaos.mjs); deposit-swap v3 exchanges
+// each once, v2 is not reorder-safe for them.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { BROKERS, brokerSkip, runChaos } from '../workers/chaos.mjs';
@@ -19,17 +22,19 @@ const SWAPS = Number(process.env.IDEMFLOW_CHAOS_SWAPS || 1000);
 // How long a run may take to drain before it fails (a loaded machine needs more).
 const DRAIN_MS = Number(process.env.IDEMFLOW_CHAOS_DRAIN_MS || 240_000);
 const WORKER_KILLS = Number(process.env.IDEMFLOW_CHAOS_WORKER_KILLS || 6);
+const REINCLUSIONS = Number(process.env.IDEMFLOW_CHAOS_REINCLUSIONS || 0);
 const ONLY = process.env.IDEMFLOW_CHAOS_BROKERS ? new Set(process.env.IDEMFLOW_CHAOS_BROKERS.split(',')) : null;
 
 for (const { name, env } of BROKERS.filter((broker) => ONLY === null || ONLY.has(broker.name))) {
   const url = process.env[env];
   const skip = brokerSkip(env);
   test(`${name}: ${SWAPS} swaps in any order, with kills, end where their histories lead`, { skip, timeout: DRAIN_MS + 90_000 }, async (t) => {
-    const { figures, problems } = await runChaos({ brokerName: name, url, swaps: SWAPS, workerKills: WORKER_KILLS, timeoutMs: DRAIN_MS, note: (line) => t.diagnostic(line) });
+    const { figures, problems } = await runChaos({ brokerName: name, url, swaps: SWAPS, workerKills: WORKER_KILLS, timeoutMs: DRAIN_MS,
+      planOptions: { reinclusions: REINCLUSIONS }, note: (line) => t.diagnostic(line) });
     t.diagnostic(`${name} chaos (seed ${figures.seed}): ${JSON.stringify(figures)}`);
     const rebalances = figures.rebalances === undefined ? '' : `, ${figures.rebalances} rebalances`;
     console.log(`${name}: ${figures.deliveries} deliveries of ${figures.messages} messages in ${figures.seconds} s = ${figures.deliveriesPerSecond} deliveries/s end to end`
-      + ` (information, not asserted); ${figures.workerKills} worker and ${figures.consumerKills} consumer kills${rebalances}, ${figures.exchanges} exchanges, ${figures.stuck} stuck`);
+      + ` (information, not asserted); ${figures.workerKills} worker and ${figures.consumerKills} consumer kills${rebalances}, ${figures.exchanges} exchanges, ${figures.reincluded} re-included swaps (${figures.reincludedExchanged} exchanged), ${figures.stuck} stuck`);
     assert.deepEqual(problems, [], `seed ${figures.seed}`);
   });
 }

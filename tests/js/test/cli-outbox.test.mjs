@@ -56,7 +56,7 @@ const BACKENDS = [
 ];
 
 const swap = (i) => ({ id: `swap-${i}`, status: 'deposit', revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i) });
-const confirmation = (i) => ({ eventId: `confirm-${i}`, workflowId: `swap-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i) });
+const confirmation = (i) => ({ eventId: `confirm-${i}`, workflowId: `swap-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i), sequence: 2 });
 
 /**
  * Forty days ago: swaps 1…4 confirmed (START_EXCHANGE each), 1 done, 2 dead

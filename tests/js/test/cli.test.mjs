@@ -171,7 +171,7 @@ test('error messages say each thing once: the code is not restated in words, the
 
 test('fingerprint reads NDJSON and writes one line per input line', () => {
   const events = [
-    { eventId: 'a', workflowId: 'swap-1', type: 'DEPOSIT_CONFIRMED', depositRef: 'r', amountUnits: '5' },
+    { eventId: 'a', workflowId: 'swap-1', type: 'DEPOSIT_CONFIRMED', depositRef: 'r', amountUnits: '5', sequence: 1 },
     { eventId: 'b', workflowId: 'swap-2', type: 'DEADLINE_PASSED' },
   ];
   const { code, stdout, stderr } = idemflow(['fingerprint'], `${events.map((e) => JSON.stringify(e)).join('\n')}\n`);

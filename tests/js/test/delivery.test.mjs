@@ -10,7 +10,8 @@ import { IdemflowError, InMemoryStore, RuleSet, createDeliveryHandler } from 'id
 import { SqliteStore } from 'idemflow/sqlite';
 import { MYSQL_URL, PG_URL, openStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 
-const DEPOSIT = { depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000' };
+// Every deposit event here is the chain watcher's first observation of the deposit, its detection: sequence 1.
+const DEPOSIT = { depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000', sequence: 1 };
 const detection = (eventId = 'watcher:detect-1', extra = {}) => ({
   eventId, workflowId: 'swap-42', type: 'DEPOSIT_DETECTED', ...DEPOSIT, ...extra,
 });

@@ -6,11 +6,7 @@ import assert from 'node:assert/strict';
 import {
   IdemflowError, InMemoryStore, decide, fingerprint, normalizeEvent, processEvent, validateEvent,
 } from 'idemflow';
-
-const event = {
-  eventId: 'chain-watcher:event-001', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED',
-  depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000',
-};
+import { SEED_EVENT as event } from '../workers/fixtures.mjs';
 const text = JSON.stringify(event);
 const bytes = new TextEncoder().encode(text);
 

@@ -25,7 +25,7 @@ const DELIVERIES = 600;
 const WORKFLOWS = 60;
 
 const workflow = (id) => ({ id, status: 'deposit', revision: 1, depositRef: `tx-${id}`, amountUnits: '100' });
-const confirmation = (id, n = 1) => ({ eventId: `${id}-e${n}`, workflowId: id, type: 'DEPOSIT_CONFIRMED', depositRef: `tx-${id}`, amountUnits: '100' });
+const confirmation = (id, n = 1) => ({ eventId: `${id}-e${n}`, workflowId: id, type: 'DEPOSIT_CONFIRMED', depositRef: `tx-${id}`, amountUnits: '100', sequence: 2 });
 
 /** What `promise` settled to, or 'watchdog' if it did not within WATCHDOG_MS (then `onWatchdog` runs). */
 async function watched(promise, onWatchdog = () => {}) {

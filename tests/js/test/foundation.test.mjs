@@ -13,18 +13,12 @@ import {
   processEvent,
   validateEvent,
 } from 'idemflow';
+import { SEED_EVENT as event } from '../workers/fixtures.mjs';
 
 const workflow = Object.freeze({
   id: 'swap-42',
   status: 'deposit',
   revision: 3,
-  depositRef: 'btc-mainnet:tx-abc:vout-0',
-  amountUnits: '12500000',
-});
-const event = Object.freeze({
-  eventId: 'chain-watcher:event-001',
-  workflowId: 'swap-42',
-  type: 'DEPOSIT_CONFIRMED',
   depositRef: 'btc-mainnet:tx-abc:vout-0',
   amountUnits: '12500000',
 });

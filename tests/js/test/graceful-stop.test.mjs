@@ -27,7 +27,7 @@ for (const { name, env } of BROKERS) {
       const publisher = await broker.publisher();
       for (let i = 0; i < ids.length; i += 50) {
         await Promise.all(ids.slice(i, i + 50).map((id, k) => publisher.publish(Buffer.from(JSON.stringify({
-          eventId: `${runId}:e${i + k}`, workflowId: id, type: 'DEPOSIT_DETECTED', depositRef: `ref-${i + k}`, amountUnits: '100',
+          eventId: `${runId}:e${i + k}`, workflowId: id, type: 'DEPOSIT_DETECTED', depositRef: `ref-${i + k}`, amountUnits: '100', sequence: 1,
         })))));
       }
       await publisher.close();

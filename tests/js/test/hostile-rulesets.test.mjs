@@ -158,7 +158,7 @@ test('a polluted Object.prototype supplies no missing field', () => {
 });
 
 test('a polluted Object.prototype supplies no workflow, receipt or stored status to decide', () => {
-  const created = { ...event, type: 'DEPOSIT_DETECTED' };
+  const created = { ...event, type: 'DEPOSIT_DETECTED', sequence: 1 };
   const inherited = polluted('workflow', { ...workflow, status: 'waiting' }, () => decide({ event: created }));
   assert.equal(inherited.thrown?.code, 'UNKNOWN_WORKFLOW', 'an inherited workflow was used');
   const { status, ...withoutStatus } = workflow;

@@ -47,7 +47,7 @@ after(() => tracerProvider.shutdown());
 
 const waiting = (i) => ({ id: `swap-${i}`, status: 'waiting', revision: 1 });
 const confirmation = (i) => ({
-  eventId: `watcher:swap-${i}:confirmed`, workflowId: `swap-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i),
+  eventId: `watcher:swap-${i}:confirmed`, workflowId: `swap-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i), sequence: 1,
 });
 
 /** A producer that keeps what it is asked to send; `fail` makes the next sends throw. */
@@ -101,7 +101,7 @@ describe('the outbox relay to Kafka', () => {
   it('sends each operation type to the topic the topic function names', async () => {
     const store = new InMemoryStore([{ id: 'swap-9', status: 'deposit', revision: 3, depositRef: 'btc:tx-9:vout-0', amountUnits: '900' }], { now: () => T0 });
     for (const event of [
-      { eventId: 'e-confirm', workflowId: 'swap-9', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx-9:vout-0', amountUnits: '900' },
+      { eventId: 'e-confirm', workflowId: 'swap-9', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx-9:vout-0', amountUnits: '900', sequence: 2 },
       { eventId: 'e-done', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '880' },
     ]) assert.equal((await processEvent(store, event)).outcome, 'applied');
     const producer = recordingProducer();

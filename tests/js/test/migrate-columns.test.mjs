@@ -60,7 +60,7 @@ for (const backend of BACKENDS) {
 
         await Promise.all([opened.store.migrate(), other.store.migrate()]);
         await opened.store.putWorkflow({ id: 'swap-2', status: 'deposit', revision: 3, depositRef: 'r2', amountUnits: '5' });
-        const event = { eventId: 'e-2', workflowId: 'swap-2', type: 'DEPOSIT_CONFIRMED', depositRef: 'r2', amountUnits: '5' };
+        const event = { eventId: 'e-2', workflowId: 'swap-2', type: 'DEPOSIT_CONFIRMED', depositRef: 'r2', amountUnits: '5', sequence: 2 };
         assert.equal((await opened.store.process(event, { metadata: { tenant: 'acme' } })).outcome, 'applied');
         assert.deepEqual((await opened.store.getOperation('start-exchange:swap-2')).metadata, { tenant: 'acme' });
       } finally {

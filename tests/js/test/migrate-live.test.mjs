@@ -31,7 +31,7 @@ function traffic(ns) {
   for (let i = 0; i < EVENTS; i += 1) {
     const id = `${ns}-w${i}`;
     workflows.push({ id, status: 'waiting', revision: 1 });
-    items.push({ body: JSON.stringify({ eventId: `${ns}-e${i}`, workflowId: id, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: `${i + 1}000` }) });
+    items.push({ body: JSON.stringify({ eventId: `${ns}-e${i}`, workflowId: id, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: `${i + 1}000`, sequence: 1 }) });
   }
   return { workflows, items };
 }

@@ -16,11 +16,7 @@ import { MysqlStore } from 'idemflow/mysql';
 import { PostgresStore } from 'idemflow/postgres';
 import { SqliteStore } from 'idemflow/sqlite';
 import { PG_URL, tablesFor, uniquePrefix } from '../workers/backends.mjs';
-
-const EVENT = {
-  eventId: 'chain-watcher:event-001', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED',
-  depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000',
-};
+import { SEED_EVENT as EVENT } from '../workers/fixtures.mjs';
 
 /** Asserts that `thrown` is INVALID_ARGUMENT, fatal, with a message matching `message`. */
 function isMisuse(message) {

@@ -7,11 +7,9 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { IdemflowError, RuleSet, decide, fingerprint, normalizeEvent, planDepositConfirmation, validateEvent } from 'idemflow';
 import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
+import { SEED_EVENT } from '../workers/fixtures.mjs';
 
-const seed = () => ({
-  eventId: 'chain-watcher:event-001', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED',
-  depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000',
-});
+const seed = () => ({ ...SEED_EVENT });
 const SEED_FINGERPRINT = 'fp1:f7aec2ec118bdfeaf8378d30fc20a30c1e4a1ff4be23ea1ca294215f182989fb';
 const storedWorkflow = (extra = {}) => ({
   id: 'swap-42', status: 'deposit', revision: 2, depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000', ...extra,
@@ -212,7 +210,7 @@ test('where generated code is forbidden, values are read by loops, to the same a
   const { execFileSync } = await import('node:child_process');
   const script = `
     const { decide, normalizeEvent } = require('idemflow');
-    const event = { eventId: 'chain-watcher:event-001', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000' };
+    const event = { eventId: 'chain-watcher:event-001', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000', sequence: 2 };
     const workflow = { id: 'swap-42', status: 'deposit', revision: 2, depositRef: event.depositRef, amountUnits: event.amountUnits };
     const broken = Object.defineProperty({ ...event }, 'depositRef', { get() { throw new Error('boom'); } });
     let refused;

@@ -29,7 +29,7 @@ function clock(start = T0) {
 
 const swap = (i) => ({ id: `swap-${i}`, status: 'deposit', revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i) });
 const confirmation = (i, eventId = `confirm-${i}`) => ({
-  eventId, workflowId: `swap-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i),
+  eventId, workflowId: `swap-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i), sequence: 2,
 });
 const opId = (i) => `start-exchange:swap-${i}`;
 

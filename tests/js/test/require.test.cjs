@@ -20,7 +20,7 @@ test('the CommonJS entry point processes a delivery end to end', async () => {
   const store = new idemflow.InMemoryStore([
     { id: 'swap-7', status: 'deposit', revision: 0, depositRef: 'eth:0xabc:log-2', amountUnits: '1000000000000000000' },
   ]);
-  const event = { eventId: 'e-1', workflowId: 'swap-7', type: 'DEPOSIT_CONFIRMED', depositRef: 'eth:0xabc:log-2', amountUnits: '1000000000000000000' };
+  const event = { eventId: 'e-1', workflowId: 'swap-7', type: 'DEPOSIT_CONFIRMED', depositRef: 'eth:0xabc:log-2', amountUnits: '1000000000000000000', sequence: 2 };
   assert.equal((await idemflow.processEvent(store, event)).outcome, 'applied');
   assert.equal((await idemflow.processEvent(store, event)).outcome, 'duplicate-delivery');
 });

@@ -3,6 +3,7 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { IdemflowError, InMemoryStore, RuleSet, decide, fingerprint, processEvent, verifyRuleSet } from 'idemflow';
+import { WATCHER_SEQUENCE } from '../workers/fixtures.mjs';
 
 const depositSwap = RuleSet.builtin('deposit-swap');
 const orderShipment = RuleSet.builtin('order-shipment');
@@ -74,8 +75,10 @@ function storeIn(status) {
   return new InMemoryStore(status === '(none)' ? [] : [{ id: 'swap-1', status, revision: 7, ...recorded }]);
 }
 
+// Deposit events carry the chain watcher's `sequence` of one that detected, confirmed, then saw a reversal.
 function eventOf(type, overrides = {}) {
-  return { eventId: `evt-${type}`, workflowId: 'swap-1', type, ...eventFields[type], ...overrides };
+  const sequence = type in WATCHER_SEQUENCE ? { sequence: WATCHER_SEQUENCE[type] } : {};
+  return { eventId: `evt-${type}`, workflowId: 'swap-1', type, ...eventFields[type], ...sequence, ...overrides };
 }
 
 async function outcomeOf(promise) {
@@ -194,7 +197,8 @@ test('a reversal before the exchange is final for its deposit (v2)', async () =>
   assert.deepEqual(store.snapshot().workflows.get('swap-1'), {
     id: 'swap-1', status: 'reversed', revision: 2, depositRef: recorded.depositRef, amountUnits: recorded.amountUnits,
   });
-  // The reversed deposit's confirmation and a re-published detection change nothing.
+  // The reversed deposit's confirmation (emitted before the reversal, delivered after it) and a
+  // re-published detection change nothing.
   assert.deepEqual(await run(store, 'DEPOSIT_CONFIRMED', 'r3'), { outcome: 'stale', ...measured('DEPOSIT_CONFIRMED', 'r3') });
   assert.deepEqual(await run(store, 'DEPOSIT_DETECTED', 'r4'), { outcome: 'stale', ...measured('DEPOSIT_DETECTED', 'r4') });
   // Another deposit on the swap is a person's decision.

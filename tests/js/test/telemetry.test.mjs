@@ -76,7 +76,7 @@ function sumOf(points, name, match) {
 
 const WORKFLOW = Object.freeze({ id: 'swap-42', status: 'deposit', revision: 3, depositRef: 'btc:tx-1:0', amountUnits: '12500000' });
 const CONFIRMED = Object.freeze({
-  eventId: 'chain-watcher:event-1', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx-1:0', amountUnits: '12500000',
+  eventId: 'chain-watcher:event-1', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx-1:0', amountUnits: '12500000', sequence: 2,
 });
 const shipment = (order) => ({ eventId: `shop:${order}`, workflowId: order, type: 'SHIPMENT_REQUESTED' });
 
@@ -352,7 +352,7 @@ describe('without OpenTelemetry nothing is loaded', () => {
     const { InMemoryStore, processEvent, createOutboxConsumer } = require('idemflow');
     (async () => {
       const store = new InMemoryStore([{ id: 'swap-42', status: 'deposit', revision: 3, depositRef: 'btc:tx-1:0', amountUnits: '12500000' }]);
-      const event = { eventId: 'e-1', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx-1:0', amountUnits: '12500000' };
+      const event = { eventId: 'e-1', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx-1:0', amountUnits: '12500000', sequence: 2 };
       const first = await processEvent(store, event, { metadata: { tenant: 'acme' } });
       const again = await processEvent(store, event);
       const consumer = createOutboxConsumer(store, { START_EXCHANGE: async (op, context) => { if (context.traceContext !== null) throw new Error('a trace context without OpenTelemetry'); } });

@@ -38,7 +38,7 @@ async function useStore(store: DurableStore): Promise<void> {
   await store.migrate();
   const workflow: Workflow = { id: 'swap-42', status: 'deposit', revision: 3, depositRef: 'btc:tx:0', amountUnits: '12500000' };
   await store.putWorkflow(workflow);
-  const event = { eventId: 'e-1', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx:0', amountUnits: '12500000' };
+  const event = { eventId: 'e-1', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx:0', amountUnits: '12500000', sequence: 2 };
   const result: ProcessResult = await store.process(event, { ruleSet: 'deposit-swap', raceRetries: 2 });
   if (result.outcome === 'applied') {
     const id: string | null = result.operationId;

@@ -15,7 +15,7 @@ import {
 } from 'idemflow';
 
 const store = new InMemoryStore([{ id: 'swap-42', status: 'deposit', revision: 3, depositRef: 'r', amountUnits: '1' }]);
-const event = { eventId: 'e', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'r', amountUnits: '1' };
+const event = { eventId: 'e', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'r', amountUnits: '1', sequence: 2 };
 
 async function handle(raw: unknown): Promise<'ack' | 'nack' | 'dead-letter' | 'alert' | 'stop'> {
   try {

@@ -6,6 +6,7 @@ import { fork } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { random } from '../examples/shared/random.mjs';
+import { WATCHER_SEQUENCE } from './fixtures.mjs';
 
 const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'delivery-worker.mjs');
 
@@ -52,7 +53,8 @@ export function plan({ workflows: workflowCount, deliveries: total, seed }) {
     for (const workflow of workflows) {
       if (deliveries >= total) break;
       const type = rand() < 2 / 3 ? 'DEPOSIT_CONFIRMED' : 'DEPOSIT_DETECTED';
-      const fields = { workflowId: workflow.id, type, depositRef: workflow.depositRef, amountUnits: workflow.amountUnits };
+      // The watcher's detection of the deposit is its observation 1, its confirmation 2, whoever re-publishes them.
+      const fields = { workflowId: workflow.id, type, depositRef: workflow.depositRef, amountUnits: workflow.amountUnits, sequence: WATCHER_SEQUENCE[type] };
       add({ eventId: `observer-${round % 4}:${workflow.id}:${round}`, ...fields }, false);
       if (deliveries < total && rand() < 1 / 3) add({ eventId: `republisher:${workflow.id}:${round}`, ...fields }, true);
     }

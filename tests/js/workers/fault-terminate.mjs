@@ -17,7 +17,7 @@ import { IdemflowError } from 'idemflow';
 
 const [kind, url, mode, prefix] = process.argv.slice(2);
 const tables = { workflows: `${prefix}_workflows`, inbox: `${prefix}_inbox`, outbox: `${prefix}_outbox` };
-const event = { eventId: `${prefix}-e1`, workflowId: 'wf-1', type: 'DEPOSIT_CONFIRMED', depositRef: 'tx-1', amountUnits: '100' };
+const event = { eventId: `${prefix}-e1`, workflowId: 'wf-1', type: 'DEPOSIT_CONFIRMED', depositRef: 'tx-1', amountUnits: '100', sequence: 2 };
 
 const ended = new Promise((resolve) => process.on('message', (message) => { if (message === 'ended') resolve(); }));
 let store;

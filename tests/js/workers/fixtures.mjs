@@ -2,14 +2,31 @@
 // set (one shipment per order), and a call's outcome as a value.
 import { IdemflowError } from 'idemflow';
 
-/** The chain-deposit article's confirmation. */
+/**
+ * The chain-deposit article's confirmation. Its swap is in `deposit`: the
+ * watcher's detection of the deposit was its observation 1, so the
+ * confirmation carries `sequence` 2 (deposit-swap v2 ignores the field; v3
+ * requires it).
+ */
 export const SEED_EVENT = Object.freeze({
   eventId: 'chain-watcher:event-001',
   workflowId: 'swap-42',
   type: 'DEPOSIT_CONFIRMED',
   depositRef: 'btc-mainnet:tx-abc:vout-0',
   amountUnits: '12500000',
+  sequence: 2,
 });
+
+/**
+ * A chain watcher numbers the deposit events it emits about one depositRef
+ * with `sequence`, 1, 2, 3 … in the order it emits them (a re-publication
+ * under another event id keeps its number): deposit-swap v3 requires the
+ * field, v2 ignores it. WATCHER_SEQUENCE is the numbering of one watcher that
+ * detected a deposit, confirmed it, then saw it reversed; WATCHED_TYPES the
+ * event types it numbers.
+ */
+export const WATCHER_SEQUENCE = Object.freeze({ DEPOSIT_DETECTED: 1, DEPOSIT_CONFIRMED: 2, DEPOSIT_REVERSED: 3 });
+export const WATCHED_TYPES = Object.freeze(Object.keys(WATCHER_SEQUENCE));
 
 /** A definition of one shipment per order (order-shipment's shape) under `id`, a fresh copy to change. */
 export function shipmentDefinition(id) {

@@ -73,6 +73,7 @@ import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import fc from 'fast-check';
 import { IdemflowError, InMemoryStore, RuleSet, processEvent } from 'idemflow';
 import { openStore, tablesFor, tempDir, uniquePrefix } from './backends.mjs';
+import { WATCHED_TYPES } from './fixtures.mjs';
 
 export const V2 = RuleSet.builtin('deposit-swap');
 export const V1 = RuleSet.builtin('deposit-swap', { version: 1 });
@@ -150,6 +151,10 @@ function buildHistory(publications) {
     for (let i = 0; i < x.length; i += 1) if (x[i] !== y[i]) return x[i] < y[i] ? -1 : 1;
     return 0;
   });
+  // The chain watcher numbers its observations of the deposit in the order it first published them;
+  // a type's other publications (new event ids, duplicates) are the same observation, the same number.
+  const watched = [...new Set(messages.map((m) => m.type).filter((t) => WATCHED_TYPES.includes(t)))];
+  for (const m of messages) if (watched.includes(m.type)) m.sequence = watched.indexOf(m.type) + 1;
   const answers = Object.fromEntries(Object.keys(ANSWERS).map((t) => [t, messages.filter((m) => m.type === t)]));
   return { external: messages.filter((m) => !ANSWERS[m.type]), answers };
 }
@@ -188,7 +193,8 @@ class Delivery {
 
   event(message) {
     const fields = Object.fromEntries(FIELDS[message.type].map((f) => [f, FACTS[f]]));
-    return { eventId: `${this.workflowId}/${message.local}`, workflowId: this.workflowId, type: message.type, ...fields };
+    const sequence = message.sequence === undefined ? {} : { sequence: message.sequence };
+    return { eventId: `${this.workflowId}/${message.local}`, workflowId: this.workflowId, type: message.type, ...fields, ...sequence };
   }
 
   /** Delivers one message: `{ retry, published }`, the answer messages it made exist. */

@@ -11,10 +11,11 @@ import { random, shuffle } from './broker.mjs';
  * `{ workflows, messages: [{ body: Buffer, kind, eventId }], validIds, swaps }` for
  * `swaps` swaps. `events: true` keeps only the messages that are events
  * (`kind` 'event', each with its parsed `event`): no conflicts, no bodies
- * that are not events.
+ * that are not events. `reinclusions`: the chaos plan's share of re-included
+ * deposits (0, none, by default: v2 is not reorder-safe for them).
  */
-export function swapTraffic({ swaps, seed = 1, runId = 'scale', invalid = Math.ceil(swaps / 40), eventsOnly = false }) {
-  const plan = chaosPlan({ swaps, seed, runId, late: 0, invalid: eventsOnly ? 0 : invalid });
+export function swapTraffic({ swaps, seed = 1, runId = 'scale', invalid = Math.ceil(swaps / 40), eventsOnly = false, reinclusions = 0 }) {
+  const plan = chaosPlan({ swaps, seed, runId, late: 0, invalid: eventsOnly ? 0 : invalid, reinclusions });
   let messages = plan.messages;
   if (eventsOnly) messages = messages.filter((m) => m.kind === 'event').map((m) => ({ ...m, event: JSON.parse(m.body) }));
   const conflicted = new Set(eventsOnly ? plan.conflicts.keys() : []);
