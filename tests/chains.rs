@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 
 use idemflow::event::validate;
 use idemflow::fingerprint::canonical_bytes;
-use idemflow::ruleset::{load_unverified, verify_definition, BUILTIN_DEPOSIT_SWAP, BUILTIN_DEPOSIT_SWAP_V3};
+use idemflow::ruleset::{load_unverified, verify_definition, BUILTIN_DEPOSIT_SWAP, BUILTIN_DEPOSIT_SWAP_V2};
 use idemflow::{decide, Error, Outcome, RuleSet};
 
 fn object(value: Value) -> Map<String, Value> {
@@ -21,7 +21,7 @@ fn v3() -> &'static RuleSet {
 }
 
 fn v3_definition() -> Value {
-    serde_json::from_str(BUILTIN_DEPOSIT_SWAP_V3).unwrap()
+    serde_json::from_str(BUILTIN_DEPOSIT_SWAP).unwrap()
 }
 
 /// A deposit event of the v3 chain watcher.
@@ -280,12 +280,14 @@ fn amounts_compare_as_integers_of_any_length() {
 // ---------------------------------------------------------------- builtins
 
 #[test]
-fn deposit_swap_v3_is_registered_and_v2_stays_current() {
-    assert_eq!(RuleSet::builtin("deposit-swap").unwrap().version, 2);
+fn deposit_swap_v3_is_current_and_v1_v2_stay_loadable() {
+    assert_eq!(RuleSet::builtin("deposit-swap").unwrap().version, 3);
     assert_eq!(v3().version, 3);
+    assert_eq!(RuleSet::builtin_version("deposit-swap", Some(2)).unwrap().version, 2);
+    assert_eq!(RuleSet::builtin_version("deposit-swap", Some(1)).unwrap().version, 1);
     assert_eq!(RuleSet::builtin("subscription").unwrap().version, 2);
     assert_eq!(RuleSet::builtin_version("subscription", Some(1)).unwrap().version, 1);
-    assert_eq!(v3().hash, RuleSet::from_json(BUILTIN_DEPOSIT_SWAP_V3).unwrap().hash);
+    assert_eq!(v3().hash, RuleSet::from_json(BUILTIN_DEPOSIT_SWAP).unwrap().hash);
 }
 
 // ------------------------------------------------------------------ verifier
@@ -321,7 +323,7 @@ fn deposit_swap_v3_is_reorder_safe_over_chains_of_four_observations_with_copies(
 fn v2_with_numbered_observations_loses_the_re_inclusion() {
     // v2's rules with v3's sequence declared: the verifier finds a history
     // with a re-detection after the reversal that delivery order changes.
-    let mut v2: Value = serde_json::from_str(BUILTIN_DEPOSIT_SWAP).unwrap();
+    let mut v2: Value = serde_json::from_str(BUILTIN_DEPOSIT_SWAP_V2).unwrap();
     v2["fields"].as_array_mut().unwrap().push(json!({ "name": "sequence", "kind": "count" }));
     for event in v2["events"].as_array_mut().unwrap() {
         if event["type"].as_str().unwrap().starts_with("DEPOSIT_") {

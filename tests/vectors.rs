@@ -152,7 +152,7 @@ fn fingerprint_vectors_are_well_formed() {
 
 #[test]
 fn the_event_id_is_not_part_of_the_fingerprint() {
-    let rules = RuleSet::builtin("deposit-swap").unwrap();
+    let rules = v2();
     let first = json!({ "eventId": "chain-watcher:event-001", "workflowId": "swap-42", "type": "DEPOSIT_CONFIRMED",
                         "depositRef": "btc-mainnet:tx-abc:vout-0", "amountUnits": "12500000" });
     let mut second = first.clone();
@@ -885,8 +885,11 @@ impl Host {
         }
     }
 
+    /// A host over `deposit-swap` v2: these stories are v2's (its events carry no
+    /// `sequence`); v3's numbered observations have theirs in tests/chains.rs.
     fn with_waiting(id: &str) -> Host {
         let mut host = Host::new("deposit-swap");
+        host.rules = v2();
         host.workflows.insert(id.into(), object(&json!({ "id": id, "status": "waiting", "revision": 1 })).clone());
         host
     }
@@ -981,6 +984,11 @@ impl Host {
     fn operation_ids(&self) -> Vec<&str> {
         self.outbox.keys().map(String::as_str).collect()
     }
+}
+
+/// `deposit-swap` v2, whose events carry no `sequence`.
+fn v2() -> &'static RuleSet {
+    RuleSet::builtin_version("deposit-swap", Some(2)).unwrap()
 }
 
 fn event(id: &str, event_type: &str, fields: Value) -> Value {
@@ -1349,7 +1357,7 @@ fn every_recurring_id_of_a_workflow_splits_back_into_its_name_revision_and_workf
 
 #[test]
 fn a_receipt_fingerprint_that_is_not_fp1_and_64_hex_digits_is_an_invalid_record() {
-    let rules = RuleSet::builtin("deposit-swap").unwrap();
+    let rules = v2();
     let event = seed_event();
     for stored in ["fp1:", "fp1:garbage", "fp1:F7AEC2EC118BDFEAF8378D30FC20A30C1E4A1FF4BE23EA1CA294215F182989FB"] {
         let receipt = json!({ "fingerprint": stored });
@@ -1364,7 +1372,7 @@ fn a_receipt_fingerprint_that_is_not_fp1_and_64_hex_digits_is_an_invalid_record(
 
 #[test]
 fn fingerprint_json_reports_a_non_object_event_as_invalid_event_like_decide_json() {
-    let rules = RuleSet::builtin("deposit-swap").unwrap();
+    let rules = v2();
     for event in ["null", "[]", "\"swap-42\"", "5"] {
         let decided = decide_json(rules, &format!("{{\"event\": {event}}}")).unwrap_err();
         assert_eq!((decided.code(), decided.details()["field"].clone()), ("INVALID_EVENT", json!("event")));
@@ -1392,7 +1400,7 @@ fn deciding_with_an_unverified_rule_set_that_misses_a_pair_is_an_error_not_a_pan
 
 #[test]
 fn a_receipt_stored_under_another_event_id_is_an_invalid_argument_not_a_duplicate() {
-    let rules = RuleSet::builtin("deposit-swap").unwrap();
+    let rules = v2();
     let event = seed_event();
     let fp = idemflow::json::fingerprint_json(rules, &event.to_string()).unwrap();
     let receipt = json!({ "eventId": "someone-else", "fingerprint": fp });

@@ -262,7 +262,7 @@ impl RuleSet {
             });
         };
         let builtin = match version {
-            None => versions.versions.iter().find(|b| b.version == versions.current),
+            None => versions.versions.last(),
             Some(v) => versions.versions.iter().find(|b| b.version == v),
         }
         .ok_or_else(|| Error::InvalidArgument {
@@ -417,16 +417,17 @@ fn check_operation_names(rule_set: &RuleSet) -> Result<()> {
 }
 
 pub const BUILTIN_NAMES: &[&str] = &["deposit-swap", "order-shipment", "subscription"];
-/// The current `deposit-swap`: reorder-safe (version 2).
-pub const BUILTIN_DEPOSIT_SWAP: &str = include_str!("deposit-swap.v2.json");
+/// The current `deposit-swap`: reorder-safe over numbered observations
+/// (`sequence`), so a reorganisation's re-inclusion is exchanged once (version 3).
+pub const BUILTIN_DEPOSIT_SWAP: &str = include_str!("deposit-swap.v3.json");
+/// The second `deposit-swap`, kept for audit of receipts it wrote: reorder-safe
+/// for one observation of each kind, so it loses a re-included deposit.
+pub const BUILTIN_DEPOSIT_SWAP_V2: &str = include_str!("deposit-swap.v2.json");
 /// The first `deposit-swap`, kept for audit of receipts it wrote. It assumes
 /// per-workflow in-order delivery.
 pub const BUILTIN_DEPOSIT_SWAP_V1: &str = include_str!("deposit-swap.v1.json");
 pub const BUILTIN_ORDER_SHIPMENT: &str = include_str!("order-shipment.v2.json");
 pub const BUILTIN_ORDER_SHIPMENT_V1: &str = include_str!("order-shipment.v1.json");
-/// `deposit-swap` over numbered observations (`sequence`): a re-inclusion is
-/// exchanged once. Registered, not yet the current version.
-pub const BUILTIN_DEPOSIT_SWAP_V3: &str = include_str!("deposit-swap.v3.json");
 /// Renewals: a recurring operation (`charge-renewal:{revision}:{workflowId}`),
 /// periods as counts (version 2, current).
 pub const BUILTIN_SUBSCRIPTION: &str = include_str!("subscription.v2.json");
@@ -466,27 +467,22 @@ impl Builtin {
 
 struct BuiltinVersions {
     name: &'static str,
-    /// Oldest first.
+    /// Oldest first; the last is the current version.
     versions: &'static [Builtin],
-    /// The version `builtin(name)` loads (a newer one may be registered before it becomes current).
-    current: u64,
 }
 
 static BUILTINS: [BuiltinVersions; 3] = [
     BuiltinVersions {
         name: "deposit-swap",
         versions: &DEPOSIT_SWAP_VERSIONS,
-        current: 2,
     },
     BuiltinVersions {
         name: "order-shipment",
         versions: &ORDER_SHIPMENT_VERSIONS,
-        current: 2,
     },
     BuiltinVersions {
         name: "subscription",
         versions: &SUBSCRIPTION_VERSIONS,
-        current: 2,
     },
 ];
 
@@ -499,13 +495,13 @@ static DEPOSIT_SWAP_VERSIONS: [Builtin; 3] = [
     },
     Builtin {
         version: 2,
-        text: BUILTIN_DEPOSIT_SWAP,
+        text: BUILTIN_DEPOSIT_SWAP_V2,
         proven_hash: "sha256:5eeb4135240c8f3407ce347771b275987e9e8e1753d02197e50ae31ed1bfb624",
         cell: OnceLock::new(),
     },
     Builtin {
         version: 3,
-        text: BUILTIN_DEPOSIT_SWAP_V3,
+        text: BUILTIN_DEPOSIT_SWAP,
         proven_hash: "sha256:7e4eeb986c026a5170575b9a116dd3e6ac437b1c30b99aa27f14d6e66cbd8f6a",
         cell: OnceLock::new(),
     },

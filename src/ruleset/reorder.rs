@@ -920,7 +920,7 @@ fn counterexample(
 mod tests {
     use serde_json::{json, Value};
 
-    use crate::ruleset::{verify_definition, BUILTIN_DEPOSIT_SWAP, BUILTIN_DEPOSIT_SWAP_V1};
+    use crate::ruleset::{verify_definition, BUILTIN_DEPOSIT_SWAP_V1, BUILTIN_DEPOSIT_SWAP_V2};
 
     fn reorder_property(definition: &Value) -> Value {
         let report = verify_definition(definition).unwrap().to_json();
@@ -934,7 +934,7 @@ mod tests {
     }
 
     fn v2() -> Value {
-        serde_json::from_str(BUILTIN_DEPOSIT_SWAP).unwrap()
+        serde_json::from_str(BUILTIN_DEPOSIT_SWAP_V2).unwrap()
     }
 
     /// Replaces the answer of the rule written for `on` in `in`.
