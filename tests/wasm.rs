@@ -129,12 +129,14 @@ fn expected_decision(case: &Value) -> Value {
     decision
 }
 
+/// The seed's confirmation as deposit-swap v3 (the current version) takes it:
+/// the chain watcher's second observation of the deposit (its detection was 1).
 fn seed() -> Value {
     json!({ "eventId": "chain-watcher:event-001", "workflowId": "swap-42", "type": "DEPOSIT_CONFIRMED",
-            "depositRef": "btc-mainnet:tx-abc:vout-0", "amountUnits": "12500000" })
+            "depositRef": "btc-mainnet:tx-abc:vout-0", "amountUnits": "12500000", "sequence": 2 })
 }
 
-const SEED_FINGERPRINT: &str = "fp1:f7aec2ec118bdfeaf8378d30fc20a30c1e4a1ff4be23ea1ca294215f182989fb";
+const SEED_FINGERPRINT: &str = "fp1:d8e288dea415099a5dc24517655e59c8358a1b1154054650d2816742507359fa";
 
 /// The size of the wasm linear memory in bytes (it only ever grows).
 fn memory_bytes() -> f64 {
@@ -413,10 +415,10 @@ fn builtin_rule_sets_carry_their_id_version_hash_and_table() {
         assert_eq!(report["ruleSet"]["hash"], expected["hash"]);
         assert!(rules.table_markdown().contains(&rules.hash()));
     }
-    // One row per rule and event type: 24 in deposit-swap v1, 30 in v2 (the current one).
+    // One row per rule and event type: 24 in deposit-swap v1, 34 in v3 (the current one).
     let v1 = binding::builtin_rule_set("deposit-swap", Some(1.0)).unwrap_or_else(|_| panic!("deposit-swap v1"));
     assert_eq!(parse(&v1.table_json()).as_array().unwrap().len(), 24);
-    assert_eq!(parse(&builtin("deposit-swap").table_json()).as_array().unwrap().len(), 30);
+    assert_eq!(parse(&builtin("deposit-swap").table_json()).as_array().unwrap().len(), 34);
 }
 
 #[wasm_bindgen_test]
@@ -480,7 +482,7 @@ fn assert_limit(label: &str, error: JsValue, path: &str, limit: &str) {
 fn a_valid_decision_still_works(label: &str) {
     let rules = builtin("deposit-swap");
     let workflow = json!({ "id": "swap-42", "status": "deposit", "revision": 2,
-                           "depositRef": "btc-mainnet:tx-abc:vout-0", "amountUnits": "12500000" });
+                           "depositRef": "btc-mainnet:tx-abc:vout-0", "amountUnits": "12500000", "sequence": 1 });
     let mut packer = Packer::default();
     packer.item(RuleSet::builtin("deposit-swap").unwrap(), seed().as_object().unwrap(), None, workflow.as_object());
     match &Host::new().decide(&rules, &packer, 1)[0] {
