@@ -44,7 +44,7 @@ function matchesError(error, expected) {
 
 for (const c of load('fingerprint').cases) {
   test(`fingerprint vector: ${c.name}`, () => {
-    assert.equal(fingerprint(c.event, { ruleSet: rules(c.ruleSet) }), c.fingerprint);
+    assert.equal(fingerprint(c.event, { ruleSet: rules(c.ruleSet, c.ruleSetVersion) }), c.fingerprint);
     assert.equal(`fp1:${createHash('sha256').update(c.canonical, 'utf8').digest('hex')}`, c.fingerprint);
   });
 }
