@@ -11,12 +11,14 @@ import { fileURLToPath } from 'node:url';
 import { IdemflowError, RuleSet, decide, verifyRuleSet } from 'idemflow';
 
 const bin = fileURLToPath(new URL('../node_modules/.bin/idemflow', import.meta.url));
-const v2 = RuleSet.builtin('deposit-swap');
+const current = RuleSet.builtin('deposit-swap');
+const v3 = RuleSet.builtin('deposit-swap', { version: 3 });
+const v2 = RuleSet.builtin('deposit-swap', { version: 2 });
 const v1 = RuleSet.builtin('deposit-swap', { version: 1 });
 
 const reorderSafe = (report) => report.properties.find((p) => p.name === 'reorder-safe');
 
-/** deposit-swap v1's table with v2's declaration of what producers promise. */
+/** deposit-swap v1's table with v2's declaration of what producers promise (v3's declares a sequence, which v1's events do not carry). */
 function v1WithOrder() {
   return { ...v1.definition(), order: v2.definition().order };
 }
@@ -27,10 +29,11 @@ function cli(args) {
 }
 
 test('RuleSet.builtin gives the current version by default and an older one by version', () => {
+  assert.equal(current.version, 3);
+  assert.equal(current, v3);
   assert.equal(v2.version, 2);
   assert.equal(v1.version, 1);
-  assert.notEqual(v1.hash, v2.hash);
-  assert.equal(RuleSet.builtin('deposit-swap', { version: 2 }), v2);
+  assert.equal(new Set([v1.hash, v2.hash, v3.hash]).size, 3);
   assert.equal(RuleSet.builtin('order-shipment').version, 2);
   assert.equal(RuleSet.builtin('order-shipment', { version: 1 }).version, 1);
 });
@@ -50,7 +53,7 @@ test('an unknown version is INVALID_ARGUMENT, a fatal error naming the versions 
 test('receipts name the version that decided them', () => {
   const event = { eventId: 'e1', workflowId: 'swap-1', type: 'DEADLINE_PASSED' };
   const workflow = { id: 'swap-1', status: 'waiting', revision: 1 };
-  for (const ruleSet of [v1, v2]) {
+  for (const ruleSet of [v1, v2, v3]) {
     const { writeSet } = decide({ event, receipt: null, workflow, ruleSet });
     assert.deepEqual(writeSet.receipt.ruleSet, { id: 'deposit-swap', version: ruleSet.version, hash: ruleSet.hash });
   }
@@ -64,6 +67,25 @@ test('deposit-swap v2 is proven reorder-safe, and the report says what was check
   assert.deepEqual(property.checked.bound, { events: 6, copiesPerType: 2 });
   assert.ok(property.checked.histories > 0 && property.checked.configurations > property.checked.histories);
   assert.equal(property.checked.races.length, 6);
+  assert.equal(property.checked.follows.length, 4);
+  assert.equal(typeof report.elapsedMs, 'number');
+  assert.ok(report.elapsedMs >= 0);
+});
+
+test('deposit-swap v3, the default, is proven reorder-safe over numbered chains, and the report says what was checked', () => {
+  const report = verifyRuleSet(current);
+  assert.equal(report.ok, true);
+  const property = reorderSafe(report);
+  assert.equal(property.ok, true);
+  // Chains of up to 4 observations, each in up to 2 copies, among up to 8 events.
+  assert.deepEqual(property.checked.bound, {
+    events: 8, copiesPerType: 2,
+    sequence: { field: 'sequence', events: ['DEPOSIT_DETECTED', 'DEPOSIT_CONFIRMED', 'DEPOSIT_REVERSED'], observations: 4, copiesPerObservation: 2 },
+  });
+  assert.ok(property.checked.histories > 0 && property.checked.configurations > property.checked.histories);
+  // The deadline against each of the 3 deposit events, and each of them against each of
+  // DEPOSIT_CONFIRMED, EXCHANGE_COMPLETED and PAYOUT_CONFIRMED: 3 + 3 × 3 pairs.
+  assert.equal(property.checked.races.length, 12);
   assert.equal(property.checked.follows.length, 4);
   assert.equal(typeof report.elapsedMs, 'number');
   assert.ok(report.elapsedMs >= 0);
@@ -103,7 +125,7 @@ test('an order section that names what does not exist is RULESET_INVALID with th
     [{ ordering: [] }, '$.order.ordering'],
   ];
   for (const [order, path] of cases) {
-    assert.throws(() => RuleSet.fromJSON({ ...v2.definition(), order }), (error) => {
+    assert.throws(() => RuleSet.fromJSON({ ...current.definition(), order }), (error) => {
       assert.equal(error.code, 'RULESET_INVALID');
       assert.equal(error.details.path, path);
       return true;
@@ -129,10 +151,11 @@ test('the command line verifies a built-in by version and says when order is not
   assert.match(old.stdout, /rule set deposit-swap v1/);
   assert.match(old.stdout, /n\/a +reorder-safe/);
   assert.match(old.stdout, /not claimed: no 'order' section/);
-  const current = cli(['rules', 'verify', 'deposit-swap']);
-  assert.equal(current.code, 0);
-  assert.match(current.stdout, /pass {2}reorder-safe/);
-  assert.match(current.stdout, /declared races: .*DEADLINE_PASSED/);
+  const latest = cli(['rules', 'verify', 'deposit-swap']);
+  assert.equal(latest.code, 0);
+  assert.match(latest.stdout, /rule set deposit-swap v3/);
+  assert.match(latest.stdout, /pass {2}reorder-safe/);
+  assert.match(latest.stdout, /declared races: .*DEADLINE_PASSED/);
   assert.equal(cli(['rules', 'table', 'deposit-swap@1']).stdout, v1.tableMarkdown());
   assert.equal(cli(['rules', 'table', 'deposit-swap@x']).code, 2);
 });
