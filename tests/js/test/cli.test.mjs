@@ -30,7 +30,8 @@ test('rules table prints the built-in decision table as Markdown', () => {
   const { code, stdout } = idemflow(['rules', 'table', 'deposit-swap']);
   assert.equal(code, 0);
   assert.equal(stdout, RuleSet.builtin('deposit-swap').tableMarkdown());
-  assert.match(stdout, /\| DEPOSIT_CONFIRMED \| deposit \| depositRef, amountUnits \| applied → exchange; emits START_EXCHANGE `start-exchange:\{workflowId\}` \|/);
+  assert.match(stdout, /^Rule set `deposit-swap` v3 /);
+  assert.match(stdout, /\| DEPOSIT_CONFIRMED \| deposit \| depositRef, amountUnits \| when sequence > recorded sequence: applied → exchange; records sequence; emits START_EXCHANGE `start-exchange:\{workflowId\}`; else stale \(receipt only\) \|/);
 });
 
 test('rules table --json prints the rows of a rule set from a file', () => {
@@ -40,13 +41,16 @@ test('rules table --json prints the rows of a rule set from a file', () => {
   assert.deepEqual(JSON.parse(stdout), RuleSet.builtin('order-shipment').table());
 });
 
-test('docs/rulesets.md shows the deposit-swap table exactly as the rule set defines it', () => {
+test('docs/rulesets.md shows the deposit-swap tables exactly as the rule sets define them', () => {
   const text = readFileSync(fileURLToPath(new URL('../../../docs/rulesets.md', import.meta.url)), 'utf8');
-  const begin = text.indexOf('<!-- deposit-swap table: begin -->');
-  const end = text.indexOf('<!-- deposit-swap table: end -->');
-  assert.ok(begin >= 0 && end > begin, 'docs/rulesets.md has the table markers');
-  const shown = text.slice(begin, end).split('\n').slice(1).join('\n').trim();
-  assert.equal(shown, RuleSet.builtin('deposit-swap').tableMarkdown().trim());
+  const shownBetween = (marker) => {
+    const begin = text.indexOf(`<!-- ${marker}: begin -->`);
+    const end = text.indexOf(`<!-- ${marker}: end -->`);
+    assert.ok(begin >= 0 && end > begin, `docs/rulesets.md has the ${marker} markers`);
+    return text.slice(begin, end).split('\n').slice(1).join('\n').trim();
+  };
+  assert.equal(shownBetween('deposit-swap v2 table'), RuleSet.builtin('deposit-swap', { version: 2 }).tableMarkdown().trim());
+  assert.equal(shownBetween('deposit-swap v3 table'), RuleSet.builtin('deposit-swap').tableMarkdown().trim(), 'v3, the default');
 });
 
 test('rules verify reports every property and exits 0 for a sound rule set', () => {
