@@ -1,5 +1,6 @@
-// Rule sets through the installed package: every cell of both built-in
-// tables through processEvent, the lifecycle stories, and the verifier.
+// Rule sets through the installed package: every cell of deposit-swap v1's,
+// v2's and v3's tables (v3, the default, with newer, re-published and older
+// observations) through processEvent, the lifecycle stories, and the verifier.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { IdemflowError, InMemoryStore, RuleSet, decide, fingerprint, processEvent, verifyRuleSet } from 'idemflow';
@@ -24,6 +25,8 @@ const IT = { error: 'INVALID_TRANSITION', disposition: 'reconcile' };
 const AA = { outcome: 'already-applied' };
 const ST = { outcome: 'stale' };
 const to = (status, ...operations) => ({ outcome: 'applied', status, operations });
+/** A v3 cell answered by the observation's number: `newer` when its sequence is above the recorded one, `notNewer` otherwise. */
+const byNumber = (newer, notNewer) => ({ byNumber: true, newer, notNewer });
 const REVIEW = 'OPEN_REVIEW:open-review:swap-1';
 const EXCHANGE = 'START_EXCHANGE:start-exchange:swap-1';
 const PAYOUT = 'SEND_PAYOUT:send-payout:swap-1';
@@ -52,7 +55,7 @@ const tables = {
   // for its deposit (status reversed); after the deadline any deposit event is a
   // person's; after a reversal in review, money events are stale.
   2: {
-    ruleSet: RuleSet.builtin('deposit-swap'),
+    ruleSet: RuleSet.builtin('deposit-swap', { version: 2 }),
     expected: {
       DEPOSIT_DETECTED: { '(none)': UW, waiting: to('deposit'), deposit: AA, exchange: AA, sending: AA, success: AA, overdue: to('review', REVIEW), reversed: ST, review: AA },
       DEPOSIT_CONFIRMED: { '(none)': UW, waiting: to('exchange', EXCHANGE), deposit: to('exchange', EXCHANGE), exchange: AA, sending: AA, success: AA, overdue: to('review', REVIEW), reversed: ST, review: AA },
@@ -69,10 +72,50 @@ const tables = {
       DEPOSIT_REVERSED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
     },
   },
+  // v3, the default: deposit events are the chain watcher's numbered observations.
+  // Where the swap has acted on an observation, a newer one (a higher sequence)
+  // moves it and a re-published or older one does not: before the exchange a
+  // newer word is followed (a re-inclusion after a reversal is exchanged),
+  // after it a person decides, in review the latest word is recorded.
+  3: {
+    ruleSet: RuleSet.builtin('deposit-swap', { version: 3 }),
+    expected: {
+      DEPOSIT_DETECTED: {
+        '(none)': UW, waiting: to('deposit'), deposit: byNumber(to('deposit'), AA),
+        exchange: byNumber(to('review', REVIEW), AA), sending: byNumber(to('review', REVIEW), AA), success: byNumber(to('review', REVIEW), AA),
+        overdue: to('review', REVIEW), reversed: byNumber(to('deposit'), ST), review: byNumber(to('review'), ST),
+      },
+      DEPOSIT_CONFIRMED: {
+        '(none)': UW, waiting: to('exchange', EXCHANGE), deposit: byNumber(to('exchange', EXCHANGE), ST),
+        exchange: byNumber(to('review', REVIEW), AA), sending: byNumber(to('review', REVIEW), AA), success: byNumber(to('review', REVIEW), AA),
+        overdue: to('review', REVIEW), reversed: byNumber(to('exchange', EXCHANGE), ST), review: byNumber(to('review'), ST),
+      },
+      EXCHANGE_COMPLETED: { '(none)': UW, waiting: IT, deposit: IT, exchange: to('sending', PAYOUT), sending: AA, success: AA, overdue: IT, reversed: IT, review: ST },
+      PAYOUT_CONFIRMED: { '(none)': UW, waiting: IT, deposit: IT, exchange: IT, sending: to('success'), success: AA, overdue: IT, reversed: IT, review: ST },
+      DEADLINE_PASSED: { '(none)': UW, waiting: to('overdue'), deposit: ST, exchange: ST, sending: ST, success: ST, overdue: ST, reversed: ST, review: ST },
+      DEPOSIT_REVERSED: {
+        '(none)': UW, waiting: to('reversed'), deposit: byNumber(to('reversed'), ST),
+        exchange: byNumber(to('review', REVIEW), ST), sending: byNumber(to('review', REVIEW), ST), success: byNumber(to('review', REVIEW), ST),
+        overdue: to('review', REVIEW), reversed: byNumber(to('reversed'), AA), review: byNumber(to('review'), ST),
+      },
+    },
+    guarded: {
+      DEPOSIT_DETECTED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
+      DEPOSIT_CONFIRMED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
+      EXCHANGE_COMPLETED: ['sending', 'success'],
+      PAYOUT_CONFIRMED: ['success'],
+      DEPOSIT_REVERSED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
+    },
+    // The number of the observation the swap acted on to reach each status: detected (1);
+    // confirmed (2); detected, then reversed (2); detected, confirmed, reversed after the
+    // exchange started (3). A swap in waiting or overdue has seen no observation.
+    sequenceIn: { deposit: 1, exchange: 2, sending: 2, success: 2, reversed: 2, review: 3 },
+  },
 };
 
-function storeIn(status) {
-  return new InMemoryStore(status === '(none)' ? [] : [{ id: 'swap-1', status, revision: 7, ...recorded }]);
+function storeIn(status, sequence) {
+  const numbered = sequence === undefined ? {} : { sequence };
+  return new InMemoryStore(status === '(none)' ? [] : [{ id: 'swap-1', status, revision: 7, ...recorded, ...numbered }]);
 }
 
 // Deposit events carry the chain watcher's `sequence` of one that detected, confirmed, then saw a reversal.
@@ -90,35 +133,66 @@ async function outcomeOf(promise) {
   }
 }
 
-for (const [version, { ruleSet, expected, guarded }] of Object.entries(tables)) {
+/**
+ * The deliveries that exercise one cell: the event as eventOf() numbers it, or, for a cell
+ * answered by the observation's number, one newer than the recorded number, one with the
+ * same number (a re-publication) and, where there is one, an older one.
+ */
+function deliveriesOf(answer, recordedSequence) {
+  if (!answer.byNumber) return [{ label: '', fields: {}, answer }];
+  const deliveries = [
+    { label: `, sequence ${recordedSequence + 1} over ${recordedSequence}`, fields: { sequence: recordedSequence + 1 }, answer: answer.newer },
+    { label: `, sequence ${recordedSequence} over ${recordedSequence}`, fields: { sequence: recordedSequence }, answer: answer.notNewer },
+  ];
+  if (recordedSequence > 1) {
+    deliveries.push({ label: `, sequence ${recordedSequence - 1} over ${recordedSequence}`, fields: { sequence: recordedSequence - 1 }, answer: answer.notNewer });
+  }
+  return deliveries;
+}
+
+/** A reported answer as the expected tables write it: an applied one by its target status, any other whole. */
+const shapeOf = (answer) => (answer.outcome === 'applied' ? { outcome: 'applied', to: answer.to } : answer);
+
+const describe = (answer) => `${answer.error ?? answer.outcome}${answer.status ? ` ${answer.status}` : ''}`;
+
+for (const [version, { ruleSet, expected, guarded, sequenceIn = {} }] of Object.entries(tables)) {
   const label = `deposit-swap v${version}`;
   for (const [type, row] of Object.entries(expected)) {
-    for (const [status, answer] of Object.entries(row)) {
-      test(`${label}: ${type} in ${status} → ${answer.error ?? answer.outcome}${answer.status ? ` ${answer.status}` : ''}`, async () => {
-        const store = storeIn(status);
-        const result = await outcomeOf(processEvent(store, eventOf(type), { ruleSet }));
-        const { workflows, inbox, outbox } = store.snapshot();
-        if (answer.error) {
-          assert.equal(result.error, answer.error);
-          assert.equal(result.disposition, answer.disposition);
-          assert.equal(inbox.size, 0, 'an error records no receipt');
-          return;
-        }
-        assert.equal(result.outcome, answer.outcome);
-        assert.equal(inbox.get(`evt-${type}`).outcome, answer.outcome);
-        const after = workflows.get('swap-1');
-        if (answer.outcome === 'applied') {
-          assert.equal(after.status, answer.status);
-          assert.equal(after.revision, 8);
-          assert.equal(result.revision, 8);
-          assert.deepEqual([...outbox.values()].map((op) => `${op.type}:${op.id}`), answer.operations);
-          assert.deepEqual(result.operationIds, answer.operations.map((o) => o.split(':').slice(1).join(':')));
-        } else {
-          assert.equal(after.status, status);
-          assert.equal(after.revision, 7);
-          assert.equal(outbox.size, 0);
-        }
-      });
+    for (const [status, cell] of Object.entries(row)) {
+      const stored = sequenceIn[status];
+      for (const { label: numbers, fields, answer } of deliveriesOf(cell, stored)) {
+        test(`${label}: ${type} in ${status}${numbers} → ${describe(answer)}`, async () => {
+          const store = storeIn(status, stored);
+          const event = eventOf(type, fields);
+          const result = await outcomeOf(processEvent(store, event, { ruleSet }));
+          const { workflows, inbox, outbox } = store.snapshot();
+          if (answer.error) {
+            assert.equal(result.error, answer.error);
+            assert.equal(result.disposition, answer.disposition);
+            assert.equal(inbox.size, 0, 'an error records no receipt');
+            return;
+          }
+          assert.equal(result.outcome, answer.outcome);
+          assert.equal(inbox.get(`evt-${type}`).outcome, answer.outcome);
+          const after = workflows.get('swap-1');
+          if (answer.outcome === 'applied') {
+            assert.equal(after.status, answer.status);
+            assert.equal(after.revision, 8);
+            assert.equal(result.revision, 8);
+            assert.deepEqual([...outbox.values()].map((op) => `${op.type}:${op.id}`), answer.operations);
+            assert.deepEqual(result.operationIds, answer.operations.map((o) => o.split(':').slice(1).join(':')));
+          } else {
+            assert.equal(after.status, status);
+            assert.equal(after.revision, 7);
+            assert.equal(outbox.size, 0);
+          }
+          if (version === '3') {
+            // v3 records the number of every deposit observation it applies, and only those.
+            const recordsNumber = answer.outcome === 'applied' && type in WATCHER_SEQUENCE;
+            assert.equal(after.sequence, recordsNumber ? event.sequence : stored);
+          }
+        });
+      }
     }
   }
 
@@ -126,9 +200,12 @@ for (const [version, { ruleSet, expected, guarded }] of Object.entries(tables)) 
     for (const status of statuses) {
       for (const field of Object.keys(eventFields[type])) {
         test(`${label}: ${type} in ${status} with another ${field} is IDENTITY_MISMATCH`, async () => {
-          const store = storeIn(status);
+          const stored = sequenceIn[status];
+          const store = storeIn(status, stored);
           const changed = field.endsWith('Units') ? '999' : 'other-ref';
-          const result = await outcomeOf(processEvent(store, eventOf(type, { [field]: changed }), { ruleSet }));
+          // Where the answer depends on the number, the observation is a newer one: the guard comes first.
+          const newer = expected[type][status].byNumber ? { sequence: stored + 1 } : {};
+          const result = await outcomeOf(processEvent(store, eventOf(type, { [field]: changed, ...newer }), { ruleSet }));
           assert.equal(result.error, 'IDENTITY_MISMATCH');
           assert.equal(result.details.field, field);
           assert.equal(result.details.recorded, recorded[field]);
@@ -140,12 +217,23 @@ for (const [version, { ruleSet, expected, guarded }] of Object.entries(tables)) 
   }
 
   test(`${label}: the table the rule set reports has exactly the expected answers`, () => {
+    const reported = (answer) => {
+      if (answer.error) return { error: answer.error, disposition: answer.disposition };
+      if (answer.outcome === 'applied') return { outcome: 'applied', to: answer.status };
+      return { outcome: answer.outcome };
+    };
     for (const row of ruleSet.table()) {
       for (const status of row.statuses) {
         const answer = expected[row.event][status];
-        if (answer.error) assert.deepEqual(row.answer, { error: answer.error, disposition: answer.disposition }, `${row.event}/${status}`);
-        else if (answer.outcome === 'applied') assert.equal(row.answer.to, answer.status, `${row.event}/${status}`);
-        else assert.deepEqual(row.answer, { outcome: answer.outcome }, `${row.event}/${status}`);
+        const where = `${row.event}/${status}`;
+        if (answer.byNumber) {
+          assert.deepEqual(row.answer.when, ['sequence', '>', 'sequence'], where);
+          assert.deepEqual(shapeOf(row.answer.then), reported(answer.newer), `${where} then`);
+          assert.deepEqual(shapeOf(row.answer.else), reported(answer.notNewer), `${where} else`);
+        } else {
+          assert.equal(row.answer.when, undefined, where);
+          assert.deepEqual(shapeOf(row.answer), reported(answer), where);
+        }
       }
     }
     const cells = ruleSet.table().reduce((n, row) => n + row.statuses.length, 0);
@@ -153,8 +241,9 @@ for (const [version, { ruleSet, expected, guarded }] of Object.entries(tables)) 
   });
 }
 
-async function run(store, type, eventId, fields = {}) {
-  return processEvent(store, eventOf(type, { eventId, ...fields }), { ruleSet: depositSwap });
+// The stories below run on the default rule set, deposit-swap v3, unless they name a version.
+async function run(store, type, eventId, fields = {}, ruleSet = depositSwap) {
+  return processEvent(store, eventOf(type, { eventId, ...fields }), { ruleSet });
 }
 
 /** What every result of run() also says: one cycle (no race in these tests) and the event's fingerprint. */
@@ -175,7 +264,8 @@ test('the full happy path goes waiting → deposit → exchange → sending → 
     assert.deepEqual(result, { outcome: 'applied', status, revision: i + 1, operationIds: operations, operationId: operations[0] ?? null, ...measured(type, `e${i}`) });
   }
   const { workflows, outbox } = store.snapshot();
-  assert.deepEqual(workflows.get('swap-1'), { id: 'swap-1', status: 'success', revision: 4, ...recorded });
+  // The swap keeps the number of the confirmation it exchanged on.
+  assert.deepEqual(workflows.get('swap-1'), { id: 'swap-1', status: 'success', revision: 4, ...recorded, sequence: WATCHER_SEQUENCE.DEPOSIT_CONFIRMED });
   assert.equal(outbox.get('send-payout:swap-1').payload.payoutUnits, recorded.payoutUnits);
   assert.deepEqual(outbox.get('start-exchange:swap-1').payload, { depositRef: recorded.depositRef, amountUnits: recorded.amountUnits });
 });
@@ -186,23 +276,48 @@ test('a late deposit goes to review, never to exchange', async () => {
   const late = await run(store, 'DEPOSIT_DETECTED', 'd2');
   assert.deepEqual([late.status, late.operationIds], ['review', ['open-review:swap-1']]);
   const confirm = await run(store, 'DEPOSIT_CONFIRMED', 'd3');
-  assert.deepEqual(confirm, { outcome: 'already-applied', ...measured('DEPOSIT_CONFIRMED', 'd3') }, 'its confirmation only adds a receipt');
-  assert.equal(store.snapshot().outbox.has('start-exchange:swap-1'), false);
+  assert.deepEqual(confirm, { outcome: 'applied', status: 'review', revision: 3, operationIds: [], operationId: null, ...measured('DEPOSIT_CONFIRMED', 'd3') },
+    'its confirmation, a newer observation, is only recorded for the person reviewing');
+  const { workflows, outbox } = store.snapshot();
+  assert.equal(workflows.get('swap-1').sequence, WATCHER_SEQUENCE.DEPOSIT_CONFIRMED);
+  assert.deepEqual([...outbox.keys()], ['open-review:swap-1']);
 });
 
-test('a reversal before the exchange is final for its deposit (v2)', async () => {
+test('a reversal before the exchange holds until the chain says something newer: older observations are stale', async () => {
   const store = new InMemoryStore([{ id: 'swap-1', status: 'waiting', revision: 0 }]);
   await run(store, 'DEPOSIT_DETECTED', 'r1');
   assert.equal((await run(store, 'DEPOSIT_REVERSED', 'r2')).status, 'reversed');
+  assert.deepEqual(store.snapshot().workflows.get('swap-1'), {
+    id: 'swap-1', status: 'reversed', revision: 2, depositRef: recorded.depositRef, amountUnits: recorded.amountUnits, sequence: WATCHER_SEQUENCE.DEPOSIT_REVERSED,
+  });
+  // The reversed deposit's confirmation (emitted before the reversal, delivered after it) and a
+  // re-published detection carry older numbers and change nothing.
+  assert.deepEqual(await run(store, 'DEPOSIT_CONFIRMED', 'r3'), { outcome: 'stale', ...measured('DEPOSIT_CONFIRMED', 'r3') });
+  assert.deepEqual(await run(store, 'DEPOSIT_DETECTED', 'r4'), { outcome: 'stale', ...measured('DEPOSIT_DETECTED', 'r4') });
+  // Another deposit on the swap is a person's decision.
+  assert.equal((await outcomeOf(run(store, 'DEPOSIT_DETECTED', 'r5', { depositRef: 'btc-mainnet:tx-def:vout-1', sequence: 4 }))).error, 'IDENTITY_MISMATCH');
+  assert.equal(store.snapshot().outbox.size, 0);
+  // The transaction mined again: the watcher's next word about the deposit revives it.
+  const reincluded = await run(store, 'DEPOSIT_DETECTED', 'r6', { sequence: 4 });
+  assert.deepEqual(reincluded, { outcome: 'applied', status: 'deposit', revision: 3, operationIds: [], operationId: null, ...measured('DEPOSIT_DETECTED', 'r6', { sequence: 4 }) });
+  assert.equal(store.snapshot().workflows.get('swap-1').sequence, 4);
+});
+
+test('a reversal before the exchange is final for its deposit (v2)', async () => {
+  const ruleSet = RuleSet.builtin('deposit-swap', { version: 2 });
+  const store = new InMemoryStore([{ id: 'swap-1', status: 'waiting', revision: 0 }]);
+  const v2 = (type, eventId, fields = {}) => run(store, type, eventId, fields, ruleSet);
+  await v2('DEPOSIT_DETECTED', 'r1');
+  assert.equal((await v2('DEPOSIT_REVERSED', 'r2')).status, 'reversed');
   assert.deepEqual(store.snapshot().workflows.get('swap-1'), {
     id: 'swap-1', status: 'reversed', revision: 2, depositRef: recorded.depositRef, amountUnits: recorded.amountUnits,
   });
   // The reversed deposit's confirmation (emitted before the reversal, delivered after it) and a
   // re-published detection change nothing.
-  assert.deepEqual(await run(store, 'DEPOSIT_CONFIRMED', 'r3'), { outcome: 'stale', ...measured('DEPOSIT_CONFIRMED', 'r3') });
-  assert.deepEqual(await run(store, 'DEPOSIT_DETECTED', 'r4'), { outcome: 'stale', ...measured('DEPOSIT_DETECTED', 'r4') });
+  assert.deepEqual(await v2('DEPOSIT_CONFIRMED', 'r3'), { outcome: 'stale', ...measured('DEPOSIT_CONFIRMED', 'r3', {}, ruleSet) });
+  assert.deepEqual(await v2('DEPOSIT_DETECTED', 'r4'), { outcome: 'stale', ...measured('DEPOSIT_DETECTED', 'r4', {}, ruleSet) });
   // Another deposit on the swap is a person's decision.
-  assert.equal((await outcomeOf(run(store, 'DEPOSIT_DETECTED', 'r5', { depositRef: 'btc-mainnet:tx-def:vout-1' }))).error, 'IDENTITY_MISMATCH');
+  assert.equal((await outcomeOf(v2('DEPOSIT_DETECTED', 'r5', { depositRef: 'btc-mainnet:tx-def:vout-1' }))).error, 'IDENTITY_MISMATCH');
   assert.equal(store.snapshot().outbox.size, 0);
 });
 
@@ -226,8 +341,18 @@ test('a reversal after the exchange started opens a review instead of compensati
   const reversal = await run(store, 'DEPOSIT_REVERSED', 'x3');
   assert.deepEqual([reversal.status, reversal.operationIds], ['review', ['open-review:swap-1']]);
   assert.deepEqual([...store.snapshot().outbox.keys()].sort(), ['open-review:swap-1', 'start-exchange:swap-1']);
-  assert.deepEqual(await run(store, 'DEPOSIT_REVERSED', 'x4'), { outcome: 'already-applied', ...measured('DEPOSIT_REVERSED', 'x4') });
+  // In review only a newer observation is recorded: the reversal re-published under a new event id is not.
+  assert.deepEqual(await run(store, 'DEPOSIT_REVERSED', 'x4'), { outcome: 'stale', ...measured('DEPOSIT_REVERSED', 'x4') });
   assert.deepEqual(await run(store, 'EXCHANGE_COMPLETED', 'x5'), { outcome: 'stale', ...measured('EXCHANGE_COMPLETED', 'x5') }, 'a person decides about the exchange now');
+  assert.deepEqual([store.snapshot().workflows.get('swap-1').sequence, store.snapshot().outbox.size], [WATCHER_SEQUENCE.DEPOSIT_REVERSED, 2]);
+});
+
+test('a swap stored without a sequence (under v2) takes numbered observations: any number is newer than none', async () => {
+  const store = new InMemoryStore([{ id: 'swap-1', status: 'deposit', revision: 1, depositRef: recorded.depositRef, amountUnits: recorded.amountUnits }]);
+  const confirm = await run(store, 'DEPOSIT_CONFIRMED', 'n1');
+  assert.deepEqual(confirm, { outcome: 'applied', status: 'exchange', revision: 2, operationIds: ['start-exchange:swap-1'], operationId: 'start-exchange:swap-1', ...measured('DEPOSIT_CONFIRMED', 'n1') });
+  assert.equal(store.snapshot().workflows.get('swap-1').sequence, WATCHER_SEQUENCE.DEPOSIT_CONFIRMED);
+  assert.deepEqual(await run(store, 'DEPOSIT_CONFIRMED', 'n2'), { outcome: 'already-applied', ...measured('DEPOSIT_CONFIRMED', 'n2') }, 're-published, it carries the number now recorded');
 });
 
 test('a deadline racing a detection: deadline first makes the deposit late', async () => {
@@ -282,7 +407,8 @@ test('order-shipment: concurrent first requests under different ids create one s
 
 test('receipts record the rule set id, version and hash', () => {
   const decision = decide({ event: eventOf('DEADLINE_PASSED'), receipt: null, workflow: { id: 'swap-1', status: 'waiting', revision: 0 }, ruleSet: depositSwap });
-  assert.deepEqual(decision.writeSet.receipt.ruleSet, { id: 'deposit-swap', version: 2, hash: depositSwap.hash });
+  assert.deepEqual(decision.writeSet.receipt.ruleSet, { id: 'deposit-swap', version: 3, hash: depositSwap.hash });
+  assert.equal(depositSwap, RuleSet.builtin('deposit-swap', { version: 3 }), 'the default is v3');
 });
 
 test('fingerprints cover type, workflowId and the identity fields of the event type', () => {
