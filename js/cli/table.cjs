@@ -22,7 +22,19 @@ function names(value) {
 }
 
 /** The answer as the core's table rows show it (`answer`) and its one-line summary. */
-function answerOf(then) {
+function answerOf(rule) {
+  if (rule.when === undefined) return outcomeOf(rule.then);
+  const [eventField, op, recordedField] = rule.when;
+  const then = outcomeOf(rule.then);
+  const otherwise = outcomeOf(rule.else);
+  return {
+    answer: { when: [eventField, op, recordedField], then: then.answer, else: otherwise.answer },
+    summary: `when ${eventField} ${op} recorded ${recordedField}: ${then.summary}; else ${otherwise.summary}`,
+  };
+}
+
+/** One answer (a rule's `then` or `else`, or `otherwise`) and its summary. */
+function outcomeOf(then) {
   if (then.error !== undefined) {
     const disposition = then.disposition ?? (then.error === 'UNKNOWN_WORKFLOW' ? 'retry' : 'reconcile');
     return { answer: { error: then.error, disposition }, summary: `${then.error} (${disposition})` };
@@ -57,7 +69,7 @@ function tableOfDefinition(definition) {
 
   // cells[event][state]: the rules that answer the pair, in the order they are written.
   const cells = eventTypes.map(() => states.map(() => []));
-  const entries = rules.map((rule, i) => ({ origin: `rules[${i}]`, guard: names(rule.guard), ...answerOf(rule.then) }));
+  const entries = rules.map((rule, i) => ({ origin: `rules[${i}]`, guard: names(rule.guard), ...answerOf(rule) }));
   rules.forEach((rule, index) => {
     const on = list(rule.on).flatMap((name) => (name === ANY ? eventTypes : [name]));
     const inStates = list(rule.in).flatMap((name) => (name === ANY ? states.slice(1) : [name]));
@@ -69,7 +81,7 @@ function tableOfDefinition(definition) {
     }
   });
   if (otherwise !== undefined) {
-    entries.push({ origin: 'otherwise', guard: [], ...answerOf(otherwise) });
+    entries.push({ origin: 'otherwise', guard: [], ...outcomeOf(otherwise) });
     for (const row of cells) for (const cell of row) if (cell.length === 0) cell.push(entries.length - 1);
   }
 

@@ -132,7 +132,7 @@ test('a draft table shows a pair two rules claim, and a pair no rule answers, as
 
 test('the draft table is the core table for every built-in rule set at every version', () => {
   const { tableOfDefinition, tableMarkdownOf } = draftTables();
-  for (const [name, versions] of [['deposit-swap', [1, 2]], ['order-shipment', [1, 2]]]) {
+  for (const [name, versions] of [['deposit-swap', [1, 2, 3]], ['order-shipment', [1, 2]], ['subscription', [1, 2]]]) {
     for (const version of versions) {
       const ruleSet = RuleSet.builtin(name, { version });
       const draft = tableOfDefinition(ruleSet.definition());
