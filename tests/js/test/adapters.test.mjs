@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 
 import { InMemoryStore, IdemflowError, RuleSet, createDeliveryHandler, fingerprint, processBatch, processEvent } from 'idemflow';
 import { BACKENDS, MYSQL_URL, PG_URL, hasNodeSqlite, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
-import { SEED_EVENT as CONFIRMED } from '../workers/fixtures.mjs';
+import { SEED_EVENT as CONFIRMED, SEED_WORKFLOW as WORKFLOW } from '../workers/fixtures.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
@@ -19,7 +19,8 @@ const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKEN
 // ---- Inputs -------------------------------------------------------------------
 
 const DEPOSIT_REF = 'btc-mainnet:tx-abc:vout-0';
-const WORKFLOW = { id: 'swap-42', status: 'deposit', revision: 3, depositRef: DEPOSIT_REF, amountUnits: '12500000' };
+// WORKFLOW (in `deposit`, sequence 1) once CONFIRMED applied: exchanging, recording the confirmation's number.
+const EXCHANGING = { ...WORKFLOW, status: 'exchange', revision: 4, sequence: 2 };
 const confirmed = (eventId, fields = {}) => ({ ...CONFIRMED, eventId, ...fields });
 
 async function counts(h) {
@@ -75,7 +76,7 @@ const cases = [
       outcome: 'applied', operationId: 'start-exchange:swap-42', operationIds: ['start-exchange:swap-42'], status: 'exchange', revision: 4,
       attempts: 1, fingerprint: fingerprint(CONFIRMED),
     });
-    assert.deepEqual(await h.store.getWorkflow('swap-42'), { ...WORKFLOW, status: 'exchange', revision: 4 });
+    assert.deepEqual(await h.store.getWorkflow('swap-42'), EXCHANGING);
     const operation = await h.store.getOperation('start-exchange:swap-42');
     assert.deepEqual(
       { id: operation.id, type: operation.type, workflowId: operation.workflowId, eventId: operation.eventId, status: operation.status, payload: operation.payload },
@@ -110,7 +111,7 @@ const cases = [
       outcome: 'duplicate-delivery', original: await originalOf(h, CONFIRMED.eventId), attempts: 1, fingerprint: fingerprint(CONFIRMED),
     });
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 1 });
-    assert.deepEqual(await restarted.getWorkflow('swap-42'), { ...WORKFLOW, status: 'exchange', revision: 4 });
+    assert.deepEqual(await restarted.getWorkflow('swap-42'), EXCHANGING);
   }],
 
   ['duplicate-delivery answers what the first delivery produced: outcome, operation ids, status, revision, when', async (h) => {
@@ -175,24 +176,26 @@ const cases = [
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 0 });
   }],
 
-  ['applied with record: a detected deposit records its fields, amounts as exact decimal text', async (h) => {
+  ['applied with record: a detected deposit records its fields, amounts as exact decimal text and its sequence as a number', async (h) => {
     const amount = '123456789012345678901234567890';
     const ref = 'eth:0x"abc"\\log-3\'$.x'; // quotes, a backslash and a JSON path in a value stay text
     await h.store.putWorkflow({ id: 'swap-7', status: 'waiting', revision: 0, payoutRef: 'kept' });
     const detected = { eventId: 'watcher:d1', workflowId: 'swap-7', type: 'DEPOSIT_DETECTED', depositRef: ref, amountUnits: amount, sequence: 1 };
     assert.equal((await h.store.process(detected)).outcome, 'applied');
     assert.deepEqual(await h.store.getWorkflow('swap-7'), {
-      id: 'swap-7', status: 'deposit', revision: 1, payoutRef: 'kept', depositRef: ref, amountUnits: amount,
+      id: 'swap-7', status: 'deposit', revision: 1, payoutRef: 'kept', depositRef: ref, amountUnits: amount, sequence: 1,
     });
     if (h.rawData) {
       const raw = await h.rawData('swap-7');
       const data = typeof raw === 'string' ? JSON.parse(raw) : raw;
       assert.equal(data.amountUnits, amount, 'stored as a string, not a number');
+      assert.equal(data.sequence, 1, 'a count stored as a JSON number, not text');
     }
   }],
 
   ['applied with clear: a reversed deposit removes the recorded fields (deposit-swap v1 clears them)', async (h) => {
-    await h.store.putWorkflow(WORKFLOW);
+    // The swap as v1 stores it: the deposit's fields, no sequence (v1 declares none).
+    await h.store.putWorkflow({ id: 'swap-42', status: 'deposit', revision: 3, depositRef: DEPOSIT_REF, amountUnits: '12500000' });
     const reversed = { eventId: 'watcher:r1', workflowId: 'swap-42', type: 'DEPOSIT_REVERSED', depositRef: DEPOSIT_REF, amountUnits: '12500000' };
     const result = await h.store.process(reversed, { ruleSet: RuleSet.builtin('deposit-swap', { version: 1 }) });
     assert.equal(result.outcome, 'applied');
@@ -522,7 +525,7 @@ const cases = [
     await h.store.putWorkflow({ ...WORKFLOW, id, depositRef: 'ref-ß-😀' });
     const result = await h.store.process(confirmed('évènement-😀', { workflowId: id, depositRef: 'ref-ß-😀' }));
     assert.equal(result.operationId, `start-exchange:${id}`);
-    assert.deepEqual(await h.store.getWorkflow(id), { ...WORKFLOW, id, depositRef: 'ref-ß-😀', status: 'exchange', revision: 4 });
+    assert.deepEqual(await h.store.getWorkflow(id), { ...EXCHANGING, id, depositRef: 'ref-ß-😀' });
     assert.equal((await h.store.getReceipt('évènement-😀')).workflowId, id);
   }],
 ];
@@ -558,7 +561,7 @@ async function refusesDamagedWorkflows(h, damaged, { held }) {
   await h.store.putWorkflow(WORKFLOW);
   assert.equal((await h.store.process(CONFIRMED)).outcome, 'applied');
   const workflow = await h.store.getWorkflow('swap-42');
-  assert.deepEqual(workflow, { ...WORKFLOW, status: 'exchange', revision: 4 });
+  assert.deepEqual(workflow, EXCHANGING);
   assert.equal(Object.getPrototypeOf(workflow), Object.prototype);
 }
 

@@ -13,8 +13,9 @@ import {
   processEvent,
   validateEvent,
 } from 'idemflow';
-import { SEED_EVENT as event } from '../workers/fixtures.mjs';
+import { SEED_EVENT as event, SEED_WORKFLOW } from '../workers/fixtures.mjs';
 
+// The article's workflow, as processDepositConfirmed (deposit-swap v1) stores it: no sequence.
 const workflow = Object.freeze({
   id: 'swap-42',
   status: 'deposit',
@@ -22,8 +23,10 @@ const workflow = Object.freeze({
   depositRef: 'btc-mainnet:tx-abc:vout-0',
   amountUnits: '12500000',
 });
+/** The article's rules, which processDepositConfirmed runs unless told otherwise. */
+const v1 = RuleSet.builtin('deposit-swap', { version: 1 });
 /** What every result of processDepositConfirmed also says: one cycle (no race here) and the event's fingerprint under deposit-swap v1. */
-const measured = (e) => ({ attempts: 1, fingerprint: fingerprint(e, { ruleSet: RuleSet.builtin('deposit-swap', { version: 1 }) }) });
+const measured = (e) => ({ attempts: 1, fingerprint: fingerprint(e, { ruleSet: v1 }) });
 
 function rejectsWith(promise, code, extra = {}) {
   return assert.rejects(promise, (error) => {
@@ -160,11 +163,13 @@ for (const status of ['waiting', 'overdue', 'review']) {
 test('the same event id with a different payload is EVENT_ID_CONFLICT', async () => {
   const store = new InMemoryStore([workflow]);
   await processDepositConfirmed(store, event);
+  // The receipt was written under v1, so it holds the event's v1 fingerprint.
+  const stored = fingerprint(event, { ruleSet: v1 });
   await rejectsWith(processDepositConfirmed(store, { ...event, amountUnits: '99' }), 'EVENT_ID_CONFLICT', {
     disposition: 'reconcile',
-    details: { eventId: 'chain-watcher:event-001', storedFingerprint: fingerprint(event) },
+    details: { eventId: 'chain-watcher:event-001', storedFingerprint: stored },
   });
-  assert.equal(store.snapshot().inbox.get('chain-watcher:event-001').fingerprint, fingerprint(event));
+  assert.equal(store.snapshot().inbox.get('chain-watcher:event-001').fingerprint, stored);
 });
 
 test('a transaction that throws midway leaves no receipt, no update and no outbox row', async () => {
@@ -263,14 +268,15 @@ test('raceRetries: how often a lost race runs the cycle again, from the call or 
   assert.throws(() => new SqliteStore(new Database(':memory:'), { maxAttempts: 7 }), { code: 'INVALID_ARGUMENT' });
 });
 
+// decide runs the default rule set, deposit-swap v3: the swap in `deposit` recorded the detection's sequence 1.
 test('decide returns the complete write set for applied', () => {
-  const decision = decide({ event, receipt: null, workflow });
+  const decision = decide({ event, receipt: null, workflow: SEED_WORKFLOW });
   assert.equal(decision.outcome, 'applied');
   assert.equal(decision.fingerprint, fingerprint(event));
   assert.deepEqual(decision.writeSet.workflow, {
     id: 'swap-42',
     expect: { status: 'deposit', revision: 3 },
-    set: { status: 'exchange', revision: 4 },
+    set: { status: 'exchange', revision: 4, sequence: 2 },
   });
   assert.deepEqual(
     { ...decision.writeSet.receipt, ruleSet: undefined },
@@ -283,13 +289,14 @@ test('decide returns the complete write set for applied', () => {
 });
 
 test('decide writes only the receipt for already-applied and nothing for a duplicate delivery', () => {
-  const already = decide({ event, receipt: null, workflow: { ...workflow, status: 'exchange', revision: 4 } });
+  // The swap exchanging since this confirmation (sequence 2) applied under another event id.
+  const already = decide({ event, receipt: null, workflow: { ...SEED_WORKFLOW, status: 'exchange', revision: 4, sequence: 2 } });
   assert.equal(already.outcome, 'already-applied');
   assert.equal(already.writeSet.workflow, null);
   assert.deepEqual(already.writeSet.outbox, []);
   assert.equal(already.writeSet.receipt.outcome, 'already-applied');
 
-  const duplicate = decide({ event, receipt: { fingerprint: fingerprint(event) }, workflow });
+  const duplicate = decide({ event, receipt: { fingerprint: fingerprint(event) }, workflow: SEED_WORKFLOW });
   assert.equal(duplicate.outcome, 'duplicate-delivery');
   assert.deepEqual(duplicate.writeSet, { receipt: null, workflow: null, outbox: [] });
 });
@@ -308,11 +315,15 @@ test('fingerprint is SHA-256 of the canonical JSON, recomputed independently wit
     event,
     { ...event, depositRef: 'quote " and backslash \\ inside', workflowId: 'swap-é-日本-🦀' },
     { ...event, eventId: 'another-id' },
+    { ...event, sequence: Number.MAX_SAFE_INTEGER },
   ];
   for (const sample of samples) {
+    // The default rule set (deposit-swap v3) fingerprints every declared field, sequence too: a safe
+    // integer, which JSON.stringify writes as RFC 8785 does. Members sorted by name.
     const canonical = JSON.stringify({
       amountUnits: sample.amountUnits,
       depositRef: sample.depositRef,
+      sequence: sample.sequence,
       type: sample.type,
       workflowId: sample.workflowId,
     });

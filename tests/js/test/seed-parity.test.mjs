@@ -4,7 +4,7 @@
 // These are our own tests in that style, over the seed's workflow and event shapes.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { IdemflowError, InMemoryStore, fingerprint, processDepositConfirmed } from 'idemflow';
+import { IdemflowError, InMemoryStore, RuleSet, fingerprint, processDepositConfirmed } from 'idemflow';
 import { SEED_EVENT as event } from '../workers/fixtures.mjs';
 
 const workflow = Object.freeze({
@@ -108,7 +108,9 @@ test('the same event id with a different payload is a conflict, and the first re
   await processDepositConfirmed(store, event);
   await rejectsWith(processDepositConfirmed(store, { ...event, amountUnits: '99' }), 'EVENT_ID_CONFLICT',
     { eventId: event.eventId });
-  assert.equal(store.snapshot().inbox.get(event.eventId).fingerprint, fingerprint(event));
+  // processDepositConfirmed runs the article's rules, deposit-swap v1: its receipt holds the v1 fingerprint.
+  const v1 = RuleSet.builtin('deposit-swap', { version: 1 });
+  assert.equal(store.snapshot().inbox.get(event.eventId).fingerprint, fingerprint(event, { ruleSet: v1 }));
 });
 
 test('an outbox row pre-seeded through the draft is a conflict, and nothing of the event is kept', async () => {

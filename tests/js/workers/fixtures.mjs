@@ -18,6 +18,23 @@ export const SEED_EVENT = Object.freeze({
 });
 
 /**
+ * The seed article's swap waiting for its confirmation, as the default rule
+ * set (deposit-swap v3) stores it: the watcher's detection put it in
+ * `deposit` and recorded that observation's number, `sequence` 1, so
+ * SEED_EVENT (sequence 2) is newer and applies. Once SEED_EVENT applied it is
+ * in `exchange`, revision 4, recording sequence 2. The article's own workflow
+ * (deposit-swap v1, which processDepositConfirmed runs) has no sequence.
+ */
+export const SEED_WORKFLOW = Object.freeze({
+  id: 'swap-42',
+  status: 'deposit',
+  revision: 3,
+  depositRef: 'btc-mainnet:tx-abc:vout-0',
+  amountUnits: '12500000',
+  sequence: 1,
+});
+
+/**
  * A chain watcher numbers the deposit events it emits about one depositRef
  * with `sequence`, 1, 2, 3 … in the order it emits them (a re-publication
  * under another event id keeps its number): deposit-swap v3 requires the
