@@ -30,6 +30,15 @@ const byNumber = (newer, notNewer) => ({ byNumber: true, newer, notNewer });
 const REVIEW = 'OPEN_REVIEW:open-review:swap-1';
 const EXCHANGE = 'START_EXCHANGE:start-exchange:swap-1';
 const PAYOUT = 'SEND_PAYOUT:send-payout:swap-1';
+// Where deposit-swap v2 and v3 guard the event's fields against the recorded ones.
+const DEPOSIT_GUARDS = {
+  DEPOSIT_DETECTED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
+  DEPOSIT_CONFIRMED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
+  EXCHANGE_COMPLETED: ['sending', 'success'],
+  PAYOUT_CONFIRMED: ['success'],
+  DEPOSIT_REVERSED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
+};
+
 const tables = {
   // v1: in-order delivery per workflow only.
   1: {
@@ -64,13 +73,7 @@ const tables = {
       DEADLINE_PASSED: { '(none)': UW, waiting: to('overdue'), deposit: ST, exchange: ST, sending: ST, success: ST, overdue: ST, reversed: ST, review: ST },
       DEPOSIT_REVERSED: { '(none)': UW, waiting: to('reversed'), deposit: to('reversed'), exchange: to('review', REVIEW), sending: to('review', REVIEW), success: to('review', REVIEW), overdue: to('review', REVIEW), reversed: AA, review: AA },
     },
-    guarded: {
-      DEPOSIT_DETECTED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
-      DEPOSIT_CONFIRMED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
-      EXCHANGE_COMPLETED: ['sending', 'success'],
-      PAYOUT_CONFIRMED: ['success'],
-      DEPOSIT_REVERSED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
-    },
+    guarded: DEPOSIT_GUARDS,
   },
   // v3, the default: deposit events are the chain watcher's numbered observations.
   // Where the swap has acted on an observation, a newer one (a higher sequence)
@@ -99,13 +102,7 @@ const tables = {
         overdue: to('review', REVIEW), reversed: byNumber(to('reversed'), AA), review: byNumber(to('review'), ST),
       },
     },
-    guarded: {
-      DEPOSIT_DETECTED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
-      DEPOSIT_CONFIRMED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
-      EXCHANGE_COMPLETED: ['sending', 'success'],
-      PAYOUT_CONFIRMED: ['success'],
-      DEPOSIT_REVERSED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
-    },
+    guarded: DEPOSIT_GUARDS,
     // The number of the observation the swap acted on to reach each status: detected (1);
     // confirmed (2); detected, then reversed (2); detected, confirmed, reversed after the
     // exchange started (3). A swap in waiting or overdue has seen no observation.
