@@ -111,6 +111,7 @@ test('the order section is the one this property models', () => {
 test(`deposit-swap v3: any delivery order of a numbered chain ends as in order, ${RUNS} cases per store`, { concurrency: 2 }, async (t) => {
   await bothStores(t, 3, RUNS, [
     'overtaken', 'retried', 'duplicates', 'racesDecidedByDeadline', 'reinclusions', 'chainsOfFour', 'republished', 'staleObservations',
+    'referenceAhead',
   ]);
 });
 

@@ -51,10 +51,12 @@
 // that is part of what the property checks. An event also waits for the kinds
 // it follows. Where the shuffled delivery decided the races so that no
 // producer-order delivery reproduces them (a confirmation #2, the deadline,
-// then the detection #1: the deadline raced both, and the detection is older),
+// then the detection #1: the deadline raced both, and the detection is older;
+// or a confirmation #2 whose exchange completed before the detection #1 came),
 // a model with `softFollows` (v3) lets the reference take the first event
-// whose races allow it (the verifier compares every order of one race outcome
-// with every other); v2's model ranks its races so that this never happens.
+// whose races allow it, ahead of what it follows (the verifier, too, compares
+// every order of one race outcome with the others, not with producer order);
+// v2's model ranks its races so that this never happens.
 // The reference can still get stuck on an answer that is not published yet
 // (the shuffled delivery saw EXCHANGE_COMPLETED before a reversal, but the
 // in-order one never emitted START_EXCHANGE): that is reported as a
@@ -102,6 +104,8 @@ class Delivery {
     this.published = new Set();
     this.stored = false;
     this.stuck = false;
+    /** Events the in-order reference took ahead of a kind they follow, to reproduce a race (`softFollows`). */
+    this.ahead = 0;
   }
 
   async storeWorkflow() {
@@ -206,7 +210,10 @@ async function deliverInOrder(store, model, ruleSet, workflowId, history, positi
   const pending = [...history.external];
   while (pending.length > 0 && run.steps < MAX_STEPS) {
     let index = pending.findIndex((m) => followsAllow(run, m, history) && racesAllow(run, m, positions, races));
-    if (index < 0 && model.softFollows) index = pending.findIndex((m) => racesAllow(run, m, positions, races));
+    if (index < 0 && model.softFollows) {
+      index = pending.findIndex((m) => racesAllow(run, m, positions, races));
+      if (index >= 0) run.ahead += 1;
+    }
     if (index < 0) {
       run.stuck = true;
       index = 0;
@@ -276,7 +283,7 @@ export async function runCase(store, model, history, plan, { ruleSet = model.rul
 export function reorderProperty(store, model, { coverage, ruleSet, races } = {}) {
   return fc.asyncProperty(model.history, planArbitrary(model), async (history, plan) => {
     const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { ruleSet, races: races?.(history) });
-    coverage?.count(shuffled, history);
+    coverage?.count(shuffled, inOrder, history);
     if (problems.length > 0) {
       throw new Error([
         ...problems,
@@ -300,9 +307,10 @@ export class Coverage {
     Object.defineProperty(this, 'model', { value: model, enumerable: false });
   }
 
-  count(shuffled, history) {
+  count(shuffled, inOrder, history) {
     const { run } = shuffled;
     this.cases += 1;
+    if (inOrder.run.ahead > 0) this.referenceAhead = (this.referenceAhead ?? 0) + 1;
     if (overtakings(run).length > 0) this.overtaken += 1;
     if (run.retries > 0) this.retried += 1;
     if (run.trace.some((a) => a.outcome === 'duplicate-delivery')) this.duplicates += 1;
