@@ -5,10 +5,10 @@
 // through SQLite (better-sqlite3). Under deposit-swap v3 (the default) a
 // history's deposit events are a numbered chain of the watcher's
 // observations, up to 4 (D1 R2 D3 C4: the re-inclusion); the same generator
-// finds a v3 that answers a re-inclusion stale, and under v2's model the
-// overtakings that deposit-swap v1 gets wrong. The models, the reference
-// delivery for declared races and why it exists: ../workers/reorder-models.mjs
-// and ../workers/reorder-property.mjs.
+// finds a v3 that answers a re-inclusion stale and v2's re-inclusion defect,
+// and under v2's model the overtakings that deposit-swap v1 gets wrong. The
+// models, the reference delivery for declared races and why it exists:
+// ../workers/reorder-models.mjs and ../workers/reorder-property.mjs.
 //
 // IDEMFLOW_REORDER_RUNS sets the v3 cases per store (default 10,000) for a
 // longer campaign, IDEMFLOW_REORDER_V2_RUNS v2's (default 1,000);
@@ -134,6 +134,23 @@ test('deposit-swap v3: the property finds a v3 that answers a re-inclusion stale
   assert.ok(reincluded(history.chain), `the counterexample's chain ${history.chain.join(' ')} has a re-inclusion`);
   // The same case under v3 itself ends as in order.
   assert.deepEqual((await runCase(store, model, history, plan)).problems, []);
+});
+
+test('deposit-swap v2 (pinned) fails the numbered-chain property on a re-inclusion (issue 21)', async (t) => {
+  // v2 ignores `sequence`: a re-inclusion delivered in order rests in
+  // `reversed` (applied, applied, stale, stale), delivered otherwise it may
+  // exchange.
+  const store = new InMemoryStore();
+  const model = MODELS[3];
+  const result = await fc.check(reorderProperty(store, model, { ruleSet: V2 }), { numRuns: 2_000, seed: 1 });
+  assert.equal(result.failed, true, 'v2 passed the numbered-chain property');
+  const [history, plan] = result.counterexample;
+  const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { ruleSet: V2 });
+  t.diagnostic(`after ${result.numRuns} runs: chain ${history.chain.join(' ')}; ${problems.join('; ')}`);
+  t.diagnostic(`shuffled: ${describeTrace(shuffled.run)}`);
+  t.diagnostic(`in order: ${describeTrace(inOrder.run)}`);
+  assert.notDeepEqual(problems, []);
+  assert.ok(reincluded(history.chain), `the counterexample's chain ${history.chain.join(' ')} has a re-inclusion`);
 });
 
 test('deposit-swap v3: the reference needs the races between observations: without them the property fails', async (t) => {

@@ -224,9 +224,4 @@ function modelV2(ruleSet) {
   };
 }
 
-/** The model of a rule set's order section: numbered chains where it declares a sequence, one kind per type otherwise. */
-export function modelOf(ruleSet) {
-  return ruleSet.definition().order.sequence ? modelV3(ruleSet) : modelV2(ruleSet);
-}
-
 export const MODELS = { 3: modelV3(V3), 2: modelV2(V2) };

@@ -70,7 +70,7 @@ import { IdemflowError, InMemoryStore, processEvent } from 'idemflow';
 import { openStore, tablesFor, tempDir, uniquePrefix } from './backends.mjs';
 import { MODELS } from './reorder-models.mjs';
 
-export { MODELS, V1, V2, V3, modelOf, readOrder } from './reorder-models.mjs';
+export { MODELS, V1, V2, V3, readOrder } from './reorder-models.mjs';
 
 // Every event of a history speaks of the same facts: other values are the guards' business.
 const FACTS = { depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000', payoutUnits: '4100000000', payoutRef: 'payout-9' };
