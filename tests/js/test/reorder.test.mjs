@@ -1,29 +1,36 @@
-// Reorder safety as a property of the installed package (issue 8): random
-// histories of one swap whose workflow starts in `waiting`, delivered in
-// random orders with duplicates, re-publications and retry-redelivery, end
+// Reorder safety as a property of the installed package (issues 8 and 21):
+// random histories of one swap whose workflow starts in `waiting`, delivered
+// in random orders with duplicates, re-publications and retry-redelivery, end
 // where the same history delivered in order ends, through InMemoryStore and
-// through SQLite (better-sqlite3); the same generator finds the overtakings
-// that deposit-swap v1 gets wrong. The model, the reference delivery for
-// declared races and why it always exists: ../workers/reorder-property.mjs.
+// through SQLite (better-sqlite3). Under deposit-swap v3 (the default) a
+// history's deposit events are a numbered chain of the watcher's
+// observations, up to 4 (D1 R2 D3 C4: the re-inclusion); the same generator
+// finds a v3 that answers a re-inclusion stale and v2's re-inclusion defect,
+// and under v2's model the overtakings that deposit-swap v1 gets wrong. The
+// models, the reference delivery for declared races and why it exists:
+// ../workers/reorder-models.mjs and ../workers/reorder-property.mjs.
 //
-// IDEMFLOW_REORDER_RUNS sets the cases per store (default 10,000) for a
-// longer campaign; IDEMFLOW_REORDER_SEED replays a failure's seed.
+// IDEMFLOW_REORDER_RUNS sets the v3 cases per store (default 10,000) for a
+// longer campaign, IDEMFLOW_REORDER_V2_RUNS v2's (default 1,000);
+// IDEMFLOW_REORDER_SEED replays a failure's seed.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { Worker } from 'node:worker_threads';
 import fc from 'fast-check';
-import { InMemoryStore } from 'idemflow';
-import {
-  ANSWERS, FOLLOWS, OPERATION_ID, RACES, V1, V2, describeTrace, overtakings, reorderProperty, runCase,
-} from '../workers/reorder-property.mjs';
+import { InMemoryStore, RuleSet } from 'idemflow';
+import { MODELS, V1, V2, V3, describeTrace, overtakings, readOrder, reorderProperty, runCase } from '../workers/reorder-property.mjs';
 
 const RUNS = Number(process.env.IDEMFLOW_REORDER_RUNS ?? 10_000);
+const V2_RUNS = Number(process.env.IDEMFLOW_REORDER_V2_RUNS ?? 1_000);
 const SEED = process.env.IDEMFLOW_REORDER_SEED === undefined ? undefined : Number(process.env.IDEMFLOW_REORDER_SEED);
+const STORES = { memory: 'InMemoryStore', sqlite: 'SQLite (better-sqlite3)' };
+const SEQUENCED = ['DEPOSIT_DETECTED', 'DEPOSIT_CONFIRMED', 'DEPOSIT_REVERSED'];
+const STATUSES = ['deposit', 'exchange', 'sending', 'success', 'overdue', 'reversed', 'review'];
 
-function inWorker(kind) {
+function inWorker(kind, version, runs) {
   return new Promise((resolve, reject) => {
     const worker = new Worker(new URL('../workers/reorder-property.mjs', import.meta.url), {
-      workerData: { task: 'reorder-property', kind, runs: RUNS, seed: SEED },
+      workerData: { task: 'reorder-property', kind, version, runs, seed: SEED },
     });
     worker.once('message', resolve);
     worker.once('error', reject);
@@ -31,45 +38,150 @@ function inWorker(kind) {
   });
 }
 
-test('the order section is the one this property models', () => {
-  assert.equal(V2.version, 2);
-  assert.equal(V1.version, 1);
-  assert.deepEqual(ANSWERS, { EXCHANGE_COMPLETED: 'START_EXCHANGE', PAYOUT_CONFIRMED: 'SEND_PAYOUT' });
-  assert.deepEqual(FOLLOWS, { DEPOSIT_CONFIRMED: ['DEPOSIT_DETECTED'], DEPOSIT_REVERSED: ['DEPOSIT_DETECTED'] });
-  assert.equal(RACES.length, 6);
-  assert.deepEqual(Object.keys(OPERATION_ID).sort(), ['OPEN_REVIEW', 'SEND_PAYOUT', 'START_EXCHANGE']);
-});
-
-test(`deposit-swap v2: any delivery order ends as in order, ${RUNS} cases per store`, { concurrency: 2 }, async (t) => {
-  const stores = { memory: 'InMemoryStore', sqlite: 'SQLite (better-sqlite3)' };
+/** Runs the property of `MODELS[version]` through both stores side by side, checking what the cases exercised. */
+async function bothStores(t, version, runs, coverageKeys) {
   const cpu = process.cpuUsage();
-  await Promise.all(Object.entries(stores).map(([kind, name]) => t.test(`through ${name}`, async (t) => {
-    const { error, coverage, seconds } = await inWorker(kind);
+  await Promise.all(Object.entries(STORES).map(([kind, name]) => t.test(`through ${name}`, async (t) => {
+    const { error, coverage, seconds } = await inWorker(kind, version, runs);
     t.diagnostic(JSON.stringify({ seconds, ...coverage }));
     if (error !== null) assert.fail(`the property failed through ${name}:\n${error}`);
     // A generator that drifted into trivia would pass without testing anything.
-    assert.equal(coverage.cases, RUNS);
-    for (const key of ['overtaken', 'retried', 'duplicates', 'racesDecidedByDeadline']) {
+    assert.equal(coverage.cases, runs);
+    for (const key of coverageKeys) {
       assert.ok(coverage[key] >= coverage.cases / 50, `${key}: ${coverage[key]} of ${coverage.cases} cases`);
     }
-    for (const status of ['deposit', 'exchange', 'sending', 'success', 'overdue', 'reversed', 'review']) {
+    for (const status of STATUSES) {
       assert.ok(coverage.ends[status] > 0, `no case ended in ${status}: ${JSON.stringify(coverage.ends)}`);
+    }
+    if (version === 3) {
+      for (const sequence of [1, 2, 3, 4]) {
+        assert.ok(coverage.endSequences[sequence] > 0, `no case ended with sequence ${sequence}: ${JSON.stringify(coverage.endSequences)}`);
+      }
     }
   })));
   const used = process.cpuUsage(cpu);
   t.diagnostic(`CPU seconds, both stores: ${(used.user + used.system) / 1e6}`);
+}
+
+/** deposit-swap v3 with one defect: a newer detection or confirmation of a reversed deposit (a re-inclusion) is stale. */
+function staleReinclusion() {
+  const definition = V3.definition();
+  definition.id = 'deposit-swap-stale-reinclusion';
+  delete definition.order; // its claim fails, so loading would refuse it; the model still reads v3's
+  let changed = 0;
+  for (const rule of definition.rules) {
+    const on = [rule.on].flat();
+    if (rule.in === 'reversed' && (on.includes('DEPOSIT_DETECTED') || on.includes('DEPOSIT_CONFIRMED'))) {
+      rule.then = { outcome: 'stale' };
+      delete rule.when;
+      delete rule.else;
+      changed += 1;
+    }
+  }
+  assert.equal(changed, 2);
+  return RuleSet.fromJSON(definition);
+}
+
+const reincluded = (chain) => chain.some((t, i) => t === 'DEPOSIT_REVERSED' && chain.slice(i + 1).some((u) => u !== 'DEPOSIT_REVERSED'));
+
+test('the order section is the one this property models', () => {
+  assert.equal(RuleSet.builtin('deposit-swap').hash, V3.hash, 'the default deposit-swap is v3');
+  assert.deepEqual([V3.version, V2.version, V1.version], [3, 2, 1]);
+  for (const [version, model] of Object.entries(MODELS)) {
+    assert.equal(model.ruleSet.version, Number(version));
+    assert.deepEqual(model.order.answers, { EXCHANGE_COMPLETED: 'START_EXCHANGE', PAYOUT_CONFIRMED: 'SEND_PAYOUT' });
+    assert.deepEqual(model.order.follows, { DEPOSIT_CONFIRMED: ['DEPOSIT_DETECTED'], DEPOSIT_REVERSED: ['DEPOSIT_DETECTED'] });
+    assert.deepEqual(Object.keys(model.order.operationId).sort(), ['OPEN_REVIEW', 'SEND_PAYOUT', 'START_EXCHANGE']);
+  }
+  const v3 = readOrder(V3.definition());
+  assert.deepEqual(v3.sequenced, SEQUENCED);
+  assert.ok(v3.fields.DEPOSIT_DETECTED.includes('sequence'));
+  // Two observations of one chain race only when the newer one is of a race's first side: against an older confirmation.
+  for (const newer of SEQUENCED) {
+    for (const older of SEQUENCED) assert.equal(v3.directed.has(`${newer} ${older}`), older === 'DEPOSIT_CONFIRMED', `${newer} over ${older}`);
+  }
+  for (const other of ['DEADLINE_PASSED', 'EXCHANGE_COMPLETED', 'PAYOUT_CONFIRMED']) {
+    for (const type of SEQUENCED) assert.ok(v3.racing.has(`${other} ${type}`), `${other} races ${type}`);
+  }
+  const v2 = readOrder(V2.definition());
+  assert.deepEqual(v2.sequenced, []);
+  assert.equal(v2.racing.size / 2, 6);
 });
 
-test('deposit-swap v1: the same property finds a confirmation or a reversal that overtook its detection', async (t) => {
+test(`deposit-swap v3: any delivery order of a numbered chain ends as in order, ${RUNS} cases per store`, { concurrency: 2 }, async (t) => {
+  await bothStores(t, 3, RUNS, [
+    'overtaken', 'retried', 'duplicates', 'racesDecidedByDeadline', 'reinclusions', 'chainsOfFour', 'republished', 'staleObservations',
+    'referenceAhead',
+  ]);
+});
+
+test(`deposit-swap v2 (pinned): any delivery order ends as in order, ${V2_RUNS} cases per store`, { concurrency: 2 }, async (t) => {
+  await bothStores(t, 2, V2_RUNS, ['overtaken', 'retried', 'duplicates', 'racesDecidedByDeadline']);
+});
+
+test('deposit-swap v3: the property finds a v3 that answers a re-inclusion stale', async (t) => {
+  const store = new InMemoryStore();
+  const model = MODELS[3];
+  const ruleSet = staleReinclusion();
+  const result = await fc.check(reorderProperty(store, model, { ruleSet }), { numRuns: 2_000, seed: 1 });
+  assert.equal(result.failed, true, 'the mutant passed the reorder property');
+  const [history, plan] = result.counterexample;
+  const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { ruleSet });
+  t.diagnostic(`after ${result.numRuns} runs and ${result.numShrinks} shrinks: chain ${history.chain.join(' ')}; ${problems.join('; ')}`);
+  t.diagnostic(`shuffled: ${describeTrace(shuffled.run)}`);
+  t.diagnostic(`in order: ${describeTrace(inOrder.run)}`);
+  assert.notDeepEqual(problems, []);
+  assert.ok(reincluded(history.chain), `the counterexample's chain ${history.chain.join(' ')} has a re-inclusion`);
+  // The same case under v3 itself ends as in order.
+  assert.deepEqual((await runCase(store, model, history, plan)).problems, []);
+});
+
+test('deposit-swap v2 (pinned) fails the numbered-chain property on a re-inclusion (issue 21)', async (t) => {
+  // v2 ignores `sequence`: a re-inclusion delivered in order rests in
+  // `reversed` (applied, applied, stale, stale), delivered otherwise it may
+  // exchange.
+  const store = new InMemoryStore();
+  const model = MODELS[3];
+  const result = await fc.check(reorderProperty(store, model, { ruleSet: V2 }), { numRuns: 2_000, seed: 1 });
+  assert.equal(result.failed, true, 'v2 passed the numbered-chain property');
+  const [history, plan] = result.counterexample;
+  const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { ruleSet: V2 });
+  t.diagnostic(`after ${result.numRuns} runs: chain ${history.chain.join(' ')}; ${problems.join('; ')}`);
+  t.diagnostic(`shuffled: ${describeTrace(shuffled.run)}`);
+  t.diagnostic(`in order: ${describeTrace(inOrder.run)}`);
+  assert.notDeepEqual(problems, []);
+  assert.ok(reincluded(history.chain), `the counterexample's chain ${history.chain.join(' ')} has a re-inclusion`);
+});
+
+test('deposit-swap v3: the reference needs the races between observations: without them the property fails', async (t) => {
+  // A newer observation seen before an older confirmation settles the deposit
+  // (the confirmation is stale); an in-order delivery that ignores how the
+  // shuffled one decided it must differ.
+  const model = MODELS[3];
+  const chainKind = (kind) => /#\d+$/.test(kind);
+  const races = (history) => history.races.filter(([a, b]) => !(chainKind(a) && chainKind(b)));
+  const store = new InMemoryStore();
+  const result = await fc.check(reorderProperty(store, model, { races }), { numRuns: 2_000, seed: SEED });
+  assert.equal(result.failed, true, 'the property passed without the races between observations');
+  const [history, plan] = result.counterexample;
+  const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { races: races(history) });
+  t.diagnostic(`${problems.join('; ')}; shuffled: ${describeTrace(shuffled.run)}; in order: ${describeTrace(inOrder.run)}`);
+  assert.notDeepEqual(problems, []);
+  const olderConfirmation = history.chain.slice(0, -1).includes('DEPOSIT_CONFIRMED');
+  assert.ok(olderConfirmation, `the counterexample's chain ${history.chain.join(' ')} has a confirmation with a newer observation`);
+});
+
+test('deposit-swap v1: the v2 property finds a confirmation or a reversal that overtook its detection', async (t) => {
   // v1 has other reorder defects too (a re-published detection or deadline
   // after a reversal sent it back to waiting), and which one shrinking reaches
   // first depends on the seed: a fixed seed keeps this test about the
   // overtakings of issue 8.
   const store = new InMemoryStore();
-  const result = await fc.check(reorderProperty(store, V1), { numRuns: 2_000, seed: 1 });
+  const model = MODELS[2];
+  const result = await fc.check(reorderProperty(store, model, { ruleSet: V1 }), { numRuns: 2_000, seed: 1 });
   assert.equal(result.failed, true, 'v1 passed the reorder property');
   const [history, plan] = result.counterexample;
-  const { shuffled, inOrder, problems } = await runCase(store, V1, history, plan);
+  const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { ruleSet: V1 });
   t.diagnostic(`v1 counterexample after ${result.numRuns} runs and ${result.numShrinks} shrinks: ${problems.join('; ')}`);
   t.diagnostic(`shuffled: ${describeTrace(shuffled.run)}`);
   t.diagnostic(`in order: ${describeTrace(inOrder.run)}`);
@@ -80,11 +192,13 @@ test('deposit-swap v1: the same property finds a confirmation or a reversal that
 test('deposit-swap v2: the reference needs the declared races: without the deadline race the property fails on it', async (t) => {
   // The deadline against the deposit is a race whose order is the meaning; an
   // in-order delivery that ignores how the shuffled one decided it must differ.
-  const races = RACES.filter((pair) => !pair.includes('DEADLINE_PASSED'));
+  const races = (history) => history.races.filter((pair) => !pair.includes('DEADLINE_PASSED'));
   const store = new InMemoryStore();
-  const result = await fc.check(reorderProperty(store, V2, { races }), { numRuns: 2_000, seed: SEED });
+  const model = MODELS[2];
+  const result = await fc.check(reorderProperty(store, model, { races }), { numRuns: 2_000, seed: SEED });
   assert.equal(result.failed, true, 'the property passed without the deadline race');
-  const { shuffled, inOrder, problems } = await runCase(store, V2, ...result.counterexample, races);
+  const [history, plan] = result.counterexample;
+  const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { races: races(history) });
   t.diagnostic(`${problems.join('; ')}; shuffled: ${describeTrace(shuffled.run)}; in order: ${describeTrace(inOrder.run)}`);
   assert.notDeepEqual(problems, []);
   assert.ok(shuffled.run.trace.some((a) => a.type === 'DEADLINE_PASSED'), 'the counterexample has a deadline');

@@ -1,68 +1,63 @@
-// The reorder property of test/reorder.test.mjs (issue 8): random histories
-// of one swap whose workflow starts in `waiting`, delivered in random orders
-// with duplicates, re-publications and retry-redelivery, end where the same
-// history delivered in order ends. This module is the model and the property;
-// run as a worker thread (workerData.task 'reorder-property') it checks the
-// property over one store and posts what it found. A worker, because the
-// test runner's promise tracking in the test's own thread costs about a
-// third of the run, and the two stores can then run side by side.
+// The reorder property of test/reorder.test.mjs (issues 8 and 21): random
+// histories of one swap whose workflow starts in `waiting`, delivered in
+// random orders with duplicates, re-publications and retry-redelivery, end
+// where the same history delivered in order ends. The histories are a
+// model's (./reorder-models.mjs: deposit-swap v3's numbered chains, or v2's
+// one kind per type); this module delivers them and is the property. Run as a
+// worker thread (workerData.task 'reorder-property') it checks the property
+// over one store and posts what it found. A worker, because the test
+// runner's promise tracking in the test's own thread costs about a third of
+// the run, and the two stores can then run side by side.
 //
-// The model, read from the `order` section of deposit-swap v2 rather than
-// restated here:
-// - A history is what the producers publish for one swap: for each event type
-//   up to two publications (a second one is a re-publication: same content,
-//   new event id), each delivered once or twice (a duplicate: the same event
-//   id again). An event type that `follows` another event type (a confirmation
-//   or a reversal follows the detection of its deposit) is only in histories
-//   that hold that type, and is published after its first publication. An
-//   event type that `follows` an operation (EXCHANGE_COMPLETED after
-//   START_EXCHANGE, PAYOUT_CONFIRMED after SEND_PAYOUT) is published by the
-//   test only once that operation is in the store's outbox, as the exchange or
-//   the payout provider would; until then it does not exist.
+// - A history is what the producers publish for one swap, as messages of
+//   kinds (an observation of the chain, or an event type): a kind's
+//   publications are new event ids, each delivered once or twice (a
+//   duplicate: the same event id again). An event type that `follows` an
+//   operation (EXCHANGE_COMPLETED after START_EXCHANGE, PAYOUT_CONFIRMED
+//   after SEND_PAYOUT) is published by the test only once that operation is
+//   in the store's outbox, as the exchange or the payout provider would;
+//   until then it does not exist.
 // - The shuffled delivery is a queue in a random order; a published answer
 //   lands at a random place in what is left of it, and an answer with
 //   disposition `retry` puts the event at the back. In some cases the host
 //   stores the workflow only after a few deliveries, so early events are
 //   answered UNKNOWN_WORKFLOW (retry) and come round again: that keeps the
-//   retry path of the model exercised (with the workflow stored first,
-//   deposit-swap answers nothing with retry).
+//   retry path exercised (with the workflow stored first, deposit-swap
+//   answers nothing with retry).
 // - The in-order delivery is a FIFO queue in producer order, answers appended
 //   when published, retries appended too.
-// - The end state compared: status, the recorded fields, the set of outbox
-//   operation ids (their templates: the ids embed the workflow id), the
-//   multiset of event types answered with a final error (any disposition but
-//   retry),
-//   and the events left undelivered after a generous step bound (an event
-//   deferred forever). Not the revision: absorbing an overtaken event reaches
-//   the same state in fewer transitions (a confirmation in `waiting` goes
-//   straight to `exchange`), so the count of transitions is not part of the
-//   outcome. Per event, the shuffled delivery must never get an error with
-//   disposition reconcile or reject that the in-order delivery did not give
-//   that same event.
+// - The end state compared: status, the recorded fields (v3's recorded
+//   `sequence` among them), the set of outbox operation ids (their
+//   templates: the ids embed the workflow id), the multiset of event types
+//   answered with a final error (any disposition but retry), and the events
+//   left undelivered after a generous step bound (an event deferred
+//   forever). Not the revision: absorbing an overtaken event reaches the same
+//   state in fewer transitions, so the count of transitions is not part of
+//   the outcome. Per event, the shuffled delivery must never get an error
+//   with disposition reconcile or reject that the in-order delivery did not
+//   give that same event.
 //
-// Declared races. Where the history holds both types of a declared racing pair
-// (the deadline against the deposit, the reversal against the money moving on)
-// the order the swap saw them in is the meaning, so the shuffled delivery is
-// compared with the in-order delivery that saw each racing pair in the same
-// order, and only with it. ("Saw" means answered with anything but retry: a
-// deferred event did not reach the workflow.) That reference is the FIFO above
-// with one change: the first event of a racing type waits while a racing
-// partner that the shuffled delivery saw before it has not been seen yet (the
-// in-order queue skips ahead to the next event that may go). Only first events
-// are held: a race is decided by which type the swap saw first, as in the
-// verifier's model (it keys races on the first delivery of each type); what
-// later copies do after that is part of what the property checks.
-// One refinement makes that reference exist. A type that others follow is
-// implied by them: a confirmation or a reversal seen before its detection
-// means the swap learned of the deposit then. So the race position of
-// DEPOSIT_DETECTED is the first time any of DEPOSIT_DETECTED,
-// DEPOSIT_CONFIRMED, DEPOSIT_REVERSED was seen. Without it, the shuffled order
-// confirmation, deadline, detection would ask the reference for "deadline
-// before detection" and "confirmation before deadline", while the producer
-// order puts the detection before the confirmation: no in-order delivery
-// satisfies all three. With it, every racing pair is ordered by one ranking
-// that also respects `follows`, so the reference is always a producer-order
-// delivery. It can still get stuck only on an answer that is not published yet
+// Declared races. Where the history holds both kinds of a racing pair (the
+// model says which pairs race, as the verifier does) the order the swap saw
+// them in is the meaning, so the shuffled delivery is compared with the
+// in-order delivery that saw each racing pair in the same order, and only
+// with it. ("Saw" means answered with anything but retry: a deferred event
+// did not reach the workflow.) That reference is the FIFO above with one
+// change: the first event of a racing kind waits while a racing partner that
+// the shuffled delivery saw before it has not been seen yet (the queue skips
+// ahead to the next event that may go). Only first events are held: a race is
+// decided by which kind the swap saw first, as in the verifier's model (it
+// keys races on the first delivery of each kind); what later copies do after
+// that is part of what the property checks. An event also waits for the kinds
+// it follows. Where the shuffled delivery decided the races so that no
+// producer-order delivery reproduces them (a confirmation #2, the deadline,
+// then the detection #1: the deadline raced both, and the detection is older;
+// or a confirmation #2 whose exchange completed before the detection #1 came),
+// a model with `softFollows` (v3) lets the reference take the first event
+// whose races allow it, ahead of what it follows (the verifier, too, compares
+// every order of one race outcome with the others, not with producer order);
+// v2's model ranks its races so that this never happens.
+// The reference can still get stuck on an answer that is not published yet
 // (the shuffled delivery saw EXCHANGE_COMPLETED before a reversal, but the
 // in-order one never emitted START_EXCHANGE): that is reported as a
 // difference, it means the orders did not reach the same operations.
@@ -71,101 +66,26 @@ import path from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import fc from 'fast-check';
-import { IdemflowError, InMemoryStore, RuleSet, processEvent } from 'idemflow';
+import { IdemflowError, InMemoryStore, processEvent } from 'idemflow';
 import { openStore, tablesFor, tempDir, uniquePrefix } from './backends.mjs';
-import { WATCHED_TYPES } from './fixtures.mjs';
+import { MODELS } from './reorder-models.mjs';
 
-export const V2 = RuleSet.builtin('deposit-swap');
-export const V1 = RuleSet.builtin('deposit-swap', { version: 1 });
-const definition = V2.definition();
-
-// ---- What the rule set declares ---------------------------------------------
-
-export const EVENT_TYPES = definition.events.map((e) => e.type);
-const FIELDS = Object.fromEntries(definition.events.map((e) => [e.type, e.fields]));
-/** Event type → the event types it follows (and so implies). */
-export const FOLLOWS = {};
-/** Event type → the operation type it answers (published once that operation exists). */
-export const ANSWERS = {};
-for (const f of definition.order.follows) {
-  if (EVENT_TYPES.includes(f.after)) (FOLLOWS[f.event] ??= []).push(f.after);
-  else ANSWERS[f.event] = f.after;
-}
-const sides = (x) => (Array.isArray(x) ? x : [x]);
-/** Declared racing pairs of event types. */
-export const RACES = definition.order.races.flatMap(({ between: [a, b] }) => sides(a).flatMap((x) => sides(b).map((y) => [x, y])));
-/** Operation type → its id template, from the rules' emits (v1 emits the same operations). */
-export const OPERATION_ID = {};
-for (const rule of definition.rules) for (const emit of rule.then?.emit ?? []) OPERATION_ID[emit.type] = emit.id;
-const operationId = (type, workflowId) => OPERATION_ID[type].replaceAll('{workflowId}', workflowId);
+export { MODELS, V1, V2, V3, readOrder } from './reorder-models.mjs';
 
 // Every event of a history speaks of the same facts: other values are the guards' business.
 const FACTS = { depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000', payoutUnits: '4100000000', payoutRef: 'payout-9' };
 
-const MAX_PUBLICATIONS = 2;
 const MAX_STEPS = 200;
-const EXTERNAL_TYPES = EVENT_TYPES.filter((t) => !ANSWERS[t]);
-const MAX_EXTERNAL_MESSAGES = EXTERNAL_TYPES.length * MAX_PUBLICATIONS * 2;
-const MAX_ANSWER_MESSAGES = Object.keys(ANSWERS).length * MAX_PUBLICATIONS * 2;
 
-// ---- Histories and delivery plans ---------------------------------------------
-
-// One publication: when its producer published it (relative to what it follows),
-// and whether the broker delivers it a second time (how much later).
-const publication = fc.record({ at: fc.nat(20), duplicateAfter: fc.option(fc.nat(20), { nil: null, freq: 3 }) });
-
-const historyArbitrary = fc
-  .record(Object.fromEntries(EVENT_TYPES.map((t) => [t, fc.array(publication, { maxLength: MAX_PUBLICATIONS })])))
-  .map(buildHistory)
-  .filter((h) => h.external.length > 0);
-
-/**
- * Messages in producer order: `external` (the chain watcher's and the
- * timer's) and `answers` per answering type (published when their operation
- * appears). A message is `{ local, type, at }`; `local` names the event id
- * within one delivery (a duplicate shares it).
- */
-function buildHistory(publications) {
-  const firstAt = {};
-  const messages = [];
-  // Types that follow another type come after it, so their base time is known.
-  const types = [...EVENT_TYPES].sort((a, b) => (FOLLOWS[a] ? 1 : 0) - (FOLLOWS[b] ? 1 : 0));
-  for (const type of types) {
-    let base = 0;
-    if (FOLLOWS[type]) {
-      const befores = FOLLOWS[type].map((t) => firstAt[t]);
-      if (befores.some((at) => at === undefined)) continue; // no detection, so no confirmation or reversal
-      base = Math.max(...befores) + 1;
-    }
-    publications[type].forEach((p, copy) => {
-      const local = `${type}#${copy + 1}`;
-      const at = base + p.at;
-      firstAt[type] = Math.min(firstAt[type] ?? Infinity, at);
-      messages.push({ local, type, at });
-      if (p.duplicateAfter !== null) messages.push({ local, type, at: at + 1 + p.duplicateAfter });
-    });
-  }
-  const rank = (m) => [m.at, EVENT_TYPES.indexOf(m.type), m.local];
-  messages.sort((a, b) => {
-    const [x, y] = [rank(a), rank(b)];
-    for (let i = 0; i < x.length; i += 1) if (x[i] !== y[i]) return x[i] < y[i] ? -1 : 1;
-    return 0;
-  });
-  // The chain watcher numbers its observations of the deposit in the order it first published them;
-  // a type's other publications (new event ids, duplicates) are the same observation, the same number.
-  const watched = [...new Set(messages.map((m) => m.type).filter((t) => WATCHED_TYPES.includes(t)))];
-  for (const m of messages) if (watched.includes(m.type)) m.sequence = watched.indexOf(m.type) + 1;
-  const answers = Object.fromEntries(Object.keys(ANSWERS).map((t) => [t, messages.filter((m) => m.type === t)]));
-  return { external: messages.filter((m) => !ANSWERS[m.type]), answers };
-}
+const operationId = (model, type, workflowId) => model.order.operationId[type].replaceAll('{workflowId}', workflowId);
 
 // How the broker shuffles: a key per external message (the queue is sorted by
 // it), where each published answer lands in what is left of the queue, and
 // after how many deliveries the host stores the workflow. All shrink towards
 // producer order, answers delivered at once, the workflow stored first.
-const planArbitrary = fc.record({
-  keys: fc.array(fc.nat(1000), { minLength: MAX_EXTERNAL_MESSAGES, maxLength: MAX_EXTERNAL_MESSAGES }),
-  inserts: fc.array(fc.nat(1000), { minLength: MAX_ANSWER_MESSAGES, maxLength: MAX_ANSWER_MESSAGES }),
+const planArbitrary = (model) => fc.record({
+  keys: fc.array(fc.nat(1000), { minLength: model.maxExternal, maxLength: model.maxExternal }),
+  inserts: fc.array(fc.nat(1000), { minLength: model.maxAnswers, maxLength: model.maxAnswers }),
   storedAfter: fc.nat(9).map((n) => Math.max(0, n - 6)),
 });
 
@@ -173,10 +93,10 @@ const planArbitrary = fc.record({
 
 /** One delivery of a history to one workflow: its answers, and what it saw first. */
 class Delivery {
-  constructor(store, ruleSet, workflowId, history) {
-    Object.assign(this, { store, ruleSet, workflowId, history });
+  constructor(store, model, ruleSet, workflowId, history) {
+    Object.assign(this, { store, model, ruleSet, workflowId, history });
     this.trace = [];
-    /** Event type → how many events the workflow had seen when it first saw one of that type. */
+    /** Kind → how many events the workflow had seen when it first saw one of that kind. */
     this.firstSeen = new Map();
     this.seen = 0;
     this.steps = 0;
@@ -184,6 +104,8 @@ class Delivery {
     this.published = new Set();
     this.stored = false;
     this.stuck = false;
+    /** Events the in-order reference took ahead of a kind they follow, to reproduce a race (`softFollows`). */
+    this.ahead = 0;
   }
 
   async storeWorkflow() {
@@ -192,7 +114,7 @@ class Delivery {
   }
 
   event(message) {
-    const fields = Object.fromEntries(FIELDS[message.type].map((f) => [f, FACTS[f]]));
+    const fields = Object.fromEntries(this.model.order.fields[message.type].map((f) => [f, FACTS[f]]));
     const sequence = message.sequence === undefined ? {} : { sequence: message.sequence };
     return { eventId: `${this.workflowId}/${message.local}`, workflowId: this.workflowId, type: message.type, ...fields, ...sequence };
   }
@@ -210,20 +132,20 @@ class Delivery {
       if (!(error instanceof IdemflowError)) throw error;
       answer = { code: error.code, disposition: error.disposition };
     }
-    this.trace.push({ local: message.local, type: message.type, ...answer });
+    this.trace.push({ local: message.local, kind: message.kind, type: message.type, sequence: message.sequence, ...answer });
     const retry = answer.disposition === 'retry';
     if (retry) {
       this.retries += 1;
     } else {
-      if (!this.firstSeen.has(message.type)) this.firstSeen.set(message.type, this.seen);
+      if (!this.firstSeen.has(message.kind)) this.firstSeen.set(message.kind, this.seen);
       this.seen += 1;
     }
     const published = [];
     // The outbox is the truth; it is read when the host says it added to it.
     if (emitted) {
-      for (const [type, operationType] of Object.entries(ANSWERS)) {
+      for (const [type, operationType] of Object.entries(this.model.order.answers)) {
         if (this.published.has(type)) continue;
-        if (await this.store.getOperation(operationId(operationType, this.workflowId))) {
+        if (await this.store.getOperation(operationId(this.model, operationType, this.workflowId))) {
           this.published.add(type);
           published.push(...this.history.answers[type]);
         }
@@ -236,22 +158,22 @@ class Delivery {
   async end(undelivered) {
     const { id, status, revision, ...recorded } = (await this.store.getWorkflow(this.workflowId)) ?? {};
     const operations = [];
-    for (const [type, template] of Object.entries(OPERATION_ID)) {
-      if (await this.store.getOperation(operationId(type, this.workflowId))) operations.push(template);
+    for (const [type, template] of Object.entries(this.model.order.operationId)) {
+      if (await this.store.getOperation(operationId(this.model, type, this.workflowId))) operations.push(template);
     }
     const finalError = (a) => a.code !== undefined && a.disposition !== 'retry';
     return {
       status,
       recorded,
       operations: operations.sort(),
-      answeredWithError: this.trace.filter(finalError).map((a) => a.type).sort(),
+      answeredWithError: this.trace.filter(finalError).map((a) => a.kind).sort(),
       undelivered: undelivered.map((m) => m.local).sort(),
     };
   }
 }
 
-async function deliverShuffled(store, ruleSet, workflowId, history, plan) {
-  const run = new Delivery(store, ruleSet, workflowId, history);
+async function deliverShuffled(store, model, ruleSet, workflowId, history, plan) {
+  const run = new Delivery(store, model, ruleSet, workflowId, history);
   const queue = history.external
     .map((message, i) => ({ message, key: plan.keys[i] }))
     .sort((a, b) => a.key - b.key)
@@ -271,35 +193,27 @@ async function deliverShuffled(store, ruleSet, workflowId, history, plan) {
   return { run, end: await run.end(queue) };
 }
 
-/**
- * The race position of each type in a delivery: when the workflow first saw
- * it or a type that implies it (see the header). Infinity: never seen.
- */
-export function racePositions(firstSeen) {
-  const positions = new Map();
-  for (const type of EVENT_TYPES) {
-    const implying = EVENT_TYPES.filter((t) => t === type || FOLLOWS[t]?.includes(type));
-    positions.set(type, Math.min(...implying.map((t) => firstSeen.get(t) ?? Infinity)));
-  }
-  return positions;
-}
-
-/** May the in-order delivery deliver this message now, given the race outcomes it must reproduce? */
-function mayGo(run, message, positions, races) {
-  if ((FOLLOWS[message.type] ?? []).some((t) => !run.firstSeen.has(t))) return false;
-  if (run.firstSeen.has(message.type)) return true;
+/** May the first event of its kind go now, given the race outcomes the reference must reproduce? */
+function racesAllow(run, message, positions, races) {
+  if (run.firstSeen.has(message.kind)) return true;
   return races.every(([a, b]) => {
-    const partner = a === message.type ? b : b === message.type ? a : null;
-    return partner === null || run.firstSeen.has(partner) || !(positions.get(partner) < positions.get(message.type));
+    const partner = a === message.kind ? b : b === message.kind ? a : null;
+    return partner === null || run.firstSeen.has(partner) || !(positions.get(partner) < positions.get(message.kind));
   });
 }
 
-async function deliverInOrder(store, ruleSet, workflowId, history, positions, races) {
-  const run = new Delivery(store, ruleSet, workflowId, history);
+const followsAllow = (run, message, history) => history.follows[message.kind].every((k) => run.firstSeen.has(k));
+
+async function deliverInOrder(store, model, ruleSet, workflowId, history, positions, races) {
+  const run = new Delivery(store, model, ruleSet, workflowId, history);
   await run.storeWorkflow();
   const pending = [...history.external];
   while (pending.length > 0 && run.steps < MAX_STEPS) {
-    let index = pending.findIndex((m) => mayGo(run, m, positions, races));
+    let index = pending.findIndex((m) => followsAllow(run, m, history) && racesAllow(run, m, positions, races));
+    if (index < 0 && model.softFollows) {
+      index = pending.findIndex((m) => racesAllow(run, m, positions, races));
+      if (index >= 0) run.ahead += 1;
+    }
     if (index < 0) {
       run.stuck = true;
       index = 0;
@@ -334,12 +248,12 @@ function differences(shuffled, inOrder) {
 export const describeTrace = (run) =>
   run.trace.map((a) => `${a.local} → ${a.outcome ?? `${a.code} (${a.disposition})`}`).join(', ');
 
-/** The first events of a follower type seen before the first of the type it follows. */
+/** The first events of a kind seen before the first of a kind it follows (for a chain: an older observation). */
 export function overtakings(run) {
   const out = [];
-  for (const [type, befores] of Object.entries(FOLLOWS)) {
+  for (const [kind, befores] of Object.entries(run.history.follows)) {
     for (const before of befores) {
-      if (run.firstSeen.has(type) && !(run.firstSeen.get(before) < run.firstSeen.get(type))) out.push(`${type} before ${before}`);
+      if (run.firstSeen.has(kind) && !(run.firstSeen.get(before) < run.firstSeen.get(kind))) out.push(`${kind} before ${before}`);
     }
   }
   return out;
@@ -348,21 +262,28 @@ export function overtakings(run) {
 let swaps = 0;
 
 /**
- * Delivers one case both ways in `store`; `{ shuffled, inOrder, problems }`.
- * `races`: the racing pairs the in-order delivery reproduces (the declared ones).
+ * Delivers one case both ways in `store` under `ruleSet` (the model's own by
+ * default): `{ shuffled, inOrder, problems }`. `races`: the racing pairs of
+ * kinds the in-order delivery reproduces (the model's, by default).
  */
-export async function runCase(store, ruleSet, history, plan, races = RACES) {
+export async function runCase(store, model, history, plan, { ruleSet = model.ruleSet, races = history.races } = {}) {
   swaps += 1;
   const id = `swap-${process.pid}-${swaps}`;
-  const shuffled = await deliverShuffled(store, ruleSet, id, history, plan);
-  const inOrder = await deliverInOrder(store, ruleSet, `${id}-in-order`, history, racePositions(shuffled.run.firstSeen), races);
+  const shuffled = await deliverShuffled(store, model, ruleSet, id, history, plan);
+  const positions = model.positions(history, shuffled.run.firstSeen);
+  const inOrder = await deliverInOrder(store, model, ruleSet, `${id}-in-order`, history, positions, races);
   return { shuffled, inOrder, problems: differences(shuffled, inOrder) };
 }
 
-export function reorderProperty(store, ruleSet, { coverage, races } = {}) {
-  return fc.asyncProperty(historyArbitrary, planArbitrary, async (history, plan) => {
-    const { shuffled, inOrder, problems } = await runCase(store, ruleSet, history, plan, races);
-    coverage?.count(shuffled, inOrder);
+/**
+ * The property over `model`'s histories, delivered to `options.ruleSet`
+ * (a mutant, say; the model's own by default); `options.races(history)`
+ * replaces the racing pairs the reference reproduces.
+ */
+export function reorderProperty(store, model, { coverage, ruleSet, races } = {}) {
+  return fc.asyncProperty(model.history, planArbitrary(model), async (history, plan) => {
+    const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { ruleSet, races: races?.(history) });
+    coverage?.count(shuffled, inOrder, history);
     if (problems.length > 0) {
       throw new Error([
         ...problems,
@@ -382,24 +303,37 @@ export class Coverage {
   racesDecidedByDeadline = 0;
   ends = {};
 
-  count(shuffled) {
+  constructor(model) {
+    Object.defineProperty(this, 'model', { value: model, enumerable: false });
+  }
+
+  count(shuffled, inOrder, history) {
+    const { run } = shuffled;
     this.cases += 1;
-    if (overtakings(shuffled.run).length > 0) this.overtaken += 1;
-    if (shuffled.run.retries > 0) this.retried += 1;
-    if (shuffled.run.trace.some((a) => a.outcome === 'duplicate-delivery')) this.duplicates += 1;
-    const positions = racePositions(shuffled.run.firstSeen);
-    if (positions.get('DEADLINE_PASSED') < positions.get('DEPOSIT_DETECTED')) this.racesDecidedByDeadline += 1;
+    if (inOrder.run.ahead > 0) this.referenceAhead = (this.referenceAhead ?? 0) + 1;
+    if (overtakings(run).length > 0) this.overtaken += 1;
+    if (run.retries > 0) this.retried += 1;
+    if (run.trace.some((a) => a.outcome === 'duplicate-delivery')) this.duplicates += 1;
+    // The deadline seen before every kind it races with (the deposit's events).
+    const partners = history.races.filter((pair) => pair.includes('DEADLINE_PASSED')).map(([a, b]) => (a === 'DEADLINE_PASSED' ? b : a));
+    if (run.firstSeen.has('DEADLINE_PASSED') && partners.every((k) => !(run.firstSeen.get(k) < run.firstSeen.get('DEADLINE_PASSED')))) {
+      this.racesDecidedByDeadline += 1;
+    }
+    for (const [key, held] of Object.entries(this.model.coverage(shuffled, history))) if (held) this[key] = (this[key] ?? 0) + 1;
     this.ends[shuffled.end.status] = (this.ends[shuffled.end.status] ?? 0) + 1;
+    const sequence = shuffled.end.recorded.sequence;
+    if (sequence !== undefined) (this.endSequences ??= {})[sequence] = (this.endSequences[sequence] ?? 0) + 1;
   }
 }
 
 /**
- * Checks the property over deposit-swap v2 in one store: `{ error, coverage,
+ * Checks the property of `MODELS[version]` in one store: `{ error, coverage,
  * seconds }`, error being fast-check's report (seed, path, counterexample)
  * or null.
  */
-export async function checkStore(kind, { runs, seed }) {
+export async function checkStore(kind, { runs, seed, version = 3 }) {
   const started = performance.now();
+  const model = MODELS[version];
   let store;
   let close = async () => {};
   if (kind === 'memory') {
@@ -416,10 +350,10 @@ export async function checkStore(kind, { runs, seed }) {
     };
     await store.migrate();
   }
-  const coverage = new Coverage();
+  const coverage = new Coverage(model);
   let error = null;
   try {
-    await fc.assert(reorderProperty(store, V2, { coverage }), { numRuns: runs, seed, includeErrorInReport: true });
+    await fc.assert(reorderProperty(store, model, { coverage }), { numRuns: runs, seed, includeErrorInReport: true });
   } catch (failure) {
     error = failure instanceof Error ? failure.message : String(failure);
   } finally {
