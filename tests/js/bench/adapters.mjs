@@ -15,10 +15,13 @@ const WORKFLOWS = Number(process.env.BENCH_WORKFLOWS ?? 1500);
 const ROUNDS = 8;
 const WARM_UP = 100; // workflows whose events run untimed first, so neither contender pays for a cold start
 
-/** Per workflow: a confirmation (applied), its redelivery (duplicate) and a re-published id (already-applied). */
+/**
+ * Per workflow (in deposit: the watcher's detection, its observation 1, recorded): a confirmation (observation 2,
+ * applied), its redelivery (duplicate) and a re-published id (already-applied).
+ */
 function workload(count = WORKFLOWS, tag = 'wf') {
   const workflows = Array.from({ length: count }, (_, i) => ({
-    id: `${tag}-${i}`, status: 'deposit', revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: `${(i + 1) * 1000}000000`,
+    id: `${tag}-${i}`, status: 'deposit', revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: `${(i + 1) * 1000}000000`, sequence: 1,
   }));
   const events = [];
   for (const w of workflows) {
@@ -44,14 +47,20 @@ async function handWrittenMongo(db, tables, session, event, now) {
   const stored = await db.collection(tables.inbox).findOne({ _id: event.eventId }, { session });
   if (stored) return 'duplicate-delivery';
   const workflow = await db.collection(tables.workflows).findOne({ _id: event.workflowId }, { session });
-  const applied = workflow.status === 'deposit';
+  // The confirmation's transitions this workload takes (v3): a newer observation (a workflow that recorded no number
+  // compares as 0) starts the exchange from deposit; a re-published or older one is stale in deposit, already-applied in exchange.
+  const newer = event.sequence > (workflow.data?.sequence ?? 0);
+  const inDeposit = workflow.status === 'deposit';
+  if (!inDeposit && (workflow.status !== 'exchange' || newer)) throw new Error(`no hand-written transition for ${event.type} (sequence ${event.sequence}) in ${workflow.status}`);
+  const applied = inDeposit && newer;
+  const outcome = applied ? 'applied' : inDeposit ? 'stale' : 'already-applied';
   const operationId = `start-exchange:${event.workflowId}`;
   const result = applied ? { operationIds: [operationId], status: 'exchange', revision: workflow.revision + 1 } : { operationIds: [], status: null, revision: null };
   await db.collection(tables.inbox).insertOne({ _id: event.eventId, fingerprint, workflowId: event.workflowId, eventType: event.type,
-    outcome: applied ? 'applied' : 'already-applied', ruleSetId: 'deposit-swap', ruleSetVersion: 2, ruleSetHash: RULES_HASH, recordedAt: now, result }, { session });
-  if (!applied) return 'already-applied';
+    outcome, ruleSetId: 'deposit-swap', ruleSetVersion: 3, ruleSetHash: RULES_HASH, recordedAt: now, result }, { session });
+  if (!applied) return outcome;
   const updated = await db.collection(tables.workflows).updateOne({ _id: event.workflowId, status: 'deposit', revision: workflow.revision },
-    { $set: { status: 'exchange', revision: workflow.revision + 1, updatedAt: now } }, { session });
+    { $set: { status: 'exchange', revision: workflow.revision + 1, 'data.sequence': event.sequence, updatedAt: now } }, { session });
   if (updated.matchedCount !== 1) throw new Error('lost the compare-and-set');
   await db.collection(tables.outbox).insertOne({ _id: `start-exchange:${event.workflowId}`, type: 'START_EXCHANGE', workflowId: event.workflowId,
     eventId: event.eventId, payload: { depositRef: event.depositRef, amountUnits: event.amountUnits }, status: 'pending', attempts: 0,

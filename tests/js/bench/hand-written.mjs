@@ -8,49 +8,71 @@
 // worker processes (workers/lane.mjs, workers/hand-broker-worker.mjs).
 import { createHash } from 'node:crypto';
 
-/** The fingerprint a careful handler keeps: SHA-256 of the fact (not of the delivery), as idemflow keeps one. */
+/**
+ * The fingerprint a careful handler keeps: SHA-256 of the fact (not of the
+ * delivery), as idemflow keeps one: every field deposit-swap v3 declares,
+ * the watcher's sequence as the JSON integer it is.
+ */
 export function fingerprintOf(event) {
-  return `sha256:${createHash('sha256').update(JSON.stringify([event.type, event.workflowId, event.depositRef, event.amountUnits])).digest('hex')}`;
+  const fact = [event.type, event.workflowId, event.depositRef, event.amountUnits, event.sequence];
+  return `sha256:${createHash('sha256').update(JSON.stringify(fact)).digest('hex')}`;
 }
 
 export const RULES_HASH = `sha256:${'0'.repeat(64)}`;
 
-const applied = (to, { record = false, emit = null, guard = false } = {}) => ({ outcome: 'applied', to, record, emit, guard });
-const kept = (outcome, { guard = true } = {}) => ({ outcome, guard });
-const START_EXCHANGE = { type: 'START_EXCHANGE', prefix: 'start-exchange' };
-const OPEN_REVIEW = { type: 'OPEN_REVIEW', prefix: 'open-review' };
+/** The fields a transition records: the whole deposit, or the newer observation's number. */
+const DEPOSIT = ['depositRef', 'amountUnits', 'sequence'];
+const NUMBER = ['sequence'];
+const applied = (to, { record = [], emit = null } = {}) => ({ outcome: 'applied', to, record, emit });
+const kept = (outcome) => ({ outcome, record: [] });
+/**
+ * A guarded, numbered transition: the event's deposit must be the one
+ * recorded; an observation newer than the one recorded (a workflow that
+ * recorded no number compares as 0) takes `newer`, a re-published or older
+ * one ends as `otherwise`.
+ */
+const numbered = (newer, otherwise) => ({ guard: true, newer, otherwise: kept(otherwise) });
+const START_EXCHANGE = { type: 'START_EXCHANGE', prefix: 'start-exchange', payload: ['depositRef', 'amountUnits'] };
+const OPEN_REVIEW = { type: 'OPEN_REVIEW', prefix: 'open-review', payload: ['depositRef', 'amountUnits', 'sequence'] };
 
 /**
- * The deposit-swap transitions the benchmarks' traffic takes, written out by
- * hand as such a worker would (type → status → what happens); `guard`: the
- * event's deposit must be the one recorded. Anything else is refused.
+ * The deposit-swap v3 transitions the benchmarks' traffic takes, written out
+ * by hand as such a worker would (type → status → what happens). Anything
+ * else is refused.
  */
 const TRANSITIONS = {
   DEPOSIT_DETECTED: {
-    waiting: applied('deposit', { record: true }),
-    overdue: applied('review', { record: true, emit: OPEN_REVIEW }),
-    deposit: kept('already-applied'), exchange: kept('already-applied'), review: kept('already-applied'),
-    reversed: kept('stale'),
+    waiting: applied('deposit', { record: DEPOSIT }),
+    overdue: applied('review', { record: DEPOSIT, emit: OPEN_REVIEW }),
+    deposit: numbered(applied('deposit', { record: NUMBER }), 'already-applied'),
+    exchange: numbered(applied('review', { record: NUMBER, emit: OPEN_REVIEW }), 'already-applied'),
+    reversed: numbered(applied('deposit', { record: NUMBER }), 'stale'),
+    review: numbered(applied('review', { record: NUMBER }), 'stale'),
   },
   DEPOSIT_CONFIRMED: {
-    waiting: applied('exchange', { record: true, emit: START_EXCHANGE }),
-    deposit: applied('exchange', { emit: START_EXCHANGE, guard: true }),
-    overdue: applied('review', { record: true, emit: OPEN_REVIEW }),
-    exchange: kept('already-applied'), review: kept('already-applied'),
-    reversed: kept('stale'),
+    waiting: applied('exchange', { record: DEPOSIT, emit: START_EXCHANGE }),
+    overdue: applied('review', { record: DEPOSIT, emit: OPEN_REVIEW }),
+    deposit: numbered(applied('exchange', { record: NUMBER, emit: START_EXCHANGE }), 'stale'),
+    exchange: numbered(applied('review', { record: NUMBER, emit: OPEN_REVIEW }), 'already-applied'),
+    reversed: numbered(applied('exchange', { record: NUMBER, emit: START_EXCHANGE }), 'stale'),
+    review: numbered(applied('review', { record: NUMBER }), 'stale'),
   },
   DEPOSIT_REVERSED: {
-    waiting: applied('reversed', { record: true }),
-    deposit: applied('reversed', { guard: true }),
-    exchange: applied('review', { emit: OPEN_REVIEW, guard: true }),
-    overdue: applied('review', { record: true, emit: OPEN_REVIEW }),
-    reversed: kept('already-applied'), review: kept('already-applied'),
+    waiting: applied('reversed', { record: DEPOSIT }),
+    overdue: applied('review', { record: DEPOSIT, emit: OPEN_REVIEW }),
+    deposit: numbered(applied('reversed', { record: NUMBER }), 'stale'),
+    exchange: numbered(applied('review', { record: NUMBER, emit: OPEN_REVIEW }), 'stale'),
+    reversed: numbered(applied('reversed', { record: NUMBER }), 'already-applied'),
+    review: numbered(applied('review', { record: NUMBER }), 'stale'),
   },
   DEADLINE_PASSED: {
     waiting: applied('overdue'),
-    ...Object.fromEntries(['deposit', 'exchange', 'overdue', 'reversed', 'review'].map((status) => [status, kept('stale', { guard: false })])),
+    ...Object.fromEntries(['deposit', 'exchange', 'overdue', 'reversed', 'review'].map((status) => [status, kept('stale')])),
   },
 };
+
+/** The types whose events carry the watcher's number (a safe integer of at least 1). */
+const NUMBERED_TYPES = new Set(['DEPOSIT_DETECTED', 'DEPOSIT_CONFIRMED', 'DEPOSIT_REVERSED']);
 
 /** Why the hand-written handler refused an event: `disposition` as idemflow's errors say it (reject, retry, reconcile). */
 export class Refused extends Error {
@@ -77,24 +99,28 @@ export async function handWritten(q, sql, event, now) {
   const [workflow] = await q(sql.workflow, [event.workflowId]);
   if (!workflow) throw new Refused('retry', 'unknown workflow');
   const data = typeof workflow.data === 'string' ? JSON.parse(workflow.data) : workflow.data;
-  const rule = TRANSITIONS[event.type]?.[workflow.status];
+  let rule = TRANSITIONS[event.type]?.[workflow.status];
   if (!rule) throw new Refused('reconcile', `no transition for ${event.type} in ${workflow.status}`);
-  if (rule.guard && (data.depositRef !== event.depositRef || data.amountUnits !== event.amountUnits)) throw new Refused('reconcile', 'another deposit');
+  if (rule.guard) {
+    if (data.depositRef !== event.depositRef || data.amountUnits !== event.amountUnits) throw new Refused('reconcile', 'another deposit');
+    rule = event.sequence > (data.sequence ?? 0) ? rule.newer : rule.otherwise;
+  }
   const revision = Number(workflow.revision);
   const operationIds = rule.emit ? [`${rule.emit.prefix}:${event.workflowId}`] : [];
   const isApplied = rule.outcome === 'applied';
   const result = isApplied ? { operationIds, status: rule.to, revision: revision + 1 } : { operationIds: [], status: null, revision: null };
   await q(sql.insertReceipt, [event.eventId, fingerprint, event.workflowId, event.type, rule.outcome,
-    'deposit-swap', 2, RULES_HASH, now, JSON.stringify(result)]);
+    'deposit-swap', 3, RULES_HASH, now, JSON.stringify(result)]);
   if (!isApplied) return rule.outcome;
-  const changed = rule.record
-    ? await q(sql.updateRecording, [rule.to, revision + 1, JSON.stringify({ ...data, depositRef: event.depositRef, amountUnits: event.amountUnits }),
-      now, event.workflowId, workflow.status, revision])
+  const recorded = Object.fromEntries(rule.record.map((field) => [field, event[field]]));
+  const changed = rule.record.length > 0
+    ? await q(sql.updateRecording, [rule.to, revision + 1, JSON.stringify({ ...data, ...recorded }), now, event.workflowId, workflow.status, revision])
     : await q(sql.update, [rule.to, revision + 1, now, event.workflowId, workflow.status, revision]);
   if (changed !== 1) throw new LostRace('lost the compare-and-set');
   for (const id of operationIds) {
+    const payload = Object.fromEntries(rule.emit.payload.map((field) => [field, event[field]]));
     await q(sql.insertOperation, [id, rule.emit.type, event.workflowId, event.eventId,
-      JSON.stringify({ depositRef: event.depositRef, amountUnits: event.amountUnits }), 'pending', 0, now, null, null, 0, null, now, now, null, null]);
+      JSON.stringify(payload), 'pending', 0, now, null, null, 0, null, now, now, null, null]);
   }
   return 'applied';
 }
@@ -245,5 +271,6 @@ export function eventOfBody(body) {
   if (event === null || typeof event !== 'object' || typeof event.eventId !== 'string' || typeof event.workflowId !== 'string' || !TRANSITIONS[event.type]) return null;
   for (const field of ['depositRef', 'amountUnits']) if (event[field] !== undefined && typeof event[field] !== 'string') return null;
   if (event.type !== 'DEADLINE_PASSED' && (typeof event.depositRef !== 'string' || !/^[0-9]+$/.test(event.amountUnits ?? ''))) return null;
+  if (NUMBERED_TYPES.has(event.type) && (!Number.isSafeInteger(event.sequence) || event.sequence < 1)) return null;
   return event;
 }

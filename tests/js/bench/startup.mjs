@@ -22,7 +22,7 @@ const t0 = performance.now();
 const idemflow = require('idemflow');
 const t1 = performance.now();
 idemflow.decide({ event: { eventId: 'e-1', workflowId: 'swap-1', type: 'DEPOSIT_CONFIRMED', depositRef: 'ref-a', amountUnits: '100', sequence: 2 },
-  receipt: null, workflow: { id: 'swap-1', status: 'deposit', revision: 1, depositRef: 'ref-a', amountUnits: '100' } });
+  receipt: null, workflow: { id: 'swap-1', status: 'deposit', revision: 1, depositRef: 'ref-a', amountUnits: '100', sequence: 1 } });
 const t2 = performance.now();
 process.stdout.write(JSON.stringify({ load: t1 - t0, first: t2 - t1 }));`;
 

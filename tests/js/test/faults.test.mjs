@@ -24,7 +24,8 @@ const WATCHDOG_MS = 20_000;
 const DELIVERIES = 600;
 const WORKFLOWS = 60;
 
-const workflow = (id) => ({ id, status: 'deposit', revision: 1, depositRef: `tx-${id}`, amountUnits: '100' });
+// A swap in deposit recorded the watcher's detection, its observation 1; its confirmation is observation 2.
+const workflow = (id) => ({ id, status: 'deposit', revision: 1, depositRef: `tx-${id}`, amountUnits: '100', sequence: 1 });
 const confirmation = (id, n = 1) => ({ eventId: `${id}-e${n}`, workflowId: id, type: 'DEPOSIT_CONFIRMED', depositRef: `tx-${id}`, amountUnits: '100', sequence: 2 });
 
 /** What `promise` settled to, or 'watchdog' if it did not within WATCHDOG_MS (then `onWatchdog` runs). */

@@ -23,12 +23,13 @@ export function shuffle(items, rand) {
 }
 
 /**
- * The workflows (status deposit, a deposit recorded) and the deliveries for
- * them: per workflow, confirmations and detections of its one deposit from
- * several observers, each event id delivered 1 to 3 times, a third of the
- * events re-published under a new event id, until `deliveries` is reached.
- * Units are single deliveries or pairs (two copies of one delivery handed to
- * two workers at the same moment), in random order.
+ * The workflows (status deposit, a deposit recorded from the watcher's
+ * detection, its observation 1) and the deliveries for them: per workflow,
+ * confirmations and detections of its one deposit from several observers,
+ * each event id delivered 1 to 3 times, a third of the events re-published
+ * under a new event id, until `deliveries` is reached. Units are single
+ * deliveries or pairs (two copies of one delivery handed to two workers at
+ * the same moment), in random order.
  */
 export function plan({ workflows: workflowCount, deliveries: total, seed }) {
   const rand = random(seed);
@@ -38,6 +39,7 @@ export function plan({ workflows: workflowCount, deliveries: total, seed }) {
     revision: 3 + (i % 7),
     depositRef: `btc-mainnet:tx-${(i * 7919).toString(16)}:vout-${i % 3}`,
     amountUnits: `${(i + 1) * 1_000_003}00000000000`,
+    sequence: WATCHER_SEQUENCE.DEPOSIT_DETECTED,
   }));
   const events = [];
   const counts = { confirmations: 0, detections: 0, republished: 0 };

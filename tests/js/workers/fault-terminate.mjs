@@ -17,6 +17,8 @@ import { IdemflowError } from 'idemflow';
 
 const [kind, url, mode, prefix] = process.argv.slice(2);
 const tables = { workflows: `${prefix}_workflows`, inbox: `${prefix}_inbox`, outbox: `${prefix}_outbox` };
+// The swap recorded the watcher's detection (its observation 1); the event is its confirmation (observation 2).
+const swap = { id: 'wf-1', status: 'deposit', revision: 1, depositRef: 'tx-1', amountUnits: '100', sequence: 1 };
 const event = { eventId: `${prefix}-e1`, workflowId: 'wf-1', type: 'DEPOSIT_CONFIRMED', depositRef: 'tx-1', amountUnits: '100', sequence: 2 };
 
 const ended = new Promise((resolve) => process.on('message', (message) => { if (message === 'ended') resolve(); }));
@@ -35,7 +37,7 @@ if (kind === 'pg') {
     const setup = new pg.Pool({ connectionString: url, max: 1 });
     const made = new PostgresStore(setup, { tables });
     await made.migrate();
-    await made.putWorkflow({ id: 'wf-1', status: 'deposit', revision: 1, depositRef: 'tx-1', amountUnits: '100' });
+    await made.putWorkflow(swap);
     await setup.end();
   }
   let held = mode === 'checkout';
@@ -78,7 +80,7 @@ if (kind === 'pg') {
 }
 if (mode !== 'checkout') {
   await store.migrate();
-  await store.putWorkflow({ id: 'wf-1', status: 'deposit', revision: 1, depositRef: 'tx-1', amountUnits: '100' });
+  await store.putWorkflow(swap);
 }
 
 const describe = (error) => ({
