@@ -373,10 +373,7 @@ fn decide_fingerprinted(
                 continue;
             }
             let spec = &rule_set.fields[field];
-            let stored = match item.read(slot) {
-                Input::Absent | Input::Null => None,
-                other => Some(spec.kind.check_value(other).map_err(|reason| record_error("workflow", &spec.name, reason))?),
-            };
+            let stored = recorded_value(rule_set, item, layout, field)?;
             if stored != Some(actual) {
                 return Err(Error::IdentityMismatch {
                     field: spec.name.clone(),
@@ -393,16 +390,11 @@ fn decide_fingerprinted(
 
     // The guard holds; a `when` picks the rule's answer or its `else`.
     if let Some(condition) = &rule.when {
-        let spec = &rule_set.fields[condition.workflow_field];
-        let zero = if spec.kind == FieldKind::Count { FieldValue::Count(0) } else { FieldValue::Text("") };
-        let recorded = if has_workflow {
-            match item.read(layout.workflow_field(condition.workflow_field)) {
-                Input::Absent | Input::Null => zero,
-                other => spec.kind.check_value(other).map_err(|reason| record_error("workflow", &spec.name, reason))?,
-            }
-        } else {
-            zero
-        };
+        let field = condition.workflow_field;
+        let stored = if has_workflow { recorded_value(rule_set, item, layout, field)? } else { None };
+        // An unrecorded count or amount compares as 0.
+        let zero = if rule_set.fields[field].kind == FieldKind::Count { FieldValue::Count(0) } else { FieldValue::Text("") };
+        let recorded = stored.unwrap_or(zero);
         let value = event.value_of(rule_set, condition.event_field);
         if !condition.op.holds(crate::field::compare(value, recorded)) {
             rule_index = condition.otherwise;
@@ -438,6 +430,16 @@ fn decide_fingerprinted(
         }
     };
     Ok(decided)
+}
+
+/// What the stored workflow recorded for rule-set field `field`: `None` when
+/// absent or null, INVALID_RECORD naming the field when it is not of its kind.
+fn recorded_value<'a>(rule_set: &RuleSet, item: &Item<'a>, layout: Layout, field: usize) -> Result<Option<FieldValue<'a>>> {
+    let spec = &rule_set.fields[field];
+    match item.read(layout.workflow_field(field)) {
+        Input::Absent | Input::Null => Ok(None),
+        other => spec.kind.check_value(other).map(Some).map_err(|reason| record_error("workflow", &spec.name, reason)),
+    }
 }
 
 /// The stored workflow's status index and revision.

@@ -12,7 +12,7 @@
 // Only what the decider may read is read: the event's ids, type and declared
 // fields; the receipt's eventId, fingerprint, result (as its JSON text),
 // outcome and recordedAt; without a receipt, the workflow's id, status,
-// revision and the fields the event type's rules guard.
+// revision and the fields the event type's rules guard or compare (a `when`).
 
 const { messageOf } = require('./options.cjs');
 
