@@ -35,6 +35,11 @@ pub const MAX_STATES_EXPLORED: usize = 200_000;
 /// many start statuses and histories a definition declares.
 pub const MAX_REORDER_HISTORIES: usize = 100_000;
 pub const MAX_REORDER_CONFIGURATIONS: usize = 2_000_000;
+/// The same budget for the concrete explorer of rule sets with facts
+/// (`facts_reorder`), which decides every delivery through the decider:
+/// (history, start) pairs, and delivery configurations over all of them.
+pub const MAX_FACTS_REORDER_HISTORIES: usize = 100_000;
+pub const MAX_FACTS_REORDER_CONFIGURATIONS: usize = 2_000_000;
 
 /// Every bound with its name, for documentation and tests.
 pub const LIMITS: &[(&str, usize)] = &[

@@ -3,6 +3,7 @@
 //! A definition is JSON data; loading checks its structure (with a path to
 //! the bad part) and then proves its properties (see `verify`).
 
+mod facts_reorder;
 mod load;
 pub(crate) mod order;
 pub(crate) mod reorder;
