@@ -59,8 +59,8 @@ pub const TWO_FACT_OTHER_COPIES: u8 = 1;
 const EXPECTED: &str = "2";
 const BELOW: &str = "1";
 const MAX_COUNTEREXAMPLES: usize = 8;
-/// Decisions remembered at once (then forgotten and decided again).
-const DECISIONS_CACHED: usize = 1 << 18;
+/// Decisions remembered at once, past which they are forgotten at the next start (and decided again).
+const TRANSITIONS_KEPT: usize = 1 << 20;
 const FACT_KEYS: [&str; 2] = ["A", "B"];
 const WORKFLOW_ID: &str = "wf";
 
@@ -250,8 +250,8 @@ struct Kind {
     number: u64,
     copies: u8,
     body: Map<String, Value>,
-    /// Text of the body: the decision cache's key.
-    body_text: String,
+    /// The body interned: with the workflow, the decision's key.
+    body_id: u32,
     /// Bits of `Model::operation_types`, one of which must have been emitted before it exists.
     needs: u64,
     /// Local kinds it comes after in its producer's order (the history in order only).
@@ -268,9 +268,9 @@ struct History {
 }
 
 /// A decision as far as the explorer needs it.
-#[derive(Clone)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Reply {
-    Applied { set: Map<String, Value>, operations: Vec<(String, String)> },
+    Applied,
     AlreadyApplied,
     Stale,
     Error { code: &'static str, disposition: Disposition },
@@ -279,7 +279,7 @@ enum Reply {
 impl Reply {
     fn text(&self) -> String {
         match self {
-            Reply::Applied { .. } => "applied".into(),
+            Reply::Applied => "applied".into(),
             Reply::AlreadyApplied => "already-applied".into(),
             Reply::Stale => "stale".into(),
             Reply::Error { code, disposition } => format!("{code} ({})", disposition.as_str()),
@@ -287,39 +287,27 @@ impl Reply {
     }
 }
 
+/// What delivering one event to one workflow does, decided once.
+struct Transition {
+    reply: Reply,
+    /// The workflow after it (interned).
+    next: u32,
+    /// Emitted operations: the slot they count in (the id, or a recurring one's name), whether it is recurring, the type's bit.
+    operations: Vec<(u32, bool, u64)>,
+}
+
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct State {
-    /// The workflow's status, revision and data (`id` left out).
-    workflow: Map<String, Value>,
-    /// Operation ids emitted, a recurring one as its name with a count.
-    emitted: BTreeMap<String, u32>,
+    /// The workflow: status, revision, data (interned; `id` left out).
+    workflow: u32,
+    /// Operation slots emitted, sorted, with their counts.
+    emitted: Vec<(u32, u8)>,
     /// Operation types emitted (bits of `Model::operation_types`).
     types: u64,
     consumed: Vec<u8>,
     errored: Vec<u8>,
     /// Per racing pair, two bits: decided, and whether the lower kind was seen first.
     seen_first: u64,
-}
-
-impl State {
-    fn status(&self) -> &str {
-        self.workflow.get("status").and_then(Value::as_str).unwrap_or("(none)")
-    }
-
-    /// What orders are compared by: everything but the revision and the race bookkeeping.
-    fn result(&self) -> (Map<String, Value>, &BTreeMap<String, u32>, &[u8], &[u8]) {
-        let mut data = self.workflow.clone();
-        data.remove("revision");
-        (data, &self.emitted, &self.consumed, &self.errored)
-    }
-
-    /// The memo key: a configuration with another revision has the same futures (up to the revisions in recurring ids, which are not compared).
-    fn key(&self) -> u128 {
-        let mut data = self.workflow.clone();
-        data.remove("revision");
-        let text = Value::Object(data).to_string();
-        hash128(&(text, &self.emitted, self.types, &self.consumed, &self.errored, self.seen_first))
-    }
 }
 
 /// Two independent 64-bit hashes: the memo keeps keys only, so a collision would prune an order unexplored.
@@ -335,57 +323,150 @@ fn hash128(value: &impl Hash) -> u128 {
 #[derive(Clone)]
 struct Step {
     kind: usize,
-    from: String,
-    reply: String,
-    to: String,
+    from: u32,
+    reply: Reply,
+    to: u32,
+}
+
+/// Interned texts: equal JSON, equal number.
+#[derive(Default)]
+struct Interner {
+    texts: Vec<String>,
+    ids: HashMap<String, u32>,
+}
+
+impl Interner {
+    fn id(&mut self, text: String) -> u32 {
+        if let Some(id) = self.ids.get(&text) {
+            return *id;
+        }
+        let id = self.texts.len() as u32;
+        self.texts.push(text.clone());
+        self.ids.insert(text, id);
+        id
+    }
 }
 
 struct Explorer<'r> {
     rule_set: &'r RuleSet,
     model: &'r Model,
-    /// Hash of (workflow with revision, event without id) → reply, over every history of one start.
-    decisions: HashMap<u128, Reply>,
+    /// Workflows met (status, revision, data): by id, and each one's id without its revision (what results compare).
+    workflows: Vec<Map<String, Value>>,
+    workflow_ids: HashMap<String, u32>,
+    data_of: Vec<u32>,
+    data: Interner,
+    /// Event bodies (without event id) and operation slots.
+    bodies: Interner,
+    slots: Interner,
+    /// (workflow, body) → what delivering it does.
+    transitions: HashMap<(u32, u32), Transition>,
     /// A reason the explorer cannot evaluate the rule set (an event it built was refused).
     unproven: Option<Value>,
 }
 
-impl Explorer<'_> {
-    fn decide(&mut self, history: &History, state: &State, t: usize) -> Reply {
-        let mut workflow = state.workflow.clone();
-        workflow.insert("id".into(), json!(WORKFLOW_ID));
-        let kind = &history.kinds[t];
-        let key = hash128(&(Value::Object(workflow.clone()).to_string(), &kind.body_text));
-        if let Some(reply) = self.decisions.get(&key) {
-            return reply.clone();
+impl<'r> Explorer<'r> {
+    fn new(rule_set: &'r RuleSet, model: &'r Model) -> Explorer<'r> {
+        Explorer {
+            rule_set,
+            model,
+            workflows: Vec::new(),
+            workflow_ids: HashMap::new(),
+            data_of: Vec::new(),
+            data: Interner::default(),
+            bodies: Interner::default(),
+            slots: Interner::default(),
+            transitions: HashMap::new(),
+            unproven: None,
         }
-        let mut event = kind.body.clone();
+    }
+
+    fn workflow(&mut self, workflow: Map<String, Value>) -> u32 {
+        let text = Value::Object(workflow.clone()).to_string();
+        if let Some(id) = self.workflow_ids.get(&text) {
+            return *id;
+        }
+        let id = self.workflows.len() as u32;
+        let mut data = workflow.clone();
+        data.remove("revision");
+        let data_id = self.data.id(Value::Object(data).to_string());
+        self.workflows.push(workflow);
+        self.workflow_ids.insert(text, id);
+        self.data_of.push(data_id);
+        id
+    }
+
+    fn status(&self, workflow: u32) -> &str {
+        self.workflows[workflow as usize].get("status").and_then(Value::as_str).unwrap_or("(none)")
+    }
+
+    /// What the orders are compared by: everything but the revision and the race bookkeeping.
+    fn result<'s>(&self, state: &'s State) -> (u32, &'s [(u32, u8)], &'s [u8], &'s [u8]) {
+        (self.data_of[state.workflow as usize], &state.emitted, &state.consumed, &state.errored)
+    }
+
+    /// The memo key: a configuration with another revision has the same futures (up to the revisions in recurring ids, which are not compared).
+    fn key(&self, state: &State) -> u128 {
+        hash128(&(self.data_of[state.workflow as usize], &state.emitted, state.types, &state.consumed, &state.errored, state.seen_first))
+    }
+
+    fn decide(&mut self, history: &History, workflow: u32, t: usize) -> &Transition {
+        let kind = &history.kinds[t];
+        let key = (workflow, kind.body_id);
+        if !self.transitions.contains_key(&key) {
+            let transition = self.decide_once(workflow, &kind.body, t);
+            self.transitions.insert(key, transition);
+        }
+        &self.transitions[&key]
+    }
+
+    fn decide_once(&mut self, workflow: u32, body: &Map<String, Value>, t: usize) -> Transition {
+        let mut stored = self.workflows[workflow as usize].clone();
+        stored.insert("id".into(), json!(WORKFLOW_ID));
+        let mut event = body.clone();
         event.insert("eventId".into(), json!(format!("e{t}")));
-        let reply = match decide::decide(self.rule_set, &event, None, Some(&workflow)) {
-            Ok(decision) => match decision.outcome {
-                Outcome::Applied => Reply::Applied {
-                    set: decision.write_set.workflow.map(|w| w.set).unwrap_or_default(),
-                    operations: decision.write_set.outbox.into_iter().map(|op| (op.id, op.operation_type)).collect(),
-                },
-                Outcome::AlreadyApplied => Reply::AlreadyApplied,
-                Outcome::Stale | Outcome::DuplicateDelivery => Reply::Stale,
-            },
-            Err(error @ (Error::InvalidEvent { .. } | Error::InvalidArgument { .. })) => {
+        let error = |error: &Error| Transition {
+            reply: Reply::Error { code: error.code(), disposition: error.disposition() },
+            next: workflow,
+            operations: Vec::new(),
+        };
+        let decision = match decide::decide(self.rule_set, &event, None, Some(&stored)) {
+            Ok(decision) => decision,
+            Err(e @ (Error::InvalidEvent { .. } | Error::InvalidArgument { .. })) => {
                 if self.unproven.is_none() {
                     self.unproven = Some(json!({
-                        "reason": format!("the facts explorer built an event the decider refuses ({}: {error}): the rule set's 'order' claim is not proven", error.code()),
+                        "reason": format!("the facts explorer built an event the decider refuses ({}: {e}): the rule set's 'order' claim is not proven", e.code()),
                         "event": Value::Object(event),
-                        "workflow": Value::Object(workflow),
+                        "workflow": Value::Object(stored),
                     }));
                 }
-                Reply::Error { code: error.code(), disposition: error.disposition() }
+                return error(&e);
             }
-            Err(error) => Reply::Error { code: error.code(), disposition: error.disposition() },
+            Err(e) => return error(&e),
         };
-        if self.decisions.len() >= DECISIONS_CACHED {
-            self.decisions.clear();
+        let reply = match decision.outcome {
+            Outcome::Applied => Reply::Applied,
+            Outcome::AlreadyApplied => Reply::AlreadyApplied,
+            Outcome::Stale | Outcome::DuplicateDelivery => Reply::Stale,
+        };
+        let mut next = self.workflows[workflow as usize].clone();
+        if let (Reply::Applied, Some(write)) = (reply, &decision.write_set.workflow) {
+            for (key, value) in &write.set {
+                if value.is_null() {
+                    next.remove(key);
+                } else {
+                    next.insert(key.clone(), value.clone());
+                }
+            }
         }
-        self.decisions.insert(key, reply.clone());
-        reply
+        let mut operations = Vec::new();
+        for op in &decision.write_set.outbox {
+            let name = op.id.split(':').next().unwrap_or_default();
+            let recurring = self.model.recurring.contains(name);
+            let slot = self.slots.id(if recurring { name.to_string() } else { op.id.clone() });
+            let bit = self.model.operation_types.iter().position(|o| *o == op.operation_type).map_or(0, |i| 1u64 << i);
+            operations.push((slot, recurring, bit));
+        }
+        Transition { reply, next: self.workflow(next), operations }
     }
 
     /// Delivering one event of kind `t`: `None` when there is none left, it cannot exist yet, or it is deferred.
@@ -395,35 +476,29 @@ impl Explorer<'_> {
         if state.consumed[t] >= kind.copies || (kind.needs != 0 && state.types & kind.needs == 0) {
             return None;
         }
-        let reply = self.decide(history, state, t);
+        let transition = self.decide(history, state.workflow, t);
+        if let Reply::Error { disposition: Disposition::Retry, .. } = transition.reply {
+            return None;
+        }
         let mut next = state.clone();
         let mut twice = None;
-        match &reply {
-            Reply::Error { disposition: Disposition::Retry, .. } => return None,
-            Reply::Error { .. } => next.errored[t] += 1,
-            Reply::Applied { set, operations } => {
-                for (key, value) in set {
-                    if value.is_null() {
-                        next.workflow.remove(key);
-                    } else {
-                        next.workflow.insert(key.clone(), value.clone());
-                    }
-                }
-                for (id, operation_type) in operations {
-                    let name = id.split(':').next().unwrap_or_default();
-                    let slot = if self.model.recurring.contains(name) { name.to_string() } else { id.clone() };
-                    let count = next.emitted.entry(slot).or_insert(0);
-                    *count += 1;
-                    if *count > 1 && !self.model.recurring.contains(name) {
-                        twice = Some(id.clone());
-                    }
-                    if let Some(i) = self.model.operation_types.iter().position(|o| o == operation_type) {
-                        next.types |= 1 << i;
-                    }
-                }
-            }
-            Reply::AlreadyApplied | Reply::Stale => {}
+        next.workflow = transition.next;
+        if let Reply::Error { .. } = transition.reply {
+            next.errored[t] += 1;
         }
+        for &(slot, recurring, bit) in &transition.operations {
+            next.types |= bit;
+            match next.emitted.binary_search_by_key(&slot, |(s, _)| *s) {
+                Ok(i) => {
+                    next.emitted[i].1 = next.emitted[i].1.saturating_add(1);
+                    if !recurring {
+                        twice = Some(slot);
+                    }
+                }
+                Err(i) => next.emitted.insert(i, (slot, 1)),
+            }
+        }
+        let step = Step { kind: t, from: state.workflow, reply: transition.reply, to: transition.next };
         if state.consumed[t] == 0 {
             for (pair, &(low, high)) in history.races.iter().enumerate() {
                 let other = if low == t {
@@ -442,10 +517,9 @@ impl Explorer<'_> {
             }
         }
         next.consumed[t] += 1;
-        let step = Step { kind: t, from: state.status().to_string(), reply: reply.text(), to: next.status().to_string() };
         Some(match twice {
             None => Ok((next, step)),
-            Some(id) => Err((next, step, id)),
+            Some(slot) => Err((next, step, self.slots.texts[slot as usize].clone())),
         })
     }
 
@@ -498,7 +572,7 @@ enum Failure {
 
 impl Search<'_, '_, '_> {
     fn explore(&mut self, state: State) -> Result<()> {
-        if self.mismatch.is_some() || self.explorer.unproven.is_some() || !self.seen.insert(state.key()) {
+        if self.mismatch.is_some() || self.explorer.unproven.is_some() || !self.seen.insert(self.explorer.key(&state)) {
             return Ok(());
         }
         *self.configurations += 1;
@@ -529,7 +603,7 @@ impl Search<'_, '_, '_> {
         if !progressed {
             match self.references.iter().position(|r| r.0 == state.seen_first) {
                 None => self.references.push((state.seen_first, state, self.path.clone(), false)),
-                Some(i) if self.references[i].1.result() != state.result() => {
+                Some(i) if self.explorer.result(&self.references[i].1) != self.explorer.result(&state) => {
                     self.mismatch = Some(Failure::Differs { reference: i, end: state, path: self.path.clone() });
                 }
                 Some(_) => {}
@@ -690,7 +764,7 @@ fn build(model: &Model, plans: &[FactPlan], others: &[u8], start: Map<String, Va
             .iter()
             .filter_map(|op| model.operation_types.iter().position(|o| o == op))
             .fold(0u64, |bits, i| bits | 1 << i);
-        Kind { event: e, fact, number, copies, body_text: Value::Object(body.clone()).to_string(), body, needs, after }
+        Kind { event: e, fact, number, copies, body_id: 0, body, needs, after }
     };
     for (f, plan) in plans.iter().enumerate() {
         let base = kinds.len();
@@ -783,18 +857,23 @@ pub fn explore(rule_set: &RuleSet) -> Result<(Check, Figures)> {
             starts.push((workflow, vec![BELOW, EXPECTED]));
         }
     }
-    let mut explorer = Explorer { rule_set, model: &model, decisions: HashMap::new(), unproven: None };
+    let mut explorer = Explorer::new(rule_set, &model);
     'starts: for (start, amounts) in &starts {
-        explorer.decisions.clear();
+        if explorer.transitions.len() > TRANSITIONS_KEPT {
+            explorer.transitions.clear();
+        }
         for (plans, others) in shapes(&model, amounts) {
             outcome.histories += 1;
             if outcome.histories > history_limit {
                 return Err(over_budget("maxFactsReorderHistories", history_limit, "(history, start) pairs"));
             }
-            let history = build(&model, &plans, &others, start.clone());
+            let mut history = build(&model, &plans, &others, start.clone());
+            for kind in &mut history.kinds {
+                kind.body_id = explorer.bodies.id(Value::Object(kind.body.clone()).to_string());
+            }
             let origin = State {
-                workflow: history.start.clone(),
-                emitted: BTreeMap::new(),
+                workflow: explorer.workflow(history.start.clone()),
+                emitted: Vec::new(),
                 types: 0,
                 consumed: vec![0; history.kinds.len()],
                 errored: vec![0; history.kinds.len()],
@@ -802,7 +881,7 @@ pub fn explore(rule_set: &RuleSet) -> Result<(Check, Figures)> {
             };
             let (end, steps, twice) = explorer.in_order(&history, &origin);
             if let Some(id) = twice {
-                outcome.counterexamples.push(twice_example(rule_set, &model, &history, &steps, &end, &id));
+                outcome.counterexamples.push(twice_example(&explorer, &history, &steps, &end, &id));
             } else {
                 let mut search = Search {
                     explorer: &mut explorer,
@@ -818,11 +897,11 @@ pub fn explore(rule_set: &RuleSet) -> Result<(Check, Figures)> {
                 match search.mismatch.take() {
                     None => {}
                     Some(Failure::Twice { end, path, id }) => {
-                        outcome.counterexamples.push(twice_example(rule_set, &model, &history, &path, &end, &id));
+                        outcome.counterexamples.push(twice_example(&explorer, &history, &path, &end, &id));
                     }
                     Some(Failure::Differs { reference, end, path }) => {
                         let (_, expected_end, expected, in_order) = &search.references[reference];
-                        let example = differs_example(&model, &history, (expected, expected_end, *in_order), (&path, &end));
+                        let example = differs_example(&explorer, &history, (expected, expected_end, *in_order), (&path, &end));
                         outcome.counterexamples.push(example);
                     }
                 }
@@ -855,12 +934,17 @@ fn kind_name(model: &Model, history: &History, t: usize) -> String {
     }
 }
 
-fn steps_json(model: &Model, history: &History, steps: &[Step]) -> Vec<Value> {
+fn steps_json(explorer: &Explorer, history: &History, steps: &[Step]) -> Vec<Value> {
     steps
         .iter()
         .map(|s| {
             let kind = &history.kinds[s.kind];
-            let mut step = json!({ "event": model.events[kind.event].0, "from": s.from, "answer": s.reply, "to": s.to });
+            let mut step = json!({
+                "event": explorer.model.events[kind.event].0,
+                "from": explorer.status(s.from),
+                "answer": s.reply.text(),
+                "to": explorer.status(s.to),
+            });
             if let Some(f) = kind.fact {
                 step["fact"] = json!(FACT_KEYS[f]);
             }
@@ -872,11 +956,12 @@ fn steps_json(model: &Model, history: &History, steps: &[Step]) -> Vec<Value> {
         .collect()
 }
 
-fn end_json(model: &Model, history: &History, state: &State) -> Value {
+fn end_json(explorer: &Explorer, history: &History, state: &State) -> Value {
+    let model = explorer.model;
     let mut emitted = Vec::new();
-    for (id, count) in &state.emitted {
+    for (slot, count) in &state.emitted {
         for _ in 0..*count {
-            emitted.push(id.clone());
+            emitted.push(explorer.slots.texts[*slot as usize].clone());
         }
     }
     let per_kind = |counts: &dyn Fn(usize) -> u8| {
@@ -888,11 +973,11 @@ fn end_json(model: &Model, history: &History, state: &State) -> Value {
         }
         out
     };
-    let mut data = state.workflow.clone();
+    let mut data = explorer.workflows[state.workflow as usize].clone();
     data.remove("status");
     data.remove("revision");
     json!({
-        "status": state.status(),
+        "status": explorer.status(state.workflow),
         "data": Value::Object(data),
         "emitted": emitted,
         "answeredWithError": per_kind(&|t| state.errored[t]),
@@ -916,7 +1001,8 @@ fn history_json(model: &Model, history: &History) -> (Vec<String>, Value) {
     (events, json!({ "workflow": Value::Object(start), "amounts": amounts }))
 }
 
-fn differs_example(model: &Model, history: &History, expected: (&[Step], &State, bool), actual: (&[Step], &State)) -> Value {
+fn differs_example(explorer: &Explorer, history: &History, expected: (&[Step], &State, bool), actual: (&[Step], &State)) -> Value {
+    let model = explorer.model;
     let races: Vec<String> = history
         .races
         .iter()
@@ -927,7 +1013,7 @@ fn differs_example(model: &Model, history: &History, expected: (&[Step], &State,
             format!("{} seen before {}", kind_name(model, history, first), kind_name(model, history, second))
         })
         .collect();
-    let same = |a: &Step, b: &Step| a.kind == b.kind && a.reply == b.reply && a.to == b.to;
+    let same = |a: &Step, b: &Step| a.kind == b.kind && a.reply == b.reply && explorer.data_of[a.to as usize] == explorer.data_of[b.to as usize];
     let diverges_at = expected
         .0
         .iter()
@@ -939,19 +1025,20 @@ fn differs_example(model: &Model, history: &History, expected: (&[Step], &State,
         "start": start,
         "history": events,
         "races": races,
-        "expected": { "inOrder": expected.2, "deliveries": steps_json(model, history, expected.0), "end": end_json(model, history, expected.1) },
-        "actual": { "deliveries": steps_json(model, history, actual.0), "end": end_json(model, history, actual.1) },
+        "expected": { "inOrder": expected.2, "deliveries": steps_json(explorer, history, expected.0), "end": end_json(explorer, history, expected.1) },
+        "actual": { "deliveries": steps_json(explorer, history, actual.0), "end": end_json(explorer, history, actual.1) },
         "divergesAt": diverges_at,
     })
 }
 
-fn twice_example(_rule_set: &RuleSet, model: &Model, history: &History, steps: &[Step], end: &State, id: &str) -> Value {
-    let (events, start) = history_json(model, history);
+/// An order that emits one operation id twice: the order up to the second emission.
+fn twice_example(explorer: &Explorer, history: &History, steps: &[Step], end: &State, id: &str) -> Value {
+    let (events, start) = history_json(explorer.model, history);
     json!({
         "start": start,
         "history": events,
         "emittedTwice": id,
-        "actual": { "deliveries": steps_json(model, history, steps), "end": end_json(model, history, end) },
+        "actual": { "deliveries": steps_json(explorer, history, steps), "end": end_json(explorer, history, end) },
         "divergesAt": steps.len().saturating_sub(1),
     })
 }
@@ -999,5 +1086,57 @@ mod tests {
         let check = checked("v2", &parse(BUILTIN_DEPOSIT_SWAP_V2));
         assert!(check.unproven.is_none(), "{:?}", check.unproven);
         assert!(check.counterexamples.is_empty(), "{}", all(&check));
+    }
+
+    fn examples(check: &super::Check) -> &[Value] {
+        &check.counterexamples
+    }
+
+    #[test]
+    fn v1_with_v2s_order_fails_on_a_confirmation_that_overtakes_its_detection() {
+        // What reorder.rs finds: the confirmation (or the reversal) delivered before the detection diverges at once.
+        let mut v1 = parse(BUILTIN_DEPOSIT_SWAP_V1);
+        v1["order"] = parse(BUILTIN_DEPOSIT_SWAP_V2)["order"].clone();
+        let check = checked("v1", &v1);
+        assert!(check.unproven.is_none(), "{:?}", check.unproven);
+        let overtaken = |second: &str| {
+            examples(&check).iter().any(|c| {
+                c["history"] == json!(["DEPOSIT_DETECTED", second])
+                    && c["actual"]["deliveries"][0]["event"] == second
+                    && c["divergesAt"] == 0
+            })
+        };
+        assert!(overtaken("DEPOSIT_CONFIRMED") || overtaken("DEPOSIT_REVERSED"), "{}", all(&check));
+    }
+
+    #[test]
+    fn an_undeclared_race_is_a_counterexample_that_names_no_race() {
+        let mut v3 = parse(BUILTIN_DEPOSIT_SWAP);
+        v3["order"]["races"].as_array_mut().unwrap().remove(0);
+        let check = checked("v3 without the deadline's race", &v3);
+        let example = &examples(&check)[0];
+        assert!(example["history"].as_array().unwrap().contains(&json!("DEADLINE_PASSED")), "{example}");
+        assert_eq!(example["races"], json!([]), "{example}");
+        assert_ne!(example["expected"]["end"], example["actual"]["end"], "{example}");
+    }
+
+    #[test]
+    fn an_operation_id_emitted_twice_is_a_counterexample() {
+        // A newer confirmation after the exchange started starts it again: start-exchange:wf a second time.
+        let mut v3 = parse(BUILTIN_DEPOSIT_SWAP);
+        let rule = v3["rules"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|r| r["on"] == json!(["DEPOSIT_DETECTED", "DEPOSIT_CONFIRMED"]) && r["in"] == json!(["exchange", "sending", "success"]))
+            .unwrap();
+        rule["then"]["to"] = json!("exchange");
+        rule["then"]["emit"] = json!([{ "type": "START_EXCHANGE", "id": "start-exchange:{workflowId}", "payload": ["depositRef", "amountUnits"] }]);
+        let check = checked("v3 exchanging twice", &v3);
+        let twice = examples(&check).iter().find(|c| c.get("emittedTwice").is_some()).unwrap_or_else(|| panic!("{}", all(&check)));
+        assert_eq!(twice["emittedTwice"], "start-exchange:wf", "{twice}");
+        let deliveries = twice["actual"]["deliveries"].as_array().unwrap();
+        let starts = deliveries.iter().filter(|d| d["answer"] == "applied" && d["to"] == "exchange").count();
+        assert!(starts >= 2, "{twice}");
     }
 }
