@@ -28,9 +28,8 @@
 //! Without a `facts` block, the `order.sequence` chain is one fact (so
 //! today's rule sets can be explored alike, one fact per history).
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use serde_json::{json, Map, Value};
 
@@ -304,20 +303,57 @@ struct State {
     emitted: Vec<(u32, u8)>,
     /// Operation types emitted (bits of `Model::operation_types`).
     types: u64,
-    consumed: Vec<u8>,
-    errored: Vec<u8>,
+    /// Per kind, two bits: events of it delivered (not deferred), and answered with an error.
+    consumed: u64,
+    errored: u64,
     /// Per racing pair, two bits: decided, and whether the lower kind was seen first.
     seen_first: u64,
 }
 
-/// Two independent 64-bit hashes: the memo keeps keys only, so a collision would prune an order unexplored.
-fn hash128(value: &impl Hash) -> u128 {
-    let mut low = DefaultHasher::new();
-    let mut high = DefaultHasher::new();
-    0xfac7_u32.hash(&mut high);
-    value.hash(&mut low);
-    value.hash(&mut high);
-    (low.finish() as u128) << 64 | high.finish() as u128
+/// A multiply-rotate hasher (FxHash's) for the explorer's own keys: configuration keys
+/// (already hashes, from [`mix128`]) and (workflow, body) pairs of small numbers.
+#[derive(Default)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64)
+    }
+    fn write_u128(&mut self, n: u128) {
+        self.write_u64(n as u64 ^ (n >> 64) as u64)
+    }
+}
+
+type FxBuild = BuildHasherDefault<Fx>;
+
+/// Two 64-bit multiply-rotate hashes (FxHash's, with two constants) of a configuration's words.
+fn mix128(words: &[u64]) -> u128 {
+    let (mut low, mut high) = (0u64, 0x9e37_79b9_7f4a_7c15u64);
+    for &w in words {
+        low = (low.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        high = (high.rotate_left(23) ^ w).wrapping_mul(0x2545_f491_4f6c_dd1d);
+    }
+    // A final avalanche, so that the low lane's last multiply is not all the high bits see.
+    high ^= low.rotate_left(32);
+    (low as u128) << 64 | high.wrapping_mul(0xff51_afd7_ed55_8ccd) as u128
+}
+
+/// Events of kind `t` counted in `packed` (two bits a kind).
+fn count(packed: u64, t: usize) -> u8 {
+    (packed >> (2 * t) & 3) as u8
 }
 
 #[derive(Clone)]
@@ -359,7 +395,7 @@ struct Explorer<'r> {
     bodies: Interner,
     slots: Interner,
     /// (workflow, body) → what delivering it does.
-    transitions: HashMap<(u32, u32), Transition>,
+    transitions: HashMap<(u32, u32), Transition, FxBuild>,
     /// A reason the explorer cannot evaluate the rule set (an event it built was refused).
     unproven: Option<Value>,
 }
@@ -375,7 +411,7 @@ impl<'r> Explorer<'r> {
             data: Interner::default(),
             bodies: Interner::default(),
             slots: Interner::default(),
-            transitions: HashMap::new(),
+            transitions: HashMap::default(),
             unproven: None,
         }
     }
@@ -400,13 +436,15 @@ impl<'r> Explorer<'r> {
     }
 
     /// What the orders are compared by: everything but the revision and the race bookkeeping.
-    fn result<'s>(&self, state: &'s State) -> (u32, &'s [(u32, u8)], &'s [u8], &'s [u8]) {
-        (self.data_of[state.workflow as usize], &state.emitted, &state.consumed, &state.errored)
+    fn result<'s>(&self, state: &'s State) -> (u32, &'s [(u32, u8)], u64, u64) {
+        (self.data_of[state.workflow as usize], &state.emitted, state.consumed, state.errored)
     }
 
     /// The memo key: a configuration with another revision has the same futures (up to the revisions in recurring ids, which are not compared).
     fn key(&self, state: &State) -> u128 {
-        hash128(&(self.data_of[state.workflow as usize], &state.emitted, state.types, &state.consumed, &state.errored, state.seen_first))
+        let mut words = [self.data_of[state.workflow as usize] as u64, state.types, state.consumed, state.errored, state.seen_first].to_vec();
+        words.extend(state.emitted.iter().map(|(slot, n)| (*slot as u64) << 8 | *n as u64));
+        mix128(&words)
     }
 
     fn decide(&mut self, history: &History, workflow: u32, t: usize) -> &Transition {
@@ -473,7 +511,7 @@ impl<'r> Explorer<'r> {
     /// `Err` carries an operation id emitted a second time.
     fn deliver(&mut self, history: &History, state: &State, t: usize) -> Option<std::result::Result<(State, Step), (State, Step, String)>> {
         let kind = &history.kinds[t];
-        if state.consumed[t] >= kind.copies || (kind.needs != 0 && state.types & kind.needs == 0) {
+        if count(state.consumed, t) >= kind.copies || (kind.needs != 0 && state.types & kind.needs == 0) {
             return None;
         }
         let transition = self.decide(history, state.workflow, t);
@@ -484,7 +522,7 @@ impl<'r> Explorer<'r> {
         let mut twice = None;
         next.workflow = transition.next;
         if let Reply::Error { .. } = transition.reply {
-            next.errored[t] += 1;
+            next.errored += 1 << (2 * t);
         }
         for &(slot, recurring, bit) in &transition.operations {
             next.types |= bit;
@@ -499,7 +537,7 @@ impl<'r> Explorer<'r> {
             }
         }
         let step = Step { kind: t, from: state.workflow, reply: transition.reply, to: transition.next };
-        if state.consumed[t] == 0 {
+        if count(state.consumed, t) == 0 {
             for (pair, &(low, high)) in history.races.iter().enumerate() {
                 let other = if low == t {
                     high
@@ -508,7 +546,7 @@ impl<'r> Explorer<'r> {
                 } else {
                     continue;
                 };
-                if state.consumed[other] == 0 {
+                if count(state.consumed, other) == 0 {
                     next.seen_first |= 1 << (2 * pair);
                     if low == t {
                         next.seen_first |= 1 << (2 * pair + 1);
@@ -516,7 +554,7 @@ impl<'r> Explorer<'r> {
                 }
             }
         }
-        next.consumed[t] += 1;
+        next.consumed += 1 << (2 * t);
         Some(match twice {
             None => Ok((next, step)),
             Some(slot) => Err((next, step, self.slots.texts[slot as usize].clone())),
@@ -530,7 +568,7 @@ impl<'r> Explorer<'r> {
         'steps: loop {
             for pass in 0..2 {
                 for t in 0..history.kinds.len() {
-                    if pass == 0 && history.kinds[t].after.iter().any(|a| state.consumed[*a] == 0) {
+                    if pass == 0 && history.kinds[t].after.iter().any(|a| count(state.consumed, *a) == 0) {
                         continue;
                     }
                     match self.deliver(history, &state, t) {
@@ -555,7 +593,7 @@ impl<'r> Explorer<'r> {
 struct Search<'e, 'r, 'h> {
     explorer: &'e mut Explorer<'r>,
     history: &'h History,
-    seen: HashSet<u128>,
+    seen: HashSet<u128, FxBuild>,
     /// Per race signature: the first result reached, the order that reached it, and whether it is the history in order.
     references: Vec<(u64, State, Vec<Step>, bool)>,
     path: Vec<Step>,
@@ -824,6 +862,13 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
 
 /// [`check`] with its figures.
 pub fn explore(rule_set: &RuleSet) -> Result<(Check, Figures)> {
+    let history_limit = MAX_REORDER_HISTORIES.max(MAX_FACTS_REORDER_HISTORIES);
+    let configuration_limit = MAX_REORDER_CONFIGURATIONS.max(MAX_FACTS_REORDER_CONFIGURATIONS);
+    explore_up_to(rule_set, MAX_COUNTEREXAMPLES, (history_limit, configuration_limit))
+}
+
+/// [`explore`], stopping after `most` counterexamples, within `(histories, configurations)`.
+fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Result<(Check, Figures)> {
     #[cfg(not(target_arch = "wasm32"))]
     let began = std::time::Instant::now();
     let mut outcome = Check { skipped: None, unproven: None, counterexamples: Vec::new(), histories: 0, configurations: 0 };
@@ -841,8 +886,7 @@ pub fn explore(rule_set: &RuleSet) -> Result<(Check, Figures)> {
             return Ok((outcome, Figures { millis: None }));
         }
     };
-    let history_limit = MAX_REORDER_HISTORIES.max(MAX_FACTS_REORDER_HISTORIES);
-    let configuration_limit = MAX_REORDER_CONFIGURATIONS.max(MAX_FACTS_REORDER_CONFIGURATIONS);
+    let (history_limit, configuration_limit) = limits;
     // Starts: each initial status, with no expected amount (any amount covers), or with one and amounts below and equal to it.
     let mut starts: Vec<(Map<String, Value>, Vec<&str>)> = Vec::new();
     for status in &model.starts {
@@ -862,12 +906,20 @@ pub fn explore(rule_set: &RuleSet) -> Result<(Check, Figures)> {
         if explorer.transitions.len() > TRANSITIONS_KEPT {
             explorer.transitions.clear();
         }
+        let mut last_facts = 0;
         for (plans, others) in shapes(&model, amounts) {
+            if plans.len() != last_facts && std::env::var("FACTS_TRACE").is_ok() {
+                eprintln!("TRACE start {:?}: {} facts from {} histories, {} configurations", start, plans.len(), outcome.histories, outcome.configurations);
+                last_facts = plans.len();
+            }
             outcome.histories += 1;
             if outcome.histories > history_limit {
                 return Err(over_budget("maxFactsReorderHistories", history_limit, "(history, start) pairs"));
             }
             let mut history = build(&model, &plans, &others, start.clone());
+            if history.kinds.len() > 32 || history.races.len() > 32 {
+                return Err(over_budget("maxFactsReorderKinds", 32, "kinds of events (and 32 racing pairs) in one history"));
+            }
             for kind in &mut history.kinds {
                 kind.body_id = explorer.bodies.id(Value::Object(kind.body.clone()).to_string());
             }
@@ -875,8 +927,8 @@ pub fn explore(rule_set: &RuleSet) -> Result<(Check, Figures)> {
                 workflow: explorer.workflow(history.start.clone()),
                 emitted: Vec::new(),
                 types: 0,
-                consumed: vec![0; history.kinds.len()],
-                errored: vec![0; history.kinds.len()],
+                consumed: 0,
+                errored: 0,
                 seen_first: 0,
             };
             let (end, steps, twice) = explorer.in_order(&history, &origin);
@@ -886,7 +938,7 @@ pub fn explore(rule_set: &RuleSet) -> Result<(Check, Figures)> {
                 let mut search = Search {
                     explorer: &mut explorer,
                     history: &history,
-                    seen: HashSet::new(),
+                    seen: HashSet::default(),
                     references: vec![(end.seen_first, end, steps, true)],
                     path: Vec::new(),
                     mismatch: None,
@@ -911,7 +963,7 @@ pub fn explore(rule_set: &RuleSet) -> Result<(Check, Figures)> {
                 outcome.unproven = Some(unproven);
                 break 'starts;
             }
-            if outcome.counterexamples.len() >= MAX_COUNTEREXAMPLES {
+            if outcome.counterexamples.len() >= most {
                 break 'starts;
             }
         }
@@ -980,8 +1032,8 @@ fn end_json(explorer: &Explorer, history: &History, state: &State) -> Value {
         "status": explorer.status(state.workflow),
         "data": Value::Object(data),
         "emitted": emitted,
-        "answeredWithError": per_kind(&|t| state.errored[t]),
-        "undelivered": per_kind(&|t| history.kinds[t].copies - state.consumed[t]),
+        "answeredWithError": per_kind(&|t| count(state.errored, t)),
+        "undelivered": per_kind(&|t| history.kinds[t].copies - count(state.consumed, t)),
     })
 }
 
@@ -1147,9 +1199,17 @@ mod tests {
     fn explore_a_definition_file() {
         let path = std::env::var("FACTS_REORDER_DEFINITION").expect("FACTS_REORDER_DEFINITION names a definition file");
         let definition = parse(&std::fs::read_to_string(path).unwrap());
-        let check = checked("the definition", &definition);
+        // The loader may not take `across` yet: load without it, explore with it.
+        let mut plain = definition.clone();
+        for race in plain["order"]["races"].as_array_mut().into_iter().flatten() {
+            race.as_object_mut().unwrap().remove("across");
+        }
+        let mut rule_set = load_unverified(&plain).unwrap();
+        rule_set.definition["order"] = definition["order"].clone();
+        let (check, figures) = super::explore_up_to(&rule_set, usize::MAX, (usize::MAX, usize::MAX)).unwrap();
+        eprintln!("the definition: {} histories, {} configurations, {:?} ms, {} counterexamples", check.histories, check.configurations, figures.millis, check.counterexamples.len());
         eprintln!("unproven: {:?}", check.unproven);
-        for example in examples(&check) {
+        for example in examples(&check).iter().take(4) {
             eprintln!("{}", serde_json::to_string_pretty(example).unwrap());
         }
     }
