@@ -54,6 +54,8 @@ pub const TWO_FACT_REPUBLICATIONS: usize = 1;
 pub const MAX_COPIES: u8 = 2;
 /// Copies of each other event type in a two-fact history, at most.
 pub const TWO_FACT_OTHER_COPIES: u8 = 1;
+/// Other events in a two-fact history, at most.
+pub const TWO_FACT_OTHER_EVENTS: usize = 2;
 /// The expected amount a workflow may record, and the amounts facts carry: below it and equal to it.
 const EXPECTED: &str = "2";
 const BELOW: &str = "1";
@@ -601,6 +603,8 @@ struct Search<'e, 'r, 'h> {
     mismatch: Option<Failure>,
     configurations: &'e mut usize,
     limit: usize,
+    /// Explore every order even past a failure (to measure what a fixed rule set would cost).
+    whole: bool,
 }
 
 enum Failure {
@@ -610,7 +614,7 @@ enum Failure {
 
 impl Search<'_, '_, '_> {
     fn explore(&mut self, state: State) -> Result<()> {
-        if self.mismatch.is_some() || self.explorer.unproven.is_some() || !self.seen.insert(self.explorer.key(&state)) {
+        if (self.mismatch.is_some() && !self.whole) || self.explorer.unproven.is_some() || !self.seen.insert(self.explorer.key(&state)) {
             return Ok(());
         }
         *self.configurations += 1;
@@ -630,18 +634,22 @@ impl Search<'_, '_, '_> {
                 Some(Err((end, step, id))) => {
                     let mut path = self.path.clone();
                     path.push(step);
-                    self.mismatch = Some(Failure::Twice { end, path, id });
-                    return Ok(());
+                    if self.mismatch.is_none() {
+                        self.mismatch = Some(Failure::Twice { end, path, id });
+                    }
+                    if !self.whole {
+                        return Ok(());
+                    }
                 }
             }
-            if self.mismatch.is_some() {
+            if self.mismatch.is_some() && !self.whole {
                 return Ok(());
             }
         }
         if !progressed {
             match self.references.iter().position(|r| r.0 == state.seen_first) {
                 None => self.references.push((state.seen_first, state, self.path.clone(), false)),
-                Some(i) if self.explorer.result(&self.references[i].1) != self.explorer.result(&state) => {
+                Some(i) if self.mismatch.is_none() && self.explorer.result(&self.references[i].1) != self.explorer.result(&state) => {
                     self.mismatch = Some(Failure::Differs { reference: i, end: state, path: self.path.clone() });
                 }
                 Some(_) => {}
@@ -778,7 +786,7 @@ fn shapes(model: &Model, amounts: &[&str]) -> Vec<(Vec<FactPlan>, Vec<u8>)> {
                 if republished > TWO_FACT_REPUBLICATIONS {
                     continue;
                 }
-                for others in other_copies(model, TWO_FACT_OTHER_COPIES, usize::MAX) {
+                for others in other_copies(model, TWO_FACT_OTHER_COPIES, TWO_FACT_OTHER_EVENTS) {
                     out.push((pair.clone(), others));
                 }
             }
@@ -852,8 +860,11 @@ fn build(model: &Model, plans: &[FactPlan], others: &[u8], start: Map<String, Va
 }
 
 /// The property's figures beyond the `Check`: the bounds and the time.
+#[cfg_attr(not(test), allow(dead_code))]
 pub struct Figures {
     pub millis: Option<u64>,
+    /// (histories, configurations) of the histories with no fact, one fact, two facts.
+    pub by_facts: [(usize, usize); 3],
 }
 
 pub fn check(rule_set: &RuleSet) -> Result<Check> {
@@ -875,7 +886,7 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
     let definition = rule_set.definition();
     if definition.get("order").is_none() {
         outcome.skipped = Some("no 'order' section: the rule set is proven for in-order delivery per workflow only".into());
-        return Ok((outcome, Figures { millis: None }));
+        return Ok((outcome, Figures { millis: None, by_facts: [(0, 0); 3] }));
     }
     let model = match Model::read(definition) {
         Ok(model) => model,
@@ -883,7 +894,7 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
             let reason = format!("{reason}: the rule set's 'order' claim is not proven");
             outcome.unproven = Some(json!({ "reason": reason }));
             outcome.skipped = Some(reason);
-            return Ok((outcome, Figures { millis: None }));
+            return Ok((outcome, Figures { millis: None, by_facts: [(0, 0); 3] }));
         }
     };
     let (history_limit, configuration_limit) = limits;
@@ -902,16 +913,13 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
         }
     }
     let mut explorer = Explorer::new(rule_set, &model);
+    let mut by_facts = [(0, 0); 3];
     'starts: for (start, amounts) in &starts {
         if explorer.transitions.len() > TRANSITIONS_KEPT {
             explorer.transitions.clear();
         }
-        let mut last_facts = 0;
         for (plans, others) in shapes(&model, amounts) {
-            if plans.len() != last_facts && std::env::var("FACTS_TRACE").is_ok() {
-                eprintln!("TRACE start {:?}: {} facts from {} histories, {} configurations", start, plans.len(), outcome.histories, outcome.configurations);
-                last_facts = plans.len();
-            }
+            let before = (outcome.histories, outcome.configurations);
             outcome.histories += 1;
             if outcome.histories > history_limit {
                 return Err(over_budget("maxFactsReorderHistories", history_limit, "(history, start) pairs"));
@@ -944,6 +952,7 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
                     mismatch: None,
                     configurations: &mut outcome.configurations,
                     limit: configuration_limit,
+                    whole: most == usize::MAX,
                 };
                 search.explore(origin)?;
                 match search.mismatch.take() {
@@ -963,6 +972,9 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
                 outcome.unproven = Some(unproven);
                 break 'starts;
             }
+            let part = &mut by_facts[plans.len().min(2)];
+            part.0 += outcome.histories - before.0;
+            part.1 += outcome.configurations - before.1;
             if outcome.counterexamples.len() >= most {
                 break 'starts;
             }
@@ -972,7 +984,7 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
     let millis = Some(began.elapsed().as_millis() as u64);
     #[cfg(target_arch = "wasm32")]
     let millis = None;
-    Ok((outcome, Figures { millis }))
+    Ok((outcome, Figures { millis, by_facts }))
 }
 
 /// A kind's name: `DEPOSIT_CONFIRMED A#2`, `DEADLINE_PASSED`.
@@ -1209,6 +1221,7 @@ mod tests {
         let (check, figures) = super::explore_up_to(&rule_set, usize::MAX, (usize::MAX, usize::MAX)).unwrap();
         eprintln!("the definition: {} histories, {} configurations, {:?} ms, {} counterexamples", check.histories, check.configurations, figures.millis, check.counterexamples.len());
         eprintln!("unproven: {:?}", check.unproven);
+        eprintln!("(histories, configurations) with no fact, one, two: {:?}", figures.by_facts);
         for example in examples(&check).iter().take(4) {
             eprintln!("{}", serde_json::to_string_pretty(example).unwrap());
         }
