@@ -338,7 +338,7 @@ fn the_table_shows_cases_and_conditions() {
 // ------------------------------------------------------------ loading
 
 fn refused_at(definition: &Value) -> (String, String) {
-    let error = load_unverified(definition).err().expect("refused");
+    let error = load_unverified(definition).expect_err("refused");
     assert_eq!(error.code(), "RULESET_INVALID", "{error}");
     let details = error.details();
     (details["path"].as_str().unwrap().to_string(), details["reason"].as_str().unwrap_or_default().to_string())

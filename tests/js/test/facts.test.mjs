@@ -8,6 +8,8 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
 import { IdemflowError, InMemoryStore, RuleSet, decide, processBatch, processEvent } from 'idemflow';
 import { SqliteStore } from 'idemflow/sqlite';
 
@@ -157,4 +159,18 @@ test('processBatch writes the facts map as processEvent does', async () => {
   assert.deepEqual(await many.getWorkflow('swap-1'), expected);
   assert.deepEqual(await batched.getWorkflow('swap-1'), expected);
   assert.deepEqual(expected.deposits[A].operations, ['review-deposit']);
+});
+
+test("the CLI's draft table is the core's for a rule set with cases and fact conditions", () => {
+  const installed = fileURLToPath(new URL('../node_modules/idemflow/', import.meta.url));
+  const { tableOfDefinition, tableMarkdownOf } = createRequire(import.meta.url)(path.join(installed, 'cli', 'table.cjs'));
+  // The when/then/else sugar with a condition list is a decision list too.
+  const sugar = structuredClone(definition);
+  sugar.rules[1] = { on: 'DEPOSIT_DETECTED', in: 'exchange', when: [newer, { emitted: 'review-deposit' }], then: { outcome: 'stale' }, else: { outcome: 'stale' } };
+  for (const d of [definition, sugar]) {
+    const draft = tableOfDefinition(d);
+    const compiled = RuleSet.fromJSON(d);
+    assert.deepEqual(draft.rows, compiled.table());
+    assert.equal(tableMarkdownOf(draft), compiled.tableMarkdown());
+  }
 });
