@@ -867,6 +867,17 @@ pub struct Figures {
     pub by_facts: [(usize, usize); 3],
 }
 
+/// What the explorer bounds its histories by, for the property's `checked.bound`.
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn bound() -> Value {
+    json!({
+        "explorer": "concrete: every delivery decided by the decider on a JSON workflow",
+        "oneFact": { "observations": ONE_FACT_OBSERVATIONS, "events": ONE_FACT_EVENTS, "copiesPerObservation": MAX_COPIES, "copiesPerOtherType": MAX_COPIES },
+        "twoFacts": { "observationsEach": TWO_FACT_OBSERVATIONS, "republications": TWO_FACT_REPUBLICATIONS, "otherEvents": TWO_FACT_OTHER_EVENTS, "copiesPerOtherType": TWO_FACT_OTHER_COPIES },
+        "amounts": { "expected": EXPECTED, "below": BELOW, "unsetExpected": true },
+    })
+}
+
 pub fn check(rule_set: &RuleSet) -> Result<Check> {
     explore(rule_set).map(|(check, _)| check)
 }
@@ -1136,13 +1147,23 @@ mod tests {
         serde_json::to_string_pretty(&check.counterexamples).unwrap()
     }
 
+    /// deposit-swap v3 before it had facts (one deposit, numbered observations), pinned.
+    const DEPOSIT_SWAP_V3_ONE_CHAIN: &str = include_str!("../../tests/fixtures/deposit-swap.v3.one-chain.json");
+
     #[test]
     fn deposit_swap_v3_as_one_chain_is_reorder_safe() {
-        let check = checked("v3", &parse(BUILTIN_DEPOSIT_SWAP));
+        let check = checked("v3 (one chain)", &parse(DEPOSIT_SWAP_V3_ONE_CHAIN));
         assert!(check.unproven.is_none(), "{:?}", check.unproven);
         assert!(check.counterexamples.is_empty(), "{}", all(&check));
         assert!(check.histories > 1000, "{}", check.histories);
         assert!(check.configurations > check.histories);
+    }
+
+    #[test]
+    fn the_current_deposit_swap_is_reorder_safe() {
+        let check = checked("deposit-swap (current)", &parse(BUILTIN_DEPOSIT_SWAP));
+        assert!(check.unproven.is_none(), "{:?}", check.unproven);
+        assert!(check.counterexamples.is_empty(), "{}", serde_json::to_string_pretty(&check.counterexamples[0]).unwrap());
     }
 
     #[test]
@@ -1175,7 +1196,7 @@ mod tests {
 
     #[test]
     fn an_undeclared_race_is_a_counterexample_that_names_no_race() {
-        let mut v3 = parse(BUILTIN_DEPOSIT_SWAP);
+        let mut v3 = parse(DEPOSIT_SWAP_V3_ONE_CHAIN);
         v3["order"]["races"].as_array_mut().unwrap().remove(0);
         let check = checked("v3 without the deadline's race", &v3);
         let example = &examples(&check)[0];
@@ -1187,7 +1208,7 @@ mod tests {
     #[test]
     fn an_operation_id_emitted_twice_is_a_counterexample() {
         // A newer confirmation after the exchange started starts it again: start-exchange:wf a second time.
-        let mut v3 = parse(BUILTIN_DEPOSIT_SWAP);
+        let mut v3 = parse(DEPOSIT_SWAP_V3_ONE_CHAIN);
         let rule = v3["rules"]
             .as_array_mut()
             .unwrap()
@@ -1211,17 +1232,14 @@ mod tests {
     fn explore_a_definition_file() {
         let path = std::env::var("FACTS_REORDER_DEFINITION").expect("FACTS_REORDER_DEFINITION names a definition file");
         let definition = parse(&std::fs::read_to_string(path).unwrap());
-        // The loader may not take `across` yet: load without it, explore with it.
-        let mut plain = definition.clone();
-        for race in plain["order"]["races"].as_array_mut().into_iter().flatten() {
-            race.as_object_mut().unwrap().remove("across");
-        }
-        let mut rule_set = load_unverified(&plain).unwrap();
-        rule_set.definition["order"] = definition["order"].clone();
+        let rule_set = load_unverified(&definition).unwrap();
         let (check, figures) = super::explore_up_to(&rule_set, usize::MAX, (usize::MAX, usize::MAX)).unwrap();
         eprintln!("the definition: {} histories, {} configurations, {:?} ms, {} counterexamples", check.histories, check.configurations, figures.millis, check.counterexamples.len());
         eprintln!("unproven: {:?}", check.unproven);
         eprintln!("(histories, configurations) with no fact, one, two: {:?}", figures.by_facts);
+        if let Ok(out) = std::env::var("FACTS_REORDER_COUNTEREXAMPLES") {
+            std::fs::write(out, serde_json::to_string(&check.counterexamples).unwrap()).unwrap();
+        }
         for example in examples(&check).iter().take(4) {
             eprintln!("{}", serde_json::to_string_pretty(example).unwrap());
         }
@@ -1247,7 +1265,7 @@ mod tests {
                 "follows": [{ "event": "CONFIRMED", "after": "SEEN" }],
                 "races": [
                     { "between": [["SEEN", "CONFIRMED"], "CONFIRMED"] },
-                    { "between": ["CONFIRMED", "CONFIRMED"] }
+                    { "between": ["CONFIRMED", "CONFIRMED"], "across": true }
                 ]
             },
             "rules": [
@@ -1275,14 +1293,11 @@ mod tests {
             ],
             "otherwise": { "error": "INVALID_TRANSITION", "disposition": "reconcile" }
         });
-        let mut rule_set = load_unverified(&definition).unwrap();
-        // The loader does not take `across` yet: the explorer reads it from the definition.
-        if across {
-            rule_set.definition["order"]["races"][1]["across"] = json!(true);
-        } else {
-            rule_set.definition["order"]["races"].as_array_mut().unwrap().remove(1);
+        let mut definition = definition;
+        if !across {
+            definition["order"]["races"].as_array_mut().unwrap().remove(1);
         }
-        rule_set
+        load_unverified(&definition).unwrap()
     }
 
     fn explored(name: &str, rule_set: &crate::ruleset::RuleSet) -> super::Check {
