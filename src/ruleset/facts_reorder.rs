@@ -512,6 +512,27 @@ impl<'r> Explorer<'r> {
         Transition { reply, next: self.workflow(next), operations }
     }
 
+    /// The rule that answers `body` on `workflow`, as the decider picks it
+    /// (its first half, `decide_item`): for counterexamples only, so that a
+    /// step says which row of the table answered. `None` when the decider
+    /// answers with an error before a rule (a guard's IDENTITY_MISMATCH).
+    fn rule_of(&self, workflow: u32, body: &Map<String, Value>) -> Option<String> {
+        let mut stored = self.workflows[workflow as usize].clone();
+        stored.insert("id".into(), json!(WORKFLOW_ID));
+        let mut event = body.clone();
+        event.insert("eventId".into(), json!("e"));
+        let mut packer = crate::packed::Packer::default();
+        packer.item(self.rule_set, &event, None, Some(&stored));
+        let layout = crate::packed::Layout::new(self.rule_set);
+        let packed = packer.packed();
+        let mut work = decide::Work::default();
+        crate::packed::locate(&packed, layout.entries(), 1, |s| layout.same_as(s), &mut work.spans);
+        let item = crate::packed::Item::of(&packed, &work.spans, layout.entries(), 0);
+        let mut fingerprint = [0u8; crate::fingerprint::LEN];
+        let (_, decided) = decide::decide_item(self.rule_set, &item, layout, &mut fingerprint, &mut work.canonical).ok()?;
+        self.rule_set.rules.get(decided.rule).map(|r| r.origin.clone())
+    }
+
     /// Delivering one event of kind `t`: `None` when there is none left, it cannot exist yet, or it is deferred.
     /// `Err` carries an operation id emitted a second time.
     fn deliver(&mut self, history: &History, state: &State, t: usize) -> Option<Delivered> {
@@ -1026,6 +1047,9 @@ fn steps_json(explorer: &Explorer, history: &History, steps: &[Step]) -> Vec<Val
             }
             if kind.number > 0 {
                 step["sequence"] = json!(kind.number);
+            }
+            if let Some(rule) = explorer.rule_of(s.from, &kind.body) {
+                step["rule"] = json!(rule);
             }
             step
         })
