@@ -867,5 +867,11 @@ pub fn describe_answers(w: &mut Writer) {
     ] {
         w.key(name).int(kind as i64);
     }
-    w.close_object().close_object();
+    w.close_object();
+    // How a fact key is escaped in a per-fact operation id (FACT_KEY): `[from, to]`, in order.
+    w.key("factKeyEscapes").open_array();
+    for (from, to) in crate::ruleset::FACT_KEY_ESCAPES {
+        w.open_array().string(&from.to_string()).string(to).close_array();
+    }
+    w.close_array().close_object();
 }

@@ -1,17 +1,16 @@
 // Several facts per workflow (spec-facts 1a–1f) through the installed
-// package: a small rule set with `facts`, through processEvent over
-// InMemoryStore and SQLite. The facts map is written whole into the
+// package: a small rule set with `facts`, through processEvent and
+// processBatch on every store of workers/backends.mjs (the servers when their
+// URLs are set). The facts map is written whole into the
 // workflow's data; a second deposit's confirmation gets its own per-fact
 // operation, whose id escapes ':' and '%' in the key.
-import test from 'node:test';
+import test, { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { IdemflowError, InMemoryStore, RuleSet, decide, processBatch, processEvent } from 'idemflow';
-import { SqliteStore } from 'idemflow/sqlite';
+import { BACKENDS, suiteStore } from '../workers/backends.mjs';
 
 const review = { type: 'REVIEW_DEPOSIT', id: 'review-deposit:{depositRef}:{workflowId}', payload: ['depositRef', 'amountUnits'] };
 const newer = ['sequence', '>', 'sequence'];
@@ -49,71 +48,77 @@ const definition = {
 };
 const ruleSet = RuleSet.fromJSON(definition);
 
-const dir = mkdtempSync(path.join(tmpdir(), 'idemflow-facts-'));
-test.after(() => rmSync(dir, { recursive: true, force: true }));
-let opened = 0;
-
-const STORES = {
-  InMemoryStore: async () => new InMemoryStore(),
-  SqliteStore: async () => {
-    opened += 1;
-    const store = SqliteStore.open(path.join(dir, `facts-${opened}.db`));
-    await store.migrate();
-    return store;
-  },
-};
-
 const A = 'btc:tx%9f:0';
 const B = 'btc:tx-b:1';
-const observed = (eventId, type, depositRef, amountUnits, sequence) => ({ eventId, workflowId: 'swap-1', type, depositRef, amountUnits, sequence });
+const observed = (eventId, type, depositRef, amountUnits, sequence, workflowId = 'swap-1') => ({ eventId, workflowId, type, depositRef, amountUnits, sequence });
 
-for (const [name, open] of Object.entries(STORES)) {
-  test(`${name}: the facts map is written whole, and a second deposit gets its own per-fact operation`, async () => {
-    const store = await open();
-    const first = await processEvent(store, observed('e1', 'DEPOSIT_DETECTED', A, '100', 1), { ruleSet });
-    assert.equal(first.outcome, 'applied');
-    let workflow = await store.getWorkflow('swap-1');
-    assert.deepEqual(workflow.deposits, { [A]: { event: 'DEPOSIT_DETECTED', amountUnits: '100', sequence: 1 } });
+for (const backend of BACKENDS) {
+  describe(`facts on ${backend.name}`, { skip: backend.skip }, () => {
+    const suite = suiteStore(backend, { before, after });
 
-    const second = await processEvent(store, observed('e2', 'DEPOSIT_DETECTED', B, '30', 1), { ruleSet });
-    assert.equal(second.outcome, 'applied');
-    const exchanged = await processEvent(store, observed('e3', 'DEPOSIT_CONFIRMED', A, '100', 2), { ruleSet });
-    assert.deepEqual(exchanged.operationIds, ['start-exchange:swap-1']);
-    workflow = await store.getWorkflow('swap-1');
-    assert.equal(workflow.status, 'exchange');
-    assert.equal(workflow.depositRef, A);
-    assert.deepEqual(workflow.deposits, {
-      [A]: { event: 'DEPOSIT_CONFIRMED', amountUnits: '100', sequence: 2 },
-      [B]: { event: 'DEPOSIT_DETECTED', amountUnits: '30', sequence: 1 },
+    it('writes the facts map whole, and a second deposit gets its own per-fact operation', async () => {
+      const { store } = suite;
+      const at = (eventId, type, ref, amount, sequence) => observed(`${eventId}`, type, ref, amount, sequence, 'swap-a');
+      const first = await processEvent(store, at('e1', 'DEPOSIT_DETECTED', A, '100', 1), { ruleSet });
+      assert.equal(first.outcome, 'applied');
+      let workflow = await store.getWorkflow('swap-a');
+      assert.deepEqual(workflow.deposits, { [A]: { event: 'DEPOSIT_DETECTED', amountUnits: '100', sequence: 1 } });
+
+      const second = await processEvent(store, at('e2', 'DEPOSIT_DETECTED', B, '30', 1), { ruleSet });
+      assert.equal(second.outcome, 'applied');
+      const exchanged = await processEvent(store, at('e3', 'DEPOSIT_CONFIRMED', A, '100', 2), { ruleSet });
+      assert.deepEqual(exchanged.operationIds, ['start-exchange:swap-a']);
+      workflow = await store.getWorkflow('swap-a');
+      assert.equal(workflow.status, 'exchange');
+      assert.equal(workflow.depositRef, A);
+      assert.deepEqual(workflow.deposits, {
+        [A]: { event: 'DEPOSIT_CONFIRMED', amountUnits: '100', sequence: 2 },
+        [B]: { event: 'DEPOSIT_DETECTED', amountUnits: '30', sequence: 1 },
+      });
+
+      // A re-publication and a late copy write nothing to the map.
+      assert.equal((await processEvent(store, at('e4', 'DEPOSIT_CONFIRMED', A, '100', 2), { ruleSet })).outcome, 'stale');
+      assert.equal((await processEvent(store, at('e5', 'DEPOSIT_DETECTED', A, '100', 1), { ruleSet })).outcome, 'stale');
+
+      // The other deposit's confirmation: reviewed once, by an id of its own.
+      const reviewed = await processEvent(store, at('e6', 'DEPOSIT_CONFIRMED', B, '30', 2), { ruleSet });
+      assert.equal(reviewed.outcome, 'applied');
+      assert.deepEqual(reviewed.operationIds, ['review-deposit:btc%3Atx-b%3A1:swap-a']);
+      workflow = await store.getWorkflow('swap-a');
+      assert.deepEqual(workflow.deposits[B], { event: 'DEPOSIT_CONFIRMED', amountUnits: '30', sequence: 2, operations: ['review-deposit'] });
+      assert.deepEqual(workflow.deposits[A], { event: 'DEPOSIT_CONFIRMED', amountUnits: '100', sequence: 2 });
+      const again = await processEvent(store, at('e7', 'DEPOSIT_CONFIRMED', B, '30', 3), { ruleSet });
+      assert.equal(again.outcome, 'applied');
+      assert.deepEqual(again.operationIds, [], 'emitted: no second review of one deposit');
+      workflow = await store.getWorkflow('swap-a');
+      assert.deepEqual(workflow.deposits[B].operations, ['review-deposit']);
+      assert.equal(workflow.deposits[B].sequence, 3);
     });
 
-    // A re-publication and a late copy write nothing to the map.
-    assert.equal((await processEvent(store, observed('e4', 'DEPOSIT_CONFIRMED', A, '100', 2), { ruleSet })).outcome, 'stale');
-    assert.equal((await processEvent(store, observed('e5', 'DEPOSIT_DETECTED', A, '100', 1), { ruleSet })).outcome, 'stale');
+    it("renders a key with '%' and ':' one way in the operation id", async () => {
+      const { store } = suite;
+      await processEvent(store, observed('f1', 'DEPOSIT_CONFIRMED', B, '30', 1, 'swap-b'), { ruleSet });
+      const result = await processEvent(store, observed('f2', 'DEPOSIT_CONFIRMED', A, '100', 1, 'swap-b'), { ruleSet });
+      // B confirmed first and started the exchange: A is reviewed.
+      assert.deepEqual(result.operationIds, ['review-deposit:btc%3Atx%259f%3A0:swap-b']);
+      const workflow = await store.getWorkflow('swap-b');
+      assert.deepEqual(Object.keys(workflow.deposits).sort(), [A, B].sort());
+    });
 
-    // The other deposit's confirmation: reviewed once, by an id of its own.
-    const reviewed = await processEvent(store, observed('e6', 'DEPOSIT_CONFIRMED', B, '30', 2), { ruleSet });
-    assert.equal(reviewed.outcome, 'applied');
-    assert.deepEqual(reviewed.operationIds, ['review-deposit:btc%3Atx-b%3A1:swap-1']);
-    workflow = await store.getWorkflow('swap-1');
-    assert.deepEqual(workflow.deposits[B], { event: 'DEPOSIT_CONFIRMED', amountUnits: '30', sequence: 2, operations: ['review-deposit'] });
-    assert.deepEqual(workflow.deposits[A], { event: 'DEPOSIT_CONFIRMED', amountUnits: '100', sequence: 2 });
-    const again = await processEvent(store, observed('e7', 'DEPOSIT_CONFIRMED', B, '30', 3), { ruleSet });
-    assert.equal(again.outcome, 'applied');
-    assert.deepEqual(again.operationIds, [], 'emitted: no second review of one deposit');
-    workflow = await store.getWorkflow('swap-1');
-    assert.deepEqual(workflow.deposits[B].operations, ['review-deposit']);
-    assert.equal(workflow.deposits[B].sequence, 3);
-    await store.close?.();
-  });
-
-  test(`${name}: a key with '%' and ':' renders one way in the operation id`, async () => {
-    const store = await open();
-    await processEvent(store, observed('f1', 'DEPOSIT_CONFIRMED', B, '30', 1), { ruleSet });
-    const result = await processEvent(store, observed('f2', 'DEPOSIT_CONFIRMED', A, '100', 1), { ruleSet });
-    // B confirmed first and started the exchange: A is reviewed.
-    assert.deepEqual(result.operationIds, ['review-deposit:btc%3Atx%259f%3A0:swap-1']);
-    await store.close?.();
+    it('processBatch writes the facts map as processEvent does', async () => {
+      const { store } = suite;
+      const events = (workflowId) => [
+        observed(`${workflowId}-1`, 'DEPOSIT_DETECTED', A, '100', 1, workflowId),
+        observed(`${workflowId}-2`, 'DEPOSIT_CONFIRMED', B, '30', 1, workflowId),
+        observed(`${workflowId}-3`, 'DEPOSIT_CONFIRMED', A, '100', 2, workflowId),
+      ];
+      for (const event of events('swap-c')) await processEvent(store, event, { ruleSet });
+      await processBatch(store, events('swap-d'), { ruleSet });
+      const one = await store.getWorkflow('swap-c');
+      const batched = await store.getWorkflow('swap-d');
+      assert.deepEqual({ ...batched, id: one.id }, one);
+      assert.deepEqual(one.deposits[A].operations, ['review-deposit']);
+    });
   });
 }
 
@@ -141,24 +146,6 @@ test('decide fills the facts map and the per-fact id as the core renders them', 
   });
   // The map read is not changed in place.
   assert.deepEqual(Object.keys(workflow.deposits), [A]);
-});
-
-test('processBatch writes the facts map as processEvent does', async () => {
-  const events = [
-    observed('b1', 'DEPOSIT_DETECTED', A, '100', 1),
-    observed('b2', 'DEPOSIT_CONFIRMED', B, '30', 1),
-    observed('b3', 'DEPOSIT_CONFIRMED', A, '100', 2),
-  ];
-  const one = new InMemoryStore();
-  for (const event of events) await processEvent(one, event, { ruleSet });
-  const many = new InMemoryStore();
-  for (const event of events) await processBatch(many, [event], { ruleSet });
-  const batched = new InMemoryStore();
-  await processBatch(batched, events, { ruleSet });
-  const expected = await one.getWorkflow('swap-1');
-  assert.deepEqual(await many.getWorkflow('swap-1'), expected);
-  assert.deepEqual(await batched.getWorkflow('swap-1'), expected);
-  assert.deepEqual(expected.deposits[A].operations, ['review-deposit']);
 });
 
 test("the CLI's draft table is the core's for a rule set with cases and fact conditions", () => {
