@@ -1266,6 +1266,15 @@ mod tests {
         let path = std::env::var("FACTS_REORDER_DEFINITION").expect("FACTS_REORDER_DEFINITION names a definition file");
         let definition = parse(&std::fs::read_to_string(path).unwrap());
         let rule_set = load_unverified(&definition).unwrap();
+        if std::env::var("FACTS_REORDER_AS_VERIFIED").is_ok() {
+            let (check, figures) = explore(&rule_set).unwrap();
+            let report = crate::ruleset::verify_definition(&definition).unwrap().to_json();
+            for property in report["properties"].as_array().unwrap() {
+                let text = property.to_string();
+                eprintln!("property {}: ok {} {}", property["name"], property["ok"], &text[..text.len().min(600)]);
+            }
+            eprintln!("as verified: {} histories, {} configurations, {:?} ms, {} counterexamples", check.histories, check.configurations, figures.millis, check.counterexamples.len());
+        }
         let (check, figures) = super::explore_up_to(&rule_set, usize::MAX, (usize::MAX, usize::MAX)).unwrap();
         eprintln!("the definition: {} histories, {} configurations, {:?} ms, {} counterexamples", check.histories, check.configurations, figures.millis, check.counterexamples.len());
         eprintln!("unproven: {:?}", check.unproven);
