@@ -197,61 +197,89 @@ fn a_count_enters_the_fingerprint_as_a_json_number() {
 
 // ------------------------------------------------------------- evaluation
 
-/// Detection #1 decided against a workflow in `status` that has recorded no sequence.
+const REF: &str = "btc-mainnet:tx-abc:vout-0";
+
+/// A swap in `status` whose deposit `REF` last said `event` with `sequence`
+/// (in its `deposits` entry); after the exchange started, the deposit is also
+/// the one the swap acts on (recorded at the top level).
+fn with_deposit(status: &str, event: &str, sequence: Value) -> Map<String, Value> {
+    let mut swap = object(json!({
+        "id": "swap-9", "status": status, "revision": 3,
+        "deposits": { REF: { "event": event, "amountUnits": "12500000", "sequence": sequence } },
+    }));
+    if !["waiting", "deposit", "reversed"].contains(&status) {
+        swap.insert("depositRef".into(), json!(REF));
+        swap.insert("amountUnits".into(), json!("12500000"));
+        swap.insert("sequence".into(), sequence);
+    }
+    swap
+}
+
+/// Detection #1 decided against a swap in `status` that has seen no deposit.
 fn first_detection_in(status: &str) -> idemflow::Decision {
-    let mut unrecorded = workflow(status, json!(null));
-    unrecorded.remove("sequence");
-    decide(v3(), &deposit("e-1", "DEPOSIT_DETECTED", json!(1)), None, Some(&unrecorded)).unwrap()
+    let swap = object(json!({ "id": "swap-9", "status": status, "revision": 3 }));
+    decide(v3(), &deposit("e-1", "DEPOSIT_DETECTED", json!(1)), None, Some(&swap)).unwrap()
 }
 
 #[test]
 fn a_recorded_count_is_written_as_a_number() {
     let decision = first_detection_in("waiting");
     assert_eq!(decision.outcome, Outcome::Applied);
-    assert_eq!(decision.write_set.workflow.unwrap().set["sequence"], json!(1));
+    let set = decision.write_set.workflow.unwrap().set;
+    assert_eq!(set["deposits"][REF], json!({ "event": "DEPOSIT_DETECTED", "amountUnits": "12500000", "sequence": 1 }));
 }
 
 #[test]
-fn when_picks_then_or_else_by_the_recorded_count() {
-    let answer = |status: &str, recorded: u64, event_type: &str, sequence: u64| -> Result<(Outcome, String), Error> {
-        let decision = decide(v3(), &deposit("e-1", event_type, json!(sequence)), None, Some(&workflow(status, json!(recorded))))?;
+fn when_picks_the_case_by_the_count_recorded_for_that_deposit() {
+    let answer = |status: &str, last: &str, recorded: u64, event_type: &str, sequence: u64| -> Result<(Outcome, String), Error> {
+        let swap = with_deposit(status, last, json!(recorded));
+        let decision = decide(v3(), &deposit("e-1", event_type, json!(sequence)), None, Some(&swap))?;
         let to = decision.write_set.workflow.map(|w| w.set["status"].as_str().unwrap().to_string()).unwrap_or_default();
         Ok((decision.outcome, to))
     };
     // A re-inclusion after a reversal recorded at 2.
-    assert_eq!(answer("reversed", 2, "DEPOSIT_DETECTED", 3).unwrap(), (Outcome::Applied, "deposit".into()));
-    assert_eq!(answer("reversed", 2, "DEPOSIT_CONFIRMED", 4).unwrap(), (Outcome::Applied, "exchange".into()));
+    assert_eq!(answer("reversed", "DEPOSIT_REVERSED", 2, "DEPOSIT_DETECTED", 3).unwrap(), (Outcome::Applied, "deposit".into()));
+    assert_eq!(answer("reversed", "DEPOSIT_REVERSED", 2, "DEPOSIT_CONFIRMED", 4).unwrap(), (Outcome::Applied, "exchange".into()));
     // A late copy of observation 1 is stale; a re-publication of the reversal already-applied.
-    assert_eq!(answer("reversed", 2, "DEPOSIT_DETECTED", 1).unwrap().0, Outcome::Stale);
-    assert_eq!(answer("reversed", 2, "DEPOSIT_REVERSED", 2).unwrap().0, Outcome::AlreadyApplied);
+    assert_eq!(answer("reversed", "DEPOSIT_REVERSED", 2, "DEPOSIT_DETECTED", 1).unwrap().0, Outcome::Stale);
+    assert_eq!(answer("reversed", "DEPOSIT_REVERSED", 2, "DEPOSIT_REVERSED", 2).unwrap().0, Outcome::AlreadyApplied);
     // After the exchange started: a reversal opens a review, an older one is stale.
-    assert_eq!(answer("exchange", 4, "DEPOSIT_REVERSED", 5).unwrap(), (Outcome::Applied, "review".into()));
-    assert_eq!(answer("exchange", 4, "DEPOSIT_REVERSED", 2).unwrap().0, Outcome::Stale);
+    assert_eq!(answer("exchange", "DEPOSIT_CONFIRMED", 4, "DEPOSIT_REVERSED", 5).unwrap(), (Outcome::Applied, "review".into()));
+    assert_eq!(answer("exchange", "DEPOSIT_CONFIRMED", 4, "DEPOSIT_REVERSED", 2).unwrap().0, Outcome::Stale);
     // A newer observation in review is recorded and stays there.
-    assert_eq!(answer("review", 3, "DEPOSIT_DETECTED", 4).unwrap(), (Outcome::Applied, "review".into()));
+    assert_eq!(answer("review", "DEPOSIT_DETECTED", 3, "DEPOSIT_DETECTED", 4).unwrap(), (Outcome::Applied, "review".into()));
 }
 
 #[test]
 fn a_missing_recorded_count_compares_as_zero() {
-    // 1 > 0: the detection revives a reversed deposit that recorded no number.
+    // 1 > 0: a deposit the swap has no entry for is new, whatever the status.
     assert_eq!(first_detection_in("reversed").outcome, Outcome::Applied);
 }
 
 #[test]
-fn the_guard_is_checked_before_the_when() {
-    let mut other = deposit("e-1", "DEPOSIT_DETECTED", json!(9));
+fn the_guard_reads_the_amount_recorded_for_that_deposit() {
+    let swap = with_deposit("reversed", "DEPOSIT_REVERSED", json!(2));
+    let mut changed = deposit("e-1", "DEPOSIT_DETECTED", json!(9));
+    changed["amountUnits"] = json!("12500001");
+    let error = decide(v3(), &changed, None, Some(&swap)).unwrap_err();
+    assert_eq!((error.code(), error.details()["field"].clone()), ("IDENTITY_MISMATCH", json!("amountUnits")));
+    // Another depositRef is another deposit: recorded beside the first, not a mismatch.
+    let mut other = deposit("e-2", "DEPOSIT_DETECTED", json!(1));
     other["depositRef"] = json!("btc-mainnet:tx-other:vout-1");
-    let error = decide(v3(), &other, None, Some(&workflow("reversed", json!(2)))).unwrap_err();
-    assert_eq!((error.code(), error.details()["field"].clone()), ("IDENTITY_MISMATCH", json!("depositRef")));
+    let decision = decide(v3(), &other, None, Some(&swap)).unwrap();
+    assert_eq!(decision.outcome, Outcome::Applied);
+    let deposits = &decision.write_set.workflow.unwrap().set["deposits"];
+    assert_eq!(deposits.as_object().unwrap().len(), 2, "{deposits}");
+    assert_eq!(deposits[REF]["sequence"], 2);
 }
 
 #[test]
 fn a_stored_count_of_the_wrong_shape_is_an_invalid_record_not_a_panic() {
     for stored in [json!("2"), json!(0), json!(-1), json!(2.5), json!(1e300), json!(true), json!([2]), json!({ "n": 2 })] {
-        let error = decide(v3(), &deposit("e-1", "DEPOSIT_DETECTED", json!(3)), None, Some(&workflow("reversed", stored.clone())))
-            .unwrap_err();
+        let swap = with_deposit("reversed", "DEPOSIT_REVERSED", stored.clone());
+        let error = decide(v3(), &deposit("e-1", "DEPOSIT_DETECTED", json!(3)), None, Some(&swap)).unwrap_err();
         assert_eq!(error.code(), "INVALID_RECORD", "{stored}");
-        assert_eq!(error.details()["field"], "sequence", "{stored}");
+        assert_eq!(error.details()["field"], format!("deposits[\"{REF}\"].sequence"), "{stored}");
     }
 }
 
@@ -304,16 +332,18 @@ fn all_counterexamples(property: &Value) -> Vec<Value> {
 }
 
 #[test]
-fn deposit_swap_v3_is_reorder_safe_over_chains_of_four_observations_with_copies() {
+fn deposit_swap_v3_is_reorder_safe_over_two_deposits_with_numbered_observations() {
     let property = reorder_property(&v3_definition());
     assert_eq!(property["ok"], true, "{property}");
     let checked = &property["checked"];
-    assert_eq!(checked["bound"]["sequence"]["observations"], 4);
-    assert_eq!(checked["bound"]["sequence"]["copiesPerObservation"], 2);
-    assert_eq!(checked["bound"]["events"], 8);
+    assert_eq!(checked["bound"]["oneFact"]["observations"], 4);
+    assert_eq!(checked["bound"]["twoFacts"]["observationsEach"], 3);
+    let by_facts = checked["byFacts"].as_array().unwrap();
+    let two = by_facts.iter().find(|f| f["facts"] == "two").unwrap();
+    assert!(two["histories"].as_u64().unwrap() > 1_000, "{checked}");
     let histories = checked["histories"].as_u64().unwrap();
     let configurations = checked["configurations"].as_u64().unwrap();
-    assert!(histories > 4_000 && configurations > 100_000, "{checked}");
+    assert!(histories > 10_000 && configurations > 1_000_000, "{checked}");
     // One total budget.
     assert_eq!(checked["budget"]["configurations"]["used"], configurations);
     assert!(configurations < checked["budget"]["configurations"]["limit"].as_u64().unwrap());
@@ -343,17 +373,20 @@ fn v2_with_numbered_observations_loses_the_re_inclusion() {
 #[test]
 fn a_v3_that_answers_the_re_inclusion_stale_is_refused_with_a_counterexample() {
     let mut definition = v3_definition();
-    for rule in definition["rules"].as_array_mut().unwrap() {
+    let rules = definition["rules"].as_array_mut().unwrap();
+    for rule in rules.iter_mut() {
         let on = rule["on"].as_str().unwrap_or_default().to_string();
-        if rule["in"] == "reversed" && (on == "DEPOSIT_DETECTED" || on == "DEPOSIT_CONFIRMED") {
-            rule["then"] = json!({ "outcome": "stale" });
+        if (on == "DEPOSIT_DETECTED" || on == "DEPOSIT_CONFIRMED") && rule["in"] == json!(["waiting", "deposit", "reversed"]) {
+            rule["in"] = json!(["waiting", "deposit"]);
         }
     }
+    rules.push(json!({ "on": ["DEPOSIT_DETECTED", "DEPOSIT_CONFIRMED"], "in": "reversed", "then": { "outcome": "stale" } }));
     let property = reorder_property(&definition);
     assert_eq!(property["ok"], false, "{property}");
     let example = &property["counterexample"];
     assert!(example["divergesAt"].is_number(), "{example}");
-    assert!(example["expected"]["end"]["recordedSequence"].is_number(), "{example}");
+    let history = example["history"].to_string();
+    assert!(history.contains("DEPOSIT_REVERSED"), "{example}");
     let error = RuleSet::from_value(&definition).unwrap_err();
     assert_eq!(error.code(), "RULESET_INVALID");
     assert!(error.to_string().contains("reorder-safe"), "{error}");

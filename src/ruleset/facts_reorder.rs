@@ -890,7 +890,6 @@ pub struct Figures {
 
 /// What the explorer bounds its histories by, for the property's `checked.bound`
 /// (`reorder::Check::info` says the one-fact model's today).
-#[cfg_attr(not(test), allow(dead_code))]
 pub fn bound() -> Value {
     json!({
         "explorer": "concrete: every delivery decided by the decider on a JSON workflow",
@@ -915,7 +914,7 @@ pub fn explore(rule_set: &RuleSet) -> Result<(Check, Figures)> {
 fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Result<(Check, Figures)> {
     #[cfg(not(target_arch = "wasm32"))]
     let began = std::time::Instant::now();
-    let mut outcome = Check { skipped: None, unproven: None, counterexamples: Vec::new(), histories: 0, configurations: 0 };
+    let mut outcome = Check { skipped: None, unproven: None, counterexamples: Vec::new(), histories: 0, configurations: 0, by_facts: None };
     let definition = rule_set.definition();
     if definition.get("order").is_none() {
         outcome.skipped = Some("no 'order' section: the rule set is proven for in-order delivery per workflow only".into());
@@ -1017,6 +1016,7 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
     let millis = Some(began.elapsed().as_millis() as u64);
     #[cfg(target_arch = "wasm32")]
     let millis = None;
+    outcome.by_facts = Some(by_facts);
     Ok((outcome, Figures { millis, by_facts }))
 }
 

@@ -614,7 +614,7 @@ static DEPOSIT_SWAP_VERSIONS: [Builtin; 3] = [
     Builtin {
         version: 3,
         text: BUILTIN_DEPOSIT_SWAP,
-        proven_hash: "sha256:7e4eeb986c026a5170575b9a116dd3e6ac437b1c30b99aa27f14d6e66cbd8f6a",
+        proven_hash: "sha256:bd017076445a5bcf2a5539c33d54277b17ca48a18fd2dbdac582ac47b7bd7078",
         cell: OnceLock::new(),
     },
 ];

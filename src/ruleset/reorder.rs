@@ -62,6 +62,9 @@ pub struct Check {
     pub histories: usize,
     /// Delivery configurations over all of them: the `maxReorderConfigurations` budget used.
     pub configurations: usize,
+    /// For a rule set with facts, what the concrete explorer adds to the
+    /// report: histories and configurations by number of facts.
+    pub by_facts: Option<[(usize, usize); 3]>,
 }
 
 impl Check {
@@ -109,6 +112,16 @@ impl Check {
                     "copiesPerObservation": MAX_COPIES,
                 },
             });
+        }
+        if let Some(by_facts) = &self.by_facts {
+            info["bound"] = super::facts_reorder::bound();
+            info["budget"]["histories"]["limit"] = json!(crate::limits::MAX_FACTS_REORDER_HISTORIES);
+            info["budget"]["configurations"]["limit"] = json!(crate::limits::MAX_FACTS_REORDER_CONFIGURATIONS);
+            info["byFacts"] = by_facts
+                .iter()
+                .zip(["none", "one", "two"])
+                .map(|((histories, configurations), facts)| json!({ "facts": facts, "histories": histories, "configurations": configurations }))
+                .collect();
         }
         if let Some(reason) = &self.skipped {
             info["skipped"] = json!(reason);
@@ -477,6 +490,7 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
         counterexamples: Vec::new(),
         histories: 0,
         configurations: 0,
+        by_facts: None,
     };
     if rule_set.facts.is_some() {
         return super::facts_reorder::check(rule_set);

@@ -20,8 +20,8 @@ computed another way.
 The v2 cases are one per cell of the table (6 event types x 9 states,
 "(none)" included), named "<EVENT> in <status>: <answer>", then one
 IDENTITY_MISMATCH case for every guard field of every guarded row of the table.
-They are the trailing block of decisions.json; --write replaces that block and
-leaves the text of every other case as it is.
+They are one block of decisions.json; --write replaces that block and leaves
+the text of every other case as it is.
 """
 
 import hashlib
@@ -388,10 +388,9 @@ def main(argv):
     generated = generate(definitions[2])
     names = [c["name"] for c in generated]
     assert len(names) == len(set(names)), "generated case names repeat"
-    kept = [s for s in spans if not is_v2(s[0])]
-    block = spans[len(kept):]
-    assert all(is_v2(c) for c, _, _ in block) and not any(is_v2(c) for c, _, _ in kept), \
-        "the deposit-swap v2 cases must be the trailing block of decisions.json"
+    at = [i for i, s in enumerate(spans) if is_v2(s[0])]
+    assert at and at == list(range(at[0], at[-1] + 1)), "the deposit-swap v2 cases must be one block of decisions.json"
+    block = spans[at[0]: at[-1] + 1]
 
     cells = len(definitions[2].event_types) * len(definitions[2].states)
     print(f"v1: {checked} recorded cases reproduced by interpreting {DEFINITIONS[1].name}")
@@ -399,10 +398,9 @@ def main(argv):
           f"rule set hash {definitions[2].hash}")
 
     if "--write" in argv:
-        # Everything up to the last other case, the new block, then the text
-        # after the last case (the closing of the array and the object).
-        body = ",\n".join(format_case(c) for c in generated)
-        DECISIONS.write_text(text[: kept[-1][2]] + ",\n" + body + text[spans[-1][2]:])
+        # The text before the block's first case, the new block, then the text after its last case.
+        body = ",\n".join(format_case(c) for c in generated).lstrip()
+        DECISIONS.write_text(text[: block[0][1]] + body + text[block[-1][2]:])
         assert [c for c, _, _ in case_spans(DECISIONS.read_text()) if is_v2(c)] == generated
         print(f"wrote {len(generated)} v2 cases to {DECISIONS.relative_to(ROOT)}")
         return 0
