@@ -57,6 +57,8 @@ pub const LIMITS: &[(&str, usize)] = &[
     ("maxStatesExplored", MAX_STATES_EXPLORED),
     ("maxReorderHistories", MAX_REORDER_HISTORIES),
     ("maxReorderConfigurations", MAX_REORDER_CONFIGURATIONS),
+    ("maxFactsReorderHistories", MAX_FACTS_REORDER_HISTORIES),
+    ("maxFactsReorderConfigurations", MAX_FACTS_REORDER_CONFIGURATIONS),
 ];
 
 /// The refusal for a definition over a bound: `limit maxRules: …`.

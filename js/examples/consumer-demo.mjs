@@ -77,11 +77,15 @@ const provider = new SimulatedExchangeProvider();
 const workflows = [];
 for (let i = 1; i <= SWAPS; i += 1) {
   const amount = i % 17 === 7 ? 9_000 + i : 100_000 + Math.floor(rand() * 9_000_000);
-  workflows.push({ id: `swap-${String(i).padStart(4, '0')}`, status: 'deposit', revision: 1, depositRef: `btc-mainnet:tx-${(i * 7919).toString(16)}:vout-${i % 3}`, amountUnits: String(amount) });
+  const depositRef = `btc-mainnet:tx-${(i * 7919).toString(16)}:vout-${i % 3}`;
+  // Detected (the watcher's observation 1 of the deposit), waiting for its confirmation.
+  workflows.push({ id: `swap-${String(i).padStart(4, '0')}`, status: 'deposit', revision: 1,
+    deposits: { [depositRef]: { event: 'DEPOSIT_DETECTED', amountUnits: String(amount), sequence: 1 } } });
 }
 const store = new InMemoryStore(workflows, { now: clock.now });
 for (const workflow of workflows) {
-  const event = { eventId: `watcher:${workflow.id}`, workflowId: workflow.id, type: 'DEPOSIT_CONFIRMED', depositRef: workflow.depositRef, amountUnits: workflow.amountUnits, sequence: 2 };
+  const [[depositRef, { amountUnits }]] = Object.entries(workflow.deposits);
+  const event = { eventId: `watcher:${workflow.id}`, workflowId: workflow.id, type: 'DEPOSIT_CONFIRMED', depositRef, amountUnits, sequence: 2 };
   await processEvent(store, event);
   await processEvent(store, event); // the queue redelivers: a duplicate, no second operation
 }

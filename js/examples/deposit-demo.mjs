@@ -53,9 +53,10 @@ const story = { confirmations: 0, repeats: 0, republished: 0, tampered: 0, confl
 for (let i = 1; i <= SWAPS; i += 1) {
   const id = `swap-${String(i).padStart(5, '0')}`;
   const deposit = { depositRef: `btc-mainnet:tx-${(i * 7919).toString(16)}:vout-${i % 3}`, amountUnits: String(100000 + pick(90000000)) };
-  workflows.push({ id, status: 'deposit', revision: pick(5), ...deposit });
-  // The swap is in `deposit`: the chain watcher's detection was its observation 1 of the deposit, the confirmation is
-  // its observation 2 (`sequence`, which every re-publication keeps; deposit-swap v2 ignores it, v3 requires it).
+  // The swap is in `deposit`: the chain watcher's detection was its observation 1 of the deposit, recorded under its
+  // depositRef; the confirmation is its observation 2 (`sequence`, which every re-publication keeps).
+  workflows.push({ id, status: 'deposit', revision: pick(5), expectedUnits: deposit.amountUnits,
+    deposits: { [deposit.depositRef]: { event: 'DEPOSIT_DETECTED', amountUnits: deposit.amountUnits, sequence: 1 } } });
   const confirmation = { eventId: `watcher-a:${id}:confirmed`, workflowId: id, type: 'DEPOSIT_CONFIRMED', ...deposit, sequence: 2 };
   story.confirmations += 1;
   const copies = 1 + pick(3);
@@ -71,7 +72,7 @@ for (let i = 1; i <= SWAPS; i += 1) {
   }
   if (rand() < 0.01) {
     story.conflicting += 1;
-    deliveries.push({ ...confirmation, depositRef: `${deposit.depositRef}-edited` });
+    deliveries.push({ ...confirmation, amountUnits: String(Number(deposit.amountUnits) - 1) });
   }
 }
 for (let i = 1; i <= Math.ceil(SWAPS / 200); i += 1) {
@@ -89,7 +90,7 @@ console.log(`  ${ruleSet.hash}`);
 console.log(`  ${deliveries.length} deliveries into the ${name}, ${CONCURRENCY} at a time, in shuffled order:`);
 console.log(`    ${story.confirmations} confirmations, ${story.repeats} repeated deliveries of the same event id,`);
 console.log(`    ${story.republished} re-published under a second event id, ${story.tampered} re-published with a changed amount,`);
-console.log(`    ${story.conflicting} reusing an event id with an edited depositRef, ${story.orphans} for swaps that do not exist\n`);
+console.log(`    ${story.conflicting} reusing an event id with an edited amount, ${story.orphans} for swaps that do not exist\n`);
 
 const outcomes = new Map();
 const errors = new Map();
@@ -119,7 +120,7 @@ const explain = {
   stale: 'no longer relevant: receipt only',
 };
 const why = {
-  IDENTITY_MISMATCH: 'amount or depositRef differs from the recorded deposit',
+  IDENTITY_MISMATCH: 'amount differs from the one recorded for this depositRef',
   EVENT_ID_CONFLICT: 'event id reused with another payload',
   UNKNOWN_WORKFLOW: 'swap not stored (yet): redeliver later',
 };

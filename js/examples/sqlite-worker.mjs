@@ -11,10 +11,14 @@ const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'idemflow-example-'));
 const store = SqliteStore.open(path.join(dir, 'swaps.db'));
 await store.migrate(); // idempotent: every worker may run it on start
 
-await store.putWorkflow({ id: 'swap-42', status: 'deposit', revision: 3, depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000' });
+// The swap as the chain watcher's detection left it: in `deposit`, the deposit recorded under its
+// depositRef with the detection's `sequence` 1 (the watcher's number of its observations of it).
+await store.putWorkflow({
+  id: 'swap-42', status: 'deposit', revision: 3, expectedUnits: '12500000',
+  deposits: { 'btc-mainnet:tx-abc:vout-0': { event: 'DEPOSIT_DETECTED', amountUnits: '12500000', sequence: 1 } },
+});
 
-// `sequence`: the chain watcher's number of this observation of the deposit (its detection,
-// which put the swap in `deposit`, was 1); a re-publication keeps it.
+// The confirmation is the watcher's observation 2 of that deposit; a re-publication keeps the number.
 const confirmed = {
   eventId: 'chain-watcher:event-001', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED',
   depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000', sequence: 2,

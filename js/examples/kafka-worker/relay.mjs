@@ -27,7 +27,7 @@ await producer.connect();
 const relay = createKafkaRelay(producer, { topic });
 runOutboxConsumer({
   role: 'relay',
-  handlers: { START_EXCHANGE: relay, SEND_PAYOUT: relay, OPEN_REVIEW: relay },
+  handlers: { START_EXCHANGE: relay, SEND_PAYOUT: relay, OPEN_REVIEW: relay, REVIEW_DEPOSIT: relay },
   onStop: () => producer.disconnect().catch(() => {}),
   fields: { topic },
 });

@@ -7,7 +7,7 @@
 //
 //   node examples/shared/fake-provider.mjs [port]    # default 8085, 503 on 20% of first calls
 //
-// POST /<kind> (exchanges, payouts, reviews) with an Idempotency-Key header
+// POST /<kind> (exchanges, payouts, reviews, deposit-reviews) with an Idempotency-Key header
 // and a JSON body; GET /effects lists what was carried out.
 import http from 'node:http';
 import { pathToFileURL } from 'node:url';
@@ -30,8 +30,8 @@ export async function startFakeProvider({ port = 0, failRate = 0.2, onCall } = {
     }
     const kind = request.url.replace(/^\//, '');
     const key = request.headers['idempotency-key'];
-    if (request.method !== 'POST' || !['exchanges', 'payouts', 'reviews'].includes(kind) || typeof key !== 'string') {
-      response.writeHead(400).end('POST /exchanges|payouts|reviews with an Idempotency-Key header');
+    if (request.method !== 'POST' || !['exchanges', 'payouts', 'reviews', 'deposit-reviews'].includes(kind) || typeof key !== 'string') {
+      response.writeHead(400).end('POST /exchanges|payouts|reviews|deposit-reviews with an Idempotency-Key header');
       return;
     }
     let text = '';

@@ -1,5 +1,5 @@
 // The outbox consumer: it carries out what committed decisions intend
-// (START_EXCHANGE, SEND_PAYOUT, OPEN_REVIEW) by calling the provider with the
+// (START_EXCHANGE, SEND_PAYOUT, OPEN_REVIEW, REVIEW_DEPOSIT) by calling the provider with the
 // operation id as idempotency key. A crash mid-call leaves a claim that
 // expires; another consumer runs the call again with the same key, and the
 // provider answers it without a second exchange. Run as many as you like:
@@ -36,5 +36,7 @@ runOutboxConsumer({
     START_EXCHANGE: (operation, context) => callProvider('exchanges', operation, context),
     SEND_PAYOUT: (operation, context) => callProvider('payouts', operation, context),
     OPEN_REVIEW: (operation, context) => callProvider('reviews', operation, context),
+    // A deposit the swap did not exchange (a second payment, a partial one): a person refunds or settles it.
+    REVIEW_DEPOSIT: (operation, context) => callProvider('deposit-reviews', operation, context),
   },
 });
