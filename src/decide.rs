@@ -18,8 +18,8 @@ use crate::fingerprint::{self, PREFIX};
 use crate::input::Input;
 use crate::jcs::MAX_SAFE_INTEGER;
 use crate::json::text::Writer;
-use crate::packed::{self, Item, Layout, Packer, Spans, MAX_RESULT_BYTES};
-use crate::ruleset::{Answer, FailCode, RuleSet};
+use crate::packed::{self, Item, Layout, Packer, Spans, MAX_FACTS, MAX_FACTS_BYTES, MAX_RESULT_BYTES};
+use crate::ruleset::{Answer, FailCode, RuleSet, View};
 use crate::writes::{self, Filling};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -361,19 +361,45 @@ fn decide_fingerprinted(
         decided.expect_revision = revision;
         decided.revision = revision;
     }
-    let mut rule_index = rule_set.rule_index_for(event.event_type, decided.state)?;
+    let rule_index = rule_set.rule_index_for(event.event_type, decided.state)?;
     let rule = &rule_set.rules[rule_index];
+
+    // On a fact event: the workflow's facts map and the event's entry in it.
+    let facts_map = match rule_set.facts() {
+        Some(facts) if facts.events.contains(&event.event_type) => {
+            Some(if has_workflow { read_facts(rule_set, item, layout)? } else { Map::new() })
+        }
+        _ => None,
+    };
+    let fact = match (rule_set.facts(), &facts_map) {
+        (Some(facts), Some(map)) => {
+            let key = match event.value_of(rule_set, facts.key) {
+                FieldValue::Text(key) => key,
+                FieldValue::Count(_) => "",
+            };
+            Some(Fact { record: &facts.record, key, map, entry: map.get(key).and_then(Value::as_object) })
+        }
+        _ => None,
+    };
+    let view = Reading { rule_set, item, layout, event, has_workflow, fact };
 
     if has_workflow {
         for &field in &rule.guard {
             let actual = event.value_of(rule_set, field);
-            let slot = layout.workflow_field(field);
+            let from_entry = view.fact.as_ref().is_some_and(|f| f.record.contains(&field));
+            // A fact's own field holds when nothing is known of the fact yet.
+            if from_entry && view.fact.as_ref().is_some_and(|f| f.entry.is_none()) {
+                continue;
+            }
             // The very string of a declared event field was checked as that field.
-            if rule_set.events[event.event_type].fields.contains(&field) && item.same(slot, layout.event_field(field)) {
+            if !from_entry
+                && rule_set.events[event.event_type].fields.contains(&field)
+                && item.same(layout.workflow_field(field), layout.event_field(field))
+            {
                 continue;
             }
             let spec = &rule_set.fields[field];
-            let stored = recorded_value(rule_set, item, layout, field)?;
+            let stored = view.recorded(field)?;
             if stored != Some(actual) {
                 return Err(Error::IdentityMismatch {
                     field: spec.name.clone(),
@@ -388,20 +414,19 @@ fn decide_fingerprinted(
         }
     }
 
-    // The guard holds; a `when` picks the rule's answer or its `else`.
-    if let Some(condition) = &rule.when {
-        let field = condition.workflow_field;
-        let stored = if has_workflow { recorded_value(rule_set, item, layout, field)? } else { None };
-        // An unrecorded count or amount compares as 0.
-        let zero = if rule_set.fields[field].kind == FieldKind::Count { FieldValue::Count(0) } else { FieldValue::Text("") };
-        let recorded = stored.unwrap_or(zero);
-        let value = event.value_of(rule_set, condition.event_field);
-        if !condition.op.holds(crate::field::compare(value, recorded)) {
-            rule_index = condition.otherwise;
-        }
-    }
+    // The guard holds; the chain's conditions pick the answer.
+    let rule_index = rule_set.choose(rule_index, &view)?;
     decided.rule = rule_index;
     let rule = &rule_set.rules[rule_index];
+    if let (Some(facts), Some(fact), Answer::Applied(_)) = (rule_set.facts(), &view.fact, &rule.answer) {
+        if fact.entry.is_none() && fact.map.len() >= MAX_FACTS {
+            return Err(record_error(
+                "workflow",
+                &facts.name,
+                format!("holds {MAX_FACTS} entries: a new fact would pass the bound of {MAX_FACTS}"),
+            ));
+        }
+    }
 
     decided.outcome = match &rule.answer {
         Answer::Fail { code, disposition } => {
@@ -430,6 +455,133 @@ fn decide_fingerprinted(
         }
     };
     Ok(decided)
+}
+
+/// The event's fact, on a fact event: its key, the workflow's facts map and
+/// the key's entry in it (none when nothing is known of the fact yet).
+struct Fact<'b> {
+    record: &'b [usize],
+    key: &'b str,
+    map: &'b Map<String, Value>,
+    entry: Option<&'b Map<String, Value>>,
+}
+
+/// What a rule reads in the decider: the event, the stored workflow and, on
+/// a fact event, the fact's entry.
+struct Reading<'a, 'b> {
+    rule_set: &'b RuleSet,
+    item: &'b Item<'a>,
+    layout: Layout,
+    event: &'b Valid<'a>,
+    has_workflow: bool,
+    fact: Option<Fact<'b>>,
+}
+
+impl<'a: 'b, 'b> View<'b> for Reading<'a, 'b> {
+    fn recorded(&self, field: usize) -> Result<Option<FieldValue<'b>>> {
+        match &self.fact {
+            Some(fact) if fact.record.contains(&field) => {
+                let spec = &self.rule_set.fields[field];
+                match fact.entry.and_then(|e| e.get(&spec.name)) {
+                    None | Some(Value::Null) => Ok(None),
+                    Some(value) => spec.kind.check_value(crate::input::from_json(value)).map(Some).map_err(|reason| {
+                        record_error("workflow", &entry_path(self.rule_set, fact.key, &spec.name), reason)
+                    }),
+                }
+            }
+            _ if self.has_workflow => recorded_value(self.rule_set, self.item, self.layout, field),
+            _ => Ok(None),
+        }
+    }
+
+    fn event_value(&self, field: usize) -> FieldValue<'b> {
+        self.event.value_of(self.rule_set, field)
+    }
+
+    fn other_has_event(&self, types: &[usize]) -> bool {
+        let Some(fact) = &self.fact else { return false };
+        fact.map.iter().any(|(key, entry)| {
+            key != fact.key
+                && entry
+                    .get("event")
+                    .and_then(Value::as_str)
+                    .and_then(|name| self.rule_set.event_index(name))
+                    .is_some_and(|e| types.contains(&e))
+        })
+    }
+
+    fn emitted(&self, name: &str) -> bool {
+        let Some(entry) = self.fact.as_ref().and_then(|f| f.entry) else { return false };
+        entry.get("operations").and_then(Value::as_array).is_some_and(|ops| ops.iter().any(|op| op.as_str() == Some(name)))
+    }
+}
+
+/// How an error names a field of a fact's entry: `deposits["btc:tx:0"].sequence`.
+fn entry_path(rule_set: &RuleSet, key: &str, member: &str) -> String {
+    let name = rule_set.facts().map_or("facts", |f| f.name.as_str());
+    let key = serde_json::to_string(&truncate(key)).unwrap_or_default();
+    if member.is_empty() {
+        format!("{name}[{key}]")
+    } else {
+        format!("{name}[{key}].{member}")
+    }
+}
+
+/// The workflow's facts map, checked: an object of at most [`MAX_FACTS`]
+/// entries and [`MAX_FACTS_BYTES`] of JSON text, each entry `{event, <record
+/// fields>, operations}` as this version writes it; absent or null is none.
+/// Anything else is INVALID_RECORD naming the entry and its member.
+fn read_facts(rule_set: &RuleSet, item: &Item, layout: Layout) -> Result<Map<String, Value>> {
+    let Some(facts) = rule_set.facts() else { return Ok(Map::new()) };
+    let name = facts.name.as_str();
+    let text = match item.read(layout.workflow_facts()) {
+        Input::Absent | Input::Null => return Ok(Map::new()),
+        Input::Text(text) if text.len() <= MAX_FACTS_BYTES => text,
+        Input::Text(_) | Input::TooLong => {
+            return Err(record_error("workflow", name, format!("is longer than {MAX_FACTS_BYTES} bytes of JSON")))
+        }
+        other => return Err(record_error("workflow", name, format!("must be an object, not {}", other.kind()))),
+    };
+    let map = match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => map,
+        _ => return Err(record_error("workflow", name, "must be a JSON object of fact entries")),
+    };
+    if map.len() > MAX_FACTS {
+        return Err(record_error("workflow", name, format!("holds {} entries, more than {MAX_FACTS}", map.len())));
+    }
+    for (key, entry) in &map {
+        let bad = |member: &str, reason: String| record_error("workflow", &entry_path(rule_set, key, member), reason);
+        let Value::Object(entry) = entry else { return Err(bad("", "must be an object".into())) };
+        for (member, value) in entry {
+            match member.as_str() {
+                "event" => {
+                    let known = value.as_str().and_then(|t| rule_set.event_index(t)).is_some_and(|e| facts.events.contains(&e));
+                    if !known {
+                        return Err(bad("event", "must name a fact event type of the rule set".into()));
+                    }
+                }
+                "operations" => {
+                    let names: Option<Vec<&str>> = value.as_array().and_then(|ops| ops.iter().map(Value::as_str).collect());
+                    match names {
+                        Some(names) if !names.is_empty() && names.windows(2).all(|w| w[0] < w[1]) => {}
+                        _ => return Err(bad("operations", "must be a non-empty sorted array of distinct operation names".into())),
+                    }
+                }
+                other => match facts.record.iter().find(|f| rule_set.fields[**f].name == other) {
+                    Some(&f) => {
+                        if let Err(reason) = rule_set.fields[f].kind.check_value(crate::input::from_json(value)) {
+                            return Err(bad(other, reason));
+                        }
+                    }
+                    None => return Err(bad(&truncate(other), "is not a member of a fact entry (event, the recorded fields, operations)".into())),
+                },
+            }
+        }
+        if !entry.contains_key("event") {
+            return Err(bad("event", "is required".into()));
+        }
+    }
+    Ok(map)
 }
 
 /// What the stored workflow recorded for rule-set field `field`: `None` when
@@ -573,7 +725,8 @@ fn describe(input: &Input) -> String {
 
 /// The decision as a value: the decider's answer with the rule's write
 /// template filled in (what the host builds from the same template).
-pub fn render(rule_set: &RuleSet, event: &Valid, decided: &Decided, fingerprint: &str) -> Decision {
+/// `facts`: the workflow's facts map as read (for a rule set with `facts`).
+pub fn render(rule_set: &RuleSet, event: &Valid, decided: &Decided, fingerprint: &str, facts: Option<&Map<String, Value>>) -> Decision {
     let event_type = event.type_name(rule_set).to_string();
     let mut decision = Decision {
         outcome: decided.outcome,
@@ -589,7 +742,8 @@ pub fn render(rule_set: &RuleSet, event: &Valid, decided: &Decided, fingerprint:
     }
     let mut result = ReceiptResult { operation_ids: Vec::new(), status: None, revision: None };
     if let Some(write) = writes::template(rule_set, decided.rule, decided.event_type).filter(|_| decided.outcome == Outcome::Applied) {
-        let filling = Filling { workflow_id: event.workflow_id, revision: decided.revision, value_of: |f| event.value_of(rule_set, f) };
+        let filling =
+            Filling { workflow_id: event.workflow_id, revision: decided.revision, value_of: |f| event.value_of(rule_set, f), facts };
         let set = filling.map(&write.set);
         result.status = set.get("status").and_then(Value::as_str).map(str::to_string);
         result.revision = set.get("revision").and_then(Value::as_u64);
@@ -641,7 +795,17 @@ pub fn decide(
     let item = Item::of(&packed, &work.spans, layout.entries(), 0);
     let mut fingerprint = [0u8; fingerprint::LEN];
     let (valid, decided) = decide_item(rule_set, &item, layout, &mut fingerprint, &mut work.canonical)?;
-    Ok(render(rule_set, &valid, &decided, &String::from_utf8_lossy(&fingerprint)))
+    // The map as the decider read it (it checked it): an object, or its JSON text.
+    let parsed;
+    let facts = match rule_set.facts().and_then(|f| workflow.and_then(|w| w.get(&f.name))) {
+        Some(Value::Object(map)) => Some(map),
+        Some(Value::String(text)) => {
+            parsed = serde_json::from_str::<Map<String, Value>>(text).ok();
+            parsed.as_ref()
+        }
+        _ => None,
+    };
+    Ok(render(rule_set, &valid, &decided, &String::from_utf8_lossy(&fingerprint), facts))
 }
 
 /// Per item, the answer's `i32`s: whether it was decided, then what.
@@ -697,6 +861,8 @@ pub fn describe_answers(w: &mut Writer) {
         ("EVENT_FIELD", writes::EVENT_FIELD),
         ("REMOVED", writes::REMOVED),
         ("WORKFLOW_ID", writes::WORKFLOW_ID),
+        ("FACT_KEY", writes::FACT_KEY),
+        ("FACTS", writes::FACTS),
     ] {
         w.key(name).int(kind as i64);
     }

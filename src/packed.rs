@@ -73,6 +73,11 @@ pub const ARG_BITS: u32 = 4;
 /// operation ids of 512 bytes each, far less than anything that could hurt.
 pub const MAX_RESULT_BYTES: usize = 64 * 1024;
 
+/// The most entries a workflow's facts map may hold, and the longest JSON
+/// text of it (bytes here; UTF-16 units for the host, which cuts longer ones).
+pub const MAX_FACTS: usize = 64;
+pub const MAX_FACTS_BYTES: usize = 64 * 1024;
+
 /// Event slots, after the header.
 pub const EVENT_ID: usize = 0;
 pub const EVENT_TYPE: usize = 1;
@@ -93,16 +98,23 @@ pub const WORKFLOW_REVISION: usize = 2;
 /// `0` header; event: eventId, type, workflowId, then every field in the
 /// rule set's order; receipt: eventId, fingerprint, result, outcome,
 /// recordedAt; workflow: id, status, revision, then every field.
+/// A rule set with `facts` has one slot more, last: the workflow's facts
+/// map (`workflow[facts.name]`) as its JSON text.
 #[derive(Debug, Clone, Copy)]
 pub struct Layout {
     pub fields: usize,
+    pub facts: bool,
 }
 
 impl Layout {
     pub fn new(rule_set: &RuleSet) -> Layout {
-        Layout { fields: rule_set.fields.len() }
+        Layout { fields: rule_set.fields.len(), facts: rule_set.facts().is_some() }
     }
     pub fn entries(self) -> usize {
+        12 + 2 * self.fields + usize::from(self.facts)
+    }
+    /// The workflow's facts map (only in a layout with `facts`).
+    pub fn workflow_facts(self) -> usize {
         12 + 2 * self.fields
     }
     pub fn event(self, k: usize) -> usize {
@@ -129,7 +141,7 @@ impl Layout {
             Some(self.event(EVENT_ID))
         } else if slot == self.workflow(WORKFLOW_ID) {
             Some(self.event(EVENT_WORKFLOW_ID))
-        } else if slot >= self.workflow_field(0) && slot < self.entries() {
+        } else if slot >= self.workflow_field(0) && slot < self.workflow_field(0) + self.fields {
             Some(self.event_field(slot - self.workflow_field(0)))
         } else {
             None
@@ -362,6 +374,15 @@ impl Packer {
             for (k, key) in workflow_slots.enumerate() {
                 self.value(base + layout.workflow(k), workflow.get(key));
             }
+            if let Some(facts) = rule_set.facts() {
+                match workflow.get(&facts.name) {
+                    // As a host reads the map: its JSON text.
+                    Some(value @ (Value::Object(_) | Value::Array(_))) => {
+                        self.string(base + layout.workflow_facts(), &value.to_string())
+                    }
+                    value => self.value(base + layout.workflow_facts(), value),
+                }
+            }
         }
     }
 
@@ -477,18 +498,41 @@ pub fn layout_json(rule_set: &RuleSet) -> String {
     w.key("event").int(layout.event(0) as i64).key("eventField").int(layout.event_field(0) as i64);
     w.key("receipt").int(layout.receipt(0) as i64).key("receiptKeys").strings(RECEIPT_SLOTS);
     w.key("workflow").int(layout.workflow(0) as i64).key("workflowField").int(layout.workflow_field(0) as i64);
+    if layout.facts {
+        w.key("workflowFacts").int(layout.workflow_facts() as i64);
+    }
     w.close_object();
+    if let Some(facts) = rule_set.facts() {
+        // The map's data key, its key field, the event types whose items lay
+        // the map out (the only ones whose decisions read it) and its bounds.
+        w.key("facts").open_object();
+        w.key("name").string(&facts.name).key("key").int(facts.key as i64);
+        w.key("events").ints(facts.events.iter().map(|e| *e as i64));
+        w.key("maxEntries").int(MAX_FACTS as i64).key("maxBytes").int(MAX_FACTS_BYTES as i64);
+        w.close_object();
+    }
     w.key("fields").strings(rule_set.fields.iter().map(|f| f.name.as_str()));
     w.key("statuses").strings(rule_set.statuses.iter().map(|s| s.name.as_str()));
     w.key("events").open_array();
     for (e, event) in rule_set.events.iter().enumerate() {
+        // On a fact event, a fact's own fields are read from its entry, not the workflow.
+        let from_entry: &[usize] = match rule_set.facts() {
+            Some(facts) if facts.events.contains(&e) => &facts.record,
+            _ => &[],
+        };
         let mut guards: Vec<usize> = Vec::new();
         for state in 1..rule_set.state_count() {
-            for &r in &rule_set.cells[e][state] {
-                let rule = &rule_set.rules[r];
-                for &f in rule.guard.iter().chain(rule.when.as_ref().map(|c| &c.workflow_field)) {
-                    if !guards.contains(&f) {
-                        guards.push(f);
+            for &cell in &rule_set.cells[e][state] {
+                for r in rule_set.answers_of(cell) {
+                    let rule = &rule_set.rules[r];
+                    let compared = rule.when.iter().filter_map(|c| match c {
+                        crate::ruleset::Cond::Compare { workflow_field, .. } => Some(workflow_field),
+                        _ => None,
+                    });
+                    for &f in rule.guard.iter().chain(compared) {
+                        if !guards.contains(&f) && !from_entry.contains(&f) {
+                            guards.push(f);
+                        }
                     }
                 }
             }

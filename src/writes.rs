@@ -23,6 +23,27 @@ pub enum From {
     /// `null`: the field is removed.
     Removed,
     WorkflowId,
+    /// The event's value of the fact key field (an index), escaped for an
+    /// operation id (`%` as `%25`, `:` as `%3A`).
+    FactKey(usize),
+    /// The new facts map: the workflow's (`{}` without one) with the event's
+    /// entry replaced by `{event, <record fields>: the event's values,
+    /// operations: the old ones and these, sorted}` (`operations` left out
+    /// when empty).
+    Facts(FactsUpdate),
+}
+
+/// What an applied answer to a fact event writes into its entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FactsUpdate {
+    /// The key field's index.
+    pub key: usize,
+    /// The event type's name.
+    pub event: String,
+    /// The recorded fields: name and index.
+    pub record: Vec<(String, usize)>,
+    /// The per-fact operation names this answer emits, sorted, no duplicates.
+    pub operations: Vec<String>,
 }
 
 /// The kinds of [`From`] in the host's form: `[kind, arg]`.
@@ -31,6 +52,9 @@ pub const REVISION: u8 = 1;
 pub const EVENT_FIELD: u8 = 2;
 pub const REMOVED: u8 = 3;
 pub const WORKFLOW_ID: u8 = 4;
+pub const FACT_KEY: u8 = 5;
+/// `arg`: `{"key": field, "event": name, "record": [[name, field]], "operations": [names]}`.
+pub const FACTS: u8 = 6;
 
 #[derive(Debug, Clone)]
 pub struct Operation {
@@ -68,6 +92,19 @@ pub fn template(rule_set: &RuleSet, rule: usize, event_type: usize) -> Option<Wr
     for &f in &transition.clear {
         put(&mut set, &rule_set.fields[f].name, From::Removed);
     }
+    if let Some(facts) = rule_set.facts().filter(|f| f.events.contains(&event_type)) {
+        let mut operations: Vec<String> =
+            transition.emit.iter().filter(|e| e.id_template.per_fact).map(|e| e.id_template.name.clone()).collect();
+        operations.sort();
+        operations.dedup();
+        let update = FactsUpdate {
+            key: facts.key,
+            event: rule_set.events[event_type].name.clone(),
+            record: facts.record.iter().map(|f| (rule_set.fields[*f].name.clone(), *f)).collect(),
+            operations,
+        };
+        put(&mut set, &facts.name, From::Facts(update));
+    }
     let mut outbox = Vec::new();
     let mut payloads = Vec::new();
     for emit in &transition.emit {
@@ -84,6 +121,7 @@ pub fn template(rule_set: &RuleSet, rule: usize, event_type: usize) -> Option<Wr
                 IdPart::Constant(text) => From::Constant(text),
                 IdPart::Revision => From::Revision,
                 IdPart::WorkflowId => From::WorkflowId,
+                IdPart::FactKey => From::FactKey(rule_set.facts().map_or(0, |f| f.key)),
             })
             .collect();
         outbox.push(Operation { operation_type: emit.operation_type.clone(), id, payload: Vec::new() });
@@ -105,6 +143,16 @@ fn write_source(w: &mut Writer, from: &From) {
         From::EventField(f) => w.int(EVENT_FIELD as i64).int(*f as i64),
         From::Removed => w.int(REMOVED as i64).int(0),
         From::WorkflowId => w.int(WORKFLOW_ID as i64).int(0),
+        From::FactKey(f) => w.int(FACT_KEY as i64).int(*f as i64),
+        From::Facts(update) => {
+            w.int(FACTS as i64).open_object();
+            w.key("key").int(update.key as i64).key("event").string(&update.event).key("record").open_array();
+            for (name, f) in &update.record {
+                w.open_array().string(name).int(*f as i64).close_array();
+            }
+            w.close_array().key("operations").strings(update.operations.iter().map(String::as_str));
+            w.close_object()
+        }
     };
 }
 
@@ -148,6 +196,8 @@ pub struct Filling<'a, F: Fn(usize) -> FieldValue<'a>> {
     pub workflow_id: &'a str,
     pub revision: u64,
     pub value_of: F,
+    /// The workflow's facts map as read (`None`: none, or a rule set without facts).
+    pub facts: Option<&'a Map<String, Value>>,
 }
 
 impl<'a, F: Fn(usize) -> FieldValue<'a>> Filling<'a, F> {
@@ -159,6 +209,27 @@ impl<'a, F: Fn(usize) -> FieldValue<'a>> Filling<'a, F> {
             From::EventField(f) => (self.value_of)(*f).to_json(),
             From::Removed => Value::Null,
             From::WorkflowId => Value::String(self.workflow_id.to_string()),
+            From::FactKey(f) => Value::String(crate::ruleset::escape_fact_key(&(self.value_of)(*f).display())),
+            From::Facts(update) => {
+                let key = (self.value_of)(update.key).display();
+                let mut map = self.facts.cloned().unwrap_or_default();
+                let mut operations: Vec<String> = update.operations.clone();
+                if let Some(old) = map.get(&key).and_then(|e| e.get("operations")).and_then(Value::as_array) {
+                    operations.extend(old.iter().filter_map(Value::as_str).map(str::to_string));
+                }
+                operations.sort();
+                operations.dedup();
+                let mut entry = Map::new();
+                entry.insert("event".into(), Value::String(update.event.clone()));
+                for (name, f) in &update.record {
+                    entry.insert(name.clone(), (self.value_of)(*f).to_json());
+                }
+                if !operations.is_empty() {
+                    entry.insert("operations".into(), Value::from(operations));
+                }
+                map.insert(key, Value::Object(entry));
+                Value::Object(map)
+            }
         }
     }
 

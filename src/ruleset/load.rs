@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Map, Value};
 
 use super::{
-    Answer, Comparison, Condition, Emit, EventType, FailCode, Field, Hole, Rule, RuleSet, Status, Template, Transition,
+    Answer, Comparison, Cond, Emit, EventType, Facts, FailCode, Field, Hole, Rule, RuleSet, Status, Template, Transition,
 };
 use crate::error::{default_disposition, truncate, Disposition, Error, Result};
 use crate::field::FieldKind;
@@ -117,6 +117,7 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
             "rules",
             "otherwise",
             "order",
+            "facts",
         ],
     )?;
     let id = name(required(root, "id", "$")?, "$.id", false)?;
@@ -145,7 +146,11 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
         events,
         rules: Vec::new(),
         order: None,
+        facts: None,
     };
+    if let Some(facts) = root.get("facts") {
+        rule_set.facts = Some(load_facts(&rule_set, facts)?);
+    }
 
     let rules = bounded(required(root, "rules", "$")?, "$.rules", "maxRules", MAX_RULES, "rules")?;
     let statuses = rule_set.statuses.clone();
@@ -155,16 +160,27 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
         events: events.iter().enumerate().map(|(i, e)| (e.name.as_str(), i)).collect(),
     };
     let mut table_entries = 0;
+    let mut emitted_names = Vec::new();
     for (i, rule) in rules.iter().enumerate() {
-        load_rule(&mut rule_set, &names, &mut table_entries, rule, &format!("$.rules[{i}]"))?;
+        load_rule(&mut rule_set, &names, &mut table_entries, &mut emitted_names, rule, &format!("$.rules[{i}]"))?;
+    }
+    // `{"emitted": name}` names a per-fact operation some rule emits.
+    for (path, wanted) in emitted_names {
+        let per_fact = rule_set.rules.iter().any(|r| match &r.answer {
+            Answer::Applied(t) => t.emit.iter().any(|e| e.id_template.per_fact && e.id_template.name == wanted),
+            _ => false,
+        });
+        if !per_fact {
+            return Err(invalid(&path, format!("{:?} is not the name of a per-fact operation (<name>:{{<key>}}:{{workflowId}}) of this rule set", truncate(&wanted))));
+        }
     }
     if let Some(otherwise) = root.get("otherwise") {
-        let answer = load_answer(&rule_set, otherwise, "$.otherwise", &[])?;
+        let answer = load_answer(&rule_set, otherwise, "$.otherwise", &RuleContext { carried: &[], on_facts: false })?;
         if matches!(answer, Answer::Applied(_)) {
             return Err(invalid("$.otherwise", "must not be 'applied': a transition needs an explicit row"));
         }
         let index = rule_set.rules.len();
-        rule_set.rules.push(Rule { origin: "otherwise".into(), guard: Vec::new(), answer, when: None });
+        rule_set.rules.push(Rule { origin: "otherwise".into(), guard: Vec::new(), answer, when: Vec::new(), otherwise: None });
         for row in rule_set.cells.iter_mut() {
             for cell in row.iter_mut().filter(|c| c.is_empty()) {
                 cell.push(index);
@@ -182,6 +198,18 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
 
     if let Some(order) = root.get("order") {
         rule_set.order = Some(super::order::load(&rule_set, order)?);
+    }
+    // A sequence numbers the observations of one fact: the fact events are its events.
+    if let (Some(facts), Some(sequence)) = (&rule_set.facts, rule_set.order.as_ref().and_then(|o| o.sequence.as_ref())) {
+        let mut a = facts.events.clone();
+        let mut b = sequence.events.clone();
+        a.sort_unstable();
+        b.sort_unstable();
+        a.dedup();
+        b.dedup();
+        if a != b {
+            return Err(invalid("$.order.sequence.events", "must be the fact events (facts.events): the sequence is numbered per fact"));
+        }
     }
 
     let canonical = canonical_json_with(definition, &whole_numbers_only).map_err(|reason| invalid("$", reason))?;
@@ -297,6 +325,59 @@ fn load_events(value: &Value, fields: &[Field]) -> Result<Vec<EventType>> {
     Ok(events)
 }
 
+/// `facts`: `{name, key, events, record, description}`.
+fn load_facts(rule_set: &RuleSet, value: &Value) -> Result<Facts> {
+    let path = "$.facts";
+    let map = object(value, path, &["name", "key", "events", "record", "description"])?;
+    let facts_name = name(required(map, "name", path)?, "$.facts.name", false)?;
+    if RESERVED_FIELDS.contains(&facts_name.as_str()) || PROTOTYPE_NAMES.contains(&facts_name.as_str()) {
+        return Err(invalid("$.facts.name", format!("{facts_name:?} is reserved")));
+    }
+    if rule_set.fields.iter().any(|f| f.name == facts_name) {
+        return Err(invalid("$.facts.name", format!("{facts_name:?} is a declared field: the map needs a key of its own")));
+    }
+    let mut events = Vec::new();
+    let list = bounded(required(map, "events", path)?, "$.facts.events", "maxEventTypes", MAX_EVENT_TYPES, "event types")?;
+    for (i, item) in list.iter().enumerate() {
+        let item_path = format!("$.facts.events[{i}]");
+        let text = string(item, &item_path)?;
+        let index = rule_set
+            .event_index(text)
+            .ok_or_else(|| invalid(&item_path, format!("{:?} is not a declared event type", truncate(text))))?;
+        if events.contains(&index) {
+            return Err(invalid(&item_path, format!("{text:?} is listed twice")));
+        }
+        events.push(index);
+    }
+    if events.is_empty() {
+        return Err(invalid("$.facts.events", "must name at least one event type"));
+    }
+    let mut carried: Vec<usize> = (0..rule_set.fields.len()).collect();
+    for e in &events {
+        carried.retain(|f| rule_set.events[*e].fields.contains(f));
+    }
+    let key_text = string(required(map, "key", path)?, "$.facts.key")?;
+    let key = rule_set
+        .fields
+        .iter()
+        .position(|f| f.name == key_text)
+        .ok_or_else(|| invalid("$.facts.key", format!("{:?} is not a declared field", truncate(key_text))))?;
+    if rule_set.fields[key].kind != FieldKind::Text {
+        return Err(invalid("$.facts.key", format!("{key_text:?} must be a text field")));
+    }
+    if !carried.contains(&key) {
+        return Err(invalid("$.facts.key", format!("{key_text:?} is not carried by every fact event")));
+    }
+    let record = field_list(map.get("record"), "$.facts.record", &rule_set.fields, Some(&carried))?;
+    if let Some(i) = record.iter().position(|f| *f == key) {
+        return Err(invalid(&format!("$.facts.record[{i}]"), "is the key: an entry is found by it, not kept in it"));
+    }
+    if let Some(v) = map.get("description") {
+        string(v, "$.facts.description")?;
+    }
+    Ok(Facts { name: facts_name, key, events, record })
+}
+
 fn names_or_any<'a>(value: &'a Value, path: &str) -> Result<Vec<&'a str>> {
     let items = match value {
         Value::String(s) => return Ok(vec![s.as_str()]),
@@ -308,8 +389,15 @@ fn names_or_any<'a>(value: &'a Value, path: &str) -> Result<Vec<&'a str>> {
     items.iter().enumerate().map(|(i, v)| string(v, &format!("{path}[{i}]"))).collect()
 }
 
-fn load_rule(rule_set: &mut RuleSet, names: &Names, table_entries: &mut usize, value: &Value, path: &str) -> Result<()> {
-    let map = object(value, path, &["on", "in", "guard", "when", "then", "else", "description"])?;
+fn load_rule(
+    rule_set: &mut RuleSet,
+    names: &Names,
+    table_entries: &mut usize,
+    emitted_names: &mut Vec<(String, String)>,
+    value: &Value,
+    path: &str,
+) -> Result<()> {
+    let map = object(value, path, &["on", "in", "guard", "when", "then", "else", "cases", "description"])?;
     // Sets as flags: a name listed twice (or "*" with a name) answers its cells once.
     let mut on_event = vec![false; rule_set.events.len()];
     for (i, text) in names_or_any(required(map, "on", path)?, &format!("{path}.on"))?.into_iter().enumerate() {
@@ -357,29 +445,59 @@ fn load_rule(rule_set: &mut RuleSet, names: &Names, table_entries: &mut usize, v
     if !guard.is_empty() && states.contains(&0) {
         return Err(invalid(&format!("{path}.guard"), format!("there is nothing recorded to compare in \"{NONE}\"")));
     }
-    let answer = load_answer(rule_set, required(map, "then", path)?, &format!("{path}.then"), &carried)?;
-    let condition = match (map.get("when"), map.get("else")) {
-        (None, None) => None,
-        (Some(_), None) => return Err(invalid(&format!("{path}.else"), "is required with 'when': the answer when the comparison does not hold")),
-        (None, Some(_)) => return Err(invalid(&format!("{path}.else"), "goes only with 'when'")),
-        (Some(when), Some(otherwise)) => {
-            let (event_field, op, workflow_field) = load_when(rule_set, when, &format!("{path}.when"), &carried)?;
-            Some((event_field, op, workflow_field, load_answer(rule_set, otherwise, &format!("{path}.else"), &carried)?))
+    // The rule's decision list: (conditions, answer, origin), the last with no conditions.
+    let on_facts = !events.is_empty() && events.iter().all(|e| rule_set.is_fact_event(*e));
+    let context = RuleContext { carried: &carried, on_facts };
+    let origin = path.trim_start_matches("$.").to_string();
+    let mut chain: Vec<(Vec<Cond>, Answer, String)> = Vec::new();
+    if let Some(cases) = map.get("cases") {
+        if let Some(key) = ["when", "then", "else"].iter().find(|k| map.contains_key(**k)) {
+            return Err(invalid(&format!("{path}.{key}"), "does not go with 'cases' (a case has its own when and then)"));
         }
-    };
+        let cases_path = format!("{path}.cases");
+        let list = bounded(cases, &cases_path, "maxRules", MAX_RULES, "cases")?;
+        if list.is_empty() {
+            return Err(invalid(&cases_path, "must hold at least one case"));
+        }
+        for (i, case) in list.iter().enumerate() {
+            let case_path = format!("{cases_path}[{i}]");
+            let case_map = object(case, &case_path, &["when", "then", "description"])?;
+            let last = i + 1 == list.len();
+            let when = match (case_map.get("when"), last) {
+                (Some(_), true) => {
+                    return Err(invalid(&format!("{case_path}.when"), "the last case answers when no other does: it has no 'when'"))
+                }
+                (None, false) => return Err(invalid(&format!("{case_path}.when"), "is required on every case but the last")),
+                (None, true) => Vec::new(),
+                (Some(when), false) => load_when(rule_set, when, &format!("{case_path}.when"), &context, emitted_names)?,
+            };
+            let answer = load_answer(rule_set, required(case_map, "then", &case_path)?, &format!("{case_path}.then"), &context)?;
+            chain.push((when, answer, case_path.trim_start_matches("$.").to_string()));
+        }
+    } else {
+        let answer = load_answer(rule_set, required(map, "then", path)?, &format!("{path}.then"), &context)?;
+        match (map.get("when"), map.get("else")) {
+            (None, None) => chain.push((Vec::new(), answer, origin.clone())),
+            (Some(_), None) => return Err(invalid(&format!("{path}.else"), "is required with 'when': the answer when the comparison does not hold")),
+            (None, Some(_)) => return Err(invalid(&format!("{path}.else"), "goes only with 'when'")),
+            (Some(when), Some(otherwise)) => {
+                let when = load_when(rule_set, when, &format!("{path}.when"), &context, emitted_names)?;
+                let otherwise = load_answer(rule_set, otherwise, &format!("{path}.else"), &context)?;
+                chain.push((when, answer, origin.clone()));
+                chain.push((Vec::new(), otherwise, format!("{origin}.else")));
+            }
+        }
+    }
+    if chain.len() == 1 {
+        chain[0].2 = origin.clone();
+    }
 
     let index = rule_set.rules.len();
-    let origin = path.trim_start_matches("$.").to_string();
-    let when = condition.as_ref().map(|(event_field, op, workflow_field, _)| Condition {
-        event_field: *event_field,
-        op: *op,
-        workflow_field: *workflow_field,
-        otherwise: index + 1,
-    });
-    rule_set.rules.push(Rule { origin: origin.clone(), guard: guard.clone(), answer, when });
-    if let Some((_, _, _, otherwise)) = condition {
-        // In no cell of its own: its rule's `when` picks it.
-        rule_set.rules.push(Rule { origin: format!("{origin}.else"), guard, answer: otherwise, when: None });
+    let length = chain.len();
+    for (i, (when, answer, case_origin)) in chain.into_iter().enumerate() {
+        // The rules after the first are in no cell of their own: the chain picks them.
+        let otherwise = (i + 1 < length).then_some(index + i + 1);
+        rule_set.rules.push(Rule { origin: case_origin, guard: guard.clone(), answer, when, otherwise });
     }
     // Each pair once (the lists were made sets above), so no duplicate check.
     for e in &events {
@@ -390,9 +508,78 @@ fn load_rule(rule_set: &mut RuleSet, names: &Names, table_entries: &mut usize, v
     Ok(())
 }
 
+/// What a rule's parts may read: the fields every event type it answers
+/// carries, and whether every one of them is a fact event.
+struct RuleContext<'a> {
+    carried: &'a [usize],
+    on_facts: bool,
+}
+
+/// A `when`: one condition, or an array of conditions (all must hold). An
+/// array of conditions is told apart from a comparison by its first element,
+/// an array or an object.
+fn load_when(
+    rule_set: &RuleSet,
+    value: &Value,
+    path: &str,
+    context: &RuleContext,
+    emitted_names: &mut Vec<(String, String)>,
+) -> Result<Vec<Cond>> {
+    match value.as_array() {
+        Some(items) if items.first().is_some_and(|v| v.is_array() || v.is_object()) => {
+            let items = bounded(value, path, "maxListNames", MAX_LIST_NAMES, "conditions in one when")?;
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| load_condition(rule_set, item, &format!("{path}[{i}]"), context, emitted_names))
+                .collect()
+        }
+        _ => Ok(vec![load_condition(rule_set, value, path, context, emitted_names)?]),
+    }
+}
+
+/// One condition: `[eventField, op, recordedField]`, `{"other": types}` or `{"emitted": name}`.
+fn load_condition(
+    rule_set: &RuleSet,
+    value: &Value,
+    path: &str,
+    context: &RuleContext,
+    emitted_names: &mut Vec<(String, String)>,
+) -> Result<Cond> {
+    let Some(map) = value.as_object() else {
+        let (event_field, op, workflow_field) = load_comparison(rule_set, value, path, context.carried)?;
+        return Ok(Cond::Compare { event_field, op, workflow_field });
+    };
+    if map.len() != 1 || !(map.contains_key("other") || map.contains_key("emitted")) {
+        return Err(invalid(path, "must be [eventField, op, recordedField], {\"other\": eventTypes} or {\"emitted\": operationName}"));
+    }
+    let Some(facts) = rule_set.facts.as_ref().filter(|_| context.on_facts) else {
+        return Err(invalid(path, "reads the facts map: only in rules on fact events (facts.events) of a rule set with 'facts'"));
+    };
+    if let Some(other) = map.get("other") {
+        let other_path = format!("{path}.other");
+        let mut types = Vec::new();
+        for (i, text) in names_or_any(other, &other_path)?.into_iter().enumerate() {
+            let item_path = if other.is_string() { other_path.clone() } else { format!("{other_path}[{i}]") };
+            let index = rule_set
+                .event_index(text)
+                .filter(|e| facts.events.contains(e))
+                .ok_or_else(|| invalid(&item_path, format!("{:?} is not a fact event (facts.events)", truncate(text))))?;
+            if !types.contains(&index) {
+                types.push(index);
+            }
+        }
+        return Ok(Cond::Other(types));
+    }
+    let emitted_path = format!("{path}.emitted");
+    let wanted = string(&map["emitted"], &emitted_path)?;
+    emitted_names.push((emitted_path, wanted.to_string()));
+    Ok(Cond::Emitted(wanted.to_string()))
+}
+
 /// `[eventField, op, workflowField]`: two integer fields of one kind (count
 /// or units), the first carried by every event type the rule answers.
-fn load_when(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize]) -> Result<(usize, Comparison, usize)> {
+fn load_comparison(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize]) -> Result<(usize, Comparison, usize)> {
     let parts = match value.as_array() {
         Some(parts) if parts.len() == 3 => parts,
         _ => return Err(invalid(path, "must be [eventField, op, workflowField], op one of >, >=, =, <=, <")),
@@ -436,7 +623,8 @@ fn load_when(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize]) -
     Ok((event_field, op, workflow_field))
 }
 
-fn load_answer(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize]) -> Result<Answer> {
+fn load_answer(rule_set: &RuleSet, value: &Value, path: &str, context: &RuleContext) -> Result<Answer> {
+    let carried = context.carried;
     let map = object(
         value,
         path,
@@ -513,18 +701,23 @@ fn load_answer(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize])
     if let Some(list) = map.get("emit") {
         let list = bounded(list, &format!("{path}.emit"), "maxEmitsPerRule", MAX_EMITS_PER_RULE, "emitted operations in one rule")?;
         for (i, entry) in list.iter().enumerate() {
-            emit.push(load_emit(rule_set, entry, &format!("{path}.emit[{i}]"), carried)?);
+            emit.push(load_emit(rule_set, entry, &format!("{path}.emit[{i}]"), context)?);
         }
     }
     Ok(Answer::Applied(Transition { to, record, clear, emit, revision_step }))
 }
 
-fn load_emit(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize]) -> Result<Emit> {
+fn load_emit(rule_set: &RuleSet, value: &Value, path: &str, context: &RuleContext) -> Result<Emit> {
+    let carried = context.carried;
     let map = object(value, path, &["type", "id", "payload", "recurring"])?;
     let operation_type = name(required(map, "type", path)?, &format!("{path}.type"), true)?;
     let recurring = boolean(map, "recurring", path)?;
     let id_path = format!("{path}.id");
-    let id_template = parse_template(string(required(map, "id", path)?, &id_path)?, &id_path)?;
+    let fact_key = rule_set.facts.as_ref().map(|f| rule_set.fields[f.key].name.as_str());
+    let id_template = parse_template(string(required(map, "id", path)?, &id_path)?, &id_path, fact_key)?;
+    if id_template.per_fact && !context.on_facts {
+        return Err(invalid(&id_path, "a per-fact operation's id takes the event's fact key: only in rules on fact events (facts.events)"));
+    }
     // The mark and the id form say the same thing, or the rule is refused:
     // `recurring` is what a reader looks for, `{revision}` what keeps the ids apart.
     match (recurring, id_template.recurring) {
@@ -551,29 +744,34 @@ fn load_emit(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize]) -
 
 /// `start-exchange:{workflowId}`: a name, a colon and the workflow id; or
 /// `charge-renewal:{revision}:{workflowId}`: a name, the workflow's revision
-/// after the emitting transition (decimal digits) and the workflow id. The
-/// name has no colon and the revision has none, so an id splits back into
-/// (name, revision, workflow id) in exactly one way: two templates, two
-/// revisions or two workflows can never make the same id.
-fn parse_template(text: &str, path: &str) -> Result<Template> {
+/// after the emitting transition (decimal digits) and the workflow id; or, in
+/// a rule set with `facts`, `review-deposit:{depositRef}:{workflowId}`: a
+/// name, the event's fact key (escaped: no colon) and the workflow id. The
+/// name has no colon and neither has the middle part, so an id splits back
+/// into its parts in exactly one way: two templates, two revisions, two facts
+/// or two workflows can never make the same id.
+fn parse_template(text: &str, path: &str, fact_key: Option<&str>) -> Result<Template> {
     const ONCE: &str = ":{workflowId}";
     const RECURRING: &str = ":{revision}:{workflowId}";
-    let (name, recurring) = match text.strip_suffix(RECURRING) {
-        Some(name) => (name, true),
-        None => (text.strip_suffix(ONCE).unwrap_or_default(), false),
+    let per_fact_suffix = fact_key.map(|key| format!(":{{{key}}}:{{workflowId}}"));
+    let (name, recurring, per_fact) = match (text.strip_suffix(RECURRING), per_fact_suffix.as_deref().and_then(|s| text.strip_suffix(s))) {
+        (Some(name), _) => (name, true, false),
+        (None, Some(name)) => (name, false, true),
+        (None, None) => (text.strip_suffix(ONCE).unwrap_or_default(), false, false),
     };
     let ok = !name.is_empty()
         && name.len() <= 64
         && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if !ok {
+        let per_fact_form = fact_key.map(|key| format!(", or <name>:{{{key}}}:{{workflowId}} for one per fact")).unwrap_or_default();
         return Err(invalid(
             path,
             format!(
-                "{:?} must be <name>:{{workflowId}} (or <name>:{{revision}}:{{workflowId}} for a recurring operation), the name of letters, digits, '-', '_' or '.' (no colon), so that no two operations share an id",
+                "{:?} must be <name>:{{workflowId}} (or <name>:{{revision}}:{{workflowId}} for a recurring operation{per_fact_form}), the name of letters, digits, '-', '_' or '.' (no colon), so that no two operations share an id",
                 truncate(text)
             ),
         ));
     }
-    Ok(Template { text: text.to_string(), name: name.to_string(), recurring })
+    Ok(Template { text: text.to_string(), name: name.to_string(), recurring, per_fact })
 }

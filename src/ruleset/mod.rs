@@ -3,6 +3,7 @@
 //! A definition is JSON data; loading checks its structure (with a path to
 //! the bad part) and then proves its properties (see `verify`).
 
+pub(crate) mod facts_reorder;
 mod load;
 pub(crate) mod order;
 pub(crate) mod reorder;
@@ -14,7 +15,7 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 use crate::error::{Disposition, Error, Result};
-use crate::field::FieldKind;
+use crate::field::{FieldKind, FieldValue};
 
 pub use load::NONE;
 
@@ -119,6 +120,24 @@ pub struct Template {
     /// `<name>:{revision}:{workflowId}`: the id carries the workflow's
     /// revision after the transition that emits it.
     pub recurring: bool,
+    /// `<name>:{<facts.key>}:{workflowId}`: the id carries the event's fact
+    /// key, escaped (see [`escape_fact_key`]); one operation per fact.
+    pub per_fact: bool,
+}
+
+/// A fact key inside an operation id: `%` as `%25` and `:` as `%3A`, so the
+/// id has no colon between the name's and the workflow id's and splits back
+/// one way.
+pub fn escape_fact_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for c in key.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            ':' => out.push_str("%3A"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 impl Template {
@@ -128,6 +147,10 @@ impl Template {
     /// workflow id.
     pub fn parts(&self) -> Vec<IdPart> {
         let mut parts = vec![IdPart::Constant(format!("{}:", self.name))];
+        if self.per_fact {
+            parts.push(IdPart::FactKey);
+            parts.push(IdPart::Constant(":".into()));
+        }
         if self.recurring {
             parts.push(IdPart::Revision);
             parts.push(IdPart::Constant(":".into()));
@@ -142,30 +165,66 @@ impl Template {
 pub enum IdPart {
     Constant(String),
     Revision,
+    /// The event's fact key, escaped (see [`escape_fact_key`]).
+    FactKey,
     WorkflowId,
 }
 
-/// One row of the decision table as written (or the `otherwise` row).
+/// One row of the decision table as written (or the `otherwise` row), or
+/// one case of a row's decision list.
 #[derive(Debug, Clone)]
 pub struct Rule {
-    /// Where it was written: `rules[3]`, `rules[3].else` or `otherwise`.
+    /// Where it was written: `rules[3]`, `rules[3].else`, `rules[3].cases[1]` or `otherwise`.
     pub origin: String,
     pub guard: Vec<usize>,
     pub answer: Answer,
-    /// `when`: the answer is this rule's when the comparison holds, and the
-    /// `else` rule's otherwise (checked after the guard).
-    pub when: Option<Condition>,
+    /// The conditions under which this rule answers (all of them; none:
+    /// it always does), checked after the guard.
+    pub when: Vec<Cond>,
+    /// When `when` does not hold: the index in `RuleSet::rules` of the next
+    /// rule of the chain (a rule in no cell of its own). The last rule of a
+    /// chain has no `when` and no `otherwise`.
+    pub otherwise: Option<usize>,
 }
 
-/// `"when": [eventField, op, workflowField]` with its `else`.
+/// One condition of a `when`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Condition {
-    /// Field indices: the event's value and the workflow's recorded one (a missing one is 0).
-    pub event_field: usize,
-    pub op: Comparison,
-    pub workflow_field: usize,
-    /// The index in `RuleSet::rules` of the `else` answer (a rule in no cell of its own).
-    pub otherwise: usize,
+pub enum Cond {
+    /// `[eventField, op, recordedField]`: field indices, the event's value
+    /// and the recorded one as the rule reads it (an unrecorded one is 0 or "").
+    Compare { event_field: usize, op: Comparison, workflow_field: usize },
+    /// `{"other": [types]}`: an entry of the facts map other than the
+    /// event's has one of these event types (indices) as its `event`.
+    Other(Vec<usize>),
+    /// `{"emitted": name}`: the event's fact entry lists this per-fact operation name.
+    Emitted(String),
+}
+
+/// `facts`: several facts per workflow, kept in one map of the workflow's data.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    /// The workflow data key of the map.
+    pub name: String,
+    /// The text field (index) whose value keys an event's fact.
+    pub key: usize,
+    /// Event type indices whose events are observations of a fact.
+    pub events: Vec<usize>,
+    /// Field indices kept per fact, in declared order.
+    pub record: Vec<usize>,
+}
+
+/// What a rule's conditions read, for [`RuleSet::choose`]: the decider's
+/// stored workflow and event, or a model's abstract state.
+pub trait View<'a> {
+    /// The recorded value of `field` as the rule reads it (a fact's own field
+    /// from its entry, any other from the workflow): `None` when unrecorded.
+    fn recorded(&self, field: usize) -> Result<Option<FieldValue<'a>>>;
+    /// The event's value of `field`.
+    fn event_value(&self, field: usize) -> FieldValue<'a>;
+    /// Some entry of the facts map other than the event's has one of these event types.
+    fn other_has_event(&self, types: &[usize]) -> bool;
+    /// The event's fact entry lists this per-fact operation name.
+    fn emitted(&self, name: &str) -> bool;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,6 +279,8 @@ pub struct RuleSet {
     /// What the producers promise about the order of events, when the rule
     /// set claims to be reorder-safe (its `order` section).
     pub(crate) order: Option<order::Order>,
+    /// Several facts per workflow (the `facts` block).
+    pub(crate) facts: Option<Facts>,
 }
 
 impl RuleSet {
@@ -345,9 +406,58 @@ impl RuleSet {
         self.rule_index_for(event, state).map(|r| &self.rules[r])
     }
 
-    /// The rules a cell's rule may answer with: itself, and its `else` when it has a `when`.
+    /// The rules a cell's rule may answer with: itself and the rest of its chain.
     pub fn answers_of(&self, rule: usize) -> impl Iterator<Item = usize> + '_ {
-        std::iter::once(rule).chain(self.rules[rule].when.as_ref().map(|c| c.otherwise))
+        std::iter::successors(Some(rule), move |r| self.rules[*r].otherwise)
+    }
+
+    /// The `facts` block, when the rule set keeps several facts per workflow.
+    pub fn facts(&self) -> Option<&Facts> {
+        self.facts.as_ref()
+    }
+
+    /// Whether events of this type are observations of a fact.
+    pub fn is_fact_event(&self, event: usize) -> bool {
+        self.facts.as_ref().is_some_and(|f| f.events.contains(&event))
+    }
+
+    /// The rule of `first`'s chain that answers (the guard already held):
+    /// the first whose conditions all hold. The one evaluation of a `when`:
+    /// the decider and the models call it alike.
+    pub fn choose<'a>(&self, first: usize, view: &impl View<'a>) -> Result<usize> {
+        let mut at = first;
+        loop {
+            let rule = &self.rules[at];
+            let mut holds = true;
+            for condition in &rule.when {
+                if !self.holds(condition, view)? {
+                    holds = false;
+                    break;
+                }
+            }
+            match rule.otherwise {
+                // The loader makes a chain point forward only: the walk ends.
+                Some(next) if !holds && next > at && next < self.rules.len() => at = next,
+                _ => return Ok(at),
+            }
+        }
+    }
+
+    fn holds<'a>(&self, condition: &Cond, view: &impl View<'a>) -> Result<bool> {
+        Ok(match condition {
+            Cond::Compare { event_field, op, workflow_field } => {
+                // An unrecorded count compares as 0, an unrecorded amount or text as "".
+                let zero = if self.fields[*workflow_field].kind == FieldKind::Count {
+                    FieldValue::Count(0)
+                } else {
+                    FieldValue::Text("")
+                };
+                let recorded = view.recorded(*workflow_field)?.unwrap_or(zero);
+                op.holds(crate::field::compare(view.event_value(*event_field), recorded))
+            }
+            Cond::Other(types) => view.other_has_event(types),
+            Cond::Emitted(name) => view.emitted(name),
+        })
     }
 
     /// The index of `rule_for`'s rule.
@@ -398,11 +508,11 @@ fn check_operation_names(rule_set: &RuleSet) -> Result<()> {
         for (j, emit) in transition.emit.iter().enumerate() {
             let template = &emit.id_template;
             match forms.iter().find(|(_, t)| t.name == template.name) {
-                Some((origin, first)) if first.recurring != template.recurring => {
+                Some((origin, first)) if (first.recurring, first.per_fact) != (template.recurring, template.per_fact) => {
                     return Err(Error::RuleSetInvalid {
                         path: format!("$.{}.then.emit[{j}].id", rule.origin),
                         reason: format!(
-                            "{:?} uses the name {:?}, which {origin} emits as {:?}: one name, one form (recurring or not), or two workflows can share an id",
+                            "{:?} uses the name {:?}, which {origin} emits as {:?}: one name, one form (once, recurring or per fact), or two workflows can share an id",
                             template.text, template.name, first.text
                         ),
                         report: None,

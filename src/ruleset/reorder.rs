@@ -199,6 +199,28 @@ fn recurring_count(packed: u128, slot: usize) -> usize {
     ((packed >> (3 * slot)) & RECURRING_MAX) as usize
 }
 
+/// What a `when` reads in this model: the event's observation number and
+/// the recorded one (`check` made sure no condition reads anything else).
+struct SequenceView {
+    number: u8,
+    recorded: u8,
+}
+
+impl super::View<'static> for SequenceView {
+    fn recorded(&self, _field: usize) -> Result<Option<crate::field::FieldValue<'static>>> {
+        Ok(Some(crate::field::FieldValue::Count(self.recorded as u64)))
+    }
+    fn event_value(&self, _field: usize) -> crate::field::FieldValue<'static> {
+        crate::field::FieldValue::Count(self.number as u64)
+    }
+    fn other_has_event(&self, _types: &[usize]) -> bool {
+        false
+    }
+    fn emitted(&self, _name: &str) -> bool {
+        false
+    }
+}
+
 fn count(packed: u32, t: usize) -> u8 {
     ((packed >> (2 * t)) & 3) as u8
 }
@@ -274,10 +296,8 @@ impl History<'_> {
                 config.recorded & (1 << f) == 0 || (Some(*f) == self.sequence_field && config.sequence != number)
             });
         // `check` made sure every `when` compares the sequence with the recorded one.
-        if let Some(condition) = &rule.when {
-            if !guard_fails && !condition.op.holds(number.cmp(&config.sequence)) {
-                rule_index = condition.otherwise;
-            }
+        if !guard_fails && rule.otherwise.is_some() {
+            rule_index = self.rule_set.choose(rule_index, &SequenceView { number, recorded: config.sequence }).unwrap_or(rule_index);
         }
         let rule = &self.rule_set.rules[rule_index];
         let reply = if guard_fails {
@@ -458,6 +478,9 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
         histories: 0,
         configurations: 0,
     };
+    if rule_set.facts.is_some() {
+        return super::facts_reorder::check(rule_set);
+    }
     let Some(order) = &rule_set.order else {
         outcome.skipped = Some(
             "no 'order' section: the rule set is proven for in-order delivery per workflow only".into(),
@@ -471,8 +494,13 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
     // The model knows one value: the recorded sequence. A `when` on anything
     // else (an amount, another count) it cannot evaluate, so the claim stays unproven.
     let sequence_field = order.sequence.as_ref().map(|s| s.field);
-    let evaluable = |c: &super::Condition| Some(c.event_field) == sequence_field && Some(c.workflow_field) == sequence_field;
-    if let Some(rule) = rule_set.rules.iter().find(|r| r.when.as_ref().is_some_and(|c| !evaluable(c))) {
+    let evaluable = |c: &super::Cond| match c {
+        super::Cond::Compare { event_field, workflow_field, .. } => {
+            Some(*event_field) == sequence_field && Some(*workflow_field) == sequence_field
+        }
+        _ => false,
+    };
+    if let Some(rule) = rule_set.rules.iter().find(|r| r.when.iter().any(|c| !evaluable(c))) {
         let reason = format!(
             "{} compares fields the reorder check cannot evaluate (it models only the sequence of order.sequence against its recorded value): the rule set's 'order' claim is not proven",
             rule.origin

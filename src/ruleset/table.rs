@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::{Answer, RuleSet};
+use super::{Answer, Cond, RuleSet};
 
 pub struct Row {
     pub event: String,
@@ -30,21 +30,33 @@ pub fn rows(rule_set: &RuleSet) -> Vec<Row> {
         for (rule_index, states) in grouped {
             let rule = &rule_set.rules[rule_index];
             let (mut answer, mut text) = (answer_json(rule_set, &rule.answer), summary(rule_set, &rule.answer));
-            if let Some(condition) = &rule.when {
-                let otherwise = &rule_set.rules[condition.otherwise].answer;
-                let when = [
-                    rule_set.fields[condition.event_field].name.as_str(),
-                    condition.op.as_str(),
-                    rule_set.fields[condition.workflow_field].name.as_str(),
-                ];
-                text = format!(
-                    "when {} {} recorded {}: {text}; else {}",
-                    when[0],
-                    when[1],
-                    when[2],
-                    summary(rule_set, otherwise)
-                );
-                answer = json!({ "when": when, "then": answer, "else": answer_json(rule_set, otherwise) });
+            let chain: Vec<usize> = rule_set.answers_of(rule_index).collect();
+            if chain.len() > 1 {
+                let classic = chain.len() == 2 && rule.when.len() == 1 && matches!(rule.when[0], Cond::Compare { .. })
+                    && rule_set.rules[chain[1]].origin.ends_with(".else");
+                let otherwise = &rule_set.rules[chain[chain.len() - 1]].answer;
+                if classic {
+                    // `when`/`then`/`else` as written.
+                    answer = json!({ "when": condition_json(rule_set, &rule.when[0]), "then": answer, "else": answer_json(rule_set, otherwise) });
+                    text = format!("when {}: {text}; else {}", condition_text(rule_set, &rule.when[0]), summary(rule_set, otherwise));
+                } else {
+                    let mut cases = Vec::new();
+                    let mut parts = Vec::new();
+                    for &r in &chain {
+                        let case = &rule_set.rules[r];
+                        if case.when.is_empty() {
+                            cases.push(json!({ "then": answer_json(rule_set, &case.answer) }));
+                            parts.push(format!("else {}", summary(rule_set, &case.answer)));
+                        } else {
+                            let when: Vec<Value> = case.when.iter().map(|c| condition_json(rule_set, c)).collect();
+                            let when_text: Vec<String> = case.when.iter().map(|c| condition_text(rule_set, c)).collect();
+                            cases.push(json!({ "when": when, "then": answer_json(rule_set, &case.answer) }));
+                            parts.push(format!("when {}: {}", when_text.join(" and "), summary(rule_set, &case.answer)));
+                        }
+                    }
+                    answer = json!({ "cases": cases });
+                    text = parts.join("; ");
+                }
             }
             rows.push(Row {
                 event: event.name.clone(),
@@ -57,6 +69,33 @@ pub fn rows(rule_set: &RuleSet) -> Vec<Row> {
         }
     }
     rows
+}
+
+/// A condition as written: `[a, op, b]`, `{"other": [...]}` or `{"emitted": name}`.
+fn condition_json(rule_set: &RuleSet, condition: &Cond) -> Value {
+    match condition {
+        Cond::Compare { event_field, op, workflow_field } => {
+            json!([rule_set.fields[*event_field].name, op.as_str(), rule_set.fields[*workflow_field].name])
+        }
+        Cond::Other(types) => json!({ "other": types.iter().map(|t| rule_set.events[*t].name.clone()).collect::<Vec<_>>() }),
+        Cond::Emitted(name) => json!({ "emitted": name }),
+    }
+}
+
+fn condition_text(rule_set: &RuleSet, condition: &Cond) -> String {
+    match condition {
+        Cond::Compare { event_field, op, workflow_field } => format!(
+            "{} {} recorded {}",
+            rule_set.fields[*event_field].name,
+            op.as_str(),
+            rule_set.fields[*workflow_field].name
+        ),
+        Cond::Other(types) => format!(
+            "another fact's last event is {}",
+            types.iter().map(|t| rule_set.events[*t].name.as_str()).collect::<Vec<_>>().join(" or ")
+        ),
+        Cond::Emitted(name) => format!("this fact emitted {name}"),
+    }
 }
 
 fn answer_json(rule_set: &RuleSet, answer: &Answer) -> Value {

@@ -176,8 +176,13 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
             for rule_index in answers {
                 let rule = &rule_set.rules[rule_index];
                 if state.at != 0 {
+                    // On a fact event a guard on a fact's own field holds with no entry.
+                    let from_entry: &[usize] = match rule_set.facts() {
+                        Some(facts) if facts.events.contains(&event) => &facts.record,
+                        _ => &[],
+                    };
                     if let Some(field) =
-                        rule.guard.iter().find(|f| state.recorded & (1 << **f) == 0)
+                        rule.guard.iter().find(|f| state.recorded & (1 << **f) == 0 && !from_entry.contains(f))
                     {
                         let step = Step {
                             event,
@@ -251,6 +256,12 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
                                 example
                             });
                         }
+                        continue;
+                    }
+                    if template.per_fact {
+                        // One id per fact: whether a fact's entry lists it is
+                        // in no abstract state; the concrete explorer
+                        // (facts_reorder) checks these ids along every order.
                         continue;
                     }
                     let bit = 1u64 << explorer.templates.iter().position(|t| *t == template.text).unwrap_or(0);
