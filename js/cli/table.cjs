@@ -21,16 +21,56 @@ function names(value) {
   return Array.isArray(value) ? [...value] : [];
 }
 
+/** A `when` as its list of conditions (one condition, or an array of them). */
+function conditionsOf(when) {
+  return Array.isArray(when) && when.length > 0 && typeof when[0] === 'object' && when[0] !== null ? when : [when];
+}
+
+/** A condition as the core's rows show it and its words. */
+function conditionOf(condition) {
+  if (Array.isArray(condition)) {
+    const [eventField, op, recordedField] = condition;
+    return { answer: [eventField, op, recordedField], summary: `${eventField} ${op} recorded ${recordedField}` };
+  }
+  if (condition.other !== undefined) {
+    const types = [...new Set(list(condition.other))];
+    return { answer: { other: types }, summary: `another fact's last event is ${types.join(' or ')}` };
+  }
+  return { answer: { emitted: condition.emitted }, summary: `this fact emitted ${condition.emitted}` };
+}
+
 /** The answer as the core's table rows show it (`answer`) and its one-line summary. */
 function answerOf(rule) {
-  if (rule.when === undefined) return outcomeOf(rule.then);
-  const [eventField, op, recordedField] = rule.when;
-  const then = outcomeOf(rule.then);
-  const otherwise = outcomeOf(rule.else);
-  return {
-    answer: { when: [eventField, op, recordedField], then: then.answer, else: otherwise.answer },
-    summary: `when ${eventField} ${op} recorded ${recordedField}: ${then.summary}; else ${otherwise.summary}`,
-  };
+  let cases = rule.cases;
+  if (cases === undefined) {
+    if (rule.when === undefined) return outcomeOf(rule.then);
+    const conditions = conditionsOf(rule.when);
+    if (conditions.length === 1 && Array.isArray(conditions[0])) {
+      const when = conditionOf(conditions[0]);
+      const then = outcomeOf(rule.then);
+      const otherwise = outcomeOf(rule.else);
+      return {
+        answer: { when: when.answer, then: then.answer, else: otherwise.answer },
+        summary: `when ${when.summary}: ${then.summary}; else ${otherwise.summary}`,
+      };
+    }
+    cases = [{ when: rule.when, then: rule.then }, { then: rule.else }];
+  }
+  if (cases.length === 1) return outcomeOf(cases[0].then);
+  const answers = [];
+  const parts = [];
+  for (const c of cases) {
+    const then = outcomeOf(c.then);
+    if (c.when === undefined) {
+      answers.push({ then: then.answer });
+      parts.push(`else ${then.summary}`);
+    } else {
+      const conditions = conditionsOf(c.when).map(conditionOf);
+      answers.push({ when: conditions.map((x) => x.answer), then: then.answer });
+      parts.push(`when ${conditions.map((x) => x.summary).join(' and ')}: ${then.summary}`);
+    }
+  }
+  return { answer: { cases: answers }, summary: parts.join('; ') };
 }
 
 /** One answer (a rule's `then` or `else`, or `otherwise`) and its summary. */

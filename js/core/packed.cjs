@@ -11,6 +11,14 @@ const { IdemflowError } = require('./errors.cjs');
 const { createReading } = require('./reading.cjs');
 
 const parseJSON = JSON.parse;
+const hasOwn = Object.hasOwn;
+const isArray = Array.isArray;
+const define = (object, key, value) => Object.defineProperty(object, key, { value, enumerable: true, writable: true, configurable: true });
+
+/** A fact key inside an operation id: '%' as '%25' and ':' as '%3A' (as the core renders it). */
+function escapeFactKey(key) {
+  return String(key).replace(/%/g, '%25').replace(/:/g, '%3A');
+}
 // Buffer's own coders, which skip toString's and write's argument handling and
 // allocate no result object (measured); the documented forms where they are missing.
 const hasLatin1Slice = typeof Buffer.prototype.latin1Slice === 'function';
@@ -141,6 +149,9 @@ function createDecider(wasm) {
         receiptKeys: slots.receiptKeys,
         workflow: slots.workflow,
         workflowField: slots.workflowField,
+        // A rule set with `facts`: the workflow's facts map, laid out as its JSON text for fact events.
+        facts: layout.facts ?? null,
+        workflowFacts: slots.workflowFacts ?? -1,
         // By rule and event type (see `template`).
         templates: [],
       };
@@ -236,6 +247,7 @@ function createDecider(wasm) {
     if (found === undefined) {
       const { set, outbox } = parseJSON(plan.compiled.writeTemplateJson(rule, eventType));
       found = {
+        readsFacts: set.some((e) => e[1] === FROM.FACTS),
         set: columns(set),
         outbox: outbox.map((op) => ({
           type: op.type,
@@ -253,20 +265,52 @@ function createDecider(wasm) {
     return { keys: entries.map((e) => e[0]), kinds: entries.map((e) => e[1]), args: entries.map((e) => e[2]) };
   }
 
-  function value(kind, arg, strings, eventField, revision, workflowId) {
+  function value(kind, arg, strings, eventField, revision, workflowId, facts) {
     switch (kind) {
       case FROM.CONSTANT: return arg;
       case FROM.REVISION: return revision;
       case FROM.EVENT_FIELD: return strings[eventField + arg];
       case FROM.WORKFLOW_ID: return workflowId;
+      case FROM.FACT_KEY: return escapeFactKey(strings[eventField + arg]);
+      case FROM.FACTS: return newFacts(facts ?? {}, arg, strings, eventField);
       default: return null;
     }
   }
 
-  function fill({ keys, kinds, args }, strings, eventField, revision, workflowId) {
+  function fill({ keys, kinds, args }, strings, eventField, revision, workflowId, facts) {
     const object = {};
-    for (let k = 0; k < keys.length; k += 1) object[keys[k]] = value(kinds[k], args[k], strings, eventField, revision, workflowId);
+    for (let k = 0; k < keys.length; k += 1) object[keys[k]] = value(kinds[k], args[k], strings, eventField, revision, workflowId, facts);
     return object;
+  }
+
+  /**
+   * The facts map an applied answer to a fact event writes (FROM.FACTS): the
+   * map read (`{}` without one) with the event's entry replaced by
+   * `{event, <record fields>, operations}` (the old operations and the
+   * answer's, sorted; left out when none). Keys are defined, not assigned,
+   * so a fact keyed "__proto__" stays an entry.
+   */
+  function newFacts(old, update, strings, eventField) {
+    const key = strings[eventField + update.key];
+    const entry = { event: update.event };
+    for (const [name, f] of update.record) entry[name] = strings[eventField + f];
+    const previous = hasOwn(old, key) ? old[key] : undefined;
+    const operations = new Set(update.operations);
+    if (previous !== null && typeof previous === 'object' && isArray(previous.operations)) {
+      for (const op of previous.operations) operations.add(op);
+    }
+    if (operations.size > 0) entry.operations = [...operations].sort();
+    const map = {};
+    for (const k of Object.keys(old)) define(map, k, k === key ? entry : old[k]);
+    if (previous === undefined) define(map, key, entry);
+    return map;
+  }
+
+  /** The old facts map of item `base`: the JSON text the decider read (and checked), or none. */
+  function oldFacts(plan, p, base) {
+    if (plan.workflowFacts < 0) return null;
+    const at = base + plan.workflowFacts;
+    return p.entries[at] >= 0 ? parseJSON(p.strings[at]) : null;
   }
 
   /**
@@ -309,6 +353,7 @@ function createDecider(wasm) {
     const write = template(plan, rule, type);
     const expect = state === 0 ? null : { status: plan.statuses[state - 1], revision: expectRevision };
     const eventField = base + plan.eventField;
+    const facts = write.readsFacts ? oldFacts(plan, p, base) : null;
     const operations = write.outbox;
     const outbox = new Array(operations.length);
     const operationIds = new Array(operations.length);
@@ -316,7 +361,7 @@ function createDecider(wasm) {
       const op = operations[k];
       const { kinds, args } = op.id;
       let operationId = '';
-      for (let j = 0; j < kinds.length; j += 1) operationId += value(kinds[j], args[j], strings, eventField, revision, workflowId);
+      for (let j = 0; j < kinds.length; j += 1) operationId += value(kinds[j], args[j], strings, eventField, revision, workflowId, null);
       operationIds[k] = operationId;
       outbox[k] = {
         id: operationId,
@@ -324,10 +369,10 @@ function createDecider(wasm) {
         workflowId,
         eventId,
         status: 'pending',
-        payload: fill(op.payload, strings, eventField, revision, workflowId),
+        payload: fill(op.payload, strings, eventField, revision, workflowId, null),
       };
     }
-    const set = fill(write.set, strings, eventField, revision, workflowId);
+    const set = fill(write.set, strings, eventField, revision, workflowId, facts);
     const result = { operationIds, status: typeof set.status === 'string' ? set.status : null, revision: set.revision ?? null };
     const receipt = { eventId, fingerprint, workflowId, eventType, outcome, ruleSet: { id: ruleSet.id, version: ruleSet.version, hash: ruleSet.hash }, result };
     return {

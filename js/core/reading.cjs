@@ -12,7 +12,9 @@
 // Only what the decider may read is read: the event's ids, type and declared
 // fields; the receipt's eventId, fingerprint, result (as its JSON text),
 // outcome and recordedAt; without a receipt, the workflow's id, status,
-// revision and the fields the event type's rules guard or compare (a `when`).
+// revision and the fields the event type's rules guard or compare (a `when`),
+// and, for a fact event of a rule set with `facts`, the workflow's facts map
+// as its JSON text.
 
 const { messageOf } = require('./options.cjs');
 
@@ -147,8 +149,8 @@ function createReading(described) {
     lay(p, at, value, MAX_TEXT, names, same);
   }
 
-  /** As `put`, for a structured member (a receipt's result): an object or array is laid out as its JSON text. */
-  function putJson(p, record, key, at) {
+  /** As `put`, for a structured member (a receipt's result, a facts map): an object or array is laid out as its JSON text. */
+  function putJson(p, record, key, at, maxUnits = MAX_RESULT) {
     let value;
     try {
       if (!hasOwn(record, key)) return;
@@ -161,7 +163,12 @@ function createReading(described) {
       unreadable(p, at, thrown);
       return;
     }
-    lay(p, at, value, MAX_RESULT, undefined, -1);
+    lay(p, at, value, maxUnits, undefined, -1);
+  }
+
+  /** Whether items of event type `type` lay out the workflow's facts map (only fact events' decisions read it). */
+  function readsFacts(plan, type) {
+    return plan.facts !== null && plan.facts !== undefined && plan.facts.events.includes(type);
   }
 
   /**
@@ -195,6 +202,7 @@ function createReading(described) {
         read('workflow', 'revision', `base + ${plan.workflow + 2}`),
         ...plan.guards[type].map((f) =>
           read('workflow', plan.fields[f], `base + ${plan.workflowField + f}`, 'undefined', `base + ${plan.eventField + f}`)),
+        ...(readsFacts(plan, type) ? [`putJson(p, workflow, ${JSON.stringify(plan.facts.name)}, base + ${plan.workflowFacts}, ${plan.facts.maxBytes});`] : []),
         '}',
       );
       return `function (p, base, event, receipt, workflow, receiptIsRecord, workflowIsRecord) {\n${lines.join('\n')}\n}`;
@@ -237,6 +245,7 @@ function createReading(described) {
           put(p, workflow, 'status', w + 1, plan.statusIndex);
           put(p, workflow, 'revision', w + 2);
           for (const f of plan.guards[type]) put(p, workflow, fields[f], base + plan.workflowField + f, undefined, eventField + f);
+          if (readsFacts(plan, type)) putJson(p, workflow, plan.facts.name, base + plan.workflowFacts, plan.facts.maxBytes);
         }
       }),
     };

@@ -14,6 +14,12 @@ const RESERVED_FIELDS = new Set(['id', 'status', 'revision']);
 // The shape of a rule set's field names; it keeps them safe in JSON paths and MongoDB dotted paths.
 const FIELD_NAME = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
 const isCount = (value) => Number.isSafeInteger(value) && value >= 1; // a count field's value (the core checks each field's kind)
+/**
+ * A rule set's facts map (`facts.name`): a plain JSON object of fact entries.
+ * The store keeps it as written; the core checks its entries when it reads it.
+ */
+const isFactsMap = (value) => value !== null && typeof value === 'object' && !Array.isArray(value) &&
+  (Object.getPrototypeOf(value) === Object.prototype || Object.getPrototypeOf(value) === null);
 
 function checkText(value, field) {
   if (typeof value !== 'string' || value.length === 0) {
@@ -49,12 +55,12 @@ function workflowToStore(workflow) {
         field, workflowId: id, reason: 'not a field name',
       });
     }
-    if (typeof value !== 'string' && !isCount(value)) {
-      throw invalidArgument(`workflow field ${field} must be a string (amounts are decimal strings) or a count (a safe integer >= 1), not ${typeof value === 'number' ? value : typeof value}`, {
+    if (typeof value !== 'string' && !isCount(value) && !isFactsMap(value)) {
+      throw invalidArgument(`workflow field ${field} must be a string (amounts are decimal strings), a count (a safe integer >= 1) or a facts map (an object), not ${typeof value === 'number' ? value : typeof value}`, {
         field, workflowId: id, reason: 'not a string or a count',
       });
     }
-    data[field] = typeof value === 'string' ? checkText(value, field) : value;
+    data[field] = typeof value === 'string' ? checkText(value, field) : isFactsMap(value) ? structuredClone(value) : value;
   }
   return { id, status, revision, data };
 }
@@ -79,8 +85,8 @@ function workflowPatch(write) {
         field: `set.${field}`, workflowId: id, reason: 'not a field name',
       });
     }
-    if (value !== null && typeof value !== 'string' && !isCount(value)) {
-      throw invalidArgument(`set.${field} must be a string, a count or null`, { field: `set.${field}`, workflowId: id, reason: 'not a string or a count' });
+    if (value !== null && typeof value !== 'string' && !isCount(value) && !isFactsMap(value)) {
+      throw invalidArgument(`set.${field} must be a string, a count, a facts map (an object) or null`, { field: `set.${field}`, workflowId: id, reason: 'not a string or a count' });
     }
   }
   return decidedWorkflowPatch(write);
@@ -253,7 +259,7 @@ function workflowFromStore(record, { numbers = false } = {}) {
   for (const field of Object.keys(data)) {
     if (RESERVED_FIELDS.has(field)) continue;
     if (!FIELD_NAME.test(field)) throw invalidRecord('workflow', `data.${field.slice(0, 64)}`, 'is not a field name', id);
-    if (typeof data[field] !== 'string' && !isCount(data[field])) throw invalidRecord('workflow', `data.${field}`, `is not a string or a count (${describeValue(data[field])})`, id);
+    if (typeof data[field] !== 'string' && !isCount(data[field]) && !isFactsMap(data[field])) throw invalidRecord('workflow', `data.${field}`, `is not a string, a count or a facts map (${describeValue(data[field])})`, id);
     workflow[field] = data[field];
   }
   return workflow;

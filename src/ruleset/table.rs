@@ -64,7 +64,8 @@ pub fn rows(rule_set: &RuleSet) -> Vec<Row> {
                 guard: rule.guard.iter().map(|f| rule_set.fields[*f].name.clone()).collect(),
                 answer,
                 summary: text,
-                origin: rule.origin.clone(),
+                // A decision list is the row's rule, not its first case.
+                origin: rule.origin.strip_suffix(".cases[0]").unwrap_or(&rule.origin).to_string(),
             });
         }
     }

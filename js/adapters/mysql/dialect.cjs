@@ -59,7 +59,9 @@ function classify(error) {
 function mergeData(bind, change) {
   let data = 'data';
   const kept = Object.entries(change.kept);
-  if (kept.length > 0) data = `JSON_SET(${data}, ${kept.map(([field, value]) => `${bind(`$."${field}"`)}, ${bind(value)}`).join(', ')})`;
+  // A facts map (an object) goes in as JSON, not as a string holding it.
+  const valueOf = (value) => (value !== null && typeof value === 'object' ? `JSON_EXTRACT(${bind(JSON.stringify(value))}, '$')` : bind(value));
+  if (kept.length > 0) data = `JSON_SET(${data}, ${kept.map(([field, value]) => `${bind(`$."${field}"`)}, ${valueOf(value)}`).join(', ')})`;
   if (change.removed.length > 0) data = `JSON_REMOVE(${data}, ${change.removed.map((field) => bind(`$."${field}"`)).join(', ')})`;
   return data;
 }
