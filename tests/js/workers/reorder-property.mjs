@@ -267,9 +267,9 @@ function differences(shuffled, inOrder) {
 // ---- Several deposits: what spec 2 promises, checked on each delivery's end --------
 
 const factsOfRuleSet = new WeakMap();
-/** The `facts` block of a rule set as readOrder reads it, or null. */
+/** The `facts` block of a rule set (a mutant without an order section too), or null. */
 function factsOf(ruleSet) {
-  if (!factsOfRuleSet.has(ruleSet)) factsOfRuleSet.set(ruleSet, readOrder(ruleSet.definition()).facts);
+  if (!factsOfRuleSet.has(ruleSet)) factsOfRuleSet.set(ruleSet, ruleSet.definition().facts ?? null);
   return factsOfRuleSet.get(ruleSet);
 }
 
@@ -369,10 +369,11 @@ export async function runCase(store, model, history, plan, { ruleSet = model.rul
 /**
  * The property over `model`'s histories, delivered to `options.ruleSet`
  * (a mutant, say; the model's own by default); `options.races(history)`
- * replaces the racing pairs the reference reproduces.
+ * replaces the racing pairs the reference reproduces; `options.histories`
+ * the model's arbitrary (a filtered one, say).
  */
-export function reorderProperty(store, model, { coverage, ruleSet, races } = {}) {
-  return fc.asyncProperty(model.history, planArbitrary(model), async (history, plan) => {
+export function reorderProperty(store, model, { coverage, ruleSet, races, histories = model.history } = {}) {
+  return fc.asyncProperty(histories, planArbitrary(model), async (history, plan) => {
     const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { ruleSet, races: races?.(history) });
     coverage?.count(shuffled, inOrder, history);
     if (problems.length > 0) {
