@@ -39,7 +39,7 @@ for (const { name, env } of BROKERS.filter((broker) => ONLY === null || ONLY.has
     const rebalances = figures.rebalances === undefined ? '' : `, ${figures.rebalances} rebalances`;
     console.log(`${name}: ${figures.deliveries} deliveries of ${figures.messages} messages in ${figures.seconds} s = ${figures.deliveriesPerSecond} deliveries/s end to end`
       + ` (information, not asserted); ${figures.workerKills} worker and ${figures.consumerKills} consumer kills${rebalances}, ${figures.exchanges} exchanges, ${figures.reincluded} re-included swaps (${figures.reincludedExchanged} exchanged), `
-      + `${figures.secondDeposits} swaps with a second deposit (${figures.secondFull} covering, ${figures.secondPartial} partial; ${figures.secondDepositsOk} exchanged once and reviewed once), `
+      + `${figures.secondDeposits} swaps with a second deposit (${figures.secondFull} covering, ${figures.secondPartial} partial; ${figures.secondDepositsOk} exchanged once and reviewed once, ${figures.secondExchanged} of them from the second deposit), `
       + `${figures.depositReviews} deposit reviews, ${figures.stuck} stuck`);
     assert.deepEqual(problems, [], `seed ${figures.seed}`);
     assert.ok(REINCLUSIONS === 0 || figures.reincluded > 0, 'the plan holds re-included deposits');

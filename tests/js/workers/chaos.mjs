@@ -456,7 +456,7 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     secondDeposits: plan.swaps.filter((swap) => swap.second !== null).length,
     secondFull: plan.swaps.filter((swap) => swap.second === 'full').length,
     secondPartial: plan.swaps.filter((swap) => swap.second === 'partial').length,
-    depositReviews: 0, deliveries: 0, verdicts: {},
+    secondExchanged: 0, depositReviews: 0, deliveries: 0, verdicts: {},
     workerKills: 0, consumerKills: 0, exchanges: 0, payouts: 0, providerCalls: 0, provider503: 0, stuck: null };
   const children = { workers: new Set(), consumers: new Set() };
   let stopping = false;
@@ -677,6 +677,7 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
         : !allowed.includes(exchanged) ? `exchanged ${exchanged}, which does not cover`
           : reviewed.length !== 1 || reviewed[0] !== (exchanged === first ? other : first) ? `reviewed ${JSON.stringify(reviewed)} after exchanging ${exchanged}`
             : null;
+      if (exchanged === other) figures.secondExchanged += 1;
       if (problem === null) secondOk += 1;
       else if ((secondBad += 1) <= 5) problems.push(`${swap.id} (a ${swap.second} second deposit): ${problem}`);
     }
