@@ -11,13 +11,13 @@ import { promisify } from 'node:util';
 
 import { IdemflowError, InMemoryStore, createRetention, fingerprint } from 'idemflow';
 import { PG_URL, openStore, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
-import { SEED_EVENT as CONFIRMED } from '../workers/fixtures.mjs';
+import { SEED_EVENT as CONFIRMED, detectedSwap } from '../workers/fixtures.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const run = promisify(execFile);
 
 const DEPOSIT_REF = 'btc-mainnet:tx-abc:vout-0';
-const WORKFLOW = { id: 'swap-42', status: 'deposit', revision: 3, depositRef: DEPOSIT_REF, amountUnits: '12500000' };
+const WORKFLOW = detectedSwap({ id: 'swap-42', revision: 3, depositRef: DEPOSIT_REF, amountUnits: '12500000' });
 
 /** A clock the test moves. */
 function clock(start = 1_700_000_000_000) {
