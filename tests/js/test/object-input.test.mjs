@@ -7,7 +7,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { IdemflowError, RuleSet, decide, fingerprint, normalizeEvent, planDepositConfirmation, validateEvent } from 'idemflow';
 import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
-import { SEED_EVENT, detectedSwap } from '../workers/fixtures.mjs';
+import { SEED_EVENT, detectedSwap, exchangingSwap } from '../workers/fixtures.mjs';
 
 const seed = () => ({ ...SEED_EVENT });
 // The seed's fingerprint under the default rule set (deposit-swap v3, which fingerprints its sequence):
@@ -101,7 +101,9 @@ test('a lone surrogate in the type is an INVALID_EVENT', () => {
 });
 
 test('a lone surrogate in a recorded field is an INVALID_RECORD', () => {
-  const workflow = storedWorkflow({ depositRef: 'btc-mainnet:tx-abc:vout-0\ud800' });
+  // Exchanging, the swap records the deposit it acts on, and a deposit event reads that depositRef.
+  const exchanging = exchangingSwap({ id: 'swap-42', revision: 4, depositRef: SEED_EVENT.depositRef, amountUnits: SEED_EVENT.amountUnits });
+  const workflow = { ...exchanging, depositRef: 'btc-mainnet:tx-abc:vout-0\ud800' };
   invalidRecord(() => decideOne(seed(), null, workflow), 'workflow', 'depositRef');
 });
 

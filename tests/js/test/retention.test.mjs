@@ -84,9 +84,9 @@ describe('createRetention', () => {
     assert.equal((await retention.runOnce()).receipts.deleted, 1);
     assert.equal(await store.getReceipt(CONFIRMED.eventId), null);
     // What is lost with the receipt: the same event id with another payload is no longer
-    // EVENT_ID_CONFLICT; the rule set's guard refuses it instead (nothing written).
-    await assert.rejects(store.process({ ...CONFIRMED, depositRef: 'other-ref' }), (error) =>
-      error instanceof IdemflowError && error.code === 'IDENTITY_MISMATCH');
+    // EVENT_ID_CONFLICT; the rule set's guard (the deposit's amount) refuses it instead (nothing written).
+    await assert.rejects(store.process({ ...CONFIRMED, amountUnits: '12500001' }), (error) =>
+      error instanceof IdemflowError && error.code === 'IDENTITY_MISMATCH' && error.details.field === 'amountUnits');
     // The workflow still records the deposit: the rule set answers the replay from it.
     assert.deepEqual(await store.process(CONFIRMED), { outcome: 'already-applied', attempts: 1, fingerprint: fingerprint(CONFIRMED) });
     assert.equal(store.snapshot().outbox.size, 1, 'no second START_EXCHANGE');
