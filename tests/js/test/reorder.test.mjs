@@ -246,7 +246,9 @@ test('deposit-swap v3: the reference needs the races between observations: witho
   const chainKind = (kind) => /#\d+$/.test(kind);
   const races = (history) => history.races.filter(([a, b]) => !(chainKind(a) && chainKind(b)));
   const store = new InMemoryStore();
-  const result = await fc.check(reorderProperty(store, model, { races }), { numRuns: 2_000, seed: SEED });
+  // Without the deadline: the counterexample is about the chain's own races, whatever the deadline's rules do.
+  const histories = model.history.filter((h) => !h.external.some((m) => m.type === 'DEADLINE_PASSED'));
+  const result = await fc.check(reorderProperty(store, model, { races, histories }), { numRuns: 2_000, seed: SEED });
   assert.equal(result.failed, true, 'the property passed without the races between observations');
   const [history, plan] = result.counterexample;
   const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { races: races(history) });

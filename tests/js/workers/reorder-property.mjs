@@ -57,6 +57,15 @@
 // whose races allow it, ahead of what it follows (the verifier, too, compares
 // every order of one race outcome with the others, not with producer order);
 // v2's model ranks its races so that this never happens.
+// Several deposits (the 'deposits' model, or any history under a rule set
+// with `facts`): besides the comparison, each delivery's end is checked
+// directly against what deposit-swap v3 promises (depositProblems): no
+// operation id emitted twice, the exchanged deposit covers expectedUnits and
+// is not also reviewed, every other deposit whose latest word is a
+// confirmation has exactly one review-deposit:<ref>:<swap> (or the swap is in
+// review with its open-review), and a deposit event answered stale has its
+// entry in `deposits` recording a newer observation.
+//
 // The reference can still get stuck on an answer that is not published yet
 // (the shuffled delivery saw EXCHANGE_COMPLETED before a reversal, but the
 // in-order one never emitted START_EXCHANGE): that is reported as a
