@@ -529,8 +529,9 @@ fn entry_path(rule_set: &RuleSet, key: &str, member: &str) -> String {
 
 /// The workflow's facts map, checked: an object of at most [`MAX_FACTS`]
 /// entries and [`MAX_FACTS_BYTES`] of JSON text, each entry `{event, <record
-/// fields>, operations}` as this version writes it; absent or null is none.
-/// Anything else is INVALID_RECORD naming the entry and its member.
+/// fields>, operations}` as this version writes it (a record field left out
+/// or null is unrecorded); absent or null is no map. Anything else is
+/// INVALID_RECORD naming the entry and its member.
 fn read_facts(rule_set: &RuleSet, item: &Item, layout: Layout) -> Result<Map<String, Value>> {
     let Some(facts) = rule_set.facts() else { return Ok(Map::new()) };
     let name = facts.name.as_str();
@@ -563,8 +564,8 @@ fn read_facts(rule_set: &RuleSet, item: &Item, layout: Layout) -> Result<Map<Str
                 "operations" => {
                     let names: Option<Vec<&str>> = value.as_array().and_then(|ops| ops.iter().map(Value::as_str).collect());
                     match names {
-                        Some(names) if !names.is_empty() && names.windows(2).all(|w| w[0] < w[1]) => {}
-                        _ => return Err(bad("operations", "must be a non-empty sorted array of distinct operation names".into())),
+                        Some(names) if names.windows(2).all(|w| w[0] < w[1]) => {}
+                        _ => return Err(bad("operations", "must be a sorted array of distinct operation names".into())),
                     }
                 }
                 other => match facts.record.iter().find(|f| rule_set.fields[**f].name == other) {
@@ -866,5 +867,11 @@ pub fn describe_answers(w: &mut Writer) {
     ] {
         w.key(name).int(kind as i64);
     }
-    w.close_object().close_object();
+    w.close_object();
+    // How a fact key is escaped in a per-fact operation id (FACT_KEY): `[from, to]`, in order.
+    w.key("factKeyEscapes").open_array();
+    for (from, to) in crate::ruleset::FACT_KEY_ESCAPES {
+        w.open_array().string(&from.to_string()).string(to).close_array();
+    }
+    w.close_array().close_object();
 }

@@ -16,11 +16,11 @@
 //! say why). The host never runs a rule: it says what each value was, and the
 //! decider answers every input, errors included, exactly as one path.
 //!
-//! Values that are objects are laid out today by their kind only (no rule
-//! reads into one). Rule sets that keep several facts per workflow (issue 21)
-//! extend this without a second decider: an `OBJECT - n` slot whose `n`
-//! members follow in an item's tail, each a key (a string entry) and a value
-//! (any entry, recursively), so a fact keyed by its id is found by key.
+//! Values that are objects are laid out by their kind only (no rule reads
+//! into one), with one exception: a rule set that keeps several facts per
+//! workflow (`facts`) has one more workflow slot, last, for its facts map,
+//! which the host lays out as its JSON text (as it lays out a receipt's
+//! result) for fact events only; the decider parses and checks it there.
 //! `layout_json` is how a host learns all of it: it repeats no constant.
 
 use serde_json::{Map, Value};

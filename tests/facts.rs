@@ -338,7 +338,7 @@ fn the_table_shows_cases_and_conditions() {
 // ------------------------------------------------------------ loading
 
 fn refused_at(definition: &Value) -> (String, String) {
-    let error = load_unverified(definition).err().expect("refused");
+    let error = load_unverified(definition).expect_err("refused");
     assert_eq!(error.code(), "RULESET_INVALID", "{error}");
     let details = error.details();
     (details["path"].as_str().unwrap().to_string(), details["reason"].as_str().unwrap_or_default().to_string())
@@ -430,4 +430,35 @@ fn when_then_else_stays_sugar_for_two_cases() {
     let rows = idemflow::ruleset::table::rows_json(&rules);
     let row = rows.as_array().unwrap().iter().find(|r| r["event"] == "DEPOSIT_DETECTED" && r["statuses"] == json!(["waiting"])).unwrap();
     assert_eq!(row["answer"]["when"], json!(["sequence", ">", "sequence"]), "{row}");
+}
+
+#[test]
+fn two_text_fields_compare_for_equality_only() {
+    let equal = with(|d| {
+        d["rules"][3]["cases"][0] = json!({ "when": [["depositRef", "=", "depositRef"], ["sequence", ">", "sequence"]],
+                                             "then": { "outcome": "applied", "to": "waiting" } });
+    });
+    let rules = RuleSet::from_value(&equal).unwrap();
+    // The top-level depositRef (recorded when the exchange started) is the event's: the first case answers.
+    let mut stored = workflow("waiting", json!({}));
+    stored.insert("depositRef".into(), json!("a"));
+    let decision = both(&rules, &event("e30", "DEPOSIT_CONFIRMED", "a", "1", 1), Some(&stored)).unwrap();
+    assert!(decision.write_set.outbox.is_empty(), "{:?}", decision.write_set.outbox);
+    let decision = both(&rules, &event("e31", "DEPOSIT_CONFIRMED", "b", "1", 1), Some(&stored)).unwrap();
+    assert_eq!(ids(&decision), ["start-exchange:swap-1"]);
+    let ordered = with(|d| d["rules"][3]["cases"][0]["when"][0] = json!(["depositRef", ">", "depositRef"]));
+    let (path, reason) = refused_at(&ordered);
+    assert_eq!(path, "$.rules[3].cases[0].when[0]");
+    assert!(reason.contains("integers only"), "{reason}");
+}
+
+#[test]
+fn a_race_across_facts_relates_fact_events_only() {
+    let across = |between: Value| {
+        with(|d| d["order"] = json!({ "races": [{ "between": between, "across": true }] }))
+    };
+    assert!(load_unverified(&across(json!(["DEPOSIT_CONFIRMED", "DEPOSIT_CONFIRMED"]))).is_ok());
+    assert_eq!(refused_at(&across(json!(["DEPOSIT_CONFIRMED", "CLOSE"]))).0, "$.order.races[0].across");
+    let bad = with(|d| d["order"] = json!({ "races": [{ "between": ["DEPOSIT_CONFIRMED", "CLOSE"], "across": 1 }] }));
+    assert_eq!(refused_at(&bad).0, "$.order.races[0].across");
 }

@@ -15,10 +15,7 @@ const hasOwn = Object.hasOwn;
 const isArray = Array.isArray;
 const define = (object, key, value) => Object.defineProperty(object, key, { value, enumerable: true, writable: true, configurable: true });
 
-/** A fact key inside an operation id: '%' as '%25' and ':' as '%3A' (as the core renders it). */
-function escapeFactKey(key) {
-  return String(key).replace(/%/g, '%25').replace(/:/g, '%3A');
-}
+
 // Buffer's own coders, which skip toString's and write's argument handling and
 // allocate no result object (measured); the documented forms where they are missing.
 const hasLatin1Slice = typeof Buffer.prototype.latin1Slice === 'function';
@@ -52,6 +49,13 @@ function createDecider(wasm) {
   const FINGERPRINT_BYTES = ANSWER.fingerprintBytes;
   const FROM = ANSWER.from;
   const POLICY_OPTIONS = described.outboxPolicyOptions;
+  // A fact key inside a per-fact operation id, escaped as the core describes it ('%' first, then ':').
+  const FACT_KEY_ESCAPES = ANSWER.factKeyEscapes;
+  const escapeFactKey = (key) => {
+    let text = String(key);
+    for (const [from, to] of FACT_KEY_ESCAPES) text = text.split(from).join(to);
+    return text;
+  };
 
   const encoder = new TextEncoder();
   const scratch = new wasm.Decider();

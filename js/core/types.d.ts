@@ -77,6 +77,13 @@ export interface NormalizedEvent {
   [field: string]: string;
 }
 
+/** One fact's entry in a workflow's facts map: the last event type applied, its recorded fields, the per-fact operations emitted. */
+export interface FactEntry {
+  event: string;
+  operations?: string[];
+  [field: string]: string | number | string[] | undefined;
+}
+
 /** A stored workflow: id, status, revision and the fields the rule set records. */
 export interface Workflow {
   id: string;
@@ -143,7 +150,8 @@ export interface StoredReceipt {
 export interface WorkflowWrite {
   id: string;
   expect: { status: string; revision: number } | null;
-  set: { status: string; revision: number; [field: string]: string | number | null };
+  /** A rule set with `facts` sets its map (`facts.name`) to the whole new map of fact entries. */
+  set: { status: string; revision: number; [field: string]: string | number | null | Record<string, FactEntry> };
 }
 
 /** An intention to act, committed with the state change. Its id is deterministic. */
@@ -236,14 +244,21 @@ export interface RuleSetDefinition {
   /** `count`: a safe integer >= 1 sent as a JSON number (an observation's number, a period). */
   fields?: { name: string; kind: 'text' | 'units' | 'count'; description?: string }[];
   events: { type: string; fields?: string[]; identity?: string[]; description?: string }[];
+  /**
+   * Several facts per workflow (deposits by `depositRef`): `data[name]` maps
+   * each fact's key to its entry `{event, <record fields>, operations?}`.
+   */
+  facts?: { name: string; key: string; events: string[]; record?: string[]; description?: string };
   rules: {
     on: string | string[];
     in: string | string[];
     guard?: string[];
-    /** `[eventField, op, workflowField]` over two counts or two amounts: `then` when it holds, `else` otherwise. */
-    when?: [string, '>' | '>=' | '=' | '<=' | '<', string];
-    then: RuleAnswerDefinition;
+    /** One condition or an array of them (all must hold): `then` when it holds, `else` otherwise. */
+    when?: RuleWhen;
+    then?: RuleAnswerDefinition;
     else?: RuleAnswerDefinition;
+    /** A decision list: the first case whose `when` holds answers; the last has no `when`. */
+    cases?: { when?: RuleWhen; then: RuleAnswerDefinition; description?: string }[];
     description?: string;
   }[];
   otherwise?: RuleAnswerDefinition;
@@ -261,6 +276,17 @@ export interface RuleSetDefinition {
     description?: string;
   };
 }
+
+/**
+ * `[eventField, op, recordedField]` over two counts or two amounts;
+ * `{other}`: another fact's entry last saw one of these event types;
+ * `{emitted}`: this fact's entry lists that per-fact operation.
+ */
+export type RuleCondition =
+  | [string, '>' | '>=' | '=' | '<=' | '<', string]
+  | { other: string | string[] }
+  | { emitted: string };
+export type RuleWhen = RuleCondition | RuleCondition[];
 
 export type RuleAnswerDefinition =
   | {

@@ -578,7 +578,8 @@ fn load_condition(
 }
 
 /// `[eventField, op, workflowField]`: two integer fields of one kind (count
-/// or units), the first carried by every event type the rule answers.
+/// or units), or two text fields with `=`, the first carried by every event
+/// type the rule answers.
 fn load_comparison(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize]) -> Result<(usize, Comparison, usize)> {
     let parts = match value.as_array() {
         Some(parts) if parts.len() == 3 => parts,
@@ -608,10 +609,18 @@ fn load_comparison(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usi
         .ok_or_else(|| invalid(&format!("{path}[1]"), format!("{:?} is not one of >, >=, =, <=, <", truncate(op_text))))?;
     let workflow_field = field(2)?;
     let (a, b) = (&rule_set.fields[event_field], &rule_set.fields[workflow_field]);
-    if !a.kind.is_integer() || !b.kind.is_integer() {
+    // Text compares for equality (the deposit a swap acts on); only integers have an order.
+    let text_equality = op == Comparison::Equal && a.kind == FieldKind::Text && b.kind == FieldKind::Text;
+    if !text_equality && (!a.kind.is_integer() || !b.kind.is_integer()) {
         return Err(invalid(
             path,
-            format!("compares integers only (count or units fields): {:?} is {}, {:?} is {}", a.name, a.kind.as_str(), b.name, b.kind.as_str()),
+            format!(
+                "orders integers only (count or units fields; two text fields compare with = only): {:?} is {}, {:?} is {}",
+                a.name,
+                a.kind.as_str(),
+                b.name,
+                b.kind.as_str()
+            ),
         ));
     }
     if a.kind != b.kind {

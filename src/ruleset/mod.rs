@@ -131,14 +131,16 @@ pub struct Template {
 pub fn escape_fact_key(key: &str) -> String {
     let mut out = String::with_capacity(key.len());
     for c in key.chars() {
-        match c {
-            '%' => out.push_str("%25"),
-            ':' => out.push_str("%3A"),
-            c => out.push(c),
+        match FACT_KEY_ESCAPES.iter().find(|(from, _)| *from == c) {
+            Some((_, to)) => out.push_str(to),
+            None => out.push(c),
         }
     }
     out
 }
+
+/// What [`escape_fact_key`] replaces, in the order a host applies it (`%` first).
+pub const FACT_KEY_ESCAPES: [(char, &str); 2] = [('%', "%25"), (':', "%3A")];
 
 impl Template {
     /// What the operation id is made of, in order: the name and a colon,

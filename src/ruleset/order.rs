@@ -54,6 +54,9 @@ pub struct Race {
     pub a: usize,
     pub b: usize,
     pub description: Option<String>,
+    /// `"across": true`: the race relates events of two different facts (a
+    /// rule set with `facts`); otherwise events of one fact only.
+    pub across: bool,
 }
 
 /// Versioned observations: the producer numbers the events it emits about
@@ -75,13 +78,6 @@ pub struct Order {
     /// the first side's type (see `reorder`).
     pub directed: Vec<(usize, usize)>,
     pub sequence: Option<Sequence>,
-}
-
-impl Order {
-    pub fn races_between(&self, a: usize, b: usize) -> bool {
-        let (a, b) = if a <= b { (a, b) } else { (b, a) };
-        self.races.iter().any(|r| r.a == a && r.b == b)
-    }
 }
 
 fn invalid(path: &str, reason: impl Into<String>) -> Error {
@@ -223,7 +219,12 @@ pub fn load(rule_set: &RuleSet, value: &Value) -> Result<Order> {
     }
     for (i, entry) in races.iter().enumerate() {
         let path = format!("$.order.races[{i}]");
-        let item = object(entry, &path, &["between", "description"])?;
+        let item = object(entry, &path, &["between", "across", "description"])?;
+        let across = match item.get("across") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(invalid(&format!("{path}.across"), "must be true or false")),
+        };
         let between = match item.get("between") {
             Some(Value::Array(sides)) if sides.len() == 2 => sides,
             _ => {
@@ -254,7 +255,13 @@ pub fn load(rule_set: &RuleSet, value: &Value) -> Result<Order> {
         };
         for a in side(0)? {
             for b in side(1)? {
-                if a == b && !sequenced(a) {
+                if across && !(rule_set.is_fact_event(a) && rule_set.is_fact_event(b)) {
+                    return Err(invalid(
+                        &format!("{path}.across"),
+                        "relates the events of two facts: both sides must be fact events (facts.events) of a rule set with 'facts'",
+                    ));
+                }
+                if a == b && !sequenced(a) && !across {
                     return Err(invalid(
                         &format!("{path}.between"),
                         "an event type does not race with itself (only a sequenced one does: a newer observation with an older one)",
@@ -264,7 +271,7 @@ pub fn load(rule_set: &RuleSet, value: &Value) -> Result<Order> {
                     order.directed.push((a, b));
                 }
                 let (a, b) = (a.min(b), a.max(b));
-                if !order.races_between(a, b) {
+                if !order.races.iter().any(|r| r.a == a && r.b == b && r.across == across) {
                     if order.races.len() >= LIMIT {
                         return Err(invalid(
                             "$.order.races",
@@ -275,6 +282,7 @@ pub fn load(rule_set: &RuleSet, value: &Value) -> Result<Order> {
                         a,
                         b,
                         description: description.clone(),
+                        across,
                     });
                 }
             }
