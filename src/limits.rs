@@ -35,6 +35,13 @@ pub const MAX_STATES_EXPLORED: usize = 200_000;
 /// many start statuses and histories a definition declares.
 pub const MAX_REORDER_HISTORIES: usize = 100_000;
 pub const MAX_REORDER_CONFIGURATIONS: usize = 2_000_000;
+/// The same budget for the concrete explorer of rule sets with facts
+/// (`facts_reorder`): (history, start) pairs, and delivery configurations
+/// over all of them. Its histories hold two facts (up to ten events), so
+/// it needs more configurations than the one-fact model; each costs a
+/// microsecond or so once a (workflow, event) pair has been decided.
+pub const MAX_FACTS_REORDER_HISTORIES: usize = 100_000;
+pub const MAX_FACTS_REORDER_CONFIGURATIONS: usize = 12_000_000;
 
 /// Every bound with its name, for documentation and tests.
 pub const LIMITS: &[(&str, usize)] = &[
