@@ -34,6 +34,8 @@ const byNumber = (newer, same, older = same) => ({ byNumber: true, newer, same, 
 const REVIEW = 'OPEN_REVIEW:open-review:swap-1';
 const EXCHANGE = 'START_EXCHANGE:start-exchange:swap-1';
 const PAYOUT = 'SEND_PAYOUT:send-payout:swap-1';
+// v3's review of one deposit (its ref escaped: ':' → %3A).
+const DEPOSIT_REVIEW = 'REVIEW_DEPOSIT:review-deposit:btc-mainnet%3Atx-abc%3Avout-0:swap-1';
 // Where deposit-swap v2 and v3 guard the event's fields against the recorded ones.
 const DEPOSIT_GUARDS = {
   DEPOSIT_DETECTED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
@@ -97,7 +99,8 @@ const tables = {
       DEPOSIT_CONFIRMED: {
         '(none)': UW, waiting: to('exchange', EXCHANGE), deposit: byNumber(to('exchange', EXCHANGE), AA, ST),
         exchange: byNumber(to('review', REVIEW), AA, ST), sending: byNumber(to('review', REVIEW), AA, ST), success: byNumber(to('review', REVIEW), AA, ST),
-        overdue: to('review', REVIEW), reversed: byNumber(to('exchange', EXCHANGE), AA, ST), review: byNumber(to('review'), AA, ST),
+        // A deposit confirmed after the deadline: a person decides, and the deposit gets its own review.
+        overdue: to('review', REVIEW, DEPOSIT_REVIEW), reversed: byNumber(to('exchange', EXCHANGE), AA, ST), review: byNumber(to('review'), AA, ST),
       },
       EXCHANGE_COMPLETED: { '(none)': UW, waiting: IT, deposit: IT, exchange: to('sending', PAYOUT), sending: AA, success: AA, overdue: IT, reversed: IT, review: ST },
       PAYOUT_CONFIRMED: { '(none)': UW, waiting: IT, deposit: IT, exchange: IT, sending: to('success'), success: AA, overdue: IT, reversed: IT, review: ST },
@@ -213,7 +216,9 @@ for (const [version, { ruleSet, expected, guarded, guardedFields = {}, facts = f
             // on the swap, the number of what starts the exchange or of a newer word on the deposit it acted on.
             const applied = answer.outcome === 'applied' && type in WATCHER_SEQUENCE;
             const entry = after.deposits?.[recorded.depositRef];
-            if (applied) assert.deepEqual(entry, { event: type, amountUnits: recorded.amountUnits, sequence: event.sequence });
+            // The entry lists the per-deposit operations emitted for it (a review of the deposit).
+            const perDeposit = (answer.operations ?? []).includes(DEPOSIT_REVIEW) ? { operations: ['review-deposit'] } : {};
+            if (applied) assert.deepEqual(entry, { event: type, amountUnits: recorded.amountUnits, sequence: event.sequence, ...perDeposit });
             else assert.equal(entry?.sequence, stored);
             const acts = applied && (answer.operations.includes(EXCHANGE) || ACTED_ON.has(status));
             assert.equal(after.sequence, acts ? event.sequence : ACTED_ON.has(status) ? stored : undefined);
@@ -321,12 +326,15 @@ test('a late deposit goes to review, never to exchange', async () => {
   assert.equal((await run(store, 'DEADLINE_PASSED', 'd1')).status, 'overdue');
   const late = await run(store, 'DEPOSIT_DETECTED', 'd2');
   assert.deepEqual([late.status, late.operationIds], ['review', ['open-review:swap-1']]);
+  // Its confirmation, a newer observation, is recorded and the confirmed deposit gets its own review, once,
+  // as it would had it opened the review itself (so the order of the two does not matter).
+  const review = 'review-deposit:btc-mainnet%3Atx-abc%3Avout-0:swap-1';
   const confirm = await run(store, 'DEPOSIT_CONFIRMED', 'd3');
-  assert.deepEqual(confirm, { outcome: 'applied', status: 'review', revision: 3, operationIds: [], operationId: null, ...measured('DEPOSIT_CONFIRMED', 'd3') },
-    'its confirmation, a newer observation, is only recorded for the person reviewing');
+  assert.deepEqual(confirm, { outcome: 'applied', status: 'review', revision: 3, operationIds: [review], operationId: review, ...measured('DEPOSIT_CONFIRMED', 'd3') });
   const { workflows, outbox } = store.snapshot();
-  assert.equal(workflows.get('swap-1').sequence, WATCHER_SEQUENCE.DEPOSIT_CONFIRMED);
-  assert.deepEqual([...outbox.keys()], ['open-review:swap-1']);
+  assert.equal(workflows.get('swap-1').deposits[recorded.depositRef].sequence, WATCHER_SEQUENCE.DEPOSIT_CONFIRMED);
+  assert.deepEqual([...outbox.keys()], ['open-review:swap-1', review]);
+  assert.equal(await outcomeOf(run(store, 'DEPOSIT_CONFIRMED', 'd4')).then((r) => r.outcome), 'already-applied', 're-published, no second review');
 });
 
 test('a reversal before the exchange holds until the chain says something newer: older observations are stale', async () => {

@@ -423,8 +423,10 @@ export class Coverage {
     }
     for (const [key, held] of Object.entries(this.model.coverage(shuffled, history))) if (held) this[key] = (this[key] ?? 0) + 1;
     this.ends[shuffled.end.status] = (this.ends[shuffled.end.status] ?? 0) + 1;
-    const sequence = shuffled.end.recorded.sequence;
-    if (sequence !== undefined) (this.endSequences ??= {})[sequence] = (this.endSequences[sequence] ?? 0) + 1;
+    // The number each deposit ended at: its entry in the facts map (v3 records a deposit on the swap only once it acts on it).
+    const facts = this.model.order.facts && shuffled.end.recorded[this.model.order.facts.name];
+    const sequences = facts ? Object.values(facts).map((entry) => entry.sequence) : [shuffled.end.recorded.sequence];
+    for (const sequence of sequences) if (sequence !== undefined) (this.endSequences ??= {})[sequence] = (this.endSequences[sequence] ?? 0) + 1;
   }
 }
 
