@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 
 import { InMemoryStore, IdemflowError, RuleSet, createDeliveryHandler, fingerprint, processBatch, processEvent } from 'idemflow';
 import { BACKENDS, MYSQL_URL, PG_URL, hasNodeSqlite, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
-import { SEED_EVENT as CONFIRMED, SEED_WORKFLOW as WORKFLOW } from '../workers/fixtures.mjs';
+import { SEED_EVENT as CONFIRMED, SEED_EXCHANGING as EXCHANGING, SEED_WORKFLOW as WORKFLOW, detectedSwap, exchangingSwap } from '../workers/fixtures.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
@@ -19,8 +19,8 @@ const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKEN
 // ---- Inputs -------------------------------------------------------------------
 
 const DEPOSIT_REF = 'btc-mainnet:tx-abc:vout-0';
-// WORKFLOW (in `deposit`, sequence 1) once CONFIRMED applied: exchanging, recording the confirmation's number.
-const EXCHANGING = { ...WORKFLOW, status: 'exchange', revision: 4, sequence: 2 };
+// WORKFLOW (in `deposit`, its deposit in the deposits map at sequence 1) once CONFIRMED applied is EXCHANGING:
+// exchanging that deposit, recorded on the swap with the confirmation's number.
 const confirmed = (eventId, fields = {}) => ({ ...CONFIRMED, eventId, ...fields });
 
 async function counts(h) {
@@ -176,20 +176,21 @@ const cases = [
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 1, outbox: 0 });
   }],
 
-  ['applied with record: a detected deposit records its fields, amounts as exact decimal text and its sequence as a number', async (h) => {
+  ['applied with record: a detected deposit is recorded in the deposits map, amounts as exact decimal text and its sequence as a number', async (h) => {
     const amount = '123456789012345678901234567890';
     const ref = 'eth:0x"abc"\\log-3\'$.x'; // quotes, a backslash and a JSON path in a value stay text
     await h.store.putWorkflow({ id: 'swap-7', status: 'waiting', revision: 0, payoutRef: 'kept' });
     const detected = { eventId: 'watcher:d1', workflowId: 'swap-7', type: 'DEPOSIT_DETECTED', depositRef: ref, amountUnits: amount, sequence: 1 };
     assert.equal((await h.store.process(detected)).outcome, 'applied');
+    // The ref is a key of the map: a store keeps it exactly.
     assert.deepEqual(await h.store.getWorkflow('swap-7'), {
-      id: 'swap-7', status: 'deposit', revision: 1, payoutRef: 'kept', depositRef: ref, amountUnits: amount, sequence: 1,
+      id: 'swap-7', status: 'deposit', revision: 1, payoutRef: 'kept', deposits: { [ref]: { event: 'DEPOSIT_DETECTED', amountUnits: amount, sequence: 1 } },
     });
     if (h.rawData) {
       const raw = await h.rawData('swap-7');
       const data = typeof raw === 'string' ? JSON.parse(raw) : raw;
-      assert.equal(data.amountUnits, amount, 'stored as a string, not a number');
-      assert.equal(data.sequence, 1, 'a count stored as a JSON number, not text');
+      assert.equal(data.deposits[ref].amountUnits, amount, 'stored as a string, not a number');
+      assert.equal(data.deposits[ref].sequence, 1, 'a count stored as a JSON number, not text');
     }
   }],
 
@@ -236,10 +237,10 @@ const cases = [
     assert.deepEqual(await counts(h), { workflows: 0, inbox: 0, outbox: 0 });
   }],
 
-  ['IDENTITY_MISMATCH: another deposit reference is for reconciliation, and nothing is written', async (h) => {
+  ['IDENTITY_MISMATCH: another amount for a deposit reference is for reconciliation, and nothing is written', async (h) => {
     await h.store.putWorkflow(WORKFLOW);
-    const error = await rejectsWith(h.store.process(confirmed('e-2', { depositRef: 'btc-mainnet:tx-zzz:vout-1' })), 'IDENTITY_MISMATCH', 'reconcile');
-    assert.equal(error.details.field, 'depositRef');
+    const error = await rejectsWith(h.store.process(confirmed('e-2', { amountUnits: '12500001' })), 'IDENTITY_MISMATCH', 'reconcile');
+    assert.equal(error.details.field, 'amountUnits');
     assert.deepEqual(await counts(h), { workflows: 1, inbox: 0, outbox: 0 });
     assert.deepEqual(await h.store.getWorkflow('swap-42'), WORKFLOW);
   }],
@@ -522,10 +523,12 @@ const cases = [
 
   ['unicode ids and values round-trip unchanged', async (h) => {
     const id = 'swap-ü-日本-😀';
-    await h.store.putWorkflow({ ...WORKFLOW, id, depositRef: 'ref-ß-😀' });
-    const result = await h.store.process(confirmed('évènement-😀', { workflowId: id, depositRef: 'ref-ß-😀' }));
+    // The ref is also a key of the deposits map.
+    const deposit = { depositRef: 'ref-ß-😀', amountUnits: CONFIRMED.amountUnits };
+    await h.store.putWorkflow(detectedSwap({ id, revision: 3, ...deposit }));
+    const result = await h.store.process(confirmed('évènement-😀', { workflowId: id, depositRef: deposit.depositRef }));
     assert.equal(result.operationId, `start-exchange:${id}`);
-    assert.deepEqual(await h.store.getWorkflow(id), { ...EXCHANGING, id, depositRef: 'ref-ß-😀' });
+    assert.deepEqual(await h.store.getWorkflow(id), exchangingSwap({ id, revision: 4, ...deposit }));
     assert.equal((await h.store.getReceipt('évènement-😀')).workflowId, id);
   }],
 ];

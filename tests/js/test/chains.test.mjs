@@ -1,6 +1,9 @@
-// Versioned observations through the installed package (issue 21, first
-// slice): deposit-swap v3's numbered chain-watcher events and subscription
-// v2's counted periods, through processEvent over InMemoryStore and SQLite.
+// Versioned observations through the installed package (issue 21):
+// deposit-swap v3's numbered chain-watcher events, its several deposits per
+// swap (each numbered on its own, kept in the workflow's deposits map; a
+// second or partial one reviewed once with review-deposit:<ref>:<swap>) and
+// subscription v2's counted periods, through processEvent over InMemoryStore
+// and SQLite.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -30,6 +33,7 @@ const STORES = {
 };
 
 const REF = 'btc-mainnet:tx-abc:vout-0';
+const SECOND_REF = 'btc-mainnet:tx-50%:vout-1';
 const swap = { id: 'swap-9', status: 'waiting', revision: 1 };
 const observed = (eventId, type, sequence) => ({ eventId, workflowId: 'swap-9', type, depositRef: REF, amountUnits: '12500000', sequence });
 const detected = (eventId, sequence) => observed(eventId, 'DEPOSIT_DETECTED', sequence);
@@ -128,12 +132,60 @@ for (const [name, open] of Object.entries(STORES)) {
     assert.deepEqual([stored.status, stored.revision, stored.sequence], ['waiting', 1, undefined]);
   });
 
-  test(`deposit-swap v3 through ${name}: another depositRef stays IDENTITY_MISMATCH`, async () => {
+  test(`deposit-swap v3 through ${name}: before the exchange a deposit lives only in deposits; another amount for its depositRef is IDENTITY_MISMATCH`, async () => {
     const store = await open([swap]);
-    await deliver(store, v3, [detected('w:d1', 1), reversed('w:r2', 2)]);
-    const other = { ...detected('w:other', 3), depositRef: 'btc-mainnet:tx-def:vout-1' };
+    await deliver(store, v3, [detected('w:d1', 1)]);
+    const stored = await store.getWorkflow('swap-9');
+    assert.deepEqual(stored, { id: 'swap-9', status: 'deposit', revision: 2, deposits: { [REF]: { event: 'DEPOSIT_DETECTED', amountUnits: '12500000', sequence: 1 } } });
+    const other = { ...confirmed('w:c2', 2), amountUnits: '12500001' };
     await assert.rejects(processEvent(store, other, { ruleSet: v3 }), (error) =>
-      error instanceof IdemflowError && error.code === 'IDENTITY_MISMATCH' && error.details.field === 'depositRef');
+      error instanceof IdemflowError && error.code === 'IDENTITY_MISMATCH' && error.details.field === 'amountUnits');
+  });
+
+  test(`deposit-swap v3 through ${name}: a second deposit is recorded and reviewed once, never exchanged twice`, async () => {
+    const store = await open([swap]);
+    // Its ref has ':' and '%': the operation id escapes both (% → %25, : → %3A).
+    const second = (eventId, type, sequence) => ({ ...observed(eventId, type, sequence), depositRef: SECOND_REF });
+    const { answers, operations } = await deliver(store, v3, [
+      detected('w:d1', 1), confirmed('w:c2', 2),
+      second('w:b-d1', 'DEPOSIT_DETECTED', 1), second('w:b-c2', 'DEPOSIT_CONFIRMED', 2),
+      second('w:b-c2-again', 'DEPOSIT_CONFIRMED', 2), // re-published
+      second('w:b-r3', 'DEPOSIT_REVERSED', 3), second('w:b-c4', 'DEPOSIT_CONFIRMED', 4), // re-organised and confirmed again
+    ]);
+    assert.deepEqual(answers, ['applied', 'applied', 'applied', 'applied', 'already-applied', 'applied', 'applied']);
+    assert.deepEqual(operations, ['start-exchange:swap-9', 'review-deposit:btc-mainnet%3Atx-50%25%3Avout-1:swap-9']);
+    const stored = await store.getWorkflow('swap-9');
+    assert.deepEqual([stored.status, stored.depositRef, stored.sequence], ['exchange', REF, 2], 'the exchanged deposit is recorded on the swap');
+    assert.deepEqual(stored.deposits, {
+      [REF]: { event: 'DEPOSIT_CONFIRMED', amountUnits: '12500000', sequence: 2 },
+      [SECOND_REF]: { event: 'DEPOSIT_CONFIRMED', amountUnits: '12500000', sequence: 4, operations: ['review-deposit'] },
+    });
+    const review = await store.getOperation('review-deposit:btc-mainnet%3Atx-50%25%3Avout-1:swap-9');
+    assert.deepEqual([review.type, review.payload], ['REVIEW_DEPOSIT', { depositRef: SECOND_REF, amountUnits: '12500000' }]);
+  });
+
+  test(`deposit-swap v3 through ${name}: partial deposits are reviewed each once and never summed; one that covers is exchanged`, async () => {
+    const store = await open([{ ...swap, expectedUnits: '12500000' }]);
+    const deposit = (ref, amountUnits) => (eventId, type, sequence) => ({ ...observed(eventId, type, sequence), depositRef: ref, amountUnits });
+    const a = deposit('btc-mainnet:tx-a:vout-0', '7000000');
+    const b = deposit('btc-mainnet:tx-b:vout-0', '6000000'); // with a's, more than expected: still not exchanged
+    const c = deposit('btc-mainnet:tx-c:vout-0', '12500000');
+    const first = await deliver(store, v3, [
+      a('a:d1', 'DEPOSIT_DETECTED', 1), a('a:c2', 'DEPOSIT_CONFIRMED', 2), b('b:c1', 'DEPOSIT_CONFIRMED', 1),
+      a('a:r3', 'DEPOSIT_REVERSED', 3), a('a:c4', 'DEPOSIT_CONFIRMED', 4), // confirmed again after a reorganisation: no second review
+    ]);
+    assert.deepEqual(first.answers, ['applied', 'applied', 'applied', 'applied', 'applied']);
+    assert.deepEqual(first.operations, ['review-deposit:btc-mainnet%3Atx-a%3Avout-0:swap-9', 'review-deposit:btc-mainnet%3Atx-b%3Avout-0:swap-9']);
+    // Under review, the partial deposits leave the swap waiting in deposit for one that covers the amount.
+    const waiting = await store.getWorkflow('swap-9');
+    assert.equal(waiting.status, 'deposit');
+    assert.equal(waiting.depositRef, undefined, 'no deposit is acted on');
+    assert.equal(await store.getOperation('start-exchange:swap-9'), null);
+    const covering = await deliver(store, v3, [c('c:c1', 'DEPOSIT_CONFIRMED', 1)]);
+    assert.deepEqual(covering.operations, ['start-exchange:swap-9']);
+    const exchanged = await store.getWorkflow('swap-9');
+    assert.deepEqual([exchanged.status, exchanged.depositRef, exchanged.amountUnits], ['exchange', 'btc-mainnet:tx-c:vout-0', '12500000']);
+    assert.deepEqual(Object.keys(exchanged.deposits).sort(), ['btc-mainnet:tx-a:vout-0', 'btc-mainnet:tx-b:vout-0', 'btc-mainnet:tx-c:vout-0']);
   });
 
   test(`subscription v2 through ${name}: a renewal for a paid period is already-applied, the next period charges once`, async () => {

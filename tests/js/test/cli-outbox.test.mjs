@@ -13,6 +13,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createOutboxConsumer, processEvent } from 'idemflow';
 import { MONGODB_URL, MYSQL_URL, PG_URL, openStore, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { detectedSwap } from '../workers/fixtures.mjs';
 
 const bin = fileURLToPath(new URL('../node_modules/.bin/idemflow', import.meta.url));
 const testsDir = fileURLToPath(new URL('..', import.meta.url));
@@ -55,7 +56,7 @@ const BACKENDS = [
   },
 ];
 
-const swap = (i) => ({ id: `swap-${i}`, status: 'deposit', revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i) });
+const swap = (i) => detectedSwap({ id: `swap-${i}`, revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i) });
 const confirmation = (i) => ({ eventId: `confirm-${i}`, workflowId: `swap-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i), sequence: 2 });
 
 /**

@@ -31,7 +31,8 @@ test('rules table prints the built-in decision table as Markdown', () => {
   assert.equal(code, 0);
   assert.equal(stdout, RuleSet.builtin('deposit-swap').tableMarkdown());
   assert.match(stdout, /^Rule set `deposit-swap` v3 /);
-  assert.match(stdout, /\| DEPOSIT_CONFIRMED \| deposit \| depositRef, amountUnits \| when sequence > recorded sequence: applied → exchange; records sequence; emits START_EXCHANGE `start-exchange:\{workflowId\}`; else stale \(receipt only\) \|/);
+  // Before the exchange a confirmation that covers expectedUnits starts it, and records the deposit it acts on.
+  assert.match(stdout, /\| DEPOSIT_CONFIRMED \| waiting, deposit, reversed \| amountUnits \| when sequence > recorded sequence and amountUnits >= recorded expectedUnits: applied → exchange; records depositRef, amountUnits, sequence; emits START_EXCHANGE `start-exchange:\{workflowId\}`;/);
 });
 
 test('rules table --json prints the rows of a rule set from a file', () => {

@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { IdemflowError, createOutboxConsumer, processBatch } from 'idemflow';
 import { openPglite, openStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 import { faultRun } from '../workers/fault-runs.mjs';
+import { detectedSwap } from '../workers/fixtures.mjs';
 import { FakeMongoClient } from '../workers/mongo-fake.mjs';
 import { mariadbMissing, postgresMissing, startMariadb, startPostgres } from '../workers/servers.mjs';
 
@@ -25,7 +26,7 @@ const DELIVERIES = 600;
 const WORKFLOWS = 60;
 
 // A swap in deposit recorded the watcher's detection, its observation 1; its confirmation is observation 2.
-const workflow = (id) => ({ id, status: 'deposit', revision: 1, depositRef: `tx-${id}`, amountUnits: '100', sequence: 1 });
+const workflow = (id) => detectedSwap({ id, revision: 1, depositRef: `tx-${id}`, amountUnits: '100' });
 const confirmation = (id, n = 1) => ({ eventId: `${id}-e${n}`, workflowId: id, type: 'DEPOSIT_CONFIRMED', depositRef: `tx-${id}`, amountUnits: '100', sequence: 2 });
 
 /** What `promise` settled to, or 'watchdog' if it did not within WATCHDOG_MS (then `onWatchdog` runs). */

@@ -13,7 +13,7 @@ import {
   processEvent,
   validateEvent,
 } from 'idemflow';
-import { SEED_EVENT as event, SEED_WORKFLOW } from '../workers/fixtures.mjs';
+import { SEED_EVENT as event, SEED_EXCHANGING, SEED_WORKFLOW } from '../workers/fixtures.mjs';
 
 // The article's workflow, as processDepositConfirmed (deposit-swap v1) stores it: no sequence.
 const workflow = Object.freeze({
@@ -268,15 +268,17 @@ test('raceRetries: how often a lost race runs the cycle again, from the call or 
   assert.throws(() => new SqliteStore(new Database(':memory:'), { maxAttempts: 7 }), { code: 'INVALID_ARGUMENT' });
 });
 
-// decide runs the default rule set, deposit-swap v3: the swap in `deposit` recorded the detection's sequence 1.
+// decide runs the default rule set, deposit-swap v3: the swap in `deposit` holds the detected deposit (sequence 1) in its deposits map.
 test('decide returns the complete write set for applied', () => {
   const decision = decide({ event, receipt: null, workflow: SEED_WORKFLOW });
   assert.equal(decision.outcome, 'applied');
   assert.equal(decision.fingerprint, fingerprint(event));
+  // The exchange acts on the deposit: recorded on the swap, and its entry in the map confirmed.
+  const { id, status, revision, ...recorded } = SEED_EXCHANGING;
   assert.deepEqual(decision.writeSet.workflow, {
     id: 'swap-42',
     expect: { status: 'deposit', revision: 3 },
-    set: { status: 'exchange', revision: 4, sequence: 2 },
+    set: { status: 'exchange', revision: 4, ...recorded },
   });
   assert.deepEqual(
     { ...decision.writeSet.receipt, ruleSet: undefined },
@@ -290,7 +292,7 @@ test('decide returns the complete write set for applied', () => {
 
 test('decide writes only the receipt for already-applied and nothing for a duplicate delivery', () => {
   // The swap exchanging since this confirmation (sequence 2) applied under another event id.
-  const already = decide({ event, receipt: null, workflow: { ...SEED_WORKFLOW, status: 'exchange', revision: 4, sequence: 2 } });
+  const already = decide({ event, receipt: null, workflow: SEED_EXCHANGING });
   assert.equal(already.outcome, 'already-applied');
   assert.equal(already.writeSet.workflow, null);
   assert.deepEqual(already.writeSet.outbox, []);

@@ -7,11 +7,12 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { IdemflowError, InMemoryStore, createBatcher, createDeliveryHandler, processBatch, processEvent } from 'idemflow';
+import { detectedSwap } from '../workers/fixtures.mjs';
 
 const RUNS = Number(process.env.IDEMFLOW_HOSTILE_RUNS ?? 300);
 const TRAPS = ['get', 'has', 'ownKeys', 'getOwnPropertyDescriptor', 'getPrototypeOf', 'isExtensible', 'defineProperty', 'set', 'apply'];
 
-const swap = (i) => ({ id: `swap-${i}`, status: 'deposit', revision: 1, depositRef: `ref-${i}`, amountUnits: '100' });
+const swap = (i) => detectedSwap({ id: `swap-${i}`, revision: 1, depositRef: `ref-${i}`, amountUnits: '100' });
 const confirmed = (i) => ({ eventId: `e-${i}`, workflowId: `swap-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `ref-${i}`, amountUnits: '100', sequence: 2 });
 
 class Thrown extends Error {}

@@ -5,7 +5,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { IdemflowError, decide, fingerprint, validateEvent } from 'idemflow';
 import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
-import { SEED_EVENT } from '../workers/fixtures.mjs';
+import { SEED_EVENT, detectedSwap } from '../workers/fixtures.mjs';
 
 const event = SEED_EVENT;
 
@@ -75,7 +75,7 @@ test('a getter on an unrelated property is never read', () => {
 });
 
 test('bad stored records and arguments to decide are coded errors', () => {
-  const workflow = { id: 'swap-42', status: 'deposit', revision: 3, depositRef: event.depositRef, amountUnits: event.amountUnits };
+  const workflow = detectedSwap({ id: 'swap-42', revision: 3, depositRef: event.depositRef, amountUnits: event.amountUnits });
   const cases = [
     [{ event, receipt: 'nope', workflow }, 'INVALID_ARGUMENT'],
     [{ event, receipt: { fingerprint: 42 }, workflow }, 'INVALID_RECORD'],

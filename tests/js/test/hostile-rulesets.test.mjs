@@ -8,10 +8,10 @@ import {
   IdemflowError, RuleSet, decide, fingerprint, normalizeEvent, planDepositConfirmation, validateEvent, verifyRuleSet,
 } from 'idemflow';
 import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
-import { SEED_EVENT, shipmentDefinition } from '../workers/fixtures.mjs';
+import { SEED_EVENT, detectedSwap, shipmentDefinition } from '../workers/fixtures.mjs';
 
 const event = SEED_EVENT;
-const workflow = { id: 'swap-42', status: 'deposit', revision: 2, depositRef: event.depositRef, amountUnits: event.amountUnits };
+const workflow = detectedSwap({ id: 'swap-42', revision: 2, depositRef: event.depositRef, amountUnits: event.amountUnits });
 
 function base() {
   return shipmentDefinition('hostile');

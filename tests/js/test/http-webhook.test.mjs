@@ -12,10 +12,9 @@ import Fastify from 'fastify';
 import { createDeliveryHandler, createWebhookReceiver, hmacSignature, signPayload } from 'idemflow';
 import { webhook } from 'idemflow/fastify';
 import { PG_URL, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
-import { SEED_EVENT as CONFIRMED } from '../workers/fixtures.mjs';
+import { SEED_EVENT as CONFIRMED, SEED_WORKFLOW as WORKFLOW } from '../workers/fixtures.mjs';
 
 const SECRET = 'whsec_test_0123456789';
-const WORKFLOW = { id: 'swap-42', status: 'deposit', revision: 3, depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000' };
 const STORES = [
   { id: 'sqlite' },
   { id: 'pg', skip: PG_URL ? false : 'set IDEMFLOW_PG_URL to run the webhook tests on PostgreSQL' },

@@ -21,6 +21,7 @@ import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '
 import { IdemflowError, InMemoryStore, createOutboxConsumer, processEvent } from 'idemflow';
 import { RELAY_HEADERS, createKafkaRelay, kafkaRecord } from 'idemflow/kafka';
 import { PG_URL, openStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
+import { detectedSwap } from '../workers/fixtures.mjs';
 import { EXAMPLES, brokerSkip, supervise } from '../workers/chaos.mjs';
 import { KAFKA_BROKERS, kafkaFor, watchTopics } from '../workers/kafka.mjs';
 
@@ -99,7 +100,7 @@ describe('the outbox relay to Kafka', () => {
   });
 
   it('sends each operation type to the topic the topic function names', async () => {
-    const store = new InMemoryStore([{ id: 'swap-9', status: 'deposit', revision: 3, depositRef: 'btc:tx-9:vout-0', amountUnits: '900' }], { now: () => T0 });
+    const store = new InMemoryStore([detectedSwap({ id: 'swap-9', revision: 3, depositRef: 'btc:tx-9:vout-0', amountUnits: '900' })], { now: () => T0 });
     for (const event of [
       { eventId: 'e-confirm', workflowId: 'swap-9', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx-9:vout-0', amountUnits: '900', sequence: 2 },
       { eventId: 'e-done', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '880' },

@@ -59,7 +59,7 @@ for (const backend of BACKENDS) {
         assert.deepEqual([old.status, old.payload, old.metadata, old.traceContext, old.unreadable], ['pending', { depositRef: 'r' }, null, null, undefined]);
 
         await Promise.all([opened.store.migrate(), other.store.migrate()]);
-        await opened.store.putWorkflow({ id: 'swap-2', status: 'deposit', revision: 3, depositRef: 'r2', amountUnits: '5' });
+        await opened.store.putWorkflow({ id: 'swap-2', status: 'deposit', revision: 3, deposits: { r2: { event: 'DEPOSIT_DETECTED', amountUnits: '5', sequence: 1 } } });
         const event = { eventId: 'e-2', workflowId: 'swap-2', type: 'DEPOSIT_CONFIRMED', depositRef: 'r2', amountUnits: '5', sequence: 2 };
         assert.equal((await opened.store.process(event, { metadata: { tenant: 'acme' } })).outcome, 'applied');
         assert.deepEqual((await opened.store.getOperation('start-exchange:swap-2')).metadata, { tenant: 'acme' });

@@ -7,16 +7,14 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { IdemflowError, RuleSet, decide, fingerprint, normalizeEvent, planDepositConfirmation, validateEvent } from 'idemflow';
 import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
-import { SEED_EVENT } from '../workers/fixtures.mjs';
+import { SEED_EVENT, detectedSwap, exchangingSwap } from '../workers/fixtures.mjs';
 
 const seed = () => ({ ...SEED_EVENT });
 // The seed's fingerprint under the default rule set (deposit-swap v3, which fingerprints its sequence):
 // tests/vectors/fingerprint.json, "deposit-swap v3: the seed confirmation with its sequence".
 const SEED_FINGERPRINT = 'fp1:d8e288dea415099a5dc24517655e59c8358a1b1154054650d2816742507359fa';
-// The swap in `deposit`, as v3 stores it: its detection recorded sequence 1, so the seed (sequence 2) applies.
-const storedWorkflow = (extra = {}) => ({
-  id: 'swap-42', status: 'deposit', revision: 2, depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000', sequence: 1, ...extra,
-});
+// The swap in `deposit`, as v3 stores it: its detection recorded sequence 1 in the deposits map, so the seed (sequence 2) applies.
+const storedWorkflow = (extra = {}) => ({ ...detectedSwap({ id: 'swap-42', revision: 2, depositRef: SEED_EVENT.depositRef, amountUnits: SEED_EVENT.amountUnits }), ...extra });
 const decideOne = (event, receipt = null, workflow = null) => decide({ event, receipt, workflow });
 
 function thrown(fn) {
@@ -103,7 +101,9 @@ test('a lone surrogate in the type is an INVALID_EVENT', () => {
 });
 
 test('a lone surrogate in a recorded field is an INVALID_RECORD', () => {
-  const workflow = storedWorkflow({ depositRef: 'btc-mainnet:tx-abc:vout-0\ud800' });
+  // Exchanging, the swap records the deposit it acts on, and a deposit event reads that depositRef.
+  const exchanging = exchangingSwap({ id: 'swap-42', revision: 4, depositRef: SEED_EVENT.depositRef, amountUnits: SEED_EVENT.amountUnits });
+  const workflow = { ...exchanging, depositRef: 'btc-mainnet:tx-abc:vout-0\ud800' };
   invalidRecord(() => decideOne(seed(), null, workflow), 'workflow', 'depositRef');
 });
 
@@ -214,7 +214,7 @@ test('where generated code is forbidden, values are read by loops, to the same a
   const script = `
     const { decide, normalizeEvent } = require('idemflow');
     const event = { eventId: 'chain-watcher:event-001', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000', sequence: 2 };
-    const workflow = { id: 'swap-42', status: 'deposit', revision: 2, depositRef: event.depositRef, amountUnits: event.amountUnits, sequence: 1 };
+    const workflow = { id: 'swap-42', status: 'deposit', revision: 2, deposits: { [event.depositRef]: { event: 'DEPOSIT_DETECTED', amountUnits: event.amountUnits, sequence: 1 } } };
     const broken = Object.defineProperty({ ...event }, 'depositRef', { get() { throw new Error('boom'); } });
     let refused;
     try { decide({ event: broken, receipt: null, workflow }); } catch (error) { refused = { code: error.code, details: error.details }; }

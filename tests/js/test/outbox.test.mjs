@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { IdemflowError, InMemoryStore, createOutboxConsumer, fingerprint, processEvent } from 'idemflow';
 import { backends } from '../workers/outbox-backends.mjs';
 import { hasNodeSqlite, tempDir } from '../workers/backends.mjs';
+import { detectedSwap } from '../workers/fixtures.mjs';
 
 const T0 = Date.UTC(2026, 0, 1);
 const LEASE = 60_000;
@@ -27,7 +28,7 @@ function clock(start = T0) {
   return c;
 }
 
-const swap = (i) => ({ id: `swap-${i}`, status: 'deposit', revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i) });
+const swap = (i) => detectedSwap({ id: `swap-${i}`, revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i) });
 const confirmation = (i, eventId = `confirm-${i}`) => ({
   eventId, workflowId: `swap-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i), sequence: 2,
 });

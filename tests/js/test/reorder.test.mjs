@@ -10,22 +10,35 @@
 // models, the reference delivery for declared races and why it exists:
 // ../workers/reorder-models.mjs and ../workers/reorder-property.mjs.
 //
+// Several deposits per swap (issue 21): two deposits, each a numbered chain
+// of up to 3 observations, of the expected amount or of a partial one, the
+// swap created with its expectedUnits or without, compared with the in-order
+// delivery that decided the declared races (the across race between two
+// deposits' confirmations among them) the same way, and checked directly:
+// one exchange at most, each other confirmed deposit reviewed once, nothing
+// that moved money answered stale without its entry in `deposits`
+// (workers/reorder-property.mjs depositProblems).
+//
 // IDEMFLOW_REORDER_RUNS sets the v3 cases per store (default 10,000) for a
-// longer campaign, IDEMFLOW_REORDER_V2_RUNS v2's (default 1,000);
+// longer campaign, IDEMFLOW_REORDER_DEPOSITS_RUNS the two-deposit cases per
+// store (default 5,000), IDEMFLOW_REORDER_V2_RUNS v2's (default 1,000);
 // IDEMFLOW_REORDER_SEED replays a failure's seed.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { Worker } from 'node:worker_threads';
 import fc from 'fast-check';
 import { InMemoryStore, RuleSet } from 'idemflow';
-import { MODELS, V1, V2, V3, describeTrace, overtakings, readOrder, reorderProperty, runCase } from '../workers/reorder-property.mjs';
+import { MODELS, V1, V2, V3, describeHistory, describeTrace, overtakings, readOrder, reorderProperty, runCase } from '../workers/reorder-property.mjs';
 
 const RUNS = Number(process.env.IDEMFLOW_REORDER_RUNS ?? 10_000);
 const V2_RUNS = Number(process.env.IDEMFLOW_REORDER_V2_RUNS ?? 1_000);
+const DEPOSITS_RUNS = Number(process.env.IDEMFLOW_REORDER_DEPOSITS_RUNS ?? 5_000);
 const SEED = process.env.IDEMFLOW_REORDER_SEED === undefined ? undefined : Number(process.env.IDEMFLOW_REORDER_SEED);
 const STORES = { memory: 'InMemoryStore', sqlite: 'SQLite (better-sqlite3)' };
 const SEQUENCED = ['DEPOSIT_DETECTED', 'DEPOSIT_CONFIRMED', 'DEPOSIT_REVERSED'];
 const STATUSES = ['deposit', 'exchange', 'sending', 'success', 'overdue', 'reversed', 'review'];
+// Two deposits rarely end overdue: every deposit event after the deadline opens a review.
+const DEPOSITS_STATUSES = STATUSES.filter((s) => s !== 'overdue');
 
 function inWorker(kind, version, runs) {
   return new Promise((resolve, reject) => {
@@ -39,7 +52,7 @@ function inWorker(kind, version, runs) {
 }
 
 /** Runs the property of `MODELS[version]` through both stores side by side, checking what the cases exercised. */
-async function bothStores(t, version, runs, coverageKeys) {
+async function bothStores(t, version, runs, coverageKeys, statuses = STATUSES) {
   const cpu = process.cpuUsage();
   await Promise.all(Object.entries(STORES).map(([kind, name]) => t.test(`through ${name}`, async (t) => {
     const { error, coverage, seconds } = await inWorker(kind, version, runs);
@@ -50,7 +63,7 @@ async function bothStores(t, version, runs, coverageKeys) {
     for (const key of coverageKeys) {
       assert.ok(coverage[key] >= coverage.cases / 50, `${key}: ${coverage[key]} of ${coverage.cases} cases`);
     }
-    for (const status of STATUSES) {
+    for (const status of statuses) {
       assert.ok(coverage.ends[status] > 0, `no case ended in ${status}: ${JSON.stringify(coverage.ends)}`);
     }
     if (version === 3) {
@@ -68,33 +81,50 @@ function staleReinclusion() {
   const definition = V3.definition();
   definition.id = 'deposit-swap-stale-reinclusion';
   delete definition.order; // its claim fails, so loading would refuse it; the model still reads v3's
+  const rules = [];
   let changed = 0;
   for (const rule of definition.rules) {
     const on = [rule.on].flat();
-    if (rule.in === 'reversed' && (on.includes('DEPOSIT_DETECTED') || on.includes('DEPOSIT_CONFIRMED'))) {
-      rule.then = { outcome: 'stale' };
-      delete rule.when;
-      delete rule.else;
+    const states = [rule.in].flat();
+    if (states.includes('reversed') && (on.includes('DEPOSIT_DETECTED') || on.includes('DEPOSIT_CONFIRMED'))) {
+      // The same rule elsewhere; in reversed, stale whatever the chain says.
+      const others = states.filter((s) => s !== 'reversed');
+      if (others.length > 0) rules.push({ ...rule, in: others });
+      rules.push({ on: rule.on, in: 'reversed', then: { outcome: 'stale' } });
       changed += 1;
+    } else {
+      rules.push(rule);
     }
   }
   assert.equal(changed, 2);
+  definition.rules = rules;
   return RuleSet.fromJSON(definition);
 }
+
+// Two-deposit histories without the deadline: the checks below are about the deposits alone.
+const withoutDeadline = () => MODELS.deposits.history.filter((h) => !h.external.some((m) => m.type === 'DEADLINE_PASSED'));
 
 const reincluded = (chain) => chain.some((t, i) => t === 'DEPOSIT_REVERSED' && chain.slice(i + 1).some((u) => u !== 'DEPOSIT_REVERSED'));
 
 test('the order section is the one this property models', () => {
   assert.equal(RuleSet.builtin('deposit-swap').hash, V3.hash, 'the default deposit-swap is v3');
   assert.deepEqual([V3.version, V2.version, V1.version], [3, 2, 1]);
-  for (const [version, model] of Object.entries(MODELS)) {
-    assert.equal(model.ruleSet.version, Number(version));
+  assert.deepEqual(Object.keys(MODELS).sort(), ['2', '3', 'deposits']);
+  for (const [name, model] of Object.entries(MODELS)) {
+    assert.equal(model.ruleSet.version, name === 'deposits' ? 3 : Number(name));
     assert.deepEqual(model.order.answers, { EXCHANGE_COMPLETED: 'START_EXCHANGE', PAYOUT_CONFIRMED: 'SEND_PAYOUT' });
     assert.deepEqual(model.order.follows, { DEPOSIT_CONFIRMED: ['DEPOSIT_DETECTED'], DEPOSIT_REVERSED: ['DEPOSIT_DETECTED'] });
-    assert.deepEqual(Object.keys(model.order.operationId).sort(), ['OPEN_REVIEW', 'SEND_PAYOUT', 'START_EXCHANGE']);
+    const operations = model.ruleSet === V3 ? ['OPEN_REVIEW', 'REVIEW_DEPOSIT', 'SEND_PAYOUT', 'START_EXCHANGE'] : ['OPEN_REVIEW', 'SEND_PAYOUT', 'START_EXCHANGE'];
+    assert.deepEqual(Object.keys(model.order.operationId).sort(), operations);
   }
   const v3 = readOrder(V3.definition());
   assert.deepEqual(v3.sequenced, SEQUENCED);
+  // The deposits are facts keyed by depositRef, numbered per deposit; a review of a deposit has an id per deposit.
+  assert.deepEqual(v3.facts, { name: 'deposits', key: 'depositRef', events: SEQUENCED });
+  assert.deepEqual([...v3.perFact], ['REVIEW_DEPOSIT']);
+  assert.equal(v3.operationId.REVIEW_DEPOSIT, 'review-deposit:{depositRef}:{workflowId}');
+  // The one race across deposits: two confirmations (the first the swap sees is exchanged).
+  assert.deepEqual([...v3.across], ['DEPOSIT_CONFIRMED DEPOSIT_CONFIRMED']);
   assert.ok(v3.fields.DEPOSIT_DETECTED.includes('sequence'));
   // Two observations of one chain race only when the newer one is of a race's first side: against an older confirmation.
   for (const newer of SEQUENCED) {
@@ -113,6 +143,61 @@ test(`deposit-swap v3: any delivery order of a numbered chain ends as in order, 
     'overtaken', 'retried', 'duplicates', 'racesDecidedByDeadline', 'reinclusions', 'chainsOfFour', 'republished', 'staleObservations',
     'referenceAhead',
   ]);
+});
+
+test(`deposit-swap v3: two deposits per swap, partial or covering, in any delivery order end as in order and keep their promises, ${DEPOSITS_RUNS} cases per store`, { concurrency: 2 }, async (t) => {
+  await bothStores(t, 'deposits', DEPOSITS_RUNS, [
+    'overtaken', 'retried', 'duplicates', 'racesDecidedByDeadline', 'referenceAhead', 'republished', 'staleObservations',
+    'expectedUnset', 'partialDeposits', 'bothCoverAndConfirm', 'acrossRaceAgainstProducer', 'depositReviewed',
+    'reviewedAfterExchange', 'partialNotExchanged',
+  ], DEPOSITS_STATUSES);
+});
+
+test('deposit-swap v3: the reference needs the race across deposits: without it the property fails on two covering confirmations', async (t) => {
+  // Two deposits that each cover the amount: the first confirmation the swap
+  // sees is exchanged, the other reviewed. An in-order delivery that ignores
+  // how the shuffled one decided it must differ.
+  const model = MODELS.deposits;
+  const fact = (kind) => /^[AB]:/.test(kind) ? kind[0] : null;
+  const races = (history) => history.races.filter(([a, b]) => !(fact(a) && fact(b) && fact(a) !== fact(b)));
+  const store = new InMemoryStore();
+  const result = await fc.check(reorderProperty(store, model, { races, histories: withoutDeadline() }), { numRuns: 2_000, seed: SEED ?? 1 });
+  assert.equal(result.failed, true, 'the property passed without the race across deposits');
+  const [history, plan] = result.counterexample;
+  const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { races: races(history) });
+  t.diagnostic(`${problems.join('; ')}; ${describeHistory(history)}; shuffled: ${describeTrace(shuffled.run)}; in order: ${describeTrace(inOrder.run)}`);
+  assert.notDeepEqual(problems, []);
+  assert.ok(history.chains.every((chain) => chain.includes('DEPOSIT_CONFIRMED')), `both deposits are confirmed: ${describeHistory(history)}`);
+  // With its own races the same case ends as in order.
+  assert.deepEqual((await runCase(store, model, history, plan)).problems, []);
+});
+
+test('deposit-swap v3: the direct checks find a v3 that exchanges a partial deposit', async (t) => {
+  // A v3 that forgets to compare the amount with expectedUnits exchanges a
+  // partial deposit in every order, so comparing orders cannot see it; the
+  // check that the exchanged deposit covers the amount does.
+  const definition = V3.definition();
+  definition.id = 'deposit-swap-exchanges-partial';
+  delete definition.order;
+  const covering = (c) => Array.isArray(c) && c[1] === '>=' && c[2] === 'expectedUnits';
+  let dropped = 0;
+  for (const rule of definition.rules) {
+    for (const c of rule.cases ?? []) {
+      if (!Array.isArray(c.when) || !c.when.some((x) => covering(x))) continue;
+      c.when = c.when.filter((x) => !covering(x));
+      dropped += 1;
+    }
+  }
+  assert.ok(dropped > 0, 'v3 compares a confirmed amount with expectedUnits');
+  const ruleSet = RuleSet.fromJSON(definition);
+  const model = MODELS.deposits;
+  const store = new InMemoryStore();
+  const result = await fc.check(reorderProperty(store, model, { ruleSet, histories: withoutDeadline() }), { numRuns: 2_000, seed: 1 });
+  assert.equal(result.failed, true, 'the mutant passed');
+  const [history, plan] = result.counterexample;
+  const { problems } = await runCase(store, model, history, plan, { ruleSet });
+  t.diagnostic(`${describeHistory(history)}: ${problems.join('; ')}`);
+  assert.ok(problems.some((p) => / was exchanged$/.test(p)), problems.join('; '));
 });
 
 test(`deposit-swap v2 (pinned): any delivery order ends as in order, ${V2_RUNS} cases per store`, { concurrency: 2 }, async (t) => {
@@ -161,7 +246,9 @@ test('deposit-swap v3: the reference needs the races between observations: witho
   const chainKind = (kind) => /#\d+$/.test(kind);
   const races = (history) => history.races.filter(([a, b]) => !(chainKind(a) && chainKind(b)));
   const store = new InMemoryStore();
-  const result = await fc.check(reorderProperty(store, model, { races }), { numRuns: 2_000, seed: SEED });
+  // Without the deadline: the counterexample is about the chain's own races, whatever the deadline's rules do.
+  const histories = model.history.filter((h) => !h.external.some((m) => m.type === 'DEADLINE_PASSED'));
+  const result = await fc.check(reorderProperty(store, model, { races, histories }), { numRuns: 2_000, seed: SEED });
   assert.equal(result.failed, true, 'the property passed without the races between observations');
   const [history, plan] = result.counterexample;
   const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { races: races(history) });

@@ -18,7 +18,8 @@ test('an error thrown through require is instanceof the class both entry points 
 
 test('the CommonJS entry point processes a delivery end to end', async () => {
   const store = new idemflow.InMemoryStore([
-    { id: 'swap-7', status: 'deposit', revision: 0, depositRef: 'eth:0xabc:log-2', amountUnits: '1000000000000000000' },
+    // The watcher's detection applied: deposit-swap v3 keeps the deposit in the swap's deposits map.
+    { id: 'swap-7', status: 'deposit', revision: 0, deposits: { 'eth:0xabc:log-2': { event: 'DEPOSIT_DETECTED', amountUnits: '1000000000000000000', sequence: 1 } } },
   ]);
   const event = { eventId: 'e-1', workflowId: 'swap-7', type: 'DEPOSIT_CONFIRMED', depositRef: 'eth:0xabc:log-2', amountUnits: '1000000000000000000', sequence: 2 };
   assert.equal((await idemflow.processEvent(store, event)).outcome, 'applied');

@@ -11,13 +11,13 @@ import { promisify } from 'node:util';
 
 import { IdemflowError, InMemoryStore, createRetention, fingerprint } from 'idemflow';
 import { PG_URL, openStore, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
-import { SEED_EVENT as CONFIRMED } from '../workers/fixtures.mjs';
+import { SEED_EVENT as CONFIRMED, detectedSwap } from '../workers/fixtures.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const run = promisify(execFile);
 
 const DEPOSIT_REF = 'btc-mainnet:tx-abc:vout-0';
-const WORKFLOW = { id: 'swap-42', status: 'deposit', revision: 3, depositRef: DEPOSIT_REF, amountUnits: '12500000' };
+const WORKFLOW = detectedSwap({ id: 'swap-42', revision: 3, depositRef: DEPOSIT_REF, amountUnits: '12500000' });
 
 /** A clock the test moves. */
 function clock(start = 1_700_000_000_000) {
@@ -84,9 +84,9 @@ describe('createRetention', () => {
     assert.equal((await retention.runOnce()).receipts.deleted, 1);
     assert.equal(await store.getReceipt(CONFIRMED.eventId), null);
     // What is lost with the receipt: the same event id with another payload is no longer
-    // EVENT_ID_CONFLICT; the rule set's guard refuses it instead (nothing written).
-    await assert.rejects(store.process({ ...CONFIRMED, depositRef: 'other-ref' }), (error) =>
-      error instanceof IdemflowError && error.code === 'IDENTITY_MISMATCH');
+    // EVENT_ID_CONFLICT; the rule set's guard (the deposit's amount) refuses it instead (nothing written).
+    await assert.rejects(store.process({ ...CONFIRMED, amountUnits: '12500001' }), (error) =>
+      error instanceof IdemflowError && error.code === 'IDENTITY_MISMATCH' && error.details.field === 'amountUnits');
     // The workflow still records the deposit: the rule set answers the replay from it.
     assert.deepEqual(await store.process(CONFIRMED), { outcome: 'already-applied', attempts: 1, fingerprint: fingerprint(CONFIRMED) });
     assert.equal(store.snapshot().outbox.size, 1, 'no second START_EXCHANGE');

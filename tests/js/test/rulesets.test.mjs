@@ -25,11 +25,17 @@ const IT = { error: 'INVALID_TRANSITION', disposition: 'reconcile' };
 const AA = { outcome: 'already-applied' };
 const ST = { outcome: 'stale' };
 const to = (status, ...operations) => ({ outcome: 'applied', status, operations });
-/** A v3 cell answered by the observation's number: `newer` when its sequence is above the recorded one, `notNewer` otherwise. */
-const byNumber = (newer, notNewer) => ({ byNumber: true, newer, notNewer });
+/**
+ * A v3 cell answered by the observation's number: `newer` when its sequence
+ * is above the recorded one, `same` when it is the recorded one (a
+ * re-publication), `older` (`same` unless given) below it.
+ */
+const byNumber = (newer, same, older = same) => ({ byNumber: true, newer, same, older });
 const REVIEW = 'OPEN_REVIEW:open-review:swap-1';
 const EXCHANGE = 'START_EXCHANGE:start-exchange:swap-1';
 const PAYOUT = 'SEND_PAYOUT:send-payout:swap-1';
+// v3's review of one deposit (its ref escaped: ':' → %3A).
+const DEPOSIT_REVIEW = 'REVIEW_DEPOSIT:review-deposit:btc-mainnet%3Atx-abc%3Avout-0:swap-1';
 // Where deposit-swap v2 and v3 guard the event's fields against the recorded ones.
 const DEPOSIT_GUARDS = {
   DEPOSIT_DETECTED: ['deposit', 'exchange', 'sending', 'success', 'reversed', 'review'],
@@ -75,34 +81,40 @@ const tables = {
     },
     guarded: DEPOSIT_GUARDS,
   },
-  // v3, the default: deposit events are the chain watcher's numbered observations.
-  // Where the swap has acted on an observation, a newer one (a higher sequence)
-  // moves it and a re-published or older one does not: before the exchange a
-  // newer word is followed (a re-inclusion after a reversal is exchanged),
-  // after it a person decides, in review the latest word is recorded.
+  // v3, the default: deposit events are the chain watcher's numbered observations
+  // of each deposit (here one deposit, without an expectedUnits: it covers).
+  // A newer one (a higher sequence than its deposit's entry in `deposits`)
+  // moves the swap, the same number again (a re-publication) is
+  // already-applied, an older one stale: before the exchange a newer word is
+  // followed (a re-inclusion after a reversal is exchanged), after it a person
+  // decides, in review the latest word is recorded.
   3: {
     ruleSet: RuleSet.builtin('deposit-swap', { version: 3 }),
     expected: {
       DEPOSIT_DETECTED: {
-        '(none)': UW, waiting: to('deposit'), deposit: byNumber(to('deposit'), AA),
-        exchange: byNumber(to('review', REVIEW), AA), sending: byNumber(to('review', REVIEW), AA), success: byNumber(to('review', REVIEW), AA),
-        overdue: to('review', REVIEW), reversed: byNumber(to('deposit'), ST), review: byNumber(to('review'), ST),
+        '(none)': UW, waiting: to('deposit'), deposit: byNumber(to('deposit'), AA, ST),
+        exchange: byNumber(to('review', REVIEW), AA, ST), sending: byNumber(to('review', REVIEW), AA, ST), success: byNumber(to('review', REVIEW), AA, ST),
+        overdue: to('review', REVIEW), reversed: byNumber(to('deposit'), AA, ST), review: byNumber(to('review'), AA, ST),
       },
       DEPOSIT_CONFIRMED: {
-        '(none)': UW, waiting: to('exchange', EXCHANGE), deposit: byNumber(to('exchange', EXCHANGE), ST),
-        exchange: byNumber(to('review', REVIEW), AA), sending: byNumber(to('review', REVIEW), AA), success: byNumber(to('review', REVIEW), AA),
-        overdue: to('review', REVIEW), reversed: byNumber(to('exchange', EXCHANGE), ST), review: byNumber(to('review'), ST),
+        '(none)': UW, waiting: to('exchange', EXCHANGE), deposit: byNumber(to('exchange', EXCHANGE), AA, ST),
+        exchange: byNumber(to('review', REVIEW), AA, ST), sending: byNumber(to('review', REVIEW), AA, ST), success: byNumber(to('review', REVIEW), AA, ST),
+        // A deposit confirmed after the deadline: a person decides, and the deposit gets its own review.
+        overdue: to('review', REVIEW, DEPOSIT_REVIEW), reversed: byNumber(to('exchange', EXCHANGE), AA, ST), review: byNumber(to('review'), AA, ST),
       },
       EXCHANGE_COMPLETED: { '(none)': UW, waiting: IT, deposit: IT, exchange: to('sending', PAYOUT), sending: AA, success: AA, overdue: IT, reversed: IT, review: ST },
       PAYOUT_CONFIRMED: { '(none)': UW, waiting: IT, deposit: IT, exchange: IT, sending: to('success'), success: AA, overdue: IT, reversed: IT, review: ST },
       DEADLINE_PASSED: { '(none)': UW, waiting: to('overdue'), deposit: ST, exchange: ST, sending: ST, success: ST, overdue: ST, reversed: ST, review: ST },
       DEPOSIT_REVERSED: {
-        '(none)': UW, waiting: to('reversed'), deposit: byNumber(to('reversed'), ST),
-        exchange: byNumber(to('review', REVIEW), ST), sending: byNumber(to('review', REVIEW), ST), success: byNumber(to('review', REVIEW), ST),
-        overdue: to('review', REVIEW), reversed: byNumber(to('reversed'), AA), review: byNumber(to('review'), ST),
+        '(none)': UW, waiting: to('reversed'), deposit: byNumber(to('reversed'), AA, ST),
+        exchange: byNumber(to('review', REVIEW), AA, ST), sending: byNumber(to('review', REVIEW), AA, ST), success: byNumber(to('review', REVIEW), AA, ST),
+        overdue: to('review', REVIEW), reversed: byNumber(to('reversed'), AA, ST), review: byNumber(to('review'), AA, ST),
       },
     },
+    // The amount is guarded against the deposit's entry; another depositRef is another deposit (tests/js/test/chains.test.mjs).
     guarded: DEPOSIT_GUARDS,
+    guardedFields: { depositRef: false },
+    facts: true,
     // The number of the observation the swap acted on to reach each status: detected (1);
     // confirmed (2); detected, then reversed (2); detected, confirmed, reversed after the
     // exchange started (3). A swap in waiting or overdue has seen no observation.
@@ -110,9 +122,25 @@ const tables = {
   },
 };
 
-function storeIn(status, sequence) {
-  const numbered = sequence === undefined ? {} : { sequence };
-  return new InMemoryStore(status === '(none)' ? [] : [{ id: 'swap-1', status, revision: 7, ...recorded, ...numbered }]);
+// The observation each status's deposit entry holds under v3 (`sequenceIn` says its number).
+const LATEST_WORD = { deposit: 'DEPOSIT_DETECTED', exchange: 'DEPOSIT_CONFIRMED', sending: 'DEPOSIT_CONFIRMED', success: 'DEPOSIT_CONFIRMED', reversed: 'DEPOSIT_REVERSED', review: 'DEPOSIT_REVERSED' };
+const ACTED_ON = new Set(['exchange', 'sending', 'success', 'review']);
+
+/**
+ * A swap in `status` as the rule set stores it. Under v1 and v2 the deposit's
+ * fields (and v2's sequence) are recorded on the swap. Under v3 (`facts`)
+ * the deposit lives in the deposits map, its latest word numbered `sequence`;
+ * once the swap acted on it (the exchange started, or a review opened) it is
+ * also recorded on the swap; in waiting or overdue there is none.
+ */
+function storeIn(status, sequence, { facts = false } = {}) {
+  if (status === '(none)') return new InMemoryStore([]);
+  if (!facts) return new InMemoryStore([{ id: 'swap-1', status, revision: 7, ...recorded, ...(sequence === undefined ? {} : { sequence }) }]);
+  const { depositRef, amountUnits, ...others } = recorded;
+  const workflow = { id: 'swap-1', status, revision: 7, ...others };
+  if (sequence !== undefined) workflow.deposits = { [depositRef]: { event: LATEST_WORD[status], amountUnits, sequence } };
+  if (ACTED_ON.has(status)) Object.assign(workflow, { depositRef, amountUnits, sequence });
+  return new InMemoryStore([workflow]);
 }
 
 // Deposit events carry the chain watcher's `sequence` of one that detected, confirmed, then saw a reversal.
@@ -139,10 +167,10 @@ function deliveriesOf(answer, recordedSequence) {
   if (!answer.byNumber) return [{ label: '', fields: {}, answer }];
   const deliveries = [
     { label: `, sequence ${recordedSequence + 1} over ${recordedSequence}`, fields: { sequence: recordedSequence + 1 }, answer: answer.newer },
-    { label: `, sequence ${recordedSequence} over ${recordedSequence}`, fields: { sequence: recordedSequence }, answer: answer.notNewer },
+    { label: `, sequence ${recordedSequence} over ${recordedSequence}`, fields: { sequence: recordedSequence }, answer: answer.same },
   ];
   if (recordedSequence > 1) {
-    deliveries.push({ label: `, sequence ${recordedSequence - 1} over ${recordedSequence}`, fields: { sequence: recordedSequence - 1 }, answer: answer.notNewer });
+    deliveries.push({ label: `, sequence ${recordedSequence - 1} over ${recordedSequence}`, fields: { sequence: recordedSequence - 1 }, answer: answer.older });
   }
   return deliveries;
 }
@@ -152,14 +180,14 @@ const shapeOf = (answer) => (answer.outcome === 'applied' ? { outcome: 'applied'
 
 const describe = (answer) => `${answer.error ?? answer.outcome}${answer.status ? ` ${answer.status}` : ''}`;
 
-for (const [version, { ruleSet, expected, guarded, sequenceIn = {} }] of Object.entries(tables)) {
+for (const [version, { ruleSet, expected, guarded, guardedFields = {}, facts = false, sequenceIn = {} }] of Object.entries(tables)) {
   const label = `deposit-swap v${version}`;
   for (const [type, row] of Object.entries(expected)) {
     for (const [status, cell] of Object.entries(row)) {
       const stored = sequenceIn[status];
       for (const { label: numbers, fields, answer } of deliveriesOf(cell, stored)) {
         test(`${label}: ${type} in ${status}${numbers} → ${describe(answer)}`, async () => {
-          const store = storeIn(status, stored);
+          const store = storeIn(status, stored, { facts });
           const event = eventOf(type, fields);
           const result = await outcomeOf(processEvent(store, event, { ruleSet }));
           const { workflows, inbox, outbox } = store.snapshot();
@@ -183,10 +211,17 @@ for (const [version, { ruleSet, expected, guarded, sequenceIn = {} }] of Object.
             assert.equal(after.revision, 7);
             assert.equal(outbox.size, 0);
           }
-          if (version === '3') {
-            // v3 records the number of every deposit observation it applies, and only those.
-            const recordsNumber = answer.outcome === 'applied' && type in WATCHER_SEQUENCE;
-            assert.equal(after.sequence, recordsNumber ? event.sequence : stored);
+          if (facts) {
+            // v3 records every deposit observation it applies in the deposit's entry, and only those;
+            // on the swap, the number of what starts the exchange or of a newer word on the deposit it acted on.
+            const applied = answer.outcome === 'applied' && type in WATCHER_SEQUENCE;
+            const entry = after.deposits?.[recorded.depositRef];
+            // The entry lists the per-deposit operations emitted for it (a review of the deposit).
+            const perDeposit = (answer.operations ?? []).includes(DEPOSIT_REVIEW) ? { operations: ['review-deposit'] } : {};
+            if (applied) assert.deepEqual(entry, { event: type, amountUnits: recorded.amountUnits, sequence: event.sequence, ...perDeposit });
+            else assert.equal(entry?.sequence, stored);
+            const acts = applied && (answer.operations.includes(EXCHANGE) || ACTED_ON.has(status));
+            assert.equal(after.sequence, acts ? event.sequence : ACTED_ON.has(status) ? stored : undefined);
           }
         });
       }
@@ -195,10 +230,10 @@ for (const [version, { ruleSet, expected, guarded, sequenceIn = {} }] of Object.
 
   for (const [type, statuses] of Object.entries(guarded)) {
     for (const status of statuses) {
-      for (const field of Object.keys(eventFields[type])) {
+      for (const field of Object.keys(eventFields[type]).filter((f) => guardedFields[f] !== false)) {
         test(`${label}: ${type} in ${status} with another ${field} is IDENTITY_MISMATCH`, async () => {
           const stored = sequenceIn[status];
-          const store = storeIn(status, stored);
+          const store = storeIn(status, stored, { facts });
           const changed = field.endsWith('Units') ? '999' : 'other-ref';
           // Where the answer depends on the number, the observation is a newer one: the guard comes first.
           const newer = expected[type][status].byNumber ? { sequence: stored + 1 } : {};
@@ -219,14 +254,30 @@ for (const [version, { ruleSet, expected, guarded, sequenceIn = {} }] of Object.
       if (answer.outcome === 'applied') return { outcome: 'applied', to: answer.status };
       return { outcome: answer.outcome };
     };
+    // A `when` is one condition or a list of them (a list's first element is an array or an object).
+    const conditionsOf = (when) => (when === undefined ? [] : typeof when[0] === 'object' ? when : [when]);
+    const holds = (c, condition) => conditionsOf(c.when).some((x) => JSON.stringify(x) === JSON.stringify(condition));
     for (const row of ruleSet.table()) {
       for (const status of row.statuses) {
         const answer = expected[row.event][status];
         const where = `${row.event}/${status}`;
-        if (answer.byNumber) {
+        if (row.answer.cases) {
+          // A decision list (v3's deposit rows). For one deposit, no other deposit's entry and nothing emitted for it
+          // ({ other } and { emitted } conditions fail): the first such case on a newer number answers `newer`, the first
+          // on the same number `same`, the last (no condition) `older`; a cell not answered by number, the first.
+          const cases = row.answer.cases.filter((c) => !conditionsOf(c.when).some((x) => !Array.isArray(x)));
+          const first = (condition) => cases.find((c) => holds(c, condition));
+          if (answer.byNumber) {
+            assert.deepEqual(shapeOf(first(['sequence', '>', 'sequence']).then), reported(answer.newer), `${where} newer`);
+            assert.deepEqual(shapeOf(first(['sequence', '=', 'sequence']).then), reported(answer.same), `${where} same`);
+            assert.deepEqual(shapeOf(cases.at(-1).then), reported(answer.older), `${where} older`);
+          } else {
+            assert.deepEqual(shapeOf(cases[0].then), reported(answer), where);
+          }
+        } else if (answer.byNumber) {
           assert.deepEqual(row.answer.when, ['sequence', '>', 'sequence'], where);
           assert.deepEqual(shapeOf(row.answer.then), reported(answer.newer), `${where} then`);
-          assert.deepEqual(shapeOf(row.answer.else), reported(answer.notNewer), `${where} else`);
+          assert.deepEqual(shapeOf(row.answer.else), reported(answer.same), `${where} else`);
         } else {
           assert.equal(row.answer.when, undefined, where);
           assert.deepEqual(shapeOf(row.answer), reported(answer), where);
@@ -261,8 +312,11 @@ test('the full happy path goes waiting → deposit → exchange → sending → 
     assert.deepEqual(result, { outcome: 'applied', status, revision: i + 1, operationIds: operations, operationId: operations[0] ?? null, ...measured(type, `e${i}`) });
   }
   const { workflows, outbox } = store.snapshot();
-  // The swap keeps the number of the confirmation it exchanged on.
-  assert.deepEqual(workflows.get('swap-1'), { id: 'swap-1', status: 'success', revision: 4, ...recorded, sequence: WATCHER_SEQUENCE.DEPOSIT_CONFIRMED });
+  // The swap keeps the deposit it exchanged, with the number of its confirmation, and its entry in deposits.
+  assert.deepEqual(workflows.get('swap-1'), {
+    id: 'swap-1', status: 'success', revision: 4, ...recorded, sequence: WATCHER_SEQUENCE.DEPOSIT_CONFIRMED,
+    deposits: { [recorded.depositRef]: { event: 'DEPOSIT_CONFIRMED', amountUnits: recorded.amountUnits, sequence: WATCHER_SEQUENCE.DEPOSIT_CONFIRMED } },
+  });
   assert.equal(outbox.get('send-payout:swap-1').payload.payoutUnits, recorded.payoutUnits);
   assert.deepEqual(outbox.get('start-exchange:swap-1').payload, { depositRef: recorded.depositRef, amountUnits: recorded.amountUnits });
 });
@@ -272,32 +326,40 @@ test('a late deposit goes to review, never to exchange', async () => {
   assert.equal((await run(store, 'DEADLINE_PASSED', 'd1')).status, 'overdue');
   const late = await run(store, 'DEPOSIT_DETECTED', 'd2');
   assert.deepEqual([late.status, late.operationIds], ['review', ['open-review:swap-1']]);
+  // Its confirmation, a newer observation, is recorded and the confirmed deposit gets its own review, once,
+  // as it would had it opened the review itself (so the order of the two does not matter).
+  const review = 'review-deposit:btc-mainnet%3Atx-abc%3Avout-0:swap-1';
   const confirm = await run(store, 'DEPOSIT_CONFIRMED', 'd3');
-  assert.deepEqual(confirm, { outcome: 'applied', status: 'review', revision: 3, operationIds: [], operationId: null, ...measured('DEPOSIT_CONFIRMED', 'd3') },
-    'its confirmation, a newer observation, is only recorded for the person reviewing');
+  assert.deepEqual(confirm, { outcome: 'applied', status: 'review', revision: 3, operationIds: [review], operationId: review, ...measured('DEPOSIT_CONFIRMED', 'd3') });
   const { workflows, outbox } = store.snapshot();
-  assert.equal(workflows.get('swap-1').sequence, WATCHER_SEQUENCE.DEPOSIT_CONFIRMED);
-  assert.deepEqual([...outbox.keys()], ['open-review:swap-1']);
+  assert.equal(workflows.get('swap-1').deposits[recorded.depositRef].sequence, WATCHER_SEQUENCE.DEPOSIT_CONFIRMED);
+  assert.deepEqual([...outbox.keys()], ['open-review:swap-1', review]);
+  assert.equal(await outcomeOf(run(store, 'DEPOSIT_CONFIRMED', 'd4')).then((r) => r.outcome), 'already-applied', 're-published, no second review');
 });
 
 test('a reversal before the exchange holds until the chain says something newer: older observations are stale', async () => {
   const store = new InMemoryStore([{ id: 'swap-1', status: 'waiting', revision: 0 }]);
   await run(store, 'DEPOSIT_DETECTED', 'r1');
   assert.equal((await run(store, 'DEPOSIT_REVERSED', 'r2')).status, 'reversed');
+  // Before the exchange the deposit lives only in the deposits map: its latest word, amount and number.
   assert.deepEqual(store.snapshot().workflows.get('swap-1'), {
-    id: 'swap-1', status: 'reversed', revision: 2, depositRef: recorded.depositRef, amountUnits: recorded.amountUnits, sequence: WATCHER_SEQUENCE.DEPOSIT_REVERSED,
+    id: 'swap-1', status: 'reversed', revision: 2,
+    deposits: { [recorded.depositRef]: { event: 'DEPOSIT_REVERSED', amountUnits: recorded.amountUnits, sequence: WATCHER_SEQUENCE.DEPOSIT_REVERSED } },
   });
   // The reversed deposit's confirmation (emitted before the reversal, delivered after it) and a
   // re-published detection carry older numbers and change nothing.
   assert.deepEqual(await run(store, 'DEPOSIT_CONFIRMED', 'r3'), { outcome: 'stale', ...measured('DEPOSIT_CONFIRMED', 'r3') });
   assert.deepEqual(await run(store, 'DEPOSIT_DETECTED', 'r4'), { outcome: 'stale', ...measured('DEPOSIT_DETECTED', 'r4') });
-  // Another deposit on the swap is a person's decision.
-  assert.equal((await outcomeOf(run(store, 'DEPOSIT_DETECTED', 'r5', { depositRef: 'btc-mainnet:tx-def:vout-1', sequence: 4 }))).error, 'IDENTITY_MISMATCH');
   assert.equal(store.snapshot().outbox.size, 0);
   // The transaction mined again: the watcher's next word about the deposit revives it.
   const reincluded = await run(store, 'DEPOSIT_DETECTED', 'r6', { sequence: 4 });
   assert.deepEqual(reincluded, { outcome: 'applied', status: 'deposit', revision: 3, operationIds: [], operationId: null, ...measured('DEPOSIT_DETECTED', 'r6', { sequence: 4 }) });
-  assert.equal(store.snapshot().workflows.get('swap-1').sequence, 4);
+  assert.equal(store.snapshot().workflows.get('swap-1').deposits[recorded.depositRef].sequence, 4);
+  // Another deposit on the swap is recorded beside it (numbered on its own), not a mismatch.
+  const other = 'btc-mainnet:tx-def:vout-1';
+  assert.equal((await run(store, 'DEPOSIT_DETECTED', 'r7', { depositRef: other, sequence: 1 })).status, 'deposit');
+  assert.deepEqual(Object.keys(store.snapshot().workflows.get('swap-1').deposits).sort(), [recorded.depositRef, other]);
+  assert.equal(store.snapshot().outbox.size, 0);
 });
 
 test('a reversal before the exchange is final for its deposit (v2)', async () => {
@@ -338,8 +400,8 @@ test('a reversal after the exchange started opens a review instead of compensati
   const reversal = await run(store, 'DEPOSIT_REVERSED', 'x3');
   assert.deepEqual([reversal.status, reversal.operationIds], ['review', ['open-review:swap-1']]);
   assert.deepEqual([...store.snapshot().outbox.keys()].sort(), ['open-review:swap-1', 'start-exchange:swap-1']);
-  // In review only a newer observation is recorded: the reversal re-published under a new event id is not.
-  assert.deepEqual(await run(store, 'DEPOSIT_REVERSED', 'x4'), { outcome: 'stale', ...measured('DEPOSIT_REVERSED', 'x4') });
+  // In review only a newer observation is recorded: the reversal re-published under a new event id is already-applied.
+  assert.deepEqual(await run(store, 'DEPOSIT_REVERSED', 'x4'), { outcome: 'already-applied', ...measured('DEPOSIT_REVERSED', 'x4') });
   assert.deepEqual(await run(store, 'EXCHANGE_COMPLETED', 'x5'), { outcome: 'stale', ...measured('EXCHANGE_COMPLETED', 'x5') }, 'a person decides about the exchange now');
   assert.deepEqual([store.snapshot().workflows.get('swap-1').sequence, store.snapshot().outbox.size], [WATCHER_SEQUENCE.DEPOSIT_REVERSED, 2]);
 });

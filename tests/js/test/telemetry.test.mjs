@@ -16,6 +16,7 @@ import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { createOutboxConsumer, fingerprint, observeOutboxBacklog, processEvent } from 'idemflow';
 import { PG_URL, openStore, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { detectedSwap } from '../workers/fixtures.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const project = path.resolve(here, '..');
@@ -74,7 +75,7 @@ function sumOf(points, name, match) {
   return pointsOf(points, name, match).reduce((total, p) => total + (typeof p.value === 'number' ? p.value : p.value.count), 0);
 }
 
-const WORKFLOW = Object.freeze({ id: 'swap-42', status: 'deposit', revision: 3, depositRef: 'btc:tx-1:0', amountUnits: '12500000' });
+const WORKFLOW = Object.freeze(detectedSwap({ id: 'swap-42', revision: 3, depositRef: 'btc:tx-1:0', amountUnits: '12500000' }));
 const CONFIRMED = Object.freeze({
   eventId: 'chain-watcher:event-1', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx-1:0', amountUnits: '12500000', sequence: 2,
 });
@@ -351,7 +352,7 @@ describe('without OpenTelemetry nothing is loaded', () => {
   const script = `
     const { InMemoryStore, processEvent, createOutboxConsumer } = require('idemflow');
     (async () => {
-      const store = new InMemoryStore([{ id: 'swap-42', status: 'deposit', revision: 3, depositRef: 'btc:tx-1:0', amountUnits: '12500000' }]);
+      const store = new InMemoryStore([${JSON.stringify(WORKFLOW)}]);
       const event = { eventId: 'e-1', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx-1:0', amountUnits: '12500000', sequence: 2 };
       const first = await processEvent(store, event, { metadata: { tenant: 'acme' } });
       const again = await processEvent(store, event);

@@ -36,7 +36,8 @@ const code: 'STORE_UNAVAILABLE' = STORE_UNAVAILABLE;
 
 async function useStore(store: DurableStore): Promise<void> {
   await store.migrate();
-  const workflow: Workflow = { id: 'swap-42', status: 'deposit', revision: 3, depositRef: 'btc:tx:0', amountUnits: '12500000' };
+  // deposit-swap v3 keeps a deposit in the swap's deposits map until the exchange.
+  const workflow: Workflow = { id: 'swap-42', status: 'deposit', revision: 3, deposits: { 'btc:tx:0': { event: 'DEPOSIT_DETECTED', amountUnits: '12500000', sequence: 1 } } };
   await store.putWorkflow(workflow);
   const event = { eventId: 'e-1', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx:0', amountUnits: '12500000', sequence: 2 };
   const result: ProcessResult = await store.process(event, { ruleSet: 'deposit-swap', raceRetries: 2 });

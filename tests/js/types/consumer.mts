@@ -14,7 +14,8 @@ import {
   type WriteSet,
 } from 'idemflow';
 
-const store = new InMemoryStore([{ id: 'swap-42', status: 'deposit', revision: 3, depositRef: 'r', amountUnits: '1' }]);
+// deposit-swap v3 keeps a deposit in the swap's deposits map until the exchange.
+const store = new InMemoryStore([{ id: 'swap-42', status: 'deposit', revision: 3, deposits: { r: { event: 'DEPOSIT_DETECTED', amountUnits: '1', sequence: 1 } } }]);
 const event = { eventId: 'e', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'r', amountUnits: '1', sequence: 2 };
 
 async function handle(raw: unknown): Promise<'ack' | 'nack' | 'dead-letter' | 'alert' | 'stop'> {

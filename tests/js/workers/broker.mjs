@@ -6,7 +6,7 @@ import { fork } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { random } from '../examples/shared/random.mjs';
-import { WATCHER_SEQUENCE } from './fixtures.mjs';
+import { WATCHER_SEQUENCE, detectedSwap } from './fixtures.mjs';
 
 const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'delivery-worker.mjs');
 
@@ -23,8 +23,8 @@ export function shuffle(items, rand) {
 }
 
 /**
- * The workflows (status deposit, a deposit recorded from the watcher's
- * detection, its observation 1) and the deliveries for them: per workflow,
+ * The workflows (status deposit, a deposit in their deposits map from the
+ * watcher's detection, its observation 1) and the deliveries for them: per workflow,
  * confirmations and detections of its one deposit from several observers,
  * each event id delivered 1 to 3 times, a third of the events re-published
  * under a new event id, until `deliveries` is reached. Units are single
@@ -33,14 +33,12 @@ export function shuffle(items, rand) {
  */
 export function plan({ workflows: workflowCount, deliveries: total, seed }) {
   const rand = random(seed);
-  const workflows = Array.from({ length: workflowCount }, (_, i) => ({
-    id: `wf-${i}`,
-    status: 'deposit',
-    revision: 3 + (i % 7),
+  // Each workflow's one deposit, which deposit-swap v3 keeps in its deposits map until the exchange.
+  const deposits = Array.from({ length: workflowCount }, (_, i) => ({
     depositRef: `btc-mainnet:tx-${(i * 7919).toString(16)}:vout-${i % 3}`,
     amountUnits: `${(i + 1) * 1_000_003}00000000000`,
-    sequence: WATCHER_SEQUENCE.DEPOSIT_DETECTED,
   }));
+  const workflows = deposits.map((deposit, i) => detectedSwap({ id: `wf-${i}`, revision: 3 + (i % 7), ...deposit, sequence: WATCHER_SEQUENCE.DEPOSIT_DETECTED }));
   const events = [];
   const counts = { confirmations: 0, detections: 0, republished: 0 };
   let deliveries = 0;
@@ -52,11 +50,11 @@ export function plan({ workflows: workflowCount, deliveries: total, seed }) {
     if (republished) counts.republished += 1;
   };
   for (let round = 0; deliveries < total; round += 1) {
-    for (const workflow of workflows) {
+    for (const [i, workflow] of workflows.entries()) {
       if (deliveries >= total) break;
       const type = rand() < 2 / 3 ? 'DEPOSIT_CONFIRMED' : 'DEPOSIT_DETECTED';
       // The watcher's detection of the deposit is its observation 1, its confirmation 2, whoever re-publishes them.
-      const fields = { workflowId: workflow.id, type, depositRef: workflow.depositRef, amountUnits: workflow.amountUnits, sequence: WATCHER_SEQUENCE[type] };
+      const fields = { workflowId: workflow.id, type, ...deposits[i], sequence: WATCHER_SEQUENCE[type] };
       add({ eventId: `observer-${round % 4}:${workflow.id}:${round}`, ...fields }, false);
       if (deliveries < total && rand() < 1 / 3) add({ eventId: `republisher:${workflow.id}:${round}`, ...fields }, true);
     }

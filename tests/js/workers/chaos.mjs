@@ -42,15 +42,23 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  *   confirmation of one deposit, a reorganisation that mines it again:
  *   deposit-swap v3 exchanges it once in any order (v2, which lost it in
  *   order, was not reorder-safe for it).
+ * - two-deposits (the share `secondDeposits` of the swaps, taken from the
+ *   mix likewise and from other swaps than the re-included ones; 10% by
+ *   default): the host creates the swap with its `expectedUnits`, the first
+ *   deposit's amount; that deposit is detected and confirmed, and so is a
+ *   second one (another depositRef), alternately `full` (it covers too: the
+ *   two confirmations race, the first the swap sees is exchanged and the
+ *   other reviewed, so the oracle gives both ends and the run must reach
+ *   one) and `partial` (half the amount: reviewed, never exchanged).
  * Every deposit event carries `sequence`, as a chain watcher numbers what it
- * emits about one depositRef: its place among the swap's deposit events in
+ * emits about one depositRef: its place among that deposit's events in
  * history order (1, 2, …). Every valid event goes out 1 to 3 times under its
  * id, and half of them again under a new id (another observer, the same
  * `sequence`). `late` confirmed swaps are created only after publishing
  * started, so their events first meet UNKNOWN_WORKFLOW and come back through
  * the retry path.
  */
-export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 150, runId = 'run', confirmationOnly = 0.33, reinclusions = 0.1 }) {
+export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 150, runId = 'run', confirmationOnly = 0.33, reinclusions = 0.1, secondDeposits = 0.1 }) {
   const rand = random(seed);
   const kinds = ['confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed',
     'confirmed', 'confirmed', 'confirmed', 'complete', 'detected', 'detected', 'reversed', 'reversed',
@@ -67,11 +75,16 @@ export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 
   };
   const reactions = new Map(); // "exchanges/<workflowId>" -> messages published once the provider did it
   const copies = () => 1 + (rand() < 0.75 ? 1 : 0) + (rand() < 0.5 ? 1 : 0);
+  // Exact shares spread evenly, drawing nothing from `rand` (the rest of the plan is unchanged); the
+  // second deposits half a period after the re-inclusions, so the two shares meet no swap twice at 0.1.
+  const takes = (share, i, phase = 0) => Math.floor((i + 1) * share + phase) > Math.floor(i * share + phase);
+  let twoDeposits = 0;
 
   for (let i = 0; i < count; i += 1) {
     const id = `swap-${runId}-${i}`;
-    // An exact share of re-included swaps, spread evenly, drawing nothing from `rand` (the rest of the plan is unchanged).
-    const kind = Math.floor((i + 1) * reinclusions) > Math.floor(i * reinclusions) ? 'reincluded' : kinds[i % kinds.length];
+    let kind = kinds[i % kinds.length];
+    if (takes(reinclusions, i)) kind = 'reincluded';
+    else if (takes(secondDeposits, i, 0.5)) kind = 'two-deposits';
     const isLate = kind === 'confirmed' && lateLeft > 0 && i % 7 === 0;
     if (isLate) lateLeft -= 1;
     const deposit = { depositRef: `btc-mainnet:tx-${(i * 7919).toString(16)}:vout-${i % 3}`, amountUnits: `${(i % 97) + 1}0000${i}` };
@@ -83,6 +96,8 @@ export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 
       return types.indexOf(type) < k ? { ...event, eventId: `${event.eventId}:${k + 1}` } : event;
     });
     let history;
+    let data = {};
+    let second = null;
     switch (kind) {
       case 'confirmed':
         history = rand() < confirmationOnly
@@ -105,11 +120,24 @@ export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 
       case 'deadline':
         history = [ev('DEADLINE_PASSED')];
         break;
+      case 'two-deposits': {
+        second = twoDeposits % 2 === 0 ? 'full' : 'partial';
+        twoDeposits += 1;
+        data = { expectedUnits: deposit.amountUnits };
+        const other = {
+          depositRef: `btc-mainnet:tx-${(i * 7919 + 1).toString(16)}:vout-${(i + 1) % 3}`,
+          amountUnits: second === 'full' ? deposit.amountUnits : (BigInt(deposit.amountUnits) / 2n).toString(),
+        };
+        // The second deposit's own numbered observations, under its own event ids.
+        const secondEvent = (type, k) => ({ ...ev(type, { ...other, sequence: k + 1 }), eventId: `watcher-a:${id}:second:${type.toLowerCase()}` });
+        history = [...observed('DEPOSIT_DETECTED', 'DEPOSIT_CONFIRMED'), secondEvent('DEPOSIT_DETECTED', 0), secondEvent('DEPOSIT_CONFIRMED', 1)];
+        break;
+      }
       case 'conflict': {
         const eventId = `watcher-a:${id}:detected`;
         const amounts = [deposit.amountUnits, `${deposit.amountUnits}1`];
         const bodies = amounts.map((amountUnits) => Buffer.from(JSON.stringify({ eventId, workflowId: id, type: 'DEPOSIT_DETECTED', depositRef: deposit.depositRef, amountUnits, sequence: 1 })));
-        conflicts.set(id, { eventId, bodies, amounts });
+        conflicts.set(id, { eventId, bodies, amounts, depositRef: deposit.depositRef });
         validIds.add(eventId);
         for (const body of bodies) messages.push({ body, kind: 'conflict', eventId });
         history = [];
@@ -133,7 +161,13 @@ export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 
         oracleHistory.push(again);
       }
     }
-    swaps.push({ id, kind, late: isLate, history: oracleHistory });
+    // Two covering deposits race: either may be the one exchanged, so the second deposit's events first is another end.
+    const secondFirst = () => {
+      const firstRef = deposit.depositRef;
+      return [...oracleHistory.filter((e) => e.depositRef !== firstRef), ...oracleHistory.filter((e) => e.depositRef === firstRef)];
+    };
+    const histories = second === 'full' ? [oracleHistory, secondFirst()] : [oracleHistory];
+    swaps.push({ id, kind, late: isLate, data, second, history: oracleHistory, histories });
   }
 
   // Bodies that are not events, each distinct so the dead-letter queue can be checked exactly.
@@ -157,32 +191,52 @@ export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 
   return { swaps, messages, reactions, validIds, conflicts, invalidBodies, seed };
 }
 
-/** Each swap's history applied in order, through the handler over an InMemoryStore: the end state every order must reach. */
+/** The workflow the host creates for a swap of the plan, before its events: in `waiting`, with the swap's data (its expectedUnits). */
+export const workflowOf = (swap) => ({ id: swap.id, status: 'waiting', revision: 1, ...swap.data });
+
+/**
+ * Each swap's history applied in order, through the handler over an
+ * InMemoryStore: the ends every order may reach (one per history of the
+ * swap: two for two covering deposits, whose race decides which is
+ * exchanged), each `{ state, operations }`.
+ */
 export async function oracle(plan) {
-  const store = new InMemoryStore(plan.swaps.map((s) => ({ id: s.id, status: 'waiting', revision: 1 })));
-  const handle = createDeliveryHandler(store, { ruleSet: 'deposit-swap' });
-  for (const swap of plan.swaps) {
-    for (const event of swap.history) {
-      const verdict = await handle(event);
-      if (verdict.action !== 'ack') throw new Error(`the in-order history of ${swap.id} is not clean: ${event.type} → ${verdict.action} ${verdict.error?.code}`);
+  const expected = new Map(plan.swaps.map((swap) => [swap.id, []]));
+  const rounds = Math.max(...plan.swaps.map((swap) => swap.histories.length));
+  for (let round = 0; round < rounds; round += 1) {
+    const swaps = plan.swaps.filter((swap) => swap.histories.length > round);
+    const store = new InMemoryStore(swaps.map(workflowOf));
+    const handle = createDeliveryHandler(store, { ruleSet: 'deposit-swap' });
+    for (const swap of swaps) {
+      for (const event of swap.histories[round]) {
+        const verdict = await handle(event);
+        if (verdict.action !== 'ack') throw new Error(`the in-order history of ${swap.id} is not clean: ${event.type} → ${verdict.action} ${verdict.error?.code}`);
+      }
     }
-  }
-  for (const [id, conflict] of plan.conflicts) await handle(conflict.bodies[0]).then((v) => { if (v.action !== 'ack') throw new Error(id); });
-  const snapshot = store.snapshot();
-  const expected = new Map();
-  for (const swap of plan.swaps) {
-    const workflow = snapshot.workflows.get(swap.id);
-    const operations = [...snapshot.outbox.values()].filter((op) => op.workflowId === swap.id).map((op) => op.id).sort();
-    expected.set(swap.id, { state: stateOf(workflow), operations });
+    if (round === 0) for (const [id, conflict] of plan.conflicts) await handle(conflict.bodies[0]).then((v) => { if (v.action !== 'ack') throw new Error(id); });
+    const snapshot = store.snapshot();
+    for (const swap of swaps) {
+      const workflow = snapshot.workflows.get(swap.id);
+      const operations = [...snapshot.outbox.values()].filter((op) => op.workflowId === swap.id).map((op) => op.id).sort();
+      expected.get(swap.id).push({ state: stateOf(workflow), operations });
+    }
   }
   return expected;
 }
 
-/** What must not depend on delivery order: status and recorded fields (not the revision). */
+/** JSON text with every object's keys sorted (a store may keep a map's keys in another order). */
+const canonical = (value) => JSON.stringify(value, (key, v) => (v !== null && typeof v === 'object' && !Array.isArray(v)
+  ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]]))
+  : v));
+
+/** What must not depend on delivery order: status and recorded fields, the deposits map among them (not the revision). */
 function stateOf(workflow) {
   const { id, revision, ...rest } = workflow;
-  return JSON.stringify(Object.keys(rest).sort().map((key) => [key, rest[key]]));
+  return canonical(rest);
 }
+
+/** The amount a swap holds for `depositRef`: its entry in the deposits map (deposit-swap v3 records nothing else before the exchange). */
+const amountOf = (workflow, depositRef) => workflow?.deposits?.[depositRef]?.amountUnits;
 
 // ---- Brokers ----------------------------------------------------------------
 
@@ -385,11 +439,12 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
   const runId = uniquePrefix();
   const plan = chaosPlan({ swaps, seed, runId, ...planOptions });
   const expected = await oracle(plan);
-  const expectedOps = new Set([...expected.values()].flatMap((e) => e.operations));
+  // Every end of a swap has as many operations, and as many exchanges, as its first.
+  const expectedOps = new Set([...expected.values()].flatMap((ends) => ends[0].operations));
   const tables = tablesFor(runId);
   const db = await openStore('pg', { tables, url: PG_URL, poolSize: 2 });
   await db.store.migrate();
-  for (const swap of plan.swaps) if (!swap.late) await db.store.putWorkflow({ id: swap.id, status: 'waiting', revision: 1 });
+  for (const swap of plan.swaps) if (!swap.late) await db.store.putWorkflow(workflowOf(swap));
 
   const broker = await brokerHarness(brokerName, url, `idemflow-${runId}`);
   const { startFakeProvider } = await import(path.join(EXAMPLES, 'shared/fake-provider.mjs'));
@@ -397,7 +452,11 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
   const reactionCount = [...plan.reactions.values()].reduce((n, list) => n + list.length, 0);
   const figures = { broker: brokerName, seed, swaps, messages: plan.messages.length + reactionCount, validEventIds: plan.validIds.size,
     invalid: plan.invalidBodies.length, conflicts: plan.conflicts.size, reincluded: plan.swaps.filter((swap) => swap.kind === 'reincluded').length,
-    reincludedExchanged: 0, deliveries: 0, verdicts: {},
+    reincludedExchanged: 0,
+    secondDeposits: plan.swaps.filter((swap) => swap.second !== null).length,
+    secondFull: plan.swaps.filter((swap) => swap.second === 'full').length,
+    secondPartial: plan.swaps.filter((swap) => swap.second === 'partial').length,
+    secondExchanged: 0, depositReviews: 0, deliveries: 0, verdicts: {},
     workerKills: 0, consumerKills: 0, exchanges: 0, payouts: 0, providerCalls: 0, provider503: 0, stuck: null };
   const children = { workers: new Set(), consumers: new Set() };
   let stopping = false;
@@ -410,7 +469,7 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
   const createLate = (id) => {
     if (!lateIds.has(id)) return null;
     if (!late.has(id)) {
-      const created = db.store.putWorkflow({ id, status: 'waiting', revision: 1 });
+      const created = db.store.putWorkflow(workflowOf(plan.swaps.find((swap) => swap.id === id)));
       created.catch(() => {}); // awaited below, where a failure fails the run
       late.set(id, created);
     }
@@ -556,36 +615,39 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     const pending = await broker.pending();
     if (pending !== 0) problems.push(`${pending} messages still in the broker`);
 
-    // Every swap in the state its in-order history gives, every operation done; a conflict swap holds one of its two amounts.
+    // Every swap in the state one of its in-order histories gives (two covering deposits: either exchanged), with that
+    // history's operations, every operation done; a conflict swap holds one of its two amounts.
     let stuck = 0;
     const operations = new Map();
     for (const row of await db.query(`SELECT id, workflow_id, status FROM "${tables.outbox}"`, [])) operations.set(row.id, row);
+    const wantOps = new Set(); // the operations of the end each swap reached (of its first end when it reached none)
     for (const swap of plan.swaps) {
       const workflow = await db.store.getWorkflow(swap.id);
-      const want = expected.get(swap.id);
+      const ends = expected.get(swap.id);
       const conflict = plan.conflicts.get(swap.id);
-      let ok;
-      if (conflict) {
-        ok = workflow.status === 'deposit' && conflict.amounts.includes(workflow.amountUnits);
-      } else {
-        ok = stateOf(workflow) === want.state;
-      }
       const ops = [...operations.values()].filter((op) => op.workflow_id === swap.id);
-      const opsOk = JSON.stringify(ops.map((op) => op.id).sort()) === JSON.stringify(want.operations) && ops.every((op) => op.status === 'done');
-      if (!ok || !opsOk) {
+      const opIds = JSON.stringify(ops.map((op) => op.id).sort());
+      let want;
+      if (conflict) {
+        want = workflow.status === 'deposit' && conflict.amounts.includes(amountOf(workflow, conflict.depositRef)) ? ends[0] : null;
+      } else {
+        want = ends.find((end) => stateOf(workflow) === end.state && opIds === JSON.stringify(end.operations)) ?? null;
+      }
+      for (const id of (want ?? ends[0]).operations) wantOps.add(id);
+      if (want === null || opIds !== JSON.stringify(want.operations) || !ops.every((op) => op.status === 'done')) {
         stuck += 1;
-        if (stuck <= 5) problems.push(`${swap.id} (${swap.kind}): ${JSON.stringify(workflow)} with operations ${JSON.stringify(ops)}; expected ${want.state} with ${JSON.stringify(want.operations)}`);
+        if (stuck <= 5) problems.push(`${swap.id} (${swap.kind}): ${JSON.stringify(workflow)} with operations ${JSON.stringify(ops)}; expected one of ${JSON.stringify(ends)}`);
       }
     }
     figures.stuck = stuck;
     if (stuck > 0) problems.push(`${stuck} swaps are not where their history leads`);
 
     // The provider carried out exactly the expected operations, each once (it records an idempotency key once).
-    const carriedOut = new Set([...provider.effects.values()].map((e) => `${{ exchanges: 'start-exchange', payouts: 'send-payout', reviews: 'open-review' }[e.kind]}:${e.body.workflowId}`));
     const keys = new Set([...provider.effects.values()].map((e) => e.key));
-    for (const id of expectedOps) if (!keys.has(id)) problems.push(`operation ${id} was never carried out`);
-    for (const key of keys) if (!expectedOps.has(key)) problems.push(`the provider carried out ${key}, which no history asks for`);
-    if (carriedOut.size !== keys.size) problems.push('an effect names another workflow than its idempotency key');
+    for (const id of wantOps) if (!keys.has(id)) problems.push(`operation ${id} was never carried out`);
+    for (const key of keys) if (!wantOps.has(key)) problems.push(`the provider carried out ${key}, which no history asks for`);
+    // Every operation id ends with its workflow's id (a per-deposit one has the depositRef before it).
+    if ([...provider.effects.values()].some((e) => !e.key.endsWith(`:${e.body.workflowId}`))) problems.push('an effect names another workflow than its idempotency key');
     const perSwap = new Map();
     for (const e of provider.effects.values()) if (e.kind === 'exchanges') perSwap.set(e.body.workflowId, (perSwap.get(e.body.workflowId) ?? 0) + 1);
     for (const [id, n] of perSwap) if (n !== 1) problems.push(`${id} was exchanged ${n} times`);
@@ -594,6 +656,33 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     if (figures.reincludedExchanged !== figures.reincluded) {
       problems.push(`${figures.reincluded - figures.reincludedExchanged} of ${figures.reincluded} re-included deposits were never exchanged`);
     }
+
+    // Second deposits: each such swap exchanged once (its first deposit covers), from a deposit that covers, and
+    // the other confirmed deposit reviewed once (review-deposit:<depositRef>:<swap>); a partial one never exchanged.
+    const reviewsOf = new Map(); // swap id -> the depositRefs carried out as review-deposit operations
+    for (const e of provider.effects.values()) {
+      if (!e.key.startsWith('review-deposit:')) continue;
+      figures.depositReviews += 1;
+      (reviewsOf.get(e.body.workflowId) ?? reviewsOf.set(e.body.workflowId, []).get(e.body.workflowId)).push(e.body.depositRef);
+    }
+    const exchangeOf = new Map([...provider.effects.values()].filter((e) => e.kind === 'exchanges').map((e) => [e.body.workflowId, e.body.depositRef]));
+    let secondOk = 0;
+    let secondBad = 0;
+    for (const swap of plan.swaps.filter((s) => s.second !== null)) {
+      const [first, other] = [...new Set(swap.history.map((e) => e.depositRef))];
+      const exchanged = exchangeOf.get(swap.id);
+      const reviewed = reviewsOf.get(swap.id) ?? [];
+      const allowed = swap.second === 'full' ? [first, other] : [first];
+      const problem = perSwap.get(swap.id) !== 1 ? `exchanged ${perSwap.get(swap.id) ?? 0} times`
+        : !allowed.includes(exchanged) ? `exchanged ${exchanged}, which does not cover`
+          : reviewed.length !== 1 || reviewed[0] !== (exchanged === first ? other : first) ? `reviewed ${JSON.stringify(reviewed)} after exchanging ${exchanged}`
+            : null;
+      if (exchanged === other) figures.secondExchanged += 1;
+      if (problem === null) secondOk += 1;
+      else if ((secondBad += 1) <= 5) problems.push(`${swap.id} (a ${swap.second} second deposit): ${problem}`);
+    }
+    figures.secondDepositsOk = secondOk;
+    if (secondOk !== figures.secondDeposits) problems.push(`${figures.secondDeposits - secondOk} of ${figures.secondDeposits} swaps with a second deposit were not exchanged once and reviewed once`);
 
     // Receipts: exactly the distinct valid event ids.
     const receipts = new Set((await db.query(`SELECT event_id FROM "${tables.inbox}"`, [])).map((row) => row.event_id));
@@ -619,7 +708,7 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     const wantParked = new Set();
     for (const [id, conflict] of plan.conflicts) {
       const workflow = await db.store.getWorkflow(id);
-      const loser = conflict.amounts[0] === workflow.amountUnits ? 1 : 0;
+      const loser = conflict.amounts[0] === amountOf(workflow, conflict.depositRef) ? 1 : 0;
       wantParked.add(conflict.bodies[loser].toString('base64'));
     }
     if (parkedSet.size !== wantParked.size || [...wantParked].some((b) => !parkedSet.has(b))) {

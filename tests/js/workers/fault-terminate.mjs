@@ -14,11 +14,12 @@
 // at once, so the server's FATAL arrives before any `await` after connect().
 // Usage: node fault-terminate.mjs <pg|mysql> <url> <idle|active|lock|checkout> <table prefix>
 import { IdemflowError } from 'idemflow';
+import { detectedSwap } from './fixtures.mjs';
 
 const [kind, url, mode, prefix] = process.argv.slice(2);
 const tables = { workflows: `${prefix}_workflows`, inbox: `${prefix}_inbox`, outbox: `${prefix}_outbox` };
-// The swap recorded the watcher's detection (its observation 1); the event is its confirmation (observation 2).
-const swap = { id: 'wf-1', status: 'deposit', revision: 1, depositRef: 'tx-1', amountUnits: '100', sequence: 1 };
+// The swap holds the watcher's detection (its observation 1) in its deposits map; the event is its confirmation (observation 2).
+const swap = detectedSwap({ id: 'wf-1', revision: 1, depositRef: 'tx-1', amountUnits: '100' });
 const event = { eventId: `${prefix}-e1`, workflowId: 'wf-1', type: 'DEPOSIT_CONFIRMED', depositRef: 'tx-1', amountUnits: '100', sequence: 2 };
 
 const ended = new Promise((resolve) => process.on('message', (message) => { if (message === 'ended') resolve(); }));

@@ -18,21 +18,53 @@ export const SEED_EVENT = Object.freeze({
 });
 
 /**
+ * A deposit-swap v3 swap in `deposit`: the chain watcher's detection of one
+ * deposit (its observation `sequence`, 1 by default) applied. Before the
+ * exchange v3 keeps a deposit only in the workflow's `deposits` map, keyed by
+ * depositRef, its latest word (`event`), amount and number; nothing about it
+ * on the swap itself. `rest`: other workflow fields (an expectedUnits, say).
+ */
+export function detectedSwap({ id, revision, depositRef, amountUnits, sequence = 1, ...rest }) {
+  return { id, status: 'deposit', revision, ...rest, deposits: { [depositRef]: { event: 'DEPOSIT_DETECTED', amountUnits, sequence } } };
+}
+
+/**
  * The seed article's swap waiting for its confirmation, as the default rule
  * set (deposit-swap v3) stores it: the watcher's detection put it in
- * `deposit` and recorded that observation's number, `sequence` 1, so
- * SEED_EVENT (sequence 2) is newer and applies. Once SEED_EVENT applied it is
- * in `exchange`, revision 4, recording sequence 2. The article's own workflow
- * (deposit-swap v1, which processDepositConfirmed runs) has no sequence.
+ * `deposit` and recorded that deposit, observation `sequence` 1, in
+ * `deposits`, so SEED_EVENT (sequence 2) is newer and applies. Once SEED_EVENT
+ * applied it is in `exchange`, revision 4, recording the exchanged deposit
+ * (depositRef, amountUnits, sequence 2) on the swap and its entry in
+ * `deposits` as confirmed. The article's own workflow (deposit-swap v1,
+ * which processDepositConfirmed runs) has no sequence and no map.
  */
-export const SEED_WORKFLOW = Object.freeze({
+export const SEED_WORKFLOW = Object.freeze(detectedSwap({
   id: 'swap-42',
-  status: 'deposit',
   revision: 3,
   depositRef: 'btc-mainnet:tx-abc:vout-0',
   amountUnits: '12500000',
-  sequence: 1,
-});
+}));
+
+/**
+ * A deposit-swap v3 swap once the confirmation (observation `sequence`, 2 by
+ * default) of its one deposit applied: exchanging that deposit, which v3 now
+ * records on the swap (the deposit it acts on) with the confirmation's
+ * number, its entry in `deposits` confirmed.
+ */
+export function exchangingSwap({ id, revision, depositRef, amountUnits, sequence = 2, ...rest }) {
+  return {
+    id, status: 'exchange', revision, ...rest, depositRef, amountUnits, sequence,
+    deposits: { [depositRef]: { event: 'DEPOSIT_CONFIRMED', amountUnits, sequence } },
+  };
+}
+
+/** SEED_WORKFLOW once SEED_EVENT applied. */
+export const SEED_EXCHANGING = Object.freeze(exchangingSwap({
+  id: 'swap-42',
+  revision: 4,
+  depositRef: SEED_EVENT.depositRef,
+  amountUnits: SEED_EVENT.amountUnits,
+}));
 
 /**
  * A chain watcher numbers the deposit events it emits about one depositRef

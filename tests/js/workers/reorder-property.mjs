@@ -57,6 +57,15 @@
 // whose races allow it, ahead of what it follows (the verifier, too, compares
 // every order of one race outcome with the others, not with producer order);
 // v2's model ranks its races so that this never happens.
+// Several deposits (the 'deposits' model, or any history under a rule set
+// with `facts`): besides the comparison, each delivery's end is checked
+// directly against what deposit-swap v3 promises (depositProblems): no
+// operation id emitted twice, the exchanged deposit covers expectedUnits and
+// is not also reviewed, every other deposit whose latest word is a
+// confirmation has exactly one review-deposit:<ref>:<swap> (or the swap is in
+// review with its open-review), and a deposit event answered stale has its
+// entry in `deposits` recording a newer observation.
+//
 // The reference can still get stuck on an answer that is not published yet
 // (the shuffled delivery saw EXCHANGE_COMPLETED before a reversal, but the
 // in-order one never emitted START_EXCHANGE): that is reported as a
@@ -68,12 +77,13 @@ import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import fc from 'fast-check';
 import { IdemflowError, InMemoryStore, processEvent } from 'idemflow';
 import { openStore, tablesFor, tempDir, uniquePrefix } from './backends.mjs';
-import { MODELS } from './reorder-models.mjs';
+import { MODELS, ONE_DEPOSIT, covers, perFactOperationId, readOrder } from './reorder-models.mjs';
 
 export { MODELS, V1, V2, V3, readOrder } from './reorder-models.mjs';
 
-// Every event of a history speaks of the same facts: other values are the guards' business.
-const FACTS = { depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000', payoutUnits: '4100000000', payoutRef: 'payout-9' };
+// Every event of a history speaks of the same facts (a deposit event of its
+// deposit's): other values are the guards' business.
+const FACTS = { ...ONE_DEPOSIT, payoutUnits: '4100000000', payoutRef: 'payout-9' };
 
 const MAX_STEPS = 200;
 
@@ -109,12 +119,15 @@ class Delivery {
   }
 
   async storeWorkflow() {
-    await this.store.putWorkflow({ id: this.workflowId, status: 'waiting', revision: 1 });
+    // The host creates the swap with the amount it expects, or without it.
+    const { expectedUnits } = this.history;
+    await this.store.putWorkflow({ id: this.workflowId, status: 'waiting', revision: 1, ...(expectedUnits === undefined ? {} : { expectedUnits }) });
     this.stored = true;
   }
 
   event(message) {
-    const fields = Object.fromEntries(this.model.order.fields[message.type].map((f) => [f, FACTS[f]]));
+    const facts = message.deposit === undefined ? FACTS : { ...FACTS, ...this.history.deposits[message.deposit] };
+    const fields = Object.fromEntries(this.model.order.fields[message.type].map((f) => [f, facts[f]]));
     const sequence = message.sequence === undefined ? {} : { sequence: message.sequence };
     return { eventId: `${this.workflowId}/${message.local}`, workflowId: this.workflowId, type: message.type, ...fields, ...sequence };
   }
@@ -126,13 +139,14 @@ class Delivery {
     let emitted = false;
     try {
       const result = await processEvent(this.store, this.event(message), { ruleSet: this.ruleSet });
-      answer = { outcome: result.outcome };
       emitted = result.outcome === 'applied' && result.operationIds.length > 0;
+      answer = { outcome: result.outcome, ...(emitted ? { operationIds: result.operationIds } : {}) };
     } catch (error) {
       if (!(error instanceof IdemflowError)) throw error;
       answer = { code: error.code, disposition: error.disposition };
     }
-    this.trace.push({ local: message.local, kind: message.kind, type: message.type, sequence: message.sequence, ...answer });
+    const depositRef = message.deposit === undefined ? undefined : this.history.deposits[message.deposit].depositRef;
+    this.trace.push({ local: message.local, kind: message.kind, type: message.type, sequence: message.sequence, depositRef, ...answer });
     const retry = answer.disposition === 'retry';
     if (retry) {
       this.retries += 1;
@@ -154,12 +168,26 @@ class Delivery {
     return { retry, published };
   }
 
+  /** Every operation id the rule set may emit for this swap (a per-fact one for each deposit of the history) → its type. */
+  operationIds() {
+    const { order } = this.model;
+    const ids = new Map();
+    for (const [type, template] of Object.entries(order.operationId)) {
+      if (!order.perFact.has(type)) {
+        ids.set(operationId(this.model, type, this.workflowId), type);
+        continue;
+      }
+      for (const { depositRef } of this.history.deposits ?? []) ids.set(perFactOperationId(template, order.facts.key, depositRef, this.workflowId), type);
+    }
+    return ids;
+  }
+
   /** The end state compared between deliveries. */
   async end(undelivered) {
     const { id, status, revision, ...recorded } = (await this.store.getWorkflow(this.workflowId)) ?? {};
     const operations = [];
-    for (const [type, template] of Object.entries(this.model.order.operationId)) {
-      if (await this.store.getOperation(operationId(this.model, type, this.workflowId))) operations.push(template);
+    for (const [id, type] of this.operationIds()) {
+      if (await this.store.getOperation(id)) operations.push(id.replaceAll(this.workflowId, '{workflowId}'));
     }
     const finalError = (a) => a.code !== undefined && a.disposition !== 'retry';
     return {
@@ -245,6 +273,73 @@ function differences(shuffled, inOrder) {
   return problems;
 }
 
+// ---- Several deposits: what spec 2 promises, checked on each delivery's end --------
+
+const factsOfRuleSet = new WeakMap();
+/** The `facts` block of a rule set (a mutant without an order section too), or null. */
+function factsOf(ruleSet) {
+  if (!factsOfRuleSet.has(ruleSet)) factsOfRuleSet.set(ruleSet, ruleSet.definition().facts ?? null);
+  return factsOfRuleSet.get(ruleSet);
+}
+
+/**
+ * For a rule set with facts, what must hold at the end of one delivery
+ * whatever the order (not computed by re-implementing the rules):
+ * - no operation id is emitted twice (so at most one start-exchange);
+ * - the exchanged deposit covered the expected amount and has no
+ *   review-deposit operation;
+ * - a deposit whose latest word is a confirmation and that was not exchanged
+ *   has exactly one review-deposit operation, or the swap is in review (or
+ *   overdue) with its open-review;
+ * - a deposit event answered stale has its deposit's entry in the facts map,
+ *   recording a newer observation (a person can find what the chain said);
+ *   every deposit the swap saw has an entry.
+ */
+async function depositProblems(run, end, label) {
+  const facts = factsOf(run.ruleSet);
+  const { history, model, store, workflowId } = run;
+  if (facts === null || history.deposits === undefined) return [];
+  const problems = [];
+  const emitted = new Map();
+  for (const a of run.trace) for (const id of a.operationIds ?? []) emitted.set(id, (emitted.get(id) ?? 0) + 1);
+  for (const [id, n] of emitted) if (n > 1) problems.push(`${label}: ${id} was emitted ${n} times`);
+  const exchange = await store.getOperation(operationId(model, 'START_EXCHANGE', workflowId));
+  const exchanged = exchange?.payload?.depositRef;
+  const openReview = await store.getOperation(operationId(model, 'OPEN_REVIEW', workflowId));
+  const map = end.recorded[facts.name] ?? {};
+  const reviewTemplate = model.order.operationId.REVIEW_DEPOSIT;
+  for (const [fact, { depositRef, amountUnits }] of history.deposits.entries()) {
+    const reviewId = perFactOperationId(reviewTemplate, facts.key, depositRef, workflowId);
+    const reviews = emitted.get(reviewId) ?? 0;
+    const stored = (await store.getOperation(reviewId)) !== null;
+    if (stored !== reviews > 0) problems.push(`${label}: ${reviewId} emitted ${reviews} times, ${stored ? '' : 'not '}in the outbox`);
+    if (depositRef === exchanged) {
+      if (!covers(amountUnits, history.expectedUnits)) problems.push(`${label}: ${depositRef} (${amountUnits} of ${history.expectedUnits}) was exchanged`);
+      if (reviews > 0) problems.push(`${label}: ${depositRef} was exchanged and reviewed`);
+    } else if (history.chains[fact].at(-1) === 'DEPOSIT_CONFIRMED') {
+      const inReview = (end.status === 'review' || end.status === 'overdue') && openReview !== null;
+      if (reviews !== 1 && !inReview) {
+        problems.push(`${label}: ${depositRef}'s latest word is a confirmation, it was not exchanged, and it has ${reviews} review-deposit operations (status ${end.status})`);
+      }
+    }
+    const seen = run.trace.some((a) => a.depositRef === depositRef && a.code === undefined && a.outcome !== 'duplicate-delivery');
+    if (seen && map[depositRef] === undefined) problems.push(`${label}: the swap saw ${depositRef} and has no entry for it in ${facts.name}`);
+  }
+  for (const a of run.trace) {
+    if (a.outcome !== 'stale' || a.depositRef === undefined) continue;
+    const entry = map[a.depositRef];
+    if (entry === undefined) problems.push(`${label}: ${a.local} was answered stale and ${facts.name} has no entry for ${a.depositRef}`);
+    else if (!(entry.sequence > a.sequence)) problems.push(`${label}: ${a.local} (sequence ${a.sequence}) was answered stale under ${JSON.stringify(entry)}`);
+  }
+  return problems;
+}
+
+/** A history's deposits, chains and expected amount, for a counterexample. */
+export function describeHistory(history) {
+  const deposits = (history.deposits ?? []).map((d, i) => `${d.depositRef} ${d.amountUnits}: ${(history.chains?.[i] ?? []).join(' ')}`);
+  return `expectedUnits ${history.expectedUnits ?? '(not set)'}; ${deposits.join('; ')}`;
+}
+
 export const describeTrace = (run) =>
   run.trace.map((a) => `${a.local} → ${a.outcome ?? `${a.code} (${a.disposition})`}`).join(', ');
 
@@ -272,21 +367,28 @@ export async function runCase(store, model, history, plan, { ruleSet = model.rul
   const shuffled = await deliverShuffled(store, model, ruleSet, id, history, plan);
   const positions = model.positions(history, shuffled.run.firstSeen);
   const inOrder = await deliverInOrder(store, model, ruleSet, `${id}-in-order`, history, positions, races);
-  return { shuffled, inOrder, problems: differences(shuffled, inOrder) };
+  const problems = [
+    ...differences(shuffled, inOrder),
+    ...(await depositProblems(shuffled.run, shuffled.end, 'shuffled')),
+    ...(await depositProblems(inOrder.run, inOrder.end, 'in order')),
+  ];
+  return { shuffled, inOrder, problems };
 }
 
 /**
  * The property over `model`'s histories, delivered to `options.ruleSet`
  * (a mutant, say; the model's own by default); `options.races(history)`
- * replaces the racing pairs the reference reproduces.
+ * replaces the racing pairs the reference reproduces; `options.histories`
+ * the model's arbitrary (a filtered one, say).
  */
-export function reorderProperty(store, model, { coverage, ruleSet, races } = {}) {
-  return fc.asyncProperty(model.history, planArbitrary(model), async (history, plan) => {
+export function reorderProperty(store, model, { coverage, ruleSet, races, histories = model.history } = {}) {
+  return fc.asyncProperty(histories, planArbitrary(model), async (history, plan) => {
     const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { ruleSet, races: races?.(history) });
     coverage?.count(shuffled, inOrder, history);
     if (problems.length > 0) {
       throw new Error([
         ...problems,
+        `history: ${describeHistory(history)}`,
         `shuffled: ${describeTrace(shuffled.run)}`,
         `in order: ${describeTrace(inOrder.run)}`,
       ].join('\n'));
@@ -321,8 +423,10 @@ export class Coverage {
     }
     for (const [key, held] of Object.entries(this.model.coverage(shuffled, history))) if (held) this[key] = (this[key] ?? 0) + 1;
     this.ends[shuffled.end.status] = (this.ends[shuffled.end.status] ?? 0) + 1;
-    const sequence = shuffled.end.recorded.sequence;
-    if (sequence !== undefined) (this.endSequences ??= {})[sequence] = (this.endSequences[sequence] ?? 0) + 1;
+    // The number each deposit ended at: its entry in the facts map (v3 records a deposit on the swap only once it acts on it).
+    const facts = this.model.order.facts && shuffled.end.recorded[this.model.order.facts.name];
+    const sequences = facts ? Object.values(facts).map((entry) => entry.sequence) : [shuffled.end.recorded.sequence];
+    for (const sequence of sequences) if (sequence !== undefined) (this.endSequences ??= {})[sequence] = (this.endSequences[sequence] ?? 0) + 1;
   }
 }
 

@@ -4,7 +4,7 @@
 // re-publications, duplicates and re-publications under new ids, a few bodies
 // that are not events), every swap created before its events, the messages in
 // one shuffled order, so that concurrent batches share workflows.
-import { chaosPlan } from './chaos.mjs';
+import { chaosPlan, workflowOf } from './chaos.mjs';
 import { random, shuffle } from './broker.mjs';
 
 /**
@@ -12,15 +12,17 @@ import { random, shuffle } from './broker.mjs';
  * `swaps` swaps. `events: true` keeps only the messages that are events
  * (`kind` 'event', each with its parsed `event`): no conflicts, no bodies
  * that are not events. `reinclusions`: the chaos plan's share of re-included
- * deposits (0, none, by default: v2 is not reorder-safe for them).
+ * deposits (0, none, by default: v2 is not reorder-safe for them);
+ * `secondDeposits` its share of swaps with a second deposit (0 by default:
+ * two covering deposits race, so two runs need not end alike).
  */
-export function swapTraffic({ swaps, seed = 1, runId = 'scale', invalid = Math.ceil(swaps / 40), eventsOnly = false, reinclusions = 0 }) {
-  const plan = chaosPlan({ swaps, seed, runId, late: 0, invalid: eventsOnly ? 0 : invalid, reinclusions });
+export function swapTraffic({ swaps, seed = 1, runId = 'scale', invalid = Math.ceil(swaps / 40), eventsOnly = false, reinclusions = 0, secondDeposits = 0 }) {
+  const plan = chaosPlan({ swaps, seed, runId, late: 0, invalid: eventsOnly ? 0 : invalid, reinclusions, secondDeposits });
   let messages = plan.messages;
   if (eventsOnly) messages = messages.filter((m) => m.kind === 'event').map((m) => ({ ...m, event: JSON.parse(m.body) }));
   const conflicted = new Set(eventsOnly ? plan.conflicts.keys() : []);
   return {
-    workflows: plan.swaps.map((swap) => ({ id: swap.id, status: 'waiting', revision: 1 })),
+    workflows: plan.swaps.map(workflowOf),
     messages: shuffle(messages.slice(), random(seed + 7)),
     // The event ids published (the chaos plan's provider answers are not: nothing carries the operations out here).
     validIds: new Set(messages.filter((m) => m.kind !== 'invalid').map((m) => m.eventId)),
