@@ -2,8 +2,10 @@
 // floor the benchmarks compare idemflow with. One transaction per event over
 // idemflow's own tables (the same columns read and written): read the
 // receipt (a duplicate answers what its first delivery produced), read the
-// workflow, pick the transition, insert the receipt, compare-and-set the
-// workflow on (status, revision), insert the outbox operation.
+// workflow, pick the transition (deposit-swap v3: the event's deposit read
+// from its own entry in the workflow's deposits map), insert the receipt,
+// compare-and-set the workflow on (status, revision) writing the new map,
+// insert the outbox operations.
 // bench/adapters.mjs runs it on one connection; bench/production.mjs in
 // worker processes (workers/lane.mjs, workers/hand-broker-worker.mjs).
 import { createHash } from 'node:crypto';
@@ -20,59 +22,99 @@ export function fingerprintOf(event) {
 
 export const RULES_HASH = `sha256:${'0'.repeat(64)}`;
 
-/** The fields a transition records: the whole deposit, or the newer observation's number. */
-const DEPOSIT = ['depositRef', 'amountUnits', 'sequence'];
-const NUMBER = ['sequence'];
-const applied = (to, { record = [], emit = null } = {}) => ({ outcome: 'applied', to, record, emit });
-const kept = (outcome) => ({ outcome, record: [] });
-/**
- * A guarded, numbered transition: the event's deposit must be the one
- * recorded; an observation newer than the one recorded (a workflow that
- * recorded no number compares as 0) takes `newer`, a re-published or older
- * one ends as `otherwise`.
- */
-const numbered = (newer, otherwise) => ({ guard: true, newer, otherwise: kept(otherwise) });
-const START_EXCHANGE = { type: 'START_EXCHANGE', prefix: 'start-exchange', payload: ['depositRef', 'amountUnits'] };
-const OPEN_REVIEW = { type: 'OPEN_REVIEW', prefix: 'open-review', payload: ['depositRef', 'amountUnits', 'sequence'] };
-
-/**
- * The deposit-swap v3 transitions the benchmarks' traffic takes, written out
- * by hand as such a worker would (type → status → what happens). Anything
- * else is refused.
- */
-const TRANSITIONS = {
-  DEPOSIT_DETECTED: {
-    waiting: applied('deposit', { record: DEPOSIT }),
-    overdue: applied('review', { record: DEPOSIT, emit: OPEN_REVIEW }),
-    deposit: numbered(applied('deposit', { record: NUMBER }), 'already-applied'),
-    exchange: numbered(applied('review', { record: NUMBER, emit: OPEN_REVIEW }), 'already-applied'),
-    reversed: numbered(applied('deposit', { record: NUMBER }), 'stale'),
-    review: numbered(applied('review', { record: NUMBER }), 'stale'),
-  },
-  DEPOSIT_CONFIRMED: {
-    waiting: applied('exchange', { record: DEPOSIT, emit: START_EXCHANGE }),
-    overdue: applied('review', { record: DEPOSIT, emit: OPEN_REVIEW }),
-    deposit: numbered(applied('exchange', { record: NUMBER, emit: START_EXCHANGE }), 'stale'),
-    exchange: numbered(applied('review', { record: NUMBER, emit: OPEN_REVIEW }), 'already-applied'),
-    reversed: numbered(applied('exchange', { record: NUMBER, emit: START_EXCHANGE }), 'stale'),
-    review: numbered(applied('review', { record: NUMBER }), 'stale'),
-  },
-  DEPOSIT_REVERSED: {
-    waiting: applied('reversed', { record: DEPOSIT }),
-    overdue: applied('review', { record: DEPOSIT, emit: OPEN_REVIEW }),
-    deposit: numbered(applied('reversed', { record: NUMBER }), 'stale'),
-    exchange: numbered(applied('review', { record: NUMBER, emit: OPEN_REVIEW }), 'stale'),
-    reversed: numbered(applied('reversed', { record: NUMBER }), 'already-applied'),
-    review: numbered(applied('review', { record: NUMBER }), 'stale'),
-  },
-  DEADLINE_PASSED: {
-    waiting: applied('overdue'),
-    ...Object.fromEntries(['deposit', 'exchange', 'overdue', 'reversed', 'review'].map((status) => [status, kept('stale')])),
-  },
-};
-
-/** The types whose events carry the watcher's number (a safe integer of at least 1). */
+/** The types whose events carry the watcher's number (a safe integer of at least 1) and are kept per deposit in `deposits`. */
 const NUMBERED_TYPES = new Set(['DEPOSIT_DETECTED', 'DEPOSIT_CONFIRMED', 'DEPOSIT_REVERSED']);
+/** The event types this handler takes (the benchmarks' traffic: no provider answers, so EXCHANGE_COMPLETED and PAYOUT_CONFIRMED never come). */
+const TYPES = new Set([...NUMBERED_TYPES, 'DEADLINE_PASSED']);
+const BEFORE_EXCHANGE = new Set(['waiting', 'deposit', 'reversed']);
+
+/** Whether `amount` (integer base units, digits) is at least `expected`; unset, any amount covers. */
+function covers(amount, expected) {
+  if (expected === undefined) return true;
+  return amount.length !== expected.length ? amount.length > expected.length : amount >= expected;
+}
+
+/** A per-deposit operation's id: the depositRef with `%` and `:` escaped, so the id splits one way. */
+const reviewDepositId = (depositRef, workflowId) => `review-deposit:${depositRef.replaceAll('%', '%25').replaceAll(':', '%3A')}:${workflowId}`;
+
+/**
+ * What deposit-swap v3 does with a deposit event, written out by hand as such
+ * a worker would: `{ outcome, to?, record?, operations? }`, `record` the
+ * workflow data to write (the whole new deposits map and, when the exchange
+ * starts or the chain moves under the exchanged deposit, top-level fields).
+ *
+ * Each deposit has its own entry in data.deposits, keyed by depositRef (its
+ * latest word, amount, number and the per-deposit operations emitted for
+ * it): the amount must be the entry's, and the event's sequence is compared
+ * with the entry's (no entry compares as 0). Another depositRef is another
+ * deposit, with an entry of its own, as v3 has it. Written out for the
+ * statuses the benchmarks' traffic reaches (waiting, deposit, reversed,
+ * overdue, exchange, review: bench/adapters.mjs's one deposit per swap,
+ * confirmed, redelivered and re-published; bench/production.mjs's chaos
+ * traffic of workers/swap-traffic.mjs, one deposit per swap detected,
+ * confirmed, reversed, overdue, conflicting, in any order); sending and
+ * success are refused. Second deposits are decided as v3 does but no
+ * benchmark sends them.
+ */
+function depositDecision(event, status, data) {
+  const deposits = data.deposits ?? {};
+  const { depositRef, amountUnits, sequence } = event;
+  const entry = deposits[depositRef];
+  if (entry !== undefined && entry.amountUnits !== amountUnits) throw new Refused('reconcile', 'another amount for this deposit');
+  const seen = entry?.sequence ?? 0;
+  if (sequence === seen) return { outcome: 'already-applied' };
+  if (sequence < seen) return { outcome: 'stale' };
+  const confirmed = event.type === 'DEPOSIT_CONFIRMED';
+  const operations = [];
+  // The deposit's own review, at most once per deposit: its entry lists it once emitted.
+  const reviewed = entry?.operations?.includes('review-deposit') ?? false;
+  const reviewDeposit = () => {
+    if (!reviewed) operations.push({ id: reviewDepositId(depositRef, event.workflowId), type: 'REVIEW_DEPOSIT', payload: { depositRef, amountUnits } });
+  };
+  const exchanged = depositRef === data.depositRef; // recorded on the swap when its exchange started
+  let to;
+  let top = null;
+  if (BEFORE_EXCHANGE.has(status)) {
+    if (event.type === 'DEPOSIT_DETECTED') to = 'deposit';
+    else if (event.type === 'DEPOSIT_REVERSED') {
+      const otherPending = Object.entries(deposits).some(([ref, e]) => ref !== depositRef && (e.event === 'DEPOSIT_DETECTED' || e.event === 'DEPOSIT_CONFIRMED'));
+      to = otherPending ? 'deposit' : 'reversed';
+    } else if (covers(amountUnits, data.expectedUnits)) {
+      to = 'exchange';
+      top = { depositRef, amountUnits, sequence };
+      operations.push({ id: `start-exchange:${event.workflowId}`, type: 'START_EXCHANGE', payload: { depositRef, amountUnits } });
+    } else {
+      to = 'deposit';
+      reviewDeposit();
+    }
+  } else if (status === 'overdue') {
+    to = 'review';
+    operations.push({ id: `open-review:${event.workflowId}`, type: 'OPEN_REVIEW', payload: {} });
+    if (confirmed) reviewDeposit();
+  } else if (status === 'exchange') {
+    to = 'exchange';
+    if (exchanged) {
+      to = 'review';
+      top = { sequence };
+      operations.push({ id: `open-review:${event.workflowId}`, type: 'OPEN_REVIEW', payload: { depositRef, amountUnits } });
+    } else if (confirmed) reviewDeposit();
+  } else if (status === 'review') {
+    to = 'review';
+    if (exchanged) top = { sequence };
+    else if (confirmed) reviewDeposit();
+  } else {
+    throw new Refused('reconcile', `no transition written out for ${event.type} in ${status}`);
+  }
+  const emitted = operations.filter((op) => op.type === 'REVIEW_DEPOSIT').map(() => 'review-deposit');
+  const ops = [...(entry?.operations ?? []), ...emitted];
+  const written = { event: event.type, amountUnits, sequence, ...(ops.length > 0 ? { operations: ops } : {}) };
+  return { outcome: 'applied', to, record: { ...data, ...top, deposits: { ...deposits, [depositRef]: written } }, operations };
+}
+
+/** DEADLINE_PASSED: overdue from waiting (nothing recorded), stale anywhere else. */
+function deadlineDecision(status) {
+  return status === 'waiting' ? { outcome: 'applied', to: 'overdue', record: null, operations: [] } : { outcome: 'stale' };
+}
 
 /** Why the hand-written handler refused an event: `disposition` as idemflow's errors say it (reject, retry, reconcile). */
 export class Refused extends Error {
@@ -98,29 +140,23 @@ export async function handWritten(q, sql, event, now) {
   }
   const [workflow] = await q(sql.workflow, [event.workflowId]);
   if (!workflow) throw new Refused('retry', 'unknown workflow');
-  const data = typeof workflow.data === 'string' ? JSON.parse(workflow.data) : workflow.data;
-  let rule = TRANSITIONS[event.type]?.[workflow.status];
-  if (!rule) throw new Refused('reconcile', `no transition for ${event.type} in ${workflow.status}`);
-  if (rule.guard) {
-    if (data.depositRef !== event.depositRef || data.amountUnits !== event.amountUnits) throw new Refused('reconcile', 'another deposit');
-    rule = event.sequence > (data.sequence ?? 0) ? rule.newer : rule.otherwise;
-  }
+  const data = typeof workflow.data === 'string' ? JSON.parse(workflow.data) : (workflow.data ?? {});
+  if (!TYPES.has(event.type)) throw new Refused('reconcile', `no transition written out for ${event.type}`);
+  const decision = event.type === 'DEADLINE_PASSED' ? deadlineDecision(workflow.status) : depositDecision(event, workflow.status, data);
   const revision = Number(workflow.revision);
-  const operationIds = rule.emit ? [`${rule.emit.prefix}:${event.workflowId}`] : [];
-  const isApplied = rule.outcome === 'applied';
-  const result = isApplied ? { operationIds, status: rule.to, revision: revision + 1 } : { operationIds: [], status: null, revision: null };
-  await q(sql.insertReceipt, [event.eventId, fingerprint, event.workflowId, event.type, rule.outcome,
+  const isApplied = decision.outcome === 'applied';
+  const result = isApplied ? { operationIds: decision.operations.map((op) => op.id), status: decision.to, revision: revision + 1 }
+    : { operationIds: [], status: null, revision: null };
+  await q(sql.insertReceipt, [event.eventId, fingerprint, event.workflowId, event.type, decision.outcome,
     'deposit-swap', 3, RULES_HASH, now, JSON.stringify(result)]);
-  if (!isApplied) return rule.outcome;
-  const recorded = Object.fromEntries(rule.record.map((field) => [field, event[field]]));
-  const changed = rule.record.length > 0
-    ? await q(sql.updateRecording, [rule.to, revision + 1, JSON.stringify({ ...data, ...recorded }), now, event.workflowId, workflow.status, revision])
-    : await q(sql.update, [rule.to, revision + 1, now, event.workflowId, workflow.status, revision]);
+  if (!isApplied) return decision.outcome;
+  const changed = decision.record
+    ? await q(sql.updateRecording, [decision.to, revision + 1, JSON.stringify(decision.record), now, event.workflowId, workflow.status, revision])
+    : await q(sql.update, [decision.to, revision + 1, now, event.workflowId, workflow.status, revision]);
   if (changed !== 1) throw new LostRace('lost the compare-and-set');
-  for (const id of operationIds) {
-    const payload = Object.fromEntries(rule.emit.payload.map((field) => [field, event[field]]));
-    await q(sql.insertOperation, [id, rule.emit.type, event.workflowId, event.eventId,
-      JSON.stringify(payload), 'pending', 0, now, null, null, 0, null, now, now, null, null]);
+  for (const op of decision.operations) {
+    await q(sql.insertOperation, [op.id, op.type, event.workflowId, event.eventId,
+      JSON.stringify(op.payload), 'pending', 0, now, null, null, 0, null, now, now, null, null]);
   }
   return 'applied';
 }
@@ -268,7 +304,7 @@ export function eventOfBody(body) {
   } catch {
     return null;
   }
-  if (event === null || typeof event !== 'object' || typeof event.eventId !== 'string' || typeof event.workflowId !== 'string' || !TRANSITIONS[event.type]) return null;
+  if (event === null || typeof event !== 'object' || typeof event.eventId !== 'string' || typeof event.workflowId !== 'string' || !TYPES.has(event.type)) return null;
   for (const field of ['depositRef', 'amountUnits']) if (event[field] !== undefined && typeof event[field] !== 'string') return null;
   if (event.type !== 'DEADLINE_PASSED' && (typeof event.depositRef !== 'string' || !/^[0-9]+$/.test(event.amountUnits ?? ''))) return null;
   if (NUMBERED_TYPES.has(event.type) && (!Number.isSafeInteger(event.sequence) || event.sequence < 1)) return null;
