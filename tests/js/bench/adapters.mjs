@@ -16,16 +16,20 @@ const ROUNDS = 8;
 const WARM_UP = 100; // workflows whose events run untimed first, so neither contender pays for a cold start
 
 /**
- * Per workflow (in deposit: the watcher's detection, its observation 1, recorded): a confirmation (observation 2,
- * applied), its redelivery (duplicate) and a re-published id (already-applied).
+ * Per workflow (in deposit: the watcher's detection, its observation 1, recorded as deposit-swap v3 keeps it, in the
+ * deposits map only): a confirmation (observation 2, applied: the exchange starts), its redelivery (duplicate) and a
+ * re-published id (already-applied).
  */
 function workload(count = WORKFLOWS, tag = 'wf') {
-  const workflows = Array.from({ length: count }, (_, i) => ({
-    id: `${tag}-${i}`, status: 'deposit', revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: `${(i + 1) * 1000}000000`, sequence: 1,
-  }));
+  const workflows = Array.from({ length: count }, (_, i) => {
+    const depositRef = `btc:tx-${i}:vout-0`;
+    return { id: `${tag}-${i}`, status: 'deposit', revision: 1,
+      deposits: { [depositRef]: { event: 'DEPOSIT_DETECTED', amountUnits: `${(i + 1) * 1000}000000`, sequence: 1 } } };
+  });
   const events = [];
   for (const w of workflows) {
-    const fields = { workflowId: w.id, type: 'DEPOSIT_CONFIRMED', depositRef: w.depositRef, amountUnits: w.amountUnits, sequence: 2 };
+    const [[depositRef, { amountUnits }]] = Object.entries(w.deposits);
+    const fields = { workflowId: w.id, type: 'DEPOSIT_CONFIRMED', depositRef, amountUnits, sequence: 2 };
     events.push({ eventId: `a:${w.id}`, ...fields }, { eventId: `a:${w.id}`, ...fields }, { eventId: `b:${w.id}`, ...fields });
   }
   return { workflows, events };
@@ -42,28 +46,48 @@ function mongoTransactions(client, db, tables) {
   };
 }
 
+/** Whether `amount` (integer base units, digits) is at least `expected`; unset, any amount covers. */
+function covers(amount, expected) {
+  if (expected === undefined) return true;
+  return amount.length !== expected.length ? amount.length > expected.length : amount >= expected;
+}
+
 async function handWrittenMongo(db, tables, session, event, now) {
   const fingerprint = fingerprintOf(event);
   const stored = await db.collection(tables.inbox).findOne({ _id: event.eventId }, { session });
   if (stored) return 'duplicate-delivery';
   const workflow = await db.collection(tables.workflows).findOne({ _id: event.workflowId }, { session });
-  // The confirmation's transitions this workload takes (v3): a newer observation (a workflow that recorded no number
-  // compares as 0) starts the exchange from deposit; a re-published or older one is stale in deposit, already-applied in exchange.
-  const newer = event.sequence > (workflow.data?.sequence ?? 0);
+  // The confirmation's transitions this workload takes (v3), on the deposit's own entry in data.deposits (its amount
+  // must be the entry's; no entry compares as 0): in deposit, a newer observation that covers expectedUnits (none is
+  // set here: any amount covers) starts the exchange, the same one again is already-applied, an older one stale; in
+  // exchange, the exchanged deposit's confirmation re-published is already-applied. Anything else (a partial or
+  // second deposit, a reorganisation after the exchange started) this workload never sends: refused.
+  const data = workflow.data ?? {};
+  const deposits = data.deposits ?? {};
+  const entry = deposits[event.depositRef];
+  if (entry !== undefined && entry.amountUnits !== event.amountUnits) throw new Error(`IDENTITY_MISMATCH on ${event.workflowId}`);
+  const seen = entry?.sequence ?? 0;
   const inDeposit = workflow.status === 'deposit';
-  if (!inDeposit && (workflow.status !== 'exchange' || newer)) throw new Error(`no hand-written transition for ${event.type} (sequence ${event.sequence}) in ${workflow.status}`);
-  const applied = inDeposit && newer;
-  const outcome = applied ? 'applied' : inDeposit ? 'stale' : 'already-applied';
+  const republished = workflow.status === 'exchange' && data.depositRef === event.depositRef && event.sequence === seen;
+  if (!(inDeposit && (event.sequence <= seen || covers(event.amountUnits, data.expectedUnits))) && !republished) {
+    throw new Error(`no hand-written transition for ${event.type} (sequence ${event.sequence}) in ${workflow.status}`);
+  }
+  const applied = inDeposit && event.sequence > seen;
+  const outcome = applied ? 'applied' : event.sequence === seen ? 'already-applied' : 'stale';
   const operationId = `start-exchange:${event.workflowId}`;
   const result = applied ? { operationIds: [operationId], status: 'exchange', revision: workflow.revision + 1 } : { operationIds: [], status: null, revision: null };
   await db.collection(tables.inbox).insertOne({ _id: event.eventId, fingerprint, workflowId: event.workflowId, eventType: event.type,
     outcome, ruleSetId: 'deposit-swap', ruleSetVersion: 3, ruleSetHash: RULES_HASH, recordedAt: now, result }, { session });
   if (!applied) return outcome;
+  // The whole new map (the other deposits' entries copied unchanged) and, as the exchange starts, the deposit it acts on.
+  const { depositRef, amountUnits, sequence } = event;
+  const newDeposits = { ...deposits, [depositRef]: { event: event.type, amountUnits, sequence, ...(entry?.operations ? { operations: entry.operations } : {}) } };
   const updated = await db.collection(tables.workflows).updateOne({ _id: event.workflowId, status: 'deposit', revision: workflow.revision },
-    { $set: { status: 'exchange', revision: workflow.revision + 1, 'data.sequence': event.sequence, updatedAt: now } }, { session });
+    { $set: { status: 'exchange', revision: workflow.revision + 1, 'data.amountUnits': amountUnits,
+      'data.depositRef': depositRef, 'data.deposits': newDeposits, 'data.sequence': sequence, updatedAt: now } }, { session });
   if (updated.matchedCount !== 1) throw new Error('lost the compare-and-set');
-  await db.collection(tables.outbox).insertOne({ _id: `start-exchange:${event.workflowId}`, type: 'START_EXCHANGE', workflowId: event.workflowId,
-    eventId: event.eventId, payload: { depositRef: event.depositRef, amountUnits: event.amountUnits }, status: 'pending', attempts: 0,
+  await db.collection(tables.outbox).insertOne({ _id: operationId, type: 'START_EXCHANGE', workflowId: event.workflowId,
+    eventId: event.eventId, payload: { depositRef, amountUnits }, status: 'pending', attempts: 0,
     nextAttemptAt: now, leaseOwner: null, leaseExpiresAt: null, fencingToken: 0, lastError: null, createdAt: now, updatedAt: now,
     metadata: null, traceContext: null }, { session });
   return 'applied';
