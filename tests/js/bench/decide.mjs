@@ -31,23 +31,28 @@ const ruleSet = RuleSet.builtin('deposit-swap');
 const compiled = ruleSet.compiled;
 const packed = decider();
 
-const workflows = Array.from({ length: 1024 }, (_, i) => ({
-  id: `swap-${i}`,
-  status: i % 4 === 0 ? 'exchange' : 'deposit',
-  revision: i % 7,
-  depositRef: `btc-mainnet:tx-${i.toString(16)}:vout-0`,
-  amountUnits: String(1_000_000 + i),
-  // The watcher's detection (observation 1) put the swap in deposit; in exchange it has taken its confirmation (2).
-  sequence: i % 4 === 0 ? 2 : 1,
-}));
-const events = workflows.map((w, i) => ({
-  eventId: `watcher:evt-${i}`,
-  workflowId: w.id,
-  type: 'DEPOSIT_CONFIRMED',
-  depositRef: w.depositRef,
-  amountUnits: w.amountUnits,
-  sequence: 2, // the watcher's confirmation: applied in deposit, already-applied (a re-publication) in exchange
-}));
+// Swaps as deposit-swap v3 keeps them: in deposit the watcher's detection (observation 1) is recorded only in the
+// deposits map; in exchange the swap has taken the confirmation (2), recorded on the swap (the deposit it acts on) and
+// in its entry. No expectedUnits: any amount covers.
+const workflows = Array.from({ length: 1024 }, (_, i) => {
+  const depositRef = `btc-mainnet:tx-${i.toString(16)}:vout-0`;
+  const amountUnits = String(1_000_000 + i);
+  return i % 4 === 0
+    ? { id: `swap-${i}`, status: 'exchange', revision: i % 7, depositRef, amountUnits, sequence: 2,
+      deposits: { [depositRef]: { event: 'DEPOSIT_CONFIRMED', amountUnits, sequence: 2 } } }
+    : { id: `swap-${i}`, status: 'deposit', revision: i % 7, deposits: { [depositRef]: { event: 'DEPOSIT_DETECTED', amountUnits, sequence: 1 } } };
+});
+const events = workflows.map((w, i) => {
+  const [[depositRef, { amountUnits }]] = Object.entries(w.deposits);
+  return {
+    eventId: `watcher:evt-${i}`,
+    workflowId: w.id,
+    type: 'DEPOSIT_CONFIRMED',
+    depositRef,
+    amountUnits,
+    sequence: 2, // the watcher's confirmation: applied in deposit, already-applied (a re-publication) in exchange
+  };
+});
 const inputs = workflows.map((workflow, i) => ({ event: events[i], receipt: null, workflow }));
 
 // --- The reference: the same rule written by hand in JavaScript. ---
@@ -76,31 +81,62 @@ function referenceDecide(event, receipt, workflow) {
     return { outcome: 'duplicate-delivery', fingerprint, writeSet: { receipt: null, workflow: null, outbox: [] } };
   }
   if (!workflow) throw new Error('UNKNOWN_WORKFLOW');
-  // The statuses the bench's swaps are in: deposit, or past it (exchange, then sending, success); the deposit must be the one recorded.
-  const inDeposit = workflow.status === 'deposit';
-  if (!inDeposit && !['exchange', 'sending', 'success'].includes(workflow.status)) throw new Error(`${workflow.status}: not written out here`);
-  if (workflow.depositRef !== depositRef || workflow.amountUnits !== amountUnits) throw new Error('IDENTITY_MISMATCH');
-  // A newer observation applies: in deposit it starts the exchange, after that a person reviews it. A workflow that
-  // recorded no number compares as 0. An older or re-published one is stale in deposit, already-applied after it.
-  const applies = sequence > (workflow.sequence ?? 0);
+  // The statuses the bench's swaps are in: deposit (or waiting, reversed: before the exchange), or past it (exchange,
+  // then sending, success). The deposit is read from its own entry in the deposits map, keyed by depositRef: its
+  // amount must be the entry's, and this observation's number is compared with the entry's (no entry compares as 0).
+  const status = workflow.status;
+  const before = status === 'waiting' || status === 'deposit' || status === 'reversed';
+  if (!before && status !== 'exchange' && status !== 'sending' && status !== 'success') throw new Error(`${status}: not written out here`);
+  const deposits = workflow.deposits ?? {};
+  const entry = deposits[depositRef];
+  if (entry !== undefined && entry.amountUnits !== amountUnits) throw new Error('IDENTITY_MISMATCH');
+  const seen = entry?.sequence ?? 0;
   const ref = { id: ruleSet.id, version: ruleSet.version, hash: ruleSet.hash };
-  if (!applies) {
-    const outcome = inDeposit ? 'stale' : 'already-applied';
+  if (sequence <= seen) {
+    // The same observation again is already-applied, an older one stale: the entry holds the chain's newer word.
+    const outcome = sequence === seen ? 'already-applied' : 'stale';
     const result = { operationIds: [], status: null, revision: null };
     const receiptOut = { eventId, fingerprint, workflowId, eventType: 'DEPOSIT_CONFIRMED', outcome, ruleSet: ref, result };
     return { outcome, fingerprint, writeSet: { receipt: receiptOut, workflow: null, outbox: [] } };
   }
-  const [to, operation] = inDeposit
-    ? ['exchange', { id: `start-exchange:${workflowId}`, type: 'START_EXCHANGE', payload: { depositRef, amountUnits } }]
-    : ['review', { id: `open-review:${workflowId}`, type: 'OPEN_REVIEW', payload: { depositRef, amountUnits, sequence } }];
-  const result = { operationIds: [operation.id], status: to, revision: workflow.revision + 1 };
+  // A newer observation applies. Before the exchange, one that covers expectedUnits (unset: any amount) starts it and
+  // the swap records the deposit it acts on; a partial one gets its own review, once. After it, a newer word on the
+  // exchanged deposit goes to a person; another deposit's confirmation gets its own review, once.
+  const reviewed = entry?.operations?.includes('review-deposit') ?? false;
+  const reviewDeposit = {
+    id: `review-deposit:${depositRef.replaceAll('%', '%25').replaceAll(':', '%3A')}:${workflowId}`, type: 'REVIEW_DEPOSIT', payload: { depositRef, amountUnits },
+  };
+  const expected = workflow.expectedUnits;
+  let to = status;
+  let operation = null;
+  let top = null;
+  if (before) {
+    if (expected === undefined || amountUnits.length > expected.length || (amountUnits.length === expected.length && amountUnits >= expected)) {
+      to = 'exchange';
+      operation = { id: `start-exchange:${workflowId}`, type: 'START_EXCHANGE', payload: { depositRef, amountUnits } };
+      top = { depositRef, amountUnits, sequence };
+    } else {
+      to = 'deposit';
+      if (!reviewed) operation = reviewDeposit;
+    }
+  } else if (depositRef === workflow.depositRef) {
+    to = 'review';
+    operation = { id: `open-review:${workflowId}`, type: 'OPEN_REVIEW', payload: { depositRef, amountUnits } };
+    top = { sequence };
+  } else if (!reviewed) operation = reviewDeposit;
+  // Every applied answer writes the deposit's entry: the whole new map, the other deposits' entries copied unchanged.
+  const operations = operation?.type === 'REVIEW_DEPOSIT' ? [...(entry?.operations ?? []), 'review-deposit'] : entry?.operations;
+  const written = { event: 'DEPOSIT_CONFIRMED', amountUnits, sequence, ...(operations ? { operations } : {}) };
+  const operationIds = operation ? [operation.id] : [];
+  const result = { operationIds, status: to, revision: workflow.revision + 1 };
   return {
     outcome: 'applied',
     fingerprint,
     writeSet: {
       receipt: { eventId, fingerprint, workflowId, eventType: 'DEPOSIT_CONFIRMED', outcome: 'applied', ruleSet: ref, result },
-      workflow: { id: workflowId, expect: { status: workflow.status, revision: workflow.revision }, set: { status: to, revision: workflow.revision + 1, sequence } },
-      outbox: [{ ...operation, workflowId, eventId, status: 'pending' }],
+      workflow: { id: workflowId, expect: { status, revision: workflow.revision },
+        set: { status: to, revision: workflow.revision + 1, ...top, deposits: { ...deposits, [depositRef]: written } } },
+      outbox: operation ? [{ ...operation, workflowId, eventId, status: 'pending' }] : [],
     },
   };
 }
@@ -137,13 +173,21 @@ const contenders = {
 };
 
 // Every contender must agree before its speed means anything: on the timed inputs, and on the reference's
-// branches they do not take (an older confirmation in deposit, a newer one after the exchange started, a
-// workflow that recorded no number).
-const { sequence: _, ...unnumbered } = workflows[2];
+// branches they do not take (an older confirmation in deposit, a newer one of the exchanged deposit after the exchange
+// started, a swap with no entry for the deposit, a partial deposit, once and already reviewed, a covering one, another
+// deposit confirmed on a swap already exchanging).
+const entryOf = (w) => Object.values(w.deposits)[0];
+const expecting = (w, expectedUnits) => ({ ...w, expectedUnits });
+const reviewedOf = (w) => ({ ...w, deposits: { [events[1].depositRef]: { ...entryOf(w), operations: ['review-deposit'] } } });
+const other = { ...events[0], depositRef: 'btc-mainnet:tx-other:vout-1', amountUnits: '7' };
 const untimed = [
-  { event: { ...events[1], sequence: 1 }, workflow: workflows[1] },
+  { event: { ...events[1], sequence: 1 }, workflow: { ...workflows[1], deposits: { [events[1].depositRef]: { ...entryOf(workflows[1]), sequence: 2 } } } },
   { event: { ...events[0], sequence: 3 }, workflow: workflows[0] },
-  { event: events[2], workflow: unnumbered },
+  { event: events[2], workflow: { ...workflows[2], deposits: {} } },
+  { event: events[1], workflow: expecting(workflows[1], '9000000') },
+  { event: events[1], workflow: expecting(reviewedOf(workflows[1]), '9000000') },
+  { event: events[1], workflow: expecting(workflows[1], events[1].amountUnits) },
+  { event: other, workflow: workflows[0] },
 ];
 for (const { event, workflow } of [...inputs, ...untimed]) {
   const today = decide({ event, receipt: null, workflow, ruleSet });
@@ -151,7 +195,9 @@ for (const { event, workflow } of [...inputs, ...untimed]) {
   const reference = referenceDecide(event, null, workflow);
   deepStrictEqual([reference.outcome, reference.fingerprint, reference.writeSet], [today.outcome, today.fingerprint, today.writeSet]);
 }
-deepStrictEqual(untimed.map(({ event, workflow }) => referenceDecide(event, null, workflow).outcome), ['stale', 'applied', 'applied']);
+deepStrictEqual(untimed.map(({ event, workflow }) => referenceDecide(event, null, workflow).writeSet.receipt.result.operationIds.length),
+  [0, 1, 1, 1, 0, 1, 1]);
+deepStrictEqual(untimed.map(({ event, workflow }) => referenceDecide(event, null, workflow).outcome), ['stale', 'applied', 'applied', 'applied', 'applied', 'applied', 'applied']);
 for (const size of [16, 256]) deepStrictEqual(batches(size).flatMap((b) => packed.decideBatch(compiled, b)), inputs.map((x) => decide({ ...x, ruleSet })));
 
 // Rates are per second of this process's CPU time: on a shared machine the
