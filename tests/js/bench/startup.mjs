@@ -17,12 +17,14 @@ const root = path.dirname(require.resolve('idemflow/package.json'));
 const wasm = fs.readFileSync(path.join(root, 'wasm', 'idemflow_bg.wasm'));
 const gzip = zlib.gzipSync(wasm, { level: 9 }).length;
 
+// The first decision: a swap in deposit as deposit-swap v3 keeps it (the watcher's detection, observation 1, only in
+// the deposits map) takes its confirmation (2) and starts the exchange.
 const child = `
 const t0 = performance.now();
 const idemflow = require('idemflow');
 const t1 = performance.now();
 idemflow.decide({ event: { eventId: 'e-1', workflowId: 'swap-1', type: 'DEPOSIT_CONFIRMED', depositRef: 'ref-a', amountUnits: '100', sequence: 2 },
-  receipt: null, workflow: { id: 'swap-1', status: 'deposit', revision: 1, depositRef: 'ref-a', amountUnits: '100', sequence: 1 } });
+  receipt: null, workflow: { id: 'swap-1', status: 'deposit', revision: 1, deposits: { 'ref-a': { event: 'DEPOSIT_DETECTED', amountUnits: '100', sequence: 1 } } } });
 const t2 = performance.now();
 process.stdout.write(JSON.stringify({ load: t1 - t0, first: t2 - t1 }));`;
 
