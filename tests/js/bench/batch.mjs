@@ -9,7 +9,12 @@ const SIZES = [16, 128, 512];
 const WORKFLOWS = Number(process.env.IDEMFLOW_BENCH_WORKFLOWS ?? 1024);
 const ROUNDS = Number(process.env.IDEMFLOW_BENCH_ROUNDS ?? 3);
 
-/** Each workflow's confirmation, its duplicate and its re-publication, shuffled in blocks so that duplicates meet within a batch. */
+/**
+ * Each workflow's confirmation, its duplicate and its re-publication, shuffled in blocks so that duplicates meet within a batch.
+ * The swaps are created in waiting with no deposit (deposit-swap v3: an empty deposits map), so the confirmation is the
+ * watcher's first word on the deposit (observation 1): applied, it starts the exchange and records the deposit in
+ * deposits and on the swap; its re-publication is already-applied.
+ */
 function eventsFor(ns) {
   const events = [];
   for (let i = 0; i < WORKFLOWS; i += 1) {
