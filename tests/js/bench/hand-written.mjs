@@ -7,7 +7,7 @@
 // compare-and-set the workflow on (status, revision) writing the new map,
 // insert the outbox operations.
 // bench/adapters.mjs runs it on one connection; bench/production.mjs in
-// worker processes (workers/lane.mjs, workers/hand-broker-worker.mjs).
+// worker processes (workers/lane.mjs, workers/broker-reference.mjs).
 import { createHash } from 'node:crypto';
 
 /**
