@@ -63,7 +63,10 @@ test('deposit-swap v3 is the default, and the same rule set when selected by ver
   assert.equal(RuleSet.builtin('deposit-swap').hash, v3.hash);
   const reorder = verifyRuleSet(v3).properties.find((p) => p.name === 'reorder-safe');
   assert.equal(reorder.ok, true);
-  assert.equal(reorder.checked.bound.sequence.observations, 4);
+  // Proven over one deposit with up to 4 observations and over two deposits with up to 3 each.
+  assert.equal(reorder.checked.bound.oneFact.observations, 4);
+  assert.equal(reorder.checked.bound.twoFacts.observationsEach, 3);
+  assert.ok(reorder.checked.byFacts.find((f) => f.facts === 'two').histories > 1000);
 });
 
 test('deposit-swap v3 loads in a fresh process in under 50 ms: its proof was made at build time', () => {

@@ -72,16 +72,21 @@ test('deposit-swap v2 is proven reorder-safe, and the report says what was check
   assert.ok(report.elapsedMs >= 0);
 });
 
-test('deposit-swap v3, the default, is proven reorder-safe over numbered chains, and the report says what was checked', () => {
+test('deposit-swap v3, the default, is proven reorder-safe over one and two deposits, and the report says what was checked', () => {
   const report = verifyRuleSet(current);
   assert.equal(report.ok, true);
   const property = reorderSafe(report);
   assert.equal(property.ok, true);
-  // Chains of up to 4 observations, each in up to 2 copies, among up to 8 events.
-  assert.deepEqual(property.checked.bound, {
-    events: 8, copiesPerType: 2,
-    sequence: { field: 'sequence', events: ['DEPOSIT_DETECTED', 'DEPOSIT_CONFIRMED', 'DEPOSIT_REVERSED'], observations: 4, copiesPerObservation: 2 },
-  });
+  // Every order through the decider itself: one deposit with up to 4 observations (2 copies each, 8 events),
+  // or two with up to 3 each; amounts below and at expectedUnits, or none set.
+  const { bound } = property.checked;
+  assert.match(bound.explorer, /decider/);
+  assert.deepEqual(bound.oneFact, { observations: 4, events: 8, copiesPerObservation: 2, copiesPerOtherType: 2 });
+  assert.equal(bound.twoFacts.observationsEach, 3);
+  assert.deepEqual(bound.amounts, { expected: '2', below: '1', unsetExpected: true });
+  const byFacts = Object.fromEntries(property.checked.byFacts.map((f) => [f.facts, f]));
+  assert.ok(byFacts.one.histories > 0 && byFacts.two.histories > 0, JSON.stringify(property.checked.byFacts));
+  assert.equal(byFacts.one.histories + byFacts.two.histories + byFacts.none.histories, property.checked.histories);
   assert.ok(property.checked.histories > 0 && property.checked.configurations > property.checked.histories);
   // The deadline against each of the 3 deposit events, each of them against each of
   // DEPOSIT_CONFIRMED, EXCHANGE_COMPLETED and PAYOUT_CONFIRMED, and two deposits'
