@@ -374,7 +374,11 @@ impl Packer {
             for (k, key) in workflow_slots.enumerate() {
                 self.value(base + layout.workflow(k), workflow.get(key));
             }
-            if let Some(facts) = rule_set.facts() {
+            // The map only for an event of a fact type, as the JS host lays it out: no other decision reads it.
+            let fact_event = |facts: &&crate::ruleset::Facts| {
+                event.get("type").and_then(Value::as_str).and_then(|t| rule_set.event_index(t)).is_some_and(|e| facts.events.contains(&e))
+            };
+            if let Some(facts) = rule_set.facts().filter(fact_event) {
                 match workflow.get(&facts.name) {
                     // As a host reads the map: its JSON text.
                     Some(value @ (Value::Object(_) | Value::Array(_))) => {

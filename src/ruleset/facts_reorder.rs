@@ -342,9 +342,9 @@ impl Hasher for Fx {
 type FxBuild = BuildHasherDefault<Fx>;
 
 /// Two 64-bit multiply-rotate hashes (FxHash's, with two constants) of a configuration's words.
-fn mix128(words: &[u64]) -> u128 {
+fn mix128(words: impl IntoIterator<Item = u64>) -> u128 {
     let (mut low, mut high) = (0u64, 0x9e37_79b9_7f4a_7c15u64);
-    for &w in words {
+    for w in words {
         low = (low.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
         high = (high.rotate_left(23) ^ w).wrapping_mul(0x2545_f491_4f6c_dd1d);
     }
@@ -447,9 +447,8 @@ impl<'r> Explorer<'r> {
 
     /// The memo key: a configuration with another revision has the same futures (up to the revisions in recurring ids, which are not compared).
     fn key(&self, state: &State) -> u128 {
-        let mut words = [self.data_of[state.workflow as usize] as u64, state.types, state.consumed, state.errored, state.seen_first].to_vec();
-        words.extend(state.emitted.iter().map(|(slot, n)| (*slot as u64) << 8 | *n as u64));
-        mix128(&words)
+        let fixed = [self.data_of[state.workflow as usize] as u64, state.types, state.consumed, state.errored, state.seen_first];
+        mix128(fixed.into_iter().chain(state.emitted.iter().map(|(slot, n)| (*slot as u64) << 8 | *n as u64)))
     }
 
     fn decide(&mut self, history: &History, workflow: u32, t: usize) -> &Transition {
@@ -564,21 +563,8 @@ impl<'r> Explorer<'r> {
         }
         let step = Step { kind: t, from: state.workflow, reply: transition.reply, to: transition.next };
         if count(state.consumed, t) == 0 {
-            for (pair, &(low, high)) in history.races.iter().enumerate() {
-                let other = if low == t {
-                    high
-                } else if high == t {
-                    low
-                } else {
-                    continue;
-                };
-                if count(state.consumed, other) == 0 {
-                    next.seen_first |= 1 << (2 * pair);
-                    if low == t {
-                        next.seen_first |= 1 << (2 * pair + 1);
-                    }
-                }
-            }
+            let races = history.races.iter().enumerate().map(|(pair, &(low, high))| (low, high, pair));
+            next.seen_first = super::reorder::seen_first(next.seen_first, t, races, |other| count(state.consumed, other) == 0);
         }
         next.consumed += 1 << (2 * t);
         Some(match twice {

@@ -200,6 +200,34 @@ impl std::hash::Hash for Config {
 
 const RECURRING_MAX: u128 = 7;
 
+/// The race bookkeeping of the first delivery of local type `t`: for every
+/// racing pair `(low, high, pair)` with `t` on one side and the other side
+/// `undelivered`, the pair's two bits of `seen` say it is decided and
+/// whether `low` came first. Shared by this model and the facts explorer.
+pub(super) fn seen_first(
+    mut seen: u64,
+    t: usize,
+    races: impl Iterator<Item = (usize, usize, usize)>,
+    undelivered: impl Fn(usize) -> bool,
+) -> u64 {
+    for (low, high, pair) in races {
+        let other = if low == t {
+            high
+        } else if high == t {
+            low
+        } else {
+            continue;
+        };
+        if undelivered(other) {
+            seen |= 1 << (2 * pair);
+            if low == t {
+                seen |= 1 << (2 * pair + 1);
+            }
+        }
+    }
+    seen
+}
+
 fn bump_recurring(packed: u128, slot: usize) -> u128 {
     if (packed >> (3 * slot)) & RECURRING_MAX == RECURRING_MAX {
         packed
@@ -353,21 +381,7 @@ impl History<'_> {
             next.errored = bump(next.errored, t);
         }
         if count(config.consumed, t) == 0 {
-            for &(low, high, pair) in &self.races {
-                let other = if low == t {
-                    high
-                } else if high == t {
-                    low
-                } else {
-                    continue;
-                };
-                if count(config.consumed, other) == 0 {
-                    next.seen_first |= 1 << (2 * pair);
-                    if low == t {
-                        next.seen_first |= 1 << (2 * pair + 1);
-                    }
-                }
-            }
+            next.seen_first = seen_first(next.seen_first, t, self.races.iter().copied(), |other| count(config.consumed, other) == 0);
         }
         next.consumed = bump(next.consumed, t);
         Some((
