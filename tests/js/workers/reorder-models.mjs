@@ -154,6 +154,21 @@ function inProducerOrder(order, messages, kinds, follows, races, chain = []) {
 const firstAtOf = (messages) => Math.min(...messages.map((m) => m.at));
 
 /**
+ * The history's other (unsequenced) types, published after what they follow: a type that follows a sequenced
+ * type follows the first observation of it (none in deposit-swap v3). Adds their kinds and messages.
+ */
+function publishOthers(order, unsequenced, others, kinds, messages) {
+  for (const type of unsequenced) {
+    if (others[type].length === 0) continue;
+    const after = (order.follows[type] ?? []).map((a) => kinds.find((k) => k.type === a));
+    if (after.includes(undefined)) continue;
+    kinds.push({ kind: type, type, number: 0, after: after.map((k) => k.kind) });
+    const from = after.length === 0 ? 0 : Math.max(...after.map((k) => firstAtOf(messages.filter((m) => m.kind === k.kind)))) + 1;
+    messages.push(...publish(type, type, others[type], from));
+  }
+}
+
+/**
  * One fact's numbered chain from `steps`, its messages from `base` on, each
  * kind named `${prefix}${type}#${number}` and each message carrying `extra`.
  */
@@ -203,15 +218,7 @@ function modelV3(ruleSet) {
     .map(({ chain: steps, others }) => {
       const { chain, messages } = observe(order, steps, 0, '', { deposit: 0 });
       const kinds = chain.map((type, i) => ({ kind: `${type}#${i + 1}`, type, number: i + 1, fact: 0 }));
-      for (const type of unsequenced) {
-        if (others[type].length === 0) continue;
-        // A type that follows a sequenced type follows its first observation (none in deposit-swap v3).
-        const after = (order.follows[type] ?? []).map((a) => kinds.find((k) => k.type === a));
-        if (after.includes(undefined)) continue;
-        kinds.push({ kind: type, type, number: 0, after: after.map((k) => k.kind) });
-        const from = after.length === 0 ? 0 : Math.max(...after.map((k) => firstAtOf(messages.filter((m) => m.kind === k.kind)))) + 1;
-        messages.push(...publish(type, type, others[type], from));
-      }
+      publishOthers(order, unsequenced, others, kinds, messages);
       const follows = Object.fromEntries(kinds.map((k) => [k.kind, k.number > 1 ? [kinds[k.number - 2].kind] : (k.after ?? [])]));
       const races = racesOf(order, kinds);
       return { ...inProducerOrder(order, messages, kinds, follows, races, chain), deposits: [ONE_DEPOSIT], chains: [chain] };
@@ -284,14 +291,7 @@ export function modelDeposits(ruleSet, { observations = 3 } = {}) {
         messages.push(...observed.messages);
         kinds.push(...observed.chain.map((type, i) => ({ kind: `${labels[fact]}:${type}#${i + 1}`, type, number: i + 1, fact })));
       });
-      for (const type of unsequenced) {
-        if (others[type].length === 0) continue;
-        const after = (order.follows[type] ?? []).map((a) => kinds.find((k) => k.type === a));
-        if (after.includes(undefined)) continue;
-        kinds.push({ kind: type, type, number: 0, after: after.map((k) => k.kind) });
-        const from = after.length === 0 ? 0 : Math.max(...after.map((k) => firstAtOf(messages.filter((m) => m.kind === k.kind)))) + 1;
-        messages.push(...publish(type, type, others[type], from));
-      }
+      publishOthers(order, unsequenced, others, kinds, messages);
       const previous = (k) => kinds.find((o) => o.fact === k.fact && o.number === k.number - 1);
       const follows = Object.fromEntries(kinds.map((k) => [k.kind, k.number > 1 ? [previous(k).kind] : (k.after ?? [])]));
       const races = racesOf(order, kinds);
