@@ -12,7 +12,7 @@ VERSION := $(shell sed -n 's/^version = "\([^"]*\)"/\1/p' Cargo.toml | head -n 1
 TARBALL := target/npm/idemflow-$(VERSION).tgz
 SOURCES := $(shell find src js -type f) Cargo.toml Cargo.lock pkg.json README.md scripts/assemble-pkg.cjs CHANGELOG.md LICENSE-MIT LICENSE-APACHE
 
-.PHONY: all tools pkg test test-native test-wasm test-js test-fuzz fuzz examples demo bench clean faults kafka-broker kafka-chaos
+.PHONY: all tools pkg test lint test-native test-wasm test-js test-fuzz fuzz examples demo bench clean faults kafka-broker kafka-chaos
 
 all: pkg
 
@@ -34,6 +34,26 @@ $(BINARYEN_STAMP):
 	npm install --prefix target/tools --no-audit --no-fund --loglevel=error --save-exact binaryen@$(BINARYEN_VERSION)
 	touch $@
 
+# Biome formats and lints the JavaScript (biome.json), installed like wasm-opt.
+BIOME_VERSION := 2.6.8
+BIOME := target/tools/node_modules/.bin/biome
+BIOME_STAMP := target/tools/biome-$(BIOME_VERSION).installed
+
+$(BIOME_STAMP):
+	rm -f target/tools/biome-*.installed
+	npm install --prefix target/tools --no-audit --no-fund --loglevel=error --save-exact @biomejs/biome@$(BIOME_VERSION)
+	touch $@
+
+# Formatting and lints, Rust and JavaScript: `make test` runs it first, so a
+# change that breaks them fails CI. `cargo fmt` and `$(BIOME) check --write .`
+# fix what they report.
+lint: tools $(BIOME_STAMP)
+	cargo fmt --check
+	cd fuzz && cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
+	cargo clippy --target wasm32-unknown-unknown --all-targets -- -D warnings
+	$(BIOME) check --error-on-warnings .
+
 pkg: tools $(TARBALL)
 
 # wasm-opt also drops the producers and target_features sections: nothing reads them at run time.
@@ -53,7 +73,7 @@ tests/js/node_modules/.installed: tests/js/package.json $(TARBALL)
 	cd tests/js && npm install --no-audit --no-fund --no-save --loglevel=error ../../$(TARBALL)
 	touch $@
 
-test: test-native test-wasm test-js test-fuzz
+test: lint test-native test-wasm test-js test-fuzz
 
 test-native:
 	cargo test

@@ -107,7 +107,9 @@ pub fn builtin_rule_set(name: &str, version: Option<f64>) -> JsResult<CompiledRu
         None => None,
         Some(v) if v.fract() == 0.0 && (1.0..=crate::jcs::MAX_SAFE_INTEGER as f64).contains(&v) => Some(v as u64),
         Some(v) => {
-            return Err(throw(Error::InvalidArgument { reason: format!("version must be a positive whole number, not {}", crate::error::number_text(v)) }))
+            return Err(throw(Error::InvalidArgument {
+                reason: format!("version must be a positive whole number, not {}", crate::error::number_text(v)),
+            }))
         }
     };
     RuleSet::builtin_version(name, version).map(|r| CompiledRuleSet(Rules::Builtin(r))).map_err(throw)
@@ -205,7 +207,12 @@ fn grow<T: Default + Clone>(region: &mut Vec<T>, len: usize) {
 
 impl Decider {
     /// Item 0 of the input, located with the rule set's layout.
-    fn one<'a>(&'a mut self, rule_set: &RuleSet, text_len: u32, byte_lengths: bool) -> Result<(Item<'a>, &'a mut String), Error> {
+    fn one<'a>(
+        &'a mut self,
+        rule_set: &RuleSet,
+        text_len: u32,
+        byte_lengths: bool,
+    ) -> Result<(Item<'a>, &'a mut String), Error> {
         let layout = Layout::new(rule_set);
         let Decider { entries, numbers, text, work, .. } = self;
         let packed = match (text.get(..text_len as usize), entries.get(..layout.entries())) {
@@ -229,7 +236,9 @@ impl Decider {
     pub fn reserve(&mut self, items: u32, entries: u32, numbers: u32, text_bytes: u32) -> JsResult<()> {
         if items > MAX_ITEMS || entries > MAX_ENTRIES || numbers > MAX_ENTRIES || text_bytes > MAX_TEXT {
             return Err(throw(Error::InvalidArgument {
-                reason: format!("a decider holds at most {MAX_ITEMS} items, {MAX_ENTRIES} entries and {MAX_TEXT} bytes of text"),
+                reason: format!(
+                    "a decider holds at most {MAX_ITEMS} items, {MAX_ENTRIES} entries and {MAX_TEXT} bytes of text"
+                ),
             }));
         }
         let items = items as usize;
@@ -280,7 +289,11 @@ impl Decider {
             || fingerprints.len() < count * fingerprint::LEN;
         let packed = match (text.get(..text_len as usize), entries.get(..count * per_item)) {
             (Some(text), Some(entries)) if !too_small => Packed::new(text, entries, numbers, byte_lengths),
-            _ => return Err(throw(Error::InvalidArgument { reason: format!("{count} items do not fit the decider's regions") })),
+            _ => {
+                return Err(throw(Error::InvalidArgument {
+                    reason: format!("{count} items do not fit the decider's regions"),
+                }))
+            }
         };
         packed::locate(&packed, per_item, count, |s| layout.same_as(s), &mut work.spans);
         extra.clear();
@@ -298,7 +311,13 @@ impl Decider {
 
     /// Validates item 0's event (and, given `expected`, that it is of that
     /// type); returns its event type's index.
-    pub fn validate(&mut self, rules: &CompiledRuleSet, text_len: u32, byte_lengths: bool, expected: Option<String>) -> JsResult<u32> {
+    pub fn validate(
+        &mut self,
+        rules: &CompiledRuleSet,
+        text_len: u32,
+        byte_lengths: bool,
+        expected: Option<String>,
+    ) -> JsResult<u32> {
         let rule_set = rules.rules();
         let (item, _) = self.one(rule_set, text_len, byte_lengths).map_err(throw)?;
         event::check_arg(&item).map_err(throw)?;
@@ -315,7 +334,13 @@ impl Decider {
         let (item, canonical) = self.one(rule_set, text_len, byte_lengths).map_err(throw)?;
         event::check_arg(&item).map_err(throw)?;
         let valid = event::check(rule_set, &item, Layout::new(rule_set)).map_err(throw)?;
-        fingerprint::write_canonical(rule_set, valid.event_type, valid.workflow_id, |f| valid.value_of(rule_set, f), canonical);
+        fingerprint::write_canonical(
+            rule_set,
+            valid.event_type,
+            valid.workflow_id,
+            |f| valid.value_of(rule_set, f),
+            canonical,
+        );
         let mut out = [0u8; fingerprint::LEN];
         fingerprint::write_fingerprint(canonical, &mut out);
         Ok(String::from_utf8_lossy(&out).into_owned())
@@ -518,7 +543,9 @@ extern "C" {
 /// string is refused by its length alone, before it costs memory.
 fn payload_string(text: &JsString) -> Result<String, Error> {
     use crate::json::payload::{invalid, MAX_PAYLOAD_BYTES};
-    let refuse = |found| invalid("$", format!("is at least {found} bytes of JSON text; limit maxPayloadBytes is {MAX_PAYLOAD_BYTES}"));
+    let refuse = |found| {
+        invalid("$", format!("is at least {found} bytes of JSON text; limit maxPayloadBytes is {MAX_PAYLOAD_BYTES}"))
+    };
     if text.length() as usize > MAX_PAYLOAD_BYTES {
         return Err(refuse(text.length() as usize));
     }
@@ -545,7 +572,9 @@ fn write_js_number(out: &mut String, value: f64) -> Result<(), String> {
     if !value.is_finite() {
         return Err("is not a finite number".into());
     }
-    out.push_str(&String::from(JsValue::from_f64(value).unchecked_into::<js_sys::Number>().to_string_with_radix(10).unwrap_or_default()));
+    out.push_str(&String::from(
+        JsValue::from_f64(value).unchecked_into::<js_sys::Number>().to_string_with_radix(10).unwrap_or_default(),
+    ));
     Ok(())
 }
 
@@ -559,13 +588,18 @@ fn canonical_of_text(text: &JsValue) -> Result<String, Error> {
     if let Some(view) = text.dyn_ref::<js_sys::Uint8Array>() {
         let found = view.length() as usize;
         if found > MAX_PAYLOAD_BYTES {
-            return Err(invalid("$", format!("is {found} bytes of JSON text; limit maxPayloadBytes is {MAX_PAYLOAD_BYTES}")));
+            return Err(invalid(
+                "$",
+                format!("is {found} bytes of JSON text; limit maxPayloadBytes is {MAX_PAYLOAD_BYTES}"),
+            ));
         }
         return canonical_utf8(&view.to_vec(), &numbers);
     }
     let Some(text) = text.dyn_ref::<JsString>() else {
         let kind = text.js_typeof().as_string().unwrap_or_default();
-        return Err(Error::InvalidArgument { reason: format!("JSON text must be a string or a Uint8Array, not {kind}") });
+        return Err(Error::InvalidArgument {
+            reason: format!("JSON text must be a string or a Uint8Array, not {kind}"),
+        });
     };
     canonical_text_with(&payload_string(text)?, &numbers)
 }

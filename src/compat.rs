@@ -33,7 +33,8 @@ pub fn plan_item(item: &Item, work: &mut Work) -> Result<&'static str> {
         });
     }
     let mut fingerprint = [0u8; fingerprint::LEN];
-    let decided = decide_valid(rule_set, item, layout, &event, false, has_workflow, &mut fingerprint, &mut work.canonical)?;
+    let decided =
+        decide_valid(rule_set, item, layout, &event, false, has_workflow, &mut fingerprint, &mut work.canonical)?;
     Ok(match decided.outcome {
         Outcome::Applied => "advance",
         Outcome::AlreadyApplied => "already-applied",
@@ -43,7 +44,10 @@ pub fn plan_item(item: &Item, work: &mut Work) -> Result<&'static str> {
 }
 
 /// `plan_item` over JSON values (native callers and tests).
-pub fn plan_deposit_confirmation(event: &Map<String, Value>, workflow: Option<&Map<String, Value>>) -> Result<&'static str> {
+pub fn plan_deposit_confirmation(
+    event: &Map<String, Value>,
+    workflow: Option<&Map<String, Value>>,
+) -> Result<&'static str> {
     let rule_set = plan_rule_set()?;
     let layout = Layout::new(rule_set);
     let mut packer = Packer::default();

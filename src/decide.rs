@@ -11,7 +11,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::error::{truncate, Disposition, Error, Result};
+use crate::error::{truncate, Disposition, Error, Mismatch, Result};
 use crate::event::{self, Valid};
 use crate::field::{FieldKind, FieldValue};
 use crate::fingerprint::{self, PREFIX};
@@ -36,7 +36,8 @@ pub enum Outcome {
 }
 
 /// Outcomes by the code the decider answers with.
-pub const OUTCOMES: [Outcome; 4] = [Outcome::Applied, Outcome::AlreadyApplied, Outcome::Stale, Outcome::DuplicateDelivery];
+pub const OUTCOMES: [Outcome; 4] =
+    [Outcome::Applied, Outcome::AlreadyApplied, Outcome::Stale, Outcome::DuplicateDelivery];
 
 impl Outcome {
     pub fn as_str(self) -> &'static str {
@@ -277,7 +278,8 @@ pub fn decide_batch(
             if let Some((item, event, has_receipt, has_workflow)) = &valid[lane] {
                 let mut fingerprint = [0u8; fingerprint::LEN];
                 fingerprint::write_digest(digest, &mut fingerprint);
-                let decided = decide_fingerprinted(rule_set, item, layout, event, *has_receipt, *has_workflow, &fingerprint);
+                let decided =
+                    decide_fingerprinted(rule_set, item, layout, event, *has_receipt, *has_workflow, &fingerprint);
                 answer(start + lane, decided, &fingerprint);
             }
         }
@@ -304,7 +306,13 @@ pub fn decide_valid(
     fingerprint: &mut [u8],
     canonical: &mut String,
 ) -> Result<Decided> {
-    fingerprint::write_canonical(rule_set, event.event_type, event.workflow_id, |f| event.value_of(rule_set, f), canonical);
+    fingerprint::write_canonical(
+        rule_set,
+        event.event_type,
+        event.workflow_id,
+        |f| event.value_of(rule_set, f),
+        canonical,
+    );
     fingerprint::write_fingerprint(canonical, fingerprint);
     decide_fingerprinted(rule_set, item, layout, event, has_receipt, has_workflow, fingerprint)
 }
@@ -401,7 +409,7 @@ fn decide_fingerprinted(
             let spec = &rule_set.fields[field];
             let stored = view.recorded(field)?;
             if stored != Some(actual) {
-                return Err(Error::IdentityMismatch {
+                return Err(Error::IdentityMismatch(Box::new(Mismatch {
                     field: spec.name.clone(),
                     workflow_id: event.workflow_id.to_string(),
                     event_id: event.event_id.to_string(),
@@ -409,7 +417,7 @@ fn decide_fingerprinted(
                     recorded: stored.map(FieldValue::display),
                     actual: actual.display(),
                     disposition: Disposition::Reconcile,
-                });
+                })));
             }
         }
     }
@@ -512,7 +520,10 @@ impl<'a: 'b, 'b> View<'b> for Reading<'a, 'b> {
 
     fn emitted(&self, name: &str) -> bool {
         let Some(entry) = self.fact.as_ref().and_then(|f| f.entry) else { return false };
-        entry.get("operations").and_then(Value::as_array).is_some_and(|ops| ops.iter().any(|op| op.as_str() == Some(name)))
+        entry
+            .get("operations")
+            .and_then(Value::as_array)
+            .is_some_and(|ops| ops.iter().any(|op| op.as_str() == Some(name)))
     }
 }
 
@@ -556,16 +567,20 @@ fn read_facts(rule_set: &RuleSet, item: &Item, layout: Layout) -> Result<Map<Str
         for (member, value) in entry {
             match member.as_str() {
                 "event" => {
-                    let known = value.as_str().and_then(|t| rule_set.event_index(t)).is_some_and(|e| facts.events.contains(&e));
+                    let known =
+                        value.as_str().and_then(|t| rule_set.event_index(t)).is_some_and(|e| facts.events.contains(&e));
                     if !known {
                         return Err(bad("event", "must name a fact event type of the rule set".into()));
                     }
                 }
                 "operations" => {
-                    let names: Option<Vec<&str>> = value.as_array().and_then(|ops| ops.iter().map(Value::as_str).collect());
+                    let names: Option<Vec<&str>> =
+                        value.as_array().and_then(|ops| ops.iter().map(Value::as_str).collect());
                     match names {
                         Some(names) if names.windows(2).all(|w| w[0] < w[1]) => {}
-                        _ => return Err(bad("operations", "must be a sorted array of distinct operation names".into())),
+                        _ => {
+                            return Err(bad("operations", "must be a sorted array of distinct operation names".into()))
+                        }
                     }
                 }
                 other => match facts.record.iter().find(|f| rule_set.fields[**f].name == other) {
@@ -574,7 +589,12 @@ fn read_facts(rule_set: &RuleSet, item: &Item, layout: Layout) -> Result<Map<Str
                             return Err(bad(other, reason));
                         }
                     }
-                    None => return Err(bad(&truncate(other), "is not a member of a fact entry (event, the recorded fields, operations)".into())),
+                    None => {
+                        return Err(bad(
+                            &truncate(other),
+                            "is not a member of a fact entry (event, the recorded fields, operations)".into(),
+                        ))
+                    }
                 },
             }
         }
@@ -587,7 +607,12 @@ fn read_facts(rule_set: &RuleSet, item: &Item, layout: Layout) -> Result<Map<Str
 
 /// What the stored workflow recorded for rule-set field `field`: `None` when
 /// absent or null, INVALID_RECORD naming the field when it is not of its kind.
-fn recorded_value<'a>(rule_set: &RuleSet, item: &Item<'a>, layout: Layout, field: usize) -> Result<Option<FieldValue<'a>>> {
+fn recorded_value<'a>(
+    rule_set: &RuleSet,
+    item: &Item<'a>,
+    layout: Layout,
+    field: usize,
+) -> Result<Option<FieldValue<'a>>> {
     let spec = &rule_set.fields[field];
     match item.read(layout.workflow_field(field)) {
         Input::Absent | Input::Null => Ok(None),
@@ -619,7 +644,11 @@ fn read_workflow(rule_set: &RuleSet, item: &Item, layout: Layout, event: &Valid)
                 .check(item.read(status_slot))
                 .map_err(|reason| record_error("workflow", "status", reason))?;
             rule_set.status_index(name).ok_or_else(|| {
-                record_error("workflow", "status", format!("{:?} is not a status of rule set {}", truncate(name), rule_set.id))
+                record_error(
+                    "workflow",
+                    "status",
+                    format!("{:?} is not a status of rule set {}", truncate(name), rule_set.id),
+                )
             })?
         }
     };
@@ -689,7 +718,9 @@ fn stored_original(item: &Item, layout: Layout) -> Result<Option<Original>> {
     };
     let revision = match result.get("revision") {
         None | Some(Value::Null) => None,
-        Some(value) => Some(whole(value).ok_or_else(|| bad("revision must be a whole number from 0 to 2^53 - 1 or null"))?),
+        Some(value) => {
+            Some(whole(value).ok_or_else(|| bad("revision must be a whole number from 0 to 2^53 - 1 or null"))?)
+        }
     };
     let outcome = match item.read(layout.receipt(packed::RECEIPT_OUTCOME)) {
         Input::Text("applied") => Outcome::Applied,
@@ -727,7 +758,13 @@ fn describe(input: &Input) -> String {
 /// The decision as a value: the decider's answer with the rule's write
 /// template filled in (what the host builds from the same template).
 /// `facts`: the workflow's facts map as read (for a rule set with `facts`).
-pub fn render(rule_set: &RuleSet, event: &Valid, decided: &Decided, fingerprint: &str, facts: Option<&Map<String, Value>>) -> Decision {
+pub fn render(
+    rule_set: &RuleSet,
+    event: &Valid,
+    decided: &Decided,
+    fingerprint: &str,
+    facts: Option<&Map<String, Value>>,
+) -> Decision {
     let event_type = event.type_name(rule_set).to_string();
     let mut decision = Decision {
         outcome: decided.outcome,
@@ -742,9 +779,15 @@ pub fn render(rule_set: &RuleSet, event: &Valid, decided: &Decided, fingerprint:
         return decision;
     }
     let mut result = ReceiptResult { operation_ids: Vec::new(), status: None, revision: None };
-    if let Some(write) = writes::template(rule_set, decided.rule, decided.event_type).filter(|_| decided.outcome == Outcome::Applied) {
-        let filling =
-            Filling { workflow_id: event.workflow_id, revision: decided.revision, value_of: |f| event.value_of(rule_set, f), facts };
+    if let Some(write) =
+        writes::template(rule_set, decided.rule, decided.event_type).filter(|_| decided.outcome == Outcome::Applied)
+    {
+        let filling = Filling {
+            workflow_id: event.workflow_id,
+            revision: decided.revision,
+            value_of: |f| event.value_of(rule_set, f),
+            facts,
+        };
         let set = filling.map(&write.set);
         result.status = set.get("status").and_then(Value::as_str).map(str::to_string);
         result.revision = set.get("revision").and_then(Value::as_u64);

@@ -47,6 +47,18 @@ impl Disposition {
     }
 }
 
+/// What an `IDENTITY_MISMATCH` names: the guarded field, where, and both values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mismatch {
+    pub field: String,
+    pub workflow_id: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub recorded: Option<String>,
+    pub actual: String,
+    pub disposition: Disposition,
+}
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Error {
     #[error("{field} {reason}")]
@@ -58,19 +70,22 @@ pub enum Error {
     #[error("workflow {workflow_id} does not exist (event {event_id}, {event_type})")]
     UnknownWorkflow { workflow_id: String, event_id: String, event_type: String, disposition: Disposition },
 
-    #[error("{field} of event {event_id} ({actual}) does not match the one recorded on workflow {workflow_id} ({})", recorded.as_deref().unwrap_or("nothing recorded"))]
-    IdentityMismatch {
-        field: String,
+    /// Boxed: the largest variant, and a rare answer, so every `Result` of the
+    /// crate stays small.
+    #[error(
+        "{} of event {} ({}) does not match the one recorded on workflow {} ({})",
+        .0.field, .0.event_id, .0.actual, .0.workflow_id, .0.recorded.as_deref().unwrap_or("nothing recorded")
+    )]
+    IdentityMismatch(Box<Mismatch>),
+
+    #[error("{event_type} cannot apply to workflow {workflow_id} in status {status} (event {event_id})")]
+    InvalidTransition {
         workflow_id: String,
         event_id: String,
         event_type: String,
-        recorded: Option<String>,
-        actual: String,
+        status: String,
         disposition: Disposition,
     },
-
-    #[error("{event_type} cannot apply to workflow {workflow_id} in status {status} (event {event_id})")]
-    InvalidTransition { workflow_id: String, event_id: String, event_type: String, status: String, disposition: Disposition },
 
     #[error("outbox operation {operation_id} already exists")]
     OutboxConflict { operation_id: String, workflow_id: String, event_id: String },
@@ -97,7 +112,9 @@ pub enum Error {
     #[error("payload {path} {reason}")]
     InvalidPayload { path: String, reason: String },
 
-    #[error("idempotency key {key} was recorded with another payload (stored {stored_fingerprint}, given {fingerprint})")]
+    #[error(
+        "idempotency key {key} was recorded with another payload (stored {stored_fingerprint}, given {fingerprint})"
+    )]
     IdempotencyKeyConflict { key: String, stored_fingerprint: String, fingerprint: String },
 
     #[error("idempotency key {key} is held by a call still running; retry in {retry_after_ms} ms")]
@@ -134,7 +151,7 @@ impl Error {
             Error::InvalidEvent { .. } => "INVALID_EVENT",
             Error::EventIdConflict { .. } => "EVENT_ID_CONFLICT",
             Error::UnknownWorkflow { .. } => "UNKNOWN_WORKFLOW",
-            Error::IdentityMismatch { .. } => "IDENTITY_MISMATCH",
+            Error::IdentityMismatch(_) => "IDENTITY_MISMATCH",
             Error::InvalidTransition { .. } => "INVALID_TRANSITION",
             Error::OutboxConflict { .. } => "OUTBOX_CONFLICT",
             Error::ConcurrentUpdate { .. } => "CONCURRENT_UPDATE",
@@ -151,9 +168,8 @@ impl Error {
 
     pub fn disposition(&self) -> Disposition {
         match self {
-            Error::UnknownWorkflow { disposition, .. }
-            | Error::IdentityMismatch { disposition, .. }
-            | Error::InvalidTransition { disposition, .. } => *disposition,
+            Error::UnknownWorkflow { disposition, .. } | Error::InvalidTransition { disposition, .. } => *disposition,
+            Error::IdentityMismatch(mismatch) => mismatch.disposition,
             other => default_disposition(other.code()).unwrap_or(Disposition::Reject),
         }
     }
@@ -171,9 +187,9 @@ impl Error {
             Error::UnknownWorkflow { workflow_id, event_id, event_type, .. } => {
                 json!({ "workflowId": workflow_id, "eventId": event_id, "eventType": event_type })
             }
-            Error::IdentityMismatch { field, workflow_id, event_id, event_type, recorded, actual, .. } => json!({
-                "field": field, "workflowId": workflow_id, "eventId": event_id, "eventType": event_type,
-                "recorded": recorded, "actual": actual,
+            Error::IdentityMismatch(mismatch) => json!({
+                "field": mismatch.field, "workflowId": mismatch.workflow_id, "eventId": mismatch.event_id,
+                "eventType": mismatch.event_type, "recorded": mismatch.recorded, "actual": mismatch.actual,
             }),
             Error::InvalidTransition { workflow_id, event_id, event_type, status, .. } => json!({
                 "workflowId": workflow_id, "eventId": event_id, "eventType": event_type, "status": status,
@@ -276,9 +292,20 @@ mod tests {
     #[test]
     fn numbers_in_messages_read_as_they_were_written() {
         let cases = [
-            (3.0, "3"), (-1.0, "-1"), (0.0, "0"), (9_007_199_254_740_992.0, "9007199254740992"), (1e21, "1000000000000000000000"),
-            (1.5, "1.5"), (0.5, "0.5"), (0.1, "0.1"), (-0.25, "-0.25"), (123.456, "123.456"), (1e-7, "0.0000001"),
-            (f64::NAN, "NaN"), (f64::INFINITY, "inf"), (f64::NEG_INFINITY, "-inf"),
+            (3.0, "3"),
+            (-1.0, "-1"),
+            (0.0, "0"),
+            (9_007_199_254_740_992.0, "9007199254740992"),
+            (1e21, "1000000000000000000000"),
+            (1.5, "1.5"),
+            (0.5, "0.5"),
+            (0.1, "0.1"),
+            (-0.25, "-0.25"),
+            (123.456, "123.456"),
+            (1e-7, "0.0000001"),
+            (f64::NAN, "NaN"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
         ];
         for (n, text) in cases {
             assert_eq!(number_text(n), text, "{n}");

@@ -44,7 +44,11 @@ impl<'a> Valid<'a> {
             event_id: self.event_id.to_string(),
             workflow_id: self.workflow_id.to_string(),
             event_type: self.event_type,
-            values: rule_set.events[self.event_type].fields.iter().map(|f| self.value_of(rule_set, *f).display()).collect(),
+            values: rule_set.events[self.event_type]
+                .fields
+                .iter()
+                .map(|f| self.value_of(rule_set, *f).display())
+                .collect(),
         }
     }
 }
@@ -127,8 +131,9 @@ pub fn check_arg(item: &Item) -> Result<()> {
 /// Checks an item's event field by field (after [`check_arg`]); the first
 /// problem is reported with its field name.
 pub fn check<'a>(rule_set: &RuleSet, item: &Item<'a>, layout: Layout) -> Result<Valid<'a>> {
-    let event_id =
-        FieldKind::Text.check(item.read(layout.event(packed::EVENT_ID))).map_err(|reason| invalid("eventId", reason, None))?;
+    let event_id = FieldKind::Text
+        .check(item.read(layout.event(packed::EVENT_ID)))
+        .map_err(|reason| invalid("eventId", reason, None))?;
     let type_slot = layout.event(packed::EVENT_TYPE);
     let event_type = match (item.known(type_slot), item.read(type_slot)) {
         (Some(i), _) if i < rule_set.events.len() => i,
@@ -136,7 +141,12 @@ pub fn check<'a>(rule_set: &RuleSet, item: &Item<'a>, layout: Layout) -> Result<
             let known: Vec<&str> = rule_set.events.iter().map(|e| e.name.as_str()).collect();
             invalid(
                 "type",
-                format!("{:?} is not an event type of rule set {} (known: {})", truncate(name), rule_set.id, known.join(", ")),
+                format!(
+                    "{:?} is not an event type of rule set {} (known: {})",
+                    truncate(name),
+                    rule_set.id,
+                    known.join(", ")
+                ),
                 Some(event_id),
             )
         })?,
@@ -150,7 +160,10 @@ pub fn check<'a>(rule_set: &RuleSet, item: &Item<'a>, layout: Layout) -> Result<
         .map_err(|reason| invalid("workflowId", reason, Some(event_id)))?;
     for &f in &rule_set.events[event_type].fields {
         let field = &rule_set.fields[f];
-        field.kind.check_value(item.read(layout.event_field(f))).map_err(|reason| invalid(&field.name, reason, Some(event_id)))?;
+        field
+            .kind
+            .check_value(item.read(layout.event_field(f)))
+            .map_err(|reason| invalid(&field.name, reason, Some(event_id)))?;
     }
     Ok(Valid { event_id, workflow_id, event_type, item: *item, layout })
 }

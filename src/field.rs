@@ -87,13 +87,14 @@ impl FieldKind {
         let text = match input {
             Input::Text(text) => text,
             Input::TooLong => return Err(self.too_long()),
-            Input::IllFormedText => {
-                return Err("must be well-formed Unicode (it contains a lone surrogate)".into())
-            }
+            Input::IllFormedText => return Err("must be well-formed Unicode (it contains a lone surrogate)".into()),
             Input::Absent => return Err("is required".into()),
             Input::Unreadable(why) => return Err(format!("could not be read: {why}")),
             Input::Number(_) if self == FieldKind::Units => {
-                return Err("must be a string of decimal digits, not a number (amounts are integer base units in strings)".into())
+                return Err(
+                    "must be a string of decimal digits, not a number (amounts are integer base units in strings)"
+                        .into(),
+                )
             }
             other => return Err(format!("must be a string, not {}", other.kind())),
         };
@@ -116,8 +117,12 @@ impl FieldKind {
 /// A count: a JSON number that is a whole number from 1 to 2^53 - 1.
 fn check_count(input: Input<'_>) -> Result<u64, String> {
     match input {
-        Input::Number(n) if n.is_finite() && n.fract() == 0.0 && n >= 1.0 && n <= MAX_SAFE_INTEGER as f64 => Ok(n as u64),
-        Input::Number(n) if !n.is_finite() || n.fract() != 0.0 => Err("must be a whole number (a count such as 3)".into()),
+        Input::Number(n) if n.is_finite() && n.fract() == 0.0 && n >= 1.0 && n <= MAX_SAFE_INTEGER as f64 => {
+            Ok(n as u64)
+        }
+        Input::Number(n) if !n.is_finite() || n.fract() != 0.0 => {
+            Err("must be a whole number (a count such as 3)".into())
+        }
         Input::Number(n) if n < 1.0 => Err("must be at least 1 (counts start at 1)".into()),
         Input::Number(_) => Err("must be at most 2^53 - 1".into()),
         Input::Absent => Err("is required".into()),

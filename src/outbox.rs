@@ -636,5 +636,4 @@ pub(crate) mod tests {
         assert_eq!(text.chars().count(), MAX_ERROR_CHARS);
         assert!(text.starts_with("TypeError: éé"));
     }
-
 }

@@ -180,7 +180,13 @@ pub type Spans = Vec<(u32, i32)>;
 /// string that starts with a lone low one: together they encoded as a pair),
 /// so both are [`ILL_FORMED`]. Any other U+FFFD in the text is one the host
 /// was given: it checks that every string it laid out is well formed.
-pub fn locate(packed: &Packed, per_item: usize, count: usize, same_as: impl Fn(usize) -> Option<usize>, spans: &mut Spans) {
+pub fn locate(
+    packed: &Packed,
+    per_item: usize,
+    count: usize,
+    same_as: impl Fn(usize) -> Option<usize>,
+    spans: &mut Spans,
+) {
     spans.clear();
     let total = (count * per_item).min(packed.entries.len());
     spans.reserve(total);
@@ -300,7 +306,9 @@ impl<'a> Item<'a> {
                 let start = start as usize;
                 Input::Unreadable(self.text.get(start..start + (UNREADABLE - tag) as usize).unwrap_or(""))
             }
-            (_, tag) if (OTHER - KINDS.len() as i32 + 1..=OTHER).contains(&tag) => Input::Other(KINDS[(OTHER - tag) as usize]),
+            (_, tag) if (OTHER - KINDS.len() as i32 + 1..=OTHER).contains(&tag) => {
+                Input::Other(KINDS[(OTHER - tag) as usize])
+            }
             // A name by index where no name is expected, or an entry the host cannot have meant.
             _ => Input::Other("unknown"),
         }
@@ -376,7 +384,11 @@ impl Packer {
             }
             // The map only for an event of a fact type, as the JS host lays it out: no other decision reads it.
             let fact_event = |facts: &&crate::ruleset::Facts| {
-                event.get("type").and_then(Value::as_str).and_then(|t| rule_set.event_index(t)).is_some_and(|e| facts.events.contains(&e))
+                event
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .and_then(|t| rule_set.event_index(t))
+                    .is_some_and(|e| facts.events.contains(&e))
             };
             if let Some(facts) = rule_set.facts().filter(fact_event) {
                 match workflow.get(&facts.name) {

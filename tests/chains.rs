@@ -62,7 +62,7 @@ fn counters(rule: Value) -> Value {
 }
 
 fn refused_at(definition: &Value) -> (String, String) {
-    let error = load_unverified(definition).err().expect("refused");
+    let error = load_unverified(definition).expect_err("refused");
     assert_eq!(error.code(), "RULESET_INVALID", "{error}");
     let details = error.details();
     (details["path"].as_str().unwrap().to_string(), details["reason"].as_str().unwrap_or_default().to_string())
@@ -83,7 +83,9 @@ fn a_when_is_loaded_with_its_else() {
 #[test]
 fn a_malformed_when_is_refused_with_its_path() {
     let when = |when: Value| {
-        counters(json!({ "on": "TICK", "in": "open", "when": when, "then": { "outcome": "stale" }, "else": { "outcome": "stale" } }))
+        counters(
+            json!({ "on": "TICK", "in": "open", "when": when, "then": { "outcome": "stale" }, "else": { "outcome": "stale" } }),
+        )
     };
     assert_eq!(refused_at(&when(json!("seen > seen"))).0, "$.rules[1].when");
     assert_eq!(refused_at(&when(json!(["seen", ">"]))).0, "$.rules[1].when");
@@ -115,9 +117,11 @@ fn a_when_reads_only_a_field_every_answered_event_carries() {
 
 #[test]
 fn when_and_else_go_together() {
-    let only_when = counters(json!({ "on": "TICK", "in": "open", "when": ["seen", ">", "seen"], "then": { "outcome": "stale" } }));
+    let only_when =
+        counters(json!({ "on": "TICK", "in": "open", "when": ["seen", ">", "seen"], "then": { "outcome": "stale" } }));
     assert_eq!(refused_at(&only_when).0, "$.rules[1].else");
-    let only_else = counters(json!({ "on": "TICK", "in": "open", "then": { "outcome": "stale" }, "else": { "outcome": "stale" } }));
+    let only_else =
+        counters(json!({ "on": "TICK", "in": "open", "then": { "outcome": "stale" }, "else": { "outcome": "stale" } }));
     assert_eq!(refused_at(&only_else).0, "$.rules[1].else");
     let bad_else = counters(json!({
         "on": "TICK", "in": "open", "when": ["seen", ">", "seen"], "then": { "outcome": "stale" }, "else": { "outcome": "maybe" }
@@ -142,13 +146,17 @@ fn a_malformed_sequence_declaration_is_refused_with_its_path() {
         definition
     };
     let events = json!(["DEPOSIT_DETECTED", "DEPOSIT_CONFIRMED", "DEPOSIT_REVERSED"]);
-    assert_eq!(refused_at(&with_sequence(json!({ "field": "amountUnits", "events": events }))).0, "$.order.sequence.field");
+    assert_eq!(
+        refused_at(&with_sequence(json!({ "field": "amountUnits", "events": events }))).0,
+        "$.order.sequence.field"
+    );
     assert_eq!(refused_at(&with_sequence(json!({ "field": "nope", "events": events }))).0, "$.order.sequence.field");
     assert_eq!(
         refused_at(&with_sequence(json!({ "field": "sequence", "events": ["DEPOSIT_DETECTED", "DEADLINE_PASSED"] }))).0,
         "$.order.sequence.events[1]"
     );
-    let (path, reason) = refused_at(&with_sequence(json!({ "field": "sequence", "events": ["DEPOSIT_DETECTED", "DEPOSIT_CONFIRMED"] })));
+    let (path, reason) =
+        refused_at(&with_sequence(json!({ "field": "sequence", "events": ["DEPOSIT_DETECTED", "DEPOSIT_CONFIRMED"] })));
     assert_eq!(path, "$.order.sequence.events");
     assert!(reason.contains("DEPOSIT_REVERSED"), "{reason}");
 }
@@ -189,7 +197,9 @@ fn a_count_enters_the_fingerprint_as_a_json_number() {
     let a = decide(v3(), &deposit("e-1", "DEPOSIT_DETECTED", json!(1)), None, None).unwrap_err();
     assert_eq!(a.code(), "UNKNOWN_WORKFLOW");
     let fp = |id: &str, n: u64| {
-        decide(v3(), &deposit(id, "DEPOSIT_DETECTED", json!(n)), None, Some(&workflow("waiting", json!(null)))).unwrap().fingerprint
+        decide(v3(), &deposit(id, "DEPOSIT_DETECTED", json!(n)), None, Some(&workflow("waiting", json!(null))))
+            .unwrap()
+            .fingerprint
     };
     assert_eq!(fp("e-1", 1), fp("e-2", 1));
     assert_ne!(fp("e-1", 1), fp("e-1", 3));
@@ -231,23 +241,40 @@ fn a_recorded_count_is_written_as_a_number() {
 
 #[test]
 fn when_picks_the_case_by_the_count_recorded_for_that_deposit() {
-    let answer = |status: &str, last: &str, recorded: u64, event_type: &str, sequence: u64| -> Result<(Outcome, String), Error> {
+    let answer = |status: &str,
+                  last: &str,
+                  recorded: u64,
+                  event_type: &str,
+                  sequence: u64|
+     -> Result<(Outcome, String), Error> {
         let swap = with_deposit(status, last, json!(recorded));
         let decision = decide(v3(), &deposit("e-1", event_type, json!(sequence)), None, Some(&swap))?;
         let to = decision.write_set.workflow.map(|w| w.set["status"].as_str().unwrap().to_string()).unwrap_or_default();
         Ok((decision.outcome, to))
     };
     // A re-inclusion after a reversal recorded at 2.
-    assert_eq!(answer("reversed", "DEPOSIT_REVERSED", 2, "DEPOSIT_DETECTED", 3).unwrap(), (Outcome::Applied, "deposit".into()));
-    assert_eq!(answer("reversed", "DEPOSIT_REVERSED", 2, "DEPOSIT_CONFIRMED", 4).unwrap(), (Outcome::Applied, "exchange".into()));
+    assert_eq!(
+        answer("reversed", "DEPOSIT_REVERSED", 2, "DEPOSIT_DETECTED", 3).unwrap(),
+        (Outcome::Applied, "deposit".into())
+    );
+    assert_eq!(
+        answer("reversed", "DEPOSIT_REVERSED", 2, "DEPOSIT_CONFIRMED", 4).unwrap(),
+        (Outcome::Applied, "exchange".into())
+    );
     // A late copy of observation 1 is stale; a re-publication of the reversal already-applied.
     assert_eq!(answer("reversed", "DEPOSIT_REVERSED", 2, "DEPOSIT_DETECTED", 1).unwrap().0, Outcome::Stale);
     assert_eq!(answer("reversed", "DEPOSIT_REVERSED", 2, "DEPOSIT_REVERSED", 2).unwrap().0, Outcome::AlreadyApplied);
     // After the exchange started: a reversal opens a review, an older one is stale.
-    assert_eq!(answer("exchange", "DEPOSIT_CONFIRMED", 4, "DEPOSIT_REVERSED", 5).unwrap(), (Outcome::Applied, "review".into()));
+    assert_eq!(
+        answer("exchange", "DEPOSIT_CONFIRMED", 4, "DEPOSIT_REVERSED", 5).unwrap(),
+        (Outcome::Applied, "review".into())
+    );
     assert_eq!(answer("exchange", "DEPOSIT_CONFIRMED", 4, "DEPOSIT_REVERSED", 2).unwrap().0, Outcome::Stale);
     // A newer observation in review is recorded and stays there.
-    assert_eq!(answer("review", "DEPOSIT_DETECTED", 3, "DEPOSIT_DETECTED", 4).unwrap(), (Outcome::Applied, "review".into()));
+    assert_eq!(
+        answer("review", "DEPOSIT_DETECTED", 3, "DEPOSIT_DETECTED", 4).unwrap(),
+        (Outcome::Applied, "review".into())
+    );
 }
 
 #[test]
@@ -275,7 +302,9 @@ fn the_guard_reads_the_amount_recorded_for_that_deposit() {
 
 #[test]
 fn a_stored_count_of_the_wrong_shape_is_an_invalid_record_not_a_panic() {
-    for stored in [json!("2"), json!(0), json!(-1), json!(2.5), json!(1e300), json!(true), json!([2]), json!({ "n": 2 })] {
+    for stored in
+        [json!("2"), json!(0), json!(-1), json!(2.5), json!(1e300), json!(true), json!([2]), json!({ "n": 2 })]
+    {
         let swap = with_deposit("reversed", "DEPOSIT_REVERSED", stored.clone());
         let error = decide(v3(), &deposit("e-1", "DEPOSIT_DETECTED", json!(3)), None, Some(&swap)).unwrap_err();
         assert_eq!(error.code(), "INVALID_RECORD", "{stored}");
@@ -291,7 +320,9 @@ fn amounts_compare_as_integers_of_any_length() {
     }));
     let rules = RuleSet::from_value(&definition).unwrap();
     let outcome = |amount: &str, limit: Value| {
-        let event = object(json!({ "eventId": "e", "workflowId": "w", "type": "TICK", "seen": 1, "amountUnits": amount, "note": "n" }));
+        let event = object(
+            json!({ "eventId": "e", "workflowId": "w", "type": "TICK", "seen": 1, "amountUnits": amount, "note": "n" }),
+        );
         let workflow = object(json!({ "id": "w", "status": "open", "revision": 1, "limitUnits": limit }));
         decide(&rules, &event, None, Some(&workflow)).map(|d| d.outcome).map_err(|e| e.code())
     };
@@ -376,11 +407,15 @@ fn a_v3_that_answers_the_re_inclusion_stale_is_refused_with_a_counterexample() {
     let rules = definition["rules"].as_array_mut().unwrap();
     for rule in rules.iter_mut() {
         let on = rule["on"].as_str().unwrap_or_default().to_string();
-        if (on == "DEPOSIT_DETECTED" || on == "DEPOSIT_CONFIRMED") && rule["in"] == json!(["waiting", "deposit", "reversed"]) {
+        if (on == "DEPOSIT_DETECTED" || on == "DEPOSIT_CONFIRMED")
+            && rule["in"] == json!(["waiting", "deposit", "reversed"])
+        {
             rule["in"] = json!(["waiting", "deposit"]);
         }
     }
-    rules.push(json!({ "on": ["DEPOSIT_DETECTED", "DEPOSIT_CONFIRMED"], "in": "reversed", "then": { "outcome": "stale" } }));
+    rules.push(
+        json!({ "on": ["DEPOSIT_DETECTED", "DEPOSIT_CONFIRMED"], "in": "reversed", "then": { "outcome": "stale" } }),
+    );
     let property = reorder_property(&definition);
     assert_eq!(property["ok"], false, "{property}");
     let example = &property["counterexample"];

@@ -98,7 +98,11 @@ fn workflow(status: &str, deposits: Value) -> Map<String, Value> {
 /// Decides through `decide::decide` and through the packed path (a batch
 /// with a filler item before it, the write filled from the template), and
 /// checks that both say the same; the JSON entry point's decision is returned.
-fn both(rule_set: &RuleSet, event: &Map<String, Value>, workflow: Option<&Map<String, Value>>) -> Result<idemflow::Decision, Error> {
+fn both(
+    rule_set: &RuleSet,
+    event: &Map<String, Value>,
+    workflow: Option<&Map<String, Value>>,
+) -> Result<idemflow::Decision, Error> {
     let json = decide(rule_set, event, None, workflow);
     let mut packer = Packer::default();
     let filler = object(json!({ "eventId": "filler", "workflowId": "other", "type": "CLOSE" }));
@@ -119,12 +123,16 @@ fn both(rule_set: &RuleSet, event: &Map<String, Value>, workflow: Option<&Map<St
         (Ok(decided), Ok(decision)) => {
             assert_eq!(decided.outcome, decision.outcome);
             let value_of = |f: usize| match &rule_set.fields()[f].kind {
-                idemflow::field::FieldKind::Count => idemflow::field::FieldValue::Count(event[&rule_set.fields()[f].name].as_u64().unwrap()),
+                idemflow::field::FieldKind::Count => {
+                    idemflow::field::FieldValue::Count(event[&rule_set.fields()[f].name].as_u64().unwrap())
+                }
                 _ => idemflow::field::FieldValue::Text(event[&rule_set.fields()[f].name].as_str().unwrap()),
             };
             let facts = workflow.and_then(|w| w.get("deposits")).and_then(Value::as_object);
             let filling = Filling { workflow_id: "swap-1", revision: decided.revision, value_of, facts };
-            match writes::template(rule_set, decided.rule, decided.event_type).filter(|_| decided.outcome == Outcome::Applied) {
+            match writes::template(rule_set, decided.rule, decided.event_type)
+                .filter(|_| decided.outcome == Outcome::Applied)
+            {
                 Some(write) => {
                     let written = decision.write_set.workflow.as_ref().expect("a workflow write");
                     assert_eq!(filling.map(&write.set), written.set);
@@ -162,32 +170,42 @@ fn a_new_fact_is_written_into_the_map() {
     let rules = rule_set();
     let decision = both(&rules, &event("e1", "DEPOSIT_DETECTED", "a", "100", 1), None).unwrap();
     assert_eq!(decision.outcome, Outcome::Applied);
-    assert_eq!(set_of(&decision)["deposits"], json!({ "a": { "event": "DEPOSIT_DETECTED", "amountUnits": "100", "sequence": 1 } }));
+    assert_eq!(
+        set_of(&decision)["deposits"],
+        json!({ "a": { "event": "DEPOSIT_DETECTED", "amountUnits": "100", "sequence": 1 } })
+    );
 }
 
 #[test]
 fn a_newer_observation_replaces_its_entry_and_keeps_the_others() {
     let rules = rule_set();
-    let stored = workflow("waiting", json!({
-        "a": { "event": "DEPOSIT_DETECTED", "amountUnits": "100", "sequence": 1 },
-        "b": { "event": "DEPOSIT_DETECTED", "amountUnits": "7", "sequence": 1 }
-    }));
+    let stored = workflow(
+        "waiting",
+        json!({
+            "a": { "event": "DEPOSIT_DETECTED", "amountUnits": "100", "sequence": 1 },
+            "b": { "event": "DEPOSIT_DETECTED", "amountUnits": "7", "sequence": 1 }
+        }),
+    );
     let decision = both(&rules, &event("e2", "DEPOSIT_CONFIRMED", "a", "100", 2), Some(&stored)).unwrap();
     assert_eq!(decision.outcome, Outcome::Applied);
     let set = set_of(&decision);
     assert_eq!(set["status"], json!("exchange"));
     assert_eq!(set["depositRef"], json!("a"), "a top-level record stays as today");
-    assert_eq!(set["deposits"], json!({
-        "a": { "event": "DEPOSIT_CONFIRMED", "amountUnits": "100", "sequence": 2 },
-        "b": { "event": "DEPOSIT_DETECTED", "amountUnits": "7", "sequence": 1 }
-    }));
+    assert_eq!(
+        set["deposits"],
+        json!({
+            "a": { "event": "DEPOSIT_CONFIRMED", "amountUnits": "100", "sequence": 2 },
+            "b": { "event": "DEPOSIT_DETECTED", "amountUnits": "7", "sequence": 1 }
+        })
+    );
     assert_eq!(ids(&decision), ["start-exchange:swap-1"]);
 }
 
 #[test]
 fn a_not_newer_observation_writes_nothing_to_the_map() {
     let rules = rule_set();
-    let stored = workflow("waiting", json!({ "a": { "event": "DEPOSIT_DETECTED", "amountUnits": "100", "sequence": 2 } }));
+    let stored =
+        workflow("waiting", json!({ "a": { "event": "DEPOSIT_DETECTED", "amountUnits": "100", "sequence": 2 } }));
     let same = both(&rules, &event("e3", "DEPOSIT_DETECTED", "a", "100", 2), Some(&stored)).unwrap();
     assert_eq!(same.outcome, Outcome::AlreadyApplied);
     assert!(same.write_set.workflow.is_none());
@@ -200,7 +218,8 @@ fn a_not_newer_observation_writes_nothing_to_the_map() {
 fn a_fact_reads_its_own_entry_not_another_facts() {
     let rules = rule_set();
     // `b` is at 5; `a` has no entry, so its first observation is newer than none.
-    let stored = workflow("waiting", json!({ "b": { "event": "DEPOSIT_DETECTED", "amountUnits": "7", "sequence": 5 } }));
+    let stored =
+        workflow("waiting", json!({ "b": { "event": "DEPOSIT_DETECTED", "amountUnits": "7", "sequence": 5 } }));
     let decision = both(&rules, &event("e5", "DEPOSIT_DETECTED", "a", "100", 1), Some(&stored)).unwrap();
     assert_eq!(decision.outcome, Outcome::Applied);
 }
@@ -208,8 +227,12 @@ fn a_fact_reads_its_own_entry_not_another_facts() {
 #[test]
 fn a_guard_on_a_facts_field_holds_with_no_entry_and_compares_with_one() {
     let rules = rule_set();
-    let stored = workflow("waiting", json!({ "a": { "event": "DEPOSIT_DETECTED", "amountUnits": "100", "sequence": 1 } }));
-    assert_eq!(both(&rules, &event("e6", "DEPOSIT_DETECTED", "b", "5", 1), Some(&stored)).unwrap().outcome, Outcome::Applied);
+    let stored =
+        workflow("waiting", json!({ "a": { "event": "DEPOSIT_DETECTED", "amountUnits": "100", "sequence": 1 } }));
+    assert_eq!(
+        both(&rules, &event("e6", "DEPOSIT_DETECTED", "b", "5", 1), Some(&stored)).unwrap().outcome,
+        Outcome::Applied
+    );
     let error = both(&rules, &event("e7", "DEPOSIT_DETECTED", "a", "101", 2), Some(&stored)).unwrap_err();
     assert_eq!(error.code(), "IDENTITY_MISMATCH");
     assert_eq!(error.details()["field"], json!("amountUnits"));
@@ -218,17 +241,22 @@ fn a_guard_on_a_facts_field_holds_with_no_entry_and_compares_with_one() {
 #[test]
 fn other_sees_another_facts_last_event() {
     let rules = rule_set();
-    let stored = workflow("waiting", json!({ "a": { "event": "DEPOSIT_CONFIRMED", "amountUnits": "100", "sequence": 2 } }));
+    let stored =
+        workflow("waiting", json!({ "a": { "event": "DEPOSIT_CONFIRMED", "amountUnits": "100", "sequence": 2 } }));
     let decision = both(&rules, &event("e8", "DEPOSIT_CONFIRMED", "b", "30", 1), Some(&stored)).unwrap();
     assert_eq!(decision.outcome, Outcome::Applied);
     assert_eq!(set_of(&decision)["status"], json!("waiting"));
     assert_eq!(ids(&decision), ["review-deposit:b:swap-1"]);
     assert_eq!(decision.write_set.outbox[0].payload, object(json!({ "depositRef": "b", "amountUnits": "30" })));
-    assert_eq!(set_of(&decision)["deposits"]["b"], json!({
-        "event": "DEPOSIT_CONFIRMED", "amountUnits": "30", "sequence": 1, "operations": ["review-deposit"]
-    }));
+    assert_eq!(
+        set_of(&decision)["deposits"]["b"],
+        json!({
+            "event": "DEPOSIT_CONFIRMED", "amountUnits": "30", "sequence": 1, "operations": ["review-deposit"]
+        })
+    );
     // Its own entry does not count as another's.
-    let alone = workflow("waiting", json!({ "b": { "event": "DEPOSIT_CONFIRMED", "amountUnits": "30", "sequence": 1 } }));
+    let alone =
+        workflow("waiting", json!({ "b": { "event": "DEPOSIT_CONFIRMED", "amountUnits": "30", "sequence": 1 } }));
     let decision = both(&rules, &event("e9", "DEPOSIT_CONFIRMED", "b", "30", 2), Some(&alone)).unwrap();
     assert_eq!(ids(&decision), ["start-exchange:swap-1"]);
 }
@@ -236,14 +264,16 @@ fn other_sees_another_facts_last_event() {
 #[test]
 fn emitted_stops_a_second_per_fact_operation_and_the_list_is_kept() {
     let rules = rule_set();
-    let reviewed = json!({ "event": "DEPOSIT_DETECTED", "amountUnits": "30", "sequence": 1, "operations": ["review-deposit"] });
+    let reviewed =
+        json!({ "event": "DEPOSIT_DETECTED", "amountUnits": "30", "sequence": 1, "operations": ["review-deposit"] });
     let stored = workflow("exchange", json!({ "b": reviewed }));
     let decision = both(&rules, &event("e10", "DEPOSIT_CONFIRMED", "b", "30", 2), Some(&stored)).unwrap();
     assert_eq!(decision.outcome, Outcome::Applied);
     assert!(decision.write_set.outbox.is_empty());
     assert_eq!(set_of(&decision)["deposits"]["b"]["operations"], json!(["review-deposit"]));
     // Not yet emitted for this fact: emitted once.
-    let stored = workflow("exchange", json!({ "b": { "event": "DEPOSIT_DETECTED", "amountUnits": "30", "sequence": 1 } }));
+    let stored =
+        workflow("exchange", json!({ "b": { "event": "DEPOSIT_DETECTED", "amountUnits": "30", "sequence": 1 } }));
     let decision = both(&rules, &event("e11", "DEPOSIT_CONFIRMED", "b", "30", 2), Some(&stored)).unwrap();
     assert_eq!(ids(&decision), ["review-deposit:b:swap-1"]);
 }
@@ -277,7 +307,10 @@ fn a_malformed_map_or_entry_is_an_invalid_record_naming_it() {
         assert_eq!(invalid_record(both(&rules, &confirm, Some(&workflow("waiting", map.clone())))), field, "{map}");
     }
     // Too long a text.
-    let long = workflow("waiting", Value::String(format!("{{\"a\":{{\"event\":\"DEPOSIT_DETECTED\",\"x\":\"{}\"}}}}", "x".repeat(70_000))));
+    let long = workflow(
+        "waiting",
+        Value::String(format!("{{\"a\":{{\"event\":\"DEPOSIT_DETECTED\",\"x\":\"{}\"}}}}", "x".repeat(70_000))),
+    );
     assert_eq!(invalid_record(both(&rules, &confirm, Some(&long))), "deposits");
     // A non-fact event does not read the map.
     let close = object(json!({ "eventId": "e14", "workflowId": "swap-1", "type": "CLOSE" }));
@@ -289,17 +322,34 @@ fn the_map_holds_at_most_64_entries() {
     let rules = rule_set();
     let entries = |n: usize| -> Value {
         Value::Object(
-            (0..n).map(|i| (format!("d{i}"), json!({ "event": "DEPOSIT_DETECTED", "amountUnits": "1", "sequence": 1 }))).collect(),
+            (0..n)
+                .map(|i| (format!("d{i}"), json!({ "event": "DEPOSIT_DETECTED", "amountUnits": "1", "sequence": 1 })))
+                .collect(),
         )
     };
     // 64 entries are read; one of them moves on.
-    let decision = both(&rules, &event("e15", "DEPOSIT_DETECTED", "d3", "1", 2), Some(&workflow("waiting", entries(64)))).unwrap();
+    let decision =
+        both(&rules, &event("e15", "DEPOSIT_DETECTED", "d3", "1", 2), Some(&workflow("waiting", entries(64)))).unwrap();
     assert_eq!(decision.outcome, Outcome::Applied);
     assert_eq!(set_of(&decision)["deposits"].as_object().unwrap().len(), 64);
     // A 65th would pass the bound: refused, nothing written.
-    assert_eq!(invalid_record(both(&rules, &event("e16", "DEPOSIT_DETECTED", "new", "1", 1), Some(&workflow("waiting", entries(64))))), "deposits");
+    assert_eq!(
+        invalid_record(both(
+            &rules,
+            &event("e16", "DEPOSIT_DETECTED", "new", "1", 1),
+            Some(&workflow("waiting", entries(64)))
+        )),
+        "deposits"
+    );
     // A stored map of 65 is damage.
-    assert_eq!(invalid_record(both(&rules, &event("e17", "DEPOSIT_DETECTED", "d3", "1", 2), Some(&workflow("waiting", entries(65))))), "deposits");
+    assert_eq!(
+        invalid_record(both(
+            &rules,
+            &event("e17", "DEPOSIT_DETECTED", "d3", "1", 2),
+            Some(&workflow("waiting", entries(65)))
+        )),
+        "deposits"
+    );
 }
 
 #[test]
@@ -320,9 +370,11 @@ fn the_layout_tells_the_host_where_the_map_goes() {
 #[test]
 fn the_reorder_claim_of_a_rule_set_with_facts_goes_to_the_facts_explorer() {
     let mut with_order = definition();
-    with_order["order"] = json!({ "sequence": { "field": "sequence", "events": ["DEPOSIT_DETECTED", "DEPOSIT_CONFIRMED"] } });
+    with_order["order"] =
+        json!({ "sequence": { "field": "sequence", "events": ["DEPOSIT_DETECTED", "DEPOSIT_CONFIRMED"] } });
     let report = verify_definition(&with_order).unwrap().to_json();
-    let reorder = report["properties"].as_array().unwrap().iter().find(|p| p["name"] == "reorder-safe").unwrap().clone();
+    let reorder =
+        report["properties"].as_array().unwrap().iter().find(|p| p["name"] == "reorder-safe").unwrap().clone();
     // The facts explorer explored it (its deliveries name the fact, "A" or "B"),
     // and this rule set, which declares no races, is not reorder-safe.
     assert!(reorder["checked"]["histories"].as_u64().unwrap() > 0, "{reorder}");
@@ -335,7 +387,12 @@ fn the_reorder_claim_of_a_rule_set_with_facts_goes_to_the_facts_explorer() {
 fn the_table_shows_cases_and_conditions() {
     let rules = rule_set();
     let rows = idemflow::ruleset::table::rows_json(&rules);
-    let row = rows.as_array().unwrap().iter().find(|r| r["event"] == "DEPOSIT_CONFIRMED" && r["statuses"] == json!(["exchange"])).unwrap();
+    let row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["event"] == "DEPOSIT_CONFIRMED" && r["statuses"] == json!(["exchange"]))
+        .unwrap();
     assert_eq!(row["answer"]["cases"][0]["when"][1], json!({ "emitted": "review-deposit" }));
     assert!(row["summary"].as_str().unwrap().contains("this fact emitted review-deposit"), "{row}");
 }
@@ -380,15 +437,33 @@ fn the_facts_block_is_refused_with_its_path() {
 #[test]
 fn cases_are_refused_with_their_paths() {
     let cases: Vec<(Value, &str)> = vec![
-        (with(|d| d["rules"][3]["cases"][3]["when"] = json!(["sequence", ">", "sequence"])), "$.rules[3].cases[3].when"),
-        (with(|d| d["rules"][3]["cases"][1].as_object_mut().unwrap().remove("when").map(|_| ()).unwrap()), "$.rules[3].cases[1].when"),
+        (
+            with(|d| d["rules"][3]["cases"][3]["when"] = json!(["sequence", ">", "sequence"])),
+            "$.rules[3].cases[3].when",
+        ),
+        (
+            with(|d| d["rules"][3]["cases"][1].as_object_mut().unwrap().remove("when").map(|_| ()).unwrap()),
+            "$.rules[3].cases[1].when",
+        ),
         (with(|d| d["rules"][3]["then"] = json!({ "outcome": "stale" })), "$.rules[3].then"),
         (with(|d| d["rules"][3]["cases"] = json!([])), "$.rules[3].cases"),
-        (with(|d| d["rules"][3]["cases"][0]["when"][1] = json!({ "other": "CLOSE" })), "$.rules[3].cases[0].when[1].other"),
-        (with(|d| d["rules"][3]["cases"][0]["when"][1] = json!({ "other": ["DEPOSIT_DETECTED", "NOPE"] })), "$.rules[3].cases[0].when[1].other[1]"),
+        (
+            with(|d| d["rules"][3]["cases"][0]["when"][1] = json!({ "other": "CLOSE" })),
+            "$.rules[3].cases[0].when[1].other",
+        ),
+        (
+            with(|d| d["rules"][3]["cases"][0]["when"][1] = json!({ "other": ["DEPOSIT_DETECTED", "NOPE"] })),
+            "$.rules[3].cases[0].when[1].other[1]",
+        ),
         (with(|d| d["rules"][3]["cases"][0]["when"][1] = json!({ "what": 1 })), "$.rules[3].cases[0].when[1]"),
-        (with(|d| d["rules"][3]["cases"][0]["when"][0] = json!(["sequence", "!", "sequence"])), "$.rules[3].cases[0].when[0][1]"),
-        (with(|d| d["rules"][4]["cases"][0]["when"][1] = json!({ "emitted": "start-exchange" })), "$.rules[4].cases[0].when[1].emitted"),
+        (
+            with(|d| d["rules"][3]["cases"][0]["when"][0] = json!(["sequence", "!", "sequence"])),
+            "$.rules[3].cases[0].when[0][1]",
+        ),
+        (
+            with(|d| d["rules"][4]["cases"][0]["when"][1] = json!({ "emitted": "start-exchange" })),
+            "$.rules[4].cases[0].when[1].emitted",
+        ),
         (with(|d| d["rules"][3]["cases"][0]["extra"] = json!(1)), "$.rules[3].cases[0].extra"),
     ];
     for (definition, path) in cases {
@@ -429,11 +504,23 @@ fn when_then_else_stays_sugar_for_two_cases() {
                                 "then": { "outcome": "applied", "to": "waiting" }, "else": { "outcome": "stale" } });
     });
     let rules = RuleSet::from_value(&sugar).unwrap();
-    let stored = workflow("waiting", json!({ "a": { "event": "DEPOSIT_DETECTED", "amountUnits": "1", "sequence": 2 } }));
-    assert_eq!(both(&rules, &event("e20", "DEPOSIT_DETECTED", "a", "1", 3), Some(&stored)).unwrap().outcome, Outcome::Applied);
-    assert_eq!(both(&rules, &event("e21", "DEPOSIT_DETECTED", "a", "1", 2), Some(&stored)).unwrap().outcome, Outcome::Stale);
+    let stored =
+        workflow("waiting", json!({ "a": { "event": "DEPOSIT_DETECTED", "amountUnits": "1", "sequence": 2 } }));
+    assert_eq!(
+        both(&rules, &event("e20", "DEPOSIT_DETECTED", "a", "1", 3), Some(&stored)).unwrap().outcome,
+        Outcome::Applied
+    );
+    assert_eq!(
+        both(&rules, &event("e21", "DEPOSIT_DETECTED", "a", "1", 2), Some(&stored)).unwrap().outcome,
+        Outcome::Stale
+    );
     let rows = idemflow::ruleset::table::rows_json(&rules);
-    let row = rows.as_array().unwrap().iter().find(|r| r["event"] == "DEPOSIT_DETECTED" && r["statuses"] == json!(["waiting"])).unwrap();
+    let row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["event"] == "DEPOSIT_DETECTED" && r["statuses"] == json!(["waiting"]))
+        .unwrap();
     assert_eq!(row["answer"]["when"], json!(["sequence", ">", "sequence"]), "{row}");
 }
 
@@ -459,9 +546,7 @@ fn two_text_fields_compare_for_equality_only() {
 
 #[test]
 fn a_race_across_facts_relates_fact_events_only() {
-    let across = |between: Value| {
-        with(|d| d["order"] = json!({ "races": [{ "between": between, "across": true }] }))
-    };
+    let across = |between: Value| with(|d| d["order"] = json!({ "races": [{ "between": between, "across": true }] }));
     assert!(load_unverified(&across(json!(["DEPOSIT_CONFIRMED", "DEPOSIT_CONFIRMED"]))).is_ok());
     assert_eq!(refused_at(&across(json!(["DEPOSIT_CONFIRMED", "CLOSE"]))).0, "$.order.races[0].across");
     let bad = with(|d| d["order"] = json!({ "races": [{ "between": ["DEPOSIT_CONFIRMED", "CLOSE"], "across": 1 }] }));

@@ -43,7 +43,8 @@ fn every_hostile_definition_is_refused_naming_its_limit() {
     // And the process decides as before.
     let rules = RuleSet::builtin("order-shipment").unwrap();
     let event = json!({ "eventId": "e-1", "workflowId": "order-1", "type": "SHIPMENT_REQUESTED" });
-    let decision = idemflow::json::decide_json(rules, &json!({ "event": event, "receipt": null, "workflow": null }).to_string());
+    let decision =
+        idemflow::json::decide_json(rules, &json!({ "event": event, "receipt": null, "workflow": null }).to_string());
     assert!(decision.is_ok(), "{decision:?}");
 }
 
@@ -62,7 +63,8 @@ fn a_field_named_after_an_object_prototype_member_is_refused() {
 fn a_definition_at_every_count_limit_loads() {
     let mut definition = hostile::base();
     let statuses: Vec<Value> = (0..limits::MAX_STATUSES).map(|i| json!({ "name": format!("s{i}") })).collect();
-    let fields: Vec<Value> = (0..limits::MAX_FIELDS).map(|i| json!({ "name": format!("f{i}"), "kind": "text" })).collect();
+    let fields: Vec<Value> =
+        (0..limits::MAX_FIELDS).map(|i| json!({ "name": format!("f{i}"), "kind": "text" })).collect();
     let field_names: Vec<Value> = (0..limits::MAX_FIELDS).map(|i| json!(format!("f{i}"))).collect();
     let events: Vec<Value> =
         (0..limits::MAX_EVENT_TYPES).map(|i| json!({ "type": format!("E{i}"), "fields": field_names })).collect();
@@ -92,10 +94,17 @@ fn a_rule_naming_the_same_pair_twice_answers_it_once() {
 fn the_documented_limits_table_matches_the_code() {
     let readme = include_str!("../docs/rulesets.md");
     for (name, value) in LIMITS {
-        let row = readme.lines().find(|line| line.starts_with(&format!("| `{name}`"))).unwrap_or_else(|| panic!("docs/rulesets.md has no row for {name}"));
+        let row = readme
+            .lines()
+            .find(|line| line.starts_with(&format!("| `{name}`")))
+            .unwrap_or_else(|| panic!("docs/rulesets.md has no row for {name}"));
         let figure = value.to_string();
-        let grouped = figure.as_bytes().rchunks(3).rev().map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(",");
-        assert!(row.contains(&format!("| {grouped} |")), "docs/rulesets.md row for {name} does not say {grouped}: {row}");
+        let grouped =
+            figure.as_bytes().rchunks(3).rev().map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(",");
+        assert!(
+            row.contains(&format!("| {grouped} |")),
+            "docs/rulesets.md row for {name} does not say {grouped}: {row}"
+        );
     }
 }
 

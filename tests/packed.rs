@@ -39,9 +39,11 @@ impl Rng {
     }
 }
 
-const TEXTS: &[&str] = &["ref-a", "ref-b", "btc-mainnet:tx-9f:vout-0", "réf-☃", "😀-emoji", "a\"quote\\", "2026-11", "2026-12"];
+const TEXTS: &[&str] =
+    &["ref-a", "ref-b", "btc-mainnet:tx-9f:vout-0", "réf-☃", "😀-emoji", "a\"quote\\", "2026-11", "2026-12"];
 const UNITS: &[&str] = &["1", "250", "1000000", "99999999999999999999999999"];
-const BUILTINS: [(&str, u64); 5] = [("deposit-swap", 1), ("deposit-swap", 2), ("order-shipment", 1), ("order-shipment", 2), ("subscription", 1)];
+const BUILTINS: [(&str, u64); 5] =
+    [("deposit-swap", 1), ("deposit-swap", 2), ("order-shipment", 1), ("order-shipment", 2), ("subscription", 1)];
 
 /// A value a host can meet in a field, mostly valid.
 fn field_value(rng: &mut Rng, units: bool, valid_percent: usize) -> Option<Value> {
@@ -84,7 +86,8 @@ fn generate(rng: &mut Rng, rule_set: &RuleSet) -> Case {
         event.insert("eventId".into(), v);
     }
     let event_type = rng.below(rule_set.events().len());
-    let type_name = if rng.chance(valid) { json!(rule_set.events()[event_type].name) } else { json!(rng.pick(&["NOPE", "", "x"])) };
+    let type_name =
+        if rng.chance(valid) { json!(rule_set.events()[event_type].name) } else { json!(rng.pick(&["NOPE", "", "x"])) };
     event.insert("type".into(), type_name);
     if rng.chance(valid) {
         event.insert("workflowId".into(), json!(rng.pick(&workflows)));
@@ -135,7 +138,8 @@ fn generate(rng: &mut Rng, rule_set: &RuleSet) -> Case {
     });
     let workflow = rng.chance(80).then(|| {
         let mut workflow = Map::new();
-        let id = if rng.chance(90) { event.get("workflowId").cloned().unwrap_or(json!("x")) } else { json!("other-wf") };
+        let id =
+            if rng.chance(90) { event.get("workflowId").cloned().unwrap_or(json!("x")) } else { json!("other-wf") };
         workflow.insert("id".into(), id);
         let status = if rng.chance(95) {
             json!(rule_set.statuses()[rng.below(rule_set.statuses().len())].name)
@@ -143,8 +147,20 @@ fn generate(rng: &mut Rng, rule_set: &RuleSet) -> Case {
             json!(rng.pick(&["nope", ""]))
         };
         workflow.insert("status".into(), status);
-        let revisions = [json!(0), json!(1), json!(41), json!(9007199254740991u64), json!(9007199254740990u64), json!(-1), json!(1.5), json!("3")];
-        workflow.insert("revision".into(), if rng.chance(90) { revisions[rng.below(4)].clone() } else { rng.pick(&revisions).clone() });
+        let revisions = [
+            json!(0),
+            json!(1),
+            json!(41),
+            json!(9007199254740991u64),
+            json!(9007199254740990u64),
+            json!(-1),
+            json!(1.5),
+            json!("3"),
+        ];
+        workflow.insert(
+            "revision".into(),
+            if rng.chance(90) { revisions[rng.below(4)].clone() } else { rng.pick(&revisions).clone() },
+        );
         for field in rule_set.fields() {
             // Mostly what the event says, so guards pass and transitions apply.
             let value = if rng.chance(75) {
@@ -208,8 +224,11 @@ impl HostLayout {
     }
 
     fn item(&mut self, rule_set: &RuleSet, case: &Case) {
-        let arg = |record: &Option<Map<String, Value>>| if record.is_some() { packed::ARG_OBJECT } else { packed::ARG_NULL };
-        self.entries.push(packed::ARG_OBJECT | arg(&case.receipt) << packed::ARG_BITS | arg(&case.workflow) << (2 * packed::ARG_BITS));
+        let arg =
+            |record: &Option<Map<String, Value>>| if record.is_some() { packed::ARG_OBJECT } else { packed::ARG_NULL };
+        self.entries.push(
+            packed::ARG_OBJECT | arg(&case.receipt) << packed::ARG_BITS | arg(&case.workflow) << (2 * packed::ARG_BITS),
+        );
         let types: Vec<&str> = rule_set.events().iter().map(|e| e.name.as_str()).collect();
         let statuses: Vec<&str> = rule_set.statuses().iter().map(|s| s.name.as_str()).collect();
         let event = &case.event;
@@ -225,7 +244,9 @@ impl HostLayout {
         row.push(self.same(receipt.get("eventId"), event.get("eventId")));
         for key in ["fingerprint", "result", "outcome", "recordedAt"] {
             row.push(match receipt.get(key) {
-                Some(structured @ (Value::Object(_) | Value::Array(_))) => self.value(Some(&Value::String(structured.to_string()))),
+                Some(structured @ (Value::Object(_) | Value::Array(_))) => {
+                    self.value(Some(&Value::String(structured.to_string())))
+                }
                 value => self.value(value),
             });
         }
@@ -293,7 +314,12 @@ fn every_way_a_host_lays_a_value_out_decides_alike_one_by_one_and_in_batches() {
             });
             let batched: Vec<_> = batched.into_iter().map(|answer| answer.expect("every item is answered")).collect();
             for (i, case) in cases.iter().enumerate() {
-                let label = || format!("{name} v{version} round {round} item {i}: {:?} {:?} {:?}", case.event, case.receipt, case.workflow);
+                let label = || {
+                    format!(
+                        "{name} v{version} round {round} item {i}: {:?} {:?} {:?}",
+                        case.event, case.receipt, case.workflow
+                    )
+                };
                 assert_eq!(js[i], rust[i], "laid out as the host does: {}", label());
                 assert_eq!(batched[i], rust[i], "in a batch: {}", label());
                 match &rust[i].0 {
@@ -302,7 +328,10 @@ fn every_way_a_host_lays_a_value_out_decides_alike_one_by_one_and_in_batches() {
                 }
             }
         }
-        assert!(errors > 50 && outcomes.iter().filter(|n| **n > 0).count() >= 2, "{name} v{version}: {outcomes:?}, {errors} errors");
+        assert!(
+            errors > 50 && outcomes.iter().filter(|n| **n > 0).count() >= 2,
+            "{name} v{version}: {outcomes:?}, {errors} errors"
+        );
     }
 }
 
@@ -367,15 +396,18 @@ fn entries_the_text_cannot_hold_are_refused_without_a_panic() {
 #[test]
 fn text_checks_and_json_strings_agree_with_their_definitions_on_random_strings() {
     // The ASCII shortcuts in `check_text` and `write_string` against what they stand for.
-    let alphabet = ['a', 'Z', '0', ' ', '"', '\\', '\t', '\n', '\u{0}', '\u{1f}', '\u{7f}', '\u{80}', '\u{9f}', '\u{a0}', 'é', '\u{2028}', '\u{3000}', '\u{feff}', '😀', '~', '/'];
-    let js_whitespace = |c: char| {
-        matches!(c, '\u{9}'..='\u{d}' | ' ' | '\u{a0}' | '\u{1680}' | '\u{2000}'..='\u{200a}' | '\u{2028}' | '\u{2029}' | '\u{202f}' | '\u{205f}' | '\u{3000}' | '\u{feff}')
-    };
+    let alphabet = [
+        'a', 'Z', '0', ' ', '"', '\\', '\t', '\n', '\u{0}', '\u{1f}', '\u{7f}', '\u{80}', '\u{9f}', '\u{a0}', 'é',
+        '\u{2028}', '\u{3000}', '\u{feff}', '😀', '~', '/',
+    ];
+    let js_whitespace = |c: char| matches!(c, '\u{9}'..='\u{d}' | ' ' | '\u{a0}' | '\u{1680}' | '\u{2000}'..='\u{200a}' | '\u{2028}' | '\u{2029}' | '\u{202f}' | '\u{205f}' | '\u{3000}' | '\u{feff}');
     let mut rng = Rng(11);
     for _ in 0..50_000 {
         let len = rng.below(6);
         let text: String = (0..len).map(|_| *rng.pick(&alphabet)).collect();
-        let valid = !text.is_empty() && !text.chars().any(|c| matches!(c as u32, 0x00..=0x1f | 0x7f..=0x9f)) && !text.chars().all(js_whitespace);
+        let valid = !text.is_empty()
+            && !text.chars().any(|c| matches!(c as u32, 0x00..=0x1f | 0x7f..=0x9f))
+            && !text.chars().all(js_whitespace);
         assert_eq!(FieldKind::Text.check(Input::Text(&text)).is_ok(), valid, "{text:?}");
         let mut written = String::new();
         idemflow::jcs::write_string(&mut written, &text);

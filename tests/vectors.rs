@@ -14,12 +14,12 @@ use idemflow::error::CODES;
 use idemflow::event::validate;
 use idemflow::fingerprint::{canonical_bytes, fingerprint};
 use idemflow::jcs::{canonical_json, hex, write_number};
-use idemflow::json::payload::{canonical_text, fingerprint_text, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH};
-use sha2::{Digest, Sha256};
 use idemflow::json::keyed::decide_key;
+use idemflow::json::payload::{canonical_text, fingerprint_text, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH};
 use idemflow::json::{decide_json, fingerprint_json};
 use idemflow::ruleset::{load_unverified, table, verify_definition};
 use idemflow::{decide, Decision, Error, Outcome, RuleSet};
+use sha2::{Digest, Sha256};
 
 #[path = "shared/jcs.rs"]
 mod shared_jcs;
@@ -242,13 +242,7 @@ fn decision_vectors_through_decide() {
             continue;
         };
         let rules = rule_set(case);
-        let result = decide(
-            rules,
-            object(&case["event"]),
-            receipt,
-            workflow,
-        )
-        .map(|d| serde_json::to_value(d).unwrap());
+        let result = decide(rules, object(&case["event"]), receipt, workflow).map(|d| serde_json::to_value(d).unwrap());
         check_decision(case, result, "decide");
     }
 }
@@ -354,10 +348,7 @@ fn builtin_rule_sets_have_the_independently_computed_hashes() {
         let name = builtin["name"].as_str().unwrap();
         let rules = RuleSet::builtin_version(name, builtin["version"].as_u64()).unwrap();
         if builtin["current"] == true {
-            assert!(
-                std::ptr::eq(rules, RuleSet::builtin(name).unwrap()),
-                "{name}: the current version"
-            );
+            assert!(std::ptr::eq(rules, RuleSet::builtin(name).unwrap()), "{name}: the current version");
         }
         assert_eq!(rules.id, builtin["id"].as_str().unwrap());
         assert_eq!(rules.version, builtin["version"].as_u64().unwrap());
@@ -380,22 +371,11 @@ fn broken_rule_sets_fail_exactly_the_named_property_with_its_counterexample() {
             assert_eq!(property["ok"], !should_fail, "{}: {}", name(case), property);
             if should_fail {
                 let example = &property["counterexample"];
-                assert!(
-                    contains(example, &case["counterexample"]),
-                    "{}: counterexample {example}",
-                    name(case)
-                );
+                assert!(contains(example, &case["counterexample"]), "{}: counterexample {example}", name(case));
                 for more in case["moreCounterexamples"].as_array().into_iter().flatten() {
-                    let found = property["moreCounterexamples"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|e| contains(e, more));
-                    assert!(
-                        found,
-                        "{}: no counterexample like {more} in {property}",
-                        name(case)
-                    );
+                    let found =
+                        property["moreCounterexamples"].as_array().into_iter().flatten().any(|e| contains(e, more));
+                    assert!(found, "{}: no counterexample like {more} in {property}", name(case));
                 }
             } else {
                 assert!(property["counterexample"].is_null(), "{}: {}", name(case), property);
@@ -419,12 +399,7 @@ pub fn deliver_in_order(
     case: &Value,
     decide: impl Fn(&Value) -> Result<Value, Value>,
 ) -> (Vec<Value>, Value, Vec<String>) {
-    let mut queue: std::collections::VecDeque<Value> = case["deliveries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .cloned()
-        .collect();
+    let mut queue: std::collections::VecDeque<Value> = case["deliveries"].as_array().unwrap().iter().cloned().collect();
     let mut workflow = case["workflow"].clone();
     let mut receipts: BTreeMap<String, Value> = BTreeMap::new();
     let (mut answers, mut operations) = (Vec::new(), Vec::new());
@@ -461,8 +436,7 @@ pub fn deliver_in_order(
                 }
             }
             Err(error) => {
-                answers
-                    .push(json!({ "error": error["code"], "disposition": error["disposition"] }));
+                answers.push(json!({ "error": error["code"], "disposition": error["disposition"] }));
                 if error["disposition"] == "retry" {
                     queue.push_back(event);
                 }
@@ -482,23 +456,11 @@ fn reordered_deliveries_give_the_answers_and_end_state_of_the_vectors() {
     for case in &cases {
         let rules = rule_set(case);
         let (answers, end, operations) = deliver_in_order(case, |input| {
-            decide_json(rules, &input.to_string())
-                .map(|text| parse(&text))
-                .map_err(|e| e.to_json())
+            decide_json(rules, &input.to_string()).map(|text| parse(&text)).map_err(|e| e.to_json())
         });
-        assert_eq!(
-            Value::from(answers),
-            case["answers"],
-            "{}: answers",
-            name(case)
-        );
+        assert_eq!(Value::from(answers), case["answers"], "{}: answers", name(case));
         assert_eq!(end, case["end"], "{}: end state", name(case));
-        assert_eq!(
-            json!(operations),
-            case["operations"],
-            "{}: operations",
-            name(case)
-        );
+        assert_eq!(json!(operations), case["operations"], "{}: operations", name(case));
     }
 }
 
@@ -526,7 +488,8 @@ fn malformed_rule_sets_are_refused_with_the_path_of_the_bad_part() {
 #[test]
 fn rule_set_hashes_match_the_independently_computed_values() {
     for case in parse(RULESETS)["hashes"].as_array().unwrap() {
-        let rules = RuleSet::from_json(case["definitionText"].as_str().unwrap()).unwrap_or_else(|e| panic!("{}: {e}", name(case)));
+        let rules = RuleSet::from_json(case["definitionText"].as_str().unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", name(case)));
         assert_eq!(rules.hash, case["hash"].as_str().unwrap(), "{}", name(case));
     }
 }
@@ -587,8 +550,7 @@ fn the_rule_set_hash_is_stable_under_key_reordering_and_whitespace() {
 
 #[test]
 fn the_rule_set_hash_changes_when_a_rule_changes() {
-    let mut value: Value =
-        serde_json::from_str(idemflow::ruleset::BUILTIN_DEPOSIT_SWAP_V1).unwrap();
+    let mut value: Value = serde_json::from_str(idemflow::ruleset::BUILTIN_DEPOSIT_SWAP_V1).unwrap();
     let before = RuleSet::from_value(&value).unwrap().hash;
     value["rules"][11]["then"] = json!({ "outcome": "already-applied" });
     let after = RuleSet::from_value(&value).unwrap().hash;
@@ -605,7 +567,9 @@ fn the_decision_table_prints_one_row_per_rule_and_event_type() {
     assert!(markdown.contains(
         "| DEPOSIT_CONFIRMED | deposit | depositRef, amountUnits | applied → exchange; emits START_EXCHANGE `start-exchange:{workflowId}` |"
     ));
-    assert!(markdown.contains("| DEPOSIT_REVERSED | deposit | depositRef, amountUnits | applied → waiting; clears depositRef, amountUnits |"));
+    assert!(markdown.contains(
+        "| DEPOSIT_REVERSED | deposit | depositRef, amountUnits | applied → waiting; clears depositRef, amountUnits |"
+    ));
     assert_eq!(table::rows(rules).len(), 24);
     // Every cell appears in exactly one row.
     let mut cells = 0;
@@ -651,7 +615,6 @@ fn jcs_writes_literals_integers_and_nested_values_without_whitespace() {
     assert_eq!(canonical_json(&edges).unwrap(), "[9007199254740991,-9007199254740991]");
 }
 
-
 #[test]
 fn the_six_rfc_8785_test_files_canonicalise_byte_for_byte() {
     for (name, input, output) in JCS_FILES {
@@ -662,7 +625,8 @@ fn the_six_rfc_8785_test_files_canonicalise_byte_for_byte() {
 #[test]
 fn a_serde_json_value_is_written_with_the_same_numbers() {
     // Built from doubles (serde_json's own reader rounds some decimals to a neighbour; the payload reader does not).
-    let value = json!({ "numbers": [333333333.3333333f64, 1e30, 4.5, 0.002, 1e-27, -0.0, 1e21, 1e-7, 9007199254740993u64] });
+    let value =
+        json!({ "numbers": [333333333.3333333f64, 1e30, 4.5, 0.002, 1e-27, -0.0, 1e21, 1e-7, 9007199254740993u64] });
     assert_eq!(
         canonical_json(&value).unwrap(),
         "{\"numbers\":[333333333.3333333,1e+30,4.5,0.002,1e-27,0,1e+21,1e-7,9007199254740992]}"
@@ -692,7 +656,6 @@ fn number_vectors_are_written_as_ecmascript_writes_them() {
         }
     }
 }
-
 
 #[test]
 fn random_doubles_are_written_as_ryu_js_writes_them() {
@@ -732,10 +695,16 @@ fn random_doubles_are_written_as_ryu_js_writes_them() {
 #[test]
 fn numbers_read_from_text_are_the_doubles_json_parse_gives() {
     // Beyond 2^53 an integer rounds to the nearest double, as JSON.parse rounds it.
-    assert_eq!(canonical_text("[9007199254740993, -9007199254740993, 18446744073709551615]").unwrap(), "[9007199254740992,-9007199254740992,18446744073709552000]");
+    assert_eq!(
+        canonical_text("[9007199254740993, -9007199254740993, 18446744073709551615]").unwrap(),
+        "[9007199254740992,-9007199254740992,18446744073709552000]"
+    );
     assert_eq!(canonical_text("[-0, 0.0, -0.0e5, 1E0, 10e-1, 1.000]").unwrap(), "[0,0,0,1,1,1]");
     // 17 significant digits that need exact rounding to read back (a fast approximate parser misses them).
-    assert_eq!(canonical_text("[2.2250738585072011e-308, 0.30000000000000004, 1.0000000000000002]").unwrap(), "[2.225073858507201e-308,0.30000000000000004,1.0000000000000002]");
+    assert_eq!(
+        canonical_text("[2.2250738585072011e-308, 0.30000000000000004, 1.0000000000000002]").unwrap(),
+        "[2.225073858507201e-308,0.30000000000000004,1.0000000000000002]"
+    );
     assert_eq!(canonical_text("1e400").unwrap_err().code(), "INVALID_PAYLOAD");
     assert_eq!(canonical_text("-1e400").unwrap_err().code(), "INVALID_PAYLOAD");
     assert_eq!(canonical_text("1e-400").unwrap(), "0", "an underflow is zero, as in JSON.parse");
@@ -898,10 +867,7 @@ impl Host {
     fn with_waiting_v1(id: &str) -> Host {
         let mut host = Host::new("deposit-swap");
         host.rules = RuleSet::builtin_version("deposit-swap", Some(1)).unwrap();
-        host.workflows.insert(
-            id.into(),
-            object(&json!({ "id": id, "status": "waiting", "revision": 1 })).clone(),
-        );
+        host.workflows.insert(id.into(), object(&json!({ "id": id, "status": "waiting", "revision": 1 })).clone());
         host
     }
 
@@ -909,12 +875,7 @@ impl Host {
         let event = object(event);
         let receipt = self.inbox.get(event["eventId"].as_str().unwrap()).map(object);
         let workflow = self.workflows.get(event["workflowId"].as_str().unwrap());
-        decide(
-            self.rules,
-            event,
-            receipt,
-            workflow,
-        )
+        decide(self.rules, event, receipt, workflow)
     }
 
     /// Commits a write set as one transaction; `Err` when a key or the
@@ -1043,7 +1004,10 @@ fn the_happy_path_runs_waiting_deposit_exchange_sending_success() {
                 "payoutUnits": "4150000000", "payoutRef": "provider:payout-7781" })
     );
     assert_eq!(host.operation_ids(), ["send-payout:swap-42", "start-exchange:swap-42"]);
-    assert_eq!(host.outbox["start-exchange:swap-42"].payload, *object(&json!({ "depositRef": DEP, "amountUnits": AMT })));
+    assert_eq!(
+        host.outbox["start-exchange:swap-42"].payload,
+        *object(&json!({ "depositRef": DEP, "amountUnits": AMT }))
+    );
     assert_eq!(host.inbox.len(), 4);
 }
 
@@ -1097,10 +1061,7 @@ fn a_late_deposit_goes_from_overdue_to_review_and_opens_a_review() {
         json!({ "id": "swap-42", "status": "review", "revision": 3, "depositRef": DEP, "amountUnits": AMT })
     );
     assert_eq!(host.operation_ids(), ["open-review:swap-42"]);
-    assert_eq!(
-        host.outbox["open-review:swap-42"].operation_type,
-        "OPEN_REVIEW"
-    );
+    assert_eq!(host.outbox["open-review:swap-42"].operation_type, "OPEN_REVIEW");
     // Never a straight exchange from a late deposit: its confirmation only adds a receipt.
     let confirmation = host.deliver(&confirmed("w:2")).unwrap();
     assert_eq!(confirmation.outcome, Outcome::AlreadyApplied);
@@ -1119,23 +1080,14 @@ fn a_reversal_before_exchange_is_final_for_its_deposit() {
         json!({ "id": "swap-42", "status": "reversed", "revision": 3, "depositRef": DEP, "amountUnits": AMT })
     );
     // Its confirmation, late or re-published, and a re-published detection change nothing.
-    assert_eq!(
-        host.deliver(&confirmed("w:3")).unwrap().outcome,
-        Outcome::Stale
-    );
-    assert_eq!(
-        host.deliver(&detected("w:4")).unwrap().outcome,
-        Outcome::Stale
-    );
+    assert_eq!(host.deliver(&confirmed("w:3")).unwrap().outcome, Outcome::Stale);
+    assert_eq!(host.deliver(&detected("w:4")).unwrap().outcome, Outcome::Stale);
     assert!(host.outbox.is_empty());
     // Another deposit on the same swap is a person's decision, in any order.
     let mut other = detected("w:5");
     other["depositRef"] = json!("btc-mainnet:tx-def:vout-1");
     let error = host.decide(&other).unwrap_err();
-    assert_eq!(
-        (error.code(), error.disposition().as_str()),
-        ("IDENTITY_MISMATCH", "reconcile")
-    );
+    assert_eq!((error.code(), error.disposition().as_str()), ("IDENTITY_MISMATCH", "reconcile"));
 }
 
 #[test]
@@ -1186,14 +1138,8 @@ fn a_reversal_after_exchange_goes_to_review_and_keeps_the_deposit() {
     assert_eq!(host.outbox["open-review:swap-42"].event_id, "w:3");
     // Review is final: the exchange result is for a person now, and a
     // re-published reversal changes nothing.
-    assert_eq!(
-        host.decide(&exchanged("w:4")).unwrap().outcome,
-        Outcome::Stale
-    );
-    assert_eq!(
-        host.decide(&reversed("w:5")).unwrap().outcome,
-        Outcome::AlreadyApplied
-    );
+    assert_eq!(host.decide(&exchanged("w:4")).unwrap().outcome, Outcome::Stale);
+    assert_eq!(host.decide(&reversed("w:5")).unwrap().outcome, Outcome::AlreadyApplied);
 }
 
 #[test]
@@ -1299,7 +1245,8 @@ fn renewal_paid(id: &str, period: u64, payment: &str) -> Value {
 #[test]
 fn two_renewals_of_one_subscription_charge_twice_under_ids_that_carry_the_revision() {
     let mut host = Host::new("subscription");
-    let start = subscription_event("signup:1", "SUBSCRIPTION_STARTED", json!({ "paidThrough": 1, "paymentRef": "psp:pay-1" }));
+    let start =
+        subscription_event("signup:1", "SUBSCRIPTION_STARTED", json!({ "paidThrough": 1, "paymentRef": "psp:pay-1" }));
     assert_eq!(host.deliver(&start).unwrap().outcome, Outcome::Applied);
     assert_eq!(host.deliver(&renewal_due("billing:1", 2)).unwrap().outcome, Outcome::Applied);
     // Re-published while the charge is in flight: one charge.
@@ -1332,7 +1279,12 @@ fn every_recurring_id_of_a_workflow_splits_back_into_its_name_revision_and_workf
         event["workflowId"] = json!(workflow_id);
         event
     };
-    host.deliver(&with_id(subscription_event("s", "SUBSCRIPTION_STARTED", json!({ "paidThrough": 1, "paymentRef": "r0" })))).unwrap();
+    host.deliver(&with_id(subscription_event(
+        "s",
+        "SUBSCRIPTION_STARTED",
+        json!({ "paidThrough": 1, "paymentRef": "r0" }),
+    )))
+    .unwrap();
     for lap in 1..=12 {
         host.deliver(&with_id(renewal_due(&format!("due-{lap}"), lap + 1))).unwrap();
         host.deliver(&with_id(renewal_paid(&format!("paid-{lap}"), lap + 1, &format!("r{lap}")))).unwrap();
@@ -1392,9 +1344,7 @@ fn deciding_with_an_unverified_rule_set_that_misses_a_pair_is_an_error_not_a_pan
     let rules = load_unverified(&definition).unwrap();
     let event = json!({ "eventId": "orders:1", "workflowId": "order-1001", "type": "SHIPMENT_REQUESTED" });
     let workflow = json!({ "id": "order-1001", "status": "shipping", "revision": 1 });
-    let outcome = std::panic::catch_unwind(|| {
-        decide(&rules, object(&event), None, Some(object(&workflow))).is_err()
-    });
+    let outcome = std::panic::catch_unwind(|| decide(&rules, object(&event), None, Some(object(&workflow))).is_err());
     assert_eq!(outcome.ok(), Some(true), "decide must return an error, not panic");
 }
 
@@ -1448,7 +1398,9 @@ fn outbox_claim_vectors_through_claimable() {
 fn outbox_claim_vectors_cover_every_status_and_both_edges() {
     let all = cases(OUTBOX);
     let with = |status: &str, claimable: bool| {
-        all.iter().filter(|c| c["operation"]["status"] == status && c["claimable"] == claimable && c.get("error").is_none()).count()
+        all.iter()
+            .filter(|c| c["operation"]["status"] == status && c["claimable"] == claimable && c.get("error").is_none())
+            .count()
     };
     for status in ["pending", "claimed"] {
         assert!(with(status, true) > 0 && with(status, false) > 0, "{status}: both answers");
@@ -1468,7 +1420,9 @@ fn outbox_claim_vectors_cover_every_status_and_both_edges() {
 #[test]
 fn a_new_key_runs_and_is_recorded_as_a_receipt_of_its_own_type() {
     let fp = fingerprint_text("{\"amount\":\"125\"}").unwrap();
-    let answer = parse(&decide_key(&json!({ "key": "order-42", "fingerprint": fp, "storedFingerprint": null }).to_string()).unwrap());
+    let answer = parse(
+        &decide_key(&json!({ "key": "order-42", "fingerprint": fp, "storedFingerprint": null }).to_string()).unwrap(),
+    );
     assert_eq!(
         answer,
         json!({ "outcome": "run", "receipt": {
@@ -1489,7 +1443,8 @@ fn the_same_key_replays_with_the_same_payload_and_conflicts_with_another() {
     assert_eq!(conflict.details()["storedFingerprint"], json!(other));
     assert_eq!(conflict.details()["fingerprint"], json!(fp));
     // An event's receipt under the same id is another payload, never a replay.
-    let event = decide_key(&request("fp1:0000000000000000000000000000000000000000000000000000000000000000")).unwrap_err();
+    let event =
+        decide_key(&request("fp1:0000000000000000000000000000000000000000000000000000000000000000")).unwrap_err();
     assert_eq!(event.code(), "IDEMPOTENCY_KEY_CONFLICT");
 }
 

@@ -55,8 +55,7 @@ fn builtin(name: &str) -> CompiledRuleSet {
 /// The case's built-in rule set at the case's `ruleSetVersion` (the current one when absent).
 fn rule_set(case: &Value) -> CompiledRuleSet {
     let name = case["ruleSet"].as_str().unwrap_or("deposit-swap");
-    binding::builtin_rule_set(name, case["ruleSetVersion"].as_f64())
-        .unwrap_or_else(|_| panic!("built-in {name}"))
+    binding::builtin_rule_set(name, case["ruleSetVersion"].as_f64()).unwrap_or_else(|_| panic!("built-in {name}"))
 }
 
 fn contains(actual: &Value, expected: &Value) -> bool {
@@ -192,7 +191,8 @@ impl Host {
     /// Decides the `count` items `packer` laid out.
     fn decide(&mut self, rules: &CompiledRuleSet, packer: &Packer, count: usize) -> Vec<Answered> {
         let text_len = self.load(packer, count);
-        let extra_len = self.decider.decide(rules, count as u32, text_len, true).map_err(|e| thrown("decide", e).message).unwrap();
+        let extra_len =
+            self.decider.decide(rules, count as u32, text_len, true).map_err(|e| thrown("decide", e).message).unwrap();
         let regions = self.decider.regions();
         // SAFETY: as in `load`: the answer regions hold at least `count` answers after the call.
         let (ints, numbers, fingerprints, extra) = unsafe {
@@ -206,7 +206,8 @@ impl Host {
         (0..count)
             .map(|i| {
                 let a = &ints[i * ANSWER_INTS..(i + 1) * ANSWER_INTS];
-                let extra = (a[6] > 0).then(|| parse(std::str::from_utf8(&extra[a[5] as usize..(a[5] + a[6]) as usize]).unwrap()));
+                let extra = (a[6] > 0)
+                    .then(|| parse(std::str::from_utf8(&extra[a[5] as usize..(a[5] + a[6]) as usize]).unwrap()));
                 if a[0] != DECIDED {
                     return Answered::Failed(extra.expect("an error's JSON"));
                 }
@@ -229,7 +230,8 @@ fn laid_out(rules: &RuleSet, packer: &mut Packer, case: &Value) -> Option<()> {
 }
 
 fn native_rule_set(case: &Value) -> &'static RuleSet {
-    RuleSet::builtin_version(case["ruleSet"].as_str().unwrap_or("deposit-swap"), case["ruleSetVersion"].as_u64()).unwrap()
+    RuleSet::builtin_version(case["ruleSet"].as_str().unwrap_or("deposit-swap"), case["ruleSetVersion"].as_u64())
+        .unwrap()
 }
 
 fn check_answer(case: &Value, answer: &Answered, via: &str) {
@@ -253,7 +255,11 @@ fn check_answer(case: &Value, answer: &Answered, via: &str) {
                 assert_eq!(&error["disposition"], disposition, "{label}");
             }
             if let Some(details) = expected.get("details") {
-                assert!(contains(&error["details"], details), "{label}: details {} do not contain {details}", error["details"]);
+                assert!(
+                    contains(&error["details"], details),
+                    "{label}: details {} do not contain {details}",
+                    error["details"]
+                );
             }
         }
         (answer, expected) => panic!("{label}: expected {expected:?}, answered {answer:?}"),
@@ -277,7 +283,10 @@ fn fingerprint_vectors_through_the_decider() {
         let packer = one_event(native, &case["event"]);
         let text_len = host.load(&packer, 1);
         assert!(host.decider.validate(&rules, text_len, true, None).is_ok(), "{}", name(&case));
-        let fp = host.decider.fingerprint(&rules, text_len, true).unwrap_or_else(|e| panic!("{}: {}", name(&case), thrown("", e).message));
+        let fp = host
+            .decider
+            .fingerprint(&rules, text_len, true)
+            .unwrap_or_else(|e| panic!("{}: {}", name(&case), thrown("", e).message));
         assert_eq!(fp, case["fingerprint"].as_str().unwrap(), "{}", name(&case));
     }
 }
@@ -347,9 +356,12 @@ fn decision_vectors_through_decide_in_wasm() {
     // The write sets in full, from the same decider compiled to wasm.
     for case in cases(DECISIONS) {
         let (Some(receipt), Some(workflow)) = (record(&case["receipt"]), record(&case["workflow"])) else { continue };
-        let result = idemflow::decide::decide(native_rule_set(&case), case["event"].as_object().unwrap(), receipt, workflow);
+        let result =
+            idemflow::decide::decide(native_rule_set(&case), case["event"].as_object().unwrap(), receipt, workflow);
         match (result, case["expect"].get("error")) {
-            (Ok(decision), None) => assert_eq!(serde_json::to_value(decision).unwrap(), expected_decision(&case), "{}", name(&case)),
+            (Ok(decision), None) => {
+                assert_eq!(serde_json::to_value(decision).unwrap(), expected_decision(&case), "{}", name(&case))
+            }
             (Err(error), Some(expected)) => assert_eq!(error.code(), expected["code"], "{}", name(&case)),
             (result, _) => panic!("{}: {result:?}", name(&case)),
         }
@@ -361,7 +373,10 @@ fn broken_rule_set_vectors_through_verify_rule_set_and_load_rule_set() {
     let vectors = parse(RULESETS);
     for case in vectors["broken"].as_array().unwrap() {
         let text = case["definition"].to_string();
-        let report = parse(&binding::verify_rule_set(text_arg(&text)).unwrap_or_else(|e| panic!("{}: {}", name(case), thrown("", e).message)));
+        let report = parse(
+            &binding::verify_rule_set(text_arg(&text))
+                .unwrap_or_else(|e| panic!("{}: {}", name(case), thrown("", e).message)),
+        );
         assert_eq!(report["ok"], false, "{}", name(case));
         let properties = report["properties"].as_array().unwrap();
         assert_eq!(properties.len(), vectors["properties"].as_array().unwrap().len());
@@ -373,7 +388,11 @@ fn broken_rule_set_vectors_through_verify_rule_set_and_load_rule_set() {
                 assert!(contains(&property["counterexample"], &case["counterexample"]), "{}: {property}", name(case));
             }
         }
-        let refused = assert_thrown(name(case), expect_err(name(case), binding::load_rule_set(text_arg(&text))), &case["loadError"]);
+        let refused = assert_thrown(
+            name(case),
+            expect_err(name(case), binding::load_rule_set(text_arg(&text))),
+            &case["loadError"],
+        );
         assert_eq!(refused.details["report"]["ok"], false, "{}", name(case));
     }
 }
@@ -381,10 +400,19 @@ fn broken_rule_set_vectors_through_verify_rule_set_and_load_rule_set() {
 #[wasm_bindgen_test]
 fn malformed_rule_set_vectors_are_thrown_with_their_path() {
     for case in parse(RULESETS)["malformed"].as_array().unwrap() {
-        let text = case["definitionText"].as_str().map(str::to_string).unwrap_or_else(|| case["definition"].to_string());
+        let text =
+            case["definitionText"].as_str().map(str::to_string).unwrap_or_else(|| case["definition"].to_string());
         let label = |via: &str| format!("{} ({via})", name(case));
-        assert_thrown(&label("verifyRuleSet"), expect_err(name(case), binding::verify_rule_set(text_arg(&text))), &case["error"]);
-        assert_thrown(&label("loadRuleSet"), expect_err(name(case), binding::load_rule_set(text_arg(&text))), &case["error"]);
+        assert_thrown(
+            &label("verifyRuleSet"),
+            expect_err(name(case), binding::verify_rule_set(text_arg(&text))),
+            &case["error"],
+        );
+        assert_thrown(
+            &label("loadRuleSet"),
+            expect_err(name(case), binding::load_rule_set(text_arg(&text))),
+            &case["error"],
+        );
     }
 }
 
@@ -424,11 +452,7 @@ fn builtin_rule_sets_carry_their_id_version_hash_and_table() {
 #[wasm_bindgen_test]
 fn an_unknown_builtin_is_thrown_as_invalid_argument() {
     let error = expect_err("builtin", binding::builtin_rule_set("deposit_swap", None));
-    assert_thrown(
-        "builtin",
-        error,
-        &json!({ "code": "INVALID_ARGUMENT", "disposition": "fatal" }),
-    );
+    assert_thrown("builtin", error, &json!({ "code": "INVALID_ARGUMENT", "disposition": "fatal" }));
 }
 
 #[wasm_bindgen_test]
@@ -462,8 +486,16 @@ fn plan_deposit_confirmation_answers_as_the_seed_did() {
     };
     assert_eq!(plan(&seed(), Some("deposit")).map_err(|_| ()), Ok("advance".to_string()));
     assert_eq!(plan(&seed(), Some("success")).map_err(|_| ()), Ok("already-applied".to_string()));
-    assert_thrown("waiting", expect_err("waiting", plan(&seed(), Some("waiting"))), &json!({ "code": "INVALID_TRANSITION" }));
-    assert_thrown("none", expect_err("none", plan(&seed(), None)), &json!({ "code": "UNKNOWN_WORKFLOW", "disposition": "retry" }));
+    assert_thrown(
+        "waiting",
+        expect_err("waiting", plan(&seed(), Some("waiting"))),
+        &json!({ "code": "INVALID_TRANSITION" }),
+    );
+    assert_thrown(
+        "none",
+        expect_err("none", plan(&seed(), None)),
+        &json!({ "code": "UNKNOWN_WORKFLOW", "disposition": "retry" }),
+    );
     let mut detected = seed();
     detected["type"] = json!("DEPOSIT_DETECTED");
     assert_thrown("type", expect_err("type", plan(&detected, Some("deposit"))), &invalid_event("type"));
@@ -556,7 +588,11 @@ fn policy_handle(options: &Value) -> Result<binding::CompiledOutboxPolicy, JsVal
 }
 
 /// The handle answers as the core does: the same value, or the same code, disposition, message and details.
-fn same_answer<T: PartialEq + std::fmt::Debug>(label: &str, handle: Result<T, JsValue>, core: Result<T, idemflow::Error>) {
+fn same_answer<T: PartialEq + std::fmt::Debug>(
+    label: &str,
+    handle: Result<T, JsValue>,
+    core: Result<T, idemflow::Error>,
+) {
     match (handle, core) {
         (Ok(a), Ok(b)) => assert_eq!(a, b, "{label}"),
         (Err(a), Err(b)) => {
@@ -605,10 +641,18 @@ fn the_outbox_policy_handle_answers_as_the_core() {
         let policy = Policy::from_source(options.as_object().unwrap()).unwrap();
         assert_eq!(handle.settings_json(), outbox::settings_json(&policy), "{label}: settingsJson");
         for request in backoffs {
-            same_answer(&format!("{label} backoff {request}"), handle.backoff(request), outbox::backoff(&policy, request));
+            same_answer(
+                &format!("{label} backoff {request}"),
+                handle.backoff(request),
+                outbox::backoff(&policy, request),
+            );
         }
         for request in classifies {
-            same_answer(&format!("{label} classify {request}"), handle.classify(request), outbox::classify(&policy, request));
+            same_answer(
+                &format!("{label} classify {request}"),
+                handle.classify(request),
+                outbox::classify(&policy, request),
+            );
         }
         for now in nows {
             let label = format!("{label} leaseExpiresAt {now}");
@@ -688,12 +732,18 @@ fn the_wasm_sha256_gives_the_nist_digests() {
     // Checked against values computed elsewhere, in the build the package ships.
     let hex = |d: [u8; 32]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
     assert_eq!(hex(idemflow::sha256::digest(b"")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-    assert_eq!(hex(idemflow::sha256::digest(b"abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    assert_eq!(
+        hex(idemflow::sha256::digest(b"abc")),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
     assert_eq!(
         hex(idemflow::sha256::digest(b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")),
         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"
     );
-    assert_eq!(hex(idemflow::sha256::digest(&[b'a'; 1_000_000])), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    assert_eq!(
+        hex(idemflow::sha256::digest(&[b'a'; 1_000_000])),
+        "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"
+    );
     // And the fingerprint vectors' independently computed digests.
     for case in cases(FINGERPRINT) {
         let canonical = case["canonical"].as_str().unwrap();
@@ -725,7 +775,6 @@ fn js_text(text: &str) -> JsValue {
     JSON::parse(text).expect("JSON.parse")
 }
 
-
 fn canonical(value: JsValue) -> String {
     binding::canonical_json(value).unwrap_or_else(|e| panic!("refused: {}", thrown("canonicalJson", e).message))
 }
@@ -738,9 +787,17 @@ fn payload_refusal(label: &str, result: Result<String, JsValue>) -> Thrown {
 #[wasm_bindgen_test]
 fn the_six_rfc_8785_test_files_through_text_bytes_and_values() {
     for (name, input, output) in JCS_FILES {
-        assert_eq!(binding::canonical_json_text(text_arg(input)).map_err(|_| ()), Ok(output.to_string()), "{name} as text");
+        assert_eq!(
+            binding::canonical_json_text(text_arg(input)).map_err(|_| ()),
+            Ok(output.to_string()),
+            "{name} as text"
+        );
         let bytes: JsValue = js_sys::Uint8Array::from(input.as_bytes()).into();
-        assert_eq!(binding::canonical_json_text(bytes).map_err(|_| ()), Ok(output.to_string()), "{name} as UTF-8 bytes");
+        assert_eq!(
+            binding::canonical_json_text(bytes).map_err(|_| ()),
+            Ok(output.to_string()),
+            "{name} as UTF-8 bytes"
+        );
         assert_eq!(canonical(js_text(input)), *output, "{name} as the value JSON.parse made");
     }
 }
@@ -763,7 +820,6 @@ fn number_vectors_through_canonical_json() {
     }
 }
 
-
 #[wasm_bindgen_test]
 fn random_doubles_are_written_as_node_writes_them() {
     // Node's JSON.stringify of a finite double is RFC 8785's form (the README
@@ -781,7 +837,12 @@ fn random_doubles_are_written_as_node_writes_them() {
         let expected = String::from(JSON::stringify(&JsValue::from_f64(x)).unwrap());
         assert_eq!(canonical(JsValue::from_f64(x)), expected, "bits {:016x}", x.to_bits());
         let text = format!("[{expected}]");
-        assert_eq!(binding::canonical_json_text(text_arg(&text)).map_err(|_| ()), Ok(text), "bits {:016x} read back", x.to_bits());
+        assert_eq!(
+            binding::canonical_json_text(text_arg(&text)).map_err(|_| ()),
+            Ok(text),
+            "bits {:016x} read back",
+            x.to_bits()
+        );
     }
 }
 
@@ -793,7 +854,10 @@ fn a_payload_fingerprint_is_pf1_and_the_sha_256_of_the_canonical_text() {
     assert_eq!(text, "{\"a\":null,\"b\":[1,2.5,\"é\"]}");
     let expected = format!("pf1:{}", idemflow::jcs::hex(&Sha256::digest(text.as_bytes())));
     assert_eq!(binding::fingerprint_payload(value).map_err(|_| ()), Ok(expected.clone()));
-    assert_eq!(binding::fingerprint_payload_text(text_arg("{ \"a\": null, \"b\": [1, 25e-1, \"\\u00e9\"] }")).map_err(|_| ()), Ok(expected));
+    assert_eq!(
+        binding::fingerprint_payload_text(text_arg("{ \"a\": null, \"b\": [1, 25e-1, \"\\u00e9\"] }")).map_err(|_| ()),
+        Ok(expected)
+    );
 }
 
 /// A JS value from a JS expression (`new Map()`, a function, a cycle).
@@ -830,10 +894,14 @@ fn what_json_stringify_would_change_silently_is_refused_with_its_path() {
 fn cycles_depth_size_and_throwing_getters_are_refused_not_walked() {
     let cycle = eval("(() => { const a = { b: {} }; a.b.a = a; return a; })()");
     assert!(payload_refusal("cycle", binding::canonical_json(cycle)).message.contains("cycle"));
-    let nested = |depth: usize| eval(&format!("(() => {{ let a = []; for (let i = 1; i < {depth}; i++) a = [a]; return a; }})()"));
+    let nested = |depth: usize| {
+        eval(&format!("(() => {{ let a = []; for (let i = 1; i < {depth}; i++) a = [a]; return a; }})()"))
+    };
     assert_eq!(canonical(nested(64)), format!("{}{}", "[".repeat(64), "]".repeat(64)));
     assert!(payload_refusal("65 deep", binding::canonical_json(nested(65))).message.contains("deeper than 64"));
-    assert!(payload_refusal("100000 deep", binding::canonical_json(nested(100_000))).message.contains("deeper than 64"));
+    assert!(payload_refusal("100000 deep", binding::canonical_json(nested(100_000)))
+        .message
+        .contains("deeper than 64"));
     let large = eval("({ a: 'x'.repeat(600000), b: 'y'.repeat(600000) })");
     assert!(payload_refusal("large", binding::canonical_json(large)).message.contains("maxPayloadBytes"));
     let getter = eval("({ get a() { throw new Error('boom'); } })");
@@ -842,12 +910,19 @@ fn cycles_depth_size_and_throwing_getters_are_refused_not_walked() {
     assert_eq!(canonical(eval("({ at: new Date(0) })")), "{\"at\":\"1970-01-01T00:00:00.000Z\"}");
     let text = binding::canonical_json_text(text_arg("[\"\\ud800\"]"));
     assert!(payload_refusal("lone escape", text).message.contains("lone surrogate"));
-    assert_eq!(thrown("not text", expect_err("not text", binding::canonical_json_text(JsValue::from_f64(1.0)))).code, "INVALID_ARGUMENT");
+    assert_eq!(
+        thrown("not text", expect_err("not text", binding::canonical_json_text(JsValue::from_f64(1.0)))).code,
+        "INVALID_ARGUMENT"
+    );
 }
 
 #[wasm_bindgen_test]
 fn ten_thousand_refused_payloads_do_not_grow_memory() {
-    let bad = [eval("({ a: [1, 2, undefined] })"), eval("({ n: NaN })"), eval("(() => { const a = []; a.push(a); return a; })()")];
+    let bad = [
+        eval("({ a: [1, 2, undefined] })"),
+        eval("({ n: NaN })"),
+        eval("(() => { const a = []; a.push(a); return a; })()"),
+    ];
     let round = |i: usize| {
         let refused = match i % 5 {
             0..=2 => binding::canonical_json(bad[i % 5].clone()).is_err(),

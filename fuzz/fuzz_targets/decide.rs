@@ -20,9 +20,7 @@ fuzz_target!(|data: &[u8]| {
     let event = record(&input, "event").unwrap_or_default();
     let receipt = record(&input, "receipt");
     let workflow = record(&input, "workflow");
-    let decide = || {
-        idemflow::decide(rule_set, &event, receipt.as_ref(), workflow.as_ref())
-    };
+    let decide = || idemflow::decide(rule_set, &event, receipt.as_ref(), workflow.as_ref());
     let first = decide();
     match &first {
         Ok(decision) => {

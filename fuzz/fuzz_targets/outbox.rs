@@ -16,7 +16,11 @@ fn number(bytes: &[u8]) -> f64 {
     let n = bytes.len().min(8);
     raw[..n].copy_from_slice(&bytes[..n]);
     // Half the time a whole number, which reaches past the argument checks.
-    if raw[0] % 2 == 0 { (u64::from_le_bytes(raw) >> 12) as f64 } else { f64::from_le_bytes(raw) }
+    if raw[0] % 2 == 0 {
+        (u64::from_le_bytes(raw) >> 12) as f64
+    } else {
+        f64::from_le_bytes(raw)
+    }
 }
 
 fn check<T>(result: idemflow::Result<T>) -> Option<T> {

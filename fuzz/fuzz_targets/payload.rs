@@ -22,7 +22,8 @@ fuzz_target!(|data: &[u8]| {
             common::check_error(&error);
             assert_eq!(error.code(), "INVALID_PAYLOAD");
             let reason = error.details()["reason"].as_str().unwrap_or_default().to_string();
-            let bounded = reason.contains(&format!("deeper than {MAX_PAYLOAD_DEPTH}")) || reason.contains("maxPayloadBytes");
+            let bounded =
+                reason.contains(&format!("deeper than {MAX_PAYLOAD_DEPTH}")) || reason.contains("maxPayloadBytes");
             assert!(serde.is_err() || bounded, "refused what serde_json takes: {text:?}: {reason}");
         }
     }

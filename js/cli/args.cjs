@@ -23,7 +23,8 @@ function flags(args, known) {
     if (known[name] === 'value') {
       if (i + 1 >= args.length) throw new UsageError(`${arg} needs a value`);
       if (Object.hasOwn(options, name)) throw new UsageError(`${arg} is given twice`);
-      options[name] = args[(i += 1)];
+      i += 1;
+      options[name] = args[i];
     } else {
       options[name] = true;
     }
@@ -36,13 +37,15 @@ const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604
 /** Milliseconds of a duration such as 500ms, 45s, 90m, 12h, 30d or 2w. */
 function duration(text, option) {
   const match = /^([0-9]{1,9})(ms|s|m|h|d|w)$/.exec(text);
-  if (match === null) throw new UsageError(`${option} takes a duration such as 90m, 12h or 30d (units ms, s, m, h, d, w), not ${JSON.stringify(text)}`);
+  if (match === null)
+    throw new UsageError(`${option} takes a duration such as 90m, 12h or 30d (units ms, s, m, h, d, w), not ${JSON.stringify(text)}`);
   return Number(match[1]) * UNIT_MS[match[2]];
 }
 
 /** A whole number of at least `min`, from an option's text. */
 function count(text, option, min = 1) {
-  if (!/^[0-9]{1,15}$/.test(text) || Number(text) < min) throw new UsageError(`${option} takes a whole number from ${min}, not ${JSON.stringify(text)}`);
+  if (!/^[0-9]{1,15}$/.test(text) || Number(text) < min)
+    throw new UsageError(`${option} takes a whole number from ${min}, not ${JSON.stringify(text)}`);
   return Number(text);
 }
 

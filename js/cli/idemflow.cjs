@@ -126,17 +126,19 @@ function describeFailure(property) {
 function describeChecked(checked) {
   if (checked.skipped) return `      not claimed: ${checked.skipped}\n`;
   const races = (checked.races ?? []).map((r) => (Array.isArray(r) ? r : r.between).join(' vs '));
-  return [
+  return `${[
     `      histories of up to ${checked.bound.events} events (each type at most ${checked.bound.copiesPerType} times), from each start status: ${checked.histories} of ${checked.budget.histories.limit}, delivery configurations: ${checked.configurations} of ${checked.budget.configurations.limit}`,
     `      declared races: ${races.length ? races.join('; ') : 'none'}`,
-  ].join('\n') + '\n';
+  ].join('\n')}\n`;
 }
 
 /** Two delivery orders of one history and where they part. */
 function describeReordering(example) {
-  const order = (run) => run.deliveries.map((d, i) => `${i === example.divergesAt ? '>' : ' '} ${d.event}: ${d.from} -> ${d.to} (${d.answer})`);
-  const end = (e) => `ends in ${e.status}; operations [${e.emitted.join(', ')}]; errors [${e.answeredWithError.join(', ')}]; undelivered [${e.undelivered.join(', ')}]`;
-  return [
+  const order = (run) =>
+    run.deliveries.map((d, i) => `${i === example.divergesAt ? '>' : ' '} ${d.event}: ${d.from} -> ${d.to} (${d.answer})`);
+  const end = (e) =>
+    `ends in ${e.status}; operations [${e.emitted.join(', ')}]; errors [${e.answeredWithError.join(', ')}]; undelivered [${e.undelivered.join(', ')}]`;
+  return `${[
     `      history from ${example.start}: ${example.history.join(', ')}${example.races.length ? ` (${example.races.join('; ')})` : ''}`,
     `      ${example.expected.inOrder ? 'in order' : 'one order'}:`,
     ...order(example.expected).map((l) => `       ${l}`),
@@ -145,7 +147,7 @@ function describeReordering(example) {
     ...order(example.actual).map((l) => `       ${l}`),
     `        ${end(example.actual.end)}`,
     `      they diverge at delivery ${example.divergesAt + 1}`,
-  ].join('\n') + '\n';
+  ].join('\n')}\n`;
 }
 
 function describeCounterexample(example) {
@@ -158,7 +160,9 @@ function describeCounterexample(example) {
   }
   for (const [key, value] of Object.entries(rest)) {
     if (key === 'path' && value && value.steps) {
-      lines.push(`      reached by: ${value.steps.map((s) => `${s.event} (${s.from} -> ${s.to})`).join(', ') || `starting in ${value.start}`}`);
+      lines.push(
+        `      reached by: ${value.steps.map((s) => `${s.event} (${s.from} -> ${s.to})`).join(', ') || `starting in ${value.start}`}`,
+      );
     } else {
       lines.push(`      ${key}: ${JSON.stringify(value)}`);
     }
@@ -222,7 +226,9 @@ function describeError(error) {
 }
 
 main(process.argv.slice(2), { input: process.stdin, out: process.stdout, err: process.stderr }).then(
-  (code) => { process.exitCode = code; },
+  (code) => {
+    process.exitCode = code;
+  },
   (error) => {
     if (error instanceof UsageError) {
       process.stderr.write(`idemflow: ${error.message}\nrun 'idemflow help' for usage\n`);
@@ -231,7 +237,7 @@ main(process.argv.slice(2), { input: process.stdin, out: process.stdout, err: pr
       process.stderr.write(`idemflow: ${describeError(error)}\n`);
       process.exitCode = 2;
     } else {
-      process.stderr.write(`idemflow: ${error && error.stack ? error.stack : error}\n`);
+      process.stderr.write(`idemflow: ${error?.stack ? error.stack : error}\n`);
       process.exitCode = 3;
     }
   },

@@ -63,7 +63,14 @@ const iso = (ms) => (typeof ms === 'number' ? new Date(ms).toISOString() : '-');
 /** Rows of text as aligned columns, the header first. */
 function columns(header, rows) {
   const widths = header.map((title, i) => Math.max(title.length, ...rows.map((row) => row[i].length)));
-  return [header, ...rows].map((row) => row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i]))).join('  ').trimEnd()).join('\n') + '\n';
+  return `${[header, ...rows]
+    .map((row) =>
+      row
+        .map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i])))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n')}\n`;
 }
 
 function oneLine(text, max = 60) {
@@ -74,9 +81,14 @@ function oneLine(text, max = 60) {
 
 function operationRows(operations) {
   return operations.map((op) => [
-    String(op.id), String(op.type ?? '?'), String(op.status ?? '?'), String(op.attempts ?? '?'), String(op.workflowId ?? '?'),
+    String(op.id),
+    String(op.type ?? '?'),
+    String(op.status ?? '?'),
+    String(op.attempts ?? '?'),
+    String(op.workflowId ?? '?'),
     op.status === 'claimed' ? `lease ${iso(op.leaseExpiresAt)}` : op.status === 'pending' ? iso(op.nextAttemptAt) : '-',
-    op.leaseOwner ?? '-', oneLine(op.lastError),
+    op.leaseOwner ?? '-',
+    oneLine(op.lastError),
   ]);
 }
 const OPERATION_HEADER = ['ID', 'TYPE', 'STATUS', 'ATTEMPTS', 'WORKFLOW', 'DUE', 'OWNER', 'LAST ERROR'];
@@ -91,10 +103,19 @@ async function stats(store, { positional, options }, io) {
   }
   const statuses = ['pending', 'claimed', 'done', 'dead'];
   const total = statuses.reduce((sum, status) => sum + result.byStatus[status], 0);
-  io.out.write(columns(['TYPE', ...statuses.map((s) => s.toUpperCase()), 'TOTAL'], [
-    ...Object.entries(result.byType).map(([type, counts]) => [type, ...statuses.map((s) => String(counts[s])), String(statuses.reduce((sum, s) => sum + counts[s], 0))]),
-    ['(all)', ...statuses.map((s) => String(result.byStatus[s])), String(total)],
-  ]));
+  io.out.write(
+    columns(
+      ['TYPE', ...statuses.map((s) => s.toUpperCase()), 'TOTAL'],
+      [
+        ...Object.entries(result.byType).map(([type, counts]) => [
+          type,
+          ...statuses.map((s) => String(counts[s])),
+          String(statuses.reduce((sum, s) => sum + counts[s], 0)),
+        ]),
+        ['(all)', ...statuses.map((s) => String(result.byStatus[s])), String(total)],
+      ],
+    ),
+  );
   io.out.write(result.oldestDueAgeMs === null ? 'oldest due: nothing is due\n' : `oldest due: waiting ${age(result.oldestDueAgeMs)}\n`);
   return 0;
 }
@@ -102,7 +123,11 @@ async function stats(store, { positional, options }, io) {
 async function list(store, { positional, options }, io) {
   if (positional.length > 0) throw new UsageError('outbox list takes filters as options (see idemflow help)');
   const limit = options.limit === undefined ? 50 : count(options.limit, '--limit');
-  const operations = await store.listOperations({ ...filterOf(options, store.now()), limit, ...(options.after === undefined ? {} : { afterId: options.after }) });
+  const operations = await store.listOperations({
+    ...filterOf(options, store.now()),
+    limit,
+    ...(options.after === undefined ? {} : { afterId: options.after }),
+  });
   if (options.json) {
     for (const operation of operations) io.out.write(`${JSON.stringify(operation)}\n`);
   } else if (operations.length === 0) {
@@ -129,9 +154,11 @@ async function show(store, { positional }, io) {
 async function requeue(store, { positional, options }, io) {
   const filter = filterOf(options, store.now());
   const byFilter = Object.keys(filter).length > 0;
-  if (positional.length > 0 && (byFilter || options.limit !== undefined)) throw new UsageError('outbox requeue takes ids or filters, not both');
+  if (positional.length > 0 && (byFilter || options.limit !== undefined))
+    throw new UsageError('outbox requeue takes ids or filters, not both');
   if (positional.length === 0 && !byFilter) throw new UsageError('outbox requeue takes ids, or --status dead and filters');
-  if (byFilter && filter.status !== 'dead') throw new UsageError('outbox requeue by filter needs --status dead (only a dead operation is requeued)');
+  if (byFilter && filter.status !== 'dead')
+    throw new UsageError('outbox requeue by filter needs --status dead (only a dead operation is requeued)');
   const limit = options.limit === undefined ? undefined : count(options.limit, '--limit');
   const write = (results) => {
     for (const { id, result } of results) io.out.write(options.json ? `${JSON.stringify({ id, result })}\n` : `${id}  ${result}\n`);
@@ -173,12 +200,18 @@ async function release(store, { positional, options }, io) {
     const held = [];
     let afterId;
     for (;;) {
-      const page = await store.listOperations({ status: 'claimed', owner: options.owner, limit: 500, ...(afterId === undefined ? {} : { afterId }) });
+      const page = await store.listOperations({
+        status: 'claimed',
+        owner: options.owner,
+        limit: 500,
+        ...(afterId === undefined ? {} : { afterId }),
+      });
       held.push(...page);
       if (page.length < 500) break;
       afterId = page.at(-1).id;
     }
-    for (const op of held) io.out.write(options.json ? `${JSON.stringify({ id: op.id, result: 'would-release' })}\n` : `${op.id}  would-release\n`);
+    for (const op of held)
+      io.out.write(options.json ? `${JSON.stringify({ id: op.id, result: 'would-release' })}\n` : `${op.id}  would-release\n`);
     io.err.write(`dry run: ${plural(held.length, 'claim')} of ${options.owner} would be released, nothing changed\n`);
     return 0;
   }
@@ -197,7 +230,8 @@ async function purge(store, { positional, options }, io, target) {
   const batchSize = options['batch-size'] === undefined ? DEFAULT_BATCH_SIZE : count(options['batch-size'], '--batch-size');
   const status = options.status ?? 'done';
   if (target === 'outbox' && !PURGE_STATUSES.includes(status)) throw new UsageError('outbox purge --status takes done or dead');
-  const what = target === 'outbox' ? `${status} operations last updated before ${iso(olderThan)}` : `receipts recorded before ${iso(olderThan)}`;
+  const what =
+    target === 'outbox' ? `${status} operations last updated before ${iso(olderThan)}` : `receipts recorded before ${iso(olderThan)}`;
   if (!confirmed(options, `${target} purge deletes ${what}`)) {
     if (target === 'outbox') {
       let matching = 0;
@@ -215,10 +249,15 @@ async function purge(store, { positional, options }, io, target) {
     return 0;
   }
   const onBatch = ({ deleted, batches }) => io.err.write(`batch ${batches}: ${deleted} deleted so far\n`);
-  const result = target === 'outbox'
-    ? await store.purgeOperations({ olderThan, batchSize, status, onBatch })
-    : await store.purgeReceipts({ olderThan, batchSize, onBatch });
-  io.out.write(options.json ? `${JSON.stringify(result)}\n` : `deleted ${result.deleted} ${what} in ${plural(result.batches, 'batch').replace(/hs$/, 'hes')}\n`);
+  const result =
+    target === 'outbox'
+      ? await store.purgeOperations({ olderThan, batchSize, status, onBatch })
+      : await store.purgeReceipts({ olderThan, batchSize, onBatch });
+  io.out.write(
+    options.json
+      ? `${JSON.stringify(result)}\n`
+      : `deleted ${result.deleted} ${what} in ${plural(result.batches, 'batch').replace(/hs$/, 'hes')}\n`,
+  );
   return 0;
 }
 
@@ -228,8 +267,14 @@ const COMMANDS = {
   'outbox show': { run: show, flags: {} },
   'outbox requeue': { run: requeue, flags: { ...FILTER_FLAGS, limit: 'value', json: 'flag', ...CHANGE_FLAGS } },
   'outbox release': { run: release, flags: { owner: 'value', json: 'flag', ...CHANGE_FLAGS } },
-  'outbox purge': { run: (store, args, io) => purge(store, args, io, 'outbox'), flags: { 'older-than': 'value', status: 'value', 'batch-size': 'value', json: 'flag', ...CHANGE_FLAGS } },
-  'receipts purge': { run: (store, args, io) => purge(store, args, io, 'receipts'), flags: { 'older-than': 'value', 'batch-size': 'value', json: 'flag', ...CHANGE_FLAGS } },
+  'outbox purge': {
+    run: (store, args, io) => purge(store, args, io, 'outbox'),
+    flags: { 'older-than': 'value', status: 'value', 'batch-size': 'value', json: 'flag', ...CHANGE_FLAGS },
+  },
+  'receipts purge': {
+    run: (store, args, io) => purge(store, args, io, 'receipts'),
+    flags: { 'older-than': 'value', 'batch-size': 'value', json: 'flag', ...CHANGE_FLAGS },
+  },
 };
 
 /**
@@ -240,8 +285,12 @@ const COMMANDS = {
 async function operatorCommand(group, sub, args, io, env = process.env) {
   const command = COMMANDS[`${group} ${sub}`];
   if (command === undefined) {
-    const subs = Object.keys(COMMANDS).filter((name) => name.startsWith(`${group} `)).map((name) => name.split(' ')[1]);
-    throw new UsageError(sub ? `unknown command: ${group} ${sub} (${group} takes ${subs.join(', ')})` : `${group} needs one of: ${subs.join(', ')}`);
+    const subs = Object.keys(COMMANDS)
+      .filter((name) => name.startsWith(`${group} `))
+      .map((name) => name.split(' ')[1]);
+    throw new UsageError(
+      sub ? `unknown command: ${group} ${sub} (${group} takes ${subs.join(', ')})` : `${group} needs one of: ${subs.join(', ')}`,
+    );
   }
   const parsed = flags(args, { ...STORE_FLAGS, ...command.flags });
   const { store: url = env.IDEMFLOW_STORE, tables } = parsed.options;
@@ -251,7 +300,9 @@ async function operatorCommand(group, sub, args, io, env = process.env) {
     return await command.run(opened.store, parsed, io);
   } catch (error) {
     if (error instanceof UsageError || (error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT')) throw error;
-    io.err.write(`idemflow: ${error instanceof IdemflowError ? `${error.code}: ${error.message}` : error && error.message ? error.message : String(error)}\n`);
+    io.err.write(
+      `idemflow: ${error instanceof IdemflowError ? `${error.code}: ${error.message}` : error?.message ? error.message : String(error)}\n`,
+    );
     return 1;
   } finally {
     await opened?.close().catch(() => {});

@@ -13,9 +13,13 @@ const { IdemflowError } = require('../core/errors.cjs');
 const { UsageError } = require('./args.cjs');
 
 function driverMissing(pkg, url, cwd) {
-  return new IdemflowError('INVALID_ARGUMENT', `${url} needs the npm package ${pkg}, which is not installed in ${cwd}: run npm install ${pkg} there`, {
-    details: { field: 'store', reason: 'driver not installed', package: pkg },
-  });
+  return new IdemflowError(
+    'INVALID_ARGUMENT',
+    `${url} needs the npm package ${pkg}, which is not installed in ${cwd}: run npm install ${pkg} there`,
+    {
+      details: { field: 'store', reason: 'driver not installed', package: pkg },
+    },
+  );
 }
 
 /** `require(name)` as the project in `cwd` would resolve it; null when it is not installed there. */
@@ -57,7 +61,9 @@ function built(build, kind, close) {
   try {
     return { store: build(), kind, close };
   } catch (error) {
-    Promise.resolve().then(close).catch(() => {});
+    Promise.resolve()
+      .then(close)
+      .catch(() => {});
     throw error;
   }
 }
@@ -72,7 +78,11 @@ async function openStoreUrl(url, { tables, cwd = process.cwd() } = {}) {
   }
   const options = tables === undefined ? {} : { tables };
   const scheme = /^([a-z][a-z0-9+]*):/.exec(url)?.[1];
-  const need = (pkg, entry = pkg) => requireFrom(cwd, entry) ?? (() => { throw driverMissing(pkg, shown(url), cwd); })();
+  const need = (pkg, entry = pkg) =>
+    requireFrom(cwd, entry) ??
+    (() => {
+      throw driverMissing(pkg, shown(url), cwd);
+    })();
   switch (scheme) {
     case 'sqlite': {
       const { SqliteStore } = require('../adapters/sqlite/index.cjs');
@@ -81,7 +91,8 @@ async function openStoreUrl(url, { tables, cwd = process.cwd() } = {}) {
       if (file.length === 0) throw new UsageError('sqlite: needs a file, e.g. sqlite:data/app.db');
       file = path.resolve(cwd, file);
       // An operator's command never creates a database: a mistyped path is an error, not an empty store.
-      if (!fs.existsSync(file)) throw new IdemflowError('STORE_UNAVAILABLE', `no SQLite database at ${file}`, { details: { reason: 'no such file', file } });
+      if (!fs.existsSync(file))
+        throw new IdemflowError('STORE_UNAVAILABLE', `no SQLite database at ${file}`, { details: { reason: 'no such file', file } });
       const Database = requireFrom(cwd, 'better-sqlite3');
       let db;
       if (Database !== null) {
@@ -95,7 +106,11 @@ async function openStoreUrl(url, { tables, cwd = process.cwd() } = {}) {
         }
         db = new sqlite.DatabaseSync(file);
       }
-      return built(() => new SqliteStore(db, options), 'sqlite', async () => db.close());
+      return built(
+        () => new SqliteStore(db, options),
+        'sqlite',
+        async () => db.close(),
+      );
     }
     case 'postgres':
     case 'postgresql': {
@@ -103,22 +118,37 @@ async function openStoreUrl(url, { tables, cwd = process.cwd() } = {}) {
       const { PostgresStore } = require('../adapters/postgres/index.cjs');
       const pool = new pg.Pool({ connectionString: url, max: 2 });
       pool.on('error', () => {}); // an idle client lost its server; the next query reports it
-      return built(() => new PostgresStore(pool, options), 'postgres', () => pool.end());
+      return built(
+        () => new PostgresStore(pool, options),
+        'postgres',
+        () => pool.end(),
+      );
     }
     case 'mysql':
     case 'mariadb': {
       const mysql = need('mysql2', 'mysql2/promise');
       const { MysqlStore } = require('../adapters/mysql/index.cjs');
       const pool = mysql.createPool({ uri: scheme === 'mariadb' ? `mysql:${url.slice('mariadb:'.length)}` : url, connectionLimit: 2 });
-      return built(() => new MysqlStore(pool, options), 'mysql', () => pool.end());
+      return built(
+        () => new MysqlStore(pool, options),
+        'mysql',
+        () => pool.end(),
+      );
     }
     case 'mongodb':
     case 'mongodb+srv': {
       const { MongoClient } = need('mongodb');
       const { MongoStore } = require('../adapters/mongodb/index.cjs');
       const client = new MongoClient(url, { serverSelectionTimeoutMS: 10_000, maxPoolSize: 2 });
-      const store = built(() => new MongoStore(client, options), 'mongodb', () => client.close());
-      await client.connect().catch(async (error) => { await client.close(); throw error; });
+      const store = built(
+        () => new MongoStore(client, options),
+        'mongodb',
+        () => client.close(),
+      );
+      await client.connect().catch(async (error) => {
+        await client.close();
+        throw error;
+      });
       return store;
     }
     default:

@@ -72,7 +72,10 @@ function has(value, method) {
 function identifyHandle(value) {
   if (value === null) return { driver: null, label: 'null' };
   if (typeof value !== 'object') {
-    return { driver: null, label: typeof value === 'string' ? 'a string' : typeof value === 'undefined' ? 'undefined' : `a ${typeof value}` };
+    return {
+      driver: null,
+      label: typeof value === 'string' ? 'a string' : typeof value === 'undefined' ? 'undefined' : `a ${typeof value}`,
+    };
   }
   if (has(value, 'startSession') && has(value, 'db')) return { driver: 'mongodb', label: 'a MongoClient' };
   if (has(value, 'collection') && has(value, 'command')) return { driver: 'mongodb', label: 'a MongoDB Db' };
@@ -189,4 +192,3 @@ function optionsOf(options, known, where) {
 }
 
 module.exports = { optionsOf, checkOptionKeys, identifyHandle, checkHandle, editDistance, entry, member, messageOf };
-

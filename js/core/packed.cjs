@@ -15,7 +15,6 @@ const hasOwn = Object.hasOwn;
 const isArray = Array.isArray;
 const define = (object, key, value) => Object.defineProperty(object, key, { value, enumerable: true, writable: true, configurable: true });
 
-
 // Buffer's own coders, which skip toString's and write's argument handling and
 // allocate no result object (measured); the documented forms where they are missing.
 const hasLatin1Slice = typeof Buffer.prototype.latin1Slice === 'function';
@@ -271,13 +270,20 @@ function createDecider(wasm) {
 
   function value(kind, arg, strings, eventField, revision, workflowId, facts) {
     switch (kind) {
-      case FROM.CONSTANT: return arg;
-      case FROM.REVISION: return revision;
-      case FROM.EVENT_FIELD: return strings[eventField + arg];
-      case FROM.WORKFLOW_ID: return workflowId;
-      case FROM.FACT_KEY: return escapeFactKey(strings[eventField + arg]);
-      case FROM.FACTS: return newFacts(facts ?? {}, arg, strings, eventField);
-      default: return null;
+      case FROM.CONSTANT:
+        return arg;
+      case FROM.REVISION:
+        return revision;
+      case FROM.EVENT_FIELD:
+        return strings[eventField + arg];
+      case FROM.WORKFLOW_ID:
+        return workflowId;
+      case FROM.FACT_KEY:
+        return escapeFactKey(strings[eventField + arg]);
+      case FROM.FACTS:
+        return newFacts(facts ?? {}, arg, strings, eventField);
+      default:
+        return null;
     }
   }
 
@@ -342,7 +348,8 @@ function createDecider(wasm) {
     const eventId = strings[base + plan.event];
     const workflowId = strings[base + plan.event + 2];
     const eventType = plan.types[type];
-    const fingerprint = fingerprints.length === FINGERPRINT_BYTES ? fingerprints : fingerprints.slice(i * FINGERPRINT_BYTES, (i + 1) * FINGERPRINT_BYTES);
+    const fingerprint =
+      fingerprints.length === FINGERPRINT_BYTES ? fingerprints : fingerprints.slice(i * FINGERPRINT_BYTES, (i + 1) * FINGERPRINT_BYTES);
     if (outcomeCode === ANSWER.duplicate) {
       const decision = { outcome, eventId, workflowId, eventType, fingerprint, writeSet: { receipt: null, workflow: null, outbox: [] } };
       if (extraEnd > extraStart) decision.original = parseJSON(utf8(extra, extraStart, extraEnd));
@@ -351,7 +358,15 @@ function createDecider(wasm) {
     const ruleSet = plan.ruleSet;
     if (outcomeCode !== ANSWER.applied) {
       const result = { operationIds: [], status: null, revision: null };
-      const receipt = { eventId, fingerprint, workflowId, eventType, outcome, ruleSet: { id: ruleSet.id, version: ruleSet.version, hash: ruleSet.hash }, result };
+      const receipt = {
+        eventId,
+        fingerprint,
+        workflowId,
+        eventType,
+        outcome,
+        ruleSet: { id: ruleSet.id, version: ruleSet.version, hash: ruleSet.hash },
+        result,
+      };
       return { outcome, eventId, workflowId, eventType, fingerprint, writeSet: { receipt, workflow: null, outbox: [] } };
     }
     const write = template(plan, rule, type);
@@ -378,7 +393,15 @@ function createDecider(wasm) {
     }
     const set = fill(write.set, strings, eventField, revision, workflowId, facts);
     const result = { operationIds, status: typeof set.status === 'string' ? set.status : null, revision: set.revision ?? null };
-    const receipt = { eventId, fingerprint, workflowId, eventType, outcome, ruleSet: { id: ruleSet.id, version: ruleSet.version, hash: ruleSet.hash }, result };
+    const receipt = {
+      eventId,
+      fingerprint,
+      workflowId,
+      eventType,
+      outcome,
+      ruleSet: { id: ruleSet.id, version: ruleSet.version, hash: ruleSet.hash },
+      result,
+    };
     return {
       outcome,
       eventId,
@@ -462,7 +485,7 @@ function createDecider(wasm) {
   }
 
   function validate(compiled, event) {
-    one(compiled, event, undefined, (p, plan, textBytes, byteLengths) => scratch.validate(compiled, textBytes, byteLengths, undefined));
+    one(compiled, event, undefined, (_p, _plan, textBytes, byteLengths) => scratch.validate(compiled, textBytes, byteLengths, undefined));
   }
 
   /** A plain copy of a valid event (of `type`, when given): its ids, type and declared fields, as the core orders them. */
@@ -476,13 +499,13 @@ function createDecider(wasm) {
   }
 
   function fingerprint(compiled, event) {
-    return one(compiled, event, undefined, (p, plan, textBytes, byteLengths) => scratch.fingerprint(compiled, textBytes, byteLengths));
+    return one(compiled, event, undefined, (_p, _plan, textBytes, byteLengths) => scratch.fingerprint(compiled, textBytes, byteLengths));
   }
 
   let planRules;
   function plan(workflow, event) {
     planRules ??= wasm.planRuleSet();
-    return one(planRules, event, workflow, (p, rules, textBytes, byteLengths) => scratch.plan(textBytes, byteLengths));
+    return one(planRules, event, workflow, (_p, _rules, textBytes, byteLengths) => scratch.plan(textBytes, byteLengths));
   }
 
   /** An outbox policy from its options object, laid out as one record of the options the core reads. */

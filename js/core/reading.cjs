@@ -45,8 +45,7 @@ function isArrayValue(value) {
 /** A Buffer, typed array, DataView or ArrayBuffer: bytes, not an object to read fields from. */
 function isBinary(value) {
   try {
-    return isView(value) || value instanceof ArrayBuffer ||
-      (typeof SharedArrayBuffer === 'function' && value instanceof SharedArrayBuffer);
+    return isView(value) || value instanceof ArrayBuffer || (typeof SharedArrayBuffer === 'function' && value instanceof SharedArrayBuffer);
   } catch {
     return false;
   }
@@ -70,12 +69,18 @@ function createReading(described) {
   /** The kind of a value that is neither a string, a number, null nor undefined. */
   function kindOf(value) {
     switch (typeof value) {
-      case 'boolean': return KIND.boolean;
-      case 'bigint': return KIND.bigint;
-      case 'symbol': return KIND.symbol;
-      case 'function': return KIND.function;
-      case 'object': return isArrayValue(value) ? KIND.array : KIND.object;
-      default: return KIND.unknown;
+      case 'boolean':
+        return KIND.boolean;
+      case 'bigint':
+        return KIND.bigint;
+      case 'symbol':
+        return KIND.symbol;
+      case 'function':
+        return KIND.function;
+      case 'object':
+        return isArrayValue(value) ? KIND.array : KIND.object;
+      default:
+        return KIND.unknown;
     }
   }
 
@@ -168,7 +173,7 @@ function createReading(described) {
 
   /** Whether items of event type `type` lay out the workflow's facts map (only fact events' decisions read it). */
   function readsFacts(plan, type) {
-    return plan.facts !== null && plan.facts !== undefined && plan.facts.events.includes(type);
+    return plan.facts?.events.includes(type);
   }
 
   /**
@@ -184,7 +189,11 @@ function createReading(described) {
     const read = (record, key, at, names = 'undefined', same = '-1') =>
       `try { if (hasOwn(${record}, ${JSON.stringify(key)})) lay(p, ${at}, ${record}[${JSON.stringify(key)}], MAX_TEXT, ${names}, ${same}); } catch (thrown) { unreadable(p, ${at}, thrown); }`;
     const e = plan.event;
-    const ids = [read('event', 'eventId', `base + ${e}`), read('event', 'type', `base + ${e + 1}`, 'eventIndex'), read('event', 'workflowId', `base + ${e + 2}`)];
+    const ids = [
+      read('event', 'eventId', `base + ${e}`),
+      read('event', 'type', `base + ${e + 1}`, 'eventIndex'),
+      read('event', 'workflowId', `base + ${e + 2}`),
+    ];
     const r = plan.receipt;
     const keys = plan.receiptKeys;
     const types = plan.types.map((_, type) => {
@@ -201,8 +210,11 @@ function createReading(described) {
         read('workflow', 'status', `base + ${plan.workflow + 1}`, 'statusIndex'),
         read('workflow', 'revision', `base + ${plan.workflow + 2}`),
         ...plan.guards[type].map((f) =>
-          read('workflow', plan.fields[f], `base + ${plan.workflowField + f}`, 'undefined', `base + ${plan.eventField + f}`)),
-        ...(readsFacts(plan, type) ? [`putJson(p, workflow, ${JSON.stringify(plan.facts.name)}, base + ${plan.workflowFacts}, ${plan.facts.maxBytes});`] : []),
+          read('workflow', plan.fields[f], `base + ${plan.workflowField + f}`, 'undefined', `base + ${plan.eventField + f}`),
+        ),
+        ...(readsFacts(plan, type)
+          ? [`putJson(p, workflow, ${JSON.stringify(plan.facts.name)}, base + ${plan.workflowFacts}, ${plan.facts.maxBytes});`]
+          : []),
         '}',
       );
       return `function (p, base, event, receipt, workflow, receiptIsRecord, workflowIsRecord) {\n${lines.join('\n')}\n}`;
@@ -212,7 +224,14 @@ function createReading(described) {
       // The keys are the rule set's own names (checked by the core: letters, digits, '_' and '-'), quoted by JSON.stringify.
       // eslint-disable-next-line no-new-func
       return new Function('hasOwn', 'lay', 'unreadable', 'putJson', 'MAX_TEXT', 'eventIndex', 'statusIndex', source)(
-        hasOwn, lay, unreadable, putJson, MAX_TEXT, plan.eventIndex, plan.statusIndex);
+        hasOwn,
+        lay,
+        unreadable,
+        putJson,
+        MAX_TEXT,
+        plan.eventIndex,
+        plan.statusIndex,
+      );
     } catch {
       return loopReaders(plan);
     }

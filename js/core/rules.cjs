@@ -76,7 +76,11 @@ class RuleSet {
           details: { reason: 'name must be a string' },
         });
       }
-      const loaded = new RuleSet(CREATE, call(() => wasm.builtinRuleSet(name, version)), undefined);
+      const loaded = new RuleSet(
+        CREATE,
+        call(() => wasm.builtinRuleSet(name, version)),
+        undefined,
+      );
       // One object per version, however it was asked for.
       const exact = `${name}@${loaded.version}`;
       ruleSet = builtins.get(exact) ?? loaded;
@@ -98,10 +102,16 @@ class RuleSet {
     return ruleSet;
   }
 
-  get id() { return this.#summary.id; }
-  get version() { return this.#summary.version; }
+  get id() {
+    return this.#summary.id;
+  }
+  get version() {
+    return this.#summary.version;
+  }
   /** `sha256:` + hex SHA-256 of the definition's RFC 8785 canonical JSON. */
-  get hash() { return this.#summary.hash; }
+  get hash() {
+    return this.#summary.hash;
+  }
 
   /** The decision table, one row per rule and event type. */
   table() {
@@ -110,12 +120,18 @@ class RuleSet {
   }
 
   /** The decision table as Markdown, as the README and the CLI show it. */
-  tableMarkdown() { return this.#compiled.tableMarkdown(); }
+  tableMarkdown() {
+    return this.#compiled.tableMarkdown();
+  }
 
   /** The definition this rule set was loaded from. */
-  definition() { return JSON.parse(this.#compiled.definitionJson()); }
+  definition() {
+    return JSON.parse(this.#compiled.definitionJson());
+  }
 
-  toJSON() { return this.definition(); }
+  toJSON() {
+    return this.definition();
+  }
 
   /**
    * @internal The compiled rules, compiled again (and cached again) when the
@@ -145,7 +161,8 @@ function definitionText(definition) {
     if (typeof text === 'string') return text;
   } catch (cause) {
     throw new IdemflowError('RULESET_INVALID', `rule set definition cannot be serialised: ${cause.message}`, {
-      details: { path: '$', reason: cause.message }, cause,
+      details: { path: '$', reason: cause.message },
+      cause,
     });
   }
   throw new IdemflowError('RULESET_INVALID', 'rule set definition must be an object or JSON text', {

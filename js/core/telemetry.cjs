@@ -58,40 +58,52 @@ function createInstruments(meter) {
   return {
     meter,
     deliveries: meter.createCounter('idemflow.deliveries', {
-      unit: '{delivery}', description: 'Deliveries decided by processEvent, by outcome, event type and rule set',
+      unit: '{delivery}',
+      description: 'Deliveries decided by processEvent, by outcome, event type and rule set',
     }),
     errors: meter.createCounter('idemflow.errors', {
-      unit: '{error}', description: 'Errors idemflow raised, by code (error.type) and disposition',
+      unit: '{error}',
+      description: 'Errors idemflow raised, by code (error.type) and disposition',
     }),
     processDuration: meter.createHistogram('idemflow.process.duration', {
-      unit: 's', description: 'Time processEvent took, every race re-run included, by store',
+      unit: 's',
+      description: 'Time processEvent took, every race re-run included, by store',
     }),
     batchDuration: meter.createHistogram('idemflow.batch.duration', {
-      unit: 's', description: 'Time processBatch took, every race re-run and fallback included, by store',
+      unit: 's',
+      description: 'Time processBatch took, every race re-run and fallback included, by store',
     }),
     batchSize: meter.createHistogram('idemflow.batch.size', {
-      unit: '{delivery}', description: 'Deliveries per processBatch call',
+      unit: '{delivery}',
+      description: 'Deliveries per processBatch call',
     }),
     raceRetries: meter.createCounter('idemflow.race_retries', {
-      unit: '{retry}', description: 'Transactions run again after a lost race (CONCURRENT_UPDATE), by reason',
+      unit: '{retry}',
+      description: 'Transactions run again after a lost race (CONCURRENT_UPDATE), by reason',
     }),
     outboxOperations: meter.createCounter('idemflow.outbox.operations', {
-      unit: '{operation}', description: 'Outbox handler runs by operation type and what was recorded',
+      unit: '{operation}',
+      description: 'Outbox handler runs by operation type and what was recorded',
     }),
     handlerDuration: meter.createHistogram('messaging.process.duration', {
-      unit: 's', description: 'Time an outbox handler took',
+      unit: 's',
+      description: 'Time an outbox handler took',
     }),
     purged: meter.createCounter('idemflow.purged', {
-      unit: '{record}', description: 'Receipts and outbox operations deleted by purgeReceipts and purgeOperations',
+      unit: '{record}',
+      description: 'Receipts and outbox operations deleted by purgeReceipts and purgeOperations',
     }),
     backlog: meter.createObservableGauge('idemflow.outbox.backlog', {
-      unit: '{operation}', description: 'Outbox operations by status, read from store.stats()',
+      unit: '{operation}',
+      description: 'Outbox operations by status, read from store.stats()',
     }),
     backlogByType: meter.createObservableGauge('idemflow.outbox.backlog.by_type', {
-      unit: '{operation}', description: 'Outbox operations by type and status, read from store.stats() (a type no consumer handles shows here)',
+      unit: '{operation}',
+      description: 'Outbox operations by type and status, read from store.stats() (a type no consumer handles shows here)',
     }),
     oldestDueAge: meter.createObservableGauge('idemflow.outbox.oldest_due.age', {
-      unit: 's', description: 'How long the oldest due outbox operation has waited, read from store.stats()',
+      unit: 's',
+      description: 'How long the oldest due outbox operation has waited, read from store.stats()',
     }),
   };
 }
@@ -236,7 +248,10 @@ function batchEnded(run, valid, results) {
 
 function batchFailed(run, error) {
   if (run === null) return;
-  instruments()?.batchDuration.record((performance.now() - run.started) / 1000, { 'idemflow.store': run.kind, 'error.type': errorAttributes(error)['error.type'] });
+  instruments()?.batchDuration.record((performance.now() - run.started) / 1000, {
+    'idemflow.store': run.kind,
+    'error.type': errorAttributes(error)['error.type'],
+  });
   failSpan(run.span, error);
   run.span.end();
 }
@@ -274,7 +289,10 @@ function processEnded(run, result) {
 function processFailed(run, error, attempts) {
   if (run === null) return;
   const meters = instruments();
-  meters?.processDuration.record((performance.now() - run.started) / 1000, { 'idemflow.store': run.kind, 'error.type': errorAttributes(error)['error.type'] });
+  meters?.processDuration.record((performance.now() - run.started) / 1000, {
+    'idemflow.store': run.kind,
+    'error.type': errorAttributes(error)['error.type'],
+  });
   if (attempts !== undefined) run.span.setAttribute('idemflow.attempts', attempts);
   failSpan(run.span, error);
   run.span.end();
@@ -290,23 +308,27 @@ function handlerStarted(operation, owner) {
   if (o === null) return null;
   const remote = spanContextOf(operation.traceContext);
   const parent = remote === null ? o.context.active() : o.trace.setSpanContext(o.context.active(), remote);
-  const span = o.trace.getTracer(SCOPE).startSpan(`handle ${operation.type}`, {
-    kind: SPAN_KIND.CONSUMER,
-    attributes: {
-      'messaging.system': SCOPE,
-      'messaging.operation.type': 'process',
-      'messaging.operation.name': 'handle',
-      'messaging.destination.name': operation.type,
-      'messaging.message.id': operation.id,
-      'idemflow.operation.id': operation.id,
-      'idemflow.operation.type': operation.type,
-      'idemflow.operation.attempt': operation.attempts,
-      'idemflow.fencing_token': operation.fencingToken,
-      'idemflow.workflow.id': operation.workflowId,
-      'idemflow.event.id': operation.eventId,
-      'idemflow.lease.owner': owner,
+  const span = o.trace.getTracer(SCOPE).startSpan(
+    `handle ${operation.type}`,
+    {
+      kind: SPAN_KIND.CONSUMER,
+      attributes: {
+        'messaging.system': SCOPE,
+        'messaging.operation.type': 'process',
+        'messaging.operation.name': 'handle',
+        'messaging.destination.name': operation.type,
+        'messaging.message.id': operation.id,
+        'idemflow.operation.id': operation.id,
+        'idemflow.operation.type': operation.type,
+        'idemflow.operation.attempt': operation.attempts,
+        'idemflow.fencing_token': operation.fencingToken,
+        'idemflow.workflow.id': operation.workflowId,
+        'idemflow.event.id': operation.eventId,
+        'idemflow.lease.owner': owner,
+      },
     },
-  }, parent);
+    parent,
+  );
   return { o, span, type: operation.type, started: null };
 }
 
@@ -386,7 +408,9 @@ function oldestDueSeconds(stats, now) {
 function observeBacklog(store, options = {}) {
   const { intervalMs = DEFAULT_BACKLOG_INTERVAL_MS } = options ?? {};
   if (!Number.isSafeInteger(intervalMs) || intervalMs < 0) {
-    throw new IdemflowError('INVALID_ARGUMENT', 'intervalMs must be a whole number of milliseconds', { details: { field: 'intervalMs', reason: 'not a non-negative integer' } });
+    throw new IdemflowError('INVALID_ARGUMENT', 'intervalMs must be a whole number of milliseconds', {
+      details: { field: 'intervalMs', reason: 'not a non-negative integer' },
+    });
   }
   const meters = instruments();
   if (meters === null || typeof store?.stats !== 'function') return { close() {} };
@@ -398,25 +422,32 @@ function observeBacklog(store, options = {}) {
     if (performance.now() - lastAt < intervalMs && last !== null) return last;
     reading ??= Promise.resolve()
       .then(() => store.stats())
-      .then((stats) => {
-        last = stats;
-        lastAt = performance.now();
-        return stats;
-      }, () => last) // a failed read keeps the last values; the consumer's store-error events say why
-      .finally(() => { reading = null; });
+      .then(
+        (stats) => {
+          last = stats;
+          lastAt = performance.now();
+          return stats;
+        },
+        () => last,
+      ) // a failed read keeps the last values; the consumer's store-error events say why
+      .finally(() => {
+        reading = null;
+      });
     return reading;
   };
   const clock = typeof store.now === 'function' ? () => store.now() : Date.now;
   const backlog = async (result) => {
     const stats = await read();
-    for (const [status, count] of Object.entries(statusCounts(stats))) result.observe(count, { 'idemflow.outbox.status': status, 'idemflow.store': kind });
+    for (const [status, count] of Object.entries(statusCounts(stats)))
+      result.observe(count, { 'idemflow.outbox.status': status, 'idemflow.store': kind });
   };
   const byType = async (result) => {
     const types = (await read())?.byType;
     if (types === null || typeof types !== 'object') return;
     for (const [type, counts] of Object.entries(types)) {
       for (const [status, count] of Object.entries(counts ?? {})) {
-        if (typeof count === 'number') result.observe(count, { 'idemflow.operation.type': type, 'idemflow.outbox.status': status, 'idemflow.store': kind });
+        if (typeof count === 'number')
+          result.observe(count, { 'idemflow.operation.type': type, 'idemflow.outbox.status': status, 'idemflow.store': kind });
       }
     }
   };

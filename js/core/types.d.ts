@@ -191,13 +191,28 @@ export interface ProcessMeasure {
 
 export type ProcessResult =
   /** `output`: what onApplied returned (null for nothing), when the call had one. */
-  | ({ outcome: 'applied'; operationId: string | null; operationIds: string[]; status: string; revision: number; output?: JsonValue } & ProcessMeasure)
+  | ({
+      outcome: 'applied';
+      operationId: string | null;
+      operationIds: string[];
+      status: string;
+      revision: number;
+      output?: JsonValue;
+    } & ProcessMeasure)
   | ({ outcome: 'already-applied' | 'stale' } & ProcessMeasure)
   /** `original`: what the first delivery produced; null when its receipt was written by a version that did not keep it. */
   | ({ outcome: 'duplicate-delivery'; original: OriginalResult | null } & ProcessMeasure);
 
 /** Why a transaction lost a race (CONCURRENT_UPDATE's details.reason). */
-export type RaceReason = 'receipt-exists' | 'workflow-changed' | 'workflow-exists' | 'database-busy' | 'serialization-failure' | 'deadlock' | 'lock-timeout' | (string & {});
+export type RaceReason =
+  | 'receipt-exists'
+  | 'workflow-changed'
+  | 'workflow-exists'
+  | 'database-busy'
+  | 'serialization-failure'
+  | 'deadlock'
+  | 'lock-timeout'
+  | (string & {});
 
 /** Observers of processEvent, for hosts that log without OpenTelemetry. A hook's throw is ignored. */
 export interface ProcessHooks {
@@ -282,10 +297,7 @@ export interface RuleSetDefinition {
  * `{other}`: another fact's entry last saw one of these event types;
  * `{emitted}`: this fact's entry lists that per-fact operation.
  */
-export type RuleCondition =
-  | [string, '>' | '>=' | '=' | '<=' | '<', string]
-  | { other: string | string[] }
-  | { emitted: string };
+export type RuleCondition = [string, '>' | '>=' | '=' | '<=' | '<', string] | { other: string | string[] } | { emitted: string };
 export type RuleWhen = RuleCondition | RuleCondition[];
 
 export type RuleAnswerDefinition =
@@ -411,9 +423,7 @@ export interface RuleSetOption {
 export function validateEvent(event: unknown, options?: RuleSetOption): asserts event is EventInput;
 export function normalizeEvent(event: unknown, options?: RuleSetOption & { type?: string }): NormalizedEvent;
 export function fingerprint(event: EventInput, options?: RuleSetOption): string;
-export function decide(
-  input: { event: EventInput; receipt: StoredReceipt | null; workflow: Workflow | null } & RuleSetOption,
-): Decision;
+export function decide(input: { event: EventInput; receipt: StoredReceipt | null; workflow: Workflow | null } & RuleSetOption): Decision;
 export function planDepositConfirmation(workflow: Workflow | null, event: DepositConfirmedEvent): 'advance' | 'already-applied';
 export function verifyRuleSet(definition: RuleSetDefinition | RuleSet | string): VerificationReport;
 

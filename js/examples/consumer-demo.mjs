@@ -12,7 +12,7 @@
 //
 // Run with `make demo` (or from tests/js after `make examples`):
 //   node examples/consumer-demo.mjs [--swaps N] [--seed S] [--verbose]
-import { InMemoryStore, createOutboxConsumer, processEvent } from 'idemflow';
+import { createOutboxConsumer, InMemoryStore, processEvent } from 'idemflow';
 import { startMetrics } from './shared/metrics-summary.mjs';
 import { random } from './shared/random.mjs';
 
@@ -59,7 +59,10 @@ class SimulatedExchangeProvider {
       return earlier;
     }
     if (BigInt(amountUnits) < BigInt(PROVIDER_MINIMUM_UNITS)) {
-      throw Object.assign(new Error(`amount ${amountUnits} is below the minimum ${PROVIDER_MINIMUM_UNITS}`), { code: 'PROVIDER_REJECTED', retryable: false });
+      throw Object.assign(new Error(`amount ${amountUnits} is below the minimum ${PROVIDER_MINIMUM_UNITS}`), {
+        code: 'PROVIDER_REJECTED',
+        retryable: false,
+      });
     }
     const exchange = { exchangeId: `ex-${this.executions.size + 1}`, swapId, amountUnits };
     this.executions.set(idempotencyKey, exchange);
@@ -79,13 +82,24 @@ for (let i = 1; i <= SWAPS; i += 1) {
   const amount = i % 17 === 7 ? 9_000 + i : 100_000 + Math.floor(rand() * 9_000_000);
   const depositRef = `btc-mainnet:tx-${(i * 7919).toString(16)}:vout-${i % 3}`;
   // Detected (the watcher's observation 1 of the deposit), waiting for its confirmation.
-  workflows.push({ id: `swap-${String(i).padStart(4, '0')}`, status: 'deposit', revision: 1,
-    deposits: { [depositRef]: { event: 'DEPOSIT_DETECTED', amountUnits: String(amount), sequence: 1 } } });
+  workflows.push({
+    id: `swap-${String(i).padStart(4, '0')}`,
+    status: 'deposit',
+    revision: 1,
+    deposits: { [depositRef]: { event: 'DEPOSIT_DETECTED', amountUnits: String(amount), sequence: 1 } },
+  });
 }
 const store = new InMemoryStore(workflows, { now: clock.now });
 for (const workflow of workflows) {
   const [[depositRef, { amountUnits }]] = Object.entries(workflow.deposits);
-  const event = { eventId: `watcher:${workflow.id}`, workflowId: workflow.id, type: 'DEPOSIT_CONFIRMED', depositRef, amountUnits, sequence: 2 };
+  const event = {
+    eventId: `watcher:${workflow.id}`,
+    workflowId: workflow.id,
+    type: 'DEPOSIT_CONFIRMED',
+    depositRef,
+    amountUnits,
+    sequence: 2,
+  };
   await processEvent(store, event);
   await processEvent(store, event); // the queue redelivers: a duplicate, no second operation
 }
@@ -124,21 +138,27 @@ function observe(consumer, name) {
 // ---- worker-1 claims a batch, calls the provider, and crashes ---------------
 let reachedCrash = 0;
 let allReached;
-const crashPoint = new Promise((resolve) => { allReached = resolve; });
-const crashing = createOutboxConsumer(store, {
-  START_EXCHANGE: async (operation, context) => {
-    try {
-      await handler(operation, context);
-    } catch {
-      // the crash comes before the result is recorded, whatever it was
-    } finally {
-      crashedHeld.add(operation.id);
-      reachedCrash += 1;
-      if (reachedCrash === Math.min(4, SWAPS)) allReached();
-      await new Promise(() => {}); // the process dies here: nothing is recorded, the lease is never renewed
-    }
+const crashPoint = new Promise((resolve) => {
+  allReached = resolve;
+});
+const crashing = createOutboxConsumer(
+  store,
+  {
+    START_EXCHANGE: async (operation, context) => {
+      try {
+        await handler(operation, context);
+      } catch {
+        // the crash comes before the result is recorded, whatever it was
+      } finally {
+        crashedHeld.add(operation.id);
+        reachedCrash += 1;
+        if (reachedCrash === Math.min(4, SWAPS)) allReached();
+        await new Promise(() => {}); // the process dies here: nothing is recorded, the lease is never renewed
+      }
+    },
   },
-}, { ...POLICY, owner: 'worker-1', concurrency: 4, autoRenew: false });
+  { ...POLICY, owner: 'worker-1', concurrency: 4, autoRenew: false },
+);
 observe(crashing, 'worker-1');
 crashing.runOnce();
 await crashPoint;
@@ -187,26 +207,43 @@ const deadLetters = byStatus('dead');
 const twice = [...provider.exchangesPerSwap].filter(([, n]) => n > 1);
 const doneWithoutOneExchange = done.filter((op) => provider.exchangesPerSwap.get(op.workflowId) !== 1);
 const seconds = (ms) => `${(ms / 1000).toFixed(1)} s`;
-const retryBreakdown = Object.entries(counts.retryCodes).map(([code, n]) => `${code} ${n}`).join(', ');
+const retryBreakdown = Object.entries(counts.retryCodes)
+  .map(([code, n]) => `${code} ${n}`)
+  .join(', ');
 
 console.log(`idemflow consumer demo (seed ${SEED}): ${SWAPS} swaps confirmed twice each -> ${all.length} START_EXCHANGE operations`);
-console.log(`policy        maxAttempts ${POLICY.maxAttempts}, backoff full jitter from ${POLICY.baseDelayMs} ms doubling to ${POLICY.maxDelayMs} ms, lease ${POLICY.leaseMs} ms`);
-console.log(`crash         worker-1 claimed ${reachedCrash}, called the provider and died at +${seconds(crashedAt - T0)}; ${counts.takenOver} claims taken over after their leases expired`);
+console.log(
+  `policy        maxAttempts ${POLICY.maxAttempts}, backoff full jitter from ${POLICY.baseDelayMs} ms doubling to ${POLICY.maxDelayMs} ms, lease ${POLICY.leaseMs} ms`,
+);
+console.log(
+  `crash         worker-1 claimed ${reachedCrash}, called the provider and died at +${seconds(crashedAt - T0)}; ${counts.takenOver} claims taken over after their leases expired`,
+);
 console.log(`drain         worker-2 and worker-3, ${rounds} claim rounds, quiet at +${seconds(drainedAt - T0)} of simulated time`);
-console.log(`attempts      ${counts.claims} claims: ${counts.firstAttempts} first attempts, ${counts.claims - counts.firstAttempts} later ones`);
+console.log(
+  `attempts      ${counts.claims} claims: ${counts.firstAttempts} first attempts, ${counts.claims - counts.firstAttempts} later ones`,
+);
 console.log(`retries       ${counts.retries} scheduled${retryBreakdown ? ` (${retryBreakdown})` : ''}`);
 console.log(`dead letters  ${counts.dead.length}`);
 for (const e of counts.dead) {
   const mark = requeued.includes(e.operationId) ? '  -> requeued by the operator' : '';
-  console.log(`  ${e.operationId.padEnd(26)} ${e.reason.padEnd(14)} after ${e.attempt} attempt${e.attempt === 1 ? '' : 's'}: ${e.error}${mark}`);
+  console.log(
+    `  ${e.operationId.padEnd(26)} ${e.reason.padEnd(14)} after ${e.attempt} attempt${e.attempt === 1 ? '' : 's'}: ${e.error}${mark}`,
+  );
 }
-console.log(`provider      ${provider.requests} requests, ${provider.executions.size} exchanges executed, ${provider.replays} answered from idempotency keys`);
-console.log(`outcome       ${done.length} done, ${deadLetters.length} dead, ${all.length - done.length - deadLetters.length} unfinished; swaps exchanged twice: ${twice.length}`);
+console.log(
+  `provider      ${provider.requests} requests, ${provider.executions.size} exchanges executed, ${provider.replays} answered from idempotency keys`,
+);
+console.log(
+  `outcome       ${done.length} done, ${deadLetters.length} dead, ${all.length - done.length - deadLetters.length} unfinished; swaps exchanged twice: ${twice.length}`,
+);
 
 await metrics.print();
 
-const ok = twice.length === 0 && doneWithoutOneExchange.length === 0 && done.length + deadLetters.length === all.length && all.length === SWAPS;
-console.log(ok
-  ? 'check         every done operation has exactly one exchange at the provider, though handlers ran more than once'
-  : `check         FAILED: ${JSON.stringify({ twice, doneWithoutOneExchange: doneWithoutOneExchange.map((op) => op.id) })}`);
+const ok =
+  twice.length === 0 && doneWithoutOneExchange.length === 0 && done.length + deadLetters.length === all.length && all.length === SWAPS;
+console.log(
+  ok
+    ? 'check         every done operation has exactly one exchange at the provider, though handlers ran more than once'
+    : `check         FAILED: ${JSON.stringify({ twice, doneWithoutOneExchange: doneWithoutOneExchange.map((op) => op.id) })}`,
+);
 process.exitCode = ok ? 0 : 1;

@@ -7,14 +7,19 @@
 // (default sqlite: the embedded store, one database file, demo.sqlite).
 import fs from 'node:fs';
 import path from 'node:path';
-import { IdemflowError, InMemoryStore, RuleSet, processEvent } from 'idemflow';
+import { IdemflowError, InMemoryStore, processEvent, RuleSet } from 'idemflow';
 import { SqliteStore } from 'idemflow/sqlite';
 import { startMetrics } from './shared/metrics-summary.mjs';
 import { random } from './shared/random.mjs';
 
 const metrics = await startMetrics();
 
-const args = Object.fromEntries(process.argv.slice(2).map((arg, i, all) => (arg.startsWith('--') ? [arg.slice(2), all[i + 1]] : null)).filter(Boolean));
+const args = Object.fromEntries(
+  process.argv
+    .slice(2)
+    .map((arg, i, all) => (arg.startsWith('--') ? [arg.slice(2), all[i + 1]] : null))
+    .filter(Boolean),
+);
 const SWAPS = Number(args.swaps ?? 2000);
 const SEED = Number(args.seed ?? 42);
 const CONCURRENCY = 8;
@@ -36,11 +41,19 @@ async function openStore(workflows) {
   });
   const { tables, db } = store;
   const counts = async () => ({
-    workflows: new Map(db.prepare(`SELECT id, status, revision FROM ${tables.workflows}`).all()
-      .map((row) => [row.id, { status: row.status, revision: Number(row.revision) }])),
+    workflows: new Map(
+      db
+        .prepare(`SELECT id, status, revision FROM ${tables.workflows}`)
+        .all()
+        .map((row) => [row.id, { status: row.status, revision: Number(row.revision) }]),
+    ),
     inbox: { size: Number(db.prepare(`SELECT COUNT(*) AS n FROM ${tables.inbox}`).get().n) },
-    outbox: new Map(db.prepare(`SELECT id, type, workflow_id FROM ${tables.outbox}`).all()
-      .map((row) => [row.id, { id: row.id, type: row.type, workflowId: row.workflow_id }])),
+    outbox: new Map(
+      db
+        .prepare(`SELECT id, type, workflow_id FROM ${tables.outbox}`)
+        .all()
+        .map((row) => [row.id, { id: row.id, type: row.type, workflowId: row.workflow_id }]),
+    ),
   });
   return { store, name: `SQLite file ${path.basename(file)} (WAL, BEGIN IMMEDIATE)`, counts, close: () => store.close() };
 }
@@ -55,8 +68,13 @@ for (let i = 1; i <= SWAPS; i += 1) {
   const deposit = { depositRef: `btc-mainnet:tx-${(i * 7919).toString(16)}:vout-${i % 3}`, amountUnits: String(100000 + pick(90000000)) };
   // The swap is in `deposit`: the chain watcher's detection was its observation 1 of the deposit, recorded under its
   // depositRef; the confirmation is its observation 2 (`sequence`, which every re-publication keeps).
-  workflows.push({ id, status: 'deposit', revision: pick(5), expectedUnits: deposit.amountUnits,
-    deposits: { [deposit.depositRef]: { event: 'DEPOSIT_DETECTED', amountUnits: deposit.amountUnits, sequence: 1 } } });
+  workflows.push({
+    id,
+    status: 'deposit',
+    revision: pick(5),
+    expectedUnits: deposit.amountUnits,
+    deposits: { [deposit.depositRef]: { event: 'DEPOSIT_DETECTED', amountUnits: deposit.amountUnits, sequence: 1 } },
+  });
   const confirmation = { eventId: `watcher-a:${id}:confirmed`, workflowId: id, type: 'DEPOSIT_CONFIRMED', ...deposit, sequence: 2 };
   story.confirmations += 1;
   const copies = 1 + pick(3);
@@ -77,7 +95,14 @@ for (let i = 1; i <= SWAPS; i += 1) {
 }
 for (let i = 1; i <= Math.ceil(SWAPS / 200); i += 1) {
   story.orphans += 1;
-  deliveries.push({ eventId: `watcher-a:ghost-${i}`, workflowId: `swap-ghost-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: 'eth:0xdead:log-0', amountUnits: '1', sequence: 1 });
+  deliveries.push({
+    eventId: `watcher-a:ghost-${i}`,
+    workflowId: `swap-ghost-${i}`,
+    type: 'DEPOSIT_CONFIRMED',
+    depositRef: 'eth:0xdead:log-0',
+    amountUnits: '1',
+    sequence: 1,
+  });
 }
 for (let i = deliveries.length - 1; i > 0; i -= 1) {
   const j = pick(i + 1);
@@ -152,8 +177,10 @@ for (const [id, before] of original) {
   }
 }
 const distinctIds = new Set(deliveries.map((d) => d.eventId));
-console.log(`checks: ${perWorkflow.size} of ${original.size} swaps have exactly one START_EXCHANGE; ` +
-  `${snapshot.inbox.size} receipts for ${distinctIds.size} distinct event ids (errors write none)`);
+console.log(
+  `checks: ${perWorkflow.size} of ${original.size} swaps have exactly one START_EXCHANGE; ` +
+    `${snapshot.inbox.size} receipts for ${distinctIds.size} distinct event ids (errors write none)`,
+);
 if (close) await close();
 await metrics.print();
 if (failures.length > 0) {

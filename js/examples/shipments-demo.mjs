@@ -34,7 +34,9 @@ async function handleShipmentRequest(message, { failBeforeInsert = false } = {})
       ruleSet: orderShipment,
       onApplied: (tx) => {
         if (failBeforeInsert) throw new Error('the carrier label printer is on fire');
-        const { lastInsertRowid } = tx.client.prepare('INSERT INTO shipments (event_id, order_id) VALUES (?, ?)').run(message.id, message.orderId);
+        const { lastInsertRowid } = tx.client
+          .prepare('INSERT INTO shipments (event_id, order_id) VALUES (?, ?)')
+          .run(message.id, message.orderId);
         return { shipmentId: Number(lastInsertRowid) };
       },
     },
@@ -77,4 +79,4 @@ assert.equal(shipmentRows(), 2);
 console.log('identity conflict: an event id reused for another order is refused; nothing written');
 
 store.close();
-console.log('PASS: one transaction for idemflow\'s rows and the host\'s shipments');
+console.log("PASS: one transaction for idemflow's rows and the host's shipments");

@@ -14,24 +14,26 @@ await store.migrate(); // idempotent: every worker may run it on start
 // The swap as the chain watcher's detection left it: in `deposit`, the deposit recorded under its
 // depositRef with the detection's `sequence` 1 (the watcher's number of its observations of it).
 await store.putWorkflow({
-  id: 'swap-42', status: 'deposit', revision: 3, expectedUnits: '12500000',
+  id: 'swap-42',
+  status: 'deposit',
+  revision: 3,
+  expectedUnits: '12500000',
   deposits: { 'btc-mainnet:tx-abc:vout-0': { event: 'DEPOSIT_DETECTED', amountUnits: '12500000', sequence: 1 } },
 });
 
 // The confirmation is the watcher's observation 2 of that deposit; a re-publication keeps the number.
 const confirmed = {
-  eventId: 'chain-watcher:event-001', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED',
-  depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000', sequence: 2,
+  eventId: 'chain-watcher:event-001',
+  workflowId: 'swap-42',
+  type: 'DEPOSIT_CONFIRMED',
+  depositRef: 'btc-mainnet:tx-abc:vout-0',
+  amountUnits: '12500000',
+  sequence: 2,
 };
 
 // What the queue hands this worker: the event, its redelivery, the same fact
 // from another observer, and an id reused with another amount.
-const deliveries = [
-  confirmed,
-  { ...confirmed },
-  { ...confirmed, eventId: 'observer-b:event-77' },
-  { ...confirmed, amountUnits: '1' },
-];
+const deliveries = [confirmed, { ...confirmed }, { ...confirmed, eventId: 'observer-b:event-77' }, { ...confirmed, amountUnits: '1' }];
 
 for (const delivery of deliveries) {
   try {

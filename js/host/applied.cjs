@@ -56,7 +56,8 @@ function jsonCopy(value, depth, seen) {
         copy = Array.from({ length: value.length }, (_, i) => jsonCopy(value[i], depth + 1, seen));
       } else {
         const prototype = Object.getPrototypeOf(value);
-        if (prototype !== Object.prototype && prototype !== null) throw badOutput('an object that is not a plain object (a Date, a Map, a class instance)');
+        if (prototype !== Object.prototype && prototype !== null)
+          throw badOutput('an object that is not a plain object (a Date, a Map, a class instance)');
         copy = {};
         for (const key of Object.keys(value)) {
           if (key === '__proto__') throw badOutput('a "__proto__" key');
@@ -126,7 +127,8 @@ async function runApplied(onApplied, tx, decision) {
  */
 function splitOutput(receipt) {
   const result = receipt?.result;
-  if (result === null || result === undefined || typeof result !== 'object' || !Object.hasOwn(result, 'output')) return { receipt, output: undefined };
+  if (result === null || result === undefined || typeof result !== 'object' || !Object.hasOwn(result, 'output'))
+    return { receipt, output: undefined };
   const { output, ...rest } = result;
   return { receipt: { ...receipt, result: rest }, output };
 }

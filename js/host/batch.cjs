@@ -27,7 +27,12 @@ const LOCKED = Object.freeze({ lock: true });
  * event's: they end the batch's transaction.
  */
 function ownError(error) {
-  return error instanceof IdemflowError && error.code !== 'CONCURRENT_UPDATE' && error.code !== 'STORE_UNAVAILABLE' && error.disposition !== 'fatal';
+  return (
+    error instanceof IdemflowError &&
+    error.code !== 'CONCURRENT_UPDATE' &&
+    error.code !== 'STORE_UNAVAILABLE' &&
+    error.disposition !== 'fatal'
+  );
 }
 
 /**
@@ -100,7 +105,8 @@ async function decideInTransactions(call, valid, results, run) {
   for (let attempt = 1; ; attempt += 1) {
     try {
       const outcome = await call.store.transaction((tx) => decideAll(contractOf(tx), valid, call, traceContext, run), transactionOptions);
-      for (const [index, result, decided] of outcome) results[index] = result.error === undefined ? { ...result, attempts: attempt - 1 + decided } : result;
+      for (const [index, result, decided] of outcome)
+        results[index] = result.error === undefined ? { ...result, attempts: attempt - 1 + decided } : result;
       return;
     } catch (error) {
       if (error instanceof EventsApart) {
@@ -196,8 +202,11 @@ function collapsed(id, expect, original, final) {
  * batch can undo its writes to its savepoint and decide the losers again.
  */
 function lostWrite(error) {
-  return error instanceof IdemflowError && error.code === 'CONCURRENT_UPDATE'
-    && ['receipt-exists', 'workflow-exists', 'workflow-changed'].includes(error.details?.reason);
+  return (
+    error instanceof IdemflowError &&
+    error.code === 'CONCURRENT_UPDATE' &&
+    ['receipt-exists', 'workflow-exists', 'workflow-changed'].includes(error.details?.reason)
+  );
 }
 
 /** Whether another transaction created, changed or removed a workflow since it was read (or it can no longer be read, or now can). */
@@ -286,7 +295,10 @@ async function decideSome(valid, positions, entries, state, how) {
   if (first.length > 1) {
     const inputs = first.map((position) => inputOf(valid[position].event, state));
     // An event whose record cannot be read has its error already; the core decides the rest.
-    const answers = decideNormalizedBatch(how.ruleSet.compiled, inputs.filter((input) => input.error === undefined));
+    const answers = decideNormalizedBatch(
+      how.ruleSet.compiled,
+      inputs.filter((input) => input.error === undefined),
+    );
     let k = 0;
     for (const [j, position] of first.entries()) early.set(position, inputs[j].error === undefined ? answers[k++] : inputs[j]);
   }
@@ -358,13 +370,19 @@ function settle({ index, event }, position, answer, entries, state, { now, decid
     return;
   }
   const { receipt, workflow } = answer.writeSet;
-  const withOutput = answer.output === undefined || !receipt ? receipt : { ...receipt, result: { ...receipt.result, output: answer.output } };
+  const withOutput =
+    answer.output === undefined || !receipt ? receipt : { ...receipt, result: { ...receipt.result, output: answer.output } };
   if (withOutput) state.receipts.set(withOutput.eventId, { ...withOutput, recordedAt: now });
   if (workflow) applySet(state, workflow.id, workflow.set);
   let result = { ...resultOf(answer), fingerprint: answer.fingerprint };
   if (answer.outcome === 'duplicate-delivery') result = withOriginalOutput(result, splitOutput(state.receipts.get(event.eventId)).output);
   if (answer.output !== undefined) result.output = answer.output;
-  entries[position] = { index, decision: withOutput === receipt ? answer : { ...answer, writeSet: { ...answer.writeSet, receipt: withOutput } }, result, decided };
+  entries[position] = {
+    index,
+    decision: withOutput === receipt ? answer : { ...answer, writeSet: { ...answer.writeSet, receipt: withOutput } },
+    result,
+    decided,
+  };
 }
 
 /**
@@ -384,7 +402,10 @@ async function decideLosersAgain(tx, valid, entries, stored, state, writes, how)
   // The keys those reads answered stand; only the others the losers touch are read.
   const workflows = await readRest(tx, 'getWorkflows', workflowIds, written, workflowsNow, LOCKED);
   const receipts = await readRest(tx, 'getReceipts', eventIds, inserted, receiptsNow);
-  for (const [table, keys, fresh] of [['receipts', eventIds, receipts], ['workflows', workflowIds, workflows]]) {
+  for (const [table, keys, fresh] of [
+    ['receipts', eventIds, receipts],
+    ['workflows', workflowIds, workflows],
+  ]) {
     for (const key of keys) {
       if (fresh.has(key)) stored[table].set(key, fresh.get(key));
       else stored[table].delete(key);
@@ -400,7 +421,7 @@ async function readRest(tx, many, keys, done, read, how) {
   const answered = new Set(done);
   const rest = [...keys].filter((key) => !answered.has(key));
   if (rest.length === 0) return read;
-  return new Map([...read, ...await tx[many](rest, how)]);
+  return new Map([...read, ...(await tx[many](rest, how))]);
 }
 
 /**
@@ -409,7 +430,7 @@ async function readRest(tx, many, keys, done, read, how) {
  * event shares one: only these events' decisions depended on what was lost.
  */
 function touching(valid, eventIds, workflowIds) {
-  for (let grew = true; grew;) {
+  for (let grew = true; grew; ) {
     grew = false;
     for (const { event } of valid) {
       const hasEvent = eventIds.has(event.eventId);

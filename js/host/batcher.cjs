@@ -35,7 +35,12 @@ function createBatcher(options) {
   const { run } = given;
   if (typeof run !== 'function') throw misconfigured('run', 'run must be a function that takes one batch');
   if (given.onError !== undefined && typeof given.onError !== 'function') throw misconfigured('onError', 'onError must be a function');
-  const onError = given.onError ?? ((error) => queueMicrotask(() => { throw error; }));
+  const onError =
+    given.onError ??
+    ((error) =>
+      queueMicrotask(() => {
+        throw error;
+      }));
 
   let pending = [];
   let timer = null;
@@ -76,10 +81,12 @@ function createBatcher(options) {
         take();
         return Promise.resolve();
       }
-      return new Promise((resolve) => waiting.push(() => {
-        take();
-        resolve();
-      }));
+      return new Promise((resolve) =>
+        waiting.push(() => {
+          take();
+          resolve();
+        }),
+      );
     },
     /** Items waiting for their batch. */
     get held() {

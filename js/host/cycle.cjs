@@ -61,7 +61,10 @@ function metadataOf(metadata) {
   try {
     text = JSON.stringify(metadata);
   } catch (cause) {
-    throw new IdemflowError('INVALID_ARGUMENT', 'metadata must be JSON (no cycles, no bigints)', { details: { field: 'metadata', reason: 'not JSON' }, cause });
+    throw new IdemflowError('INVALID_ARGUMENT', 'metadata must be JSON (no cycles, no bigints)', {
+      details: { field: 'metadata', reason: 'not JSON' },
+      cause,
+    });
   }
   if (text.length > MAX_METADATA_UNITS || !text.isWellFormed()) {
     throw new IdemflowError('INVALID_ARGUMENT', `metadata must be well-formed JSON of at most ${MAX_METADATA_UNITS} characters`, {
@@ -75,11 +78,15 @@ function metadataOf(metadata) {
 function hooksOf(hooks) {
   if (hooks === undefined || hooks === null) return {};
   if (typeof hooks !== 'object') {
-    throw new IdemflowError('INVALID_ARGUMENT', 'hooks must be an object such as { onRaceRetry }', { details: { field: 'hooks', reason: 'not an object' } });
+    throw new IdemflowError('INVALID_ARGUMENT', 'hooks must be an object such as { onRaceRetry }', {
+      details: { field: 'hooks', reason: 'not an object' },
+    });
   }
   const copy = optionsOf(hooks, ['onRaceRetry'], 'hooks');
   if (copy.onRaceRetry !== undefined && typeof copy.onRaceRetry !== 'function') {
-    throw new IdemflowError('INVALID_ARGUMENT', 'hooks.onRaceRetry must be a function', { details: { field: 'hooks.onRaceRetry', reason: 'not a function' } });
+    throw new IdemflowError('INVALID_ARGUMENT', 'hooks.onRaceRetry must be a function', {
+      details: { field: 'hooks.onRaceRetry', reason: 'not a function' },
+    });
   }
   return copy;
 }
@@ -165,5 +172,15 @@ function withCorrelation(writeSet, metadata, traceContext) {
 }
 
 module.exports = {
-  PROCESS_OPTIONS, callOf, cyclesOf, callDeadline, metadataOf, hooksOf, isLostRace, noteLostRace, afterLostRace, resultOf, withCorrelation,
+  PROCESS_OPTIONS,
+  callOf,
+  cyclesOf,
+  callDeadline,
+  metadataOf,
+  hooksOf,
+  isLostRace,
+  noteLostRace,
+  afterLostRace,
+  resultOf,
+  withCorrelation,
 };

@@ -30,7 +30,6 @@ const MAX_ATTEMPT = 1000;
  */
 const DEFAULT_MAX_DELIVERIES = 20;
 
-
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
 
 /** The same error, marked as the worker's fault: a worker that sees it must stop. */
@@ -83,7 +82,9 @@ function listOf(value, name) {
   } catch (cause) {
     if (cause instanceof IdemflowError) throw cause;
     throw new IdemflowError('INVALID_ARGUMENT', `${name} cannot be read: ${messageOf(cause)}`, {
-      disposition: 'fatal', details: { field: name, reason: 'unreadable' }, cause,
+      disposition: 'fatal',
+      details: { field: name, reason: 'unreadable' },
+      cause,
     });
   }
 }
@@ -204,10 +205,14 @@ function createDeliveryHandler(store, handlerOptions) {
    */
   function attemptOf(rawAttempt, field) {
     if (!Number.isSafeInteger(rawAttempt) || rawAttempt < 1) {
-      throw new IdemflowError('INVALID_ARGUMENT', `${field} must be the delivery count, a whole number from 1 (the first delivery), not ${describe(rawAttempt)}`, {
-        disposition: 'fatal',
-        details: { field, reason: 'not a positive safe integer' },
-      });
+      throw new IdemflowError(
+        'INVALID_ARGUMENT',
+        `${field} must be the delivery count, a whole number from 1 (the first delivery), not ${describe(rawAttempt)}`,
+        {
+          disposition: 'fatal',
+          details: { field, reason: 'not a positive safe integer' },
+        },
+      );
     }
     return rawAttempt;
   }
@@ -230,12 +235,15 @@ function createDeliveryHandler(store, handlerOptions) {
    */
   function verdictOnError(error, eventId, attempt) {
     switch (error.disposition) {
-      case 'reject': return { action: 'dead-letter', error };
-      case 'reconcile': return { action: 'park', error };
+      case 'reject':
+        return { action: 'dead-letter', error };
+      case 'reconcile':
+        return { action: 'park', error };
       case 'retry':
         if (attempt >= maxDeliveries) return { action: 'park', error, deliveries: attempt, maxDeliveries };
         return { action: 'retry', error, retryAfterMs: retryAfterMs(eventId ?? error.code, Math.min(attempt, MAX_ATTEMPT)) };
-      default: throw asFatal(error);
+      default:
+        throw asFatal(error);
     }
   }
 
@@ -290,9 +298,10 @@ function createDeliveryHandler(store, handlerOptions) {
     const results = await processBatch(store, events, processOptions);
     for (const [j, result] of results.entries()) {
       const i = positions[j];
-      verdicts[i] = result.error === undefined
-        ? { action: 'ack', outcome: result.outcome, result }
-        : verdictOnError(result.error, eventIdOf(events[j]), counts[i]);
+      verdicts[i] =
+        result.error === undefined
+          ? { action: 'ack', outcome: result.outcome, result }
+          : verdictOnError(result.error, eventIdOf(events[j]), counts[i]);
     }
     return verdicts;
   }

@@ -28,7 +28,8 @@ function invalidArgument(message, field) {
 
 function bounded(value, field, { min, max, fallback }) {
   if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value < min || value > max) throw invalidArgument(`${field} must be a whole number from ${min} to ${max}`, field);
+  if (!Number.isSafeInteger(value) || value < min || value > max)
+    throw invalidArgument(`${field} must be a whole number from ${min} to ${max}`, field);
   return value;
 }
 
@@ -41,14 +42,19 @@ function text(value, field) {
 }
 
 function inProgress(key, retryAfterMs) {
-  return new IdemflowError('IDEMPOTENCY_KEY_IN_PROGRESS', `idempotency key ${key} is held by a call still running; retry in ${retryAfterMs} ms`, {
-    details: { key, retryAfterMs },
-  });
+  return new IdemflowError(
+    'IDEMPOTENCY_KEY_IN_PROGRESS',
+    `idempotency key ${key} is held by a call still running; retry in ${retryAfterMs} ms`,
+    {
+      details: { key, retryAfterMs },
+    },
+  );
 }
 
 /** `{ key, fingerprint }` of a call: a payload fingerprinted here, or a fingerprint made by fingerprintPayload(Text). */
 function requestOf(request) {
-  if (request === null || typeof request !== 'object') throw invalidArgument('idempotent takes { key, payload } (or { key, fingerprint })', 'request');
+  if (request === null || typeof request !== 'object')
+    throw invalidArgument('idempotent takes { key, payload } (or { key, fingerprint })', 'request');
   checkOptionKeys(request, ['key', 'payload', 'fingerprint'], 'idempotent');
   const key = text(request.key, 'key');
   const hasPayload = Object.hasOwn(request, 'payload');
@@ -73,14 +79,21 @@ function optionsOf(options) {
 const HELD = new WeakMap();
 
 function sleep(ms) {
-  return new Promise((resolve) => { setTimeout(resolve, ms); });
+  return new Promise((resolve) => {
+    setTimeout(resolve, ms);
+  });
 }
 
 /** `promise` or `ms`, whichever comes first; the timer does not outlive the wait. */
 async function waitAtMost(promise, ms) {
   let timer;
   try {
-    await Promise.race([promise, new Promise((resolve) => { timer = setTimeout(resolve, ms); })]);
+    await Promise.race([
+      promise,
+      new Promise((resolve) => {
+        timer = setTimeout(resolve, ms);
+      }),
+    ]);
   } finally {
     clearTimeout(timer);
   }
@@ -108,7 +121,12 @@ async function holdInProcess(store, key, deadline, retryAfterMs, fn) {
     await waitAtMost(holder.done, left);
   }
   let release;
-  const holder = { running: false, done: new Promise((resolve) => { release = resolve; }) };
+  const holder = {
+    running: false,
+    done: new Promise((resolve) => {
+      release = resolve;
+    }),
+  };
   held.set(key, holder);
   try {
     return await fn(holder);
@@ -140,10 +158,11 @@ async function idempotent(store, request, work, options) {
   const cycles = 1 + (raceRetries ?? store.raceRetries ?? DEFAULT_RACE_RETRIES);
   const deadline = Date.now() + waitMs;
   /** The core's decision on what is stored under the key: run, replay, or a conflict thrown. */
-  const decide = (stored) => JSON.parse(call(() => wasm.decideKey(JSON.stringify({ key, fingerprint, storedFingerprint: stored?.fingerprint ?? null }))));
+  const decide = (stored) =>
+    JSON.parse(call(() => wasm.decideKey(JSON.stringify({ key, fingerprint, storedFingerprint: stored?.fingerprint ?? null }))));
   const replay = (stored) => ({ output: stored.result?.output ?? null, replayed: true, recordedAt: stored.recordedAt, key, fingerprint });
   return holdInProcess(store, key, deadline, retryAfterMs, async (holder) => {
-    for (let cycle = 1; ;) {
+    for (let cycle = 1; ; ) {
       let outcome;
       try {
         outcome = await store.transaction(async (tx) => {
@@ -152,7 +171,9 @@ async function idempotent(store, request, work, options) {
           if (!(await tx._tryHoldKey(key))) {
             // Another process holds the key: it may only be reading a record that is there.
             const stored = await tx.getReceipt(key);
-            return stored === null ? HELD_ELSEWHERE : (decide(stored), replay(stored));
+            if (stored === null) return HELD_ELSEWHERE;
+            decide(stored);
+            return replay(stored);
           }
           const stored = await tx.getReceipt(key);
           const decision = decide(stored);
@@ -161,7 +182,9 @@ async function idempotent(store, request, work, options) {
           // The core's receipt, committed as a decision's is: work runs where onApplied would,
           // and what it returns (checked as onApplied's output, within this call's bound) is kept.
           const recordedAt = store.now();
-          const output = await tx.commitDecided({ receipt: decision.receipt, workflow: null, outbox: [] }, async () => outputOf(await work(tx), maxOutputBytes));
+          const output = await tx.commitDecided({ receipt: decision.receipt, workflow: null, outbox: [] }, async () =>
+            outputOf(await work(tx), maxOutputBytes),
+          );
           return { output, replayed: false, recordedAt, key, fingerprint };
         });
       } catch (error) {

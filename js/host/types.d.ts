@@ -1,6 +1,23 @@
 // Types of the host cycle: stores and their transactions, processEvent and processBatch, onApplied, the keyed mode, the delivery handler and the batcher, exclusive locks.
 
-import type { DepositConfirmedEvent, EventInput, IdemflowError, JsonValue, NormalizedEvent, OperationMetadata, OutboxOperation, Outcome, ProcessHooks, ProcessResult, Receipt, RuleSetOption, StoredReceipt, Workflow, WorkflowWrite, WriteSet } from '../core/types.js';
+import type {
+  DepositConfirmedEvent,
+  EventInput,
+  IdemflowError,
+  JsonValue,
+  NormalizedEvent,
+  OperationMetadata,
+  OutboxOperation,
+  Outcome,
+  ProcessHooks,
+  ProcessResult,
+  Receipt,
+  RuleSetOption,
+  StoredReceipt,
+  Workflow,
+  WorkflowWrite,
+  WriteSet,
+} from '../core/types.js';
 
 /**
  * The transaction the keyed mode hands `work` when the store's own type does not say
@@ -19,7 +36,9 @@ export interface KeyedTransaction extends StoreTransaction {
 }
 
 /** One keyed call: `payload` (any JSON value, fingerprinted here) or a `fingerprint` made by fingerprintPayload(Text). */
-export type KeyedRequest = { key: string; payload: unknown; fingerprint?: undefined } | { key: string; fingerprint: string; payload?: undefined };
+export type KeyedRequest =
+  | { key: string; payload: unknown; fingerprint?: undefined }
+  | { key: string; fingerprint: string; payload?: undefined };
 
 export interface KeyedOptions {
   /** How long a call waits for another holding the key before IDEMPOTENCY_KEY_IN_PROGRESS (default 0: at once). */
@@ -61,7 +80,9 @@ export function idempotent<S extends Store, T>(
 
 /** The transaction a store hands `fn` (PostgresTransaction, SqliteTransaction, …), or KeyedTransaction when its type does not say. */
 export type TransactionOf<S> = S extends { transaction<R>(fn: (tx: infer Tx) => Promise<R>, options?: TransactionOptions): Promise<R> }
-  ? (Tx extends { readonly client: unknown } ? Tx : KeyedTransaction)
+  ? Tx extends { readonly client: unknown }
+    ? Tx
+    : KeyedTransaction
   : KeyedTransaction;
 
 /**
@@ -113,8 +134,11 @@ export interface AppliedDecision {
  * delivery's output (a JSON value of at most 16 KiB, kept in the receipt and answered to every later
  * duplicate); a throw rolls everything back (an IdemflowError as thrown, anything else HANDLER_FAILED).
  */
+// biome-ignore lint/suspicious/noExplicitAny: a store's own transaction type narrows it; untyped, the callback takes any
+// biome-ignore lint/suspicious/noConfusingVoidType: a callback that returns nothing keeps no output
 export type OnApplied<Tx = any> = (tx: Tx, decision: AppliedDecision) => JsonValue | void | Promise<JsonValue | void>;
 
+// biome-ignore lint/suspicious/noExplicitAny: as OnApplied
 export interface ProcessOptions<Tx = any> extends RuleSetOption {
   /** How many times the read-decide-write cycle runs again when a concurrent writer wins (default 4). */
   raceRetries?: number;
@@ -136,7 +160,6 @@ export type BatchResult = ProcessResult | { error: IdemflowError };
 export function processBatch(store: Store, events: readonly EventInput[], options?: ProcessOptions): Promise<BatchResult[]>;
 export function processDepositConfirmed(store: Store, event: DepositConfirmedEvent, options?: ProcessOptions): Promise<ProcessResult>;
 export function commitWriteSet(tx: StoreTransaction, writeSet: WriteSet): Promise<void>;
-
 
 /** A message as a broker hands it over: the raw body (a Buffer is a Uint8Array), or an object already parsed. */
 export type DeliveryMessage = Uint8Array | string | object;

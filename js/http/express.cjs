@@ -15,7 +15,7 @@ const { hmacSignature, signPayload } = require('./signature.cjs');
  * `express.json({ verify: rawBody })` when the parser runs before the
  * middleware (the fingerprint then covers those bytes, not the parsed object).
  */
-function rawBody(req, res, buffer) {
+function rawBody(req, _res, buffer) {
   req.rawBody = buffer;
 }
 
@@ -80,17 +80,20 @@ function holdResponse(res, finish) {
     if (typeof chunk !== 'function') chunks.push(toBuffer(chunk, typeof encoding === 'function' ? undefined : encoding));
     Object.assign(res, original);
     const response = { status: res.statusCode, headers: res.getHeaders(), body: Buffer.concat(chunks) };
-    finish(response).then((answer) => {
-      if (answer !== response) {
-        for (const name of res.getHeaderNames()) res.removeHeader(name);
-        for (const [name, value] of Object.entries(answer.headers)) res.setHeader(name, value);
-        res.setHeader('content-length', answer.body.length);
-      }
-      res.statusCode = answer.status;
-      res.end(answer.body, done);
-    }, (error) => {
-      res.destroy(error);
-    });
+    finish(response).then(
+      (answer) => {
+        if (answer !== response) {
+          for (const name of res.getHeaderNames()) res.removeHeader(name);
+          for (const [name, value] of Object.entries(answer.headers)) res.setHeader(name, value);
+          res.setHeader('content-length', answer.body.length);
+        }
+        res.statusCode = answer.status;
+        res.end(answer.body, done);
+      },
+      (error) => {
+        res.destroy(error);
+      },
+    );
     return res;
   };
 }
@@ -117,7 +120,11 @@ function idempotency(options) {
       step = await middleware.begin({ method: req.method, url: req.originalUrl ?? req.url, headers: req.headers, body });
     } catch (error) {
       if (error instanceof HttpRefusal) {
-        sendNode(res, { status: error.status, headers: { 'content-type': 'application/json; charset=utf-8', ...error.headers }, body: JSON.stringify({ error: { reason: error.reason, message: error.message } }) });
+        sendNode(res, {
+          status: error.status,
+          headers: { 'content-type': 'application/json; charset=utf-8', ...error.headers },
+          body: JSON.stringify({ error: { reason: error.reason, message: error.message } }),
+        });
         return;
       }
       next(error);

@@ -2,7 +2,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyContext, IdempotencyOptions } from '../index.js';
 
-export type { IdempotencyContext, IdempotencyOptions, WebhookReceiver, WebhookReceiverOptions, HmacSignatureOptions } from '../index.js';
+export type { HmacSignatureOptions, IdempotencyContext, IdempotencyOptions, WebhookReceiver, WebhookReceiverOptions } from '../index.js';
 export { createWebhookReceiver, hmacSignature, signPayload } from '../index.js';
 
 /** A request the middleware has seen: the client's bytes, and the keyed context when it runs the handler. */

@@ -24,7 +24,7 @@ function copyBody(request, payload, maxBytes) {
   const chunks = [];
   let length = 0;
   const copy = new Transform({
-    transform(chunk, encoding, callback) {
+    transform(chunk, _encoding, callback) {
       length += chunk.length;
       if (length <= maxBytes) chunks.push(chunk);
       // Fastify compares what arrived with Content-Length through this property.
@@ -54,7 +54,11 @@ async function bytesOf(payload) {
 }
 
 function tooLarge(maxBytes) {
-  return { status: 413, headers: { 'content-type': 'application/json; charset=utf-8' }, body: JSON.stringify({ error: { reason: 'too-large', message: `at most ${maxBytes} bytes of body` } }) };
+  return {
+    status: 413,
+    headers: { 'content-type': 'application/json; charset=utf-8' },
+    body: JSON.stringify({ error: { reason: 'too-large', message: `at most ${maxBytes} bytes of body` } }),
+  };
 }
 
 function send(reply, { status, headers, body }) {
@@ -85,10 +89,11 @@ function idempotency(fastify, options, done) {
     if (!routes.has(config)) routes.set(config, createIdempotency({ ...config, store: base.settings.store }, base.settings));
     return routes.get(config);
   };
-  const applies = (request, middleware) => middleware !== null && middleware.settings.methods.includes(request.method)
-    && (middleware.settings.required || Boolean(request.headers[middleware.settings.header]));
+  const applies = (request, middleware) =>
+    middleware?.settings.methods.includes(request.method) &&
+    (middleware.settings.required || Boolean(request.headers[middleware.settings.header]));
 
-  fastify.addHook('preParsing', async (request, reply, payload) => {
+  fastify.addHook('preParsing', async (request, _reply, payload) => {
     const middleware = middlewareOf(request);
     request[MIDDLEWARE] = middleware;
     if (!applies(request, middleware)) return payload;
@@ -139,7 +144,7 @@ function webhook(fastify, { receiver, url }, done) {
     return;
   }
   fastify.removeAllContentTypeParsers();
-  fastify.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: receiver.maxBytes }, (request, body, parsed) => parsed(null, body));
+  fastify.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: receiver.maxBytes }, (_request, body, parsed) => parsed(null, body));
   fastify.post(url, async (request, reply) => {
     const answer = await receiver.receive({ method: request.method, headers: request.headers, body: request.body ?? Buffer.alloc(0) });
     return send(reply, { ...answer, body: answer.body });

@@ -2,7 +2,7 @@
 import type { FastifyPluginCallback } from 'fastify';
 import type { IdempotencyContext, IdempotencyOptions, WebhookReceiver } from '../index.js';
 
-export type { IdempotencyContext, IdempotencyOptions, WebhookReceiver, WebhookReceiverOptions, HmacSignatureOptions } from '../index.js';
+export type { HmacSignatureOptions, IdempotencyContext, IdempotencyOptions, WebhookReceiver, WebhookReceiverOptions } from '../index.js';
 export { createWebhookReceiver, hmacSignature, signPayload } from '../index.js';
 
 /** A route's own settings (`config: { idempotency }`): the plugin's, overridden; false turns it off. */

@@ -37,26 +37,44 @@ function misconfigured(message, field) {
 }
 
 function whole(value, field, min, max) {
-  if (!Number.isSafeInteger(value) || value < min || value > max) throw misconfigured(`${field} must be a whole number from ${min} to ${max}`, field);
+  if (!Number.isSafeInteger(value) || value < min || value > max)
+    throw misconfigured(`${field} must be a whole number from ${min} to ${max}`, field);
   return value;
 }
 
 function names(list, field) {
-  if (!Array.isArray(list) || !list.every((name) => typeof name === 'string' && name.length > 0)) throw misconfigured(`${field} must be an array of names`, field);
+  if (!Array.isArray(list) || !list.every((name) => typeof name === 'string' && name.length > 0))
+    throw misconfigured(`${field} must be an array of names`, field);
   return list.map((name) => name.toLowerCase());
 }
 
 /** The options, checked once (a route's overrides go through here too). */
 function settingsOf(options, base = null) {
-  const known = ['store', 'header', 'required', 'methods', 'storeHeaders', 'replayHeader', 'waitMs', 'retryAfterMs', 'maxBodyBytes', 'maxResponseBytes', 'scope'];
+  const known = [
+    'store',
+    'header',
+    'required',
+    'methods',
+    'storeHeaders',
+    'replayHeader',
+    'waitMs',
+    'retryAfterMs',
+    'maxBodyBytes',
+    'maxResponseBytes',
+    'scope',
+  ];
   checkOptionKeys(options, known, 'idempotency');
   const given = { ...(base ?? DEFAULTS), ...(options ?? {}) };
   const { store } = given;
-  if (store === null || typeof store !== 'object' || typeof store.transaction !== 'function') throw misconfigured('idempotency needs an idemflow store', 'store');
-  if (typeof given.header !== 'string' || !/^[A-Za-z0-9-]+$/.test(given.header)) throw misconfigured('header must be a header name', 'header');
+  if (store === null || typeof store !== 'object' || typeof store.transaction !== 'function')
+    throw misconfigured('idempotency needs an idemflow store', 'store');
+  if (typeof given.header !== 'string' || !/^[A-Za-z0-9-]+$/.test(given.header))
+    throw misconfigured('header must be a header name', 'header');
   if (typeof given.required !== 'boolean') throw misconfigured('required must be true or false', 'required');
-  if (typeof given.replayHeader !== 'string' || !/^[A-Za-z0-9-]+$/.test(given.replayHeader)) throw misconfigured('replayHeader must be a header name', 'replayHeader');
-  if (given.scope !== undefined && typeof given.scope !== 'function') throw misconfigured('scope must be a function of the request', 'scope');
+  if (typeof given.replayHeader !== 'string' || !/^[A-Za-z0-9-]+$/.test(given.replayHeader))
+    throw misconfigured('replayHeader must be a header name', 'replayHeader');
+  if (given.scope !== undefined && typeof given.scope !== 'function')
+    throw misconfigured('scope must be a function of the request', 'scope');
   return {
     store,
     header: given.header.toLowerCase(),
@@ -94,11 +112,19 @@ function answerOfError(error, header, key) {
   const coded = (message, extra) => ({ error: { code: error.code, disposition: error.disposition, message, ...extra } });
   switch (error.code) {
     case 'IDEMPOTENCY_KEY_CONFLICT':
-      return jsonAnswer(422, coded(`${header} ${key} was used for another request (method, URL or body)`, { reason: 'idempotency-key-reused' }));
+      return jsonAnswer(
+        422,
+        coded(`${header} ${key} was used for another request (method, URL or body)`, { reason: 'idempotency-key-reused' }),
+      );
     case 'IDEMPOTENCY_KEY_IN_PROGRESS':
-      return jsonAnswer(409, coded(`a request with ${header} ${key} is still being processed`, {
-        reason: 'idempotency-key-in-progress', retryAfterMs: error.details.retryAfterMs,
-      }), { 'retry-after': retryAfter(error.details.retryAfterMs) });
+      return jsonAnswer(
+        409,
+        coded(`a request with ${header} ${key} is still being processed`, {
+          reason: 'idempotency-key-in-progress',
+          retryAfterMs: error.details.retryAfterMs,
+        }),
+        { 'retry-after': retryAfter(error.details.retryAfterMs) },
+      );
     case 'STORE_UNAVAILABLE':
     case 'CONCURRENT_UPDATE':
       return jsonAnswer(503, errorBody(error), { 'retry-after': '1' });
@@ -142,12 +168,14 @@ function storedResponse(response, storeHeaders) {
     if (response.headers[name] !== undefined) headers[name] = headerValue(response.headers[name]);
   }
   const text = response.body.toString('utf8');
-  const body = Buffer.from(text, 'utf8').equals(response.body) && text.isWellFormed() ? { text } : { base64: response.body.toString('base64') };
+  const body =
+    Buffer.from(text, 'utf8').equals(response.body) && text.isWellFormed() ? { text } : { base64: response.body.toString('base64') };
   return { status: response.status, headers, body };
 }
 
 function replayOf(output, replayHeader) {
-  const body = typeof output.body?.text === 'string' ? Buffer.from(output.body.text, 'utf8') : Buffer.from(output.body?.base64 ?? '', 'base64');
+  const body =
+    typeof output.body?.text === 'string' ? Buffer.from(output.body.text, 'utf8') : Buffer.from(output.body?.base64 ?? '', 'base64');
   return { status: output.status, headers: { ...output.headers, [replayHeader]: 'true' }, body };
 }
 
@@ -157,7 +185,10 @@ class NotKept extends Error {}
 function deferred() {
   let resolve;
   let reject;
-  const promise = new Promise((res, rej) => { resolve = res; reject = rej; });
+  const promise = new Promise((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
   return { promise, resolve, reject };
 }
 
@@ -173,7 +204,8 @@ function deferred() {
  */
 function createIdempotency(options, base = null) {
   const settings = settingsOf(options, base);
-  const { store, header, required, methods, storeHeaders, replayHeader, waitMs, retryAfterMs, maxBodyBytes, maxResponseBytes, scope } = settings;
+  const { store, header, required, methods, storeHeaders, replayHeader, waitMs, retryAfterMs, maxBodyBytes, maxResponseBytes, scope } =
+    settings;
 
   async function begin(request) {
     const method = String(request.method).toUpperCase();
@@ -185,7 +217,10 @@ function createIdempotency(options, base = null) {
     }
     const key = Array.isArray(given) ? given[0] : given;
     if (typeof key !== 'string' || key.length > MAX_KEY_LENGTH || !/^[\x21-\x7e]+$/.test(key)) {
-      return { action: 'answer', response: refusal(400, 'idempotency-key-invalid', `${header} must be 1 to ${MAX_KEY_LENGTH} visible ASCII characters`) };
+      return {
+        action: 'answer',
+        response: refusal(400, 'idempotency-key-invalid', `${header} must be 1 to ${MAX_KEY_LENGTH} visible ASCII characters`),
+      };
     }
     if (request.body.length > maxBodyBytes) {
       return { action: 'answer', response: refusal(413, 'too-large', `at most ${maxBodyBytes} bytes of body`, { connection: 'close' }) };
@@ -198,24 +233,38 @@ function createIdempotency(options, base = null) {
     const answered = deferred();
     let context = null;
     let entered = false;
-    const call = idempotent(store, { key: recordKey, fingerprint }, async (tx) => {
-      // A driver that runs a transaction's function again by itself (MongoDB's withTransaction
-      // after a transient error) must not keep the answer of a handler whose writes rolled back.
-      if (entered) {
-        throw new IdemflowError('CONCURRENT_UPDATE', 'the transaction ran again after the handler had answered', { details: { reason: 'transaction-retried' } });
-      }
-      entered = true;
-      let final = false;
-      context = { key, tx, client: tx.client, final: () => { final = true; } };
-      started.resolve({ action: 'run' });
-      const response = await answered.promise;
-      // A 5xx leaves the key free for the retry, unless the handler said its answer is final.
-      if (response.status >= 500 && !final) throw new NotKept('not kept');
-      if (response.body.length > maxResponseBytes) throw new NotKept('too large');
-      return storedResponse(response, storeHeaders);
-      // A lost race (a deadlock, a serialization failure) must not run the cycle again: the handler
-      // has answered once, and its writes rolled back with the first try. The client retries (503).
-    }, { waitMs, retryAfterMs, maxOutputBytes: MAX_STORED_BYTES, raceRetries: 0 });
+    const call = idempotent(
+      store,
+      { key: recordKey, fingerprint },
+      async (tx) => {
+        // A driver that runs a transaction's function again by itself (MongoDB's withTransaction
+        // after a transient error) must not keep the answer of a handler whose writes rolled back.
+        if (entered) {
+          throw new IdemflowError('CONCURRENT_UPDATE', 'the transaction ran again after the handler had answered', {
+            details: { reason: 'transaction-retried' },
+          });
+        }
+        entered = true;
+        let final = false;
+        context = {
+          key,
+          tx,
+          client: tx.client,
+          final: () => {
+            final = true;
+          },
+        };
+        started.resolve({ action: 'run' });
+        const response = await answered.promise;
+        // A 5xx leaves the key free for the retry, unless the handler said its answer is final.
+        if (response.status >= 500 && !final) throw new NotKept('not kept');
+        if (response.body.length > maxResponseBytes) throw new NotKept('too large');
+        return storedResponse(response, storeHeaders);
+        // A lost race (a deadlock, a serialization failure) must not run the cycle again: the handler
+        // has answered once, and its writes rolled back with the first try. The client retries (503).
+      },
+      { waitMs, retryAfterMs, maxOutputBytes: MAX_STORED_BYTES, raceRetries: 0 },
+    );
     const settled = call.then(
       (result) => {
         if (result.replayed) started.resolve({ action: 'answer', response: replayOf(result.output, replayHeader) });

@@ -17,7 +17,12 @@ class HttpRefusal extends Error {
 
 function tooLarge(bytes, maxBytes) {
   // The rest of an oversized body is never read: the connection closes after the answer.
-  return new HttpRefusal(413, 'too-large', `the body is ${bytes === null ? 'more than' : ''}${bytes ?? maxBytes} bytes; at most ${maxBytes} are read`, { connection: 'close' });
+  return new HttpRefusal(
+    413,
+    'too-large',
+    `the body is ${bytes === null ? 'more than' : ''}${bytes ?? maxBytes} bytes; at most ${maxBytes} are read`,
+    { connection: 'close' },
+  );
 }
 
 /**
@@ -37,7 +42,9 @@ function readRawBody(req, maxBytes) {
     }
   }
   if (req.readableEnded || req.complete) {
-    return Promise.reject(new HttpRefusal(500, 'body-consumed', 'the request body was read before idemflow saw it: mount idemflow before any body parser'));
+    return Promise.reject(
+      new HttpRefusal(500, 'body-consumed', 'the request body was read before idemflow saw it: mount idemflow before any body parser'),
+    );
   }
   const declared = Number(req.headers['content-length']);
   if (Number.isSafeInteger(declared) && declared > maxBytes) return Promise.reject(tooLarge(declared, maxBytes));
@@ -94,7 +101,11 @@ function bodyKept(body, maxBytes) {
   if (body instanceof Uint8Array) bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
   else if (typeof body === 'string') bytes = Buffer.from(body, 'utf8');
   else {
-    throw new HttpRefusal(500, 'body-parsed', 'a body parser turned the request body into an object before idemflow saw it, so the bytes the client sent are gone: mount idemflow before express.json(), or use express.raw()');
+    throw new HttpRefusal(
+      500,
+      'body-parsed',
+      'a body parser turned the request body into an object before idemflow saw it, so the bytes the client sent are gone: mount idemflow before express.json(), or use express.raw()',
+    );
   }
   if (bytes.length > maxBytes) throw tooLarge(bytes.length, maxBytes);
   return bytes;

@@ -63,7 +63,8 @@ function hmacSignature(options) {
   const { secret, header = DEFAULT_HEADER, toleranceSeconds = DEFAULT_TOLERANCE_SECONDS, now = Date.now } = options ?? {};
   const secrets = secretsOf(secret);
   if (typeof header !== 'string' || header.length === 0) throw misconfigured('header must be a header name', 'header');
-  if (!Number.isSafeInteger(toleranceSeconds) || toleranceSeconds < 1) throw misconfigured('toleranceSeconds must be a whole number of at least 1', 'toleranceSeconds');
+  if (!Number.isSafeInteger(toleranceSeconds) || toleranceSeconds < 1)
+    throw misconfigured('toleranceSeconds must be a whole number of at least 1', 'toleranceSeconds');
   if (typeof now !== 'function') throw misconfigured('now must be a function returning ms since the epoch', 'now');
   const name = header.toLowerCase();
   return function verifySignature({ headers, body }) {

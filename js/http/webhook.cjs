@@ -38,7 +38,10 @@ async function verdictOfSignature(verify, request) {
   }
   if (answer === true) return { ok: true };
   if (answer !== null && typeof answer === 'object' && answer.ok === true) return { ok: true };
-  return { ok: false, reason: answer !== null && typeof answer === 'object' && typeof answer.reason === 'string' ? answer.reason : 'refused' };
+  return {
+    ok: false,
+    reason: answer !== null && typeof answer === 'object' && typeof answer.reason === 'string' ? answer.reason : 'refused',
+  };
 }
 
 /**
@@ -56,7 +59,10 @@ function createWebhookReceiver(handle, options) {
   checkOptionKeys(options, ['verify', 'park', 'maxBytes', 'context'], 'createWebhookReceiver');
   const { verify, park, maxBytes = DEFAULT_MAX_BYTES, context = () => ({}) } = options ?? {};
   if (verify !== false && typeof verify !== 'function') {
-    throw misconfigured('verify must be a function checking the signature of the raw body (hmacSignature gives one), or false to accept unsigned requests', 'verify');
+    throw misconfigured(
+      'verify must be a function checking the signature of the raw body (hmacSignature gives one), or false to accept unsigned requests',
+      'verify',
+    );
   }
   if (typeof park !== 'function') throw misconfigured('park must be a function that stores a delivery a person must look at', 'park');
   if (!Number.isSafeInteger(maxBytes) || maxBytes < 1) throw misconfigured('maxBytes must be a whole number of at least 1', 'maxBytes');
@@ -76,7 +82,9 @@ function createWebhookReceiver(handle, options) {
       case 'ack':
         return json(200, { outcome: verdict.outcome });
       case 'retry':
-        return json(503, errorBody(verdict.error, { retryAfterMs: verdict.retryAfterMs }), { 'retry-after': String(retryAfterSeconds(verdict.retryAfterMs)) });
+        return json(503, errorBody(verdict.error, { retryAfterMs: verdict.retryAfterMs }), {
+          'retry-after': String(retryAfterSeconds(verdict.retryAfterMs)),
+        });
       case 'dead-letter':
         return json(400, errorBody(verdict.error));
       case 'park':

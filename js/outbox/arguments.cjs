@@ -17,7 +17,16 @@ const MAX_CONCURRENCY = 1000;
 const DEFAULT_POLL_INTERVAL_MS = 1000;
 // With the default poll interval, a look for unhandled types about once a minute when idle.
 const DEFAULT_TYPE_CHECK_POLLS = 60;
-const CONSUMER_OPTIONS = [...POLICY_OPTIONS, 'concurrency', 'pollIntervalMs', 'owner', 'now', 'autoRenew', 'typeCheckPolls', 'backlogIntervalMs'];
+const CONSUMER_OPTIONS = [
+  ...POLICY_OPTIONS,
+  'concurrency',
+  'pollIntervalMs',
+  'owner',
+  'now',
+  'autoRenew',
+  'typeCheckPolls',
+  'backlogIntervalMs',
+];
 
 // The core keeps 1000 characters of an error; this only bounds what crosses into wasm.
 const MAX_MESSAGE_UNITS = 8000;
@@ -75,7 +84,9 @@ async function settlesWithin(promise, ms) {
     return true;
   }
   let timer;
-  const timeout = new Promise((resolve) => { timer = setTimeout(resolve, ms, false); });
+  const timeout = new Promise((resolve) => {
+    timer = setTimeout(resolve, ms, false);
+  });
   try {
     return await Promise.race([promise.then(() => true), timeout]);
   } finally {
@@ -97,11 +108,16 @@ function tally(outcomes) {
 }
 
 function readHandlers(handlers) {
-  const entries = handlers instanceof Map ? [...handlers] : handlers !== null && typeof handlers === 'object' ? Object.entries(handlers) : null;
+  const entries =
+    handlers instanceof Map ? [...handlers] : handlers !== null && typeof handlers === 'object' ? Object.entries(handlers) : null;
   if (entries === null || entries.length === 0) {
-    throw invalidArgument('handlers must map each operation type to a function, e.g. { START_EXCHANGE: async (operation, { idempotencyKey }) => {...} }', {
-      field: 'handlers', reason: 'no handlers',
-    });
+    throw invalidArgument(
+      'handlers must map each operation type to a function, e.g. { START_EXCHANGE: async (operation, { idempotencyKey }) => {...} }',
+      {
+        field: 'handlers',
+        reason: 'no handlers',
+      },
+    );
   }
   for (const [type, handler] of entries) {
     if (typeof type !== 'string' || type.length === 0 || typeof handler !== 'function') {
@@ -126,7 +142,11 @@ function consumerSettings(store, handlers, options = {}) {
   }
   const missing = STORE_METHODS.filter((name) => typeof store[name] !== 'function');
   if (missing.length > 0) {
-    throw invalidArgument(`store does not implement the outbox interface: missing ${missing.join(', ')}`, { field: 'store', reason: 'missing methods', missing });
+    throw invalidArgument(`store does not implement the outbox interface: missing ${missing.join(', ')}`, {
+      field: 'store',
+      reason: 'missing methods',
+      missing,
+    });
   }
   const opts = options ?? {};
   if (typeof opts !== 'object') throw invalidArgument('options must be an object', { field: 'options', reason: 'not an object' });
@@ -135,7 +155,10 @@ function consumerSettings(store, handlers, options = {}) {
     throw invalidArgument('options.owner must be a non-empty string', { field: 'owner', reason: 'not a non-empty string' });
   }
   if (opts.now !== undefined && typeof opts.now !== 'function') {
-    throw invalidArgument('options.now must be a function returning milliseconds since the epoch', { field: 'now', reason: 'not a function' });
+    throw invalidArgument('options.now must be a function returning milliseconds since the epoch', {
+      field: 'now',
+      reason: 'not a function',
+    });
   }
   if (opts.autoRenew !== undefined && typeof opts.autoRenew !== 'boolean') {
     throw invalidArgument('options.autoRenew must be a boolean', { field: 'autoRenew', reason: 'not a boolean' });
@@ -171,7 +194,19 @@ function stopSettings(options) {
 /** drain()'s `{ maxRounds }`. */
 function drainSettings(options) {
   checkOptionKeys(options, ['maxRounds'], 'consumer.drain');
-  return { maxRounds: wholeOption((options ?? {}).maxRounds, 'maxRounds', 1000, 1, Number.MAX_SAFE_INTEGER) };
+  return { maxRounds: wholeOption(options?.maxRounds, 'maxRounds', 1000, 1, Number.MAX_SAFE_INTEGER) };
 }
 
-module.exports = { STORE_METHODS, consumerSettings, stopSettings, drainSettings, invalidArgument, describeFailure, settlesWithin, emptyTally, tally, readHandlers, wholeOption };
+module.exports = {
+  STORE_METHODS,
+  consumerSettings,
+  stopSettings,
+  drainSettings,
+  invalidArgument,
+  describeFailure,
+  settlesWithin,
+  emptyTally,
+  tally,
+  readHandlers,
+  wholeOption,
+};

@@ -9,9 +9,31 @@
 const { EventEmitter } = require('node:events');
 const { IdemflowError } = require('../core/errors.cjs');
 const telemetry = require('../core/telemetry.cjs');
-const { STORE_METHODS, consumerSettings, describeFailure, drainSettings, emptyTally, invalidArgument, settlesWithin, stopSettings, tally } = require('./arguments.cjs');
+const {
+  STORE_METHODS,
+  consumerSettings,
+  describeFailure,
+  drainSettings,
+  emptyTally,
+  invalidArgument,
+  settlesWithin,
+  stopSettings,
+  tally,
+} = require('./arguments.cjs');
 
-const EVENTS = Object.freeze(['claimed', 'done', 'retry-scheduled', 'dead', 'released', 'lease-lost', 'stale-completion', 'store-error', 'stopped', 'quarantined', 'unhandled-type']);
+const EVENTS = Object.freeze([
+  'claimed',
+  'done',
+  'retry-scheduled',
+  'dead',
+  'released',
+  'lease-lost',
+  'stale-completion',
+  'store-error',
+  'stopped',
+  'quarantined',
+  'unhandled-type',
+]);
 // What the consumer recorded, as the idemflow.outbox.operations counter names it (the events' names).
 const RESULT_NAMES = { done: 'done', retry: 'retry-scheduled', dead: 'dead', release: 'released', stale: 'stale-completion' };
 
@@ -205,7 +227,9 @@ class OutboxConsumer extends EventEmitter {
       this.emit(name, payload);
     } catch (error) {
       // A listener's bug must not corrupt the consumer's bookkeeping; it surfaces as an uncaught exception.
-      process.nextTick(() => { throw error; });
+      process.nextTick(() => {
+        throw error;
+      });
     }
   }
 
@@ -219,7 +243,10 @@ class OutboxConsumer extends EventEmitter {
 
   #claimRound() {
     const round = this.#claiming.then(() => this.#claimNow());
-    this.#claiming = round.then(() => undefined, () => undefined);
+    this.#claiming = round.then(
+      () => undefined,
+      () => undefined,
+    );
     return round;
   }
 
@@ -230,7 +257,12 @@ class OutboxConsumer extends EventEmitter {
     const now = this.#clock();
     const leaseExpiresAt = this.#policy.leaseExpiresAt(now);
     const claimed = await this.#store.claimOperations({
-      owner: this.#owner, now, leaseExpiresAt, limit: free, types: this.#types, onQuarantine: (report) => this.#quarantined(report),
+      owner: this.#owner,
+      now,
+      leaseExpiresAt,
+      limit: free,
+      types: this.#types,
+      onQuarantine: (report) => this.#quarantined(report),
     });
     if (!Array.isArray(claimed)) {
       throw new IdemflowError('INVALID_RECORD', 'claimOperations must resolve to an array of operations', {
@@ -253,7 +285,8 @@ class OutboxConsumer extends EventEmitter {
 
   /** Releases a claim unrun (pending, due now, the attempt given back); if that fails, its lease expires. */
   #giveBack(operation) {
-    const release = this.#store.releaseOperation({ id: operation.id, fencingToken: operation.fencingToken, now: this.#clock() })
+    const release = this.#store
+      .releaseOperation({ id: operation.id, fencingToken: operation.fencingToken, now: this.#clock() })
       .catch((error) => this.#emit('store-error', { operationId: operation.id, type: operation.type, during: 'release', error }))
       .finally(() => this.#releasing.delete(release));
     release.operationId = operation.id;
@@ -320,7 +353,11 @@ class OutboxConsumer extends EventEmitter {
         verdict = admission;
       } else if (handler === undefined) {
         // The store ignored the types filter: give the claim back to a consumer that can run it.
-        this.#emit('store-error', { ...base, during: 'claim', error: invalidArgument(`no handler for operation type ${operation.type}`, { reason: 'no handler' }) });
+        this.#emit('store-error', {
+          ...base,
+          during: 'claim',
+          error: invalidArgument(`no handler for operation type ${operation.type}`, { reason: 'no handler' }),
+        });
         verdict = { verdict: 'release' };
       } else {
         const result = await this.#runHandler(entry, handler);
@@ -369,7 +406,12 @@ class OutboxConsumer extends EventEmitter {
           recorded = await this.#store.completeOperation(key);
           break;
         case 'retry':
-          recorded = await this.#store.failOperation({ ...key, status: 'pending', nextAttemptAt: verdict.nextAttemptAt, lastError: verdict.lastError });
+          recorded = await this.#store.failOperation({
+            ...key,
+            status: 'pending',
+            nextAttemptAt: verdict.nextAttemptAt,
+            lastError: verdict.lastError,
+          });
           break;
         case 'dead':
           recorded = await this.#store.failOperation({ ...key, status: 'dead', lastError: verdict.lastError });
@@ -396,7 +438,12 @@ class OutboxConsumer extends EventEmitter {
         return 'done';
       case 'retry':
         this.#stats.retried += 1;
-        this.#emit('retry-scheduled', { ...base, delayMs: verdict.delayMs, nextAttemptAt: verdict.nextAttemptAt, error: verdict.lastError });
+        this.#emit('retry-scheduled', {
+          ...base,
+          delayMs: verdict.delayMs,
+          nextAttemptAt: verdict.nextAttemptAt,
+          error: verdict.lastError,
+        });
         return 'retry';
       case 'dead':
         this.#stats.dead += 1;
@@ -429,7 +476,8 @@ class OutboxConsumer extends EventEmitter {
       this.#emit('store-error', { during: 'stats', error });
       return;
     }
-    const byType = stats !== null && typeof stats === 'object' && stats.byType !== null && typeof stats.byType === 'object' ? stats.byType : {};
+    const byType =
+      stats !== null && typeof stats === 'object' && stats.byType !== null && typeof stats.byType === 'object' ? stats.byType : {};
     for (const [type, counts] of Object.entries(byType)) {
       const pending = counts !== null && typeof counts === 'object' ? counts.pending : 0;
       if (this.#handlers.has(type) || this.#unhandledTypes.has(type) || !(Number.isSafeInteger(pending) && pending > 0)) continue;
@@ -457,7 +505,10 @@ class OutboxConsumer extends EventEmitter {
 
   #sleep(ms) {
     return new Promise((resolve) => {
-      const timer = setTimeout(() => { this.#wake = null; resolve(); }, ms);
+      const timer = setTimeout(() => {
+        this.#wake = null;
+        resolve();
+      }, ms);
       this.#wake = () => {
         clearTimeout(timer);
         this.#wake = null;
@@ -477,7 +528,9 @@ class OutboxConsumer extends EventEmitter {
       this.#renewing = true;
       this.renewLeases()
         .catch((error) => this.#emit('store-error', { during: 'renew', error }))
-        .finally(() => { this.#renewing = false; });
+        .finally(() => {
+          this.#renewing = false;
+        });
     }, this.#policy.settings.renewEveryMs);
     this.#renewTimer.unref();
   }

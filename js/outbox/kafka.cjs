@@ -35,12 +35,16 @@ function invalidArgument(message, details) {
 }
 
 function checkTopicOption(options) {
-  if (options === null || typeof options !== 'object') throw invalidArgument('createKafkaRelay: options must be an object with a topic', { field: 'options', reason: 'not an object' });
+  if (options === null || typeof options !== 'object')
+    throw invalidArgument('createKafkaRelay: options must be an object with a topic', { field: 'options', reason: 'not an object' });
   checkOptionKeys(options, RELAY_OPTIONS, 'createKafkaRelay');
   const { topic } = options;
   if (typeof topic === 'function') return;
   if (typeof topic !== 'string' || topic.length === 0) {
-    throw invalidArgument('createKafkaRelay: topic must be a topic name or a function of the operation that returns one', { field: 'topic', reason: 'not a topic' });
+    throw invalidArgument('createKafkaRelay: topic must be a topic name or a function of the operation that returns one', {
+      field: 'topic',
+      reason: 'not a topic',
+    });
   }
 }
 
@@ -54,7 +58,11 @@ function kafkaRecord(operation, context, options) {
   checkTopicOption(options);
   const topic = typeof options.topic === 'function' ? options.topic(operation) : options.topic;
   if (typeof topic !== 'string' || topic.length === 0) {
-    throw invalidArgument(`createKafkaRelay: the topic function returned ${JSON.stringify(topic) ?? String(topic)} for ${operation.type}`, { field: 'topic', reason: 'not a topic', operationId: operation.id });
+    throw invalidArgument(`createKafkaRelay: the topic function returned ${JSON.stringify(topic) ?? String(topic)} for ${operation.type}`, {
+      field: 'topic',
+      reason: 'not a topic',
+      operationId: operation.id,
+    });
   }
   const headers = {
     [RELAY_HEADERS.operationId]: operation.id,
@@ -89,7 +97,11 @@ function createKafkaRelay(producer, options) {
   } catch {
     // A proxy that throws on a lookup is no producer.
   }
-  if (!sends) throw invalidArgument('createKafkaRelay: the producer must have send({ topic, messages }) (a connected kafkajs producer)', { field: 'producer', reason: 'no send' });
+  if (!sends)
+    throw invalidArgument('createKafkaRelay: the producer must have send({ topic, messages }) (a connected kafkajs producer)', {
+      field: 'producer',
+      reason: 'no send',
+    });
   checkTopicOption(options);
   const settings = { topic: options.topic };
   return async function relayToKafka(operation, context) {

@@ -8,7 +8,8 @@
 const { DECISION_FIELDS, RECORD_FIELDS } = require('../store/records.cjs');
 
 const JSON_FIELDS = new Set(['data', 'payload', 'result', 'metadata']);
-const fromRecord = (fields) => Object.freeze(fields.map(([field, name]) => Object.freeze([name, field, JSON_FIELDS.has(field) ? 'json' : 'plain'])));
+const fromRecord = (fields) =>
+  Object.freeze(fields.map(([field, name]) => Object.freeze([name, field, JSON_FIELDS.has(field) ? 'json' : 'plain'])));
 
 const TABLES = Object.freeze({
   workflows: Object.freeze([
@@ -29,7 +30,9 @@ const READ = Object.freeze({
   decision: Object.freeze(TABLES.inbox.filter(([, field]) => DECISION_FIELDS.includes(field))),
 });
 
-const COLUMN_OF = new Map(Object.entries(TABLES).map(([table, columns]) => [table, new Map(columns.map(([column, field]) => [field, column]))]));
+const COLUMN_OF = new Map(
+  Object.entries(TABLES).map(([table, columns]) => [table, new Map(columns.map(([column, field]) => [field, column]))]),
+);
 
 /** `a, b, c`: the columns of `table` (those a read selects, with `read`), each after `prefix` (`o.`). */
 function columnList(table, { read = false, prefix = '' } = {}) {

@@ -29,20 +29,42 @@ function indexName(table, suffix) {
 // short text; `json`: JSON text; `text`, `int`, `bigint`).
 const DEFINITIONS = Object.freeze({
   workflows: {
-    id: ['key', 'PRIMARY KEY'], status: ['name', 'NOT NULL'], revision: ['bigint', 'NOT NULL'], data: ['json', 'NOT NULL'],
-    created_at: ['bigint', 'NULL'], updated_at: ['bigint', 'NULL'],
+    id: ['key', 'PRIMARY KEY'],
+    status: ['name', 'NOT NULL'],
+    revision: ['bigint', 'NOT NULL'],
+    data: ['json', 'NOT NULL'],
+    created_at: ['bigint', 'NULL'],
+    updated_at: ['bigint', 'NULL'],
   },
   inbox: {
-    event_id: ['key', 'PRIMARY KEY'], fingerprint: ['name', 'NOT NULL'], workflow_id: ['key', 'NOT NULL'], event_type: ['name', 'NOT NULL'],
-    outcome: ['name', 'NOT NULL'], rule_set_id: ['name', 'NULL'], rule_set_version: ['int', 'NULL'], rule_set_hash: ['name', 'NULL'],
-    recorded_at: ['bigint', 'NOT NULL'], result: ['json', 'NULL'],
+    event_id: ['key', 'PRIMARY KEY'],
+    fingerprint: ['name', 'NOT NULL'],
+    workflow_id: ['key', 'NOT NULL'],
+    event_type: ['name', 'NOT NULL'],
+    outcome: ['name', 'NOT NULL'],
+    rule_set_id: ['name', 'NULL'],
+    rule_set_version: ['int', 'NULL'],
+    rule_set_hash: ['name', 'NULL'],
+    recorded_at: ['bigint', 'NOT NULL'],
+    result: ['json', 'NULL'],
   },
   outbox: {
-    id: ['key', 'PRIMARY KEY'], type: ['name', 'NOT NULL'], workflow_id: ['key', 'NOT NULL'], event_id: ['key', 'NOT NULL'],
-    payload: ['json', 'NOT NULL'], status: ['name', 'NOT NULL'], attempts: ['int', 'NOT NULL DEFAULT 0'],
-    next_attempt_at: ['bigint', 'NOT NULL'], lease_owner: ['name', 'NULL'], lease_expires_at: ['bigint', 'NULL'],
-    fencing_token: ['bigint', 'NOT NULL DEFAULT 0'], last_error: ['text', 'NULL'], created_at: ['bigint', 'NOT NULL'],
-    updated_at: ['bigint', 'NOT NULL'], metadata: ['json', 'NULL'], trace_context: ['text', 'NULL'],
+    id: ['key', 'PRIMARY KEY'],
+    type: ['name', 'NOT NULL'],
+    workflow_id: ['key', 'NOT NULL'],
+    event_id: ['key', 'NOT NULL'],
+    payload: ['json', 'NOT NULL'],
+    status: ['name', 'NOT NULL'],
+    attempts: ['int', 'NOT NULL DEFAULT 0'],
+    next_attempt_at: ['bigint', 'NOT NULL'],
+    lease_owner: ['name', 'NULL'],
+    lease_expires_at: ['bigint', 'NULL'],
+    fencing_token: ['bigint', 'NOT NULL DEFAULT 0'],
+    last_error: ['text', 'NULL'],
+    created_at: ['bigint', 'NOT NULL'],
+    updated_at: ['bigint', 'NOT NULL'],
+    metadata: ['json', 'NULL'],
+    trace_context: ['text', 'NULL'],
   },
 });
 
@@ -103,7 +125,13 @@ function schemaParts(tables) {
   return [
     ...Object.keys(DEFINITIONS).map((table) => ({ kind: 'table', table, name: tables[table] })),
     ...ADDED_COLUMNS.map(([table, column]) => ({ kind: 'column', table, name: tables[table], column })),
-    ...INDEXES.map(([table, suffix, columns]) => ({ kind: 'index', table, name: tables[table], index: indexName(tables[table], suffix), columns })),
+    ...INDEXES.map(([table, suffix, columns]) => ({
+      kind: 'index',
+      table,
+      name: tables[table],
+      index: indexName(tables[table], suffix),
+      columns,
+    })),
   ];
 }
 

@@ -37,14 +37,17 @@ class SqlStatements {
     this.#insert = {};
     for (const table of Object.keys(KEYS)) {
       const name = this.quoted[table];
-      this.#insert[table] = `INSERT INTO ${name} (${columnList(table)}) VALUES (${marks(TABLES[table].length)})${dialect.insertIfAbsent(KEYS[table])}`;
+      this.#insert[table] =
+        `INSERT INTO ${name} (${columnList(table)}) VALUES (${marks(TABLES[table].length)})${dialect.insertIfAbsent(KEYS[table])}`;
     }
     for (const table of [...Object.keys(KEYS), ...Object.keys(VIEWS)]) {
       const source = sourceOf(table);
-      this.#read[table] = `SELECT ${columnList(table, { read: true })} FROM ${this.quoted[source]} WHERE ${KEYS[source]} = ${dialect.placeholder(1)}`;
+      this.#read[table] =
+        `SELECT ${columnList(table, { read: true })} FROM ${this.quoted[source]} WHERE ${KEYS[source]} = ${dialect.placeholder(1)}`;
     }
-    this.#updateStatus = `UPDATE ${this.quoted.workflows} SET status = ${dialect.placeholder(1)}, revision = ${dialect.placeholder(2)}, `
-      + `updated_at = ${dialect.placeholder(3)} WHERE id = ${dialect.placeholder(4)} AND status = ${dialect.placeholder(5)} AND revision = ${dialect.placeholder(6)}`;
+    this.#updateStatus =
+      `UPDATE ${this.quoted.workflows} SET status = ${dialect.placeholder(1)}, revision = ${dialect.placeholder(2)}, ` +
+      `updated_at = ${dialect.placeholder(3)} WHERE id = ${dialect.placeholder(4)} AND status = ${dialect.placeholder(5)} AND revision = ${dialect.placeholder(6)}`;
     const updated = TABLES.workflows.map(([column]) => column).filter((column) => column !== 'id' && column !== 'created_at');
     this.#put = `INSERT INTO ${this.quoted.workflows} (${columnList('workflows')}) VALUES (${marks(TABLES.workflows.length)})${dialect.upsert('id', updated)}`;
   }
@@ -92,8 +95,12 @@ class SqlStatements {
     const source = sourceOf(table);
     const key = KEYS[source];
     const suffix = lock && this.dialect.lockInOrder ? this.dialect.lockInOrder(key) : '';
-    return this.statement((bind) => `SELECT ${columnList(table, { read: true })} FROM ${this.quoted[source]} WHERE `
-      + `${this.dialect.arrayTypes ? `${key} = ANY(${this.#array(bind, keys, source, key)})` : `${key} IN (${keys.map(bind).join(', ')})`}${suffix}`, true);
+    return this.statement(
+      (bind) =>
+        `SELECT ${columnList(table, { read: true })} FROM ${this.quoted[source]} WHERE ` +
+        `${this.dialect.arrayTypes ? `${key} = ANY(${this.#array(bind, keys, source, key)})` : `${key} IN (${keys.map(bind).join(', ')})`}${suffix}`,
+      true,
+    );
   }
 
   /** Inserts records in one statement; keys that exist insert nothing (or fail the statement as a unique violation, by dialect). */
@@ -102,11 +109,17 @@ class SqlStatements {
     if (this.dialect.arrayTypes) {
       const columns = TABLES[table].map(() => []);
       for (const record of records) valuesOf(table, record).forEach((value, k) => columns[k].push(value));
-      return this.statement((bind) => `INSERT INTO ${this.quoted[table]} (${columnList(table)}) SELECT * FROM unnest(`
-        + `${columns.map((values, k) => this.#array(bind, values, table, TABLES[table][k][0])).join(', ')})${ifAbsent}`);
+      return this.statement(
+        (bind) =>
+          `INSERT INTO ${this.quoted[table]} (${columnList(table)}) SELECT * FROM unnest(` +
+          `${columns.map((values, k) => this.#array(bind, values, table, TABLES[table][k][0])).join(', ')})${ifAbsent}`,
+      );
     }
-    return this.statement((bind) => `INSERT INTO ${this.quoted[table]} (${columnList(table)}) VALUES `
-      + `${records.map((record) => `(${valuesOf(table, record).map(bind).join(', ')})`).join(', ')}${ifAbsent}`);
+    return this.statement(
+      (bind) =>
+        `INSERT INTO ${this.quoted[table]} (${columnList(table)}) VALUES ` +
+        `${records.map((record) => `(${valuesOf(table, record).map(bind).join(', ')})`).join(', ')}${ifAbsent}`,
+    );
   }
 
   /** Inserts a record; a key that exists inserts nothing (or fails as a unique violation, by dialect). */
@@ -130,9 +143,12 @@ class SqlStatements {
         returnsRows: false,
       };
     }
-    return this.statement((bind) => `UPDATE ${this.quoted.workflows} SET status = ${bind(change.status)}, revision = ${bind(change.revision)}, `
-      + `${merge ? `data = ${this.dialect.mergeData(bind, change)}, ` : ''}updated_at = ${bind(change.now)} `
-      + `WHERE id = ${bind(change.id)} AND status = ${bind(change.expect.status)} AND revision = ${bind(change.expect.revision)}`);
+    return this.statement(
+      (bind) =>
+        `UPDATE ${this.quoted.workflows} SET status = ${bind(change.status)}, revision = ${bind(change.revision)}, ` +
+        `${merge ? `data = ${this.dialect.mergeData(bind, change)}, ` : ''}updated_at = ${bind(change.now)} ` +
+        `WHERE id = ${bind(change.id)} AND status = ${bind(change.expect.status)} AND revision = ${bind(change.expect.revision)}`,
+    );
   }
 
   /**
@@ -144,15 +160,35 @@ class SqlStatements {
     if (this.dialect.arrayTypes) {
       // The dialect gets one array per column: id, status, revision, data, now, expected status, expected revision.
       const columns = [
-        ['id', rows.map((row) => row.id)], ['status', rows.map((row) => row.status)], ['revision', rows.map((row) => row.revision)],
-        ['data', rows.map((row) => row.data)], ['updated_at', rows.map((row) => row.now)],
-        ['status', rows.map((row) => row.expect.status)], ['revision', rows.map((row) => row.expect.revision)],
+        ['id', rows.map((row) => row.id)],
+        ['status', rows.map((row) => row.status)],
+        ['revision', rows.map((row) => row.revision)],
+        ['data', rows.map((row) => row.data)],
+        ['updated_at', rows.map((row) => row.now)],
+        ['status', rows.map((row) => row.expect.status)],
+        ['revision', rows.map((row) => row.expect.revision)],
       ];
-      return this.statement((bind) => this.dialect.updateWorkflows(this.quoted.workflows, columns.map(([column, values]) => this.#array(bind, values, 'workflows', column))));
+      return this.statement((bind) =>
+        this.dialect.updateWorkflows(
+          this.quoted.workflows,
+          columns.map(([column, values]) => this.#array(bind, values, 'workflows', column)),
+        ),
+      );
     }
-    return this.statement((bind) => this.dialect.updateWorkflows(this.quoted.workflows, rows.map((row) => [
-      bind(row.id), bind(row.status), bind(row.revision), bind(row.data), bind(row.now), bind(row.expect.status), bind(row.expect.revision),
-    ])));
+    return this.statement((bind) =>
+      this.dialect.updateWorkflows(
+        this.quoted.workflows,
+        rows.map((row) => [
+          bind(row.id),
+          bind(row.status),
+          bind(row.revision),
+          bind(row.data),
+          bind(row.now),
+          bind(row.expect.status),
+          bind(row.expect.revision),
+        ]),
+      ),
+    );
   }
 
   // ---- The outbox -----------------------------------------------------------
@@ -170,14 +206,18 @@ class SqlStatements {
 
   /** The SET list of a claim. */
   claimSet(bind, { owner, now, leaseExpiresAt }) {
-    return `status = 'claimed', lease_owner = ${bind(owner)}, lease_expires_at = ${bind(leaseExpiresAt)}, `
-      + `fencing_token = fencing_token + 1, attempts = attempts + 1, updated_at = ${bind(now)}`;
+    return (
+      `status = 'claimed', lease_owner = ${bind(owner)}, lease_expires_at = ${bind(leaseExpiresAt)}, ` +
+      `fencing_token = fencing_token + 1, attempts = attempts + 1, updated_at = ${bind(now)}`
+    );
   }
 
   /** The guarded UPDATE of one operation (store/base.cjs guardedChange); its matched row count is the answer. */
   update(change) {
     return this.statement((bind) => {
-      const set = Object.entries(change.set).map(([field, value]) => `${columnOf('outbox', field)} = ${value === null ? 'NULL' : bind(value)}`);
+      const set = Object.entries(change.set).map(
+        ([field, value]) => `${columnOf('outbox', field)} = ${value === null ? 'NULL' : bind(value)}`,
+      );
       if (change.giveBackAttempt) set.push('attempts = attempts - 1');
       const where = [`id = ${bind(change.id)}`, `status = ${bind(change.status)}`];
       if (change.fencingToken !== undefined) where.push(`fencing_token = ${bind(change.fencingToken)}`);
@@ -188,7 +228,9 @@ class SqlStatements {
   /** The WHERE conditions of a listOperations filter (store/queries.cjs), each bound; an empty list for none. */
   filter(bind, request) {
     const where = [];
-    const equal = (column, value) => { if (value !== null) where.push(`${column} = ${bind(value)}`); };
+    const equal = (column, value) => {
+      if (value !== null) where.push(`${column} = ${bind(value)}`);
+    };
     equal('status', request.status);
     equal('type', request.type);
     equal('workflow_id', request.workflowId);
@@ -196,7 +238,8 @@ class SqlStatements {
     if (request.createdBefore !== null) where.push(`created_at < ${bind(request.createdBefore)}`);
     if (request.createdFrom !== null) where.push(`created_at >= ${bind(request.createdFrom)}`);
     // LIKE with '!' as its escape: one spelling every database reads alike (a backslash is not).
-    if (request.errorContains !== null) where.push(`LOWER(last_error) LIKE ${bind(`%${request.errorContains.replace(/[!%_]/g, '!$&')}%`)} ESCAPE '!'`);
+    if (request.errorContains !== null)
+      where.push(`LOWER(last_error) LIKE ${bind(`%${request.errorContains.replace(/[!%_]/g, '!$&')}%`)} ESCAPE '!'`);
     if (request.afterId !== null && request.afterId !== undefined) where.push(`id > ${bind(request.afterId)}`);
     return where;
   }
@@ -215,16 +258,21 @@ class SqlStatements {
 
   /** stats(): when the oldest due operation became due (`due_since`, NULL when none is), by the claim's own condition. */
   oldestDue(request) {
-    return this.statement((bind) => `SELECT MIN(CASE WHEN status = 'pending' THEN next_attempt_at ELSE lease_expires_at END) AS due_since `
-      + `FROM ${this.quoted.outbox} WHERE ${this.due(bind, { ...request, types: null })}`, true);
+    return this.statement(
+      (bind) =>
+        `SELECT MIN(CASE WHEN status = 'pending' THEN next_attempt_at ELSE lease_expires_at END) AS due_since ` +
+        `FROM ${this.quoted.outbox} WHERE ${this.due(bind, { ...request, types: null })}`,
+      true,
+    );
   }
 
   /** One batch of a purge: at most batchSize rows, oldest first. */
   purgeBatch(target, { olderThan, batchSize, status }) {
     return this.statement((bind) => {
-      const [table, key, order, where] = target === 'receipts'
-        ? [this.quoted.inbox, 'event_id', 'recorded_at', `recorded_at < ${bind(olderThan)}`]
-        : [this.quoted.outbox, 'id', 'updated_at', `status = ${bind(status)} AND updated_at < ${bind(olderThan)}`];
+      const [table, key, order, where] =
+        target === 'receipts'
+          ? [this.quoted.inbox, 'event_id', 'recorded_at', `recorded_at < ${bind(olderThan)}`]
+          : [this.quoted.outbox, 'id', 'updated_at', `status = ${bind(status)} AND updated_at < ${bind(olderThan)}`];
       return this.dialect.purgeBatch({ table, key, order, where, limit: bind(batchSize) });
     });
   }

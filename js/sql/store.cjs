@@ -45,7 +45,11 @@ class SqlStore extends StoreBase {
   }
 
   async _stats(request) {
-    const counts = (await this._execute(this._statements.countByTypeAndStatus())).rows.map((row) => ({ type: row.type, status: row.status, count: row.n }));
+    const counts = (await this._execute(this._statements.countByTypeAndStatus())).rows.map((row) => ({
+      type: row.type,
+      status: row.status,
+      count: row.n,
+    }));
     const [row] = (await this._execute(this._statements.oldestDue(request))).rows;
     return { counts, oldestDueAt: row?.due_since ?? null };
   }

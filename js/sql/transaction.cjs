@@ -88,7 +88,10 @@ class SqlTransaction extends StoreTransaction {
     for (const part of chunks(keys)) {
       for (const row of (await this.#execute(this._store._statements.readMany(table, part, { lock }))).rows) {
         const record = recordOf(table, row);
-        found.set(record[key], orUnreadable(() => read(record)));
+        found.set(
+          record[key],
+          orUnreadable(() => read(record)),
+        );
       }
     }
     return found;
@@ -96,7 +99,9 @@ class SqlTransaction extends StoreTransaction {
 
   /** Only the columns a decision reads (processEvent); synchronously when `execute` is. */
   getReceiptToDecide(eventId) {
-    return step(this.#execute(this._store._statements.read('decision', eventId)), ({ rows }) => decisionReceiptFromStore(recordOf('decision', rows[0])));
+    return step(this.#execute(this._store._statements.read('decision', eventId)), ({ rows }) =>
+      decisionReceiptFromStore(recordOf('decision', rows[0])),
+    );
   }
 
   /** What a decision needs of the receipts stored for these event ids, as getReceiptToDecide reads one (processBatch). */
@@ -157,10 +162,22 @@ class SqlTransaction extends StoreTransaction {
   async commitBatch({ receipts, workflows, operations, now = this._store.now() }) {
     // The core made these writes (processBatch): stored without checking them again.
     await this.#writeWorkflows(workflows, now);
-    if (receipts.length > 0 && await this.#insertMany('inbox', receipts.map((r) => decidedReceiptToStore(r, now))) !== receipts.length) {
+    if (
+      receipts.length > 0 &&
+      (await this.#insertMany(
+        'inbox',
+        receipts.map((r) => decidedReceiptToStore(r, now)),
+      )) !== receipts.length
+    ) {
       throw receiptExists(receipts[0]);
     }
-    if (operations.length > 0 && await this.#insertMany('outbox', operations.map((op) => decidedOperationToStore(op, now))) !== operations.length) {
+    if (
+      operations.length > 0 &&
+      (await this.#insertMany(
+        'outbox',
+        operations.map((op) => decidedOperationToStore(op, now)),
+      )) !== operations.length
+    ) {
       throw operationExists(operations[0]);
     }
   }

@@ -97,23 +97,38 @@ function failure({ status, nextAttemptAt, lastError }) {
 
 /** What each fenced method of the store interface writes (docs/outbox.md, "The store interface"). */
 const FENCED = {
-  renewLease: (args) => fencedChange(args, 'renewLease', ({ leaseExpiresAt }) => ({ leaseExpiresAt: instant(leaseExpiresAt, 'leaseExpiresAt') })),
+  renewLease: (args) =>
+    fencedChange(args, 'renewLease', ({ leaseExpiresAt }) => ({ leaseExpiresAt: instant(leaseExpiresAt, 'leaseExpiresAt') })),
   completeOperation: (args) => fencedChange(args, 'completeOperation', () => ({ status: 'done', ...LEASE_CLEARED })),
   failOperation: (args) => fencedChange(args, 'failOperation', failure),
-  releaseOperation: (args) => fencedChange(args, 'releaseOperation', ({ now }) => ({ status: 'pending', nextAttemptAt: now, ...LEASE_CLEARED }), true),
+  releaseOperation: (args) =>
+    fencedChange(args, 'releaseOperation', ({ now }) => ({ status: 'pending', nextAttemptAt: now, ...LEASE_CLEARED }), true),
 };
 
 /** An operator's requeue: a dead operation back to pending, due now, attempts 0 (lastError kept). */
 function requeueChange(operationId, options, clock) {
   const now = instant(namedArgs(options ?? {}, 'requeue', ['now']).now ?? clock(), 'now');
-  return guardedChange(checkText(operationId, 'operationId'), 'dead', undefined,
-    { status: 'pending', attempts: 0, nextAttemptAt: now, ...LEASE_CLEARED, updatedAt: now });
+  return guardedChange(checkText(operationId, 'operationId'), 'dead', undefined, {
+    status: 'pending',
+    attempts: 0,
+    nextAttemptAt: now,
+    ...LEASE_CLEARED,
+    updatedAt: now,
+  });
 }
 
 /** `{ olderThan, batchSize, status, onBatch }` of purgeReceipts (status null) and purgeOperations (done or dead). */
 function purgeRequest(args, method) {
-  const { olderThan, batchSize = DEFAULT_BATCH_SIZE, status = 'done', onBatch } = namedArgs(args, method,
-    method === 'purgeOperations' ? ['olderThan', 'batchSize', 'status', 'onBatch'] : ['olderThan', 'batchSize', 'onBatch']);
+  const {
+    olderThan,
+    batchSize = DEFAULT_BATCH_SIZE,
+    status = 'done',
+    onBatch,
+  } = namedArgs(
+    args,
+    method,
+    method === 'purgeOperations' ? ['olderThan', 'batchSize', 'status', 'onBatch'] : ['olderThan', 'batchSize', 'onBatch'],
+  );
   if (onBatch !== undefined && typeof onBatch !== 'function') {
     throw invalidArgument('onBatch must be a function', { field: 'onBatch', reason: 'not a function' });
   }
@@ -141,7 +156,10 @@ const DEFAULT_LOCK_LEASE_MS = 10 * 60 * 1000;
 function lockLease(options) {
   const { leaseMs = DEFAULT_LOCK_LEASE_MS } = namedArgs(options ?? {}, 'withExclusiveLock', ['leaseMs']);
   if (!Number.isSafeInteger(leaseMs) || leaseMs < 1) {
-    throw invalidArgument('leaseMs must be a whole number of milliseconds of at least 1', { field: 'leaseMs', reason: 'not a positive integer' });
+    throw invalidArgument('leaseMs must be a whole number of milliseconds of at least 1', {
+      field: 'leaseMs',
+      reason: 'not a positive integer',
+    });
   }
   return leaseMs;
 }
@@ -258,7 +276,7 @@ class StoreBase {
     const fenced = typeof token === 'number' || typeof token === 'bigint' || typeof token === 'string' ? token : undefined;
     const change = guardedChange(row.id, 'claimed', fenced, { status: 'dead', lastError, ...LEASE_CLEARED, updatedAt: request.now });
     try {
-      return { operationId, error, lastError, recorded: row.id !== null && row.id !== undefined && await this._update(change) };
+      return { operationId, error, lastError, recorded: row.id !== null && row.id !== undefined && (await this._update(change)) };
     } catch (storeError) {
       return { operationId, error, lastError, recorded: false, storeError };
     }
@@ -329,7 +347,7 @@ class StoreBase {
   }
 
   /** Every record a filter selects, a page at a time (ordered by id). */
-  async* #pages(filter) {
+  async *#pages(filter) {
     let afterId = null;
     for (;;) {
       const page = await this._list({ ...filter, limit: PAGE_SIZE, afterId });
@@ -366,8 +384,13 @@ class StoreBase {
     for await (const record of this.#pages(filter)) {
       const operation = operationView(record);
       if (operation.id === null || operation.fencingToken === null) continue; // unreadable: its lease expires as before
-      const change = guardedChange(operation.id, 'claimed', operation.fencingToken,
-        { status: 'pending', nextAttemptAt: now, ...LEASE_CLEARED, fencingToken: operation.fencingToken + 1, updatedAt: now });
+      const change = guardedChange(operation.id, 'claimed', operation.fencingToken, {
+        status: 'pending',
+        nextAttemptAt: now,
+        ...LEASE_CLEARED,
+        fencingToken: operation.fencingToken + 1,
+        updatedAt: now,
+      });
       if (await this._update(change)) released.push(operation.id);
     }
     return released;
@@ -403,7 +426,8 @@ class StoreBase {
    */
   async withExclusiveLock(name, fn, options) {
     checkText(name, 'name');
-    if (typeof fn !== 'function') throw invalidArgument('withExclusiveLock needs a function to run', { field: 'fn', reason: 'not a function' });
+    if (typeof fn !== 'function')
+      throw invalidArgument('withExclusiveLock needs a function to run', { field: 'fn', reason: 'not a function' });
     const leaseMs = lockLease(options);
     const scope = this._lockScope();
     if (!HELD_LOCKS.has(scope)) HELD_LOCKS.set(scope, new Set());
@@ -434,7 +458,8 @@ class StoreBase {
    * @param {number} leaseMs
    * @returns {Promise<(() => Promise<void>) | null>}
    */
-  async _tryLock(name, leaseMs) { // eslint-disable-line no-unused-vars
+  async _tryLock(_name, _leaseMs) {
+    // eslint-disable-line no-unused-vars
     return async () => {};
   }
 

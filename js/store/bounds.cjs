@@ -27,7 +27,9 @@ class Deadline {
   constructor(timeoutMs, operation) {
     this.#operation = operation;
     this.#timeoutMs = timeoutMs;
-    this.promise = new Promise((_, reject) => { this.#reject = reject; });
+    this.promise = new Promise((_, reject) => {
+      this.#reject = reject;
+    });
     this.promise.catch(() => {}); // raced by withDeadline; nobody else awaits it
     this.#timer = setTimeout(() => this.#expire(), timeoutMs);
   }
@@ -124,7 +126,8 @@ class ConnectionWatch {
 
   constructor(connection) {
     this.#connection = connection;
-    if (connection !== null && typeof connection === 'object' && typeof connection.on === 'function') connection.on('error', this.#listener);
+    if (connection !== null && typeof connection === 'object' && typeof connection.on === 'function')
+      connection.on('error', this.#listener);
   }
 
   /** Stops listening; a broken connection keeps the listener, for what it emits while it is torn down. */
@@ -170,7 +173,9 @@ class Serializer {
   async run(fn) {
     const previous = this.#tail;
     let release;
-    this.#tail = new Promise((resolve) => { release = resolve; });
+    this.#tail = new Promise((resolve) => {
+      release = resolve;
+    });
     await previous;
     try {
       return await fn();
@@ -250,4 +255,15 @@ async function rollbackQuietly(connection) {
 }
 
 module.exports = {
-  transactionOptions, checkTimeLeft, Deadline, withDeadline, ConnectionWatch, watchClient, guardedConnection, Serializer, betweenBeginAndCommit, rollbackQuietly, sessionLock };
+  transactionOptions,
+  checkTimeLeft,
+  Deadline,
+  withDeadline,
+  ConnectionWatch,
+  watchClient,
+  guardedConnection,
+  Serializer,
+  betweenBeginAndCommit,
+  rollbackQuietly,
+  sessionLock,
+};

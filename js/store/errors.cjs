@@ -23,17 +23,19 @@ function receiptExists(receipt, cause) {
 
 function workflowChanged(write, cause) {
   const expect = write.expect ?? null;
-  return new IdemflowError('CONCURRENT_UPDATE', expect === null
-    ? `workflow ${write.id} was created concurrently`
-    : `workflow ${write.id} changed since it was read`, {
-    details: {
-      workflowId: write.id,
-      expectedStatus: expect ? expect.status : null,
-      expectedRevision: expect ? expect.revision : null,
-      reason: expect === null ? 'workflow-exists' : 'workflow-changed',
+  return new IdemflowError(
+    'CONCURRENT_UPDATE',
+    expect === null ? `workflow ${write.id} was created concurrently` : `workflow ${write.id} changed since it was read`,
+    {
+      details: {
+        workflowId: write.id,
+        expectedStatus: expect ? expect.status : null,
+        expectedRevision: expect ? expect.revision : null,
+        reason: expect === null ? 'workflow-exists' : 'workflow-changed',
+      },
+      cause,
     },
-    cause,
-  });
+  );
 }
 
 function operationExists(operation, cause) {
@@ -81,8 +83,19 @@ function driverCode(error) {
 }
 
 const NETWORK_CODES = new Set([
-  'ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EAI_AGAIN',
-  'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'ENETDOWN', 'ENOENT', 'EACCES',
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EHOSTDOWN',
+  'ENETDOWN',
+  'ENOENT',
+  'EACCES',
 ]);
 
 /** True for a Node socket error (ECONNREFUSED and friends), whatever driver wrapped it. */

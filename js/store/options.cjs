@@ -26,9 +26,13 @@ function resolveTables(tables) {
     const name = tables[key] ?? DEFAULT_TABLES[key];
     const parts = typeof name === 'string' ? name.split('.') : [];
     if (parts.length === 0 || parts.length > 2 || !parts.every((part) => NAME.test(part))) {
-      throw invalidArgument(`options.tables.${key} must be a table name of letters, digits and _ (optionally schema.name), at most 63 characters each`, {
-        field: `tables.${key}`, reason: 'not a plain table name',
-      });
+      throw invalidArgument(
+        `options.tables.${key} must be a table name of letters, digits and _ (optionally schema.name), at most 63 characters each`,
+        {
+          field: `tables.${key}`,
+          reason: 'not a plain table name',
+        },
+      );
     }
     resolved[key] = name;
   }
@@ -48,7 +52,10 @@ function resolveRaceRetries(options) {
   const { raceRetries } = options;
   if (raceRetries === undefined) return undefined;
   if (!Number.isSafeInteger(raceRetries) || raceRetries < 0) {
-    throw invalidArgument('options.raceRetries must be a whole number of at least 0', { field: 'raceRetries', reason: 'not a non-negative integer' });
+    throw invalidArgument('options.raceRetries must be a whole number of at least 0', {
+      field: 'raceRetries',
+      reason: 'not a non-negative integer',
+    });
   }
   return raceRetries;
 }
@@ -56,7 +63,10 @@ function resolveRaceRetries(options) {
 function resolveClock(now) {
   if (now === undefined) return Date.now;
   if (typeof now !== 'function') {
-    throw invalidArgument('options.now must be a function returning milliseconds since the epoch', { field: 'now', reason: 'not a function' });
+    throw invalidArgument('options.now must be a function returning milliseconds since the epoch', {
+      field: 'now',
+      reason: 'not a function',
+    });
   }
   return now;
 }
@@ -67,7 +77,10 @@ function resolveTimeouts(options) {
     const value = options[field];
     if (value === undefined) return fallback;
     if (!Number.isSafeInteger(value) || value < min || value > MAX_TIMER_MS) {
-      throw invalidArgument(`options.${field} must be a whole number of milliseconds from ${min} to ${MAX_TIMER_MS}`, { field, reason: 'out of range' });
+      throw invalidArgument(`options.${field} must be a whole number of milliseconds from ${min} to ${MAX_TIMER_MS}`, {
+        field,
+        reason: 'out of range',
+      });
     }
     return value;
   };

@@ -30,7 +30,8 @@ function namedArgs(args, method, known) {
 function wholeNumber(value, field, min = 0, max = Number.MAX_SAFE_INTEGER) {
   if (!Number.isSafeInteger(value) || value < min || value > max) {
     throw invalidArgument(`${field} must be a whole number from ${min} to ${max === Number.MAX_SAFE_INTEGER ? '2^53 - 1' : max}`, {
-      field, reason: 'out of range',
+      field,
+      reason: 'out of range',
     });
   }
   return value;
@@ -95,7 +96,10 @@ function requeueRequest(args, clock) {
   if (named.ids !== undefined) {
     const { ids, now: _now, ...rest } = named;
     if (Object.keys(rest).length > 0) {
-      throw invalidArgument('requeueOperations takes either ids or a filter, not both', { field: Object.keys(rest)[0], reason: 'ids and a filter' });
+      throw invalidArgument('requeueOperations takes either ids or a filter, not both', {
+        field: Object.keys(rest)[0],
+        reason: 'ids and a filter',
+      });
     }
     if (!Array.isArray(ids) || ids.length === 0) {
       throw invalidArgument('ids must be a non-empty array of operation ids', { field: 'ids', reason: 'not an array of ids' });
@@ -117,14 +121,16 @@ function nowRequest(args, method, clock) {
 
 /** True when an operation record (as a store holds it in process) passes the filter part of a request. */
 function operationMatches(request, op) {
-  return (request.status === null || op.status === request.status)
-    && (request.type === null || op.type === request.type)
-    && (request.workflowId === null || op.workflowId === request.workflowId)
-    && (request.leaseOwner === null || op.leaseOwner === request.leaseOwner)
-    && (request.createdBefore === null || op.createdAt < request.createdBefore)
-    && (request.createdFrom === null || op.createdAt >= request.createdFrom)
-    && (request.errorContains === null || (typeof op.lastError === 'string' && op.lastError.toLowerCase().includes(request.errorContains)))
-    && (request.afterId === undefined || request.afterId === null || op.id > request.afterId);
+  return (
+    (request.status === null || op.status === request.status) &&
+    (request.type === null || op.type === request.type) &&
+    (request.workflowId === null || op.workflowId === request.workflowId) &&
+    (request.leaseOwner === null || op.leaseOwner === request.leaseOwner) &&
+    (request.createdBefore === null || op.createdAt < request.createdBefore) &&
+    (request.createdFrom === null || op.createdAt >= request.createdFrom) &&
+    (request.errorContains === null || (typeof op.lastError === 'string' && op.lastError.toLowerCase().includes(request.errorContains))) &&
+    (request.afterId === undefined || request.afterId === null || op.id > request.afterId)
+  );
 }
 
 function emptyCounts() {
@@ -146,10 +152,22 @@ function statsOf(rows, oldestDueAt, now) {
     byType.get(type)[status] += n;
   }
   const due = oldestDueAt === null || oldestDueAt === undefined ? null : Number(oldestDueAt);
-  return { byStatus, byType: Object.fromEntries([...byType].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))), oldestDueAgeMs: due === null || !Number.isFinite(due) ? null : Math.max(0, now - due) };
+  return {
+    byStatus,
+    byType: Object.fromEntries([...byType].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))),
+    oldestDueAgeMs: due === null || !Number.isFinite(due) ? null : Math.max(0, now - due),
+  };
 }
 
 module.exports = {
-  DEFAULT_LIST_LIMIT, PAGE_SIZE, FILTER_KEYS, LIST_KEYS, STATUSES,
-  listRequest, requeueRequest, nowRequest, operationMatches, statsOf,
+  DEFAULT_LIST_LIMIT,
+  PAGE_SIZE,
+  FILTER_KEYS,
+  LIST_KEYS,
+  STATUSES,
+  listRequest,
+  requeueRequest,
+  nowRequest,
+  operationMatches,
+  statsOf,
 };

@@ -18,7 +18,10 @@ const isCount = (value) => Number.isSafeInteger(value) && value >= 1; // a count
  * A rule set's facts map (`facts.name`): a plain JSON object of fact entries.
  * The store keeps it as written; the core checks its entries when it reads it.
  */
-const isFactsMap = (value) => value !== null && typeof value === 'object' && !Array.isArray(value) &&
+const isFactsMap = (value) =>
+  value !== null &&
+  typeof value === 'object' &&
+  !Array.isArray(value) &&
   (Object.getPrototypeOf(value) === Object.prototype || Object.getPrototypeOf(value) === null);
 
 function checkText(value, field) {
@@ -45,20 +48,31 @@ function workflowToStore(workflow) {
   const status = checkText(workflow.status, 'status');
   const { revision } = workflow;
   if (!Number.isSafeInteger(revision) || revision < 0) {
-    throw invalidArgument('revision must be a whole number from 0 to 2^53 - 1', { field: 'revision', workflowId: id, reason: 'not a safe integer' });
+    throw invalidArgument('revision must be a whole number from 0 to 2^53 - 1', {
+      field: 'revision',
+      workflowId: id,
+      reason: 'not a safe integer',
+    });
   }
   const data = {};
   for (const [field, value] of Object.entries(workflow)) {
     if (RESERVED_FIELDS.has(field) || value === null || value === undefined) continue;
     if (!FIELD_NAME.test(field)) {
       throw invalidArgument(`workflow field ${JSON.stringify(field)} is not a field name (a letter, then letters, digits, '_' or '-')`, {
-        field, workflowId: id, reason: 'not a field name',
+        field,
+        workflowId: id,
+        reason: 'not a field name',
       });
     }
     if (typeof value !== 'string' && !isCount(value) && !isFactsMap(value)) {
-      throw invalidArgument(`workflow field ${field} must be a string (amounts are decimal strings), a count (a safe integer >= 1) or a facts map (an object), not ${typeof value === 'number' ? value : typeof value}`, {
-        field, workflowId: id, reason: 'not a string or a count',
-      });
+      throw invalidArgument(
+        `workflow field ${field} must be a string (amounts are decimal strings), a count (a safe integer >= 1) or a facts map (an object), not ${typeof value === 'number' ? value : typeof value}`,
+        {
+          field,
+          workflowId: id,
+          reason: 'not a string or a count',
+        },
+      );
     }
     data[field] = typeof value === 'string' ? checkText(value, field) : isFactsMap(value) ? structuredClone(value) : value;
   }
@@ -77,16 +91,26 @@ function workflowPatch(write) {
   const { status, revision, ...fields } = write.set;
   checkText(status, 'set.status');
   if (!Number.isSafeInteger(revision) || revision < 0) {
-    throw invalidArgument('set.revision must be a whole number from 0 to 2^53 - 1', { field: 'set.revision', workflowId: id, reason: 'not a safe integer' });
+    throw invalidArgument('set.revision must be a whole number from 0 to 2^53 - 1', {
+      field: 'set.revision',
+      workflowId: id,
+      reason: 'not a safe integer',
+    });
   }
   for (const [field, value] of Object.entries(fields)) {
     if (!FIELD_NAME.test(field)) {
       throw invalidArgument(`set.${field} is not a field name (a letter, then letters, digits, '_' or '-')`, {
-        field: `set.${field}`, workflowId: id, reason: 'not a field name',
+        field: `set.${field}`,
+        workflowId: id,
+        reason: 'not a field name',
       });
     }
     if (value !== null && typeof value !== 'string' && !isCount(value) && !isFactsMap(value)) {
-      throw invalidArgument(`set.${field} must be a string, a count, a facts map (an object) or null`, { field: `set.${field}`, workflowId: id, reason: 'not a string or a count' });
+      throw invalidArgument(`set.${field} must be a string, a count, a facts map (an object) or null`, {
+        field: `set.${field}`,
+        workflowId: id,
+        reason: 'not a string or a count',
+      });
     }
   }
   return decidedWorkflowPatch(write);
@@ -186,7 +210,8 @@ const OPERATION_STATUSES = new Set(['pending', 'claimed', 'done', 'dead']);
 
 function statusValue(value, record, name, id) {
   const status = textValue(value, record, name, id);
-  if (!OPERATION_STATUSES.has(status)) throw invalidRecord(record, name, `is not pending, claimed, done or dead (${describeValue(status)})`, id);
+  if (!OPERATION_STATUSES.has(status))
+    throw invalidRecord(record, name, `is not pending, claimed, done or dead (${describeValue(status)})`, id);
   return status;
 }
 
@@ -235,7 +260,11 @@ const RECORD_FIELDS = Object.freeze({
   ]),
 });
 
-const FIELD_BY_NAME = new Map(Object.values(RECORD_FIELDS).flat().map(([field, name]) => [name, field]));
+const FIELD_BY_NAME = new Map(
+  Object.values(RECORD_FIELDS)
+    .flat()
+    .map(([field, name]) => [name, field]),
+);
 
 /** The domain field a stored name stands for (`event_id` → `eventId`); the name itself when it is none. */
 function fieldOfName(name) {
@@ -259,7 +288,8 @@ function workflowFromStore(record, { numbers = false } = {}) {
   for (const field of Object.keys(data)) {
     if (RESERVED_FIELDS.has(field)) continue;
     if (!FIELD_NAME.test(field)) throw invalidRecord('workflow', `data.${field.slice(0, 64)}`, 'is not a field name', id);
-    if (typeof data[field] !== 'string' && !isCount(data[field]) && !isFactsMap(data[field])) throw invalidRecord('workflow', `data.${field}`, `is not a string, a count or a facts map (${describeValue(data[field])})`, id);
+    if (typeof data[field] !== 'string' && !isCount(data[field]) && !isFactsMap(data[field]))
+      throw invalidRecord('workflow', `data.${field}`, `is not a string, a count or a facts map (${describeValue(data[field])})`, id);
     workflow[field] = data[field];
   }
   return workflow;
@@ -298,13 +328,14 @@ function receiptFromStore(record) {
     workflowId: read.workflowId,
     eventType: read.eventType,
     outcome: read.outcome,
-    ruleSet: read.ruleSetId === null
-      ? null
-      : {
-        id: read.ruleSetId,
-        version: wholeValue(record.ruleSetVersion, 'receipt', 'rule_set_version', eventId),
-        hash: optionalTextValue(record.ruleSetHash, 'receipt', 'rule_set_hash', eventId),
-      },
+    ruleSet:
+      read.ruleSetId === null
+        ? null
+        : {
+            id: read.ruleSetId,
+            version: wholeValue(record.ruleSetVersion, 'receipt', 'rule_set_version', eventId),
+            hash: optionalTextValue(record.ruleSetHash, 'receipt', 'rule_set_hash', eventId),
+          },
     recordedAt: read.recordedAt,
     result: read.result,
   };
@@ -349,15 +380,18 @@ function receiptToStore(receipt, now) {
   if (receipt === null || typeof receipt !== 'object') {
     throw invalidArgument('a receipt must be an object', { reason: 'not a receipt' });
   }
-  return newReceipt({
-    eventId: checkText(receipt.eventId, 'eventId'),
-    fingerprint: checkText(receipt.fingerprint, 'fingerprint'),
-    workflowId: checkText(receipt.workflowId, 'workflowId'),
-    eventType: checkText(receipt.eventType, 'eventType'),
-    outcome: checkText(receipt.outcome, 'outcome'),
-    ruleSet: receipt.ruleSet ?? null,
-    result: resultToStore(receipt.result),
-  }, now);
+  return newReceipt(
+    {
+      eventId: checkText(receipt.eventId, 'eventId'),
+      fingerprint: checkText(receipt.fingerprint, 'fingerprint'),
+      workflowId: checkText(receipt.workflowId, 'workflowId'),
+      eventType: checkText(receipt.eventType, 'eventType'),
+      outcome: checkText(receipt.outcome, 'outcome'),
+      ruleSet: receipt.ruleSet ?? null,
+      result: resultToStore(receipt.result),
+    },
+    now,
+  );
 }
 
 // The records of a write set the core made (processEvent): of the shapes the
@@ -430,19 +464,26 @@ function operationToStore(operation, now) {
   }
   const metadata = operation.metadata ?? null;
   if (metadata !== null && (typeof metadata !== 'object' || Array.isArray(metadata))) {
-    throw invalidArgument('operation metadata must be an object', { field: 'metadata', operationId: operation.id, reason: 'not an object' });
+    throw invalidArgument('operation metadata must be an object', {
+      field: 'metadata',
+      operationId: operation.id,
+      reason: 'not an object',
+    });
   }
   const traceContext = operation.traceContext ?? null;
   if (traceContext !== null) checkText(traceContext, 'traceContext');
-  return pendingOperation({
-    id: checkText(operation.id, 'id'),
-    type: checkText(operation.type, 'type'),
-    workflowId: checkText(operation.workflowId, 'workflowId'),
-    eventId: checkText(operation.eventId, 'eventId'),
-    payload: { ...payload },
-    metadata: metadata === null ? null : { ...metadata },
-    traceContext,
-  }, now);
+  return pendingOperation(
+    {
+      id: checkText(operation.id, 'id'),
+      type: checkText(operation.type, 'type'),
+      workflowId: checkText(operation.workflowId, 'workflowId'),
+      eventId: checkText(operation.eventId, 'eventId'),
+      payload: { ...payload },
+      metadata: metadata === null ? null : { ...metadata },
+      traceContext,
+    },
+    now,
+  );
 }
 
 /** An operation from a stored record; INVALID_RECORD naming the first field that cannot be read. */

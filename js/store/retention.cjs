@@ -61,7 +61,9 @@ class Retention extends EventEmitter {
    */
   runOnce() {
     if (this.#running === null) {
-      this.#running = this.#run().finally(() => { this.#running = null; });
+      this.#running = this.#run().finally(() => {
+        this.#running = null;
+      });
     }
     return this.#running;
   }
@@ -79,7 +81,9 @@ class Retention extends EventEmitter {
     this.#timer = setTimeout(() => {
       this.#timer = null;
       this.runOnce()
-        .catch((error) => { if (this.listenerCount('error') > 0) this.emit('error', error); })
+        .catch((error) => {
+          if (this.listenerCount('error') > 0) this.emit('error', error);
+        })
         .finally(() => this.#schedule(this.#settings.every));
     }, delay);
     this.#timer.unref?.();
@@ -88,15 +92,20 @@ class Retention extends EventEmitter {
   async #run() {
     const { receiptsOlderThan, operationsOlderThan, batchSize, lockName, leaseMs } = this.#settings;
     const store = this.#store;
-    const locked = await store.withExclusiveLock(lockName, async () => {
-      const startedAt = Date.now();
-      const now = typeof store.now === 'function' ? store.now() : Date.now();
-      const receipts = receiptsOlderThan === null ? null : await store.purgeReceipts({ olderThan: now - receiptsOlderThan, batchSize });
-      const operations = operationsOlderThan === null
-        ? null
-        : await store.purgeOperations({ olderThan: now - operationsOlderThan, batchSize, status: 'done' });
-      return { receipts, operations, startedAt, endedAt: Date.now() };
-    }, { leaseMs });
+    const locked = await store.withExclusiveLock(
+      lockName,
+      async () => {
+        const startedAt = Date.now();
+        const now = typeof store.now === 'function' ? store.now() : Date.now();
+        const receipts = receiptsOlderThan === null ? null : await store.purgeReceipts({ olderThan: now - receiptsOlderThan, batchSize });
+        const operations =
+          operationsOlderThan === null
+            ? null
+            : await store.purgeOperations({ olderThan: now - operationsOlderThan, batchSize, status: 'done' });
+        return { receipts, operations, startedAt, endedAt: Date.now() };
+      },
+      { leaseMs },
+    );
     if (!locked.acquired) {
       this.emit('skipped', { reason: 'locked', at: Date.now() });
       return null;
@@ -115,18 +124,31 @@ class Retention extends EventEmitter {
  * inbox table). Started at once unless `start: false`; `stop()` ends it.
  */
 function createRetention(store, options) {
-  if (store === null || typeof store !== 'object' || typeof store.withExclusiveLock !== 'function'
-    || typeof store.purgeReceipts !== 'function' || typeof store.purgeOperations !== 'function') {
+  if (
+    store === null ||
+    typeof store !== 'object' ||
+    typeof store.withExclusiveLock !== 'function' ||
+    typeof store.purgeReceipts !== 'function' ||
+    typeof store.purgeOperations !== 'function'
+  ) {
     throw invalidArgument('createRetention needs a store with withExclusiveLock, purgeReceipts and purgeOperations', {
-      field: 'store', reason: 'not a store',
+      field: 'store',
+      reason: 'not a store',
     });
   }
-  checkOptionKeys(options, ['receiptsOlderThan', 'operationsOlderThan', 'every', 'batchSize', 'lockName', 'leaseMs', 'start'], 'createRetention');
+  checkOptionKeys(
+    options,
+    ['receiptsOlderThan', 'operationsOlderThan', 'every', 'batchSize', 'lockName', 'leaseMs', 'start'],
+    'createRetention',
+  );
   const opts = options ?? {};
   const receiptsOlderThan = duration(opts.receiptsOlderThan, 'receiptsOlderThan', { optional: true });
   const operationsOlderThan = duration(opts.operationsOlderThan, 'operationsOlderThan', { optional: true });
   if (receiptsOlderThan === null && operationsOlderThan === null) {
-    throw invalidArgument('createRetention needs receiptsOlderThan, operationsOlderThan or both', { field: 'receiptsOlderThan', reason: 'nothing to purge' });
+    throw invalidArgument('createRetention needs receiptsOlderThan, operationsOlderThan or both', {
+      field: 'receiptsOlderThan',
+      reason: 'nothing to purge',
+    });
   }
   const every = duration(opts.every, 'every', { optional: false });
   const batchSize = opts.batchSize ?? DEFAULT_BATCH_SIZE;

@@ -7,7 +7,14 @@ const { CONTRACT, readEach } = require('../host/contract.cjs');
 const { eachStep, step } = require('../core/step.cjs');
 const { invalidArgument, receiptExists, workflowChanged, operationExists } = require('./errors.cjs');
 const {
-  workflowToStore, workflowPatch, receiptToStore, operationToStore, operationView, decidedReceiptToStore, decidedOperationToStore, decidedWorkflowPatch,
+  workflowToStore,
+  workflowPatch,
+  receiptToStore,
+  operationToStore,
+  operationView,
+  decidedReceiptToStore,
+  decidedOperationToStore,
+  decidedWorkflowPatch,
 } = require('./records.cjs');
 
 /**
@@ -112,9 +119,12 @@ class StoreTransaction {
    */
   commitDecided({ receipt, workflow, outbox }, between) {
     const now = this._store.now();
-    const operations = () => eachStep(outbox, (operation) => step(this._insert('outbox', decidedOperationToStore(operation, now)), (stored) => {
-      if (!stored) throw operationExists(operation);
-    }));
+    const operations = () =>
+      eachStep(outbox, (operation) =>
+        step(this._insert('outbox', decidedOperationToStore(operation, now)), (stored) => {
+          if (!stored) throw operationExists(operation);
+        }),
+      );
     const rest = (output) => {
       if (!receipt) return step(operations(), () => output);
       return step(this._insert('inbox', decidedReceiptToStore(receipt, now, output)), (stored) => {
@@ -150,9 +160,17 @@ class StoreTransaction {
   /** The write of a workflow change: an insert for a new workflow, else the compare-and-set; synchronously when the store's writes are. */
   #writeChange(change, write) {
     const now = this._store.now();
-    const written = change.expect === null
-      ? this._insert('workflows', { id: change.id, status: change.status, revision: change.revision, data: change.kept, createdAt: now, updatedAt: now })
-      : this._updateWorkflow({ ...change, now });
+    const written =
+      change.expect === null
+        ? this._insert('workflows', {
+            id: change.id,
+            status: change.status,
+            revision: change.revision,
+            data: change.kept,
+            createdAt: now,
+            updatedAt: now,
+          })
+        : this._updateWorkflow({ ...change, now });
     return step(written, (done) => {
       if (!done) throw workflowChanged(write);
     });
@@ -166,7 +184,8 @@ class StoreTransaction {
    * @param {string} key
    * @returns {boolean | Promise<boolean>}
    */
-  _tryHoldKey(key) { // eslint-disable-line no-unused-vars
+  _tryHoldKey(_key) {
+    // eslint-disable-line no-unused-vars
     return true;
   }
 }

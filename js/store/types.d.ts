@@ -101,7 +101,11 @@ export declare abstract class StoreBase {}
 export interface StoreBase extends OutboxStore, OutboxAdmin, ExclusiveLocks {}
 
 /** What every durable store offers a host: the Store contract, the outbox interface and helpers. */
-export interface DurableStore<Tx extends DurableStoreTransaction = DurableStoreTransaction> extends Store, OutboxStore, OutboxAdmin, ExclusiveLocks {
+export interface DurableStore<Tx extends DurableStoreTransaction = DurableStoreTransaction>
+  extends Store,
+    OutboxStore,
+    OutboxAdmin,
+    ExclusiveLocks {
   readonly tables: Readonly<TableNames>;
   /** Re-runs of a cycle after a lost race (undefined: processEvent's default, 4). */
   readonly raceRetries?: number;

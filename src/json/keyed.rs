@@ -48,7 +48,9 @@ pub fn decide_key(request: &str) -> Result<String> {
         return Err(invalid(format!("an idempotency key is 1 to {MAX_TEXT_BYTES} UTF-8 bytes, not {}", key.len())));
     }
     if !is_payload_fingerprint(fingerprint) {
-        return Err(invalid(format!("{fingerprint:?} is not a payload fingerprint ({PAYLOAD_PREFIX} and 64 hex digits)")));
+        return Err(invalid(format!(
+            "{fingerprint:?} is not a payload fingerprint ({PAYLOAD_PREFIX} and 64 hex digits)"
+        )));
     }
     match text("storedFingerprint")? {
         Some(stored) if stored == fingerprint => Ok(r#"{"outcome":"replay"}"#.to_string()),
@@ -67,7 +69,9 @@ pub fn decide_key(request: &str) -> Result<String> {
             write_string(&mut out, key);
             out.push_str(r#","eventType":"#);
             write_string(&mut out, KEY_EVENT_TYPE);
-            out.push_str(r#","outcome":"applied","ruleSet":null,"result":{"operationIds":[],"status":null,"revision":null}}}"#);
+            out.push_str(
+                r#","outcome":"applied","ruleSet":null,"result":{"operationIds":[],"status":null,"revision":null}}}"#,
+            );
             Ok(out)
         }
     }

@@ -19,7 +19,9 @@ pub mod text;
 pub(crate) fn parse_object(text: &str, what: &str) -> Result<Map<String, Value>> {
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(Error::InvalidArgument { reason: format!("{what} must be a JSON object, not {}", kind(&other)) }),
+        Ok(other) => {
+            Err(Error::InvalidArgument { reason: format!("{what} must be a JSON object, not {}", kind(&other)) })
+        }
         Err(e) => Err(Error::InvalidArgument { reason: format!("{what} is not valid JSON: {e}") }),
     }
 }
@@ -58,7 +60,9 @@ pub fn decide_json(rule_set: &RuleSet, input: &str) -> Result<String> {
         match input.get(name) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Object(map)) => Ok(Some(map)),
-            Some(other) => Err(Error::InvalidArgument { reason: format!("{name} must be an object or null, not {}", kind(other)) }),
+            Some(other) => {
+                Err(Error::InvalidArgument { reason: format!("{name} must be an object or null, not {}", kind(other)) })
+            }
         }
     };
     let event = match input.get("event") {

@@ -176,7 +176,10 @@ mod tests {
         ))
         .unwrap();
         let written: Value = serde_json::from_str(&settings_json(&p)).unwrap();
-        assert_eq!(written, json!({"maxAttempts": 3, "baseDelayMs": 50, "maxDelayMs": 400, "leaseMs": 900, "renewEveryMs": 300}));
+        assert_eq!(
+            written,
+            json!({"maxAttempts": 3, "baseDelayMs": 50, "maxDelayMs": 400, "leaseMs": 900, "renewEveryMs": 300})
+        );
         assert_eq!(Policy::from_source(written.as_object().unwrap()).unwrap(), p);
     }
 
@@ -192,7 +195,8 @@ mod tests {
         .unwrap();
         assert_eq!(dead, r#"{"verdict":"dead","reason":"max-attempts","lastError":"Error: down"}"#);
         let retry: Value = serde_json::from_str(
-            &classify(&p, r#"{"operationId":"op","attempt":1,"now":10,"result":{"ok":false,"message":"down"}}"#).unwrap(),
+            &classify(&p, r#"{"operationId":"op","attempt":1,"now":10,"result":{"ok":false,"message":"down"}}"#)
+                .unwrap(),
         )
         .unwrap();
         assert_eq!(retry["verdict"], "retry");
@@ -203,7 +207,8 @@ mod tests {
     fn an_unknown_disposition_counts_as_unmarked() {
         let p = policy(3, 100, 1_000);
         let verdict =
-            classify(&p, r#"{"operationId":"op","attempt":1,"now":0,"result":{"ok":false,"disposition":"ignore"}}"#).unwrap();
+            classify(&p, r#"{"operationId":"op","attempt":1,"now":0,"result":{"ok":false,"disposition":"ignore"}}"#)
+                .unwrap();
         assert!(verdict.starts_with(r#"{"verdict":"retry""#), "{verdict}");
     }
 

@@ -189,7 +189,8 @@ impl<'a> Reader<'a, '_> {
                 return Ok(());
             }
             if !self.eat(b',') {
-                let expected = if close == b']' { "is not JSON: ',' or ']' expected" } else { "is not JSON: ',' or '}' expected" };
+                let expected =
+                    if close == b']' { "is not JSON: ',' or ']' expected" } else { "is not JSON: ',' or '}' expected" };
                 return Err(self.fail(expected));
             }
         }
@@ -272,7 +273,9 @@ impl<'a> Reader<'a, '_> {
                     self.at += 1;
                     return Ok(decoded);
                 }
-                Some(0x00..=0x1f) => return Err(self.fail("is not JSON: a control character in a string must be escaped")),
+                Some(0x00..=0x1f) => {
+                    return Err(self.fail("is not JSON: a control character in a string must be escaped"))
+                }
                 Some(b'\\') => {
                     decoded.push_str(self.slice(run, self.at));
                     let letter = self.text.get(self.at + 1).copied();

@@ -38,8 +38,7 @@ use super::RuleSet;
 use crate::decide::{self, Outcome};
 use crate::error::{Disposition, Error, Result};
 use crate::limits::{
-    MAX_FACTS_REORDER_CONFIGURATIONS, MAX_FACTS_REORDER_HISTORIES, MAX_REORDER_CONFIGURATIONS,
-    MAX_REORDER_HISTORIES,
+    MAX_FACTS_REORDER_CONFIGURATIONS, MAX_FACTS_REORDER_HISTORIES, MAX_REORDER_CONFIGURATIONS, MAX_REORDER_HISTORIES,
 };
 
 /// Numbered observations of the one fact of a one-fact history, at most.
@@ -115,7 +114,9 @@ impl Model {
             .as_array()
             .into_iter()
             .flatten()
-            .map(|f| (f["name"].as_str().unwrap_or_default().to_string(), f["kind"].as_str().unwrap_or_default().to_string()))
+            .map(|f| {
+                (f["name"].as_str().unwrap_or_default().to_string(), f["kind"].as_str().unwrap_or_default().to_string())
+            })
             .collect();
         let order = &definition["order"];
         let facts = &definition["facts"];
@@ -447,7 +448,13 @@ impl<'r> Explorer<'r> {
 
     /// The memo key: a configuration with another revision has the same futures (up to the revisions in recurring ids, which are not compared).
     fn key(&self, state: &State) -> u128 {
-        let fixed = [self.data_of[state.workflow as usize] as u64, state.types, state.consumed, state.errored, state.seen_first];
+        let fixed = [
+            self.data_of[state.workflow as usize] as u64,
+            state.types,
+            state.consumed,
+            state.errored,
+            state.seen_first,
+        ];
         mix128(fixed.into_iter().chain(state.emitted.iter().map(|(slot, n)| (*slot as u64) << 8 | *n as u64)))
     }
 
@@ -528,7 +535,8 @@ impl<'r> Explorer<'r> {
         crate::packed::locate(&packed, layout.entries(), 1, |s| layout.same_as(s), &mut work.spans);
         let item = crate::packed::Item::of(&packed, &work.spans, layout.entries(), 0);
         let mut fingerprint = [0u8; crate::fingerprint::LEN];
-        let (_, decided) = decide::decide_item(self.rule_set, &item, layout, &mut fingerprint, &mut work.canonical).ok()?;
+        let (_, decided) =
+            decide::decide_item(self.rule_set, &item, layout, &mut fingerprint, &mut work.canonical).ok()?;
         self.rule_set.rules.get(decided.rule).map(|r| r.origin.clone())
     }
 
@@ -564,7 +572,8 @@ impl<'r> Explorer<'r> {
         let step = Step { kind: t, from: state.workflow, reply: transition.reply, to: transition.next };
         if count(state.consumed, t) == 0 {
             let races = history.races.iter().enumerate().map(|(pair, &(low, high))| (low, high, pair));
-            next.seen_first = super::reorder::seen_first(next.seen_first, t, races, |other| count(state.consumed, other) == 0);
+            next.seen_first =
+                super::reorder::seen_first(next.seen_first, t, races, |other| count(state.consumed, other) == 0);
         }
         next.consumed += 1 << (2 * t);
         Some(match twice {
@@ -624,12 +633,19 @@ enum Failure {
 
 impl Search<'_, '_, '_> {
     fn explore(&mut self, state: State) -> Result<()> {
-        if (self.mismatch.is_some() && !self.whole) || self.explorer.unproven.is_some() || !self.seen.insert(self.explorer.key(&state)) {
+        if (self.mismatch.is_some() && !self.whole)
+            || self.explorer.unproven.is_some()
+            || !self.seen.insert(self.explorer.key(&state))
+        {
             return Ok(());
         }
         *self.configurations += 1;
         if *self.configurations > self.limit {
-            return Err(over_budget("maxFactsReorderConfigurations", self.limit, "delivery configurations over all histories and starts"));
+            return Err(over_budget(
+                "maxFactsReorderConfigurations",
+                self.limit,
+                "delivery configurations over all histories and starts",
+            ));
         }
         let mut progressed = false;
         for t in 0..self.history.kinds.len() {
@@ -659,7 +675,10 @@ impl Search<'_, '_, '_> {
         if !progressed {
             match self.references.iter().position(|r| r.0 == state.seen_first) {
                 None => self.references.push((state.seen_first, state, self.path.clone(), false)),
-                Some(i) if self.mismatch.is_none() && self.explorer.result(&self.references[i].1) != self.explorer.result(&state) => {
+                Some(i)
+                    if self.mismatch.is_none()
+                        && self.explorer.result(&self.references[i].1) != self.explorer.result(&state) =>
+                {
                     self.mismatch = Some(Failure::Differs { reference: i, end: state, path: self.path.clone() });
                 }
                 Some(_) => {}
@@ -692,11 +711,13 @@ struct FactPlan {
 /// Either way an observation that follows a fact event type has an earlier
 /// observation of it.
 fn chains(model: &Model, most: usize) -> Vec<Vec<usize>> {
-    let legal = |chain: &[usize], e: usize| model.follows_events[e].iter().all(|a| !model.is_fact(*a) || chain.contains(a));
+    let legal =
+        |chain: &[usize], e: usize| model.follows_events[e].iter().all(|a| !model.is_fact(*a) || chain.contains(a));
     let mut all = Vec::new();
     if model.sequence_field.is_none() {
         for mask in 1u32..(1 << model.fact_events.len()) {
-            let chain: Vec<usize> = model.fact_events.iter().enumerate().filter(|(i, _)| mask >> i & 1 == 1).map(|(_, e)| *e).collect();
+            let chain: Vec<usize> =
+                model.fact_events.iter().enumerate().filter(|(i, _)| mask >> i & 1 == 1).map(|(_, e)| *e).collect();
             if chain.len() <= most && chain.iter().enumerate().all(|(i, e)| legal(&chain[..i], *e)) {
                 all.push(chain);
             }
@@ -760,7 +781,8 @@ fn other_copies(model: &Model, most: u8, left: usize) -> Vec<Vec<u8>> {
 fn shapes(model: &Model, amounts: &[&str]) -> Vec<(Vec<FactPlan>, Vec<u8>)> {
     let mut out = Vec::new();
     let size = |plans: &[FactPlan], others: &[u8]| {
-        plans.iter().flat_map(|p| p.chain.iter().map(|(_, n)| *n as usize)).sum::<usize>() + others.iter().map(|n| *n as usize).sum::<usize>()
+        plans.iter().flat_map(|p| p.chain.iter().map(|(_, n)| *n as usize)).sum::<usize>()
+            + others.iter().map(|n| *n as usize).sum::<usize>()
     };
     let plans = |most: usize, extra: usize| -> Vec<FactPlan> {
         let mut plans = Vec::new();
@@ -778,7 +800,9 @@ fn shapes(model: &Model, amounts: &[&str]) -> Vec<(Vec<FactPlan>, Vec<u8>)> {
             out.push((Vec::new(), others));
         }
     }
-    for plan in plans(ONE_FACT_OBSERVATIONS, ONE_FACT_OBSERVATIONS).into_iter().filter(|_| !model.fact_events.is_empty()) {
+    for plan in
+        plans(ONE_FACT_OBSERVATIONS, ONE_FACT_OBSERVATIONS).into_iter().filter(|_| !model.fact_events.is_empty())
+    {
         let used = size(std::slice::from_ref(&plan), &[]);
         if used > ONE_FACT_EVENTS {
             continue;
@@ -830,7 +854,9 @@ fn build(model: &Model, plans: &[FactPlan], others: &[u8], start: Map<String, Va
             let after = match (model.sequence_field.is_some(), i) {
                 (true, 0) => Vec::new(),
                 (true, _) => vec![base + i - 1],
-                (false, _) => (0..i).filter(|j| model.follows_events[e].contains(&plan.chain[*j].0)).map(|j| base + j).collect(),
+                (false, _) => {
+                    (0..i).filter(|j| model.follows_events[e].contains(&plan.chain[*j].0)).map(|j| base + j).collect()
+                }
             };
             first_of.entry(e).or_insert(kinds.len());
             kinds.push(kind(e, Some(f), number, copies, &plan.amount, after));
@@ -844,7 +870,8 @@ fn build(model: &Model, plans: &[FactPlan], others: &[u8], start: Map<String, Va
     for kind in kinds.iter_mut().filter(|k| k.fact.is_none()) {
         kind.after.extend(model.follows_events[kind.event].iter().filter_map(|a| first_of.get(a).copied()));
     }
-    let directed = |a: usize, b: usize, across: bool| model.races.iter().any(|&(x, y, c)| x == a && y == b && c == across);
+    let directed =
+        |a: usize, b: usize, across: bool| model.races.iter().any(|&(x, y, c)| x == a && y == b && c == across);
     let either = |a: usize, b: usize| model.races.iter().any(|&(x, y, _)| (x == a && y == b) || (x == b && y == a));
     let numbered = model.sequence_field.is_some();
     let mut races = Vec::new();
@@ -854,7 +881,9 @@ fn build(model: &Model, plans: &[FactPlan], others: &[u8], start: Map<String, Va
             let racing = match (l.fact, h.fact) {
                 // One fact's observations, `low` the older: they race only when the newer one is of a race's first side.
                 (Some(a), Some(b)) if a == b && numbered => directed(h.event, l.event, false),
-                (Some(a), Some(b)) if a == b => l.event != h.event && (directed(h.event, l.event, false) || directed(l.event, h.event, false)),
+                (Some(a), Some(b)) if a == b => {
+                    l.event != h.event && (directed(h.event, l.event, false) || directed(l.event, h.event, false))
+                }
                 (Some(_), Some(_)) => directed(h.event, l.event, true) || directed(l.event, h.event, true),
                 _ => l.event != h.event && either(l.event, h.event),
             };
@@ -900,10 +929,18 @@ pub fn explore(rule_set: &RuleSet) -> Result<(Check, Figures)> {
 fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Result<(Check, Figures)> {
     #[cfg(not(target_arch = "wasm32"))]
     let began = std::time::Instant::now();
-    let mut outcome = Check { skipped: None, unproven: None, counterexamples: Vec::new(), histories: 0, configurations: 0, by_facts: None };
+    let mut outcome = Check {
+        skipped: None,
+        unproven: None,
+        counterexamples: Vec::new(),
+        histories: 0,
+        configurations: 0,
+        by_facts: None,
+    };
     let definition = rule_set.definition();
     if definition.get("order").is_none() {
-        outcome.skipped = Some("no 'order' section: the rule set is proven for in-order delivery per workflow only".into());
+        outcome.skipped =
+            Some("no 'order' section: the rule set is proven for in-order delivery per workflow only".into());
         return Ok((outcome, Figures { millis: None, by_facts: [(0, 0); 3] }));
     }
     let model = match Model::read(definition) {
@@ -944,7 +981,11 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
             }
             let mut history = build(&model, &plans, &others, start.clone());
             if history.kinds.len() > 32 || history.races.len() > 32 {
-                return Err(over_budget("maxFactsReorderKinds", 32, "kinds of events (and 32 racing pairs) in one history"));
+                return Err(over_budget(
+                    "maxFactsReorderKinds",
+                    32,
+                    "kinds of events (and 32 racing pairs) in one history",
+                ));
             }
             for kind in &mut history.kinds {
                 kind.body_id = explorer.bodies.id(Value::Object(kind.body.clone()).to_string());
@@ -980,7 +1021,8 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
                     }
                     Some(Failure::Differs { reference, end, path }) => {
                         let (_, expected_end, expected, in_order) = &search.references[reference];
-                        let example = differs_example(&explorer, &history, (expected, expected_end, *in_order), (&path, &end));
+                        let example =
+                            differs_example(&explorer, &history, (expected, expected_end, *in_order), (&path, &end));
                         outcome.counterexamples.push(example);
                     }
                 }
@@ -1087,7 +1129,12 @@ fn history_json(model: &Model, history: &History) -> (Vec<String>, Value) {
     (events, json!({ "workflow": Value::Object(start), "amounts": amounts }))
 }
 
-fn differs_example(explorer: &Explorer, history: &History, expected: (&[Step], &State, bool), actual: (&[Step], &State)) -> Value {
+fn differs_example(
+    explorer: &Explorer,
+    history: &History,
+    expected: (&[Step], &State, bool),
+    actual: (&[Step], &State),
+) -> Value {
     let model = explorer.model;
     let races: Vec<String> = history
         .races
@@ -1095,17 +1142,16 @@ fn differs_example(explorer: &Explorer, history: &History, expected: (&[Step], &
         .enumerate()
         .filter(|(pair, _)| actual.1.seen_first & (1 << (2 * pair)) != 0)
         .map(|(pair, &(low, high))| {
-            let (first, second) = if actual.1.seen_first & (1 << (2 * pair + 1)) != 0 { (low, high) } else { (high, low) };
+            let (first, second) =
+                if actual.1.seen_first & (1 << (2 * pair + 1)) != 0 { (low, high) } else { (high, low) };
             format!("{} seen before {}", kind_name(model, history, first), kind_name(model, history, second))
         })
         .collect();
-    let same = |a: &Step, b: &Step| a.kind == b.kind && a.reply == b.reply && explorer.data_of[a.to as usize] == explorer.data_of[b.to as usize];
-    let diverges_at = expected
-        .0
-        .iter()
-        .zip(actual.0)
-        .position(|(a, b)| !same(a, b))
-        .unwrap_or(expected.0.len().min(actual.0.len()));
+    let same = |a: &Step, b: &Step| {
+        a.kind == b.kind && a.reply == b.reply && explorer.data_of[a.to as usize] == explorer.data_of[b.to as usize]
+    };
+    let diverges_at =
+        expected.0.iter().zip(actual.0).position(|(a, b)| !same(a, b)).unwrap_or(expected.0.len().min(actual.0.len()));
     let (events, start) = history_json(model, history);
     json!({
         "start": start,
@@ -1182,7 +1228,11 @@ mod tests {
     fn the_current_deposit_swap_is_reorder_safe() {
         let check = checked("deposit-swap (current)", &parse(BUILTIN_DEPOSIT_SWAP));
         assert!(check.unproven.is_none(), "{:?}", check.unproven);
-        assert!(check.counterexamples.is_empty(), "{}", serde_json::to_string_pretty(&check.counterexamples[0]).unwrap());
+        assert!(
+            check.counterexamples.is_empty(),
+            "{}",
+            serde_json::to_string_pretty(&check.counterexamples[0]).unwrap()
+        );
     }
 
     #[test]
@@ -1232,12 +1282,18 @@ mod tests {
             .as_array_mut()
             .unwrap()
             .iter_mut()
-            .find(|r| r["on"] == json!(["DEPOSIT_DETECTED", "DEPOSIT_CONFIRMED"]) && r["in"] == json!(["exchange", "sending", "success"]))
+            .find(|r| {
+                r["on"] == json!(["DEPOSIT_DETECTED", "DEPOSIT_CONFIRMED"])
+                    && r["in"] == json!(["exchange", "sending", "success"])
+            })
             .unwrap();
         rule["then"]["to"] = json!("exchange");
         rule["then"]["emit"] = json!([{ "type": "START_EXCHANGE", "id": "start-exchange:{workflowId}", "payload": ["depositRef", "amountUnits"] }]);
         let check = checked("v3 exchanging twice", &v3);
-        let twice = examples(&check).iter().find(|c| c.get("emittedTwice").is_some()).unwrap_or_else(|| panic!("{}", all(&check)));
+        let twice = examples(&check)
+            .iter()
+            .find(|c| c.get("emittedTwice").is_some())
+            .unwrap_or_else(|| panic!("{}", all(&check)));
         assert_eq!(twice["emittedTwice"], "start-exchange:wf", "{twice}");
         let deliveries = twice["actual"]["deliveries"].as_array().unwrap();
         let starts = deliveries.iter().filter(|d| d["answer"] == "applied" && d["to"] == "exchange").count();
@@ -1259,10 +1315,22 @@ mod tests {
                 let text = property.to_string();
                 eprintln!("property {}: ok {} {}", property["name"], property["ok"], &text[..text.len().min(600)]);
             }
-            eprintln!("as verified: {} histories, {} configurations, {:?} ms, {} counterexamples", check.histories, check.configurations, figures.millis, check.counterexamples.len());
+            eprintln!(
+                "as verified: {} histories, {} configurations, {:?} ms, {} counterexamples",
+                check.histories,
+                check.configurations,
+                figures.millis,
+                check.counterexamples.len()
+            );
         }
         let (check, figures) = super::explore_up_to(&rule_set, usize::MAX, (usize::MAX, usize::MAX)).unwrap();
-        eprintln!("the definition: {} histories, {} configurations, {:?} ms, {} counterexamples", check.histories, check.configurations, figures.millis, check.counterexamples.len());
+        eprintln!(
+            "the definition: {} histories, {} configurations, {:?} ms, {} counterexamples",
+            check.histories,
+            check.configurations,
+            figures.millis,
+            check.counterexamples.len()
+        );
         eprintln!("unproven: {:?}", check.unproven);
         eprintln!("(histories, configurations) with no fact, one, two: {:?}", figures.by_facts);
         if let Ok(out) = std::env::var("FACTS_REORDER_COUNTEREXAMPLES") {
@@ -1330,7 +1398,13 @@ mod tests {
 
     fn explored(name: &str, rule_set: &crate::ruleset::RuleSet) -> super::Check {
         let (check, figures) = explore(rule_set).unwrap();
-        eprintln!("{name}: {} histories, {} configurations, {:?} ms, {} counterexamples", check.histories, check.configurations, figures.millis, check.counterexamples.len());
+        eprintln!(
+            "{name}: {} histories, {} configurations, {:?} ms, {} counterexamples",
+            check.histories,
+            check.configurations,
+            figures.millis,
+            check.counterexamples.len()
+        );
         check
     }
 
@@ -1353,6 +1427,9 @@ mod tests {
         // One order pays A, the other pays B.
         let emitted = |side: &str| example[side]["end"]["emitted"].clone();
         assert_ne!(emitted("expected"), emitted("actual"), "{example}");
-        assert!(emitted("expected").as_array().unwrap().iter().any(|id| id.as_str().unwrap().starts_with("pay:")), "{example}");
+        assert!(
+            emitted("expected").as_array().unwrap().iter().any(|id| id.as_str().unwrap().starts_with("pay:")),
+            "{example}"
+        );
     }
 }

@@ -6,7 +6,8 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Map, Value};
 
 use super::{
-    Answer, Comparison, Cond, Emit, EventType, Facts, FailCode, Field, Hole, Rule, RuleSet, Status, Template, Transition,
+    Answer, Comparison, Cond, Emit, EventType, Facts, FailCode, Field, Hole, Rule, RuleSet, Status, Template,
+    Transition,
 };
 use crate::error::{default_disposition, truncate, Disposition, Error, Result};
 use crate::field::FieldKind;
@@ -26,8 +27,15 @@ const RESERVED_FIELDS: &[&str] = &["type", "eventId", "workflowId", "id", "statu
 /// name shape; `__proto__` and the `__define…__` ones already fail it). Hosts
 /// and stores keep fields as object keys: such a name invites a read through
 /// the prototype chain or a write that changes an object's prototype.
-const PROTOTYPE_NAMES: &[&str] =
-    &["constructor", "hasOwnProperty", "isPrototypeOf", "propertyIsEnumerable", "toLocaleString", "toString", "valueOf"];
+const PROTOTYPE_NAMES: &[&str] = &[
+    "constructor",
+    "hasOwnProperty",
+    "isPrototypeOf",
+    "propertyIsEnumerable",
+    "toLocaleString",
+    "toString",
+    "valueOf",
+];
 const MAX_TRACKED: usize = 32;
 
 fn invalid(path: &str, reason: impl Into<String>) -> Error {
@@ -107,18 +115,7 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
     let root = object(
         definition,
         "$",
-        &[
-            "id",
-            "version",
-            "description",
-            "statuses",
-            "fields",
-            "events",
-            "rules",
-            "otherwise",
-            "order",
-            "facts",
-        ],
+        &["id", "version", "description", "statuses", "fields", "events", "rules", "otherwise", "order", "facts"],
     )?;
     let id = name(required(root, "id", "$")?, "$.id", false)?;
     let version = match required(root, "version", "$")?.as_u64() {
@@ -171,7 +168,13 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
             _ => false,
         });
         if !per_fact {
-            return Err(invalid(&path, format!("{:?} is not the name of a per-fact operation (<name>:{{<key>}}:{{workflowId}}) of this rule set", truncate(&wanted))));
+            return Err(invalid(
+                &path,
+                format!(
+                    "{:?} is not the name of a per-fact operation (<name>:{{<key>}}:{{workflowId}}) of this rule set",
+                    truncate(&wanted)
+                ),
+            ));
         }
     }
     if let Some(otherwise) = root.get("otherwise") {
@@ -180,7 +183,13 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
             return Err(invalid("$.otherwise", "must not be 'applied': a transition needs an explicit row"));
         }
         let index = rule_set.rules.len();
-        rule_set.rules.push(Rule { origin: "otherwise".into(), guard: Vec::new(), answer, when: Vec::new(), otherwise: None });
+        rule_set.rules.push(Rule {
+            origin: "otherwise".into(),
+            guard: Vec::new(),
+            answer,
+            when: Vec::new(),
+            otherwise: None,
+        });
         for row in rule_set.cells.iter_mut() {
             for cell in row.iter_mut().filter(|c| c.is_empty()) {
                 cell.push(index);
@@ -200,7 +209,8 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
         rule_set.order = Some(super::order::load(&rule_set, order)?);
     }
     // A sequence numbers the observations of one fact: the fact events are its events.
-    if let (Some(facts), Some(sequence)) = (&rule_set.facts, rule_set.order.as_ref().and_then(|o| o.sequence.as_ref())) {
+    if let (Some(facts), Some(sequence)) = (&rule_set.facts, rule_set.order.as_ref().and_then(|o| o.sequence.as_ref()))
+    {
         let mut a = facts.events.clone();
         let mut b = sequence.events.clone();
         a.sort_unstable();
@@ -208,7 +218,10 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
         a.dedup();
         b.dedup();
         if a != b {
-            return Err(invalid("$.order.sequence.events", "must be the fact events (facts.events): the sequence is numbered per fact"));
+            return Err(invalid(
+                "$.order.sequence.events",
+                "must be the fact events (facts.events): the sequence is numbered per fact",
+            ));
         }
     }
 
@@ -334,10 +347,14 @@ fn load_facts(rule_set: &RuleSet, value: &Value) -> Result<Facts> {
         return Err(invalid("$.facts.name", format!("{facts_name:?} is reserved")));
     }
     if rule_set.fields.iter().any(|f| f.name == facts_name) {
-        return Err(invalid("$.facts.name", format!("{facts_name:?} is a declared field: the map needs a key of its own")));
+        return Err(invalid(
+            "$.facts.name",
+            format!("{facts_name:?} is a declared field: the map needs a key of its own"),
+        ));
     }
     let mut events = Vec::new();
-    let list = bounded(required(map, "events", path)?, "$.facts.events", "maxEventTypes", MAX_EVENT_TYPES, "event types")?;
+    let list =
+        bounded(required(map, "events", path)?, "$.facts.events", "maxEventTypes", MAX_EVENT_TYPES, "event types")?;
     for (i, item) in list.iter().enumerate() {
         let item_path = format!("$.facts.events[{i}]");
         let text = string(item, &item_path)?;
@@ -404,9 +421,10 @@ fn load_rule(
         if text == ANY {
             on_event.iter_mut().for_each(|flag| *flag = true);
         } else {
-            let index = *names.events.get(text).ok_or_else(|| {
-                invalid(&format!("{path}.on[{i}]"), format!("{text:?} is not a declared event type"))
-            })?;
+            let index = *names
+                .events
+                .get(text)
+                .ok_or_else(|| invalid(&format!("{path}.on[{i}]"), format!("{text:?} is not a declared event type")))?;
             on_event[index] = true;
         }
     }
@@ -452,7 +470,10 @@ fn load_rule(
     let mut chain: Vec<(Vec<Cond>, Answer, String)> = Vec::new();
     if let Some(cases) = map.get("cases") {
         if let Some(key) = ["when", "then", "else"].iter().find(|k| map.contains_key(**k)) {
-            return Err(invalid(&format!("{path}.{key}"), "does not go with 'cases' (a case has its own when and then)"));
+            return Err(invalid(
+                &format!("{path}.{key}"),
+                "does not go with 'cases' (a case has its own when and then)",
+            ));
         }
         let cases_path = format!("{path}.cases");
         let list = bounded(cases, &cases_path, "maxRules", MAX_RULES, "cases")?;
@@ -465,20 +486,33 @@ fn load_rule(
             let last = i + 1 == list.len();
             let when = match (case_map.get("when"), last) {
                 (Some(_), true) => {
-                    return Err(invalid(&format!("{case_path}.when"), "the last case answers when no other does: it has no 'when'"))
+                    return Err(invalid(
+                        &format!("{case_path}.when"),
+                        "the last case answers when no other does: it has no 'when'",
+                    ))
                 }
-                (None, false) => return Err(invalid(&format!("{case_path}.when"), "is required on every case but the last")),
+                (None, false) => {
+                    return Err(invalid(&format!("{case_path}.when"), "is required on every case but the last"))
+                }
                 (None, true) => Vec::new(),
-                (Some(when), false) => load_when(rule_set, when, &format!("{case_path}.when"), &context, emitted_names)?,
+                (Some(when), false) => {
+                    load_when(rule_set, when, &format!("{case_path}.when"), &context, emitted_names)?
+                }
             };
-            let answer = load_answer(rule_set, required(case_map, "then", &case_path)?, &format!("{case_path}.then"), &context)?;
+            let answer =
+                load_answer(rule_set, required(case_map, "then", &case_path)?, &format!("{case_path}.then"), &context)?;
             chain.push((when, answer, case_path.trim_start_matches("$.").to_string()));
         }
     } else {
         let answer = load_answer(rule_set, required(map, "then", path)?, &format!("{path}.then"), &context)?;
         match (map.get("when"), map.get("else")) {
             (None, None) => chain.push((Vec::new(), answer, origin.clone())),
-            (Some(_), None) => return Err(invalid(&format!("{path}.else"), "is required with 'when': the answer when the comparison does not hold")),
+            (Some(_), None) => {
+                return Err(invalid(
+                    &format!("{path}.else"),
+                    "is required with 'when': the answer when the comparison does not hold",
+                ))
+            }
             (None, Some(_)) => return Err(invalid(&format!("{path}.else"), "goes only with 'when'")),
             (Some(when), Some(otherwise)) => {
                 let when = load_when(rule_set, when, &format!("{path}.when"), &context, emitted_names)?;
@@ -551,20 +585,25 @@ fn load_condition(
         return Ok(Cond::Compare { event_field, op, workflow_field });
     };
     if map.len() != 1 || !(map.contains_key("other") || map.contains_key("emitted")) {
-        return Err(invalid(path, "must be [eventField, op, recordedField], {\"other\": eventTypes} or {\"emitted\": operationName}"));
+        return Err(invalid(
+            path,
+            "must be [eventField, op, recordedField], {\"other\": eventTypes} or {\"emitted\": operationName}",
+        ));
     }
     let Some(facts) = rule_set.facts.as_ref().filter(|_| context.on_facts) else {
-        return Err(invalid(path, "reads the facts map: only in rules on fact events (facts.events) of a rule set with 'facts'"));
+        return Err(invalid(
+            path,
+            "reads the facts map: only in rules on fact events (facts.events) of a rule set with 'facts'",
+        ));
     };
     if let Some(other) = map.get("other") {
         let other_path = format!("{path}.other");
         let mut types = Vec::new();
         for (i, text) in names_or_any(other, &other_path)?.into_iter().enumerate() {
             let item_path = if other.is_string() { other_path.clone() } else { format!("{other_path}[{i}]") };
-            let index = rule_set
-                .event_index(text)
-                .filter(|e| facts.events.contains(e))
-                .ok_or_else(|| invalid(&item_path, format!("{:?} is not a fact event (facts.events)", truncate(text))))?;
+            let index = rule_set.event_index(text).filter(|e| facts.events.contains(e)).ok_or_else(|| {
+                invalid(&item_path, format!("{:?} is not a fact event (facts.events)", truncate(text)))
+            })?;
             if !types.contains(&index) {
                 types.push(index);
             }
@@ -580,7 +619,12 @@ fn load_condition(
 /// `[eventField, op, workflowField]`: two integer fields of one kind (count
 /// or units), or two text fields with `=`, the first carried by every event
 /// type the rule answers.
-fn load_comparison(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usize]) -> Result<(usize, Comparison, usize)> {
+fn load_comparison(
+    rule_set: &RuleSet,
+    value: &Value,
+    path: &str,
+    carried: &[usize],
+) -> Result<(usize, Comparison, usize)> {
     let parts = match value.as_array() {
         Some(parts) if parts.len() == 3 => parts,
         _ => return Err(invalid(path, "must be [eventField, op, workflowField], op one of >, >=, =, <=, <")),
@@ -602,11 +646,9 @@ fn load_comparison(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usi
         ));
     }
     let op_text = string(&parts[1], &format!("{path}[1]"))?;
-    let op = Comparison::ALL
-        .iter()
-        .find(|(s, _)| *s == op_text)
-        .map(|(_, c)| *c)
-        .ok_or_else(|| invalid(&format!("{path}[1]"), format!("{:?} is not one of >, >=, =, <=, <", truncate(op_text))))?;
+    let op = Comparison::ALL.iter().find(|(s, _)| *s == op_text).map(|(_, c)| *c).ok_or_else(|| {
+        invalid(&format!("{path}[1]"), format!("{:?} is not one of >, >=, =, <=, <", truncate(op_text)))
+    })?;
     let workflow_field = field(2)?;
     let (a, b) = (&rule_set.fields[event_field], &rule_set.fields[workflow_field]);
     // Text compares for equality (the deposit a swap acts on); only integers have an order.
@@ -626,7 +668,13 @@ fn load_comparison(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usi
     if a.kind != b.kind {
         return Err(invalid(
             path,
-            format!("compares two fields of one kind: {:?} is {}, {:?} is {}", a.name, a.kind.as_str(), b.name, b.kind.as_str()),
+            format!(
+                "compares two fields of one kind: {:?} is {}, {:?} is {}",
+                a.name,
+                a.kind.as_str(),
+                b.name,
+                b.kind.as_str()
+            ),
         ));
     }
     Ok((event_field, op, workflow_field))
@@ -634,11 +682,8 @@ fn load_comparison(rule_set: &RuleSet, value: &Value, path: &str, carried: &[usi
 
 fn load_answer(rule_set: &RuleSet, value: &Value, path: &str, context: &RuleContext) -> Result<Answer> {
     let carried = context.carried;
-    let map = object(
-        value,
-        path,
-        &["outcome", "to", "record", "clear", "emit", "revisionStep", "error", "disposition"],
-    )?;
+    let map =
+        object(value, path, &["outcome", "to", "record", "clear", "emit", "revisionStep", "error", "disposition"])?;
     if let Some(code_value) = map.get("error") {
         if map.contains_key("outcome") {
             return Err(invalid(path, "has both 'outcome' and 'error'"));
@@ -680,12 +725,7 @@ fn load_answer(rule_set: &RuleSet, value: &Value, path: &str, context: &RuleCont
         "already-applied" => return plain(Answer::AlreadyApplied),
         "stale" => return plain(Answer::Stale),
         "applied" => {}
-        _ => {
-            return Err(invalid(
-                &format!("{path}.outcome"),
-                "must be \"applied\", \"already-applied\" or \"stale\"",
-            ))
-        }
+        _ => return Err(invalid(&format!("{path}.outcome"), "must be \"applied\", \"already-applied\" or \"stale\"")),
     }
     if map.contains_key("disposition") {
         return Err(invalid(&format!("{path}.disposition"), "goes only with 'error'"));
@@ -697,7 +737,10 @@ fn load_answer(rule_set: &RuleSet, value: &Value, path: &str, context: &RuleCont
     let record = field_list(map.get("record"), &format!("{path}.record"), &rule_set.fields, Some(carried))?;
     let clear = field_list(map.get("clear"), &format!("{path}.clear"), &rule_set.fields, None)?;
     if let Some(both) = record.iter().find(|f| clear.contains(f)) {
-        return Err(invalid(&format!("{path}.clear"), format!("{:?} is both recorded and cleared", rule_set.fields[*both].name)));
+        return Err(invalid(
+            &format!("{path}.clear"),
+            format!("{:?} is both recorded and cleared", rule_set.fields[*both].name),
+        ));
     }
     let revision_step = match map.get("revisionStep") {
         None => 1,
@@ -708,7 +751,13 @@ fn load_answer(rule_set: &RuleSet, value: &Value, path: &str, context: &RuleCont
     };
     let mut emit = Vec::new();
     if let Some(list) = map.get("emit") {
-        let list = bounded(list, &format!("{path}.emit"), "maxEmitsPerRule", MAX_EMITS_PER_RULE, "emitted operations in one rule")?;
+        let list = bounded(
+            list,
+            &format!("{path}.emit"),
+            "maxEmitsPerRule",
+            MAX_EMITS_PER_RULE,
+            "emitted operations in one rule",
+        )?;
         for (i, entry) in list.iter().enumerate() {
             emit.push(load_emit(rule_set, entry, &format!("{path}.emit[{i}]"), context)?);
         }
@@ -725,7 +774,10 @@ fn load_emit(rule_set: &RuleSet, value: &Value, path: &str, context: &RuleContex
     let fact_key = rule_set.facts.as_ref().map(|f| rule_set.fields[f.key].name.as_str());
     let id_template = parse_template(string(required(map, "id", path)?, &id_path)?, &id_path, fact_key)?;
     if id_template.per_fact && !context.on_facts {
-        return Err(invalid(&id_path, "a per-fact operation's id takes the event's fact key: only in rules on fact events (facts.events)"));
+        return Err(invalid(
+            &id_path,
+            "a per-fact operation's id takes the event's fact key: only in rules on fact events (facts.events)",
+        ));
     }
     // The mark and the id form say the same thing, or the rule is refused:
     // `recurring` is what a reader looks for, `{revision}` what keeps the ids apart.
@@ -763,17 +815,19 @@ fn parse_template(text: &str, path: &str, fact_key: Option<&str>) -> Result<Temp
     const ONCE: &str = ":{workflowId}";
     const RECURRING: &str = ":{revision}:{workflowId}";
     let per_fact_suffix = fact_key.map(|key| format!(":{{{key}}}:{{workflowId}}"));
-    let (name, recurring, per_fact) = match (text.strip_suffix(RECURRING), per_fact_suffix.as_deref().and_then(|s| text.strip_suffix(s))) {
-        (Some(name), _) => (name, true, false),
-        (None, Some(name)) => (name, false, true),
-        (None, None) => (text.strip_suffix(ONCE).unwrap_or_default(), false, false),
-    };
+    let (name, recurring, per_fact) =
+        match (text.strip_suffix(RECURRING), per_fact_suffix.as_deref().and_then(|s| text.strip_suffix(s))) {
+            (Some(name), _) => (name, true, false),
+            (None, Some(name)) => (name, false, true),
+            (None, None) => (text.strip_suffix(ONCE).unwrap_or_default(), false, false),
+        };
     let ok = !name.is_empty()
         && name.len() <= 64
         && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if !ok {
-        let per_fact_form = fact_key.map(|key| format!(", or <name>:{{{key}}}:{{workflowId}} for one per fact")).unwrap_or_default();
+        let per_fact_form =
+            fact_key.map(|key| format!(", or <name>:{{{key}}}:{{workflowId}} for one per fact")).unwrap_or_default();
         return Err(invalid(
             path,
             format!(

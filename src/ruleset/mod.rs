@@ -61,10 +61,7 @@ pub enum Answer {
     Applied(Transition),
     AlreadyApplied,
     Stale,
-    Fail {
-        code: FailCode,
-        disposition: Disposition,
-    },
+    Fail { code: FailCode, disposition: Disposition },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,10 +315,7 @@ impl RuleSet {
     pub fn builtin_version(name: &str, version: Option<u64>) -> Result<&'static RuleSet> {
         let Some(versions) = BUILTINS.iter().find(|b| b.name == name) else {
             return Err(Error::InvalidArgument {
-                reason: format!(
-                    "no built-in rule set named {name:?} (there are: {})",
-                    BUILTIN_NAMES.join(", ")
-                ),
+                reason: format!("no built-in rule set named {name:?} (there are: {})", BUILTIN_NAMES.join(", ")),
             });
         };
         let builtin = match version {
@@ -332,12 +326,7 @@ impl RuleSet {
             reason: format!(
                 "built-in rule set {name} has no version {} (there are: {})",
                 version.unwrap_or_default(),
-                versions
-                    .versions
-                    .iter()
-                    .map(|b| b.version.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                versions.versions.iter().map(|b| b.version.to_string()).collect::<Vec<_>>().join(", ")
             ),
         })?;
         if let Some(loaded) = builtin.cell.get() {
@@ -510,7 +499,9 @@ fn check_operation_names(rule_set: &RuleSet) -> Result<()> {
         for (j, emit) in transition.emit.iter().enumerate() {
             let template = &emit.id_template;
             match forms.iter().find(|(_, t)| t.name == template.name) {
-                Some((origin, first)) if (first.recurring, first.per_fact) != (template.recurring, template.per_fact) => {
+                Some((origin, first))
+                    if (first.recurring, first.per_fact) != (template.recurring, template.per_fact) =>
+                {
                     return Err(Error::RuleSetInvalid {
                         path: format!("$.{}.then.emit[{j}].id", rule.origin),
                         reason: format!(
@@ -584,18 +575,9 @@ struct BuiltinVersions {
 }
 
 static BUILTINS: [BuiltinVersions; 3] = [
-    BuiltinVersions {
-        name: "deposit-swap",
-        versions: &DEPOSIT_SWAP_VERSIONS,
-    },
-    BuiltinVersions {
-        name: "order-shipment",
-        versions: &ORDER_SHIPMENT_VERSIONS,
-    },
-    BuiltinVersions {
-        name: "subscription",
-        versions: &SUBSCRIPTION_VERSIONS,
-    },
+    BuiltinVersions { name: "deposit-swap", versions: &DEPOSIT_SWAP_VERSIONS },
+    BuiltinVersions { name: "order-shipment", versions: &ORDER_SHIPMENT_VERSIONS },
+    BuiltinVersions { name: "subscription", versions: &SUBSCRIPTION_VERSIONS },
 ];
 
 static DEPOSIT_SWAP_VERSIONS: [Builtin; 3] = [

@@ -81,22 +81,13 @@ pub struct Order {
 }
 
 fn invalid(path: &str, reason: impl Into<String>) -> Error {
-    Error::RuleSetInvalid {
-        path: path.to_string(),
-        reason: reason.into(),
-        report: None,
-    }
+    Error::RuleSetInvalid { path: path.to_string(), reason: reason.into(), report: None }
 }
 
 fn object<'a>(value: &'a Value, path: &str, allowed: &[&str]) -> Result<&'a Map<String, Value>> {
-    let map = value
-        .as_object()
-        .ok_or_else(|| invalid(path, "must be an object"))?;
+    let map = value.as_object().ok_or_else(|| invalid(path, "must be an object"))?;
     if let Some(key) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(invalid(
-            &format!("{path}.{key}"),
-            format!("is not a known key (known: {})", allowed.join(", ")),
-        ));
+        return Err(invalid(&format!("{path}.{key}"), format!("is not a known key (known: {})", allowed.join(", "))));
     }
     Ok(map)
 }
@@ -110,16 +101,12 @@ fn list<'a>(map: &'a Map<String, Value>, key: &str, path: &str) -> Result<&'a [V
 }
 
 fn text<'a>(value: &'a Value, path: &str) -> Result<&'a str> {
-    value
-        .as_str()
-        .ok_or_else(|| invalid(path, "must be a string"))
+    value.as_str().ok_or_else(|| invalid(path, "must be a string"))
 }
 
 fn event_index(rule_set: &RuleSet, value: &Value, path: &str) -> Result<usize> {
     let name = text(value, path)?;
-    rule_set
-        .event_index(name)
-        .ok_or_else(|| invalid(path, format!("{name:?} is not a declared event type")))
+    rule_set.event_index(name).ok_or_else(|| invalid(path, format!("{name:?} is not a declared event type")))
 }
 
 fn emits_operation(rule_set: &RuleSet, name: &str) -> bool {
@@ -141,23 +128,18 @@ pub fn load(rule_set: &RuleSet, value: &Value) -> Result<Order> {
 
     let follows = list(map, "follows", "$.order")?;
     if follows.len() > LIMIT {
-        return Err(invalid(
-            "$.order.follows",
-            format!("at most {LIMIT} entries"),
-        ));
+        return Err(invalid("$.order.follows", format!("at most {LIMIT} entries")));
     }
     for (i, entry) in follows.iter().enumerate() {
         let path = format!("$.order.follows[{i}]");
         let item = object(entry, &path, &["event", "after", "same", "description"])?;
         let event = event_index(
             rule_set,
-            item.get("event")
-                .ok_or_else(|| invalid(&format!("{path}.event"), "is required"))?,
+            item.get("event").ok_or_else(|| invalid(&format!("{path}.event"), "is required"))?,
             &format!("{path}.event"),
         )?;
         let after_name = text(
-            item.get("after")
-                .ok_or_else(|| invalid(&format!("{path}.after"), "is required"))?,
+            item.get("after").ok_or_else(|| invalid(&format!("{path}.after"), "is required"))?,
             &format!("{path}.after"),
         )?;
         let after = match (rule_set.event_index(after_name), emits_operation(rule_set, after_name)) {
@@ -191,10 +173,7 @@ pub fn load(rule_set: &RuleSet, value: &Value) -> Result<Order> {
             let carried_by = |e: usize| rule_set.events[e].fields.contains(&index);
             let both = carried_by(event) && matches!(after, After::Event(a) if carried_by(a));
             if !both {
-                return Err(invalid(
-                    &field_path,
-                    format!("{name:?} is not carried by both event types"),
-                ));
+                return Err(invalid(&field_path, format!("{name:?} is not carried by both event types")));
             }
             if same.contains(&index) {
                 return Err(invalid(&field_path, format!("{name:?} is listed twice")));
@@ -242,10 +221,7 @@ pub fn load(rule_set: &RuleSet, value: &Value) -> Result<Order> {
                     .enumerate()
                     .map(|(j, n)| event_index(rule_set, n, &format!("{side_path}[{j}]")))
                     .collect(),
-                Value::Array(_) => Err(invalid(
-                    &side_path,
-                    format!("must name 1 to {LIMIT} event types"),
-                )),
+                Value::Array(_) => Err(invalid(&side_path, format!("must name 1 to {LIMIT} event types"))),
                 other => Ok(vec![event_index(rule_set, other, &side_path)?]),
             }
         };
@@ -273,17 +249,9 @@ pub fn load(rule_set: &RuleSet, value: &Value) -> Result<Order> {
                 let (a, b) = (a.min(b), a.max(b));
                 if !order.races.iter().any(|r| r.a == a && r.b == b && r.across == across) {
                     if order.races.len() >= LIMIT {
-                        return Err(invalid(
-                            "$.order.races",
-                            format!("at most {LIMIT} racing pairs"),
-                        ));
+                        return Err(invalid("$.order.races", format!("at most {LIMIT} racing pairs")));
                     }
-                    order.races.push(Race {
-                        a,
-                        b,
-                        description: description.clone(),
-                        across,
-                    });
+                    order.races.push(Race { a, b, description: description.clone(), across });
                 }
             }
         }
@@ -294,7 +262,10 @@ pub fn load(rule_set: &RuleSet, value: &Value) -> Result<Order> {
 fn load_sequence(rule_set: &RuleSet, value: &Value) -> Result<Sequence> {
     let path = "$.order.sequence";
     let map = object(value, path, &["field", "events", "description"])?;
-    let name = text(map.get("field").ok_or_else(|| invalid(&format!("{path}.field"), "is required"))?, &format!("{path}.field"))?;
+    let name = text(
+        map.get("field").ok_or_else(|| invalid(&format!("{path}.field"), "is required"))?,
+        &format!("{path}.field"),
+    )?;
     let field = rule_set
         .fields
         .iter()
@@ -319,7 +290,9 @@ fn load_sequence(rule_set: &RuleSet, value: &Value) -> Result<Sequence> {
         }
         events.push(e);
     }
-    if let Some(missing) = (0..rule_set.events.len()).find(|e| rule_set.events[*e].fields.contains(&field) && !events.contains(e)) {
+    if let Some(missing) =
+        (0..rule_set.events.len()).find(|e| rule_set.events[*e].fields.contains(&field) && !events.contains(e))
+    {
         return Err(invalid(
             &format!("{path}.events"),
             format!("{} carries {name:?} and must be listed: one numbering per fact", rule_set.events[missing].name),

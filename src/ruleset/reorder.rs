@@ -275,10 +275,7 @@ enum Reply {
     Applied,
     AlreadyApplied,
     Stale,
-    Error {
-        code: &'static str,
-        disposition: &'static str,
-    },
+    Error { code: &'static str, disposition: &'static str },
 }
 
 #[derive(Clone, Copy)]
@@ -338,21 +335,20 @@ impl History<'_> {
             });
         // `check` made sure every `when` compares the sequence with the recorded one.
         if !guard_fails && rule.otherwise.is_some() {
-            rule_index = self.rule_set.choose(rule_index, &SequenceView { number, recorded: config.sequence }).unwrap_or(rule_index);
+            rule_index = self
+                .rule_set
+                .choose(rule_index, &SequenceView { number, recorded: config.sequence })
+                .unwrap_or(rule_index);
         }
         let rule = &self.rule_set.rules[rule_index];
         let reply = if guard_fails {
-            Reply::Error {
-                code: "IDENTITY_MISMATCH",
-                disposition: "reconcile",
-            }
+            Reply::Error { code: "IDENTITY_MISMATCH", disposition: "reconcile" }
         } else {
             match &rule.answer {
                 Answer::Fail { disposition, .. } if disposition.as_str() == "retry" => return None,
-                Answer::Fail { code, disposition } => Reply::Error {
-                    code: code.as_str(),
-                    disposition: disposition.as_str(),
-                },
+                Answer::Fail { code, disposition } => {
+                    Reply::Error { code: code.as_str(), disposition: disposition.as_str() }
+                }
                 Answer::AlreadyApplied => Reply::AlreadyApplied,
                 Answer::Stale => Reply::Stale,
                 Answer::Applied(transition) => {
@@ -381,33 +377,16 @@ impl History<'_> {
             next.errored = bump(next.errored, t);
         }
         if count(config.consumed, t) == 0 {
-            next.seen_first = seen_first(next.seen_first, t, self.races.iter().copied(), |other| count(config.consumed, other) == 0);
+            next.seen_first =
+                seen_first(next.seen_first, t, self.races.iter().copied(), |other| count(config.consumed, other) == 0);
         }
         next.consumed = bump(next.consumed, t);
-        Some((
-            next,
-            Delivery {
-                event,
-                number,
-                from: config.at,
-                to: next.at,
-                rule: rule_index,
-                reply,
-            },
-        ))
+        Some((next, Delivery { event, number, from: config.at, to: next.at, rule: rule_index, reply }))
     }
 
     /// A result compares everything but the race bookkeeping.
     fn result(config: &Config) -> (StateIndex, u64, u128, u64, u32, u32, u8) {
-        (
-            config.at,
-            config.emitted,
-            config.recurring,
-            config.recorded,
-            config.consumed,
-            config.errored,
-            config.sequence,
-        )
+        (config.at, config.emitted, config.recurring, config.recorded, config.consumed, config.errored, config.sequence)
     }
 
     /// The history in order: each step delivers the first event (in
@@ -418,10 +397,7 @@ impl History<'_> {
         let mut deliveries = Vec::new();
         'steps: loop {
             for t in 0..self.types.len() {
-                if self.follows[t]
-                    .iter()
-                    .any(|a| count(config.consumed, *a) == 0)
-                {
+                if self.follows[t].iter().any(|a| count(config.consumed, *a) == 0) {
                     continue;
                 }
                 if let Some((next, delivery)) = self.deliver(&config, t) {
@@ -479,14 +455,8 @@ impl Search<'_, '_, '_> {
             }
         }
         if !progressed {
-            match self
-                .references
-                .iter()
-                .position(|r| r.0 == config.seen_first)
-            {
-                None => self
-                    .references
-                    .push((config.seen_first, config, self.path.clone(), false)),
+            match self.references.iter().position(|r| r.0 == config.seen_first) {
+                None => self.references.push((config.seen_first, config, self.path.clone(), false)),
                 Some(i) if History::result(&self.references[i].1) != History::result(&config) => {
                     self.mismatch = Some((i, config, self.path.clone()));
                 }
@@ -510,9 +480,8 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
         return super::facts_reorder::check(rule_set);
     }
     let Some(order) = &rule_set.order else {
-        outcome.skipped = Some(
-            "no 'order' section: the rule set is proven for in-order delivery per workflow only".into(),
-        );
+        outcome.skipped =
+            Some("no 'order' section: the rule set is proven for in-order delivery per workflow only".into());
         return Ok(outcome);
     };
     if rule_set.cells.iter().flatten().any(|cell| cell.len() != 1) {
@@ -542,9 +511,7 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
         .rules
         .iter()
         .map(|rule| match &rule.answer {
-            Answer::Applied(t) => t.emit.iter().fold(0, |bits, e| {
-                bits | template_bit(&templates, &e.id_template.text)
-            }),
+            Answer::Applied(t) => t.emit.iter().fold(0, |bits, e| bits | template_bit(&templates, &e.id_template.text)),
             _ => 0,
         })
         .collect();
@@ -562,14 +529,7 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
         })
         .collect();
     let starts: Vec<StateIndex> = std::iter::once(0)
-        .chain(
-            rule_set
-                .statuses
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.initial)
-                .map(|(i, _)| i + 1),
-        )
+        .chain(rule_set.statuses.iter().enumerate().filter(|(_, s)| s.initial).map(|(i, _)| i + 1))
         .collect();
 
     // What each event type needs before it can exist, and which pairs race:
@@ -648,7 +608,8 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
         if races.len() > 32 {
             return Err(Error::RuleSetInvalid {
                 path: "$.order.races".into(),
-                reason: "limit racing pairs: at most 32 racing pairs of events in one history; declare fewer races".into(),
+                reason: "limit racing pairs: at most 32 racing pairs of events in one history; declare fewer races"
+                    .into(),
                 report: None,
             });
         }
@@ -697,12 +658,7 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
             search.explore(origin)?;
             if let Some((reference, actual, path)) = &search.mismatch {
                 let (_, expected_end, expected, in_order) = &search.references[*reference];
-                let example = counterexample(
-                    &history,
-                    start,
-                    (expected, expected_end, *in_order),
-                    (path, actual),
-                );
+                let example = counterexample(&history, start, (expected, expected_end, *in_order), (path, actual));
                 outcome.counterexamples.push(example);
                 break;
             }
@@ -728,10 +684,7 @@ fn over_budget(limit: &str, max: usize, what: &str, histories_done: usize) -> Er
 }
 
 fn template_bit(templates: &[&str], text: &str) -> u64 {
-    templates
-        .iter()
-        .position(|t| *t == text)
-        .map_or(0, |i| 1 << i)
+    templates.iter().position(|t| *t == text).map_or(0, |i| 1 << i)
 }
 
 fn operation_bits(rule_set: &RuleSet, templates: &[&str], operation: &str) -> u64 {
@@ -755,7 +708,8 @@ struct Shape {
 
 impl Shape {
     fn size(&self) -> usize {
-        self.chain.iter().map(|(_, n)| *n as usize).sum::<usize>() + self.copies.iter().map(|n| *n as usize).sum::<usize>()
+        self.chain.iter().map(|(_, n)| *n as usize).sum::<usize>()
+            + self.copies.iter().map(|n| *n as usize).sum::<usize>()
     }
 
     fn has(&self, e: usize) -> bool {
@@ -774,12 +728,14 @@ fn histories(rule_set: &RuleSet, order: &Order) -> Result<Vec<Shape>> {
     let types = rule_set.events.len();
     let sequenced: Vec<usize> = order.sequence.as_ref().map(|s| s.events.clone()).unwrap_or_default();
     let bound = if sequenced.is_empty() { BOUND } else { BOUND_SEQUENCED };
-    let too_many = || Error::RuleSetInvalid {
+    let too_many = || {
+        Error::RuleSetInvalid {
         path: "$.order".into(),
         reason: format!(
             "limit maxReorderHistories: at most {MAX_REORDER_HISTORIES} histories, this definition's {types} event types make more of up to {bound} events; split the rule set"
         ),
         report: None,
+    }
     };
     // The chains: observation types in order, each follows satisfied by an earlier observation.
     let mut chains: Vec<Vec<usize>> = vec![Vec::new()];
@@ -820,7 +776,10 @@ fn histories(rule_set: &RuleSet, order: &Order) -> Result<Vec<Shape>> {
             if used <= bound {
                 let mut copies = vec![0u8; types];
                 if !walk(&sequenced, 0, bound - used, &mut copies, &mut |copies| {
-                    out.push(Shape { chain: chain.iter().copied().zip(chain_copies.iter().copied()).collect(), copies: copies.to_vec() });
+                    out.push(Shape {
+                        chain: chain.iter().copied().zip(chain_copies.iter().copied()).collect(),
+                        copies: copies.to_vec(),
+                    });
                     out.len() <= MAX_REORDER_HISTORIES
                 }) {
                     return Err(too_many());
@@ -833,7 +792,13 @@ fn histories(rule_set: &RuleSet, order: &Order) -> Result<Vec<Shape>> {
         }
     }
     /// Copies of each unsequenced type from `e` on, with `left` events to spend.
-    fn walk(sequenced: &[usize], e: usize, left: usize, copies: &mut Vec<u8>, emit: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+    fn walk(
+        sequenced: &[usize],
+        e: usize,
+        left: usize,
+        copies: &mut Vec<u8>,
+        emit: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> bool {
         if e == copies.len() {
             return emit(copies);
         }
@@ -940,22 +905,15 @@ fn counterexample(
         .iter()
         .filter(|(_, _, pair)| actual.1.seen_first & (1 << (2 * pair)) != 0)
         .map(|&(low, high, pair)| {
-            let (first, second) = if actual.1.seen_first & (1 << (2 * pair + 1)) != 0 {
-                (low, high)
-            } else {
-                (high, low)
-            };
+            let (first, second) =
+                if actual.1.seen_first & (1 << (2 * pair + 1)) != 0 { (low, high) } else { (high, low) };
             format!("{} seen before {}", name(first), name(second))
         })
         .collect();
     let same =
         |a: &Delivery, b: &Delivery| a.event == b.event && a.number == b.number && a.to == b.to && a.reply == b.reply;
-    let diverges_at = expected
-        .0
-        .iter()
-        .zip(actual.0)
-        .position(|(a, b)| !same(a, b))
-        .unwrap_or(expected.0.len().min(actual.0.len()));
+    let diverges_at =
+        expected.0.iter().zip(actual.0).position(|(a, b)| !same(a, b)).unwrap_or(expected.0.len().min(actual.0.len()));
     let mut events = Vec::new();
     for t in 0..history.types.len() {
         for _ in 0..history.copies[t] {
@@ -980,13 +938,7 @@ mod tests {
 
     fn reorder_property(definition: &Value) -> Value {
         let report = verify_definition(definition).unwrap().to_json();
-        report["properties"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == "reorder-safe")
-            .unwrap()
-            .clone()
+        report["properties"].as_array().unwrap().iter().find(|p| p["name"] == "reorder-safe").unwrap().clone()
     }
 
     fn v2() -> Value {
@@ -1000,9 +952,8 @@ mod tests {
             .unwrap()
             .iter_mut()
             .find(|r| {
-                let names = |v: &Value, name: &str| {
-                    v == name || v.as_array().is_some_and(|a| a.iter().any(|x| x == name))
-                };
+                let names =
+                    |v: &Value, name: &str| v == name || v.as_array().is_some_and(|a| a.iter().any(|x| x == name));
                 names(&r["on"], on) && names(&r["in"], status)
             })
             .unwrap_or_else(|| panic!("no rule for {on} in {status}"));
@@ -1017,9 +968,7 @@ mod tests {
         let checked = &property["checked"];
         assert_eq!(checked["bound"], json!({ "events": 6, "copiesPerType": 2 }));
         assert!(checked["histories"].as_u64().unwrap() > 100);
-        assert!(
-            checked["configurations"].as_u64().unwrap() > checked["histories"].as_u64().unwrap()
-        );
+        assert!(checked["configurations"].as_u64().unwrap() > checked["histories"].as_u64().unwrap());
         assert_eq!(checked["races"].as_array().unwrap().len(), 6);
         assert!(checked.get("skipped").is_none());
         // The budget is the whole verification's: what it used is what it explored.
@@ -1037,13 +986,7 @@ mod tests {
         let property = reorder_property(&v1);
         assert_eq!(property["ok"], false);
         let mut all = vec![property["counterexample"].clone()];
-        all.extend(
-            property["moreCounterexamples"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .cloned(),
-        );
+        all.extend(property["moreCounterexamples"].as_array().unwrap().iter().cloned());
         let overtaken = |first: &str, second: &str| {
             all.iter().any(|c| {
                 c["history"] == json!(["DEPOSIT_DETECTED", second])
@@ -1051,37 +994,20 @@ mod tests {
                     && c["divergesAt"] == 0
             })
         };
-        assert!(
-            overtaken("DEPOSIT_CONFIRMED", "DEPOSIT_CONFIRMED"),
-            "{property}"
-        );
-        assert!(
-            overtaken("DEPOSIT_REVERSED", "DEPOSIT_REVERSED"),
-            "{property}"
-        );
+        assert!(overtaken("DEPOSIT_CONFIRMED", "DEPOSIT_CONFIRMED"), "{property}");
+        assert!(overtaken("DEPOSIT_REVERSED", "DEPOSIT_REVERSED"), "{property}");
     }
 
     #[test]
     fn a_confirmation_parked_in_waiting_is_a_counterexample() {
         let mut definition = v2();
-        set_answer(
-            &mut definition,
-            "DEPOSIT_CONFIRMED",
-            "waiting",
-            json!({ "error": "INVALID_TRANSITION" }),
-        );
+        set_answer(&mut definition, "DEPOSIT_CONFIRMED", "waiting", json!({ "error": "INVALID_TRANSITION" }));
         let property = reorder_property(&definition);
         assert_eq!(property["ok"], false);
         let example = &property["counterexample"];
         assert_eq!(example["expected"]["inOrder"], true);
-        assert_eq!(
-            example["actual"]["deliveries"][0]["answer"],
-            "INVALID_TRANSITION (reconcile)"
-        );
-        assert_eq!(
-            example["actual"]["end"]["answeredWithError"],
-            json!(["DEPOSIT_CONFIRMED"])
-        );
+        assert_eq!(example["actual"]["deliveries"][0]["answer"], "INVALID_TRANSITION (reconcile)");
+        assert_eq!(example["actual"]["end"]["answeredWithError"], json!(["DEPOSIT_CONFIRMED"]));
     }
 
     #[test]
@@ -1112,30 +1038,17 @@ mod tests {
         let property = reorder_property(&definition);
         assert_eq!(property["ok"], false);
         let undelivered = |c: &Value| c["actual"]["end"]["undelivered"].clone();
-        assert_eq!(
-            undelivered(&property["counterexample"]),
-            json!(["DEPOSIT_DETECTED"]),
-            "{property}"
-        );
+        assert_eq!(undelivered(&property["counterexample"]), json!(["DEPOSIT_DETECTED"]), "{property}");
     }
 
     #[test]
     fn an_undeclared_race_is_a_counterexample_that_names_no_race() {
         let mut definition = v2();
-        definition["order"]["races"]
-            .as_array_mut()
-            .unwrap()
-            .remove(0);
+        definition["order"]["races"].as_array_mut().unwrap().remove(0);
         let property = reorder_property(&definition);
         assert_eq!(property["ok"], false);
         let example = &property["counterexample"];
-        assert!(
-            example["history"]
-                .as_array()
-                .unwrap()
-                .contains(&json!("DEADLINE_PASSED")),
-            "{example}"
-        );
+        assert!(example["history"].as_array().unwrap().contains(&json!("DEADLINE_PASSED")), "{example}");
         assert_eq!(example["races"], json!([]));
     }
 
@@ -1144,10 +1057,7 @@ mod tests {
         let v1: Value = serde_json::from_str(BUILTIN_DEPOSIT_SWAP_V1).unwrap();
         let property = reorder_property(&v1);
         assert_eq!(property["ok"], true);
-        assert!(property["checked"]["skipped"]
-            .as_str()
-            .unwrap()
-            .contains("in-order"));
+        assert!(property["checked"]["skipped"].as_str().unwrap().contains("in-order"));
         assert_eq!(property["checked"]["histories"], 0);
     }
 }
@@ -1189,7 +1099,8 @@ mod recurring_tests {
         // charge. Due, paid, due again, paid again ends in the same status with
         // the same fields and answers, but charges twice: only the count of
         // the recurring operation tells them apart.
-        let property = reorder_property(&unchained(json!({ "follows": [{ "event": "RENEWAL_PAID", "after": "CHARGE" }] })));
+        let property =
+            reorder_property(&unchained(json!({ "follows": [{ "event": "RENEWAL_PAID", "after": "CHARGE" }] })));
         assert_eq!(property["ok"], false, "{property}");
         let mut all = vec![property["counterexample"].clone()];
         all.extend(property["moreCounterexamples"].as_array().into_iter().flatten().cloned());
@@ -1215,7 +1126,9 @@ mod recurring_tests {
             assert!(p.ok || p.name == "reorder-safe", "{}", report.to_json());
         }
         let property = reorder_property(&definition);
-        for example in std::iter::once(&property["counterexample"]).chain(property["moreCounterexamples"].as_array().into_iter().flatten()) {
+        for example in std::iter::once(&property["counterexample"])
+            .chain(property["moreCounterexamples"].as_array().into_iter().flatten())
+        {
             let history = example["history"].as_array().unwrap();
             let dues = history.iter().filter(|e| *e == "RENEWAL_DUE").count();
             assert_eq!(dues, 2, "every counterexample re-publishes the renewal: {example}");

@@ -32,13 +32,19 @@ pub fn rows(rule_set: &RuleSet) -> Vec<Row> {
             let (mut answer, mut text) = (answer_json(rule_set, &rule.answer), summary(rule_set, &rule.answer));
             let chain: Vec<usize> = rule_set.answers_of(rule_index).collect();
             if chain.len() > 1 {
-                let classic = chain.len() == 2 && rule.when.len() == 1 && matches!(rule.when[0], Cond::Compare { .. })
+                let classic = chain.len() == 2
+                    && rule.when.len() == 1
+                    && matches!(rule.when[0], Cond::Compare { .. })
                     && rule_set.rules[chain[1]].origin.ends_with(".else");
                 let otherwise = &rule_set.rules[chain[chain.len() - 1]].answer;
                 if classic {
                     // `when`/`then`/`else` as written.
                     answer = json!({ "when": condition_json(rule_set, &rule.when[0]), "then": answer, "else": answer_json(rule_set, otherwise) });
-                    text = format!("when {}: {text}; else {}", condition_text(rule_set, &rule.when[0]), summary(rule_set, otherwise));
+                    text = format!(
+                        "when {}: {text}; else {}",
+                        condition_text(rule_set, &rule.when[0]),
+                        summary(rule_set, otherwise)
+                    );
                 } else {
                     let mut cases = Vec::new();
                     let mut parts = Vec::new();
@@ -49,9 +55,14 @@ pub fn rows(rule_set: &RuleSet) -> Vec<Row> {
                             parts.push(format!("else {}", summary(rule_set, &case.answer)));
                         } else {
                             let when: Vec<Value> = case.when.iter().map(|c| condition_json(rule_set, c)).collect();
-                            let when_text: Vec<String> = case.when.iter().map(|c| condition_text(rule_set, c)).collect();
+                            let when_text: Vec<String> =
+                                case.when.iter().map(|c| condition_text(rule_set, c)).collect();
                             cases.push(json!({ "when": when, "then": answer_json(rule_set, &case.answer) }));
-                            parts.push(format!("when {}: {}", when_text.join(" and "), summary(rule_set, &case.answer)));
+                            parts.push(format!(
+                                "when {}: {}",
+                                when_text.join(" and "),
+                                summary(rule_set, &case.answer)
+                            ));
                         }
                     }
                     answer = json!({ "cases": cases });
@@ -78,7 +89,9 @@ fn condition_json(rule_set: &RuleSet, condition: &Cond) -> Value {
         Cond::Compare { event_field, op, workflow_field } => {
             json!([rule_set.fields[*event_field].name, op.as_str(), rule_set.fields[*workflow_field].name])
         }
-        Cond::Other(types) => json!({ "other": types.iter().map(|t| rule_set.events[*t].name.clone()).collect::<Vec<_>>() }),
+        Cond::Other(types) => {
+            json!({ "other": types.iter().map(|t| rule_set.events[*t].name.clone()).collect::<Vec<_>>() })
+        }
         Cond::Emitted(name) => json!({ "emitted": name }),
     }
 }
@@ -123,7 +136,9 @@ fn summary(rule_set: &RuleSet, answer: &Answer) -> String {
     match answer {
         Answer::Applied(t) => {
             let mut text = format!("applied → {}", rule_set.statuses[t.to].name);
-            let names = |fields: &[usize]| fields.iter().map(|f| rule_set.fields[*f].name.as_str()).collect::<Vec<_>>().join(", ");
+            let names = |fields: &[usize]| {
+                fields.iter().map(|f| rule_set.fields[*f].name.as_str()).collect::<Vec<_>>().join(", ")
+            };
             if !t.record.is_empty() {
                 text.push_str(&format!("; records {}", names(&t.record)));
             }
@@ -145,10 +160,12 @@ pub fn rows_json(rule_set: &RuleSet) -> Value {
     Value::Array(
         rows(rule_set)
             .into_iter()
-            .map(|r| json!({
-                "event": r.event, "statuses": r.states, "guard": r.guard,
-                "answer": r.answer, "summary": r.summary, "rule": r.origin,
-            }))
+            .map(|r| {
+                json!({
+                    "event": r.event, "statuses": r.states, "guard": r.guard,
+                    "answer": r.answer, "summary": r.summary, "rule": r.origin,
+                })
+            })
             .collect(),
     )
 }

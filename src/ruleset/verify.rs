@@ -13,7 +13,6 @@ use super::{reorder, Answer, RuleSet, StateIndex, NONE};
 use crate::error::{Error, Result};
 use crate::limits::MAX_STATES_EXPLORED;
 
-
 #[derive(Debug, Clone)]
 pub struct Property {
     pub name: &'static str,
@@ -140,25 +139,15 @@ struct Failure {
 
 pub fn verify(rule_set: &RuleSet) -> Result<Report> {
     let templates = rule_set.templates();
-    let mut explorer = Explorer {
-        rule_set,
-        templates,
-        states: Vec::new(),
-        parents: Vec::new(),
-        seen: HashMap::new(),
-    };
+    let mut explorer = Explorer { rule_set, templates, states: Vec::new(), parents: Vec::new(), seen: HashMap::new() };
     let mut failures: Vec<Failure> = Vec::new();
     // A counterexample is built once, for the first failure of a property:
     // building a path walks the parents, so it must not run at every step.
-    let fail =
-        |failures: &mut Vec<Failure>, name: &'static str, counterexample: &dyn Fn() -> Value| {
-            if !failures.iter().any(|f| f.name == name) {
-                failures.push(Failure {
-                    name,
-                    counterexample: counterexample(),
-                });
-            }
-        };
+    let fail = |failures: &mut Vec<Failure>, name: &'static str, counterexample: &dyn Fn() -> Value| {
+        if !failures.iter().any(|f| f.name == name) {
+            failures.push(Failure { name, counterexample: counterexample() });
+        }
+    };
 
     explorer.visit(State { at: 0, emitted: 0, recorded: 0 }, None)?;
     for (i, status) in rule_set.statuses.iter().enumerate() {
@@ -184,12 +173,7 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
                     if let Some(field) =
                         rule.guard.iter().find(|f| state.recorded & (1 << **f) == 0 && !from_entry.contains(f))
                     {
-                        let step = Step {
-                            event,
-                            rule: rule_index,
-                            from: state.at,
-                            to: state.at,
-                        };
+                        let step = Step { event, rule: rule_index, from: state.at, to: state.at };
                         fail(&mut failures, "guards-read-recorded-fields", &|| {
                             let mut example = explorer.path(node, Some(&step));
                             let name = &rule_set.fields[*field].name;
@@ -217,14 +201,10 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
                 let to = transition.to + 1;
                 let step = Step { event, rule: rule_index, from: state.at, to };
                 if state.at != 0 && rule_set.statuses[state.at - 1].terminal {
-                    fail(&mut failures, "terminal-statuses-final", &|| {
-                        explorer.path(node, Some(&step))
-                    });
+                    fail(&mut failures, "terminal-statuses-final", &|| explorer.path(node, Some(&step)));
                 }
                 if transition.revision_step == 0 {
-                    fail(&mut failures, "revision-increases", &|| {
-                        explorer.path(node, Some(&step))
-                    });
+                    fail(&mut failures, "revision-increases", &|| explorer.path(node, Some(&step)));
                 }
                 let mut emitted = state.emitted;
                 for (j, emit) in transition.emit.iter().enumerate() {
@@ -362,9 +342,7 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
 }
 
 fn initial_names(rule_set: &RuleSet) -> Vec<&str> {
-    std::iter::once(NONE)
-        .chain(rule_set.statuses.iter().filter(|s| s.initial).map(|s| s.name.as_str()))
-        .collect()
+    std::iter::once(NONE).chain(rule_set.statuses.iter().filter(|s| s.initial).map(|s| s.name.as_str())).collect()
 }
 
 pub const PROPERTIES: &[(&str, &str)] = &[
@@ -421,11 +399,7 @@ mod tests {
         let example = &failed["counterexample"];
         assert_eq!(example["operationId"], "charge-renewal:{workflowId}");
         let events: Vec<&Value> = example["steps"].as_array().unwrap().iter().map(|s| &s["event"]).collect();
-        assert_eq!(
-            events,
-            ["SUBSCRIPTION_STARTED", "RENEWAL_DUE", "RENEWAL_PAID", "RENEWAL_DUE"],
-            "{example}"
-        );
+        assert_eq!(events, ["SUBSCRIPTION_STARTED", "RENEWAL_DUE", "RENEWAL_PAID", "RENEWAL_DUE"], "{example}");
     }
 
     #[test]

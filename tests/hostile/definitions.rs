@@ -73,17 +73,37 @@ pub fn all() -> Vec<Hostile> {
             path: "$.rules[1].on",
             limit: "maxListNames",
         },
-        Hostile { name: "30,000 statuses", text: with("statuses", status_list(30_000)), path: "$.statuses", limit: "maxStatuses" },
+        Hostile {
+            name: "30,000 statuses",
+            text: with("statuses", status_list(30_000)),
+            path: "$.statuses",
+            limit: "maxStatuses",
+        },
         Hostile {
             name: "100,000 statuses (1.7 MiB)",
             text: with("statuses", status_list(100_000)),
             path: "$",
             limit: "maxDefinitionBytes",
         },
-        Hostile { name: "20,000 event types", text: with("events", Value::Array(events)), path: "$.events", limit: "maxEventTypes" },
-        Hostile { name: "100 fields", text: with("fields", Value::Array(fields)), path: "$.fields", limit: "maxFields" },
+        Hostile {
+            name: "20,000 event types",
+            text: with("events", Value::Array(events)),
+            path: "$.events",
+            limit: "maxEventTypes",
+        },
+        Hostile {
+            name: "100 fields",
+            text: with("fields", Value::Array(fields)),
+            path: "$.fields",
+            limit: "maxFields",
+        },
         Hostile { name: "10,000 rules", text: with("rules", Value::Array(rules)), path: "$.rules", limit: "maxRules" },
-        Hostile { name: "33 emits in one rule", text: many_emits.to_string(), path: "$.rules[0].then.emit", limit: "maxEmitsPerRule" },
+        Hostile {
+            name: "33 emits in one rule",
+            text: many_emits.to_string(),
+            path: "$.rules[0].then.emit",
+            limit: "maxEmitsPerRule",
+        },
         Hostile {
             name: "4096 rules each answering 256 x 256 pairs",
             text: wide.to_string(),
@@ -113,7 +133,8 @@ pub fn reorder_budget(types: usize, statuses: usize) -> Value {
     let status_list: Vec<Value> = (0..statuses).map(|i| json!({ "name": format!("s{i}"), "initial": true })).collect();
     let events: Vec<Value> = types.iter().map(|t| json!({ "type": t, "fields": [] })).collect();
     let races: Vec<Value> = (0..types.len() - 1).map(|i| json!({ "between": [types[i], types[i + 1..]] })).collect();
-    let mut rules = vec![json!({ "on": "*", "in": "(none)", "then": { "error": "UNKNOWN_WORKFLOW", "disposition": "retry" } })];
+    let mut rules =
+        vec![json!({ "on": "*", "in": "(none)", "then": { "error": "UNKNOWN_WORKFLOW", "disposition": "retry" } })];
     let half = types.len() / 2;
     for s in 0..statuses {
         let status = format!("s{s}");

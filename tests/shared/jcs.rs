@@ -6,7 +6,11 @@
 pub const JCS_FILES: &[(&str, &str, &str)] = &[
     ("arrays", include_str!("../vectors/jcs/input/arrays.json"), include_str!("../vectors/jcs/output/arrays.json")),
     ("french", include_str!("../vectors/jcs/input/french.json"), include_str!("../vectors/jcs/output/french.json")),
-    ("structures", include_str!("../vectors/jcs/input/structures.json"), include_str!("../vectors/jcs/output/structures.json")),
+    (
+        "structures",
+        include_str!("../vectors/jcs/input/structures.json"),
+        include_str!("../vectors/jcs/output/structures.json"),
+    ),
     ("unicode", include_str!("../vectors/jcs/input/unicode.json"), include_str!("../vectors/jcs/output/unicode.json")),
     ("values", include_str!("../vectors/jcs/input/values.json"), include_str!("../vectors/jcs/output/values.json")),
     ("weird", include_str!("../vectors/jcs/input/weird.json"), include_str!("../vectors/jcs/output/weird.json")),

@@ -61,15 +61,15 @@ class DraftTable extends Map {
     for (const key of [...this.keys()]) this.delete(key);
   }
 
-  * keys() {
+  *keys() {
     for (const key of this.#tx._draftKeys(this.#table)) yield key;
   }
 
-  * entries() {
+  *entries() {
     for (const key of this.keys()) yield [key, this.get(key)];
   }
 
-  * values() {
+  *values() {
     for (const key of this.keys()) yield this.get(key);
   }
 
@@ -121,7 +121,7 @@ class MemoryTransaction extends StoreTransaction {
   }
 
   /** @internal the keys a read sees: held ones in order, then new ones */
-  * _draftKeys(table) {
+  *_draftKeys(table) {
     const own = this.#writes[table];
     for (const key of this.#data[table].keys()) if (this.#read(table, key) !== undefined) yield key;
     for (const [key, value] of own) if (value !== DELETED && !this.#data[table].has(key)) yield key;
@@ -165,7 +165,8 @@ class MemoryTransaction extends StoreTransaction {
    * them.
    */
   table(name) {
-    if (typeof name !== 'string' || name.length === 0) throw invalidArgument('a table name is a non-empty string', { field: 'name', reason: 'not a name' });
+    if (typeof name !== 'string' || name.length === 0)
+      throw invalidArgument('a table name is a non-empty string', { field: 'name', reason: 'not a name' });
     let table = this.#hostTables.get(name);
     if (table === undefined) {
       table = structuredClone(this.#data.tables.get(name) ?? new Map());
@@ -208,7 +209,7 @@ class InMemoryStore extends StoreBase {
    */
   constructor(workflows = [], options = {}) {
     checkOptionKeys(options ?? {}, ['now'], 'InMemoryStore');
-    const clock = resolveClock((options ?? {}).now);
+    const clock = resolveClock(options?.now);
     super({ now: clock });
     this.#clock = clock;
     for (const workflow of workflows) {
@@ -322,11 +323,13 @@ class InMemoryStore extends StoreBase {
   }
 
   async _list(request) {
-    return this.#alone(async () => [...this.#data.outbox.values()]
-      .filter((op) => operationMatches(request, op))
-      .sort(byId)
-      .slice(0, request.limit)
-      .map((op) => operationRecord(copy(op))));
+    return this.#alone(async () =>
+      [...this.#data.outbox.values()]
+        .filter((op) => operationMatches(request, op))
+        .sort(byId)
+        .slice(0, request.limit)
+        .map((op) => operationRecord(copy(op))),
+    );
   }
 
   async _stats({ now }) {
@@ -341,14 +344,21 @@ class InMemoryStore extends StoreBase {
           if (oldestDueAt === null || since < oldestDueAt) oldestDueAt = since;
         }
       }
-      return { counts: [...counts].map(([key, count]) => { const [type, status] = JSON.parse(key); return { type, status, count }; }), oldestDueAt };
+      return {
+        counts: [...counts].map(([key, count]) => {
+          const [type, status] = JSON.parse(key);
+          return { type, status, count };
+        }),
+        oldestDueAt,
+      };
     });
   }
 
   async _purgeBatch(target, { olderThan, batchSize, status }) {
-    const [table, old] = target === 'receipts'
-      ? ['inbox', (receipt) => typeof receipt.recordedAt === 'number' && receipt.recordedAt < olderThan]
-      : ['outbox', (op) => op.status === status && op.updatedAt < olderThan];
+    const [table, old] =
+      target === 'receipts'
+        ? ['inbox', (receipt) => typeof receipt.recordedAt === 'number' && receipt.recordedAt < olderThan]
+        : ['outbox', (op) => op.status === status && op.updatedAt < olderThan];
     return this.#alone(async () => {
       const keys = [];
       for (const [key, row] of this.#data[table]) {

@@ -28,6 +28,7 @@ export interface InMemoryTransaction extends StoreTransaction {
 }
 
 /** All-or-nothing transactions serialised within one process; not durable. */
+// biome-ignore lint/suspicious/noUnsafeDeclarationMerging: the class's outbox, admin and lock methods, typed once by their interfaces below
 export class InMemoryStore implements Store {
   /** `options.now`: the clock for recordedAt, createdAt and updatedAt (default Date.now). */
   constructor(workflows?: Iterable<Workflow>, options?: { now?: () => number });

@@ -33,9 +33,16 @@ function receiptRecord(held) {
   if (typeof held !== 'object') return { eventId: undefined };
   const ruleSet = held.ruleSet !== null && typeof held.ruleSet === 'object' ? held.ruleSet : null;
   return {
-    eventId: held.eventId, fingerprint: held.fingerprint, workflowId: held.workflowId, eventType: held.eventType, outcome: held.outcome,
-    ruleSetId: ruleSet ? ruleSet.id : held.ruleSet, ruleSetVersion: ruleSet?.version, ruleSetHash: ruleSet?.hash,
-    recordedAt: held.recordedAt, result: held.result,
+    eventId: held.eventId,
+    fingerprint: held.fingerprint,
+    workflowId: held.workflowId,
+    eventType: held.eventType,
+    outcome: held.outcome,
+    ruleSetId: ruleSet ? ruleSet.id : held.ruleSet,
+    ruleSetVersion: ruleSet?.version,
+    ruleSetHash: ruleSet?.hash,
+    recordedAt: held.recordedAt,
+    result: held.result,
   };
 }
 
@@ -120,14 +127,18 @@ function draftRecord(table, key, value, now) {
     record = structuredClone(value);
   } catch (cause) {
     throw new IdemflowError('INVALID_ARGUMENT', `draft ${table} row ${key} cannot be copied: ${cause.message}`, {
-      details: { table, key, reason: 'not cloneable' }, cause,
+      details: { table, key, reason: 'not cloneable' },
+      cause,
     });
   }
   const keyField = RECORD_KEYS[table];
   if (record[keyField] === undefined) record[keyField] = key;
   if (record[keyField] !== key) {
     throw invalidArgument(`draft ${table} row stored under ${key} has ${keyField} ${JSON.stringify(record[keyField])}`, {
-      table, key, field: keyField, reason: 'key mismatch',
+      table,
+      key,
+      field: keyField,
+      reason: 'key mismatch',
     });
   }
   try {
@@ -138,8 +149,16 @@ function draftRecord(table, key, value, now) {
       readReceipt(record);
     } else {
       const defaults = {
-        payload: {}, status: 'pending', attempts: 0, nextAttemptAt: now, leaseOwner: null, leaseExpiresAt: null,
-        fencingToken: 0, lastError: null, createdAt: now, updatedAt: now,
+        payload: {},
+        status: 'pending',
+        attempts: 0,
+        nextAttemptAt: now,
+        leaseOwner: null,
+        leaseExpiresAt: null,
+        fencingToken: 0,
+        lastError: null,
+        createdAt: now,
+        updatedAt: now,
       };
       for (const [field, fill] of Object.entries(defaults)) if (record[field] === undefined) record[field] = fill;
       const view = operationView(operationRecord(record));
@@ -154,7 +173,8 @@ function draftRecord(table, key, value, now) {
     // The readers name stored names (event_id); the draft's rows have fields (eventId).
     const field = typeof error.details.field === 'string' ? fieldOfName(error.details.field) : undefined;
     throw new IdemflowError('INVALID_ARGUMENT', `draft ${table} row ${key} is not a row the store can read: ${error.message}`, {
-      details: { table, key, field, reason: error.details.reason }, cause: error,
+      details: { table, key, field, reason: error.details.reason },
+      cause: error,
     });
   }
   return record;

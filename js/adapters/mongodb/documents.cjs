@@ -4,7 +4,7 @@
 // driver error classified, a record as its document and back, the filter of
 // listOperations.
 
-const { lostRace, mapDriverError, isNetworkError } = require('../../store/errors.cjs');
+const { mapDriverError, isNetworkError } = require('../../store/errors.cjs');
 
 /**
  * @typedef {import('mongodb').MongoClient} MongoClient
@@ -24,8 +24,15 @@ const NAMESPACE_EXISTS = 48;
 const DUPLICATE_KEY = 11000;
 const WRITE_CONFLICT = 112;
 const UNAVAILABLE_NAMES = new Set([
-  'MongoNetworkError', 'MongoNetworkTimeoutError', 'MongoServerSelectionError', 'MongoNotConnectedError',
-  'MongoTopologyClosedError', 'MongoPoolClosedError', 'MongoWaitQueueTimeoutError', 'PoolClearedError', 'PoolClosedError',
+  'MongoNetworkError',
+  'MongoNetworkTimeoutError',
+  'MongoServerSelectionError',
+  'MongoNotConnectedError',
+  'MongoTopologyClosedError',
+  'MongoPoolClosedError',
+  'MongoWaitQueueTimeoutError',
+  'PoolClearedError',
+  'PoolClosedError',
 ]);
 
 /**
@@ -41,7 +48,8 @@ function classify(error) {
     return { type: 'unavailable', reason: error.name === 'MongoServerSelectionError' ? 'no-server-selectable' : 'connection-lost' };
   }
   if (error.code === WRITE_CONFLICT || labelled('TransientTransactionError')) return { type: 'race', reason: 'write-conflict' };
-  if (labelled('UnknownTransactionCommitResult') || labelled('RetryableWriteError')) return { type: 'unavailable', reason: 'commit-unknown' };
+  if (labelled('UnknownTransactionCommitResult') || labelled('RetryableWriteError'))
+    return { type: 'unavailable', reason: 'commit-unknown' };
   return null;
 }
 
@@ -152,9 +160,22 @@ function operationFilter(request) {
       ...(request.createdFrom === null ? {} : { $gte: request.createdFrom }),
     };
   }
-  if (request.errorContains !== null) filter.lastError = { $regex: new RegExp(request.errorContains.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'i') };
+  if (request.errorContains !== null)
+    filter.lastError = { $regex: new RegExp(request.errorContains.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'i') };
   if (request.afterId !== null) filter._id = { $gt: request.afterId };
   return /** @type {import('mongodb').Filter<OperationDocument>} */ (filter);
 }
 
-module.exports = { NAMESPACE_EXISTS, DUPLICATE_KEY, mapError, run, operationRecord, inserted, RECORD_OF, READ_CALL, documentOf, keyExists, operationFilter };
+module.exports = {
+  NAMESPACE_EXISTS,
+  DUPLICATE_KEY,
+  mapError,
+  run,
+  operationRecord,
+  inserted,
+  RECORD_OF,
+  READ_CALL,
+  documentOf,
+  keyExists,
+  operationFilter,
+};

@@ -10,11 +10,31 @@
 const { randomUUID } = require('node:crypto');
 const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
 const { STORE_UNAVAILABLE, lostRace, isStoreUnavailable: isUnavailable } = require('../../store/errors.cjs');
-const { DEFAULT_TABLES, STORE_OPTIONS, TIMEOUT_OPTIONS, resolveClock, resolveRaceRetries, resolveTables, resolveTimeouts } = require('../../store/options.cjs');
+const {
+  DEFAULT_TABLES,
+  STORE_OPTIONS,
+  TIMEOUT_OPTIONS,
+  resolveClock,
+  resolveRaceRetries,
+  resolveTables,
+  resolveTimeouts,
+} = require('../../store/options.cjs');
 const { transactionOptions, watchClient, withDeadline } = require('../../store/bounds.cjs');
 const { StoreBase } = require('../../store/base.cjs');
 const { StoreTransaction } = require('../../store/transaction.cjs');
-const { NAMESPACE_EXISTS, DUPLICATE_KEY, mapError, run, operationRecord, inserted, RECORD_OF, READ_CALL, documentOf, keyExists, operationFilter } = require('./documents.cjs');
+const {
+  NAMESPACE_EXISTS,
+  DUPLICATE_KEY,
+  mapError,
+  run,
+  operationRecord,
+  inserted,
+  RECORD_OF,
+  READ_CALL,
+  documentOf,
+  keyExists,
+  operationFilter,
+} = require('./documents.cjs');
 
 /**
  * @typedef {import('mongodb').MongoClient} MongoClient
@@ -83,11 +103,15 @@ class MongoTransaction extends StoreTransaction {
    * @param {number} now
    */
   async _putWorkflow({ id, status, revision, data }, now) {
-    await this.#run((options) => this.#store._workflows().updateOne(
-      { _id: id },
-      { $set: { status, revision, data, updatedAt: now }, $setOnInsert: { createdAt: now } },
-      { upsert: true, ...options },
-    ));
+    await this.#run((options) =>
+      this.#store
+        ._workflows()
+        .updateOne(
+          { _id: id },
+          { $set: { status, revision, data, updatedAt: now }, $setOnInsert: { createdAt: now } },
+          { upsert: true, ...options },
+        ),
+    );
   }
 
   /**
@@ -129,7 +153,9 @@ class MongoTransaction extends StoreTransaction {
     for (const field of change.removed) unset[`data.${field}`] = '';
     const update = change.removed.length > 0 ? { $set: set, $unset: unset } : { $set: set };
     const { expect } = change;
-    const result = await this.#run((options) => this.#store._workflows().updateOne({ _id: change.id, status: expect.status, revision: expect.revision }, update, options));
+    const result = await this.#run((options) =>
+      this.#store._workflows().updateOne({ _id: change.id, status: expect.status, revision: expect.revision }, update, options),
+    );
     return result.matchedCount === 1;
   }
 }
@@ -154,8 +180,13 @@ class MongoStore extends StoreBase {
    *   now?: () => number, timeoutMs?: number, statementTimeoutMs?: number }} [options]
    */
   constructor(client, options = {}) {
-    checkHandle(client, 'mongodb', (/** @type {any} */ value) => value !== null && typeof value === 'object' && typeof value.withSession === 'function'
-      && typeof value.db === 'function', 'MongoStore needs a MongoClient');
+    checkHandle(
+      client,
+      'mongodb',
+      (/** @type {any} */ value) =>
+        value !== null && typeof value === 'object' && typeof value.withSession === 'function' && typeof value.db === 'function',
+      'MongoStore needs a MongoClient',
+    );
     checkOptionKeys(options, ['db', ...STORE_OPTIONS, ...TIMEOUT_OPTIONS], 'MongoStore');
     const opts = options ?? {};
     const timeouts = resolveTimeouts(opts);
@@ -236,13 +267,17 @@ class MongoStore extends StoreBase {
   /** @param {{ check(): void }} deadline */
   async #migrate(deadline) {
     for (const name of Object.values(this.tables)) {
-      await run(async () => {
-        try {
-          await this.db.createCollection(name);
-        } catch (error) {
-          if (!(error && typeof error === 'object' && 'code' in error && error.code === NAMESPACE_EXISTS)) throw error;
-        }
-      }, undefined, deadline);
+      await run(
+        async () => {
+          try {
+            await this.db.createCollection(name);
+          } catch (error) {
+            if (!(error && typeof error === 'object' && 'code' in error && error.code === NAMESPACE_EXISTS)) throw error;
+          }
+        },
+        undefined,
+        deadline,
+      );
     }
     await run(() => this._inbox().createIndex({ recordedAt: 1 }), undefined, deadline);
     await run(() => this._outbox().createIndex({ status: 1, nextAttemptAt: 1 }), undefined, deadline);
@@ -312,17 +347,20 @@ class MongoStore extends StoreBase {
     const commitBound = maxTimeMS === undefined ? {} : { maxCommitTimeMS: maxTimeMS };
     try {
       await this.client.withSession(async (session) => {
-        await session.withTransaction(async () => {
-          outcome = null;
-          try {
-            // A retry of the driver's after the time ran out throws here, which ends its retries.
-            deadline.check();
-            outcome = { value: await fn(new MongoTransaction(this, session, deadline)) };
-          } catch (error) {
-            fnError = error;
-            throw error;
-          }
-        }, { ...TRANSACTION_OPTIONS, ...commitBound });
+        await session.withTransaction(
+          async () => {
+            outcome = null;
+            try {
+              // A retry of the driver's after the time ran out throws here, which ends its retries.
+              deadline.check();
+              outcome = { value: await fn(new MongoTransaction(this, session, deadline)) };
+            } catch (error) {
+              fnError = error;
+              throw error;
+            }
+          },
+          { ...TRANSACTION_OPTIONS, ...commitBound },
+        );
       });
     } catch (error) {
       if (error === fnError) throw error;
@@ -338,11 +376,13 @@ class MongoStore extends StoreBase {
    */
   async _putWorkflow({ id, status, revision, data }) {
     const now = this.now();
-    await this._call('putWorkflow', () => this._workflows().updateOne(
-      { _id: id },
-      { $set: { status, revision, data, updatedAt: now }, $setOnInsert: { createdAt: now } },
-      { upsert: true, writeConcern: { w: 'majority' }, ...this._serverBound() },
-    ));
+    await this._call('putWorkflow', () =>
+      this._workflows().updateOne(
+        { _id: id },
+        { $set: { status, revision, data, updatedAt: now }, $setOnInsert: { createdAt: now } },
+        { upsert: true, writeConcern: { w: 'majority' }, ...this._serverBound() },
+      ),
+    );
   }
 
   /**
@@ -375,9 +415,15 @@ class MongoStore extends StoreBase {
     /** @type {import('mongodb').Filter<OperationDocument>} */
     const due = {
       ...(types === null ? {} : { type: { $in: types } }),
-      $or: [{ status: 'pending', nextAttemptAt: { $lte: now } }, { status: 'claimed', leaseExpiresAt: { $lte: now } }],
+      $or: [
+        { status: 'pending', nextAttemptAt: { $lte: now } },
+        { status: 'claimed', leaseExpiresAt: { $lte: now } },
+      ],
     };
-    const update = { $set: { status: 'claimed', leaseOwner: owner, leaseExpiresAt, updatedAt: now }, $inc: { fencingToken: 1, attempts: 1 } };
+    const update = {
+      $set: { status: 'claimed', leaseOwner: owner, leaseExpiresAt, updatedAt: now },
+      $inc: { fencingToken: 1, attempts: 1 },
+    };
     const claimed = [];
     // The ids this call claimed already: a lease that expires at `now` would make them due again.
     const taken = [];
@@ -386,9 +432,17 @@ class MongoStore extends StoreBase {
       /** @type {import('mongodb').Filter<OperationDocument>} */
       const filter = taken.length === 0 ? due : { ...due, _id: { $nin: taken } };
       try {
-        doc = await run(() => this._outbox().findOneAndUpdate(filter, update, {
-          sort: { nextAttemptAt: 1, _id: 1 }, returnDocument: 'after', ...MAJORITY, ...this._serverBound(),
-        }), undefined, deadline);
+        doc = await run(
+          () =>
+            this._outbox().findOneAndUpdate(filter, update, {
+              sort: { nextAttemptAt: 1, _id: 1 },
+              returnDocument: 'after',
+              ...MAJORITY,
+              ...this._serverBound(),
+            }),
+          undefined,
+          deadline,
+        );
       } catch (error) {
         if (claimed.length === 0) throw error;
         break;
@@ -406,10 +460,18 @@ class MongoStore extends StoreBase {
    */
   async _update(change) {
     /** @type {import('mongodb').Filter<OperationDocument>} */
-    const filter = { _id: change.id, status: change.status, ...(change.fencingToken === undefined ? {} : { fencingToken: change.fencingToken }) };
+    const filter = {
+      _id: change.id,
+      status: change.status,
+      ...(change.fencingToken === undefined ? {} : { fencingToken: change.fencingToken }),
+    };
     const { set } = change;
-    const result = await this._call('update', () => this._outbox().updateOne(filter, change.giveBackAttempt ? { $set: set, $inc: { attempts: -1 } } : { $set: set },
-      { ...MAJORITY, ...this._serverBound() }));
+    const result = await this._call('update', () =>
+      this._outbox().updateOne(filter, change.giveBackAttempt ? { $set: set, $inc: { attempts: -1 } } : { $set: set }, {
+        ...MAJORITY,
+        ...this._serverBound(),
+      }),
+    );
     return result.matchedCount === 1;
   }
 
@@ -419,7 +481,11 @@ class MongoStore extends StoreBase {
    */
   async _list(request) {
     const filter = operationFilter(request);
-    const docs = await this._call('listOperations', () => this._outbox().find(filter, { sort: { _id: 1 }, limit: request.limit, ...this._serverBound() }).toArray());
+    const docs = await this._call('listOperations', () =>
+      this._outbox()
+        .find(filter, { sort: { _id: 1 }, limit: request.limit, ...this._serverBound() })
+        .toArray(),
+    );
     return docs.map(operationRecord);
   }
 
@@ -428,12 +494,20 @@ class MongoStore extends StoreBase {
    * @param {{ now: number }} request
    */
   async _stats({ now }) {
-    const groups = /** @type {{ _id: { type: unknown, status: unknown }, n: number }[]} */ (await this._call('stats', () => this._outbox().aggregate([
-      { $group: { _id: { type: '$type', status: '$status' }, n: { $sum: 1 } } },
-    ], this._serverBound()).toArray()));
+    const groups = /** @type {{ _id: { type: unknown, status: unknown }, n: number }[]} */ (
+      await this._call('stats', () =>
+        this._outbox()
+          .aggregate([{ $group: { _id: { type: '$type', status: '$status' }, n: { $sum: 1 } } }], this._serverBound())
+          .toArray(),
+      )
+    );
     /** @param {import('mongodb').Filter<OperationDocument>} filter @param {'nextAttemptAt' | 'leaseExpiresAt'} field */
     const first = async (filter, field) => {
-      const [doc] = await this._call('stats', () => this._outbox().find(filter, { sort: { [field]: 1 }, limit: 1, projection: { [field]: 1 }, ...this._serverBound() }).toArray());
+      const [doc] = await this._call('stats', () =>
+        this._outbox()
+          .find(filter, { sort: { [field]: 1 }, limit: 1, projection: { [field]: 1 }, ...this._serverBound() })
+          .toArray(),
+      );
       return doc === undefined ? null : doc[field];
     };
     const since = [
@@ -460,10 +534,15 @@ class MongoStore extends StoreBase {
      * @param {import('mongodb').Sort} sort
      */
     const batch = async (collection, filter, sort) => {
-      const ids = (await this._call('purge', () => collection.find(filter, { projection: { _id: 1 }, sort, limit: batchSize, ...this._serverBound() }).toArray()))
-        .map((doc) => doc._id);
+      const ids = (
+        await this._call('purge', () =>
+          collection.find(filter, { projection: { _id: 1 }, sort, limit: batchSize, ...this._serverBound() }).toArray(),
+        )
+      ).map((doc) => doc._id);
       if (ids.length === 0) return 0;
-      return (await this._call('purge', () => collection.deleteMany({ ...filter, _id: { $in: ids } }, { ...MAJORITY, ...this._serverBound() }))).deletedCount;
+      return (
+        await this._call('purge', () => collection.deleteMany({ ...filter, _id: { $in: ids } }, { ...MAJORITY, ...this._serverBound() }))
+      ).deletedCount;
     };
     return target === 'receipts'
       ? batch(this._inbox(), { recordedAt: { $lt: olderThan } }, { recordedAt: 1 })

@@ -1,11 +1,18 @@
 // idemflow/mongodb: MongoDB (replica set or sharded cluster) over the official driver.
 import type { ClientSession, Db, MongoClient } from 'mongodb';
-import type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames } from '../../store/types.js';
+import type { DurableStore, DurableStoreTransaction, StoreOptions } from '../../store/types.js';
 import { StoreBase } from '../../store/types.js';
-import type { EventInput, ProcessOptions, ProcessResult, Workflow } from '../../index.js';
 
-export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus } from '../../store/types.js';
-export { DEFAULT_TABLES, STORE_UNAVAILABLE, isStoreUnavailable } from '../../store/types.js';
+export type {
+  DurableStore,
+  DurableStoreTransaction,
+  OperationStatus,
+  RecordedReceipt,
+  StoredOperation,
+  StoreOptions,
+  TableNames,
+} from '../../store/types.js';
+export { DEFAULT_TABLES, isStoreUnavailable, STORE_UNAVAILABLE } from '../../store/types.js';
 
 export interface MongoStoreOptions extends StoreOptions {
   /** The database: a Db or its name (default: the database of the connection string). */

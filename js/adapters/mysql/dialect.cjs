@@ -17,14 +17,24 @@ const OUT_OF_RESOURCES_ERRNO = new Set([1021, 1114, 1037, 1038, 1041, 1135, 1040
 /** A storage engine's OS error 28 (ENOSPC), e.g. ER_GET_ERRNO "Got error 28 …" or "Errcode: 28". */
 const NO_SPACE = /\b(error|errcode:?) 28\b|No space left on device/i;
 const UNAVAILABLE_CODES = new Set([
-  'PROTOCOL_CONNECTION_LOST', 'PROTOCOL_ENQUEUE_AFTER_FATAL_ERROR', 'PROTOCOL_ENQUEUE_AFTER_QUIT',
-  'PROTOCOL_SEQUENCE_TIMEOUT', 'POOL_CLOSED', 'POOL_ENQUEUELIMIT',
+  'PROTOCOL_CONNECTION_LOST',
+  'PROTOCOL_ENQUEUE_AFTER_FATAL_ERROR',
+  'PROTOCOL_ENQUEUE_AFTER_QUIT',
+  'PROTOCOL_SEQUENCE_TIMEOUT',
+  'POOL_CLOSED',
+  'POOL_ENQUEUELIMIT',
 ]);
 // What a claim takes, in this order: [status, due column, index suffix].
-const DUE = [['claimed', 'lease_expires_at', 'status_lease_expires_idx'], ['pending', 'next_attempt_at', 'status_next_attempt_idx']];
+const DUE = [
+  ['claimed', 'lease_expires_at', 'status_lease_expires_idx'],
+  ['pending', 'next_attempt_at', 'status_next_attempt_idx'],
+];
 
 function quote(name) {
-  return name.split('.').map((part) => `\`${part}\``).join('.');
+  return name
+    .split('.')
+    .map((part) => `\`${part}\``)
+    .join('.');
 }
 
 /** What kind of failure a mysql2 error is (errno is the server's error number). */
@@ -45,8 +55,12 @@ function classify(error) {
   if (isNetworkError(error)) {
     return { type: 'unavailable', reason: error.code === 'ECONNREFUSED' ? 'connection-refused' : 'network-error' };
   }
-  if (error.fatal === true || UNAVAILABLE_CODES.has(error.code) || UNAVAILABLE_ERRNO.has(errno)
-    || /Pool is closed|Can't add new command when connection is in closed state|connection is in closed state/i.test(String(error.message))) {
+  if (
+    error.fatal === true ||
+    UNAVAILABLE_CODES.has(error.code) ||
+    UNAVAILABLE_ERRNO.has(errno) ||
+    /Pool is closed|Can't add new command when connection is in closed state|connection is in closed state/i.test(String(error.message))
+  ) {
     return { type: 'unavailable', reason: 'connection-lost' };
   }
   return null;
@@ -60,8 +74,10 @@ function mergeData(bind, change) {
   let data = 'data';
   const kept = Object.entries(change.kept);
   // A facts map (an object) goes in as JSON, not as a string holding it.
-  const valueOf = (value) => (value !== null && typeof value === 'object' ? `JSON_EXTRACT(${bind(JSON.stringify(value))}, '$')` : bind(value));
-  if (kept.length > 0) data = `JSON_SET(${data}, ${kept.map(([field, value]) => `${bind(`$."${field}"`)}, ${valueOf(value)}`).join(', ')})`;
+  const jsonOrBound = (value) =>
+    value !== null && typeof value === 'object' ? `JSON_EXTRACT(${bind(JSON.stringify(value))}, '$')` : bind(value);
+  if (kept.length > 0)
+    data = `JSON_SET(${data}, ${kept.map(([field, value]) => `${bind(`$."${field}"`)}, ${jsonOrBound(value)}`).join(', ')})`;
   if (change.removed.length > 0) data = `JSON_REMOVE(${data}, ${change.removed.map((field) => bind(`$."${field}"`)).join(', ')})`;
   return data;
 }
@@ -91,9 +107,18 @@ function present(part) {
   const where = 'TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?';
   const values = schemaAndName(part.name);
   switch (part.kind) {
-    case 'table': return { sql: `SELECT 1 AS present FROM information_schema.TABLES WHERE ${where}`, values };
-    case 'column': return { sql: `SELECT 1 AS present FROM information_schema.COLUMNS WHERE ${where} AND COLUMN_NAME = ?`, values: [...values, part.column] };
-    default: return { sql: `SELECT 1 AS present FROM information_schema.STATISTICS WHERE ${where} AND INDEX_NAME = ? LIMIT 1`, values: [...values, part.index] };
+    case 'table':
+      return { sql: `SELECT 1 AS present FROM information_schema.TABLES WHERE ${where}`, values };
+    case 'column':
+      return {
+        sql: `SELECT 1 AS present FROM information_schema.COLUMNS WHERE ${where} AND COLUMN_NAME = ?`,
+        values: [...values, part.column],
+      };
+    default:
+      return {
+        sql: `SELECT 1 AS present FROM information_schema.STATISTICS WHERE ${where} AND INDEX_NAME = ? LIMIT 1`,
+        values: [...values, part.index],
+      };
   }
 }
 
@@ -107,10 +132,13 @@ function create(part, collation) {
   switch (part.kind) {
     case 'table':
       return createTable(part.table, part.name, quote, columnTypes(collation), {
-        primaryKey: 'NOT NULL PRIMARY KEY', options: ` ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=${collation}`,
+        primaryKey: 'NOT NULL PRIMARY KEY',
+        options: ` ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=${collation}`,
       });
-    case 'column': return `ALTER TABLE ${quote(part.name)} ADD COLUMN ${columnDefinition(part.table, part.column, columnTypes(collation))}`;
-    default: return `CREATE INDEX \`${part.index}\` ON ${quote(part.name)} (${part.columns}) ALGORITHM=INPLACE LOCK=NONE`;
+    case 'column':
+      return `ALTER TABLE ${quote(part.name)} ADD COLUMN ${columnDefinition(part.table, part.column, columnTypes(collation))}`;
+    default:
+      return `CREATE INDEX \`${part.index}\` ON ${quote(part.name)} (${part.columns}) ALGORITHM=INPLACE LOCK=NONE`;
   }
 }
 
@@ -123,12 +151,23 @@ function create(part, collation) {
  */
 const claim = {
   /** The select of one kind of due row: [status, column, index suffix] of DUE. */
-  lockDue: (statements, request, [status, column, index], limit) => statements.statement((bind) => `SELECT id FROM ${statements.quoted.outbox}
+  lockDue: (statements, request, [status, column, index], limit) =>
+    statements.statement(
+      (bind) => `SELECT id FROM ${statements.quoted.outbox}
       FORCE INDEX (\`${indexName(statements.tables.outbox, index)}\`)
       WHERE ${statements.typeFilter(bind, request)}status = '${status}' AND ${column} <= ${bind(request.now)}
-      ORDER BY ${column} LIMIT ${bind(limit)} FOR UPDATE SKIP LOCKED`, true),
-  update: (statements, request, ids) => statements.statement((bind) => `UPDATE ${statements.quoted.outbox} SET ${statements.claimSet(bind, request)} WHERE id IN (${bind(ids)})`),
-  read: (statements, ids) => statements.statement((bind) => `SELECT ${statements.columns('outbox')} FROM ${statements.quoted.outbox} WHERE id IN (${bind(ids)})`, true),
+      ORDER BY ${column} LIMIT ${bind(limit)} FOR UPDATE SKIP LOCKED`,
+      true,
+    ),
+  update: (statements, request, ids) =>
+    statements.statement(
+      (bind) => `UPDATE ${statements.quoted.outbox} SET ${statements.claimSet(bind, request)} WHERE id IN (${bind(ids)})`,
+    ),
+  read: (statements, ids) =>
+    statements.statement(
+      (bind) => `SELECT ${statements.columns('outbox')} FROM ${statements.quoted.outbox} WHERE id IN (${bind(ids)})`,
+      true,
+    ),
   kinds: DUE,
 };
 
@@ -143,7 +182,7 @@ const dialect = Object.freeze({
   // insert instead of deadlocking on each other's gap locks.
   lockInOrder: (key) => ` ORDER BY ${key} FOR UPDATE`,
   batchIsolation: 'READ COMMITTED',
-  upsert: (key, columns) => ` ON DUPLICATE KEY UPDATE ${columns.map((c) => `${c} = VALUES(${c})`).join(', ')}`,
+  upsert: (_key, columns) => ` ON DUPLICATE KEY UPDATE ${columns.map((c) => `${c} = VALUES(${c})`).join(', ')}`,
   mergeData,
   // MySQL refuses LIMIT in an IN subquery; DELETE takes its own ORDER BY … LIMIT.
   purgeBatch: ({ table, order, where, limit }) => `DELETE FROM ${table} WHERE ${where} ORDER BY ${order} LIMIT ${limit}`,

@@ -11,8 +11,24 @@
 const { IdemflowError } = require('../../core/errors.cjs');
 const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
 const { STORE_UNAVAILABLE, invalidArgument, mapDriverError, isStoreUnavailable, timedOut } = require('../../store/errors.cjs');
-const { DEFAULT_TABLES, STORE_OPTIONS, TIMEOUT_OPTIONS, resolveClock, resolveRaceRetries, resolveTimeouts } = require('../../store/options.cjs');
-const { ConnectionWatch, Serializer, betweenBeginAndCommit, guardedConnection, sessionLock, transactionOptions, watchClient, withDeadline } = require('../../store/bounds.cjs');
+const {
+  DEFAULT_TABLES,
+  STORE_OPTIONS,
+  TIMEOUT_OPTIONS,
+  resolveClock,
+  resolveRaceRetries,
+  resolveTimeouts,
+} = require('../../store/options.cjs');
+const {
+  ConnectionWatch,
+  Serializer,
+  betweenBeginAndCommit,
+  guardedConnection,
+  sessionLock,
+  transactionOptions,
+  watchClient,
+  withDeadline,
+} = require('../../store/bounds.cjs');
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
 const { migrateMissing } = require('../../sql/schema.cjs');
@@ -110,7 +126,12 @@ class MysqlStore extends SqlStore {
       throw invalidArgument('options.collation must be a collation name', { field: 'collation', reason: 'not a collation name' });
     }
     const timeouts = resolveTimeouts(opts);
-    super(dialect, { tables: opts.tables, now: resolveClock(opts.now), raceRetries: resolveRaceRetries(opts), timeoutMs: timeouts.timeoutMs });
+    super(dialect, {
+      tables: opts.tables,
+      now: resolveClock(opts.now),
+      raceRetries: resolveRaceRetries(opts),
+      timeoutMs: timeouts.timeoutMs,
+    });
     const client = promiseFlavour(db);
     const kind = kindOf(client);
     this.#kind = kind;
@@ -135,11 +156,12 @@ class MysqlStore extends SqlStore {
    */
   async migrate() {
     await migrateMissing(this.tables, {
-      missingOf: (parts) => this.#onConnection('migrate', async (connection) => {
-        const missing = [];
-        for (const part of parts) if (!(await present(connection, part))) missing.push(part);
-        return missing;
-      }),
+      missingOf: (parts) =>
+        this.#onConnection('migrate', async (connection) => {
+          const missing = [];
+          for (const part of parts) if (!(await present(connection, part))) missing.push(part);
+          return missing;
+        }),
       create: (missing) => this.#onConnection('migrate', (connection, raw) => this.#create(connection, raw, missing)),
     });
   }
@@ -151,11 +173,17 @@ class MysqlStore extends SqlStore {
    * call's deadline still bounds it.
    */
   async #create(connection, raw, missing) {
-    const { rows: [server] } = await run(connection, 'SELECT VERSION() AS version', []);
+    const {
+      rows: [server],
+    } = await run(connection, 'SELECT VERSION() AS version', []);
     const mariadb = /mariadb/i.test(String(server.version));
-    const collation = this.#collation ?? (mariadb ? 'utf8mb4_nopad_bin' : Number.parseInt(String(server.version), 10) >= 8 ? 'utf8mb4_0900_bin' : 'utf8mb4_bin');
+    const collation =
+      this.#collation ??
+      (mariadb ? 'utf8mb4_nopad_bin' : Number.parseInt(String(server.version), 10) >= 8 ? 'utf8mb4_0900_bin' : 'utf8mb4_bin');
     const waitSeconds = Math.max(1, Math.ceil(this.#timeouts.timeoutMs / 1000));
-    const { rows: [lock] } = await run(raw, 'SELECT GET_LOCK(?, ?) AS acquired', [dialect.migrationLock, waitSeconds]);
+    const {
+      rows: [lock],
+    } = await run(raw, 'SELECT GET_LOCK(?, ?) AS acquired', [dialect.migrationLock, waitSeconds]);
     if (Number(lock.acquired) !== 1) throw timedOut('migrate', this.#timeouts.timeoutMs);
     try {
       // MariaDB bounds one statement's wait for a metadata lock; MySQL has no such prefix for DDL.
@@ -203,15 +231,19 @@ class MysqlStore extends SqlStore {
   async transaction(fn, options) {
     // A batch's locking reads take no gap locks at READ COMMITTED (see the dialect's lockInOrder).
     const { batch, deadlineAt } = transactionOptions(options);
-    return this.#onConnection('transaction', async (connection, raw) => {
-      const tx = new MysqlTransaction(this, connection, raw);
-      try {
-        return await onConnection(connection, raw, () => fn(tx), batch ? dialect.batchIsolation : undefined);
-      } finally {
-        // After COMMIT or ROLLBACK: a key held to the end of the transaction, not of the session.
-        await tx._releaseKeys(raw);
-      }
-    }, deadlineAt);
+    return this.#onConnection(
+      'transaction',
+      async (connection, raw) => {
+        const tx = new MysqlTransaction(this, connection, raw);
+        try {
+          return await onConnection(connection, raw, () => fn(tx), batch ? dialect.batchIsolation : undefined);
+        } finally {
+          // After COMMIT or ROLLBACK: a key held to the end of the transaction, not of the session.
+          await tx._releaseKeys(raw);
+        }
+      },
+      deadlineAt,
+    );
   }
 
   /** work(connection) between START TRANSACTION and COMMIT on one connection (at `isolation` when given). */
@@ -226,46 +258,53 @@ class MysqlStore extends SqlStore {
    * rollback after a failure.
    */
   #onConnection(operation, use, deadlineAt = null) {
-    return withDeadline(this.#timeouts.timeoutMs, operation, async (deadline) => {
-      if (this.#kind === 'connection') {
-        // The host's Connection is not ours to close: work that ran out of time
-        // sends nothing more; the calls queued behind it time out in the queue.
-        return this.#serializer.run(async () => {
+    return withDeadline(
+      this.#timeouts.timeoutMs,
+      operation,
+      async (deadline) => {
+        if (this.#kind === 'connection') {
+          // The host's Connection is not ours to close: work that ran out of time
+          // sends nothing more; the calls queued behind it time out in the queue.
+          return this.#serializer.run(async () => {
+            deadline.check();
+            const bounded = await this.#bounded(this.client, deadline, this.#watch);
+            return use(bounded, this.client);
+          });
+        }
+        let connection;
+        try {
+          connection = await this.client.getConnection();
+        } catch (error) {
+          throw mapError(error);
+        }
+        // mysql2 emits 'error' on a pool connection the server closed; its own listener is a once().
+        const watch = new ConnectionWatch(connection.connection ?? connection);
+        let released = false;
+        const release = (broken) => {
+          if (released) return;
+          released = true;
+          watch.stop(broken);
+          if (broken) connection.destroy();
+          else connection.release();
+        };
+        deadline.onExpire(() => release(true));
+        let broken = false;
+        try {
           deadline.check();
-          const bounded = await this.#bounded(this.client, deadline, this.#watch);
-          return use(bounded, this.client);
-        });
-      }
-      let connection;
-      try {
-        connection = await this.client.getConnection();
-      } catch (error) {
-        throw mapError(error);
-      }
-      // mysql2 emits 'error' on a pool connection the server closed; its own listener is a once().
-      const watch = new ConnectionWatch(connection.connection ?? connection);
-      let released = false;
-      const release = (broken) => {
-        if (released) return;
-        released = true;
-        watch.stop(broken);
-        if (broken) connection.destroy();
-        else connection.release();
-      };
-      deadline.onExpire(() => release(true));
-      let broken = false;
-      try {
-        deadline.check();
-        return await use(await this.#bounded(connection, deadline, watch), connection);
-      } catch (error) {
-        // A full disk leaves the connection whole (the statement failed, the
-        // transaction rolled back); anything else unavailable may not have.
-        broken = watch.error !== null || (error instanceof IdemflowError && error.code === STORE_UNAVAILABLE && error.details?.reason !== 'server-out-of-resources');
-        throw error;
-      } finally {
-        release(broken || watch.error !== null);
-      }
-    }, deadlineAt);
+          return await use(await this.#bounded(connection, deadline, watch), connection);
+        } catch (error) {
+          // A full disk leaves the connection whole (the statement failed, the
+          // transaction rolled back); anything else unavailable may not have.
+          broken =
+            watch.error !== null ||
+            (error instanceof IdemflowError && error.code === STORE_UNAVAILABLE && error.details?.reason !== 'server-out-of-resources');
+          throw error;
+        } finally {
+          release(broken || watch.error !== null);
+        }
+      },
+      deadlineAt,
+    );
   }
 
   /**

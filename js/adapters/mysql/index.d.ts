@@ -1,10 +1,18 @@
 // idemflow/mysql: MySQL 8 and MariaDB over a mysql2 Pool or Connection.
-import type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, TimeoutOptions } from '../../store/types.js';
+import type { DurableStore, DurableStoreTransaction, StoreOptions, TimeoutOptions } from '../../store/types.js';
 import { StoreBase } from '../../store/types.js';
-import type { EventInput, ProcessOptions, ProcessResult, Workflow } from '../../index.js';
 
-export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus, TimeoutOptions } from '../../store/types.js';
-export { DEFAULT_TABLES, STORE_UNAVAILABLE, isStoreUnavailable } from '../../store/types.js';
+export type {
+  DurableStore,
+  DurableStoreTransaction,
+  OperationStatus,
+  RecordedReceipt,
+  StoredOperation,
+  StoreOptions,
+  TableNames,
+  TimeoutOptions,
+} from '../../store/types.js';
+export { DEFAULT_TABLES, isStoreUnavailable, STORE_UNAVAILABLE } from '../../store/types.js';
 
 /** A mysql2 Connection, promise flavour (`mysql2/promise`). */
 export interface MysqlConnection {

@@ -9,10 +9,14 @@ const { isNetworkError } = require('../../store/errors.cjs');
 const { PORTABLE_TYPES, columnDefinition, createTable } = require('../../sql/schema.cjs');
 
 const MIGRATION_LOCK = 'idemflow.migrate';
-const UNAVAILABLE_MESSAGE = /Connection terminated|connection error|not queryable|Cannot use a pool after calling end|timeout exceeded when trying to connect|Client was closed|PGlite is closed|closed/i;
+const UNAVAILABLE_MESSAGE =
+  /Connection terminated|connection error|not queryable|Cannot use a pool after calling end|timeout exceeded when trying to connect|Client was closed|PGlite is closed|closed/i;
 
 function quote(name) {
-  return name.split('.').map((part) => `"${part}"`).join('.');
+  return name
+    .split('.')
+    .map((part) => `"${part}"`)
+    .join('.');
 }
 
 /** An index's name as a relation, in the schema of its table. */
@@ -84,9 +88,15 @@ const dialect = Object.freeze({
   present: (part) => {
     const found = (sql, values) => ({ sql: `SELECT 1 AS present FROM ${sql}`, values, returnsRows: true });
     switch (part.kind) {
-      case 'table': return found('pg_class WHERE oid = to_regclass($1)', [quote(part.name)]);
-      case 'column': return found('pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped', [quote(part.name), part.column]);
-      default: return found('pg_index WHERE indexrelid = to_regclass($1) AND indisvalid', [indexOf(part)]);
+      case 'table':
+        return found('pg_class WHERE oid = to_regclass($1)', [quote(part.name)]);
+      case 'column':
+        return found('pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped', [
+          quote(part.name),
+          part.column,
+        ]);
+      default:
+        return found('pg_index WHERE indexrelid = to_regclass($1) AND indisvalid', [indexOf(part)]);
     }
   },
   /**
@@ -97,8 +107,15 @@ const dialect = Object.freeze({
    */
   create: (part, { concurrently }) => {
     switch (part.kind) {
-      case 'table': return [{ sql: createTable(part.table, part.name, quote, PORTABLE_TYPES), inTransaction: true }];
-      case 'column': return [{ sql: `ALTER TABLE ${quote(part.name)} ADD COLUMN IF NOT EXISTS ${columnDefinition(part.table, part.column, PORTABLE_TYPES)}`, inTransaction: true }];
+      case 'table':
+        return [{ sql: createTable(part.table, part.name, quote, PORTABLE_TYPES), inTransaction: true }];
+      case 'column':
+        return [
+          {
+            sql: `ALTER TABLE ${quote(part.name)} ADD COLUMN IF NOT EXISTS ${columnDefinition(part.table, part.column, PORTABLE_TYPES)}`,
+            inTransaction: true,
+          },
+        ];
       default: {
         const on = `${quote(part.name)} (${part.columns})`;
         if (!concurrently) return [{ sql: `CREATE INDEX IF NOT EXISTS "${part.index}" ON ${on}`, inTransaction: true }];
@@ -123,11 +140,15 @@ const dialect = Object.freeze({
    * LOCKED (rows another consumer is claiming are skipped, not waited for; a
    * row committed meanwhile is re-checked when it is locked), then UPDATE … RETURNING.
    */
-  claim: (statements, request) => statements.statement((bind) => `WITH due AS (
+  claim: (statements, request) =>
+    statements.statement(
+      (bind) => `WITH due AS (
         SELECT id FROM ${statements.quoted.outbox} WHERE ${statements.due(bind, request)}
         ORDER BY next_attempt_at, id LIMIT ${bind(request.limit)} FOR UPDATE SKIP LOCKED)
       UPDATE ${statements.quoted.outbox} AS o SET ${statements.claimSet(bind, request)}
-      FROM due WHERE o.id = due.id RETURNING ${statements.columns('outbox', { prefix: 'o.' })}`, true),
+      FROM due WHERE o.id = due.id RETURNING ${statements.columns('outbox', { prefix: 'o.' })}`,
+      true,
+    ),
 });
 
 module.exports = dialect;

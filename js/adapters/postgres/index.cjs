@@ -10,8 +10,25 @@
 const { IdemflowError } = require('../../core/errors.cjs');
 const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
 const { STORE_UNAVAILABLE, invalidArgument, lostRace, mapDriverError, isStoreUnavailable } = require('../../store/errors.cjs');
-const { DEFAULT_TABLES, STORE_OPTIONS, TIMEOUT_OPTIONS, resolveClock, resolveRaceRetries, resolveTimeouts } = require('../../store/options.cjs');
-const { ConnectionWatch, Serializer, betweenBeginAndCommit, guardedConnection, rollbackQuietly, sessionLock, transactionOptions, watchClient, withDeadline } = require('../../store/bounds.cjs');
+const {
+  DEFAULT_TABLES,
+  STORE_OPTIONS,
+  TIMEOUT_OPTIONS,
+  resolveClock,
+  resolveRaceRetries,
+  resolveTimeouts,
+} = require('../../store/options.cjs');
+const {
+  ConnectionWatch,
+  Serializer,
+  betweenBeginAndCommit,
+  guardedConnection,
+  rollbackQuietly,
+  sessionLock,
+  transactionOptions,
+  watchClient,
+  withDeadline,
+} = require('../../store/bounds.cjs');
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
 const { migrateMissing } = require('../../sql/schema.cjs');
@@ -93,7 +110,12 @@ class PostgresStore extends SqlStore {
     checkOptionKeys(options, [...STORE_OPTIONS, ...TIMEOUT_OPTIONS], 'PostgresStore');
     const opts = options ?? {};
     const timeouts = resolveTimeouts(opts);
-    super(dialect, { tables: opts.tables, now: resolveClock(opts.now), raceRetries: resolveRaceRetries(opts), timeoutMs: timeouts.timeoutMs });
+    super(dialect, {
+      tables: opts.tables,
+      now: resolveClock(opts.now),
+      raceRetries: resolveRaceRetries(opts),
+      timeoutMs: timeouts.timeoutMs,
+    });
     const kind = kindOf(db);
     this.#kind = kind;
     /** The pg Pool, pg Client or PGlite instance this store works through. */
@@ -117,12 +139,16 @@ class PostgresStore extends SqlStore {
    */
   async migrate() {
     await migrateMissing(this.tables, {
-      missingOf: (parts) => this.#inTransaction(async (queryable) => {
-        const missing = [];
-        for (const part of parts) if (!(await present(queryable, part))) missing.push(part);
-        return missing;
-      }, 'migrate'),
-      create: (missing) => withDeadline(this.#timeouts.timeoutMs, 'migrate', (deadline) => this.#onSession(deadline, (session) => this.#create(session, missing))),
+      missingOf: (parts) =>
+        this.#inTransaction(async (queryable) => {
+          const missing = [];
+          for (const part of parts) if (!(await present(queryable, part))) missing.push(part);
+          return missing;
+        }, 'migrate'),
+      create: (missing) =>
+        withDeadline(this.#timeouts.timeoutMs, 'migrate', (deadline) =>
+          this.#onSession(deadline, (session) => this.#create(session, missing)),
+        ),
     });
   }
 
@@ -146,7 +172,11 @@ class PostgresStore extends SqlStore {
   #onSession(deadline, use) {
     if (this.#kind === 'pglite') return use(guardedConnection(this.client, deadline, new ConnectionWatch(null)));
     // A session that failed or ran out of time may still hold the lock or be building an index: it is discarded.
-    return this.#withConnection(deadline, (session) => use(session), () => true);
+    return this.#withConnection(
+      deadline,
+      (session) => use(session),
+      () => true,
+    );
   }
 
   /**
@@ -206,7 +236,12 @@ class PostgresStore extends SqlStore {
    */
   transaction(fn, options) {
     const { batch, deadlineAt } = transactionOptions(options);
-    return this.#inTransaction((queryable, raw) => fn(new PostgresTransaction(this, queryable, raw)), 'transaction', deadlineAt, batch ? ' ISOLATION LEVEL READ COMMITTED' : '');
+    return this.#inTransaction(
+      (queryable, raw) => fn(new PostgresTransaction(this, queryable, raw)),
+      'transaction',
+      deadlineAt,
+      batch ? ' ISOLATION LEVEL READ COMMITTED' : '',
+    );
   }
 
   /** @internal a Client or PGlite is one session: runners sharing it are told apart in process */
@@ -226,7 +261,7 @@ class PostgresStore extends SqlStore {
       tryLock: async (session) => (await session.query(dialect.tryLock, [name])).rows[0]?.acquired === true,
       unlock: (session) => session.query(dialect.unlock, [name]),
       // With an error, the pool discards the client instead of handing it out again.
-      giveBack: (session, broken, error) => session.release(broken ? error ?? true : undefined),
+      giveBack: (session, broken, error) => session.release(broken ? (error ?? true) : undefined),
       mapError,
     });
   }
@@ -280,8 +315,11 @@ class PostgresStore extends SqlStore {
         throw mapError(error);
       }
     }
-    return this.#withConnection(deadline, (queryable, raw) => onConnection(raw, queryable, guarded, timeouts),
-      (error) => error instanceof IdemflowError && error.code === STORE_UNAVAILABLE);
+    return this.#withConnection(
+      deadline,
+      (queryable, raw) => onConnection(raw, queryable, guarded, timeouts),
+      (error) => error instanceof IdemflowError && error.code === STORE_UNAVAILABLE,
+    );
   }
 }
 
@@ -349,9 +387,12 @@ function checkOut(pool) {
  */
 function checkConnected(client) {
   if (client._connecting === false && client._connected === false) {
-    throw invalidArgument('PostgresStore was handed a pg Client that is not connected: call `await client.connect()` before using the store (or pass a pg Pool, which connects by itself)', {
-      reason: 'client not connected',
-    });
+    throw invalidArgument(
+      'PostgresStore was handed a pg Client that is not connected: call `await client.connect()` before using the store (or pass a pg Pool, which connects by itself)',
+      {
+        reason: 'client not connected',
+      },
+    );
   }
 }
 

@@ -1,10 +1,18 @@
 // idemflow/postgres: PostgreSQL over a pg Pool or Client, or PGlite in process.
-import type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, TimeoutOptions } from '../../store/types.js';
+import type { DurableStore, DurableStoreTransaction, StoreOptions, TimeoutOptions } from '../../store/types.js';
 import { StoreBase } from '../../store/types.js';
-import type { EventInput, ProcessOptions, ProcessResult, Workflow } from '../../index.js';
 
-export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus, TimeoutOptions } from '../../store/types.js';
-export { DEFAULT_TABLES, STORE_UNAVAILABLE, isStoreUnavailable } from '../../store/types.js';
+export type {
+  DurableStore,
+  DurableStoreTransaction,
+  OperationStatus,
+  RecordedReceipt,
+  StoredOperation,
+  StoreOptions,
+  TableNames,
+  TimeoutOptions,
+} from '../../store/types.js';
+export { DEFAULT_TABLES, isStoreUnavailable, STORE_UNAVAILABLE } from '../../store/types.js';
 
 /** What the store needs of a query result: pg reports rowCount, PGlite affectedRows. */
 export interface PostgresResult {
@@ -26,28 +34,33 @@ export interface PostgresPool extends PostgresClient {
 
 /** A PGlite instance. */
 export interface PGliteLike {
-  query<T>(query: string, params?: unknown[]): Promise<PostgresResult>;
+  query<_T>(query: string, params?: unknown[]): Promise<PostgresResult>;
   exec(query: string): Promise<unknown>;
-  transaction<T>(callback: (tx: { query<R>(query: string, params?: unknown[]): Promise<PostgresResult> }) => Promise<T>): Promise<T>;
+  transaction<T>(callback: (tx: { query<_R>(query: string, params?: unknown[]): Promise<PostgresResult> }) => Promise<T>): Promise<T>;
 }
 
 /**
  * A durable store over PostgreSQL: a connection per transaction from a Pool, or transactions queued on one Client or PGlite.
  * An outbox store too: a claim is one statement that locks due rows FOR UPDATE SKIP LOCKED.
  */
-export declare class PostgresStore<Db extends PostgresPool | PostgresClient | PGliteLike = PostgresPool | PostgresClient | PGliteLike> extends StoreBase {
+export declare class PostgresStore<
+  Db extends PostgresPool | PostgresClient | PGliteLike = PostgresPool | PostgresClient | PGliteLike,
+> extends StoreBase {
   constructor(db: Db, options?: StoreOptions & TimeoutOptions);
   /** The pg Pool, pg Client or PGlite instance the store works through (the host owns and closes it). */
   readonly client: Db;
 }
 /** Every member of the DurableStore contract (declaration merging keeps them in one place). */
-export interface PostgresStore<Db extends PostgresPool | PostgresClient | PGliteLike = PostgresPool | PostgresClient | PGliteLike> extends DurableStore<PostgresTransaction<Db>> {
+export interface PostgresStore<Db extends PostgresPool | PostgresClient | PGliteLike = PostgresPool | PostgresClient | PGliteLike>
+  extends DurableStore<PostgresTransaction<Db>> {
   now(): number;
 }
 
 /** What `tx.client` is over `Db`: the client checked out of a Pool, the Client itself, or PGlite's transaction. */
-export type PostgresTransactionClient<Db> = Db extends PostgresPool ? PostgresClient & { release(err?: Error | boolean): void }
-  : Db extends PGliteLike ? Parameters<Parameters<Db['transaction']>[0]>[0]
+export type PostgresTransactionClient<Db> = Db extends PostgresPool
+  ? PostgresClient & { release(err?: Error | boolean): void }
+  : Db extends PGliteLike
+    ? Parameters<Parameters<Db['transaction']>[0]>[0]
     : Db;
 
 /**

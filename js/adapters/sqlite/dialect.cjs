@@ -7,11 +7,26 @@
 const { PORTABLE_TYPES, baseName, columnDefinition, createTable } = require('../../sql/schema.cjs');
 
 // Extended result codes (sqlite3.h), for node:sqlite, which reports numbers.
-const PRIMARY = { ERROR: 1, BUSY: 5, LOCKED: 6, NOMEM: 7, READONLY: 8, IOERR: 10, CORRUPT: 11, FULL: 13, CANTOPEN: 14, CONSTRAINT: 19, NOTADB: 26 };
+const PRIMARY = {
+  ERROR: 1,
+  BUSY: 5,
+  LOCKED: 6,
+  NOMEM: 7,
+  READONLY: 8,
+  IOERR: 10,
+  CORRUPT: 11,
+  FULL: 13,
+  CANTOPEN: 14,
+  CONSTRAINT: 19,
+  NOTADB: 26,
+};
 const CONSTRAINT_UNIQUE = new Set([1555, 2067]); // SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CONSTRAINT_UNIQUE
 
 function quote(name) {
-  return name.split('.').map((part) => `"${part}"`).join('.');
+  return name
+    .split('.')
+    .map((part) => `"${part}"`)
+    .join('.');
 }
 
 /** What kind of failure a better-sqlite3 or node:sqlite error is. */
@@ -19,10 +34,12 @@ function classify(error) {
   if (error === null || typeof error !== 'object') return null;
   let primary = null;
   let unique = false;
-  if (typeof error.code === 'string' && error.code.startsWith('SQLITE_')) { // better-sqlite3
+  if (typeof error.code === 'string' && error.code.startsWith('SQLITE_')) {
+    // better-sqlite3
     primary = error.code.split('_')[1];
     unique = error.code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || error.code === 'SQLITE_CONSTRAINT_UNIQUE';
-  } else if (typeof error.errcode === 'number') { // node:sqlite
+  } else if (typeof error.errcode === 'number') {
+    // node:sqlite
     primary = Object.keys(PRIMARY).find((name) => PRIMARY[name] === (error.errcode & 0xff)) ?? null;
     unique = CONSTRAINT_UNIQUE.has(error.errcode);
   } else if (/database (connection )?is not open/i.test(String(error.message))) {
@@ -31,11 +48,20 @@ function classify(error) {
   if (unique) return { type: 'unique' };
   if (primary === 'ERROR' && /^no such table/i.test(String(error.message))) return { type: 'schema', reason: 'missing-table' };
   switch (primary) {
-    case 'BUSY': case 'LOCKED': return { type: 'race', reason: 'database-busy' };
-    case 'CANTOPEN': return { type: 'unavailable', reason: 'cannot-open' };
-    case 'IOERR': case 'FULL': case 'NOMEM': case 'READONLY': case 'CORRUPT': case 'NOTADB':
+    case 'BUSY':
+    case 'LOCKED':
+      return { type: 'race', reason: 'database-busy' };
+    case 'CANTOPEN':
+      return { type: 'unavailable', reason: 'cannot-open' };
+    case 'IOERR':
+    case 'FULL':
+    case 'NOMEM':
+    case 'READONLY':
+    case 'CORRUPT':
+    case 'NOTADB':
       return { type: 'unavailable', reason: `sqlite-${primary.toLowerCase()}` };
-    default: return null;
+    default:
+      return null;
   }
 }
 
@@ -74,7 +100,11 @@ const dialect = Object.freeze({
     const found = (sql, values) => ({ sql: `SELECT 1 AS present FROM ${sql}`, values, returnsRows: true });
     if (part.kind === 'column') {
       const schema = schemaOf(part.name);
-      return found(`pragma_table_info(?${schema === null ? '' : ', ?'}) WHERE name = ?`, [baseName(part.name), ...(schema === null ? [] : [schema]), part.column]);
+      return found(`pragma_table_info(?${schema === null ? '' : ', ?'}) WHERE name = ?`, [
+        baseName(part.name),
+        ...(schema === null ? [] : [schema]),
+        part.column,
+      ]);
     }
     const name = part.kind === 'table' ? baseName(part.name) : part.index;
     return found(`${catalogOf(part.name)} WHERE type = ? AND name = ?`, [part.kind, name]);
@@ -83,8 +113,10 @@ const dialect = Object.freeze({
   /** The statement that makes a missing part (SQLite puts the schema on the index's name, not on its table). */
   create: (part) => {
     switch (part.kind) {
-      case 'table': return createTable(part.table, part.name, quote, PORTABLE_TYPES);
-      case 'column': return `ALTER TABLE ${quote(part.name)} ADD COLUMN ${columnDefinition(part.table, part.column, PORTABLE_TYPES)}`;
+      case 'table':
+        return createTable(part.table, part.name, quote, PORTABLE_TYPES);
+      case 'column':
+        return `ALTER TABLE ${quote(part.name)} ADD COLUMN ${columnDefinition(part.table, part.column, PORTABLE_TYPES)}`;
       default: {
         const schema = schemaOf(part.name);
         return `CREATE INDEX IF NOT EXISTS ${schema === null ? '' : `${quote(schema)}.`}"${part.index}" ON ${quote(baseName(part.name))} (${part.columns})`;
@@ -111,9 +143,13 @@ const dialect = Object.freeze({
   },
 
   /** The claim: one UPDATE … RETURNING; run inside BEGIN IMMEDIATE, which takes the write lock before the due rows are read. */
-  claim: (statements, request) => statements.statement((bind) => `UPDATE ${statements.quoted.outbox} SET ${statements.claimSet(bind, request)}
+  claim: (statements, request) =>
+    statements.statement(
+      (bind) => `UPDATE ${statements.quoted.outbox} SET ${statements.claimSet(bind, request)}
       WHERE id IN (SELECT id FROM ${statements.quoted.outbox} WHERE ${statements.due(bind, request)} ORDER BY next_attempt_at, id LIMIT ${bind(request.limit)})
-      RETURNING ${statements.columns('outbox')}`, true),
+      RETURNING ${statements.columns('outbox')}`,
+      true,
+    ),
 });
 
 module.exports = dialect;

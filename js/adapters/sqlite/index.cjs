@@ -68,7 +68,10 @@ class SqliteStore extends SqlStore {
     this.#owned = opts.owned === true;
     const busyTimeoutMs = opts.busyTimeoutMs ?? DEFAULT_BUSY_TIMEOUT_MS;
     if (!Number.isSafeInteger(busyTimeoutMs) || busyTimeoutMs < 0) {
-      throw invalidArgument('options.busyTimeoutMs must be a whole number of milliseconds', { field: 'busyTimeoutMs', reason: 'not a non-negative integer' });
+      throw invalidArgument('options.busyTimeoutMs must be a whole number of milliseconds', {
+        field: 'busyTimeoutMs',
+        reason: 'not a non-negative integer',
+      });
     }
     const synchronous = opts.synchronous === undefined ? null : String(opts.synchronous).toUpperCase();
     if (synchronous !== null && !SYNCHRONOUS.has(synchronous)) {
@@ -104,7 +107,8 @@ class SqliteStore extends SqlStore {
       if (error instanceof IdemflowError) throw error;
       if (error && (error.code === 'MODULE_NOT_FOUND' || error.code === 'ERR_UNKNOWN_BUILTIN_MODULE')) {
         throw invalidArgument(`SQLite driver ${driver} is not available: install better-sqlite3, or use Node 22.13+ for node:sqlite`, {
-          field: 'driver', reason: 'driver not installed',
+          field: 'driver',
+          reason: 'driver not installed',
         });
       }
       throw mapError(error);
@@ -133,9 +137,12 @@ class SqliteStore extends SqlStore {
     const absent = (part) => this._executeNow(dialect.present(part)).rows.length === 0;
     await migrateMissing(this.tables, {
       missingOf: (parts) => this.#serializer.run(() => parts.filter(absent)),
-      create: (missing) => this.#serializer.run(() => this.#immediate(() => {
-        for (const part of missing) if (absent(part)) this.#exec(dialect.create(part));
-      })),
+      create: (missing) =>
+        this.#serializer.run(() =>
+          this.#immediate(() => {
+            for (const part of missing) if (absent(part)) this.#exec(dialect.create(part));
+          }),
+        ),
     });
   }
 
@@ -183,11 +190,13 @@ class SqliteStore extends SqlStore {
   async _tryLock(name, leaseMs) {
     const owner = randomUUID();
     const lock = dialect.lock(this.tables, name, owner);
-    const acquired = await this.#serializer.run(() => this.#immediate(() => {
-      this.#exec(lock.create);
-      const now = this.now();
-      return this._executeNow({ ...lock.acquire, values: [...lock.acquire.values, now + leaseMs, now] }).count === 1;
-    }));
+    const acquired = await this.#serializer.run(() =>
+      this.#immediate(() => {
+        this.#exec(lock.create);
+        const now = this.now();
+        return this._executeNow({ ...lock.acquire, values: [...lock.acquire.values, now + leaseMs, now] }).count === 1;
+      }),
+    );
     if (!acquired) return null;
     return async () => {
       try {

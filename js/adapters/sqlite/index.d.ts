@@ -1,10 +1,17 @@
 // idemflow/sqlite: the embedded store over better-sqlite3 or node:sqlite.
-import type { DurableStore, DurableStoreTransaction, StoreOptions, TableNames } from '../../store/types.js';
+import type { DurableStore, DurableStoreTransaction, StoreOptions } from '../../store/types.js';
 import { StoreBase } from '../../store/types.js';
-import type { EventInput, ProcessOptions, ProcessResult, Workflow } from '../../index.js';
 
-export type { DurableStore, DurableStoreTransaction, RecordedReceipt, StoredOperation, StoreOptions, TableNames, OperationStatus } from '../../store/types.js';
-export { DEFAULT_TABLES, STORE_UNAVAILABLE, isStoreUnavailable } from '../../store/types.js';
+export type {
+  DurableStore,
+  DurableStoreTransaction,
+  OperationStatus,
+  RecordedReceipt,
+  StoredOperation,
+  StoreOptions,
+  TableNames,
+} from '../../store/types.js';
+export { DEFAULT_TABLES, isStoreUnavailable, STORE_UNAVAILABLE } from '../../store/types.js';
 
 /** What the store needs of a synchronous SQLite handle; better-sqlite3's Database and node:sqlite's DatabaseSync both fit. */
 export interface SqliteHandle {

@@ -11,7 +11,7 @@
 //
 // Every copy keeps the original key (the workflow id), so one workflow's
 // retries, dead letters and parked messages each stay in one partition.
-import { Kafka, Partitioners, logLevel } from 'kafkajs';
+import { Kafka, logLevel, Partitioners } from 'kafkajs';
 
 export const BROKERS = (process.env.IDEMFLOW_KAFKA_BROKERS || '127.0.0.1:19092').split(',');
 export const PARTITIONS = Number(process.env.PARTITIONS || 6);
@@ -26,7 +26,14 @@ export const HEADERS = {
 };
 
 export function topicNames(base = process.env.SWAPS_TOPIC || 'swaps') {
-  return { main: base, retry: `${base}.retry`, dead: `${base}.dead`, parked: `${base}.parked`, group: `${base}-workers`, operations: `${base}.operations` };
+  return {
+    main: base,
+    retry: `${base}.retry`,
+    dead: `${base}.dead`,
+    parked: `${base}.parked`,
+    group: `${base}-workers`,
+    operations: `${base}.operations`,
+  };
 }
 
 /** A kafkajs client; kafkajs's own log lines are off (warnings and errors go to stderr) so stdout stays one JSON line per event. */
@@ -35,7 +42,10 @@ export function kafkaClient(clientId, { brokers = BROKERS } = {}) {
     clientId,
     brokers,
     logLevel: logLevel.WARN,
-    logCreator: () => ({ level, log }) => process.stderr.write(`${JSON.stringify({ kafkajs: level, ...log })}\n`),
+    logCreator:
+      () =>
+      ({ level, log }) =>
+        process.stderr.write(`${JSON.stringify({ kafkajs: level, ...log })}\n`),
   });
 }
 
@@ -57,7 +67,8 @@ export async function ensureTopic(kafka, topics, { partitions = PARTITIONS } = {
     const existing = new Set(await admin.listTopics());
     const missing = topics.filter((topic) => !existing.has(topic));
     // Resolves false (not an error) when another process created them meanwhile.
-    if (missing.length > 0) await admin.createTopics({ waitForLeaders: true, topics: missing.map((topic) => ({ topic, numPartitions: partitions })) });
+    if (missing.length > 0)
+      await admin.createTopics({ waitForLeaders: true, topics: missing.map((topic) => ({ topic, numPartitions: partitions })) });
   } finally {
     await admin.disconnect();
   }

@@ -27,7 +27,7 @@
 // store's variables (../shared/store.mjs).
 import { errorFields, log, openWorker } from '../shared/store.mjs';
 import { createConsumer, inChunks } from './consume.mjs';
-import { HEADERS, createProducer, ensureTopics, headerText, kafkaClient, topicNames } from './topology.mjs';
+import { createProducer, ensureTopics, HEADERS, headerText, kafkaClient, topicNames } from './topology.mjs';
 
 const BATCH_SIZE = Number(process.env.BATCH_SIZE || 16);
 const names = topicNames();
@@ -40,7 +40,13 @@ const producer = createProducer(kafka);
 await producer.connect();
 const consumer = createConsumer(kafka, names.group);
 consumer.on(consumer.events.GROUP_JOIN, ({ payload }) => {
-  log({ role: 'worker', event: 'group-join', memberId: payload.memberId, isLeader: payload.isLeader, assignment: payload.memberAssignment });
+  log({
+    role: 'worker',
+    event: 'group-join',
+    memberId: payload.memberId,
+    isLeader: payload.isLeader,
+    assignment: payload.memberAssignment,
+  });
 });
 await consumer.connect();
 await consumer.subscribe({ topics: [names.main, names.retry], fromBeginning: true });
@@ -72,7 +78,10 @@ async function settle(topic, partition, messages) {
   const attempts = messages.map(attemptOf);
   let verdicts;
   try {
-    verdicts = await handle.batch(messages.map((message) => message.value ?? Buffer.alloc(0)), { attempts });
+    verdicts = await handle.batch(
+      messages.map((message) => message.value ?? Buffer.alloc(0)),
+      { attempts },
+    );
   } catch (error) {
     // Fatal (or a bug): stop without committing; the group hands these messages to another member.
     log({ role: 'worker', action: 'stop', error: String(error?.message ?? error), disposition: error?.disposition ?? null });
@@ -88,8 +97,17 @@ async function settle(topic, partition, messages) {
   }
   // Logged before the offsets are committed: these messages are still held (a kill now redelivers them).
   verdicts.forEach((verdict, i) => {
-    log({ role: 'worker', action: verdict.action, outcome: verdict.outcome, ...errorFields(verdict), topic, partition,
-      offset: messages[i].offset, attempt: attempts[i], inFlight: messages.length });
+    log({
+      role: 'worker',
+      action: verdict.action,
+      outcome: verdict.outcome,
+      ...errorFields(verdict),
+      topic,
+      partition,
+      offset: messages[i].offset,
+      attempt: attempts[i],
+      inFlight: messages.length,
+    });
   });
 }
 

@@ -4,8 +4,9 @@
 // deposit event carries `sequence`, its number of the observation.
 //
 //   node examples/nats-worker/publish.mjs [swaps]
-import { connect } from '@nats-io/transport-node';
+
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
 import { createSampleSwaps } from '../shared/swaps.mjs';
 import { ensureStream, streamNames } from './topology.mjs';
 

@@ -27,8 +27,11 @@ export async function ensureStream(jsm, names, { ackWaitMs = Number(process.env.
     if (!(error instanceof JetStreamApiError)) throw error;
     // The dedup window lets a worker that crashed after publishing a dead
     // letter publish it again under the same msgID without storing it twice.
-    await jsm.streams.add({ name: names.stream, subjects: [names.events, names.dead, names.parked], duplicate_window: nanos(120_000) })
-      .catch((raced) => { if (!(raced instanceof JetStreamApiError)) throw raced; });
+    await jsm.streams
+      .add({ name: names.stream, subjects: [names.events, names.dead, names.parked], duplicate_window: nanos(120_000) })
+      .catch((raced) => {
+        if (!(raced instanceof JetStreamApiError)) throw raced;
+      });
   }
   await jsm.consumers.add(names.stream, {
     durable_name: names.consumer,

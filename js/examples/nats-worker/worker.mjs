@@ -16,8 +16,9 @@
 // IDEMFLOW_NATS_URL (default nats://127.0.0.1:4222), SWAPS_STREAM (default
 // swaps), PREFETCH (default 16), RETRY_BASE_DELAY_MS (default 500), RETRY_MAX_DELAY_MS (default 60000), ACK_WAIT_MS,
 // and the store's variables (../shared/store.mjs).
-import { connect, headers } from '@nats-io/transport-node';
+
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { connect, headers } from '@nats-io/transport-node';
 import { createBatcher } from 'idemflow';
 import { errorFields, log, openWorker } from '../shared/store.mjs';
 import { ensureStream, streamNames } from './topology.mjs';
@@ -60,14 +61,25 @@ async function settle(message, verdict, attempt) {
       break;
   }
   const error = errorFields(verdict);
-  log({ role: 'worker', action: verdict.action, outcome: verdict.outcome, ...error, seq: message.seq, attempt, inFlight: batcher.held + batcher.running });
+  log({
+    role: 'worker',
+    action: verdict.action,
+    outcome: verdict.outcome,
+    ...error,
+    seq: message.seq,
+    attempt,
+    inFlight: batcher.held + batcher.running,
+  });
 }
 
 /** One batch: one transaction for its events (handle.batch), then each message settled in order. */
 async function onBatch(batch) {
   try {
     const attempts = batch.map((message) => message.info.deliveryCount);
-    const verdicts = await handle.batch(batch.map((message) => message.data), { attempts });
+    const verdicts = await handle.batch(
+      batch.map((message) => message.data),
+      { attempts },
+    );
     for (const [i, message] of batch.entries()) await settle(message, verdicts[i], attempts[i]);
   } catch (error) {
     // Fatal (or a bug): stop without acknowledging; JetStream redelivers after ack_wait.

@@ -43,8 +43,10 @@ await channel.prefetch(PREFETCH); // at most this many unacknowledged messages a
  */
 function attemptOf(message) {
   const headers = message.properties.headers ?? {};
-  const carried = Number.isSafeInteger(headers['x-idemflow-attempt']) && headers['x-idemflow-attempt'] >= 1 ? headers['x-idemflow-attempt'] : 1;
-  const redelivered = Number.isSafeInteger(headers['x-delivery-count']) && headers['x-delivery-count'] >= 0 ? headers['x-delivery-count'] : 0;
+  const carried =
+    Number.isSafeInteger(headers['x-idemflow-attempt']) && headers['x-idemflow-attempt'] >= 1 ? headers['x-idemflow-attempt'] : 1;
+  const redelivered =
+    Number.isSafeInteger(headers['x-delivery-count']) && headers['x-delivery-count'] >= 0 ? headers['x-delivery-count'] : 0;
   return carried + redelivered;
 }
 
@@ -74,14 +76,25 @@ async function settle(message, verdict, attempt) {
       channel.ack(message);
       break;
   }
-  log({ role: 'worker', action: verdict.action, outcome: verdict.outcome, ...error, messageId: message.properties.messageId, attempt, inFlight: batcher.held + batcher.running });
+  log({
+    role: 'worker',
+    action: verdict.action,
+    outcome: verdict.outcome,
+    ...error,
+    messageId: message.properties.messageId,
+    attempt,
+    inFlight: batcher.held + batcher.running,
+  });
 }
 
 /** One batch: one transaction for its events, then each message settled in order. */
 async function onBatch(messages) {
   try {
     const attempts = messages.map(attemptOf);
-    const verdicts = await handle.batch(messages.map((message) => message.content), { attempts });
+    const verdicts = await handle.batch(
+      messages.map((message) => message.content),
+      { attempts },
+    );
     for (const [i, message] of messages.entries()) await settle(message, verdicts[i], attempts[i]);
   } catch (error) {
     // Fatal (or a bug): stop without acknowledging; RabbitMQ requeues what we held.
@@ -93,11 +106,15 @@ async function onBatch(messages) {
 const batcher = createBatcher({ size: PREFETCH, run: onBatch });
 
 let stopping = false;
-const { consumerTag } = await channel.consume(names.main, (message) => {
-  if (message === null) process.exit(1); // the queue was deleted: nothing more will come
-  // Stopping: a message that still arrives is left unacknowledged; the channel's close hands it back.
-  if (!stopping) batcher.push(message);
-}, { noAck: false });
+const { consumerTag } = await channel.consume(
+  names.main,
+  (message) => {
+    if (message === null) process.exit(1); // the queue was deleted: nothing more will come
+    // Stopping: a message that still arrives is left unacknowledged; the channel's close hands it back.
+    if (!stopping) batcher.push(message);
+  },
+  { noAck: false },
+);
 log({ role: 'worker', event: 'started', queue: names.main });
 
 // A graceful stop: take no more messages, let every batch held or in flight

@@ -69,7 +69,11 @@ export async function startFakeProvider({ port = 0, failRate = 0.2, onCall } = {
     url: `http://127.0.0.1:${server.address().port}`,
     effects,
     calls,
-    close: () => new Promise((resolve) => { server.closeAllConnections(); server.close(resolve); }),
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(resolve);
+      }),
   };
 }
 

@@ -30,8 +30,11 @@ export async function startMetrics() {
           const { name, unit } = metric.descriptor;
           const parts = metric.dataPoints.map((point) => {
             const label = Object.entries(point.attributes)
-              .filter(([key]) => !['idemflow.rule_set.version', 'idemflow.store', 'messaging.system', 'messaging.operation.name'].includes(key))
-              .map(([, value]) => value).join(' ');
+              .filter(
+                ([key]) => !['idemflow.rule_set.version', 'idemflow.store', 'messaging.system', 'messaging.operation.name'].includes(key),
+              )
+              .map(([, value]) => value)
+              .join(' ');
             if (typeof point.value === 'number') return `${label || 'all'} ${point.value}`;
             const mean = point.value.count === 0 ? 0 : point.value.sum / point.value.count;
             return `${label || 'all'} ${point.value.count}× mean ${unit === 's' ? `${(mean * 1000).toFixed(2)} ms` : mean.toFixed(2)}`;

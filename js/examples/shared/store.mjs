@@ -2,9 +2,10 @@
 // Every process opens its own pool; the tables are shared. Configure with
 //   IDEMFLOW_PG_URL        (default postgres://postgres@127.0.0.1:5432/test)
 //   IDEMFLOW_TABLE_PREFIX  (default swaps_example: swaps_example_workflows, _inbox, _outbox)
-import pg from 'pg';
+
 import { createDeliveryHandler } from 'idemflow';
 import { PostgresStore } from 'idemflow/postgres';
+import pg from 'pg';
 
 export const PG_URL = process.env.IDEMFLOW_PG_URL || 'postgres://postgres@127.0.0.1:5432/test';
 export const TABLE_PREFIX = process.env.IDEMFLOW_TABLE_PREFIX || 'swaps_example';

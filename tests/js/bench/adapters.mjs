@@ -7,9 +7,17 @@
 // IDEMFLOW_MONGODB_URL are set.
 import fs from 'node:fs';
 import path from 'node:path';
-
-import { RULES_HASH, fingerprintOf, handWritten, mysqlTransactions, pgTransactions, pgliteTransactions, sqliteTransactions, statements } from './hand-written.mjs';
 import { BACKENDS, openPglite, openStore, tablesFor, tempDir, uniquePrefix, writeBenchJson } from '../workers/backends.mjs';
+import {
+  fingerprintOf,
+  handWritten,
+  mysqlTransactions,
+  pgliteTransactions,
+  pgTransactions,
+  RULES_HASH,
+  sqliteTransactions,
+  statements,
+} from './hand-written.mjs';
 
 const WORKFLOWS = Number(process.env.BENCH_WORKFLOWS ?? 1500);
 const ROUNDS = 8;
@@ -23,8 +31,12 @@ const WARM_UP = 100; // workflows whose events run untimed first, so neither con
 function workload(count = WORKFLOWS, tag = 'wf') {
   const workflows = Array.from({ length: count }, (_, i) => {
     const depositRef = `btc:tx-${i}:vout-0`;
-    return { id: `${tag}-${i}`, status: 'deposit', revision: 1,
-      deposits: { [depositRef]: { event: 'DEPOSIT_DETECTED', amountUnits: `${(i + 1) * 1000}000000`, sequence: 1 } } };
+    return {
+      id: `${tag}-${i}`,
+      status: 'deposit',
+      revision: 1,
+      deposits: { [depositRef]: { event: 'DEPOSIT_DETECTED', amountUnits: `${(i + 1) * 1000}000000`, sequence: 1 } },
+    };
   });
   const events = [];
   for (const w of workflows) {
@@ -35,13 +47,18 @@ function workload(count = WORKFLOWS, tag = 'wf') {
   return { workflows, events };
 }
 
-function mongoTransactions(client, db, tables) {
+function mongoTransactions(client, _db, _tables) {
   // The same reads and writes as documents, in a withTransaction of the same options.
   return async (work) => {
     let result;
-    await client.withSession((session) => session.withTransaction(async () => {
-      result = await work(session);
-    }, { readConcern: { level: 'snapshot' }, writeConcern: { w: 'majority' }, readPreference: 'primary' }));
+    await client.withSession((session) =>
+      session.withTransaction(
+        async () => {
+          result = await work(session);
+        },
+        { readConcern: { level: 'snapshot' }, writeConcern: { w: 'majority' }, readPreference: 'primary' },
+      ),
+    );
     return result;
   };
 }
@@ -75,21 +92,68 @@ async function handWrittenMongo(db, tables, session, event, now) {
   const applied = inDeposit && event.sequence > seen;
   const outcome = applied ? 'applied' : event.sequence === seen ? 'already-applied' : 'stale';
   const operationId = `start-exchange:${event.workflowId}`;
-  const result = applied ? { operationIds: [operationId], status: 'exchange', revision: workflow.revision + 1 } : { operationIds: [], status: null, revision: null };
-  await db.collection(tables.inbox).insertOne({ _id: event.eventId, fingerprint, workflowId: event.workflowId, eventType: event.type,
-    outcome, ruleSetId: 'deposit-swap', ruleSetVersion: 3, ruleSetHash: RULES_HASH, recordedAt: now, result }, { session });
+  const result = applied
+    ? { operationIds: [operationId], status: 'exchange', revision: workflow.revision + 1 }
+    : { operationIds: [], status: null, revision: null };
+  await db.collection(tables.inbox).insertOne(
+    {
+      _id: event.eventId,
+      fingerprint,
+      workflowId: event.workflowId,
+      eventType: event.type,
+      outcome,
+      ruleSetId: 'deposit-swap',
+      ruleSetVersion: 3,
+      ruleSetHash: RULES_HASH,
+      recordedAt: now,
+      result,
+    },
+    { session },
+  );
   if (!applied) return outcome;
   // The whole new map (the other deposits' entries copied unchanged) and, as the exchange starts, the deposit it acts on.
   const { depositRef, amountUnits, sequence } = event;
-  const newDeposits = { ...deposits, [depositRef]: { event: event.type, amountUnits, sequence, ...(entry?.operations ? { operations: entry.operations } : {}) } };
-  const updated = await db.collection(tables.workflows).updateOne({ _id: event.workflowId, status: 'deposit', revision: workflow.revision },
-    { $set: { status: 'exchange', revision: workflow.revision + 1, 'data.amountUnits': amountUnits,
-      'data.depositRef': depositRef, 'data.deposits': newDeposits, 'data.sequence': sequence, updatedAt: now } }, { session });
+  const newDeposits = {
+    ...deposits,
+    [depositRef]: { event: event.type, amountUnits, sequence, ...(entry?.operations ? { operations: entry.operations } : {}) },
+  };
+  const updated = await db.collection(tables.workflows).updateOne(
+    { _id: event.workflowId, status: 'deposit', revision: workflow.revision },
+    {
+      $set: {
+        status: 'exchange',
+        revision: workflow.revision + 1,
+        'data.amountUnits': amountUnits,
+        'data.depositRef': depositRef,
+        'data.deposits': newDeposits,
+        'data.sequence': sequence,
+        updatedAt: now,
+      },
+    },
+    { session },
+  );
   if (updated.matchedCount !== 1) throw new Error('lost the compare-and-set');
-  await db.collection(tables.outbox).insertOne({ _id: operationId, type: 'START_EXCHANGE', workflowId: event.workflowId,
-    eventId: event.eventId, payload: { depositRef, amountUnits }, status: 'pending', attempts: 0,
-    nextAttemptAt: now, leaseOwner: null, leaseExpiresAt: null, fencingToken: 0, lastError: null, createdAt: now, updatedAt: now,
-    metadata: null, traceContext: null }, { session });
+  await db.collection(tables.outbox).insertOne(
+    {
+      _id: operationId,
+      type: 'START_EXCHANGE',
+      workflowId: event.workflowId,
+      eventId: event.eventId,
+      payload: { depositRef, amountUnits },
+      status: 'pending',
+      attempts: 0,
+      nextAttemptAt: now,
+      leaseOwner: null,
+      leaseExpiresAt: null,
+      fencingToken: 0,
+      lastError: null,
+      createdAt: now,
+      updatedAt: now,
+      metadata: null,
+      traceContext: null,
+    },
+    { session },
+  );
   return 'applied';
 }
 
@@ -115,7 +179,15 @@ async function measure(name, openIdemflow, openHand) {
   const chunk = Math.ceil(events.length / ROUNDS);
   for (let round = 0; round < ROUNDS; round += 1) {
     const slice = events.slice(round * chunk, (round + 1) * chunk);
-    for (const [key, contender] of round % 2 === 0 ? [['hand', hand], ['idemflow', idemflow]] : [['idemflow', idemflow], ['hand', hand]]) {
+    for (const [key, contender] of round % 2 === 0
+      ? [
+          ['hand', hand],
+          ['idemflow', idemflow],
+        ]
+      : [
+          ['idemflow', idemflow],
+          ['hand', hand],
+        ]) {
       const started = process.hrtime.bigint();
       for (const event of slice) {
         const outcome = await contender.handle(event);
@@ -133,10 +205,15 @@ async function measure(name, openIdemflow, openHand) {
     }
   }
   const rate = (ns) => events.length / (Number(ns) / 1e9);
-  const line = `${name.padEnd(44)} idemflow ${fmt(rate(time.idemflow))} events/s   hand-written SQL ${fmt(rate(time.hand))} events/s`
-    + `   ratio ${(rate(time.idemflow) / rate(time.hand)).toFixed(2)}   (${events.length} events each: 1/3 applied, 1/3 duplicate, 1/3 already-applied)`;
+  const line =
+    `${name.padEnd(44)} idemflow ${fmt(rate(time.idemflow))} events/s   hand-written SQL ${fmt(rate(time.hand))} events/s` +
+    `   ratio ${(rate(time.idemflow) / rate(time.hand)).toFixed(2)}   (${events.length} events each: 1/3 applied, 1/3 duplicate, 1/3 already-applied)`;
   console.log(line);
-  figures[name] = { idemflow: Math.round(rate(time.idemflow)), handWritten: Math.round(rate(time.hand)), ratio: Number((rate(time.idemflow) / rate(time.hand)).toFixed(2)) };
+  figures[name] = {
+    idemflow: Math.round(rate(time.idemflow)),
+    handWritten: Math.round(rate(time.hand)),
+    ratio: Number((rate(time.idemflow) / rate(time.hand)).toFixed(2)),
+  };
 }
 
 /**
@@ -208,7 +285,12 @@ async function sqliteContenders(kind, label) {
   };
   try {
     for (const own of [false, true]) {
-      const open = contenders(openHelper, { host: 'sqlite', transactionsOf: (store) => sqliteTransactions(store.db), mark: () => '?', own });
+      const open = contenders(openHelper, {
+        host: 'sqlite',
+        transactionsOf: (store) => sqliteTransactions(store.db),
+        mark: () => '?',
+        own,
+      });
       await measure(own ? `${label}, onApplied` : label, open(true), open(false));
     }
   } finally {
@@ -259,17 +341,23 @@ const HAND_WRITTEN = {
       const transaction = mongoTransactions(helper.store.client, helper.store.db, tables);
       return {
         store: helper.store,
-        handle: withIdemflow ? async (event) => (await helper.store.process(event)).outcome
+        handle: withIdemflow
+          ? async (event) => (await helper.store.process(event)).outcome
           : (event) => transaction((session) => handWrittenMongo(helper.store.db, tables, session, event, Date.now())),
-        close: async () => { await helper.drop(); await helper.close(); },
+        close: async () => {
+          await helper.drop();
+          await helper.close();
+        },
       };
     };
     await measure('MongoDB (replica set)', open(true), open(false));
   },
 };
 
-console.log(`idemflow store.process vs a hand-written handler (the cost floor), one connection, sequential, ${WORKFLOWS} workflows;`
-  + ' ", onApplied": both also write the host\'s row of each applied event in the same transaction');
+console.log(
+  `idemflow store.process vs a hand-written handler (the cost floor), one connection, sequential, ${WORKFLOWS} workflows;` +
+    ' ", onApplied": both also write the host\'s row of each applied event in the same transaction',
+);
 for (const backend of BACKENDS) {
   if (!backend.durable) continue;
   if (backend.skip) {

@@ -18,7 +18,14 @@ const ROUNDS = Number(process.env.IDEMFLOW_BENCH_ROUNDS ?? 3);
 function eventsFor(ns) {
   const events = [];
   for (let i = 0; i < WORKFLOWS; i += 1) {
-    const confirmed = { eventId: `${ns}:c${i}`, workflowId: `${ns}:w${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `tx-${i}`, amountUnits: String(1000 + i), sequence: 1 };
+    const confirmed = {
+      eventId: `${ns}:c${i}`,
+      workflowId: `${ns}:w${i}`,
+      type: 'DEPOSIT_CONFIRMED',
+      depositRef: `tx-${i}`,
+      amountUnits: String(1000 + i),
+      sequence: 1,
+    };
     events.push(confirmed, { ...confirmed }, { ...confirmed, eventId: `${ns}:r${i}` });
   }
   return events;
@@ -59,7 +66,9 @@ const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.l
 const fmt = (n) => Math.round(n).toLocaleString('en-US').padStart(8);
 
 const report = {};
-console.log(`processBatch vs per-event store.process, one connection, ${WORKFLOWS * 3} events per measurement, median of ${ROUNDS} alternating rounds`);
+console.log(
+  `processBatch vs per-event store.process, one connection, ${WORKFLOWS * 3} events per measurement, median of ${ROUNDS} alternating rounds`,
+);
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
 for (const backend of BACKENDS) {
   if (only && !only.has(backend.id)) continue;

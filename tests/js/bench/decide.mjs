@@ -38,9 +38,21 @@ const workflows = Array.from({ length: 1024 }, (_, i) => {
   const depositRef = `btc-mainnet:tx-${i.toString(16)}:vout-0`;
   const amountUnits = String(1_000_000 + i);
   return i % 4 === 0
-    ? { id: `swap-${i}`, status: 'exchange', revision: i % 7, depositRef, amountUnits, sequence: 2,
-      deposits: { [depositRef]: { event: 'DEPOSIT_CONFIRMED', amountUnits, sequence: 2 } } }
-    : { id: `swap-${i}`, status: 'deposit', revision: i % 7, deposits: { [depositRef]: { event: 'DEPOSIT_DETECTED', amountUnits, sequence: 1 } } };
+    ? {
+        id: `swap-${i}`,
+        status: 'exchange',
+        revision: i % 7,
+        depositRef,
+        amountUnits,
+        sequence: 2,
+        deposits: { [depositRef]: { event: 'DEPOSIT_CONFIRMED', amountUnits, sequence: 2 } },
+      }
+    : {
+        id: `swap-${i}`,
+        status: 'deposit',
+        revision: i % 7,
+        deposits: { [depositRef]: { event: 'DEPOSIT_DETECTED', amountUnits, sequence: 1 } },
+      };
 });
 const events = workflows.map((w, i) => {
   const [[depositRef, { amountUnits }]] = Object.entries(w.deposits);
@@ -56,6 +68,7 @@ const events = workflows.map((w, i) => {
 const inputs = workflows.map((workflow, i) => ({ event: events[i], receipt: null, workflow }));
 
 // --- The reference: the same rule written by hand in JavaScript. ---
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what the check refuses
 const CONTROL = /[\u0000-\u001f\u007f]/;
 function checkText(event, field) {
   const value = event[field];
@@ -104,14 +117,20 @@ function referenceDecide(event, receipt, workflow) {
   // exchanged deposit goes to a person; another deposit's confirmation gets its own review, once.
   const reviewed = entry?.operations?.includes('review-deposit') ?? false;
   const reviewDeposit = {
-    id: `review-deposit:${depositRef.replaceAll('%', '%25').replaceAll(':', '%3A')}:${workflowId}`, type: 'REVIEW_DEPOSIT', payload: { depositRef, amountUnits },
+    id: `review-deposit:${depositRef.replaceAll('%', '%25').replaceAll(':', '%3A')}:${workflowId}`,
+    type: 'REVIEW_DEPOSIT',
+    payload: { depositRef, amountUnits },
   };
   const expected = workflow.expectedUnits;
   let to = status;
   let operation = null;
   let top = null;
   if (before) {
-    if (expected === undefined || amountUnits.length > expected.length || (amountUnits.length === expected.length && amountUnits >= expected)) {
+    if (
+      expected === undefined ||
+      amountUnits.length > expected.length ||
+      (amountUnits.length === expected.length && amountUnits >= expected)
+    ) {
       to = 'exchange';
       operation = { id: `start-exchange:${workflowId}`, type: 'START_EXCHANGE', payload: { depositRef, amountUnits } };
       top = { depositRef, amountUnits, sequence };
@@ -134,8 +153,11 @@ function referenceDecide(event, receipt, workflow) {
     fingerprint,
     writeSet: {
       receipt: { eventId, fingerprint, workflowId, eventType: 'DEPOSIT_CONFIRMED', outcome: 'applied', ruleSet: ref, result },
-      workflow: { id: workflowId, expect: { status, revision: workflow.revision },
-        set: { status: to, revision: workflow.revision + 1, ...top, deposits: { ...deposits, [depositRef]: written } } },
+      workflow: {
+        id: workflowId,
+        expect: { status, revision: workflow.revision },
+        set: { status: to, revision: workflow.revision + 1, ...top, deposits: { ...deposits, [depositRef]: written } },
+      },
       outbox: operation ? [{ ...operation, workflowId, eventId, status: 'pending' }] : [],
     },
   };
@@ -160,7 +182,8 @@ const contenders = {
   },
   'decide (the package)': () => {
     let sink = 0;
-    for (let n = 0; n < N; n += 1) sink += decide({ event: events[n & 1023], receipt: null, workflow: workflows[n & 1023], ruleSet }).fingerprint.length;
+    for (let n = 0; n < N; n += 1)
+      sink += decide({ event: events[n & 1023], receipt: null, workflow: workflows[n & 1023], ruleSet }).fingerprint.length;
     return sink;
   },
   'decider, one event per call': () => {
@@ -181,7 +204,10 @@ const expecting = (w, expectedUnits) => ({ ...w, expectedUnits });
 const reviewedOf = (w) => ({ ...w, deposits: { [events[1].depositRef]: { ...entryOf(w), operations: ['review-deposit'] } } });
 const other = { ...events[0], depositRef: 'btc-mainnet:tx-other:vout-1', amountUnits: '7' };
 const untimed = [
-  { event: { ...events[1], sequence: 1 }, workflow: { ...workflows[1], deposits: { [events[1].depositRef]: { ...entryOf(workflows[1]), sequence: 2 } } } },
+  {
+    event: { ...events[1], sequence: 1 },
+    workflow: { ...workflows[1], deposits: { [events[1].depositRef]: { ...entryOf(workflows[1]), sequence: 2 } } },
+  },
   { event: { ...events[0], sequence: 3 }, workflow: workflows[0] },
   { event: events[2], workflow: { ...workflows[2], deposits: {} } },
   { event: events[1], workflow: expecting(workflows[1], '9000000') },
@@ -195,10 +221,19 @@ for (const { event, workflow } of [...inputs, ...untimed]) {
   const reference = referenceDecide(event, null, workflow);
   deepStrictEqual([reference.outcome, reference.fingerprint, reference.writeSet], [today.outcome, today.fingerprint, today.writeSet]);
 }
-deepStrictEqual(untimed.map(({ event, workflow }) => referenceDecide(event, null, workflow).writeSet.receipt.result.operationIds.length),
-  [0, 1, 1, 1, 0, 1, 1]);
-deepStrictEqual(untimed.map(({ event, workflow }) => referenceDecide(event, null, workflow).outcome), ['stale', 'applied', 'applied', 'applied', 'applied', 'applied', 'applied']);
-for (const size of [16, 256]) deepStrictEqual(batches(size).flatMap((b) => packed.decideBatch(compiled, b)), inputs.map((x) => decide({ ...x, ruleSet })));
+deepStrictEqual(
+  untimed.map(({ event, workflow }) => referenceDecide(event, null, workflow).writeSet.receipt.result.operationIds.length),
+  [0, 1, 1, 1, 0, 1, 1],
+);
+deepStrictEqual(
+  untimed.map(({ event, workflow }) => referenceDecide(event, null, workflow).outcome),
+  ['stale', 'applied', 'applied', 'applied', 'applied', 'applied', 'applied'],
+);
+for (const size of [16, 256])
+  deepStrictEqual(
+    batches(size).flatMap((b) => packed.decideBatch(compiled, b)),
+    inputs.map((x) => decide({ ...x, ruleSet })),
+  );
 
 // Rates are per second of this process's CPU time: on a shared machine the
 // time another process holds the CPU is not counted against whoever ran then.
@@ -231,7 +266,9 @@ for (let round = 0; round < ROUNDS; round += 1) {
 }
 
 const summary = {};
-console.log(`decide, deposit-swap DEPOSIT_CONFIRMED, ${N} events per contender per round, medians of ${ROUNDS} rounds, ${WALL ? 'wall' : 'CPU'} time (node ${process.version})`);
+console.log(
+  `decide, deposit-swap DEPOSIT_CONFIRMED, ${N} events per contender per round, medians of ${ROUNDS} rounds, ${WALL ? 'wall' : 'CPU'} time (node ${process.version})`,
+);
 for (const name of Object.keys(contenders)) {
   const r = median(rates[name]);
   const x = median(ratios[name]);

@@ -35,7 +35,8 @@ function covers(amount, expected) {
 }
 
 /** A per-deposit operation's id: the depositRef with `%` and `:` escaped, so the id splits one way. */
-const reviewDepositId = (depositRef, workflowId) => `review-deposit:${depositRef.replaceAll('%', '%25').replaceAll(':', '%3A')}:${workflowId}`;
+const reviewDepositId = (depositRef, workflowId) =>
+  `review-deposit:${depositRef.replaceAll('%', '%25').replaceAll(':', '%3A')}:${workflowId}`;
 
 /**
  * What deposit-swap v3 does with a deposit event, written out by hand as such
@@ -69,7 +70,8 @@ function depositDecision(event, status, data) {
   // The deposit's own review, at most once per deposit: its entry lists it once emitted.
   const reviewed = entry?.operations?.includes('review-deposit') ?? false;
   const reviewDeposit = () => {
-    if (!reviewed) operations.push({ id: reviewDepositId(depositRef, event.workflowId), type: 'REVIEW_DEPOSIT', payload: { depositRef, amountUnits } });
+    if (!reviewed)
+      operations.push({ id: reviewDepositId(depositRef, event.workflowId), type: 'REVIEW_DEPOSIT', payload: { depositRef, amountUnits } });
   };
   const exchanged = depositRef === data.depositRef; // recorded on the swap when its exchange started
   let to;
@@ -77,7 +79,9 @@ function depositDecision(event, status, data) {
   if (BEFORE_EXCHANGE.has(status)) {
     if (event.type === 'DEPOSIT_DETECTED') to = 'deposit';
     else if (event.type === 'DEPOSIT_REVERSED') {
-      const otherPending = Object.entries(deposits).some(([ref, e]) => ref !== depositRef && (e.event === 'DEPOSIT_DETECTED' || e.event === 'DEPOSIT_CONFIRMED'));
+      const otherPending = Object.entries(deposits).some(
+        ([ref, e]) => ref !== depositRef && (e.event === 'DEPOSIT_DETECTED' || e.event === 'DEPOSIT_CONFIRMED'),
+      );
       to = otherPending ? 'deposit' : 'reversed';
     } else if (covers(amountUnits, data.expectedUnits)) {
       to = 'exchange';
@@ -145,18 +149,53 @@ export async function handWritten(q, sql, event, now) {
   const decision = event.type === 'DEADLINE_PASSED' ? deadlineDecision(workflow.status) : depositDecision(event, workflow.status, data);
   const revision = Number(workflow.revision);
   const isApplied = decision.outcome === 'applied';
-  const result = isApplied ? { operationIds: decision.operations.map((op) => op.id), status: decision.to, revision: revision + 1 }
+  const result = isApplied
+    ? { operationIds: decision.operations.map((op) => op.id), status: decision.to, revision: revision + 1 }
     : { operationIds: [], status: null, revision: null };
-  await q(sql.insertReceipt, [event.eventId, fingerprint, event.workflowId, event.type, decision.outcome,
-    'deposit-swap', 3, RULES_HASH, now, JSON.stringify(result)]);
+  await q(sql.insertReceipt, [
+    event.eventId,
+    fingerprint,
+    event.workflowId,
+    event.type,
+    decision.outcome,
+    'deposit-swap',
+    3,
+    RULES_HASH,
+    now,
+    JSON.stringify(result),
+  ]);
   if (!isApplied) return decision.outcome;
   const changed = decision.record
-    ? await q(sql.updateRecording, [decision.to, revision + 1, JSON.stringify(decision.record), now, event.workflowId, workflow.status, revision])
+    ? await q(sql.updateRecording, [
+        decision.to,
+        revision + 1,
+        JSON.stringify(decision.record),
+        now,
+        event.workflowId,
+        workflow.status,
+        revision,
+      ])
     : await q(sql.update, [decision.to, revision + 1, now, event.workflowId, workflow.status, revision]);
   if (changed !== 1) throw new LostRace('lost the compare-and-set');
   for (const op of decision.operations) {
-    await q(sql.insertOperation, [op.id, op.type, event.workflowId, event.eventId,
-      JSON.stringify(op.payload), 'pending', 0, now, null, null, 0, null, now, now, null, null]);
+    await q(sql.insertOperation, [
+      op.id,
+      op.type,
+      event.workflowId,
+      event.eventId,
+      JSON.stringify(op.payload),
+      'pending',
+      0,
+      now,
+      null,
+      null,
+      0,
+      null,
+      now,
+      now,
+      null,
+      null,
+    ]);
   }
   return 'applied';
 }
@@ -188,8 +227,8 @@ export const MARKS = { pg: (i) => `$${i}`, mysql: () => '?' };
 export function sqliteTransactions(db) {
   const cache = new Map();
   const prepared = (sql) => cache.get(sql) ?? cache.set(sql, db.prepare(sql)).get(sql);
-  const q = async (sql, params) => (sql.trimStart().startsWith('SELECT') ? [prepared(sql).get(...params)].filter(Boolean)
-    : Number(prepared(sql).run(...params).changes));
+  const q = async (sql, params) =>
+    sql.trimStart().startsWith('SELECT') ? [prepared(sql).get(...params)].filter(Boolean) : Number(prepared(sql).run(...params).changes);
   return async (work) => {
     db.exec('BEGIN IMMEDIATE');
     try {
@@ -230,29 +269,34 @@ function pooledTransactions({ connect, begin, run }) {
   };
 }
 
-export const pgTransactions = (pool) => pooledTransactions({
-  connect: () => pool.connect(),
-  begin: 'BEGIN',
-  run: async (client, sql, params) => {
-    const result = await client.query(sql, params);
-    return result.command === 'SELECT' ? result.rows : result.rowCount;
-  },
-});
+export const pgTransactions = (pool) =>
+  pooledTransactions({
+    connect: () => pool.connect(),
+    begin: 'BEGIN',
+    run: async (client, sql, params) => {
+      const result = await client.query(sql, params);
+      return result.command === 'SELECT' ? result.rows : result.rowCount;
+    },
+  });
 
-export const mysqlTransactions = (pool) => pooledTransactions({
-  connect: () => pool.getConnection(),
-  begin: 'START TRANSACTION',
-  run: async (connection, sql, params) => {
-    const [result] = await connection.query(sql, params);
-    return Array.isArray(result) ? result : result.affectedRows;
-  },
-});
+export const mysqlTransactions = (pool) =>
+  pooledTransactions({
+    connect: () => pool.getConnection(),
+    begin: 'START TRANSACTION',
+    run: async (connection, sql, params) => {
+      const [result] = await connection.query(sql, params);
+      return Array.isArray(result) ? result : result.affectedRows;
+    },
+  });
 
 export function pgliteTransactions(db) {
-  return (work) => db.transaction((tx) => work(async (sql, params) => {
-    const result = await tx.query(sql, params);
-    return sql.trimStart().startsWith('SELECT') ? result.rows : result.affectedRows;
-  }));
+  return (work) =>
+    db.transaction((tx) =>
+      work(async (sql, params) => {
+        const result = await tx.query(sql, params);
+        return sql.trimStart().startsWith('SELECT') ? result.rows : result.affectedRows;
+      }),
+    );
 }
 
 /** The transactions of a server store kind over its pool (helper.store.client of workers/backends.mjs). */
@@ -304,7 +348,14 @@ export function eventOfBody(body) {
   } catch {
     return null;
   }
-  if (event === null || typeof event !== 'object' || typeof event.eventId !== 'string' || typeof event.workflowId !== 'string' || !TYPES.has(event.type)) return null;
+  if (
+    event === null ||
+    typeof event !== 'object' ||
+    typeof event.eventId !== 'string' ||
+    typeof event.workflowId !== 'string' ||
+    !TYPES.has(event.type)
+  )
+    return null;
   for (const field of ['depositRef', 'amountUnits']) if (event[field] !== undefined && typeof event[field] !== 'string') return null;
   if (event.type !== 'DEADLINE_PASSED' && (typeof event.depositRef !== 'string' || !/^[0-9]+$/.test(event.amountUnits ?? ''))) return null;
   if (NUMBERED_TYPES.has(event.type) && (!Number.isSafeInteger(event.sequence) || event.sequence < 1)) return null;

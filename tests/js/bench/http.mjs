@@ -19,12 +19,28 @@ const ROUND_MS = Number(process.env.BENCH_HTTP_ROUND_MS ?? 1000);
 const ROUNDS = Number(process.env.BENCH_HTTP_ROUNDS ?? 3);
 const CONCURRENCY = Number(process.env.BENCH_HTTP_CONCURRENCY ?? 16);
 const REPLAY_KEYS = 200;
-const BODY = JSON.stringify({ customer: 'c-7', items: [{ sku: 'A-1', quantity: 2 }, { sku: 'B-9', quantity: 1 }], totalUnits: '4200' });
+const BODY = JSON.stringify({
+  customer: 'c-7',
+  items: [
+    { sku: 'A-1', quantity: 2 },
+    { sku: 'B-9', quantity: 1 },
+  ],
+  totalUnits: '4200',
+});
 
 function start(spec) {
   const child = fork(SERVER, [JSON.stringify({ ...spec, quiet: true })], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   return new Promise((resolve, reject) => {
-    child.once('message', (message) => resolve({ port: message.listening, stop: () => new Promise((done) => { child.once('exit', done); child.send('stop'); }) }));
+    child.once('message', (message) =>
+      resolve({
+        port: message.listening,
+        stop: () =>
+          new Promise((done) => {
+            child.once('exit', done);
+            child.send('stop');
+          }),
+      }),
+    );
     child.once('exit', (code) => reject(new Error(`the bench server exited (${code})`)));
   });
 }
@@ -47,14 +63,16 @@ async function load(agent, port, pathname, keyOf, ms) {
   const end = performance.now() + ms;
   const latencies = [];
   let failed = 0;
-  await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
-    while (performance.now() < end) {
-      const started = performance.now();
-      const status = await request(agent, port, pathname, keyOf());
-      latencies.push(performance.now() - started);
-      if (status !== 201) failed += 1;
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (performance.now() < end) {
+        const started = performance.now();
+        const status = await request(agent, port, pathname, keyOf());
+        latencies.push(performance.now() - started);
+        if (status !== 201) failed += 1;
+      }
+    }),
+  );
   return { requests: latencies.length, failed, latencies };
 }
 
@@ -70,7 +88,13 @@ async function measure(framework, store) {
   let fresh = 0;
   const cases = {
     plain: { path: '/plain', key: () => undefined },
-    new: { path: '/orders', key: () => `bench-${prefix}-${(fresh += 1)}` },
+    new: {
+      path: '/orders',
+      key: () => {
+        fresh += 1;
+        return `bench-${prefix}-${fresh}`;
+      },
+    },
     replay: { path: '/orders', key: () => `replay-${prefix}-${Math.floor(Math.random() * REPLAY_KEYS)}` },
   };
   try {
@@ -86,10 +110,20 @@ async function measure(framework, store) {
       }
     }
     const seconds = (ROUNDS * ROUND_MS) / 1000;
-    return Object.fromEntries(Object.entries(totals).map(([name, t]) => {
-      const sorted = t.latencies.sort((a, b) => a - b);
-      return [name, { rps: Math.round(t.requests / seconds), failed: t.failed, p50Ms: +quantile(sorted, 0.5).toFixed(2), p99Ms: +quantile(sorted, 0.99).toFixed(2) }];
-    }));
+    return Object.fromEntries(
+      Object.entries(totals).map(([name, t]) => {
+        const sorted = t.latencies.sort((a, b) => a - b);
+        return [
+          name,
+          {
+            rps: Math.round(t.requests / seconds),
+            failed: t.failed,
+            p50Ms: +quantile(sorted, 0.5).toFixed(2),
+            p99Ms: +quantile(sorted, 0.99).toFixed(2),
+          },
+        ];
+      }),
+    );
   } finally {
     agent.destroy();
     await server.stop();
@@ -110,18 +144,26 @@ const STORES = [
   ...(PG_URL ? [{ id: 'postgres', spec: () => ({ kind: 'pg', url: PG_URL }), drop: dropPg }] : []),
 ];
 
-console.log(`HTTP: requests/s with and without the Idempotency-Key middleware (${CONCURRENCY} in flight, ${ROUNDS} interleaved rounds of ${ROUND_MS} ms; one row written per request)`);
+console.log(
+  `HTTP: requests/s with and without the Idempotency-Key middleware (${CONCURRENCY} in flight, ${ROUNDS} interleaved rounds of ${ROUND_MS} ms; one row written per request)`,
+);
 if (!PG_URL) console.log('(PostgreSQL skipped: set IDEMFLOW_PG_URL)');
 const figures = {};
 console.log('store     framework  plain req/s   keyed new req/s (×plain)   keyed replay req/s (×plain)   p50/p99 ms plain | new | replay');
 for (const store of STORES) {
   for (const framework of ['express', 'fastify']) {
     const result = await measure(framework, store);
-    figures[`${store.id}/${framework}`] = { ...result, newRatio: +(result.new.rps / result.plain.rps).toFixed(2), replayRatio: +(result.replay.rps / result.plain.rps).toFixed(2) };
+    figures[`${store.id}/${framework}`] = {
+      ...result,
+      newRatio: +(result.new.rps / result.plain.rps).toFixed(2),
+      replayRatio: +(result.replay.rps / result.plain.rps).toFixed(2),
+    };
     const f = figures[`${store.id}/${framework}`];
     const failed = result.plain.failed + result.new.failed + result.replay.failed;
-    console.log(`${store.id.padEnd(9)} ${framework.padEnd(10)} ${String(result.plain.rps).padStart(11)}   ${String(result.new.rps).padStart(15)} (${f.newRatio.toFixed(2)})   ${String(result.replay.rps).padStart(18)} (${f.replayRatio.toFixed(2)})   `
-      + `${result.plain.p50Ms}/${result.plain.p99Ms} | ${result.new.p50Ms}/${result.new.p99Ms} | ${result.replay.p50Ms}/${result.replay.p99Ms}${failed > 0 ? `  (${failed} not 201!)` : ''}`);
+    console.log(
+      `${store.id.padEnd(9)} ${framework.padEnd(10)} ${String(result.plain.rps).padStart(11)}   ${String(result.new.rps).padStart(15)} (${f.newRatio.toFixed(2)})   ${String(result.replay.rps).padStart(18)} (${f.replayRatio.toFixed(2)})   ` +
+        `${result.plain.p50Ms}/${result.plain.p99Ms} | ${result.new.p50Ms}/${result.new.p99Ms} | ${result.replay.p50Ms}/${result.replay.p99Ms}${failed > 0 ? `  (${failed} not 201!)` : ''}`,
+    );
   }
 }
 writeBenchJson('http', figures);

@@ -12,7 +12,7 @@
 // the figures also go to target/bench.json (key "kafka").
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { PG_URL, openStore, tablesFor, uniquePrefix, writeBenchJson } from '../workers/backends.mjs';
+import { openStore, PG_URL, tablesFor, uniquePrefix, writeBenchJson } from '../workers/backends.mjs';
 import { EXAMPLES, supervise } from '../workers/chaos.mjs';
 import { KAFKA_BROKERS, kafkaFor, watchTopics } from '../workers/kafka.mjs';
 
@@ -38,11 +38,19 @@ async function run(script, extraEnv, bodies) {
   const names = topicNames(`bench-${prefix}`);
   const kafka = kafkaFor(`bench-${prefix}`);
   await ensureTopics(kafka, names, { partitions: 6 });
-  const env = { IDEMFLOW_KAFKA_BROKERS: KAFKA_BROKERS, SWAPS_TOPIC: names.main, BATCH_SIZE, SESSION_TIMEOUT_MS: '6000', ...extraEnv(prefix) };
+  const env = {
+    IDEMFLOW_KAFKA_BROKERS: KAFKA_BROKERS,
+    SWAPS_TOPIC: names.main,
+    BATCH_SIZE,
+    SESSION_TIMEOUT_MS: '6000',
+    ...extraEnv(prefix),
+  };
   let settled = 0;
   let assigned = 0;
   let allSettled;
-  const done = new Promise((resolve) => { allSettled = resolve; });
+  const done = new Promise((resolve) => {
+    allSettled = resolve;
+  });
   const members = Array.from({ length: WORKERS }, () => {
     const member = { partitions: 0 };
     member.child = supervise(script, env, (line) => {
@@ -50,7 +58,10 @@ async function run(script, extraEnv, bodies) {
         assigned += (line.assignment[names.main]?.length ?? 0) - member.partitions;
         member.partitions = line.assignment[names.main]?.length ?? 0;
       }
-      if (line.action && line.topic === names.main && (settled += 1) === bodies.length) allSettled();
+      if (line.action && line.topic === names.main) {
+        settled += 1;
+        if (settled === bodies.length) allSettled();
+      }
     });
     return member;
   });
@@ -64,7 +75,11 @@ async function run(script, extraEnv, bodies) {
     await producer.connect();
     const started = process.hrtime.bigint();
     for (let i = 0; i < bodies.length; i += 500) {
-      await producer.send({ topic: names.main, acks: -1, messages: bodies.slice(i, i + 500).map((value) => ({ key: keyOf(value), value })) });
+      await producer.send({
+        topic: names.main,
+        acks: -1,
+        messages: bodies.slice(i, i + 500).map((value) => ({ key: keyOf(value), value })),
+      });
     }
     const timeout = setTimeout(() => allSettled(), 300_000);
     await done;
@@ -82,7 +97,11 @@ async function run(script, extraEnv, bodies) {
     return { deliveriesPerSecond: settled / seconds, seconds };
   } finally {
     for (const { child } of members) child.kill('SIGTERM');
-    await Promise.all(members.map(({ child }) => (child.exitCode === null && child.signalCode === null ? new Promise((resolve) => child.once('exit', resolve)) : null)));
+    await Promise.all(
+      members.map(({ child }) =>
+        child.exitCode === null && child.signalCode === null ? new Promise((resolve) => child.once('exit', resolve)) : null,
+      ),
+    );
     const admin = kafka.admin();
     await admin.connect();
     await admin.deleteGroups([names.group]).catch(() => {});
@@ -103,7 +122,9 @@ try {
     dbs.push(db);
     await db.store.migrate();
     for (const swap of swaps) await db.store.putWorkflow(swap);
-    idemflow.push(await run(path.join(EXAMPLES, 'kafka-worker/worker.mjs'), () => ({ IDEMFLOW_PG_URL: PG_URL, IDEMFLOW_TABLE_PREFIX: prefix }), bodies));
+    idemflow.push(
+      await run(path.join(EXAMPLES, 'kafka-worker/worker.mjs'), () => ({ IDEMFLOW_PG_URL: PG_URL, IDEMFLOW_TABLE_PREFIX: prefix }), bodies),
+    );
   }
 } finally {
   for (const db of dbs) {
@@ -115,10 +136,19 @@ try {
 const best = (runs) => Math.max(...runs.map((r) => r.deliveriesPerSecond));
 const [reference, worker] = [best(plain), best(idemflow)];
 const messages = sampleSwaps(SWAPS).bodies.length;
-console.log(`  broker alone      ${String(Math.round(reference)).padStart(6)} deliveries/s  (best of ${ROUNDS}: ${plain.map((r) => `${r.seconds.toFixed(2)} s`).join(', ')} for ${messages} messages)`);
-console.log(`  idemflow worker   ${String(Math.round(worker)).padStart(6)} deliveries/s  (best of ${ROUNDS}: ${idemflow.map((r) => `${r.seconds.toFixed(2)} s`).join(', ')}; over PostgreSQL, one transaction per chunk)`);
+console.log(
+  `  broker alone      ${String(Math.round(reference)).padStart(6)} deliveries/s  (best of ${ROUNDS}: ${plain.map((r) => `${r.seconds.toFixed(2)} s`).join(', ')} for ${messages} messages)`,
+);
+console.log(
+  `  idemflow worker   ${String(Math.round(worker)).padStart(6)} deliveries/s  (best of ${ROUNDS}: ${idemflow.map((r) => `${r.seconds.toFixed(2)} s`).join(', ')}; over PostgreSQL, one transaction per chunk)`,
+);
 console.log(`  ratio             ${(worker / reference).toFixed(2)} of the broker alone`);
 writeBenchJson('kafka', {
-  workers: WORKERS, partitions: 6, batchSize: Number(BATCH_SIZE), messages,
-  brokerAloneDeliveriesPerSecond: Math.round(reference), workerDeliveriesPerSecond: Math.round(worker), ratio: Number((worker / reference).toFixed(3)),
+  workers: WORKERS,
+  partitions: 6,
+  batchSize: Number(BATCH_SIZE),
+  messages,
+  brokerAloneDeliveriesPerSecond: Math.round(reference),
+  workerDeliveriesPerSecond: Math.round(worker),
+  ratio: Number((worker / reference).toFixed(3)),
 });

@@ -32,7 +32,7 @@
 // comma-separated choice of rabbitmq, nats, store-pg, store-mysql).
 import os from 'node:os';
 
-import { BACKENDS, MYSQL_URL, PG_URL, openStore, tablesFor, writeBenchJson } from '../workers/backends.mjs';
+import { BACKENDS, MYSQL_URL, openStore, PG_URL, tablesFor, writeBenchJson } from '../workers/backends.mjs';
 import { runOnBroker } from '../workers/broker-runs.mjs';
 import { BROKERS, brokerSkip } from '../workers/chaos.mjs';
 import { laneTables, percentile, runLanes } from '../workers/lanes.mjs';
@@ -58,7 +58,8 @@ const warmUp = swapTraffic({ swaps: WARM_SWAPS, seed: SEED + 100, runId: 'warm' 
 async function serverDeadlocks(kind, url) {
   const helper = await openStore(kind, { tables: tablesFor('unused'), url, poolSize: 1 });
   try {
-    if (kind === 'pg') return Number((await helper.query('SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()', []))[0].deadlocks);
+    if (kind === 'pg')
+      return Number((await helper.query('SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()', []))[0].deadlocks);
     const [row] = await helper.query("SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'", []);
     return row ? Number(row.Value) : null;
   } finally {
@@ -71,7 +72,11 @@ async function measured(kind, url, measure) {
   const before = { load: load(), deadlocks: url ? await serverDeadlocks(kind, url) : null };
   const raw = await measure();
   const after = { load: load(), deadlocks: url ? await serverDeadlocks(kind, url) : null };
-  return { ...raw, load: [before.load, after.load], serverDeadlocks: before.deadlocks === null ? null : after.deadlocks - before.deadlocks };
+  return {
+    ...raw,
+    load: [before.load, after.load],
+    serverDeadlocks: before.deadlocks === null ? null : after.deadlocks - before.deadlocks,
+  };
 }
 
 /** A run's figures as reported: `rerunsBy` 'hook' (idemflow's onRaceRetry) or 'transaction' (the hand-written worker runs it again). */
@@ -109,10 +114,16 @@ function endsDiffer(a, b) {
 
 function line(label, f) {
   const latency = f.p50Ms === null ? ''.padEnd(34) : `  p50 ${String(f.p50Ms).padStart(7)} ms  p99 ${String(f.p99Ms).padStart(7)} ms`;
-  const races = Object.entries(f.raceReRuns ?? {}).map(([k, v]) => `${k} ${v}`).join(', ') || 'none';
-  const deadlocks = f.deadlocks === undefined ? '' : `  deadlocks ${f.deadlocks} (${f.deadlockedTransactions} transactions)  re-runs: ${races}`;
-  return `    ${label.padEnd(22)} ${String(f.eventsPerSecond).padStart(6)} events/s${latency}${deadlocks}`
-    + `  (server deadlocks ${f.serverDeadlocks ?? 'n/a'}; load ${f.load.join(' → ')})${f.problems.length ? `  PROBLEMS: ${f.problems.join('; ')}` : ''}`;
+  const races =
+    Object.entries(f.raceReRuns ?? {})
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ') || 'none';
+  const deadlocks =
+    f.deadlocks === undefined ? '' : `  deadlocks ${f.deadlocks} (${f.deadlockedTransactions} transactions)  re-runs: ${races}`;
+  return (
+    `    ${label.padEnd(22)} ${String(f.eventsPerSecond).padStart(6)} events/s${latency}${deadlocks}` +
+    `  (server deadlocks ${f.serverDeadlocks ?? 'n/a'}; load ${f.load.join(' → ')})${f.problems.length ? `  PROBLEMS: ${f.problems.join('; ')}` : ''}`
+  );
 }
 
 // ---- Store only -------------------------------------------------------------
@@ -149,7 +160,14 @@ async function storeOnly(server, mode, prefetch) {
       const end = await endOf(helper, tables);
       const eventIds = traffic.validIds.size + warmUp.validIds.size;
       const problems = end.receipts === eventIds ? [] : [`${end.receipts} receipts for ${eventIds} event ids`];
-      return { ...run, messages: traffic.messages.length, eventsPerSecond: Math.round(traffic.messages.length / run.seconds), verdicts: verdictCounts(run.items), problems, end };
+      return {
+        ...run,
+        messages: traffic.messages.length,
+        eventsPerSecond: Math.round(traffic.messages.length / run.seconds),
+        verdicts: verdictCounts(run.items),
+        problems,
+        end,
+      };
     });
   } finally {
     await close();
@@ -159,14 +177,24 @@ async function storeOnly(server, mode, prefetch) {
 // ---- The run ----------------------------------------------------------------
 
 const report = {
-  swaps: SWAPS, messages: traffic.messages.length, eventIds: traffic.validIds.size, workers: WORKERS, handConcurrency: HAND_CONCURRENCY,
-  prefetches: PREFETCHES, cores: os.cpus().length, loadAtStart: load(), brokers: {}, storeOnly: {},
+  swaps: SWAPS,
+  messages: traffic.messages.length,
+  eventIds: traffic.validIds.size,
+  workers: WORKERS,
+  handConcurrency: HAND_CONCURRENCY,
+  prefetches: PREFETCHES,
+  cores: os.cpus().length,
+  loadAtStart: load(),
+  brokers: {},
+  storeOnly: {},
 };
 const ratio = (a, b) => Number((a / b).toFixed(2));
 const chosen = (id) => !ONLY || ONLY.has(id);
 
-console.log(`production-shaped runs: ${WORKERS} worker processes, ${SWAPS} swaps = ${traffic.messages.length} messages (${traffic.validIds.size} event ids), `
-  + `prefetch / batch ${PREFETCHES.join(', ')}; load average ${load()} on ${os.cpus().length} cores (figures under load are noisy)`);
+console.log(
+  `production-shaped runs: ${WORKERS} worker processes, ${SWAPS} swaps = ${traffic.messages.length} messages (${traffic.validIds.size} event ids), ` +
+    `prefetch / batch ${PREFETCHES.join(', ')}; load average ${load()} on ${os.cpus().length} cores (figures under load are noisy)`,
+);
 
 // The references (workers/broker-reference.mjs) speak RabbitMQ and NATS; Kafka's
 // example workers are measured against the broker alone by bench/kafka.mjs.
@@ -184,12 +212,27 @@ for (const { name, env } of BROKERS) {
     continue;
   }
   const url = process.env[env];
-  console.log(`  ${name} + PostgreSQL: ${WORKERS} example workers, beside ${WORKERS} hand-written workers and ${WORKERS} consumers of the broker alone `
-    + `(which runs the messages ${FLOOR_REPEAT} times over); p50/p99 per batch, per transaction for the hand-written worker`);
+  console.log(
+    `  ${name} + PostgreSQL: ${WORKERS} example workers, beside ${WORKERS} hand-written workers and ${WORKERS} consumers of the broker alone ` +
+      `(which runs the messages ${FLOOR_REPEAT} times over); p50/p99 per batch, per transaction for the hand-written worker`,
+  );
   const figures = {};
   for (const prefetch of PREFETCHES) {
-    const run = (contender) => measured('pg', contender === 'floor' ? null : PG_URL,
-      () => runOnBroker({ brokerName: name, url, contender, prefetch, traffic, warmUp, workers: WORKERS, seed: SEED, repeat: contender === 'floor' ? FLOOR_REPEAT : 1, handConcurrency: HAND_CONCURRENCY }));
+    const run = (contender) =>
+      measured('pg', contender === 'floor' ? null : PG_URL, () =>
+        runOnBroker({
+          brokerName: name,
+          url,
+          contender,
+          prefetch,
+          traffic,
+          warmUp,
+          workers: WORKERS,
+          seed: SEED,
+          repeat: contender === 'floor' ? FLOOR_REPEAT : 1,
+          handConcurrency: HAND_CONCURRENCY,
+        }),
+      );
     const floor = await run('floor');
     const example = await run('example');
     const hand = await run('hand-written');
@@ -198,7 +241,15 @@ for (const { name, env } of BROKERS) {
     const f = {
       idemflow: summary(example, 'hook'),
       handWritten: summary(hand, 'transaction'),
-      brokerAlone: { ...summary(floor, 'transaction'), p50Ms: null, p99Ms: null, batches: undefined, deadlocks: undefined, deadlockedTransactions: undefined, raceReRuns: undefined },
+      brokerAlone: {
+        ...summary(floor, 'transaction'),
+        p50Ms: null,
+        p99Ms: null,
+        batches: undefined,
+        deadlocks: undefined,
+        deadlockedTransactions: undefined,
+        raceReRuns: undefined,
+      },
     };
     f.ofBrokerAlone = ratio(f.idemflow.eventsPerSecond, f.brokerAlone.eventsPerSecond);
     f.ofHandWritten = ratio(f.idemflow.eventsPerSecond, f.handWritten.eventsPerSecond);
@@ -221,7 +272,9 @@ for (const server of [
     console.log(`  store only, ${server.name}: skipped (${server.env} is not set)`);
     continue;
   }
-  console.log(`  store only, ${server.name}: ${WORKERS} processes calling handle.batch, beside the hand-written worker (${HAND_CONCURRENCY} transactions at a time per process)`);
+  console.log(
+    `  store only, ${server.name}: ${WORKERS} processes calling handle.batch, beside the hand-written worker (${HAND_CONCURRENCY} transactions at a time per process)`,
+  );
   const figures = {};
   for (const prefetch of PREFETCHES) {
     const idemflow = await storeOnly(server, 'handle-batch', prefetch);

@@ -5,8 +5,8 @@
 // same run. The figures also go to target/bench.json (key "startup").
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import path from 'node:path';
 import { createRequire } from 'node:module';
+import path from 'node:path';
 import zlib from 'node:zlib';
 
 import { writeBenchJson } from '../workers/backends.mjs';
@@ -50,8 +50,15 @@ console.log(`  wasm                          ${kb(wasm.length)} raw, ${kb(gzip)}
 console.log(`  require('idemflow')           ${load.toFixed(1)} ms`);
 console.log(`  first decision                ${first.toFixed(1)} ms`);
 console.log(`  require to first decision     ${total.toFixed(1)} ms   (goal: 40 ms)`);
-console.log(`  whole process                 ${processMs.toFixed(1)} ms   bare node ${bareMs.toFixed(1)} ms   (${(processMs / bareMs).toFixed(2)}x bare node)`);
+console.log(
+  `  whole process                 ${processMs.toFixed(1)} ms   bare node ${bareMs.toFixed(1)} ms   (${(processMs / bareMs).toFixed(2)}x bare node)`,
+);
 writeBenchJson('startup', {
-  wasmBytes: wasm.length, wasmGzipBytes: gzip, requireMs: Number(load.toFixed(1)), firstDecisionMs: Number(first.toFixed(1)),
-  requireToFirstDecisionMs: Number(total.toFixed(1)), processMs: Number(processMs.toFixed(1)), bareNodeMs: Number(bareMs.toFixed(1)),
+  wasmBytes: wasm.length,
+  wasmGzipBytes: gzip,
+  requireMs: Number(load.toFixed(1)),
+  firstDecisionMs: Number(first.toFixed(1)),
+  requireToFirstDecisionMs: Number(total.toFixed(1)),
+  processMs: Number(processMs.toFixed(1)),
+  bareNodeMs: Number(bareMs.toFixed(1)),
 });

@@ -2,10 +2,11 @@
 // loads the wasm module, and imports point one way, from the outer folders
 // (adapters, outbox, cli) through sql, store and the host cycle to core,
 // never back.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
-import { readFileSync, readdirSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve, sep } from 'node:path';
+import test from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 const js = fileURLToPath(new URL('../../../js/', import.meta.url));
@@ -59,7 +60,10 @@ function allowed(from, to) {
 
 test('only js/core/wasm.cjs loads the generated wasm module', () => {
   const loaders = sources().filter((file) => /wasm\/idemflow(\.js)?'/.test(readFileSync(file, 'utf8')));
-  assert.deepEqual(loaders.map((file) => relative(js, file)), [join('core', 'wasm.cjs')]);
+  assert.deepEqual(
+    loaders.map((file) => relative(js, file)),
+    [join('core', 'wasm.cjs')],
+  );
 });
 
 test('imports point from adapters, outbox and cli through sql, store and host to core, never back', () => {
@@ -72,7 +76,10 @@ test('imports point from adapters, outbox and cli through sql, store and host to
     }
   }
   assert.ok(edges.length > 50, `the import graph was read (${edges.length} edges)`);
-  assert.ok(edges.some((e) => e.from === 'adapters/postgres' && e.to === 'sql'), 'an adapter builds on the sql layer');
+  assert.ok(
+    edges.some((e) => e.from === 'adapters/postgres' && e.to === 'sql'),
+    'an adapter builds on the sql layer',
+  );
   const wrong = edges.filter((e) => !allowed(e.from, e.to) && !(e.from === 'cli' && e.specifier === '../package.json'));
   assert.deepEqual(wrong, [], 'imports against the direction of the layers');
 });

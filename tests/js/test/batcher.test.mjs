@@ -1,13 +1,20 @@
 // createBatcher: the batching the example workers use, as the package exports it.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
-import { IdemflowError, createBatcher } from 'idemflow';
+import test from 'node:test';
+import { createBatcher, IdemflowError } from 'idemflow';
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 test('a batch goes when it holds size items, or lingerMs after its first item', async () => {
   const batches = [];
-  const batcher = createBatcher({ size: 3, lingerMs: 20, run: (items) => { batches.push(items); } });
+  const batcher = createBatcher({
+    size: 3,
+    lingerMs: 20,
+    run: (items) => {
+      batches.push(items);
+    },
+  });
   for (const item of [1, 2, 3, 4]) await batcher.push(item);
   assert.deepEqual(batches, [[1, 2, 3]], 'a full batch goes at once');
   assert.equal(batcher.held, 1);
@@ -25,7 +32,9 @@ test('push waits while the window is full, and goes on as batches settle', async
   await batcher.push('d');
   assert.equal(batcher.running, 4);
   let taken = false;
-  const fifth = batcher.push('e').then(() => { taken = true; });
+  const fifth = batcher.push('e').then(() => {
+    taken = true;
+  });
   await sleep(10);
   assert.equal(taken, false, 'no room: the fifth item waits');
   releases.shift()();
@@ -54,7 +63,14 @@ test('drain sends what is held and resolves once every batch has settled; a batc
   assert.deepEqual(settled, ['x', 'y'], 'held items went at once, not after the linger');
   assert.ok(performance.now() - started < 5000);
   const heard = [];
-  const failing = createBatcher({ size: 1, run: async () => { await sleep(5); throw new Error('no'); }, onError: (error, items) => heard.push([error.message, items]) });
+  const failing = createBatcher({
+    size: 1,
+    run: async () => {
+      await sleep(5);
+      throw new Error('no');
+    },
+    onError: (error, items) => heard.push([error.message, items]),
+  });
   await failing.push('bad');
   await failing.drain();
   assert.equal(failing.running, 0);
@@ -64,14 +80,23 @@ test('drain sends what is held and resolves once every batch has settled; a batc
 test('bad options are a fatal INVALID_ARGUMENT naming the option', () => {
   const run = () => {};
   for (const [options, field] of [
-    [{ size: 0, run }, 'size'], [{ size: 1.5, run }, 'size'], [{ size: 2, lingerMs: -1, run }, 'lingerMs'],
-    [{ size: 4, window: 3, run }, 'window'], [{ size: 2 }, 'run'], [{ size: 2, run, linger: 5 }, 'linger'], [{ size: 2, run, onError: 'log' }, 'onError'],
+    [{ size: 0, run }, 'size'],
+    [{ size: 1.5, run }, 'size'],
+    [{ size: 2, lingerMs: -1, run }, 'lingerMs'],
+    [{ size: 4, window: 3, run }, 'window'],
+    [{ size: 2 }, 'run'],
+    [{ size: 2, run, linger: 5 }, 'linger'],
+    [{ size: 2, run, onError: 'log' }, 'onError'],
   ]) {
-    assert.throws(() => createBatcher(options), (error) => {
-      assert.ok(error instanceof IdemflowError);
-      assert.equal(error.code, 'INVALID_ARGUMENT');
-      assert.equal(error.details.field, field);
-      return true;
-    }, JSON.stringify(options));
+    assert.throws(
+      () => createBatcher(options),
+      (error) => {
+        assert.ok(error instanceof IdemflowError);
+        assert.equal(error.code, 'INVALID_ARGUMENT');
+        assert.equal(error.details.field, field);
+        return true;
+      },
+      JSON.stringify(options),
+    );
   }
 });

@@ -17,8 +17,9 @@
 // that share of the swaps a second deposit, alternately covering (it races
 // the first: one exchange, the other deposit reviewed once) and partial
 // (reviewed, never exchanged).
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
+import test from 'node:test';
 import { BROKERS, brokerSkip, runChaos } from '../workers/chaos.mjs';
 
 const SWAPS = Number(process.env.IDEMFLOW_CHAOS_SWAPS || 1000);
@@ -32,18 +33,33 @@ const ONLY = process.env.IDEMFLOW_CHAOS_BROKERS ? new Set(process.env.IDEMFLOW_C
 for (const { name, env } of BROKERS.filter((broker) => ONLY === null || ONLY.has(broker.name))) {
   const url = process.env[env];
   const skip = brokerSkip(env);
-  test(`${name}: ${SWAPS} swaps in any order, with kills, end where their histories lead`, { skip, timeout: DRAIN_MS + 90_000 }, async (t) => {
-    const { figures, problems } = await runChaos({ brokerName: name, url, swaps: SWAPS, workerKills: WORKER_KILLS, timeoutMs: DRAIN_MS,
-      planOptions: { reinclusions: REINCLUSIONS, secondDeposits: SECOND_DEPOSITS }, note: (line) => t.diagnostic(line) });
+  test(`${name}: ${SWAPS} swaps in any order, with kills, end where their histories lead`, {
+    skip,
+    timeout: DRAIN_MS + 90_000,
+  }, async (t) => {
+    const { figures, problems } = await runChaos({
+      brokerName: name,
+      url,
+      swaps: SWAPS,
+      workerKills: WORKER_KILLS,
+      timeoutMs: DRAIN_MS,
+      planOptions: { reinclusions: REINCLUSIONS, secondDeposits: SECOND_DEPOSITS },
+      note: (line) => t.diagnostic(line),
+    });
     t.diagnostic(`${name} chaos (seed ${figures.seed}): ${JSON.stringify(figures)}`);
     const rebalances = figures.rebalances === undefined ? '' : `, ${figures.rebalances} rebalances`;
-    console.log(`${name}: ${figures.deliveries} deliveries of ${figures.messages} messages in ${figures.seconds} s = ${figures.deliveriesPerSecond} deliveries/s end to end`
-      + ` (information, not asserted); ${figures.workerKills} worker and ${figures.consumerKills} consumer kills${rebalances}, ${figures.exchanges} exchanges, ${figures.reincluded} re-included swaps (${figures.reincludedExchanged} exchanged), `
-      + `${figures.secondDeposits} swaps with a second deposit (${figures.secondFull} covering, ${figures.secondPartial} partial; ${figures.secondDepositsOk} exchanged once and reviewed once, ${figures.secondExchanged} of them from the second deposit), `
-      + `${figures.depositReviews} deposit reviews, ${figures.stuck} stuck`);
+    console.log(
+      `${name}: ${figures.deliveries} deliveries of ${figures.messages} messages in ${figures.seconds} s = ${figures.deliveriesPerSecond} deliveries/s end to end` +
+        ` (information, not asserted); ${figures.workerKills} worker and ${figures.consumerKills} consumer kills${rebalances}, ${figures.exchanges} exchanges, ${figures.reincluded} re-included swaps (${figures.reincludedExchanged} exchanged), ` +
+        `${figures.secondDeposits} swaps with a second deposit (${figures.secondFull} covering, ${figures.secondPartial} partial; ${figures.secondDepositsOk} exchanged once and reviewed once, ${figures.secondExchanged} of them from the second deposit), ` +
+        `${figures.depositReviews} deposit reviews, ${figures.stuck} stuck`,
+    );
     assert.deepEqual(problems, [], `seed ${figures.seed}`);
     assert.ok(REINCLUSIONS === 0 || figures.reincluded > 0, 'the plan holds re-included deposits');
-    assert.ok(SECOND_DEPOSITS === 0 || (figures.secondFull > 0 && figures.secondPartial > 0), 'the plan holds covering and partial second deposits');
+    assert.ok(
+      SECOND_DEPOSITS === 0 || (figures.secondFull > 0 && figures.secondPartial > 0),
+      'the plan holds covering and partial second deposits',
+    );
     // One review per extra confirmed deposit, and none for any other swap.
     assert.equal(figures.depositReviews, figures.secondDeposits);
   });

@@ -4,14 +4,15 @@
 // second or partial one reviewed once with review-deposit:<ref>:<swap>) and
 // subscription v2's counted periods, through processEvent over InMemoryStore
 // and SQLite.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import test from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { IdemflowError, InMemoryStore, RuleSet, processEvent, verifyRuleSet } from 'idemflow';
+import { IdemflowError, InMemoryStore, processEvent, RuleSet, verifyRuleSet } from 'idemflow';
 import { SqliteStore } from 'idemflow/sqlite';
 
 const v3 = RuleSet.builtin('deposit-swap', { version: 3 });
@@ -72,7 +73,8 @@ test('deposit-swap v3 is the default, and the same rule set when selected by ver
 test('deposit-swap v3 loads in a fresh process in under 50 ms: its proof was made at build time', () => {
   // The wasm module is compiled by the first call (v2, not the default: v3 would be loaded and
   // cached by it), so the time is v3's loading alone.
-  const script = "const { RuleSet } = require('idemflow'); RuleSet.builtin('deposit-swap', { version: 2 }); const t = performance.now(); RuleSet.builtin('deposit-swap', { version: 3 }); console.log(performance.now() - t);";
+  const script =
+    "const { RuleSet } = require('idemflow'); RuleSet.builtin('deposit-swap', { version: 2 }); const t = performance.now(); RuleSet.builtin('deposit-swap', { version: 3 }); console.log(performance.now() - t);";
   const run = spawnSync(process.execPath, ['-e', script], { cwd: fileURLToPath(new URL('..', import.meta.url)), encoding: 'utf8' });
   assert.equal(run.status, 0, run.stderr);
   assert.ok(Number(run.stdout) < 50, `${run.stdout} ms`);
@@ -104,7 +106,8 @@ for (const [name, open] of Object.entries(STORES)) {
   test(`deposit-swap v3 through ${name}: a late copy of observation 1 is stale, a re-publication already-applied`, async () => {
     const store = await open([swap]);
     const { answers } = await deliver(store, v3, [
-      detected('w:d1', 1), reversed('w:r2', 2),
+      detected('w:d1', 1),
+      reversed('w:r2', 2),
       detected('other:d1', 1), // a late copy of observation 1, under another event id
       reversed('other:r2', 2), // the reversal re-published
       reversed('w:r2', 2), // the same delivery again
@@ -116,7 +119,11 @@ for (const [name, open] of Object.entries(STORES)) {
   test(`deposit-swap v3 through ${name}: a reversal after the exchange started opens a review, which records newer observations`, async () => {
     const store = await open([swap]);
     const { answers, operations } = await deliver(store, v3, [
-      detected('w:d1', 1), confirmed('w:c2', 2), reversed('w:r3', 3), detected('w:d4', 4), confirmed('w:c2-late', 2),
+      detected('w:d1', 1),
+      confirmed('w:c2', 2),
+      reversed('w:r3', 3),
+      detected('w:d4', 4),
+      confirmed('w:c2-late', 2),
     ]);
     assert.deepEqual(answers, ['applied', 'applied', 'applied', 'applied', 'stale']);
     assert.deepEqual(operations, ['start-exchange:swap-9', 'open-review:swap-9']);
@@ -127,9 +134,19 @@ for (const [name, open] of Object.entries(STORES)) {
   test(`deposit-swap v3 through ${name}: a missing or invalid sequence is INVALID_EVENT naming it, and nothing is written`, async () => {
     const store = await open([swap]);
     const { sequence, ...unnumbered } = detected('w:d1', 1);
-    for (const event of [unnumbered, detected('w:d1', '1'), detected('w:d1', 0), detected('w:d1', 1.5), detected('w:d1', -3), detected('w:d1', 2 ** 53)]) {
-      await assert.rejects(processEvent(store, event, { ruleSet: v3 }), (error) =>
-        error instanceof IdemflowError && error.code === 'INVALID_EVENT' && error.details.field === 'sequence', JSON.stringify(event));
+    for (const event of [
+      unnumbered,
+      detected('w:d1', '1'),
+      detected('w:d1', 0),
+      detected('w:d1', 1.5),
+      detected('w:d1', -3),
+      detected('w:d1', 2 ** 53),
+    ]) {
+      await assert.rejects(
+        processEvent(store, event, { ruleSet: v3 }),
+        (error) => error instanceof IdemflowError && error.code === 'INVALID_EVENT' && error.details.field === 'sequence',
+        JSON.stringify(event),
+      );
     }
     const stored = await store.getWorkflow('swap-9');
     assert.deepEqual([stored.status, stored.revision, stored.sequence], ['waiting', 1, undefined]);
@@ -139,10 +156,17 @@ for (const [name, open] of Object.entries(STORES)) {
     const store = await open([swap]);
     await deliver(store, v3, [detected('w:d1', 1)]);
     const stored = await store.getWorkflow('swap-9');
-    assert.deepEqual(stored, { id: 'swap-9', status: 'deposit', revision: 2, deposits: { [REF]: { event: 'DEPOSIT_DETECTED', amountUnits: '12500000', sequence: 1 } } });
+    assert.deepEqual(stored, {
+      id: 'swap-9',
+      status: 'deposit',
+      revision: 2,
+      deposits: { [REF]: { event: 'DEPOSIT_DETECTED', amountUnits: '12500000', sequence: 1 } },
+    });
     const other = { ...confirmed('w:c2', 2), amountUnits: '12500001' };
-    await assert.rejects(processEvent(store, other, { ruleSet: v3 }), (error) =>
-      error instanceof IdemflowError && error.code === 'IDENTITY_MISMATCH' && error.details.field === 'amountUnits');
+    await assert.rejects(
+      processEvent(store, other, { ruleSet: v3 }),
+      (error) => error instanceof IdemflowError && error.code === 'IDENTITY_MISMATCH' && error.details.field === 'amountUnits',
+    );
   });
 
   test(`deposit-swap v3 through ${name}: a second deposit is recorded and reviewed once, never exchanged twice`, async () => {
@@ -150,15 +174,22 @@ for (const [name, open] of Object.entries(STORES)) {
     // Its ref has ':' and '%': the operation id escapes both (% → %25, : → %3A).
     const second = (eventId, type, sequence) => ({ ...observed(eventId, type, sequence), depositRef: SECOND_REF });
     const { answers, operations } = await deliver(store, v3, [
-      detected('w:d1', 1), confirmed('w:c2', 2),
-      second('w:b-d1', 'DEPOSIT_DETECTED', 1), second('w:b-c2', 'DEPOSIT_CONFIRMED', 2),
+      detected('w:d1', 1),
+      confirmed('w:c2', 2),
+      second('w:b-d1', 'DEPOSIT_DETECTED', 1),
+      second('w:b-c2', 'DEPOSIT_CONFIRMED', 2),
       second('w:b-c2-again', 'DEPOSIT_CONFIRMED', 2), // re-published
-      second('w:b-r3', 'DEPOSIT_REVERSED', 3), second('w:b-c4', 'DEPOSIT_CONFIRMED', 4), // re-organised and confirmed again
+      second('w:b-r3', 'DEPOSIT_REVERSED', 3),
+      second('w:b-c4', 'DEPOSIT_CONFIRMED', 4), // re-organised and confirmed again
     ]);
     assert.deepEqual(answers, ['applied', 'applied', 'applied', 'applied', 'already-applied', 'applied', 'applied']);
     assert.deepEqual(operations, ['start-exchange:swap-9', 'review-deposit:btc-mainnet%3Atx-50%25%3Avout-1:swap-9']);
     const stored = await store.getWorkflow('swap-9');
-    assert.deepEqual([stored.status, stored.depositRef, stored.sequence], ['exchange', REF, 2], 'the exchanged deposit is recorded on the swap');
+    assert.deepEqual(
+      [stored.status, stored.depositRef, stored.sequence],
+      ['exchange', REF, 2],
+      'the exchanged deposit is recorded on the swap',
+    );
     assert.deepEqual(stored.deposits, {
       [REF]: { event: 'DEPOSIT_CONFIRMED', amountUnits: '12500000', sequence: 2 },
       [SECOND_REF]: { event: 'DEPOSIT_CONFIRMED', amountUnits: '12500000', sequence: 4, operations: ['review-deposit'] },
@@ -169,16 +200,26 @@ for (const [name, open] of Object.entries(STORES)) {
 
   test(`deposit-swap v3 through ${name}: partial deposits are reviewed each once and never summed; one that covers is exchanged`, async () => {
     const store = await open([{ ...swap, expectedUnits: '12500000' }]);
-    const deposit = (ref, amountUnits) => (eventId, type, sequence) => ({ ...observed(eventId, type, sequence), depositRef: ref, amountUnits });
+    const deposit = (ref, amountUnits) => (eventId, type, sequence) => ({
+      ...observed(eventId, type, sequence),
+      depositRef: ref,
+      amountUnits,
+    });
     const a = deposit('btc-mainnet:tx-a:vout-0', '7000000');
     const b = deposit('btc-mainnet:tx-b:vout-0', '6000000'); // with a's, more than expected: still not exchanged
     const c = deposit('btc-mainnet:tx-c:vout-0', '12500000');
     const first = await deliver(store, v3, [
-      a('a:d1', 'DEPOSIT_DETECTED', 1), a('a:c2', 'DEPOSIT_CONFIRMED', 2), b('b:c1', 'DEPOSIT_CONFIRMED', 1),
-      a('a:r3', 'DEPOSIT_REVERSED', 3), a('a:c4', 'DEPOSIT_CONFIRMED', 4), // confirmed again after a reorganisation: no second review
+      a('a:d1', 'DEPOSIT_DETECTED', 1),
+      a('a:c2', 'DEPOSIT_CONFIRMED', 2),
+      b('b:c1', 'DEPOSIT_CONFIRMED', 1),
+      a('a:r3', 'DEPOSIT_REVERSED', 3),
+      a('a:c4', 'DEPOSIT_CONFIRMED', 4), // confirmed again after a reorganisation: no second review
     ]);
     assert.deepEqual(first.answers, ['applied', 'applied', 'applied', 'applied', 'applied']);
-    assert.deepEqual(first.operations, ['review-deposit:btc-mainnet%3Atx-a%3Avout-0:swap-9', 'review-deposit:btc-mainnet%3Atx-b%3Avout-0:swap-9']);
+    assert.deepEqual(first.operations, [
+      'review-deposit:btc-mainnet%3Atx-a%3Avout-0:swap-9',
+      'review-deposit:btc-mainnet%3Atx-b%3Avout-0:swap-9',
+    ]);
     // Under review, the partial deposits leave the swap waiting in deposit for one that covers the amount.
     const waiting = await store.getWorkflow('swap-9');
     assert.equal(waiting.status, 'deposit');
@@ -188,7 +229,11 @@ for (const [name, open] of Object.entries(STORES)) {
     assert.deepEqual(covering.operations, ['start-exchange:swap-9']);
     const exchanged = await store.getWorkflow('swap-9');
     assert.deepEqual([exchanged.status, exchanged.depositRef, exchanged.amountUnits], ['exchange', 'btc-mainnet:tx-c:vout-0', '12500000']);
-    assert.deepEqual(Object.keys(exchanged.deposits).sort(), ['btc-mainnet:tx-a:vout-0', 'btc-mainnet:tx-b:vout-0', 'btc-mainnet:tx-c:vout-0']);
+    assert.deepEqual(Object.keys(exchanged.deposits).sort(), [
+      'btc-mainnet:tx-a:vout-0',
+      'btc-mainnet:tx-b:vout-0',
+      'btc-mainnet:tx-c:vout-0',
+    ]);
   });
 
   test(`subscription v2 through ${name}: a renewal for a paid period is already-applied, the next period charges once`, async () => {
@@ -198,11 +243,24 @@ for (const [name, open] of Object.entries(STORES)) {
     const paid = (eventId, period, paymentRef) => sub(eventId, 'RENEWAL_PAID', { period, paidThrough: period, paymentRef });
     const { answers, operations } = await deliver(store, subscription, [
       sub('signup:1', 'SUBSCRIPTION_STARTED', { paidThrough: 1, paymentRef: 'psp:pay-1' }),
-      due('billing:2', 2), due('billing:2-again', 2), due('billing:3-early', 3), paid('psp:2', 2, 'psp:pay-2'),
+      due('billing:2', 2),
+      due('billing:2-again', 2),
+      due('billing:3-early', 3),
+      paid('psp:2', 2, 'psp:pay-2'),
       due('billing:2-late', 2), // a copy of the paid period's renewal, after its payment
-      due('billing:3', 3), due('billing:3-again', 3),
+      due('billing:3', 3),
+      due('billing:3-again', 3),
     ]);
-    assert.deepEqual(answers, ['applied', 'applied', 'already-applied', 'INVALID_TRANSITION', 'applied', 'already-applied', 'applied', 'already-applied']);
+    assert.deepEqual(answers, [
+      'applied',
+      'applied',
+      'already-applied',
+      'INVALID_TRANSITION',
+      'applied',
+      'already-applied',
+      'applied',
+      'already-applied',
+    ]);
     assert.deepEqual(operations, ['charge-renewal:2:sub-7', 'charge-renewal:4:sub-7']);
     const stored = await store.getWorkflow('sub-7');
     assert.deepEqual([stored.status, stored.paidThrough, stored.period], ['renewing', 2, 3]);

@@ -4,9 +4,10 @@
 // tests/vectors/outbox.json (which the native and wasm tests read too) is
 // stored as it says and claimed at its `now`, on every backend: the store
 // claims it exactly when the core says it is claimable.
-import { after, before, describe, it } from 'node:test';
+
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { after, before, describe, it } from 'node:test';
 import { backends } from '../workers/outbox-backends.mjs';
 
 const { cases } = JSON.parse(readFileSync(new URL('../../vectors/outbox.json', import.meta.url), 'utf8'));
@@ -17,7 +18,9 @@ for (const backend of backends) {
   if (only && !only.has(backend.id)) continue;
   describe(`the claim condition of tests/vectors/outbox.json on ${backend.name}`, { skip: backend.skip }, () => {
     let env;
-    before(async () => { env = await backend.setup(); });
+    before(async () => {
+      env = await backend.setup();
+    });
     after(async () => {
       await env?.cleanup();
       await env?.close();
@@ -28,19 +31,31 @@ for (const backend of backends) {
       let store = await env.open([], clock);
       // One operation per case, of a type of its own: a claim names that type, so it can touch no other case's row.
       await store.transaction(async (tx) => {
-        for (const i of cases.keys()) await tx.insertOperation({ id: `case-${i}`, type: `T${i}`, workflowId: 'wf', eventId: `e-${i}`, payload: {} });
+        for (const i of cases.keys())
+          await tx.insertOperation({ id: `case-${i}`, type: `T${i}`, workflowId: 'wf', eventId: `e-${i}`, payload: {} });
       });
       for (const [i, { operation }] of cases.entries()) {
         store = await env.corrupt(store, 'outbox', `case-${i}`, {
-          status: operation.status, next_attempt_at: operation.nextAttemptAt, lease_expires_at: operation.leaseExpiresAt,
+          status: operation.status,
+          next_attempt_at: operation.nextAttemptAt,
+          lease_expires_at: operation.leaseExpiresAt,
         });
       }
       const answers = [];
       for (const [i, vector] of cases.entries()) {
-        const claimed = await store.claimOperations({ owner: 'vectors', now: vector.now, leaseExpiresAt: vector.now, limit: 10, types: [`T${i}`] });
+        const claimed = await store.claimOperations({
+          owner: 'vectors',
+          now: vector.now,
+          leaseExpiresAt: vector.now,
+          limit: 10,
+          types: [`T${i}`],
+        });
         answers.push({ name: vector.name, claimed: claimed.map((op) => op.id) });
       }
-      assert.deepEqual(answers, cases.map((vector, i) => ({ name: vector.name, claimed: vector.claimable ? [`case-${i}`] : [] })));
+      assert.deepEqual(
+        answers,
+        cases.map((vector, i) => ({ name: vector.name, claimed: vector.claimable ? [`case-${i}`] : [] })),
+      );
     });
   });
 }

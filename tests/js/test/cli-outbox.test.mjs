@@ -4,15 +4,16 @@
 // MongoDB when IDEMFLOW_PG_URL, IDEMFLOW_MYSQL_URL or IDEMFLOW_MONGODB_URL is set.
 // The scene is written through the API with a clock set in the past; the
 // command line runs on the wall clock, so ages are asserted as ranges.
-import test, { after, describe } from 'node:test';
+
 import assert from 'node:assert/strict';
 import { fork, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import fs from 'node:fs';
 import path from 'node:path';
+import test, { after, describe } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { createOutboxConsumer, processEvent } from 'idemflow';
-import { MONGODB_URL, MYSQL_URL, PG_URL, openStore, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { MONGODB_URL, MYSQL_URL, openStore, PG_URL, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
 import { detectedSwap } from '../workers/fixtures.mjs';
 
 const bin = fileURLToPath(new URL('../node_modules/.bin/idemflow', import.meta.url));
@@ -27,37 +28,65 @@ function idemflow(args, { cwd = testsDir, env = {} } = {}) {
 }
 
 /** Table output with runs of spaces made one, so rows compare as words. */
-const squeezed = (text) => text.split('\n').map((line) => line.replace(/ {2,}/g, ' ').trim()).filter(Boolean);
-const ndjson = (text) => text.trim().split('\n').filter(Boolean).map((line) => JSON.parse(line));
+const squeezed = (text) =>
+  text
+    .split('\n')
+    .map((line) => line.replace(/ {2,}/g, ' ').trim())
+    .filter(Boolean);
+const ndjson = (text) =>
+  text
+    .trim()
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => JSON.parse(line));
 
 const dir = tempDir('cli-outbox');
 after(() => fs.rmSync(dir, { recursive: true, force: true }));
 
 const BACKENDS = [
   {
-    id: 'sqlite', name: 'SQLite file', skip: false,
+    id: 'sqlite',
+    name: 'SQLite file',
+    skip: false,
     // Both spellings of --tables: a comma list here, JSON on the servers.
     open: (tables) => {
       const file = path.join(dir, `${tables.inbox}.db`);
-      return { spec: { kind: 'sqlite', tables, file }, url: `sqlite:${path.relative(testsDir, file)}`, tablesFlag: Object.values(tables).join(',') };
+      return {
+        spec: { kind: 'sqlite', tables, file },
+        url: `sqlite:${path.relative(testsDir, file)}`,
+        tablesFlag: Object.values(tables).join(','),
+      };
     },
   },
   {
-    id: 'pg', name: 'PostgreSQL server', skip: PG_URL ? false : 'set IDEMFLOW_PG_URL=postgres://user@host:5432/db to run the command line on PostgreSQL',
+    id: 'pg',
+    name: 'PostgreSQL server',
+    skip: PG_URL ? false : 'set IDEMFLOW_PG_URL=postgres://user@host:5432/db to run the command line on PostgreSQL',
     open: (tables) => ({ spec: { kind: 'pg', url: PG_URL, tables }, url: PG_URL, tablesFlag: JSON.stringify(tables) }),
   },
   {
-    id: 'mysql', name: 'MariaDB/MySQL server', skip: MYSQL_URL ? false : 'set IDEMFLOW_MYSQL_URL=mysql://user@host:3306/db to run the command line on MariaDB or MySQL',
+    id: 'mysql',
+    name: 'MariaDB/MySQL server',
+    skip: MYSQL_URL ? false : 'set IDEMFLOW_MYSQL_URL=mysql://user@host:3306/db to run the command line on MariaDB or MySQL',
     open: (tables) => ({ spec: { kind: 'mysql', url: MYSQL_URL, tables }, url: MYSQL_URL, tablesFlag: JSON.stringify(tables) }),
   },
   {
-    id: 'mongodb', name: 'MongoDB replica set', skip: MONGODB_URL ? false : 'set IDEMFLOW_MONGODB_URL=mongodb://host/db?replicaSet=rs0 to run the command line on MongoDB',
+    id: 'mongodb',
+    name: 'MongoDB replica set',
+    skip: MONGODB_URL ? false : 'set IDEMFLOW_MONGODB_URL=mongodb://host/db?replicaSet=rs0 to run the command line on MongoDB',
     open: (tables) => ({ spec: { kind: 'mongodb', url: MONGODB_URL, tables }, url: MONGODB_URL, tablesFlag: JSON.stringify(tables) }),
   },
 ];
 
 const swap = (i) => detectedSwap({ id: `swap-${i}`, revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i) });
-const confirmation = (i) => ({ eventId: `confirm-${i}`, workflowId: `swap-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i), sequence: 2 });
+const confirmation = (i) => ({
+  eventId: `confirm-${i}`,
+  workflowId: `swap-${i}`,
+  type: 'DEPOSIT_CONFIRMED',
+  depositRef: `btc:tx-${i}:vout-0`,
+  amountUnits: String(1000 + i),
+  sequence: 2,
+});
 
 /**
  * Forty days ago: swaps 1…4 confirmed (START_EXCHANGE each), 1 done, 2 dead
@@ -75,9 +104,21 @@ async function scene(backend) {
   for (const i of [1, 2, 3, 4]) assert.equal((await processEvent(store, confirmation(i))).outcome, 'applied');
   const [one, two] = await store.claimOperations({ owner: 'setup', now: clock.t, leaseExpiresAt: clock.t + 1000, limit: 2 });
   assert.equal(await store.completeOperation({ id: one.id, fencingToken: one.fencingToken, now: clock.t }), true);
-  assert.equal(await store.failOperation({ id: two.id, fencingToken: two.fencingToken, now: clock.t, status: 'dead', lastError: 'PROVIDER_500: timeout' }), true);
+  assert.equal(
+    await store.failOperation({
+      id: two.id,
+      fencingToken: two.fencingToken,
+      now: clock.t,
+      status: 'dead',
+      lastError: 'PROVIDER_500: timeout',
+    }),
+    true,
+  );
   clock.t = Date.now() - 3_600_000;
-  assert.equal((await processEvent(store, { eventId: 'x-9', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '4' })).outcome, 'applied');
+  assert.equal(
+    (await processEvent(store, { eventId: 'x-9', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '4' })).outcome,
+    'applied',
+  );
   clock.t = Date.now();
   const cli = (args, options) => idemflow([...args, '--store', where.url, '--tables', where.tablesFlag], options);
   return { store, helper, clock, cli, spec: where.spec };
@@ -138,7 +179,10 @@ for (const backend of BACKENDS) {
       assert.deepEqual(operations, await store.listOperations({ status: 'dead' }), 'the same answer as the API');
 
       const first = cli(['outbox', 'list', '--json', '--limit', '2']);
-      assert.deepEqual(ndjson(first.stdout).map((op) => op.id), ['send-payout:swap-9', opId(1)]);
+      assert.deepEqual(
+        ndjson(first.stdout).map((op) => op.id),
+        ['send-payout:swap-9', opId(1)],
+      );
       assert.equal(first.stderr, `more may follow: add --after ${opId(1)}\n`);
       assert.deepEqual(ids(['--limit', '2', '--after', opId(1)]), [opId(2), opId(3)]);
       assert.equal(cli(['outbox', 'list']).stderr, '', 'a page that is not full says nothing more');
@@ -193,16 +237,26 @@ for (const backend of BACKENDS) {
     test('release --owner gives back the claim of a SIGKILLed worker at once; its late completion is refused', async () => {
       const { store, cli, spec, clock } = await setUp();
       // A consumer process claims the oldest due START_EXCHANGE (swap 3) under an hour's lease and is killed in its handler.
-      const child = fork(WORKER, [JSON.stringify(spec), String(Date.now()), String(3_600_000)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+      const child = fork(WORKER, [JSON.stringify(spec), String(Date.now()), String(3_600_000)], {
+        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      });
       const exited = once(child, 'exit');
-      const [started] = await Promise.race([once(child, 'message'), exited.then(([code]) => { throw new Error(`the consumer exited (${code}) before its handler started`); })]);
+      const [started] = await Promise.race([
+        once(child, 'message'),
+        exited.then(([code]) => {
+          throw new Error(`the consumer exited (${code}) before its handler started`);
+        }),
+      ]);
       child.kill('SIGKILL');
       assert.equal((await exited)[1], 'SIGKILL');
       const owner = `worker-${child.pid}`;
       assert.deepEqual(started, { started: opId(3), fencingToken: 1, owner });
 
       const held = cli(['outbox', 'list', '--json', '--owner', owner]);
-      assert.deepEqual(ndjson(held.stdout).map((op) => [op.id, op.status]), [[opId(3), 'claimed']]);
+      assert.deepEqual(
+        ndjson(held.stdout).map((op) => [op.id, op.status]),
+        [[opId(3), 'claimed']],
+      );
       assert.equal(cli(['outbox', 'release']).code, 2, '--owner is needed');
       const dry = cli(['outbox', 'release', '--owner', owner, '--dry-run']);
       assert.deepEqual([dry.code, squeezed(dry.stdout)], [0, [`${opId(3)} would-release`]]);
@@ -220,10 +274,22 @@ for (const backend of BACKENDS) {
 
       // Well before the hour's lease would have expired, another consumer runs it.
       const runs = [];
-      const survivor = createOutboxConsumer(store, { START_EXCHANGE: (op, { fencingToken }) => { runs.push([op.id, fencingToken]); } }, { autoRenew: false, concurrency: 1 });
+      const survivor = createOutboxConsumer(
+        store,
+        {
+          START_EXCHANGE: (op, { fencingToken }) => {
+            runs.push([op.id, fencingToken]);
+          },
+        },
+        { autoRenew: false, concurrency: 1 },
+      );
       clock.t = Date.now(); // the test's store clock catches up with the command line's
       assert.equal((await survivor.drain()).done, 2, 'swap 4 (due for forty days) and swap 3');
-      assert.deepEqual(runs.filter(([id]) => id === opId(3)), [[opId(3), 3]], 'run once, under the token after the release');
+      assert.deepEqual(
+        runs.filter(([id]) => id === opId(3)),
+        [[opId(3), 3]],
+        'run once, under the token after the release',
+      );
       assert.equal(cli(['outbox', 'release', '--owner', owner, '--yes']).stdout, '', 'nothing left to release');
     });
 
@@ -266,7 +332,15 @@ for (const backend of BACKENDS) {
 test('idemflow --help lists the operator commands', () => {
   const { code, stdout } = idemflow(['--help']);
   assert.equal(code, 0);
-  for (const command of ['outbox stats', 'outbox list', 'outbox show', 'outbox requeue', 'outbox release', 'outbox purge', 'receipts purge']) {
+  for (const command of [
+    'outbox stats',
+    'outbox list',
+    'outbox show',
+    'outbox requeue',
+    'outbox release',
+    'outbox purge',
+    'receipts purge',
+  ]) {
     assert.ok(stdout.includes(`idemflow ${command}`), command);
   }
   assert.match(stdout, /exit status: 0 done, 1 failed, 2 the command cannot run as given/);
@@ -290,10 +364,17 @@ test('the store URL: a missing one, an unknown scheme and a missing SQLite file'
 test('a driver the project does not have is INVALID_ARGUMENT naming the npm package to install', () => {
   const empty = tempDir('cli-no-drivers');
   try {
-    for (const [url, pkg] of [['postgres://u@127.0.0.1:1/db', 'pg'], ['mysql://u@127.0.0.1:1/db', 'mysql2'], ['mongodb://127.0.0.1:1/db', 'mongodb']]) {
+    for (const [url, pkg] of [
+      ['postgres://u@127.0.0.1:1/db', 'pg'],
+      ['mysql://u@127.0.0.1:1/db', 'mysql2'],
+      ['mongodb://127.0.0.1:1/db', 'mongodb'],
+    ]) {
       const run = idemflow(['outbox', 'stats', '--store', url], { cwd: empty });
       assert.equal(run.code, 2, run.stderr);
-      assert.match(run.stderr, new RegExp(`^idemflow: INVALID_ARGUMENT: .* needs the npm package ${pkg}, which is not installed in .*: run npm install ${pkg}`));
+      assert.match(
+        run.stderr,
+        new RegExp(`^idemflow: INVALID_ARGUMENT: .* needs the npm package ${pkg}, which is not installed in .*: run npm install ${pkg}`),
+      );
     }
   } finally {
     fs.rmSync(empty, { recursive: true, force: true });
@@ -308,7 +389,10 @@ test('IDEMFLOW_STORE stands for --store', async () => {
       env: { IDEMFLOW_STORE: `sqlite:${made.spec.file}` },
     });
     assert.equal(run.code, 0, run.stderr);
-    assert.deepEqual(ndjson(run.stdout).map((op) => op.id), ['send-payout:swap-9']);
+    assert.deepEqual(
+      ndjson(run.stdout).map((op) => op.id),
+      ['send-payout:swap-9'],
+    );
   } finally {
     await made.helper.close();
   }

@@ -1,13 +1,14 @@
 // The command-line tool as installed by npm (node_modules/.bin/idemflow).
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import test from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { createRequire } from 'node:module';
-import { IdemflowError, RuleSet, decide, fingerprint, validateEvent, verifyRuleSet } from 'idemflow';
+import { decide, fingerprint, IdemflowError, RuleSet, validateEvent, verifyRuleSet } from 'idemflow';
 
 const bin = fileURLToPath(new URL('../node_modules/.bin/idemflow', import.meta.url));
 const readme = fileURLToPath(new URL('../../../README.md', import.meta.url));
@@ -32,7 +33,10 @@ test('rules table prints the built-in decision table as Markdown', () => {
   assert.equal(stdout, RuleSet.builtin('deposit-swap').tableMarkdown());
   assert.match(stdout, /^Rule set `deposit-swap` v3 /);
   // Before the exchange a confirmation that covers expectedUnits starts it, and records the deposit it acts on.
-  assert.match(stdout, /\| DEPOSIT_CONFIRMED \| waiting, deposit, reversed \| amountUnits \| when sequence > recorded sequence and amountUnits >= recorded expectedUnits: applied → exchange; records depositRef, amountUnits, sequence; emits START_EXCHANGE `start-exchange:\{workflowId\}`;/);
+  assert.match(
+    stdout,
+    /\| DEPOSIT_CONFIRMED \| waiting, deposit, reversed \| amountUnits \| when sequence > recorded sequence and amountUnits >= recorded expectedUnits: applied → exchange; records depositRef, amountUnits, sequence; emits START_EXCHANGE `start-exchange:\{workflowId\}`;/,
+  );
 });
 
 test('rules table --json prints the rows of a rule set from a file', () => {
@@ -66,7 +70,11 @@ test('rules verify reports every property and exits 0 for a sound rule set', () 
 test('rules verify prints the counterexample and exits 1 when a property fails', () => {
   const definition = RuleSet.builtin('order-shipment').definition();
   definition.statuses[0].terminal = false;
-  definition.rules[1] = { on: 'SHIPMENT_REQUESTED', in: 'shipping', then: { outcome: 'applied', to: 'shipping', emit: [{ type: 'CREATE_SHIPMENT', id: 'create-shipment:{workflowId}' }] } };
+  definition.rules[1] = {
+    on: 'SHIPMENT_REQUESTED',
+    in: 'shipping',
+    then: { outcome: 'applied', to: 'shipping', emit: [{ type: 'CREATE_SHIPMENT', id: 'create-shipment:{workflowId}' }] },
+  };
   const { code, stdout } = idemflow(['rules', 'verify', tempFile('bad.json', JSON.stringify(definition))]);
   assert.equal(code, 1);
   assert.match(stdout, /FAIL {2}operation-ids-unique/);
@@ -85,7 +93,11 @@ test('rules verify exits 2 with the path when the definition is malformed', () =
 function unsoundDraft() {
   const definition = RuleSet.builtin('order-shipment').definition();
   definition.statuses[0].terminal = false;
-  definition.rules[1] = { on: 'SHIPMENT_REQUESTED', in: 'shipping', then: { outcome: 'applied', to: 'shipping', emit: [{ type: 'CREATE_SHIPMENT', id: 'create-shipment:{workflowId}' }] } };
+  definition.rules[1] = {
+    on: 'SHIPMENT_REQUESTED',
+    in: 'shipping',
+    then: { outcome: 'applied', to: 'shipping', emit: [{ type: 'CREATE_SHIPMENT', id: 'create-shipment:{workflowId}' }] },
+  };
   return definition;
 }
 
@@ -94,7 +106,10 @@ test('rules table prints the table of a well-formed draft that fails verificatio
   assert.equal(code, 1, stderr);
   const [table, failures] = stdout.split('\nNOT VERIFIED: ');
   assert.match(table, /^Rule set `order-shipment` v2 \(`sha256:[0-9a-f]{64}`\)\n\n\| Event \| In status \| Guard \| Answer \|/);
-  assert.match(table, /\| SHIPMENT_REQUESTED \| shipping \|  \| applied → shipping; emits CREATE_SHIPMENT `create-shipment:\{workflowId\}` \|/);
+  assert.match(
+    table,
+    /\| SHIPMENT_REQUESTED \| shipping \| {2}\| applied → shipping; emits CREATE_SHIPMENT `create-shipment:\{workflowId\}` \|/,
+  );
   assert.match(failures, /^1 of 7 properties fail\n/);
   assert.match(failures, /^FAIL {2}operation-ids-unique/m);
   assert.match(failures, /SHIPMENT_REQUESTED: shipping -> shipping/);
@@ -105,11 +120,24 @@ test('rules table --json prints the draft rows on stdout and names the failing p
   const { code, stdout, stderr } = idemflow(['rules', 'table', '--json', tempFile('draft.json', JSON.stringify(unsoundDraft()))]);
   assert.equal(code, 1);
   const rows = JSON.parse(stdout);
-  assert.deepEqual(rows.find((r) => r.rule === 'rules[1]'), {
-    event: 'SHIPMENT_REQUESTED', statuses: ['shipping'], guard: [], rule: 'rules[1]',
-    answer: { outcome: 'applied', to: 'shipping', record: [], clear: [], emit: [{ type: 'CREATE_SHIPMENT', id: 'create-shipment:{workflowId}', payload: [], recurring: false }], revisionStep: 1 },
-    summary: 'applied → shipping; emits CREATE_SHIPMENT `create-shipment:{workflowId}`',
-  });
+  assert.deepEqual(
+    rows.find((r) => r.rule === 'rules[1]'),
+    {
+      event: 'SHIPMENT_REQUESTED',
+      statuses: ['shipping'],
+      guard: [],
+      rule: 'rules[1]',
+      answer: {
+        outcome: 'applied',
+        to: 'shipping',
+        record: [],
+        clear: [],
+        emit: [{ type: 'CREATE_SHIPMENT', id: 'create-shipment:{workflowId}', payload: [], recurring: false }],
+        revisionStep: 1,
+      },
+      summary: 'applied → shipping; emits CREATE_SHIPMENT `create-shipment:{workflowId}`',
+    },
+  );
   assert.equal(stderr, "idemflow: not verified, failing: operation-ids-unique (see 'idemflow rules verify')\n");
 });
 
@@ -128,12 +156,19 @@ test('a draft table shows a pair two rules claim, and a pair no rule answers, as
   definition.rules.push({ on: '*', in: 'shipping', then: { outcome: 'stale' } });
   const { rows } = draftTables().tableOfDefinition(definition);
   const shipping = rows.filter((r) => r.event === 'SHIPMENT_REQUESTED' && r.statuses.includes('shipping'));
-  assert.deepEqual(shipping.map((r) => r.rule), ['rules[1]', `rules[${definition.rules.length - 1}]`]);
+  assert.deepEqual(
+    shipping.map((r) => r.rule),
+    ['rules[1]', `rules[${definition.rules.length - 1}]`],
+  );
 });
 
 test('the draft table is the core table for every built-in rule set at every version', () => {
   const { tableOfDefinition, tableMarkdownOf } = draftTables();
-  for (const [name, versions] of [['deposit-swap', [1, 2, 3]], ['order-shipment', [1, 2]], ['subscription', [1, 2]]]) {
+  for (const [name, versions] of [
+    ['deposit-swap', [1, 2, 3]],
+    ['order-shipment', [1, 2]],
+    ['subscription', [1, 2]],
+  ]) {
     for (const version of versions) {
       const ruleSet = RuleSet.builtin(name, { version });
       const draft = tableOfDefinition(ruleSet.definition());
@@ -159,8 +194,16 @@ test('error messages say each thing once: the code is not restated in words, the
   capture(() => RuleSet.fromJSON(unsoundDraft()));
   capture(() => RuleSet.builtin('no-such-rules'));
   capture(() => validateEvent({ eventId: '', workflowId: 'w', type: 'DEPOSIT_DETECTED' }));
-  capture(() => decide({ event: { eventId: 'e', workflowId: 'w', type: 'DEADLINE_PASSED' }, workflow: { id: 'other', status: 'waiting', revision: 1 } }));
-  assert.deepEqual(errors.map((e) => e.code), ['RULESET_INVALID', 'RULESET_INVALID', 'INVALID_ARGUMENT', 'INVALID_EVENT', 'INVALID_ARGUMENT']);
+  capture(() =>
+    decide({
+      event: { eventId: 'e', workflowId: 'w', type: 'DEADLINE_PASSED' },
+      workflow: { id: 'other', status: 'waiting', revision: 1 },
+    }),
+  );
+  assert.deepEqual(
+    errors.map((e) => e.code),
+    ['RULESET_INVALID', 'RULESET_INVALID', 'INVALID_ARGUMENT', 'INVALID_EVENT', 'INVALID_ARGUMENT'],
+  );
   const squash = (text) => text.toLowerCase().replace(/[\s_]/g, '');
   for (const error of errors) {
     assert.ok(!squash(error.message).includes(squash(error.code)), `${error.code}: ${error.message}`);
@@ -185,7 +228,12 @@ test('fingerprint reads NDJSON and writes one line per input line', () => {
 });
 
 test('fingerprint keeps line alignment and exits 1 when a line is invalid', () => {
-  const input = ['{"eventId":"a","workflowId":"o-1","type":"SHIPMENT_REQUESTED"}', 'not json', '{"eventId":"","workflowId":"o","type":"SHIPMENT_REQUESTED"}', ''].join('\n');
+  const input = [
+    '{"eventId":"a","workflowId":"o-1","type":"SHIPMENT_REQUESTED"}',
+    'not json',
+    '{"eventId":"","workflowId":"o","type":"SHIPMENT_REQUESTED"}',
+    '',
+  ].join('\n');
   const { code, stdout, stderr } = idemflow(['fingerprint', '--rules', 'order-shipment'], input);
   assert.equal(code, 1);
   const lines = stdout.split('\n');

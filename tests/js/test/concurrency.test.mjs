@@ -3,12 +3,13 @@
 // workflows, in random order, often the same delivery to two workers at
 // once; a second run SIGKILLs workers at random points and redelivers what
 // they had not acknowledged. The invariants are checked in the database.
-import { after, describe, it } from 'node:test';
+
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
+import { after, describe, it } from 'node:test';
 
-import { MYSQL_URL, PG_URL, openStore, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { MYSQL_URL, openStore, PG_URL, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
 import { plan, run } from '../workers/broker.mjs';
 
 const WORKFLOWS = 500;
@@ -18,16 +19,24 @@ const KILLS = 8;
 
 const backends = [
   {
-    name: 'SQLite file', kind: 'sqlite', inFlight: 2,
+    name: 'SQLite file',
+    kind: 'sqlite',
+    inFlight: 2,
     // WAL with synchronous=NORMAL survives a killed process (what this run does); FULL is for power loss.
     config: (dir, prefix) => ({ file: path.join(dir, `${prefix}.db`), synchronous: 'NORMAL', busyTimeoutMs: 10_000 }),
   },
   {
-    name: 'PostgreSQL', kind: 'pg', inFlight: 4, skip: PG_URL ? false : 'set IDEMFLOW_PG_URL to run the multi-process runs on PostgreSQL',
+    name: 'PostgreSQL',
+    kind: 'pg',
+    inFlight: 4,
+    skip: PG_URL ? false : 'set IDEMFLOW_PG_URL to run the multi-process runs on PostgreSQL',
     config: () => ({ url: PG_URL, poolSize: 4 }),
   },
   {
-    name: 'MariaDB', kind: 'mysql', inFlight: 4, skip: MYSQL_URL ? false : 'set IDEMFLOW_MYSQL_URL to run the multi-process runs on MariaDB/MySQL',
+    name: 'MariaDB',
+    kind: 'mysql',
+    inFlight: 4,
+    skip: MYSQL_URL ? false : 'set IDEMFLOW_MYSQL_URL to run the multi-process runs on MariaDB/MySQL',
     config: () => ({ url: MYSQL_URL, poolSize: 4 }),
   },
 ];
@@ -42,7 +51,10 @@ async function verify(helper, tables, planned) {
   const q = (sql) => helper.query(sql, []);
   const perWorkflow = await q(`SELECT workflow_id, COUNT(*) AS n FROM ${tables.outbox} WHERE type = 'START_EXCHANGE' GROUP BY workflow_id`);
   assert.equal(perWorkflow.length, WORKFLOWS, 'a START_EXCHANGE for every workflow');
-  assert.ok(perWorkflow.every((row) => Number(row.n) === 1), 'exactly one START_EXCHANGE per workflow');
+  assert.ok(
+    perWorkflow.every((row) => Number(row.n) === 1),
+    'exactly one START_EXCHANGE per workflow',
+  );
   assert.equal(await helper.count('outbox'), WORKFLOWS, 'no other operation');
 
   const initial = new Map(planned.workflows.map((w) => [w.id, w.revision]));
@@ -56,9 +68,13 @@ async function verify(helper, tables, planned) {
   const receipts = await q(`SELECT event_id FROM ${tables.inbox}`);
   const expected = new Set(planned.eventIds);
   assert.equal(receipts.length, expected.size, 'one receipt per distinct event id');
-  assert.ok(receipts.every((row) => expected.has(row.event_id)), 'no receipt for an id never delivered');
-  const outcomes = Object.fromEntries((await q(`SELECT outcome, COUNT(*) AS n FROM ${tables.inbox} GROUP BY outcome`))
-    .map((row) => [row.outcome, Number(row.n)]));
+  assert.ok(
+    receipts.every((row) => expected.has(row.event_id)),
+    'no receipt for an id never delivered',
+  );
+  const outcomes = Object.fromEntries(
+    (await q(`SELECT outcome, COUNT(*) AS n FROM ${tables.inbox} GROUP BY outcome`)).map((row) => [row.outcome, Number(row.n)]),
+  );
   assert.equal(outcomes.applied, WORKFLOWS, 'one applied receipt per workflow');
   return { receipts: receipts.length, receiptOutcomes: outcomes };
 }
@@ -66,13 +82,17 @@ async function verify(helper, tables, planned) {
 function summary(name, planned, stats, checked, seconds) {
   const c = planned.counts;
   const o = stats.outcomes;
-  return `${name}: ${c.deliveries} deliveries of ${c.eventIds} event ids (${c.confirmations} confirmations, ${c.detections} detections; `
-    + `${c.republished} re-published under new ids) for ${WORKFLOWS} workflows, the same delivery handed to two workers at once ${c.pairs} times; `
-    + `acks: applied ${o.applied ?? 0}, already-applied ${o['already-applied'] ?? 0}, duplicate-delivery ${o['duplicate-delivery'] ?? 0}; `
-    + `lost races re-run ${stats.lostRaces}, retry nacks redelivered ${stats.retryNacks}; `
-    + `SIGKILLs ${stats.kills} (${stats.redeliveredAfterKill} unacknowledged deliveries redelivered, ${stats.restarts} restarts); `
-    + `receipts ${checked.receipts} (${Object.entries(checked.receiptOutcomes).map(([k, v]) => `${k} ${v}`).join(', ')}); `
-    + `START_EXCHANGE ${WORKFLOWS}; unexpected errors ${stats.unexpected.length}; ${seconds.toFixed(1)} s`;
+  return (
+    `${name}: ${c.deliveries} deliveries of ${c.eventIds} event ids (${c.confirmations} confirmations, ${c.detections} detections; ` +
+    `${c.republished} re-published under new ids) for ${WORKFLOWS} workflows, the same delivery handed to two workers at once ${c.pairs} times; ` +
+    `acks: applied ${o.applied ?? 0}, already-applied ${o['already-applied'] ?? 0}, duplicate-delivery ${o['duplicate-delivery'] ?? 0}; ` +
+    `lost races re-run ${stats.lostRaces}, retry nacks redelivered ${stats.retryNacks}; ` +
+    `SIGKILLs ${stats.kills} (${stats.redeliveredAfterKill} unacknowledged deliveries redelivered, ${stats.restarts} restarts); ` +
+    `receipts ${checked.receipts} (${Object.entries(checked.receiptOutcomes)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ')}); ` +
+    `START_EXCHANGE ${WORKFLOWS}; unexpected errors ${stats.unexpected.length}; ${seconds.toFixed(1)} s`
+  );
 }
 
 const dir = tempDir('concurrency');
@@ -80,7 +100,10 @@ after(() => fs.rmSync(dir, { recursive: true, force: true }));
 
 for (const backend of backends) {
   describe(`${WORKERS} worker processes on ${backend.name}`, { skip: backend.skip }, () => {
-    for (const [label, kills, seed] of [['every delivery', 0, 20_001], [`with ${KILLS} SIGKILLs and restarts`, KILLS, 20_002]]) {
+    for (const [label, kills, seed] of [
+      ['every delivery', 0, 20_001],
+      [`with ${KILLS} SIGKILLs and restarts`, KILLS, 20_002],
+    ]) {
       it(`${DELIVERIES} deliveries for ${WORKFLOWS} workflows, ${label}: one START_EXCHANGE each, revision + 1, one receipt per event id`, {
         timeout: 300_000,
       }, async (t) => {
@@ -93,7 +116,13 @@ for (const backend of backends) {
         try {
           await seedWorkflows(helper, planned.workflows);
           const started = process.hrtime.bigint();
-          const stats = await run(planned, { workerConfig: { kind: backend.kind, ...options }, workers: WORKERS, inFlight: backend.inFlight, kills, seed });
+          const stats = await run(planned, {
+            workerConfig: { kind: backend.kind, ...options },
+            workers: WORKERS,
+            inFlight: backend.inFlight,
+            kills,
+            seed,
+          });
           const seconds = Number(process.hrtime.bigint() - started) / 1e9;
           assert.deepEqual(stats.unexpected, [], 'zero unexpected errors');
           assert.equal(stats.acked, DELIVERIES);

@@ -6,11 +6,12 @@
 // its items share the wasm regions; and validation, normalization and the
 // fingerprint agree with one another. What each answer is, is pinned by the
 // shared vectors (vectors.test.mjs) and the hostile-input tests.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { IdemflowError, RuleSet, fingerprint, normalizeEvent, validateEvent } from 'idemflow';
+import test from 'node:test';
+import { fingerprint, IdemflowError, normalizeEvent, RuleSet, validateEvent } from 'idemflow';
 import { random } from '../workers/broker.mjs';
 
 const require = createRequire(import.meta.url);
@@ -19,17 +20,42 @@ const { decider } = require(path.join(root, 'core', 'wasm.cjs'));
 
 const SEED = Number(process.env.DECIDER_SEED ?? 20261201);
 const CASES = Number(process.env.DECIDER_CASES ?? 6_000);
-const BUILTINS = [['deposit-swap', 1], ['deposit-swap', 2], ['deposit-swap', 3], ['order-shipment', 1], ['order-shipment', 2], ['subscription', 1], ['subscription', 2]];
+const BUILTINS = [
+  ['deposit-swap', 1],
+  ['deposit-swap', 2],
+  ['deposit-swap', 3],
+  ['order-shipment', 1],
+  ['order-shipment', 2],
+  ['subscription', 1],
+  ['subscription', 2],
+];
 const TEXTS = ['ref-a', 'ref-b', 'btc-mainnet:tx-9f:vout-0', 'réf-☃', '😀-emoji', 'a"quote\\', '2026-11'];
 const UNITS = ['1', '250', '1000000', '99999999999999999999999999'];
 const COUNTS = [1, 2, 3, 4, 9007199254740991];
 const HOSTILE = [
-  () => ({ absent: true }), () => ({ value: null }), () => ({ value: undefined }), () => ({ value: '' }),
-  () => ({ value: '   ' }), () => ({ value: '012' }), () => ({ value: 5 }), () => ({ value: -0 }), () => ({ value: true }),
-  () => ({ value: 10n }), () => ({ value: Symbol('s') }), () => ({ value: ['a'] }), () => ({ value: { nested: 1 } }),
-  () => ({ value: 'a\u0001b' }), () => ({ value: 'lone \ud800 high' }), () => ({ value: 'ends high \ud83d' }),
-  () => ({ value: '\ude00 starts low' }), () => ({ value: 'real \ufffd' }), () => ({ value: 'x'.repeat(513) }),
-  () => ({ value: 'é'.repeat(300) }), () => ({ getter: 'value' }), () => ({ getter: 'throw' }), () => ({ getter: 'throw-string' }),
+  () => ({ absent: true }),
+  () => ({ value: null }),
+  () => ({ value: undefined }),
+  () => ({ value: '' }),
+  () => ({ value: '   ' }),
+  () => ({ value: '012' }),
+  () => ({ value: 5 }),
+  () => ({ value: -0 }),
+  () => ({ value: true }),
+  () => ({ value: 10n }),
+  () => ({ value: Symbol('s') }),
+  () => ({ value: ['a'] }),
+  () => ({ value: { nested: 1 } }),
+  () => ({ value: 'a\u0001b' }),
+  () => ({ value: 'lone \ud800 high' }),
+  () => ({ value: 'ends high \ud83d' }),
+  () => ({ value: '\ude00 starts low' }),
+  () => ({ value: 'real \ufffd' }),
+  () => ({ value: 'x'.repeat(513) }),
+  () => ({ value: 'é'.repeat(300) }),
+  () => ({ getter: 'value' }),
+  () => ({ getter: 'throw' }),
+  () => ({ getter: 'throw-string' }),
 ];
 
 /**
@@ -65,7 +91,18 @@ function recipe(rng, ruleSet) {
     receipt = [['eventId', pick([{ sameAs: 'eventId' }, { sameAs: 'eventId' }, { value: 'another' }, { value: 7 }])]];
     receipt.push(['fingerprint', pick([{ right: true }, { right: true }, { value: `fp1:${'0'.repeat(64)}` }, { value: 'fp1:x' }])]);
     if (chance(0.6)) {
-      receipt.push(['result', { value: pick([{ operationIds: ['op:wf-1'], status: 'sending', revision: 3 }, { operationIds: [] }, { operationIds: [''] }, '{"operationIds":[]}', 5]) }]);
+      receipt.push([
+        'result',
+        {
+          value: pick([
+            { operationIds: ['op:wf-1'], status: 'sending', revision: 3 },
+            { operationIds: [] },
+            { operationIds: [''] },
+            '{"operationIds":[]}',
+            5,
+          ]),
+        },
+      ]);
       receipt.push(['outcome', { value: pick(['applied', 'stale', 'nope']) }]);
       if (chance(0.5)) receipt.push(['recordedAt', { value: pick([0, 1_764_000_000_000, -1, 1.5]) }]);
     }
@@ -122,14 +159,24 @@ function recipe(rng, ruleSet) {
     };
     const shape = (entries, kind, owner) => {
       switch (kind) {
-        case 'proxy': return new Proxy(define({}, entries, owner), {});
-        case 'null-proto': return define(Object.create(null), entries, owner);
-        case 'inherited': return Object.create(define({}, entries, owner));
-        case 'array': return define([], entries, owner);
-        case 'string': define({}, entries, owner); return '{"eventId":"x"}';
-        case 'number': return 42;
-        case 'null': define({}, entries, owner); return null;
-        default: return define({}, entries, owner);
+        case 'proxy':
+          return new Proxy(define({}, entries, owner), {});
+        case 'null-proto':
+          return define(Object.create(null), entries, owner);
+        case 'inherited':
+          return Object.create(define({}, entries, owner));
+        case 'array':
+          return define([], entries, owner);
+        case 'string':
+          define({}, entries, owner);
+          return '{"eventId":"x"}';
+        case 'number':
+          return 42;
+        case 'null':
+          define({}, entries, owner);
+          return null;
+        default:
+          return define({}, entries, owner);
       }
     };
     make.event = shape(event, eventShape, 'event');
@@ -144,15 +191,17 @@ function answerOf(fn) {
   try {
     return { decision: fn() };
   } catch (error) {
-    assert.ok(error instanceof IdemflowError, `not an IdemflowError: ${error && error.stack}`);
+    assert.ok(error instanceof IdemflowError, `not an IdemflowError: ${error?.stack}`);
     return { error: { code: error.code, message: error.message, disposition: error.disposition, details: error.details } };
   }
 }
 
-const fromBatch = (answer) => (answer.error !== undefined
-  ? (assert.ok(answer.error instanceof IdemflowError, String(answer.error)),
-    { error: { code: answer.error.code, message: answer.error.message, disposition: answer.error.disposition, details: answer.error.details } })
-  : { decision: answer });
+function fromBatch(answer) {
+  if (answer.error === undefined) return { decision: answer };
+  assert.ok(answer.error instanceof IdemflowError, String(answer.error));
+  const { code, message, disposition, details } = answer.error;
+  return { error: { code, message, disposition, details } };
+}
 
 test(`a batch answers each of ${CASES} generated inputs as that input alone, in batches of 1 to 300 and one of 2,100`, () => {
   const rng = random(SEED);
@@ -165,15 +214,21 @@ test(`a batch answers each of ${CASES} generated inputs as that input alone, in 
       const { event, receipt, workflow } = make();
       return answerOf(() => d.decide(ruleSet.compiled, event, receipt, workflow));
     });
-    for (let start = 0; start < recipes.length;) {
+    for (let start = 0; start < recipes.length; ) {
       const size = Math.min(recipes.length - start, 1 + Math.floor(rng() * 300));
-      const answers = d.decideBatch(ruleSet.compiled, recipes.slice(start, start + size).map((make) => make()));
+      const answers = d.decideBatch(
+        ruleSet.compiled,
+        recipes.slice(start, start + size).map((make) => make()),
+      );
       answers.forEach((answer, i) => assert.deepStrictEqual(fromBatch(answer), alone[start + i], `${name} v${version} input ${start + i}`));
       start += size;
     }
     // Past one call's chunk of items: the answers still line up.
     const many = Array.from({ length: 2100 }, (_, i) => recipes[i % recipes.length]);
-    d.decideBatch(ruleSet.compiled, many.map((make) => make())).forEach((answer, i) => {
+    d.decideBatch(
+      ruleSet.compiled,
+      many.map((make) => make()),
+    ).forEach((answer, i) => {
       assert.deepStrictEqual(fromBatch(answer), alone[i % recipes.length], `${name} v${version} chunked input ${i}`);
     });
     for (const answer of alone) counts[answer.error === undefined ? 'decided' : 'failed'] += 1;

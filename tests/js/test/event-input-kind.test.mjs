@@ -1,12 +1,12 @@
 // Passing an event's JSON text or its bytes where the object is expected is a
 // common slip at a queue boundary; the error names what was passed and what
 // to do, for every entry point that takes an event.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
-import {
-  IdemflowError, InMemoryStore, decide, fingerprint, normalizeEvent, processEvent, validateEvent,
-} from 'idemflow';
+import test from 'node:test';
+import { decide, fingerprint, IdemflowError, InMemoryStore, normalizeEvent, processEvent, validateEvent } from 'idemflow';
 import { SEED_EVENT as event } from '../workers/fixtures.mjs';
+
 const text = JSON.stringify(event);
 const bytes = new TextEncoder().encode(text);
 

@@ -4,20 +4,26 @@
 // URLs are set). The facts map is written whole into the
 // workflow's data; a second deposit's confirmation gets its own per-fact
 // operation, whose id escapes ':' and '%' in the key.
-import test, { after, before, describe, it } from 'node:test';
+
 import assert from 'node:assert/strict';
-import path from 'node:path';
 import { createRequire } from 'node:module';
+import path from 'node:path';
+import test, { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { IdemflowError, InMemoryStore, RuleSet, decide, processBatch, processEvent } from 'idemflow';
+import { decide, IdemflowError, InMemoryStore, processBatch, processEvent, RuleSet } from 'idemflow';
 import { BACKENDS, suiteStore } from '../workers/backends.mjs';
 
 const review = { type: 'REVIEW_DEPOSIT', id: 'review-deposit:{depositRef}:{workflowId}', payload: ['depositRef', 'amountUnits'] };
 const newer = ['sequence', '>', 'sequence'];
 const definition = {
-  id: 'facts-swap', version: 1,
+  id: 'facts-swap',
+  version: 1,
   statuses: [{ name: 'waiting', initial: true }, { name: 'exchange' }, { name: 'review', terminal: true }],
-  fields: [{ name: 'depositRef', kind: 'text' }, { name: 'amountUnits', kind: 'units' }, { name: 'sequence', kind: 'count' }],
+  fields: [
+    { name: 'depositRef', kind: 'text' },
+    { name: 'amountUnits', kind: 'units' },
+    { name: 'sequence', kind: 'count' },
+  ],
   events: [
     { type: 'DEPOSIT_DETECTED', fields: ['depositRef', 'amountUnits', 'sequence'] },
     { type: 'DEPOSIT_CONFIRMED', fields: ['depositRef', 'amountUnits', 'sequence'] },
@@ -25,23 +31,43 @@ const definition = {
   ],
   facts: { name: 'deposits', key: 'depositRef', events: ['DEPOSIT_DETECTED', 'DEPOSIT_CONFIRMED'], record: ['amountUnits', 'sequence'] },
   rules: [
-    { on: 'DEPOSIT_DETECTED', in: ['(none)', 'waiting'], cases: [
-      { when: newer, then: { outcome: 'applied', to: 'waiting' } },
-      { when: ['sequence', '=', 'sequence'], then: { outcome: 'already-applied' } },
-      { then: { outcome: 'stale' } },
-    ] },
+    {
+      on: 'DEPOSIT_DETECTED',
+      in: ['(none)', 'waiting'],
+      cases: [
+        { when: newer, then: { outcome: 'applied', to: 'waiting' } },
+        { when: ['sequence', '=', 'sequence'], then: { outcome: 'already-applied' } },
+        { then: { outcome: 'stale' } },
+      ],
+    },
     { on: 'DEPOSIT_DETECTED', in: 'exchange', then: { outcome: 'stale' } },
-    { on: 'DEPOSIT_CONFIRMED', in: ['(none)', 'waiting'], cases: [
-      { when: [newer, { other: 'DEPOSIT_CONFIRMED' }], then: { outcome: 'applied', to: 'waiting', emit: [review] } },
-      { when: newer, then: { outcome: 'applied', to: 'exchange', record: ['depositRef'], emit: [{ type: 'START_EXCHANGE', id: 'start-exchange:{workflowId}' }] } },
-      { when: ['sequence', '=', 'sequence'], then: { outcome: 'already-applied' } },
-      { then: { outcome: 'stale' } },
-    ] },
-    { on: 'DEPOSIT_CONFIRMED', in: 'exchange', cases: [
-      { when: [newer, { emitted: 'review-deposit' }], then: { outcome: 'applied', to: 'exchange' } },
-      { when: newer, then: { outcome: 'applied', to: 'exchange', emit: [review] } },
-      { then: { outcome: 'stale' } },
-    ] },
+    {
+      on: 'DEPOSIT_CONFIRMED',
+      in: ['(none)', 'waiting'],
+      cases: [
+        { when: [newer, { other: 'DEPOSIT_CONFIRMED' }], then: { outcome: 'applied', to: 'waiting', emit: [review] } },
+        {
+          when: newer,
+          then: {
+            outcome: 'applied',
+            to: 'exchange',
+            record: ['depositRef'],
+            emit: [{ type: 'START_EXCHANGE', id: 'start-exchange:{workflowId}' }],
+          },
+        },
+        { when: ['sequence', '=', 'sequence'], then: { outcome: 'already-applied' } },
+        { then: { outcome: 'stale' } },
+      ],
+    },
+    {
+      on: 'DEPOSIT_CONFIRMED',
+      in: 'exchange',
+      cases: [
+        { when: [newer, { emitted: 'review-deposit' }], then: { outcome: 'applied', to: 'exchange' } },
+        { when: newer, then: { outcome: 'applied', to: 'exchange', emit: [review] } },
+        { then: { outcome: 'stale' } },
+      ],
+    },
     { on: 'CLOSE', in: ['waiting', 'exchange'], then: { outcome: 'applied', to: 'review' } },
   ],
   otherwise: { error: 'INVALID_TRANSITION' },
@@ -50,7 +76,14 @@ const ruleSet = RuleSet.fromJSON(definition);
 
 const A = 'btc:tx%9f:0';
 const B = 'btc:tx-b:1';
-const observed = (eventId, type, depositRef, amountUnits, sequence, workflowId = 'swap-1') => ({ eventId, workflowId, type, depositRef, amountUnits, sequence });
+const observed = (eventId, type, depositRef, amountUnits, sequence, workflowId = 'swap-1') => ({
+  eventId,
+  workflowId,
+  type,
+  depositRef,
+  amountUnits,
+  sequence,
+});
 
 for (const backend of BACKENDS) {
   describe(`facts on ${backend.name}`, { skip: backend.skip }, () => {
@@ -85,7 +118,12 @@ for (const backend of BACKENDS) {
       assert.equal(reviewed.outcome, 'applied');
       assert.deepEqual(reviewed.operationIds, ['review-deposit:btc%3Atx-b%3A1:swap-a']);
       workflow = await store.getWorkflow('swap-a');
-      assert.deepEqual(workflow.deposits[B], { event: 'DEPOSIT_CONFIRMED', amountUnits: '30', sequence: 2, operations: ['review-deposit'] });
+      assert.deepEqual(workflow.deposits[B], {
+        event: 'DEPOSIT_CONFIRMED',
+        amountUnits: '30',
+        sequence: 2,
+        operations: ['review-deposit'],
+      });
       assert.deepEqual(workflow.deposits[A], { event: 'DEPOSIT_CONFIRMED', amountUnits: '100', sequence: 2 });
       const again = await processEvent(store, at('e7', 'DEPOSIT_CONFIRMED', B, '30', 3), { ruleSet });
       assert.equal(again.outcome, 'applied');
@@ -127,19 +165,28 @@ test('a malformed facts map is INVALID_RECORD naming the entry, and nothing is w
   await store.putWorkflow({ id: 'swap-1', status: 'waiting', revision: 1, deposits: { [A]: { event: 'CLOSE', sequence: 1 } } });
   await assert.rejects(
     processEvent(store, observed('g1', 'DEPOSIT_DETECTED', A, '100', 2), { ruleSet }),
-    (error) => error instanceof IdemflowError && error.code === 'INVALID_RECORD' && error.details.field === `deposits[${JSON.stringify(A)}].event`,
+    (error) =>
+      error instanceof IdemflowError && error.code === 'INVALID_RECORD' && error.details.field === `deposits[${JSON.stringify(A)}].event`,
   );
   const workflow = await store.getWorkflow('swap-1');
   assert.equal(workflow.revision, 1);
 });
 
 test('decide fills the facts map and the per-fact id as the core renders them', () => {
-  const workflow = { id: 'swap-1', status: 'waiting', revision: 2, deposits: { [A]: { event: 'DEPOSIT_CONFIRMED', amountUnits: '100', sequence: 2 } } };
+  const workflow = {
+    id: 'swap-1',
+    status: 'waiting',
+    revision: 2,
+    deposits: { [A]: { event: 'DEPOSIT_CONFIRMED', amountUnits: '100', sequence: 2 } },
+  };
   const late = decide({ ruleSet, event: observed('h1', 'DEPOSIT_DETECTED', A, '100', 1), receipt: null, workflow });
   assert.equal(late.outcome, 'stale');
   assert.equal(late.writeSet.workflow, null);
   const other = decide({ ruleSet, event: observed('h2', 'DEPOSIT_CONFIRMED', B, '30', 1), receipt: null, workflow });
-  assert.deepEqual(other.writeSet.outbox.map((op) => op.id), ['review-deposit:btc%3Atx-b%3A1:swap-1']);
+  assert.deepEqual(
+    other.writeSet.outbox.map((op) => op.id),
+    ['review-deposit:btc%3Atx-b%3A1:swap-1'],
+  );
   assert.deepEqual(other.writeSet.workflow.set.deposits, {
     [A]: { event: 'DEPOSIT_CONFIRMED', amountUnits: '100', sequence: 2 },
     [B]: { event: 'DEPOSIT_CONFIRMED', amountUnits: '30', sequence: 1, operations: ['review-deposit'] },
@@ -153,7 +200,13 @@ test("the CLI's draft table is the core's for a rule set with cases and fact con
   const { tableOfDefinition, tableMarkdownOf } = createRequire(import.meta.url)(path.join(installed, 'cli', 'table.cjs'));
   // The when/then/else sugar with a condition list is a decision list too.
   const sugar = structuredClone(definition);
-  sugar.rules[1] = { on: 'DEPOSIT_DETECTED', in: 'exchange', when: [newer, { emitted: 'review-deposit' }], then: { outcome: 'stale' }, else: { outcome: 'stale' } };
+  sugar.rules[1] = {
+    on: 'DEPOSIT_DETECTED',
+    in: 'exchange',
+    when: [newer, { emitted: 'review-deposit' }],
+    then: { outcome: 'stale' },
+    else: { outcome: 'stale' },
+  };
   for (const d of [definition, sugar]) {
     const draft = tableOfDefinition(d);
     const compiled = RuleSet.fromJSON(d);

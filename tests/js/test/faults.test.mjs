@@ -5,14 +5,15 @@
 // Each skips with one line when the server binaries are not here. Also the
 // bounds of PGlite and MongoStore (over the in-process fake), which need no
 // server. `make faults` runs a longer campaign (workers/fault-campaign.mjs).
-import { after, before, describe, it } from 'node:test';
+
 import assert from 'node:assert/strict';
 import { fork } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { IdemflowError, createOutboxConsumer, processBatch } from 'idemflow';
+import { createOutboxConsumer, IdemflowError, processBatch } from 'idemflow';
 import { openPglite, openStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 import { faultRun } from '../workers/fault-runs.mjs';
 import { detectedSwap } from '../workers/fixtures.mjs';
@@ -27,13 +28,28 @@ const WORKFLOWS = 60;
 
 // A swap in deposit recorded the watcher's detection, its observation 1; its confirmation is observation 2.
 const workflow = (id) => detectedSwap({ id, revision: 1, depositRef: `tx-${id}`, amountUnits: '100' });
-const confirmation = (id, n = 1) => ({ eventId: `${id}-e${n}`, workflowId: id, type: 'DEPOSIT_CONFIRMED', depositRef: `tx-${id}`, amountUnits: '100', sequence: 2 });
+const confirmation = (id, n = 1) => ({
+  eventId: `${id}-e${n}`,
+  workflowId: id,
+  type: 'DEPOSIT_CONFIRMED',
+  depositRef: `tx-${id}`,
+  amountUnits: '100',
+  sequence: 2,
+});
 
 /** What `promise` settled to, or 'watchdog' if it did not within WATCHDOG_MS (then `onWatchdog` runs). */
 async function watched(promise, onWatchdog = () => {}) {
   let timer;
-  const watchdog = new Promise((resolve) => { timer = setTimeout(resolve, WATCHDOG_MS, 'watchdog'); });
-  const outcome = await Promise.race([promise.then((value) => ({ value }), (error) => ({ error })), watchdog]);
+  const watchdog = new Promise((resolve) => {
+    timer = setTimeout(resolve, WATCHDOG_MS, 'watchdog');
+  });
+  const outcome = await Promise.race([
+    promise.then(
+      (value) => ({ value }),
+      (error) => ({ error }),
+    ),
+    watchdog,
+  ]);
   clearTimeout(timer);
   if (outcome === 'watchdog') onWatchdog();
   return outcome;
@@ -41,7 +57,10 @@ async function watched(promise, onWatchdog = () => {}) {
 
 function assertTimeout(outcome, what) {
   assert.notEqual(outcome, 'watchdog', `${what} was still waiting after ${WATCHDOG_MS} ms`);
-  assert.ok(outcome.error instanceof IdemflowError, `${what} failed with an IdemflowError (got ${outcome.error ?? JSON.stringify(outcome.value)})`);
+  assert.ok(
+    outcome.error instanceof IdemflowError,
+    `${what} failed with an IdemflowError (got ${outcome.error ?? JSON.stringify(outcome.value)})`,
+  );
   assert.equal(outcome.error.code, 'STORE_UNAVAILABLE');
   assert.equal(outcome.error.disposition, 'retry');
   assert.equal(outcome.error.details.reason, 'timeout');
@@ -50,19 +69,32 @@ function assertTimeout(outcome, what) {
 /** Runs fault-terminate.mjs, ends its session when it reports one; `{ exitCode, signal, failure, after, stderr }`. */
 function terminateMidTransaction(db, kind, mode) {
   return new Promise((resolve, reject) => {
-    const child = fork(path.join(WORKERS_DIR, 'fault-terminate.mjs'), [kind, db.url, mode, uniquePrefix()], { stdio: ['ignore', 'ignore', 'pipe', 'ipc'] });
+    const child = fork(path.join(WORKERS_DIR, 'fault-terminate.mjs'), [kind, db.url, mode, uniquePrefix()], {
+      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+    });
     let stderr = '';
     let report = {};
-    child.stderr.on('data', (chunk) => { stderr += chunk; });
+    child.stderr.on('data', (chunk) => {
+      stderr += chunk;
+    });
     child.on('message', async (message) => {
       if (message.session !== undefined) {
         try {
           if (kind === 'pg') {
-            if (mode === 'active') await waitFor(async () => (await db.query('SELECT state FROM pg_stat_activity WHERE pid = $1', [message.session]))[0]?.state === 'active');
+            if (mode === 'active')
+              await waitFor(
+                async () => (await db.query('SELECT state FROM pg_stat_activity WHERE pid = $1', [message.session]))[0]?.state === 'active',
+              );
             await db.query('SELECT pg_terminate_backend($1)', [message.session]);
-            if (mode === 'checkout') await waitFor(async () => (await db.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [message.session])).length === 0);
+            if (mode === 'checkout')
+              await waitFor(async () => (await db.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [message.session])).length === 0);
           } else {
-            if (mode === 'active') await waitFor(async () => (await db.query('SELECT state FROM information_schema.processlist WHERE id = ?', [message.session]))[0]?.state === 'User sleep');
+            if (mode === 'active')
+              await waitFor(
+                async () =>
+                  (await db.query('SELECT state FROM information_schema.processlist WHERE id = ?', [message.session]))[0]?.state ===
+                  'User sleep',
+              );
             await db.query(`KILL ${Number(message.session)}`);
           }
           child.send('ended');
@@ -96,7 +128,10 @@ function assertSurvived(result, driverCodes) {
   assert.equal(result.failure?.coded, true, `the transaction failed with an IdemflowError: ${JSON.stringify(result.failure)}`);
   assert.equal(result.failure.code, 'STORE_UNAVAILABLE');
   assert.equal(result.failure.disposition, 'retry');
-  assert.ok(driverCodes.includes(result.failure.driverCode), `details.driverCode ${result.failure.driverCode} is the server's (${driverCodes.join(' or ')})`);
+  assert.ok(
+    driverCodes.includes(result.failure.driverCode),
+    `details.driverCode ${result.failure.driverCode} is the server's (${driverCodes.join(' or ')})`,
+  );
   assert.equal(result.failure.causeCode, result.failure.driverCode, 'the driver error is the cause');
   assert.equal(result.after, 'applied', 'the next delivery runs on a fresh connection');
 }
@@ -110,7 +145,9 @@ async function stopDuringStalledClaim(db, kind) {
     let claimsStarted = 0;
     let frozen = false;
     let claimWhileFrozen;
-    const claimedWhileFrozen = new Promise((resolve) => { claimWhileFrozen = resolve; });
+    const claimedWhileFrozen = new Promise((resolve) => {
+      claimWhileFrozen = resolve;
+    });
     const store = new Proxy(helper.store, {
       get(target, name) {
         if (name !== 'claimOperations') return passThrough(target, name);
@@ -150,7 +187,10 @@ async function processOnStoppedServer(db, kind) {
     await helper.store.putWorkflow(workflow('wf-1'));
     db.server.freeze();
     try {
-      assertTimeout(await watched(helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' }), () => db.server.resume()), 'store.process on a stopped server');
+      assertTimeout(
+        await watched(helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' }), () => db.server.resume()),
+        'store.process on a stopped server',
+      );
     } finally {
       db.server.resume();
     }
@@ -195,7 +235,12 @@ async function lockHolder(kind, url) {
  * `bounds`; `whileWaiting()` runs once the delivery waits (an operator's
  * cancel), `check` judges the outcome; nothing of the ended transaction may be kept.
  */
-async function processBehindAHeldLock(db, kind, check, { bounds = { statementTimeoutMs: 300, timeoutMs: 10_000 }, whileWaiting = async () => {} } = {}) {
+async function processBehindAHeldLock(
+  db,
+  kind,
+  check,
+  { bounds = { statementTimeoutMs: 300, timeoutMs: 10_000 }, whileWaiting = async () => {} } = {},
+) {
   const tables = tablesFor(uniquePrefix());
   const helper = await openStore(kind, { url: db.url, tables, poolSize: 2, ...bounds });
   let holder;
@@ -251,14 +296,24 @@ async function batchFallbackOnStoppedServer(db, kind, size) {
     const started = performance.now();
     let outcome;
     try {
-      outcome = await watched(processBatch(store, ids.map((id) => confirmation(id, 2)), { ruleSet: 'deposit-swap' }), () => db.server.resume());
+      outcome = await watched(
+        processBatch(
+          store,
+          ids.map((id) => confirmation(id, 2)),
+          { ruleSet: 'deposit-swap' },
+        ),
+        () => db.server.resume(),
+      );
     } finally {
       db.server.resume();
     }
     const elapsed = performance.now() - started;
     assert.notEqual(outcome, 'watchdog', `processBatch of ${size} was still waiting after ${WATCHDOG_MS} ms`);
     assert.ok(transactions >= 2, 'the batch fell back to one transaction per event');
-    assert.ok(elapsed <= timeoutMs + DEADLINE_SLACK_MS, `processBatch of ${size} returned after ${Math.round(elapsed)} ms, its deadline ${timeoutMs} ms`);
+    assert.ok(
+      elapsed <= timeoutMs + DEADLINE_SLACK_MS,
+      `processBatch of ${size} returned after ${Math.round(elapsed)} ms, its deadline ${timeoutMs} ms`,
+    );
     const results = outcome.value;
     assert.equal(results.length, size);
     for (const result of results) {
@@ -272,7 +327,11 @@ async function batchFallbackOnStoppedServer(db, kind, size) {
     const final = new Map();
     for (let round = 0; round < 20 && final.size < size; round += 1) {
       const due = ids.filter((id) => !final.has(id));
-      const answers = await processBatch(helper.store, due.map((id) => confirmation(id, 2)), { ruleSet: 'deposit-swap' });
+      const answers = await processBatch(
+        helper.store,
+        due.map((id) => confirmation(id, 2)),
+        { ruleSet: 'deposit-swap' },
+      );
       for (const [k, answer] of answers.entries()) if (answer.error?.disposition !== 'retry') final.set(due[k], answer);
       if (final.size < size) await new Promise((resolve) => setTimeout(resolve, 500));
     }
@@ -290,12 +349,17 @@ async function batchFallbackOnStoppedServer(db, kind, size) {
  * timeout is, on every server; nothing is kept.
  */
 function processCancelled(db, kind, cancel) {
-  return processBehindAHeldLock(db, kind, (outcome) => {
-    assert.notEqual(outcome, 'watchdog');
-    assert.equal(outcome.error?.code, 'STORE_UNAVAILABLE', String(outcome.error ?? JSON.stringify(outcome.value)));
-    assert.equal(outcome.error.details.reason, 'timeout');
-    assert.equal(outcome.error.disposition, 'retry');
-  }, { bounds: { statementTimeoutMs: 15_000, timeoutMs: 15_000 }, whileWaiting: cancel });
+  return processBehindAHeldLock(
+    db,
+    kind,
+    (outcome) => {
+      assert.notEqual(outcome, 'watchdog');
+      assert.equal(outcome.error?.code, 'STORE_UNAVAILABLE', String(outcome.error ?? JSON.stringify(outcome.value)));
+      assert.equal(outcome.error.details.reason, 'timeout');
+      assert.equal(outcome.error.disposition, 'retry');
+    },
+    { bounds: { statementTimeoutMs: 15_000, timeoutMs: 15_000 }, whileWaiting: cancel },
+  );
 }
 
 /** store.process whose receipt insert meets a full disk (`fill(tables)` fills it; `free()` frees it): STORE_UNAVAILABLE reason server-out-of-resources. */
@@ -317,7 +381,11 @@ async function processOnFullDisk(db, kind, { place, fill, free }) {
     assert.equal(outcome.error?.code, 'STORE_UNAVAILABLE', String(outcome.error ?? JSON.stringify(outcome.value)));
     assert.equal(outcome.error.details.reason, 'server-out-of-resources', `driverCode ${outcome.error.details.driverCode}`);
     assert.equal(outcome.error.disposition, 'retry');
-    assert.equal((await helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })).outcome, 'applied', 'once there is room, the redelivery applies');
+    assert.equal(
+      (await helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })).outcome,
+      'applied',
+      'once there is room, the redelivery applies',
+    );
   } finally {
     await helper.drop().catch(() => {});
     await helper.close();
@@ -328,9 +396,12 @@ async function processOnFullDisk(db, kind, { place, fill, free }) {
 async function waitingSession(db, kind) {
   let id = null;
   await waitFor(async () => {
-    const rows = kind === 'pg'
-      ? await db.query("SELECT pid AS id FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND backend_type = 'client backend'")
-      : await db.query("SELECT id FROM information_schema.processlist WHERE info LIKE '%UPDATE%' AND command = 'Query' AND id <> CONNECTION_ID()");
+    const rows =
+      kind === 'pg'
+        ? await db.query("SELECT pid AS id FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND backend_type = 'client backend'")
+        : await db.query(
+            "SELECT id FROM information_schema.processlist WHERE info LIKE '%UPDATE%' AND command = 'Query' AND id <> CONNECTION_ID()",
+          );
     id = rows[0]?.id ?? null;
     return id !== null;
   });
@@ -345,9 +416,11 @@ function assertLockSurvived(outcome) {
 }
 
 function assertRun(figures, t) {
-  t.diagnostic(`${figures.faults} faults (${figures.injected.join(', ')}), ${figures.deliveries} deliveries of ${figures.eventIds} event ids, `
-    + `crashes ${figures.crashes}, losses ${figures.losses}, duplicates ${figures.duplicates}, orphan receipts ${figures.orphanReceipts}; `
-    + `retry nacks ${JSON.stringify(figures.nacks)}`);
+  t.diagnostic(
+    `${figures.faults} faults (${figures.injected.join(', ')}), ${figures.deliveries} deliveries of ${figures.eventIds} event ids, ` +
+      `crashes ${figures.crashes}, losses ${figures.losses}, duplicates ${figures.duplicates}, orphan receipts ${figures.orphanReceipts}; ` +
+      `retry nacks ${JSON.stringify(figures.nacks)}`,
+  );
   assert.deepEqual(figures.unexpected, [], 'no worker crashed, no delivery failed without a retry disposition');
   assert.equal(figures.crashes, 0, 'no worker crashed');
   assert.ok(!('uncoded' in figures.nacks), 'every error a worker saw is an IdemflowError');
@@ -387,8 +460,11 @@ function mariadbFullInbox(db) {
       let refused = 0;
       for (let n = 0; refused < 20; n += 1) {
         try {
-          await db.query(`INSERT INTO \`${inbox}\` (event_id, fingerprint, workflow_id, event_type, outcome, recorded_at, result)
-            VALUES (?, REPEAT('f', 71), 'wf-1', 'FILLER', 'applied', ?, REPEAT('r', 160))`, [`wf-1-e0-${String(n).padStart(6, '0')}`, Date.now()]);
+          await db.query(
+            `INSERT INTO \`${inbox}\` (event_id, fingerprint, workflow_id, event_type, outcome, recorded_at, result)
+            VALUES (?, REPEAT('f', 71), 'wf-1', 'FILLER', 'applied', ?, REPEAT('r', 160))`,
+            [`wf-1-e0-${String(n).padStart(6, '0')}`, Date.now()],
+          );
           refused = 0;
         } catch (error) {
           if (error.errno !== 1114 && error.errno !== 1021) throw error;
@@ -407,15 +483,35 @@ function mariadbFullInbox(db) {
 /** The servers the fault cases run on, each with what differs: how it ends a session, cancels a statement, fills its disk. */
 const SERVERS = [
   {
-    name: 'a PostgreSQL 15 server', kind: 'pg', missing: postgresMissing, start: () => startPostgres({ smallTablespaceMb: 8 }),
-    ended: 'a backend terminated', killedCodes: ['57P01'], statementTimeoutCode: '57014', seeds: [90_001, 90_003],
+    name: 'a PostgreSQL 15 server',
+    kind: 'pg',
+    missing: postgresMissing,
+    start: () => startPostgres({ smallTablespaceMb: 8 }),
+    ended: 'a backend terminated',
+    killedCodes: ['57P01'],
+    statementTimeoutCode: '57014',
+    seeds: [90_001, 90_003],
     cancel: { how: 'pg_cancel_backend', run: async (db) => db.query('SELECT pg_cancel_backend($1)', [await waitingSession(db, 'pg')]) },
-    disk: { code: 'SQLSTATE 53100', small: (db) => db.tablespace, why: (db) => db.tablespaceError,
-      full: (db) => ({ place: (tables) => db.query(`ALTER TABLE "${tables.inbox}" SET TABLESPACE small`), fill: () => db.fillTablespace(), free: () => db.freeTablespace() }) },
+    disk: {
+      code: 'SQLSTATE 53100',
+      small: (db) => db.tablespace,
+      why: (db) => db.tablespaceError,
+      full: (db) => ({
+        place: (tables) => db.query(`ALTER TABLE "${tables.inbox}" SET TABLESPACE small`),
+        fill: () => db.fillTablespace(),
+        free: () => db.freeTablespace(),
+      }),
+    },
   },
   {
-    name: 'a MariaDB server', kind: 'mysql', missing: mariadbMissing, start: () => startMariadb({ smallDirMb: 8 }),
-    ended: 'a connection killed', killedCodes: ['1927', 'PROTOCOL_CONNECTION_LOST'], statementTimeoutCode: '1969', seeds: [90_002, 90_004],
+    name: 'a MariaDB server',
+    kind: 'mysql',
+    missing: mariadbMissing,
+    start: () => startMariadb({ smallDirMb: 8 }),
+    ended: 'a connection killed',
+    killedCodes: ['1927', 'PROTOCOL_CONNECTION_LOST'],
+    statementTimeoutCode: '1969',
+    seeds: [90_002, 90_004],
     cancel: { how: 'KILL QUERY, 1317', run: async (db) => db.query(`KILL QUERY ${Number(await waitingSession(db, 'mysql'))}`) },
     disk: { code: '1114, the table is full', small: (db) => db.smallDir, why: (db) => db.smallDirError, full: mariadbFullInbox },
   },
@@ -424,8 +520,12 @@ const SERVERS = [
 for (const server of SERVERS) {
   describe(`faults on ${server.name} of its own`, { skip: server.missing() ?? false }, () => {
     let db;
-    before(async () => { db = await server.start(); });
-    after(async () => { await db?.close(); });
+    before(async () => {
+      db = await server.start();
+    });
+    after(async () => {
+      await db?.close();
+    });
     const { kind } = server;
 
     it(`${server.ended} while the store holds it idle inside a transaction: the process survives, STORE_UNAVAILABLE`, async () => {
@@ -436,7 +536,9 @@ for (const server of SERVERS) {
       assertSurvived(await terminateMidTransaction(db, kind, 'active'), server.killedCodes);
     });
 
-    it(`${server.ended} as the pool hands the connection out, before any await: the process survives, STORE_UNAVAILABLE`, { skip: kind === 'pg' ? false : 'pg-pool only: mysql2 listens to a connection it hands out' }, async () => {
+    it(`${server.ended} as the pool hands the connection out, before any await: the process survives, STORE_UNAVAILABLE`, {
+      skip: kind === 'pg' ? false : 'pg-pool only: mysql2 listens to a connection it hands out',
+    }, async () => {
       assertSurvived(await terminateMidTransaction(db, kind, 'checkout'), server.killedCodes);
     });
 
@@ -491,13 +593,24 @@ for (const server of SERVERS) {
     it(`${DELIVERIES} deliveries through 3 processBatch workers (batches of 32), SIGKILLed 3 times, while the server is restarted, stopped and filled`, async (t) => {
       const faults = ['terminate', 'pause', 'restart'];
       if (server.disk.small(db)) faults.push('diskFull');
-      assertRun(await faultRun(db, kind, { faults, deliveries: DELIVERIES, workflows: WORKFLOWS, seed: server.seeds[1], workers: 3, batch: 32, kills: 3 }), t);
+      assertRun(
+        await faultRun(db, kind, {
+          faults,
+          deliveries: DELIVERIES,
+          workflows: WORKFLOWS,
+          seed: server.seeds[1],
+          workers: 3,
+          batch: 32,
+          kills: 3,
+        }),
+        t,
+      );
     });
   });
 }
 
 describe('bounds without a server', () => {
-  it('PGlite: a transaction waiting behind the host\'s own fails with STORE_UNAVAILABLE reason timeout, and writes nothing when its turn comes', async () => {
+  it("PGlite: a transaction waiting behind the host's own fails with STORE_UNAVAILABLE reason timeout, and writes nothing when its turn comes", async () => {
     const pglite = await openPglite();
     try {
       const tables = tablesFor(uniquePrefix());
@@ -505,8 +618,16 @@ describe('bounds without a server', () => {
       await store.migrate();
       await store.putWorkflow(workflow('wf-1'));
       let release;
-      const hostTransaction = pglite.db.transaction(() => new Promise((resolve) => { release = resolve; }));
-      assertTimeout(await watched(store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })), 'a PGlite transaction behind a held one');
+      const hostTransaction = pglite.db.transaction(
+        () =>
+          new Promise((resolve) => {
+            release = resolve;
+          }),
+      );
+      assertTimeout(
+        await watched(store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })),
+        'a PGlite transaction behind a held one',
+      );
       release();
       await hostTransaction;
       // Whatever the abandoned call had queued has run by now; it wrote nothing.
@@ -517,7 +638,7 @@ describe('bounds without a server', () => {
     }
   });
 
-  it('MongoStore: a transaction the server does not answer fails with STORE_UNAVAILABLE reason timeout; the client\'s \'error\' does not end the process', async () => {
+  it("MongoStore: a transaction the server does not answer fails with STORE_UNAVAILABLE reason timeout; the client's 'error' does not end the process", async () => {
     const { MongoStore } = await import('idemflow/mongodb');
     const client = new FakeMongoClient();
     // The real MongoClient is an EventEmitter that re-emits its topology's 'error'.
@@ -531,7 +652,10 @@ describe('bounds without a server', () => {
       get: (target, name) => (name === 'withSession' ? () => new Promise(() => {}) : passThrough(target, name)),
     });
     const stalled = new MongoStore(hanging, { db: store.db, timeoutMs: 200 });
-    assertTimeout(await watched(stalled.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })), 'a MongoDB transaction that is never answered');
+    assertTimeout(
+      await watched(stalled.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })),
+      'a MongoDB transaction that is never answered',
+    );
     assert.equal((await store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })).outcome, 'applied');
   });
 
@@ -541,18 +665,30 @@ describe('bounds without a server', () => {
     await inner.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' });
     let answer;
     let claimed;
-    const claimStarted = new Promise((resolve) => { claimed = resolve; });
+    const claimStarted = new Promise((resolve) => {
+      claimed = resolve;
+    });
     const store = new Proxy(inner, {
       get(target, name) {
         if (name !== 'claimOperations') return passThrough(target, name);
         return (args) => {
           claimed();
-          return new Promise((resolve) => { answer = () => resolve(target.claimOperations(args)); });
+          return new Promise((resolve) => {
+            answer = () => resolve(target.claimOperations(args));
+          });
         };
       },
     });
     let ran = 0;
-    const consumer = createOutboxConsumer(store, { START_EXCHANGE: async () => { ran += 1; } }, { pollIntervalMs: 10 });
+    const consumer = createOutboxConsumer(
+      store,
+      {
+        START_EXCHANGE: async () => {
+          ran += 1;
+        },
+      },
+      { pollIntervalMs: 10 },
+    );
     consumer.start();
     await claimStarted;
     const outcome = await watched(consumer.stop({ timeoutMs: 100, abortGraceMs: 0 }));

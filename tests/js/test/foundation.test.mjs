@@ -1,16 +1,17 @@
 // The foundation's behaviour through the installed package, imported by name.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import test from 'node:test';
 import {
-  IdemflowError,
-  InMemoryStore,
-  RuleSet,
   decide,
   fingerprint,
+  IdemflowError,
+  InMemoryStore,
   planDepositConfirmation,
   processDepositConfirmed,
   processEvent,
+  RuleSet,
   validateEvent,
 } from 'idemflow';
 import { SEED_EVENT as event, SEED_EXCHANGING, SEED_WORKFLOW } from '../workers/fixtures.mjs';
@@ -68,14 +69,27 @@ test('a replayed event id is a duplicate delivery and leaves one outbox row', as
   // The replay answers what the first delivery did, as its receipt records it.
   assert.deepEqual(replay, {
     outcome: 'duplicate-delivery',
-    original: { outcome: 'applied', operationIds: ['start-exchange:swap-42'], status: 'exchange', revision: 4, decidedAt: inbox.get(event.eventId).recordedAt },
+    original: {
+      outcome: 'applied',
+      operationIds: ['start-exchange:swap-42'],
+      status: 'exchange',
+      revision: 4,
+      decidedAt: inbox.get(event.eventId).recordedAt,
+    },
     ...measured(event),
   });
   assert.equal(outbox.size, 1);
   assert.equal(inbox.size, 1);
   const operation = outbox.get('start-exchange:swap-42');
   assert.deepEqual(
-    { id: operation.id, type: operation.type, workflowId: operation.workflowId, eventId: operation.eventId, status: operation.status, payload: operation.payload },
+    {
+      id: operation.id,
+      type: operation.type,
+      workflowId: operation.workflowId,
+      eventId: operation.eventId,
+      status: operation.status,
+      payload: operation.payload,
+    },
     {
       id: 'start-exchange:swap-42',
       type: 'START_EXCHANGE',
@@ -201,7 +215,14 @@ test('a transaction that throws midway leaves no receipt, no update and no outbo
 test('an outbox id that already exists is OUTBOX_CONFLICT and nothing of the event is kept', async () => {
   const store = new InMemoryStore([workflow]);
   await store.transaction(async (tx) => {
-    await tx.insertOperation({ id: 'start-exchange:swap-42', type: 'START_EXCHANGE', workflowId: 'swap-42', eventId: 'old', status: 'pending', payload: {} });
+    await tx.insertOperation({
+      id: 'start-exchange:swap-42',
+      type: 'START_EXCHANGE',
+      workflowId: 'swap-42',
+      eventId: 'old',
+      status: 'pending',
+      payload: {},
+    });
   });
   await rejectsWith(processDepositConfirmed(store, event), 'OUTBOX_CONFLICT', {
     disposition: 'reconcile',
@@ -220,25 +241,34 @@ test('an outbox id that already exists is OUTBOX_CONFLICT and nothing of the eve
 function contendedView(store, onRead, settings = {}) {
   return {
     ...settings,
-    transaction: (fn) => store.transaction((tx) => fn({
-      getReceipt: (id) => tx.getReceipt(id),
-      getWorkflow: async (id) => {
-        onRead();
-        const wf = await tx.getWorkflow(id);
-        await tx.writeWorkflow({ id, expect: { status: wf.status, revision: wf.revision }, set: { status: wf.status, revision: wf.revision + 1 } });
-        return wf;
-      },
-      insertReceipt: (r) => tx.insertReceipt(r),
-      writeWorkflow: (w) => tx.writeWorkflow(w),
-      insertOperation: (op) => tx.insertOperation(op),
-    })),
+    transaction: (fn) =>
+      store.transaction((tx) =>
+        fn({
+          getReceipt: (id) => tx.getReceipt(id),
+          getWorkflow: async (id) => {
+            onRead();
+            const wf = await tx.getWorkflow(id);
+            await tx.writeWorkflow({
+              id,
+              expect: { status: wf.status, revision: wf.revision },
+              set: { status: wf.status, revision: wf.revision + 1 },
+            });
+            return wf;
+          },
+          insertReceipt: (r) => tx.insertReceipt(r),
+          writeWorkflow: (w) => tx.writeWorkflow(w),
+          insertOperation: (op) => tx.insertOperation(op),
+        }),
+      ),
   };
 }
 
 test('a compare-and-set that keeps failing is CONCURRENT_UPDATE, to retry', async () => {
   const store = new InMemoryStore([workflow]);
   let attempts = 0;
-  const contended = contendedView(store, () => { attempts += 1; });
+  const contended = contendedView(store, () => {
+    attempts += 1;
+  });
   await rejectsWith(processDepositConfirmed(contended, event, { raceRetries: 2 }), 'CONCURRENT_UPDATE', { disposition: 'retry' });
   assert.equal(attempts, 3);
   assert.equal(store.snapshot().workflows.get('swap-42').revision, 3);
@@ -247,7 +277,14 @@ test('a compare-and-set that keeps failing is CONCURRENT_UPDATE, to retry', asyn
 test('raceRetries: how often a lost race runs the cycle again, from the call or the store (maxAttempts is not a name of it)', async () => {
   const store = new InMemoryStore([workflow]);
   let cycles = 0;
-  const contended = (settings = {}) => contendedView(store, () => { cycles += 1; }, settings);
+  const contended = (settings = {}) =>
+    contendedView(
+      store,
+      () => {
+        cycles += 1;
+      },
+      settings,
+    );
   const runs = async (store, options) => {
     cycles = 0;
     await rejectsWith(processDepositConfirmed(store, event, options), 'CONCURRENT_UPDATE');
@@ -282,12 +319,22 @@ test('decide returns the complete write set for applied', () => {
   });
   assert.deepEqual(
     { ...decision.writeSet.receipt, ruleSet: undefined },
-    { eventId: event.eventId, fingerprint: fingerprint(event), workflowId: 'swap-42', eventType: 'DEPOSIT_CONFIRMED', outcome: 'applied', ruleSet: undefined,
-      result: { operationIds: ['start-exchange:swap-42'], status: 'exchange', revision: 4 } },
+    {
+      eventId: event.eventId,
+      fingerprint: fingerprint(event),
+      workflowId: 'swap-42',
+      eventType: 'DEPOSIT_CONFIRMED',
+      outcome: 'applied',
+      ruleSet: undefined,
+      result: { operationIds: ['start-exchange:swap-42'], status: 'exchange', revision: 4 },
+    },
   );
   assert.equal(decision.writeSet.receipt.ruleSet.id, 'deposit-swap');
   assert.match(decision.writeSet.receipt.ruleSet.hash, /^sha256:[0-9a-f]{64}$/);
-  assert.deepEqual(decision.writeSet.outbox.map((op) => [op.id, op.type, op.status]), [['start-exchange:swap-42', 'START_EXCHANGE', 'pending']]);
+  assert.deepEqual(
+    decision.writeSet.outbox.map((op) => [op.id, op.type, op.status]),
+    [['start-exchange:swap-42', 'START_EXCHANGE', 'pending']],
+  );
 });
 
 test('decide writes only the receipt for already-applied and nothing for a duplicate delivery', () => {
@@ -377,7 +424,11 @@ test('duplicate workflow ids in the InMemoryStore constructor throw', () => {
 
 test('processEvent validates before it opens a transaction', async () => {
   let opened = 0;
-  const store = { transaction: async () => { opened += 1; } };
+  const store = {
+    transaction: async () => {
+      opened += 1;
+    },
+  };
   await rejectsWith(processEvent(store, { ...event, amountUnits: 12500000 }), 'INVALID_EVENT', { details: { field: 'amountUnits' } });
   assert.equal(opened, 0);
 });

@@ -4,18 +4,22 @@
 // acknowledged (none committed and then handed back to the broker), and the
 // broker still holds every message the worker did not settle.
 // Needs IDEMFLOW_PG_URL and IDEMFLOW_AMQP_URL / IDEMFLOW_NATS_URL / IDEMFLOW_KAFKA_BROKERS.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import test from 'node:test';
+import { openStore, PG_URL, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 import { BROKERS, brokerHarness, brokerSkip, supervise } from '../workers/chaos.mjs';
-import { PG_URL, openStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 
 const SWAPS = 600;
 
 for (const { name, env } of BROKERS) {
   const url = process.env[env];
   const skip = brokerSkip(env);
-  test(`${name}: SIGTERM while batches are in flight settles them, acknowledges what committed and exits 0`, { skip, timeout: 90_000 }, async () => {
+  test(`${name}: SIGTERM while batches are in flight settles them, acknowledges what committed and exits 0`, {
+    skip,
+    timeout: 90_000,
+  }, async () => {
     const runId = uniquePrefix();
     const tables = tablesFor(runId);
     const db = await openStore('pg', { tables, url: PG_URL, poolSize: 2 });
@@ -26,24 +30,44 @@ for (const { name, env } of BROKERS) {
     try {
       const publisher = await broker.publisher();
       for (let i = 0; i < ids.length; i += 50) {
-        await Promise.all(ids.slice(i, i + 50).map((id, k) => publisher.publish(Buffer.from(JSON.stringify({
-          eventId: `${runId}:e${i + k}`, workflowId: id, type: 'DEPOSIT_DETECTED', depositRef: `ref-${i + k}`, amountUnits: '100', sequence: 1,
-        })))));
+        await Promise.all(
+          ids.slice(i, i + 50).map((id, k) =>
+            publisher.publish(
+              Buffer.from(
+                JSON.stringify({
+                  eventId: `${runId}:e${i + k}`,
+                  workflowId: id,
+                  type: 'DEPOSIT_DETECTED',
+                  depositRef: `ref-${i + k}`,
+                  amountUnits: '100',
+                  sequence: 1,
+                }),
+              ),
+            ),
+          ),
+        );
       }
       await publisher.close();
 
       let acked = 0;
       let stopped = false;
-      const worker = supervise(broker.worker, {
-        ...broker.env, IDEMFLOW_PG_URL: PG_URL, IDEMFLOW_TABLE_PREFIX: runId, PREFETCH: '128',
-      }, (line, self) => {
-        if (line.role !== 'worker') return;
-        if (line.event === 'stopped') stopped = true;
-        if (line.action !== 'ack') return;
-        acked += 1;
-        // Stop it in the middle of its work: it has settled some and holds more.
-        if (acked === 40) self.kill('SIGTERM');
-      });
+      const worker = supervise(
+        broker.worker,
+        {
+          ...broker.env,
+          IDEMFLOW_PG_URL: PG_URL,
+          IDEMFLOW_TABLE_PREFIX: runId,
+          PREFETCH: '128',
+        },
+        (line, self) => {
+          if (line.role !== 'worker') return;
+          if (line.event === 'stopped') stopped = true;
+          if (line.action !== 'ack') return;
+          acked += 1;
+          // Stop it in the middle of its work: it has settled some and holds more.
+          if (acked === 40) self.kill('SIGTERM');
+        },
+      );
       const exit = once(worker, 'exit');
       const timer = setTimeout(() => worker.kill('SIGKILL'), 30_000);
       const [code, signal] = await exit;

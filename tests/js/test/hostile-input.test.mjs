@@ -1,11 +1,12 @@
 // Anything at all can be passed in: the answer is a coded error or a result,
 // never a panic, a hang or an uncaught wasm trap, and rejected calls do not
 // make the wasm memory grow.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
-import { IdemflowError, decide, fingerprint, validateEvent } from 'idemflow';
+import test from 'node:test';
+import { decide, fingerprint, IdemflowError, validateEvent } from 'idemflow';
+import { detectedSwap, SEED_EVENT } from '../workers/fixtures.mjs';
 import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
-import { SEED_EVENT, detectedSwap } from '../workers/fixtures.mjs';
 
 const event = SEED_EVENT;
 
@@ -13,7 +14,7 @@ function rejected(input) {
   try {
     validateEvent(input);
   } catch (error) {
-    assert.ok(error instanceof IdemflowError, `not an IdemflowError: ${error && error.stack}`);
+    assert.ok(error instanceof IdemflowError, `not an IdemflowError: ${error?.stack}`);
     return error;
   }
   assert.fail(`accepted ${String(input)}`);
@@ -30,9 +31,33 @@ const hostile = [
   ['a bigint', 10n, 'event'],
   ['an empty object', {}, 'eventId'],
   ['a JSON-parsed __proto__ key', JSON.parse('{"__proto__": {"eventId": "x"}, "type": "DEPOSIT_CONFIRMED"}'), 'eventId'],
-  ['a getter that throws', Object.defineProperty({ ...event }, 'depositRef', { get() { throw new Error('boom'); } }), 'depositRef'],
-  ['a getter that throws a string', Object.defineProperty({ ...event }, 'eventId', { get() { throw 'nope'; } }), 'eventId'],
-  ['a revoked proxy', (() => { const p = Proxy.revocable({}, {}); p.revoke(); return p.proxy; })(), 'eventId'],
+  [
+    'a getter that throws',
+    Object.defineProperty({ ...event }, 'depositRef', {
+      get() {
+        throw new Error('boom');
+      },
+    }),
+    'depositRef',
+  ],
+  [
+    'a getter that throws a string',
+    Object.defineProperty({ ...event }, 'eventId', {
+      get() {
+        throw 'nope';
+      },
+    }),
+    'eventId',
+  ],
+  [
+    'a revoked proxy',
+    (() => {
+      const p = Proxy.revocable({}, {});
+      p.revoke();
+      return p.proxy;
+    })(),
+    'eventId',
+  ],
   ['a 10 MB eventId', { ...event, eventId: 'x'.repeat(10 * 1024 * 1024) }, 'eventId'],
   ['a 10 MB amount', { ...event, amountUnits: '1'.repeat(10 * 1024 * 1024) }, 'amountUnits'],
   ['a lone high surrogate', { ...event, eventId: 'evt-\uD800' }, 'eventId'],
@@ -70,7 +95,12 @@ test('a surrogate pair (an emoji) is well-formed and accepted', () => {
 });
 
 test('a getter on an unrelated property is never read', () => {
-  const watched = Object.defineProperty({ ...event }, 'unrelated', { get() { throw new Error('read'); }, enumerable: true });
+  const watched = Object.defineProperty({ ...event }, 'unrelated', {
+    get() {
+      throw new Error('read');
+    },
+    enumerable: true,
+  });
   assert.doesNotThrow(() => validateEvent(watched));
 });
 
@@ -89,7 +119,11 @@ test('bad stored records and arguments to decide are coded errors', () => {
     [null, 'INVALID_EVENT'],
   ];
   for (const [input, code] of cases) {
-    assert.throws(() => decide(input), (error) => error instanceof IdemflowError && error.code === code, JSON.stringify(input));
+    assert.throws(
+      () => decide(input),
+      (error) => error instanceof IdemflowError && error.code === code,
+      JSON.stringify(input),
+    );
   }
 });
 
@@ -99,7 +133,11 @@ test('100,000 rejected calls leave the wasm memory within a fixed bound, and a v
     { ...event, amountUnits: 12500000 },
     { ...event, eventId: 'evt-\uD800' },
     { ...event, depositRef: 'x'.repeat(600) },
-    Object.defineProperty({ ...event }, 'depositRef', { get() { throw new Error('boom'); } }),
+    Object.defineProperty({ ...event }, 'depositRef', {
+      get() {
+        throw new Error('boom');
+      },
+    }),
     { ...event, type: 'NOPE' },
   ];
   // Warm up so one-time allocations (rule set, interned strings) are not counted.

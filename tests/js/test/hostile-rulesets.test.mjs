@@ -2,13 +2,21 @@
 // inputs are read from their own properties only, every public entry answers
 // any input with a result or an IdemflowError, and evicted rule sets give
 // their wasm memory back without leaving a dangling RuleSet behind.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
+import test from 'node:test';
 import {
-  IdemflowError, RuleSet, decide, fingerprint, normalizeEvent, planDepositConfirmation, validateEvent, verifyRuleSet,
+  decide,
+  fingerprint,
+  IdemflowError,
+  normalizeEvent,
+  planDepositConfirmation,
+  RuleSet,
+  validateEvent,
+  verifyRuleSet,
 } from 'idemflow';
+import { detectedSwap, SEED_EVENT, shipmentDefinition } from '../workers/fixtures.mjs';
 import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
-import { SEED_EVENT, detectedSwap, shipmentDefinition } from '../workers/fixtures.mjs';
 
 const event = SEED_EVENT;
 const workflow = detectedSwap({ id: 'swap-42', revision: 2, depositRef: event.depositRef, amountUnits: event.amountUnits });
@@ -36,11 +44,51 @@ function hostileDefinitions() {
   for (let i = 0; i < 100; i += 1) deep = [deep];
   return [
     ['one rule holding 50,000 "*" in on and in (the 399 KiB trap)', stars, '$.rules[1].on', 'maxListNames'],
-    ['30,000 statuses', withKey('statuses', range(30_000, (i) => ({ name: `s${i}` }))), '$.statuses', 'maxStatuses'],
-    ['100,000 statuses', withKey('statuses', range(100_000, (i) => ({ name: `s${i}` }))), '$', 'maxDefinitionBytes'],
-    ['20,000 event types', withKey('events', range(20_000, (i) => ({ type: `E${i}`, fields: [] }))), '$.events', 'maxEventTypes'],
-    ['100 fields', withKey('fields', range(100, (i) => ({ name: `f${i}`, kind: 'text' }))), '$.fields', 'maxFields'],
-    ['10,000 rules', withKey('rules', range(10_000, () => base().rules[1])), '$.rules', 'maxRules'],
+    [
+      '30,000 statuses',
+      withKey(
+        'statuses',
+        range(30_000, (i) => ({ name: `s${i}` })),
+      ),
+      '$.statuses',
+      'maxStatuses',
+    ],
+    [
+      '100,000 statuses',
+      withKey(
+        'statuses',
+        range(100_000, (i) => ({ name: `s${i}` })),
+      ),
+      '$',
+      'maxDefinitionBytes',
+    ],
+    [
+      '20,000 event types',
+      withKey(
+        'events',
+        range(20_000, (i) => ({ type: `E${i}`, fields: [] })),
+      ),
+      '$.events',
+      'maxEventTypes',
+    ],
+    [
+      '100 fields',
+      withKey(
+        'fields',
+        range(100, (i) => ({ name: `f${i}`, kind: 'text' })),
+      ),
+      '$.fields',
+      'maxFields',
+    ],
+    [
+      '10,000 rules',
+      withKey(
+        'rules',
+        range(10_000, () => base().rules[1]),
+      ),
+      '$.rules',
+      'maxRules',
+    ],
     ['33 emits in one rule', emits, '$.rules[0].then.emit', 'maxEmitsPerRule'],
     ['4096 rules answering 256 x 256 pairs each', wide, '$.rules[2]', 'maxTableEntries'],
     ['arrays nested 100 deep', withKey('description', deep), '$', 'maxDepth'],
@@ -53,7 +101,7 @@ function coded(fn, code) {
   try {
     fn();
   } catch (error) {
-    assert.ok(error instanceof IdemflowError, `not an IdemflowError: ${error && error.stack}`);
+    assert.ok(error instanceof IdemflowError, `not an IdemflowError: ${error?.stack}`);
     if (code) assert.equal(error.code, code, error.message);
     return error;
   }
@@ -102,10 +150,16 @@ function pastTheReorderBudget(types, statuses) {
 }
 
 test('a definition past the reorder budget in total is refused naming it, in under 2 s of CPU', () => {
-  for (const [types, statuses, limit] of [[15, 256, 'maxReorderHistories'], [6, 200, 'maxReorderConfigurations']]) {
+  for (const [types, statuses, limit] of [
+    [15, 256, 'maxReorderHistories'],
+    [6, 200, 'maxReorderConfigurations'],
+  ]) {
     const definition = pastTheReorderBudget(types, statuses);
     const label = `${types} types from ${statuses} statuses (${JSON.stringify(definition).length >> 10} KiB)`;
-    for (const [entry, load] of [['RuleSet.fromJSON', () => RuleSet.fromJSON(definition)], ['verifyRuleSet', () => verifyRuleSet(definition)]]) {
+    for (const [entry, load] of [
+      ['RuleSet.fromJSON', () => RuleSet.fromJSON(definition)],
+      ['verifyRuleSet', () => verifyRuleSet(definition)],
+    ]) {
       const before = process.cpuUsage();
       const error = coded(load, 'RULESET_INVALID');
       const spent = process.cpuUsage(before);
@@ -173,7 +227,12 @@ test('an own getter on an event field is read', () => {
 });
 
 test('decide with a throwing getter on event, receipt, workflow or ruleSet is an IdemflowError', () => {
-  const boom = (key) => Object.defineProperty({ event, receipt: null, workflow }, key, { get() { throw new Error(`boom ${key}`); } });
+  const boom = (key) =>
+    Object.defineProperty({ event, receipt: null, workflow }, key, {
+      get() {
+        throw new Error(`boom ${key}`);
+      },
+    });
   const onEvent = coded(() => decide(boom('event')), 'INVALID_EVENT');
   assert.equal(onEvent.details.field, 'event');
   for (const key of ['receipt', 'workflow', 'ruleSet']) {
@@ -183,23 +242,54 @@ test('decide with a throwing getter on event, receipt, workflow or ruleSet is an
 });
 
 test('every public entry answers hostile arguments with an IdemflowError', () => {
-  const revoked = () => { const p = Proxy.revocable({}, {}); p.revoke(); return p.proxy; };
-  const trap = new Proxy({}, { get() { throw new Error('get trap'); }, getOwnPropertyDescriptor() { throw new Error('gOPD trap'); }, has() { throw new Error('has trap'); } });
-  const throwingToJSON = { toJSON() { throw new Error('toJSON'); } };
+  const revoked = () => {
+    const p = Proxy.revocable({}, {});
+    p.revoke();
+    return p.proxy;
+  };
+  const trap = new Proxy(
+    {},
+    {
+      get() {
+        throw new Error('get trap');
+      },
+      getOwnPropertyDescriptor() {
+        throw new Error('gOPD trap');
+      },
+      has() {
+        throw new Error('has trap');
+      },
+    },
+  );
+  const throwingToJSON = {
+    toJSON() {
+      throw new Error('toJSON');
+    },
+  };
   const hostile = [revoked(), trap, throwingToJSON, Symbol('x'), 10n, () => 1, null, undefined, 'x', -0, NaN];
   const entries = [
-    (x) => validateEvent(x), (x) => validateEvent(event, x), (x) => normalizeEvent(x), (x) => normalizeEvent(event, x),
-    (x) => fingerprint(x), (x) => fingerprint(event, x), (x) => decide(x), (x) => decide({ event: x }),
-    (x) => decide({ event, receipt: x, workflow }), (x) => decide({ event, receipt: null, workflow: x }),
+    (x) => validateEvent(x),
+    (x) => validateEvent(event, x),
+    (x) => normalizeEvent(x),
+    (x) => normalizeEvent(event, x),
+    (x) => fingerprint(x),
+    (x) => fingerprint(event, x),
+    (x) => decide(x),
+    (x) => decide({ event: x }),
+    (x) => decide({ event, receipt: x, workflow }),
+    (x) => decide({ event, receipt: null, workflow: x }),
     (x) => planDepositConfirmation(x, event),
-    (x) => planDepositConfirmation(workflow, x), (x) => RuleSet.fromJSON(x), (x) => RuleSet.builtin(x), (x) => verifyRuleSet(x),
+    (x) => planDepositConfirmation(workflow, x),
+    (x) => RuleSet.fromJSON(x),
+    (x) => RuleSet.builtin(x),
+    (x) => verifyRuleSet(x),
   ];
   for (const [i, entry] of entries.entries()) {
     for (const value of hostile) {
       try {
         entry(value);
       } catch (error) {
-        assert.ok(error instanceof IdemflowError, `entry ${i} with ${typeof value}: ${error && error.stack}`);
+        assert.ok(error instanceof IdemflowError, `entry ${i} with ${typeof value}: ${error?.stack}`);
         assert.ok(error.code in IdemflowError.codes, error.code);
       }
     }

@@ -3,14 +3,14 @@
 // row written, uncommitted) and restarted answers the client's retry by
 // running the handler once more, leaving one row; a retry after a restart
 // replays the stored response.
-import { describe, it } from 'node:test';
+
 import assert from 'node:assert/strict';
 import { fork } from 'node:child_process';
 import path from 'node:path';
+import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-
-import { post } from '../workers/http-apps.mjs';
 import { PG_URL, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { post } from '../workers/http-apps.mjs';
 
 const SERVER = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'workers', 'http-server.mjs');
 const ORDER = { customer: 'c-9', items: [{ sku: 'B-2', quantity: 1 }], totalUnits: '990' };
@@ -28,11 +28,14 @@ function start(spec) {
       }
     }
   });
-  const next = (kind) => new Promise((resolve, reject) => {
-    waiting.push({ kind, resolve });
-    child.once('exit', (code, signal) => reject(new Error(`the server exited (${code ?? signal}) before ${kind}`)));
+  const next = (kind) =>
+    new Promise((resolve, reject) => {
+      waiting.push({ kind, resolve });
+      child.once('exit', (code, signal) => reject(new Error(`the server exited (${code ?? signal}) before ${kind}`)));
+    });
+  const exited = new Promise((resolve) => {
+    child.once('exit', (code, signal) => resolve(signal ?? code));
   });
-  const exited = new Promise((resolve) => { child.once('exit', (code, signal) => resolve(signal ?? code)); });
   return next('listening').then((port) => ({
     port,
     next,
@@ -49,7 +52,11 @@ function start(spec) {
 
 const STORES = [
   { id: 'sqlite', spec: () => ({ kind: 'sqlite', file: path.join(tempDir('http-process'), 'api.db') }) },
-  { id: 'pg', skip: PG_URL ? false : 'set IDEMFLOW_PG_URL to run the process tests on PostgreSQL', spec: () => ({ kind: 'pg', url: PG_URL }) },
+  {
+    id: 'pg',
+    skip: PG_URL ? false : 'set IDEMFLOW_PG_URL to run the process tests on PostgreSQL',
+    spec: () => ({ kind: 'pg', url: PG_URL }),
+  },
 ];
 
 async function hostRows(spec) {
@@ -97,7 +104,7 @@ for (const store of STORES) {
           assert.equal(await first.kill(), 'SIGKILL');
           const lost = await request;
           assert.ok(lost.error, 'the client saw the connection end, not an answer');
-          assert.deepEqual(await hostRows(spec), [], 'the killed handler\'s row rolled back with the key');
+          assert.deepEqual(await hostRows(spec), [], "the killed handler's row rolled back with the key");
 
           const second = await start(spec);
           const retry = await post(second.port, '/orders', { key: 'order-key-kill', body: ORDER });

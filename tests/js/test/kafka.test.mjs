@@ -9,20 +9,21 @@
 // stand-ins for kafkajs's callbacks, to pin the order of settle, resolve,
 // commit and heartbeat.
 // The chaos run of the Kafka worker is in brokers.test.mjs.
-import { after, before, describe, it } from 'node:test';
+
 import assert from 'node:assert/strict';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { once } from 'node:events';
 import fs from 'node:fs';
 import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { ROOT_CONTEXT, context, trace } from '@opentelemetry/api';
+import { context, ROOT_CONTEXT, trace } from '@opentelemetry/api';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { IdemflowError, InMemoryStore, createOutboxConsumer, processEvent } from 'idemflow';
-import { RELAY_HEADERS, createKafkaRelay, kafkaRecord } from 'idemflow/kafka';
-import { PG_URL, openStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
+import { createOutboxConsumer, IdemflowError, InMemoryStore, processEvent } from 'idemflow';
+import { createKafkaRelay, kafkaRecord, RELAY_HEADERS } from 'idemflow/kafka';
+import { openStore, PG_URL, tablesFor, uniquePrefix } from '../workers/backends.mjs';
+import { brokerSkip, EXAMPLES, supervise } from '../workers/chaos.mjs';
 import { detectedSwap } from '../workers/fixtures.mjs';
-import { EXAMPLES, brokerSkip, supervise } from '../workers/chaos.mjs';
 import { KAFKA_BROKERS, kafkaFor, watchTopics } from '../workers/kafka.mjs';
 
 const T0 = Date.UTC(2026, 0, 1);
@@ -31,11 +32,22 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 /** The smallest context manager there is, so that an active span is active inside the consumer's handler. */
 class StorageContextManager {
   #storage = new AsyncLocalStorage();
-  active() { return this.#storage.getStore() ?? ROOT_CONTEXT; }
-  with(ctx, fn, thisArg, ...args) { return this.#storage.run(ctx, () => fn.call(thisArg, ...args)); }
-  bind(_ctx, target) { return target; }
-  enable() { return this; }
-  disable() { this.#storage.disable(); return this; }
+  active() {
+    return this.#storage.getStore() ?? ROOT_CONTEXT;
+  }
+  with(ctx, fn, thisArg, ...args) {
+    return this.#storage.run(ctx, () => fn.call(thisArg, ...args));
+  }
+  bind(_ctx, target) {
+    return target;
+  }
+  enable() {
+    return this;
+  }
+  disable() {
+    this.#storage.disable();
+    return this;
+  }
 }
 
 const spans = new InMemorySpanExporter();
@@ -48,7 +60,12 @@ after(() => tracerProvider.shutdown());
 
 const waiting = (i) => ({ id: `swap-${i}`, status: 'waiting', revision: 1 });
 const confirmation = (i) => ({
-  eventId: `watcher:swap-${i}:confirmed`, workflowId: `swap-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i), sequence: 1,
+  eventId: `watcher:swap-${i}:confirmed`,
+  workflowId: `swap-${i}`,
+  type: 'DEPOSIT_CONFIRMED',
+  depositRef: `btc:tx-${i}:vout-0`,
+  amountUnits: String(1000 + i),
+  sequence: 1,
 });
 
 /** A producer that keeps what it is asked to send; `fail` makes the next sends throw. */
@@ -69,7 +86,10 @@ function recordingProducer() {
 }
 
 async function confirmedStore(count, options) {
-  const store = new InMemoryStore(Array.from({ length: count }, (_, i) => waiting(i + 1)), { now: () => T0 });
+  const store = new InMemoryStore(
+    Array.from({ length: count }, (_, i) => waiting(i + 1)),
+    { now: () => T0 },
+  );
   for (let i = 1; i <= count; i += 1) assert.equal((await processEvent(store, confirmation(i), options)).outcome, 'applied');
   return store;
 }
@@ -82,29 +102,52 @@ describe('the outbox relay to Kafka', () => {
     const consumer = createOutboxConsumer(store, { START_EXCHANGE: relay }, { now: () => T0, autoRenew: false });
     assert.equal((await consumer.runOnce()).done, 2);
     const records = producer.sent.sort((a, b) => a.messages[0].key.localeCompare(b.messages[0].key));
-    assert.deepEqual(records.map((r) => [r.topic, r.messages.length, r.messages[0].key]), [['swaps.operations', 1, 'swap-1'], ['swaps.operations', 1, 'swap-2']]);
+    assert.deepEqual(
+      records.map((r) => [r.topic, r.messages.length, r.messages[0].key]),
+      [
+        ['swaps.operations', 1, 'swap-1'],
+        ['swaps.operations', 1, 'swap-2'],
+      ],
+    );
     const [first] = records[0].messages;
     const stored = await store.getOperation('start-exchange:swap-1');
-    assert.deepEqual({ ...first.headers, traceparent: undefined }, {
-      'idemflow-operation-id': 'start-exchange:swap-1',
-      'idemflow-operation-type': 'START_EXCHANGE',
-      'idemflow-workflow-id': 'swap-1',
-      'idemflow-event-id': 'watcher:swap-1:confirmed',
-      traceparent: undefined,
-    });
+    assert.deepEqual(
+      { ...first.headers, traceparent: undefined },
+      {
+        'idemflow-operation-id': 'start-exchange:swap-1',
+        'idemflow-operation-type': 'START_EXCHANGE',
+        'idemflow-workflow-id': 'swap-1',
+        'idemflow-event-id': 'watcher:swap-1:confirmed',
+        traceparent: undefined,
+      },
+    );
     assert.deepEqual(JSON.parse(first.value), {
-      id: 'start-exchange:swap-1', type: 'START_EXCHANGE', workflowId: 'swap-1', eventId: 'watcher:swap-1:confirmed',
-      payload: stored.payload, metadata: { correlationId: 'corr-7' },
+      id: 'start-exchange:swap-1',
+      type: 'START_EXCHANGE',
+      workflowId: 'swap-1',
+      eventId: 'watcher:swap-1:confirmed',
+      payload: stored.payload,
+      metadata: { correlationId: 'corr-7' },
     });
     assert.equal(stored.status, 'done');
   });
 
   it('sends each operation type to the topic the topic function names', async () => {
-    const store = new InMemoryStore([detectedSwap({ id: 'swap-9', revision: 3, depositRef: 'btc:tx-9:vout-0', amountUnits: '900' })], { now: () => T0 });
+    const store = new InMemoryStore([detectedSwap({ id: 'swap-9', revision: 3, depositRef: 'btc:tx-9:vout-0', amountUnits: '900' })], {
+      now: () => T0,
+    });
     for (const event of [
-      { eventId: 'e-confirm', workflowId: 'swap-9', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx-9:vout-0', amountUnits: '900', sequence: 2 },
+      {
+        eventId: 'e-confirm',
+        workflowId: 'swap-9',
+        type: 'DEPOSIT_CONFIRMED',
+        depositRef: 'btc:tx-9:vout-0',
+        amountUnits: '900',
+        sequence: 2,
+      },
       { eventId: 'e-done', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '880' },
-    ]) assert.equal((await processEvent(store, event)).outcome, 'applied');
+    ])
+      assert.equal((await processEvent(store, event)).outcome, 'applied');
     const producer = recordingProducer();
     const relay = createKafkaRelay(producer, { topic: (operation) => `swaps.${operation.type.toLowerCase()}` });
     const consumer = createOutboxConsumer(store, { START_EXCHANGE: relay, SEND_PAYOUT: relay }, { now: () => T0, autoRenew: false });
@@ -120,7 +163,11 @@ describe('the outbox relay to Kafka', () => {
     const store = await confirmedStore(1);
     const producer = recordingProducer();
     producer.fail = 1;
-    const consumer = createOutboxConsumer(store, { START_EXCHANGE: createKafkaRelay(producer, { topic: 'ops' }) }, { now: () => t, autoRenew: false, baseDelayMs: 1000 });
+    const consumer = createOutboxConsumer(
+      store,
+      { START_EXCHANGE: createKafkaRelay(producer, { topic: 'ops' }) },
+      { now: () => t, autoRenew: false, baseDelayMs: 1000 },
+    );
     const first = await consumer.runOnce();
     assert.deepEqual([first.retried, first.done, producer.sent.length], [1, 0, 0]);
     const pending = await store.getOperation('start-exchange:swap-1');
@@ -128,7 +175,10 @@ describe('the outbox relay to Kafka', () => {
     assert.match(pending.lastError, /connection refused/);
     t = pending.nextAttemptAt;
     assert.equal((await consumer.runOnce()).done, 1);
-    assert.deepEqual(producer.sent.map((r) => r.messages[0].headers['idemflow-operation-id']), ['start-exchange:swap-1']);
+    assert.deepEqual(
+      producer.sent.map((r) => r.messages[0].headers['idemflow-operation-id']),
+      ['start-exchange:swap-1'],
+    );
     assert.equal((await store.getOperation('start-exchange:swap-1')).attempts, 2);
   });
 
@@ -144,21 +194,50 @@ describe('the outbox relay to Kafka', () => {
     assert.equal(kafkaRecord(operation, { traceContext: null }, { topic: 'ops' }).message.headers.traceparent, undefined);
     // Inside the consumer: the handler span, a child of the delivery's span in the same trace.
     const producer = recordingProducer();
-    await createOutboxConsumer(store, { START_EXCHANGE: createKafkaRelay(producer, { topic: 'ops' }) }, { now: () => T0, autoRenew: false }).runOnce();
+    await createOutboxConsumer(
+      store,
+      { START_EXCHANGE: createKafkaRelay(producer, { topic: 'ops' }) },
+      { now: () => T0, autoRenew: false },
+    ).runOnce();
     const [handler] = spans.getFinishedSpans().filter((s) => s.name === 'handle START_EXCHANGE');
     assert.equal(handler.parentSpanContext?.spanId ?? handler.parentSpanId, processSpan.spanContext().spanId);
-    assert.equal(producer.sent[0].messages[0].headers.traceparent, `00-${processSpan.spanContext().traceId}-${handler.spanContext().spanId}-01`);
+    assert.equal(
+      producer.sent[0].messages[0].headers.traceparent,
+      `00-${processSpan.spanContext().traceId}-${handler.spanContext().spanId}-01`,
+    );
   });
 
   it('refuses a producer without send, a missing or misspelt topic, and a topic function that names no topic', async () => {
-    const code = (fn) => { try { fn(); } catch (error) { return [error instanceof IdemflowError, error.code, error.details.field, error.details.suggestion ?? null]; } return null; };
-    assert.deepEqual(code(() => createKafkaRelay({}, { topic: 'ops' })), [true, 'INVALID_ARGUMENT', 'producer', null]);
-    assert.deepEqual(code(() => createKafkaRelay(recordingProducer(), {})), [true, 'INVALID_ARGUMENT', 'topic', null]);
-    assert.deepEqual(code(() => createKafkaRelay(recordingProducer(), { topic: '' })), [true, 'INVALID_ARGUMENT', 'topic', null]);
-    assert.deepEqual(code(() => createKafkaRelay(recordingProducer(), { topic: 'ops', topics: 'x' })), [true, 'INVALID_ARGUMENT', 'topics', 'topic']);
+    const code = (fn) => {
+      try {
+        fn();
+      } catch (error) {
+        return [error instanceof IdemflowError, error.code, error.details.field, error.details.suggestion ?? null];
+      }
+      return null;
+    };
+    assert.deepEqual(
+      code(() => createKafkaRelay({}, { topic: 'ops' })),
+      [true, 'INVALID_ARGUMENT', 'producer', null],
+    );
+    assert.deepEqual(
+      code(() => createKafkaRelay(recordingProducer(), {})),
+      [true, 'INVALID_ARGUMENT', 'topic', null],
+    );
+    assert.deepEqual(
+      code(() => createKafkaRelay(recordingProducer(), { topic: '' })),
+      [true, 'INVALID_ARGUMENT', 'topic', null],
+    );
+    assert.deepEqual(
+      code(() => createKafkaRelay(recordingProducer(), { topic: 'ops', topics: 'x' })),
+      [true, 'INVALID_ARGUMENT', 'topics', 'topic'],
+    );
     const store = await confirmedStore(1);
     const operation = await store.getOperation('start-exchange:swap-1');
-    assert.deepEqual(code(() => kafkaRecord(operation, null, { topic: () => undefined })), [true, 'INVALID_ARGUMENT', 'topic', null]);
+    assert.deepEqual(
+      code(() => kafkaRecord(operation, null, { topic: () => undefined })),
+      [true, 'INVALID_ARGUMENT', 'topic', null],
+    );
   });
 });
 
@@ -167,7 +246,12 @@ describe('the outbox relay to Kafka', () => {
 const skipExamples = fs.existsSync(EXAMPLES) ? false : 'tests/js/examples is missing: run `make examples`';
 
 describe('the Kafka worker takes a batch in chunks', { skip: skipExamples }, () => {
-  const message = (offset, notBefore) => ({ offset: String(offset), key: null, value: Buffer.from('{}'), headers: notBefore === undefined ? {} : { 'idemflow-not-before': Buffer.from(String(notBefore)) } });
+  const message = (offset, notBefore) => ({
+    offset: String(offset),
+    key: null,
+    value: Buffer.from('{}'),
+    headers: notBefore === undefined ? {} : { 'idemflow-not-before': Buffer.from(String(notBefore)) },
+  });
 
   /** kafkajs's eachBatch arguments, each call written to `calls`. */
   function callbacks(topic, messages, { running = () => true } = {}) {
@@ -180,30 +264,58 @@ describe('the Kafka worker takes a batch in chunks', { skip: skipExamples }, () 
         batch: { topic, partition: 3, messages },
         resolveOffset: (offset) => calls.push(`resolve ${offset}`),
         uncommittedOffsets: () => ({ topics: [{ topic, partitions: [{ partition: 3, offset: 'resolved' }] }] }),
-        commitOffsetsIfNecessary: async (offsets) => { calls.push(offsets ? 'commit resolved' : 'commit nothing'); },
-        heartbeat: async () => { calls.push('heartbeat'); },
+        commitOffsetsIfNecessary: async (offsets) => {
+          calls.push(offsets ? 'commit resolved' : 'commit nothing');
+        },
+        heartbeat: async () => {
+          calls.push('heartbeat');
+        },
         isRunning: running,
         isStale: () => false,
-        pause: () => { calls.push('pause'); return () => resumed.push(Date.now()); },
+        pause: () => {
+          calls.push('pause');
+          return () => resumed.push(Date.now());
+        },
       },
     };
   }
 
   it('settles a chunk, then resolves its last offset, commits and heartbeats, chunk after chunk', async () => {
     const { inChunks } = await import(path.join(EXAMPLES, 'kafka-worker/consume.mjs'));
-    const { calls, args } = callbacks('swaps', [10, 11, 12, 13, 14].map((o) => message(o)));
-    await inChunks({ size: 2, retryTopic: 'swaps.retry', settle: async (topic, partition, chunk) => { calls.push(`settle ${topic}/${partition} ${chunk.map((m) => m.offset)}`); } })(args);
+    const { calls, args } = callbacks(
+      'swaps',
+      [10, 11, 12, 13, 14].map((o) => message(o)),
+    );
+    await inChunks({
+      size: 2,
+      retryTopic: 'swaps.retry',
+      settle: async (topic, partition, chunk) => {
+        calls.push(`settle ${topic}/${partition} ${chunk.map((m) => m.offset)}`);
+      },
+    })(args);
     assert.deepEqual(calls, [
-      'settle swaps/3 10,11', 'resolve 11', 'commit resolved', 'heartbeat',
-      'settle swaps/3 12,13', 'resolve 13', 'commit resolved', 'heartbeat',
-      'settle swaps/3 14', 'resolve 14', 'commit resolved', 'heartbeat',
+      'settle swaps/3 10,11',
+      'resolve 11',
+      'commit resolved',
+      'heartbeat',
+      'settle swaps/3 12,13',
+      'resolve 13',
+      'commit resolved',
+      'heartbeat',
+      'settle swaps/3 14',
+      'resolve 14',
+      'commit resolved',
+      'heartbeat',
     ]);
   });
 
   it('a chunk whose settling fails is neither resolved nor committed', async () => {
     const { inChunks } = await import(path.join(EXAMPLES, 'kafka-worker/consume.mjs'));
-    const { calls, args } = callbacks('swaps', [10, 11, 12, 13].map((o) => message(o)));
-    const settle = async (topic, partition, chunk) => {
+    const { calls, args } = callbacks(
+      'swaps',
+      [10, 11, 12, 13].map((o) => message(o)),
+    );
+    const settle = async (_topic, _partition, chunk) => {
       calls.push(`settle ${chunk.map((m) => m.offset)}`);
       if (chunk[0].offset === '12') throw new Error('the broker refused a dead letter');
     };
@@ -214,8 +326,19 @@ describe('the Kafka worker takes a batch in chunks', { skip: skipExamples }, () 
   it('takes no further chunk once the consumer is stopping', async () => {
     const { inChunks } = await import(path.join(EXAMPLES, 'kafka-worker/consume.mjs'));
     let chunks = 0;
-    const { calls, args } = callbacks('swaps', [10, 11, 12, 13].map((o) => message(o)), { running: () => chunks < 1 });
-    await inChunks({ size: 2, retryTopic: 'swaps.retry', settle: async (topic, partition, chunk) => { chunks += 1; calls.push(`settle ${chunk.map((m) => m.offset)}`); } })(args);
+    const { calls, args } = callbacks(
+      'swaps',
+      [10, 11, 12, 13].map((o) => message(o)),
+      { running: () => chunks < 1 },
+    );
+    await inChunks({
+      size: 2,
+      retryTopic: 'swaps.retry',
+      settle: async (_topic, _partition, chunk) => {
+        chunks += 1;
+        calls.push(`settle ${chunk.map((m) => m.offset)}`);
+      },
+    })(args);
     assert.deepEqual(calls, ['settle 10,11', 'resolve 11', 'commit resolved', 'heartbeat']);
   });
 
@@ -223,8 +346,19 @@ describe('the Kafka worker takes a batch in chunks', { skip: skipExamples }, () 
     const { inChunks } = await import(path.join(EXAMPLES, 'kafka-worker/consume.mjs'));
     const now = Date.now();
     const due = now + 300;
-    const { calls, resumed, args } = callbacks('swaps.retry', [message(20, now - 1000), message(21), message(22, due), message(23, now - 1000)]);
-    await inChunks({ size: 16, retryTopic: 'swaps.retry', settle: async (topic, partition, chunk) => { calls.push(`settle ${chunk.map((m) => m.offset)}`); } })(args);
+    const { calls, resumed, args } = callbacks('swaps.retry', [
+      message(20, now - 1000),
+      message(21),
+      message(22, due),
+      message(23, now - 1000),
+    ]);
+    await inChunks({
+      size: 16,
+      retryTopic: 'swaps.retry',
+      settle: async (_topic, _partition, chunk) => {
+        calls.push(`settle ${chunk.map((m) => m.offset)}`);
+      },
+    })(args);
     assert.deepEqual(calls, ['settle 20,21', 'resolve 21', 'commit resolved', 'heartbeat', 'pause']);
     assert.deepEqual(resumed, [], 'paused, not resumed yet');
     await until('the partition is resumed', () => resumed.length === 1, 5000);
@@ -252,7 +386,9 @@ async function exited(child) {
 }
 
 describe('the Kafka example against the broker', { skip: skipBroker }, () => {
-  it('a relay killed after the broker acknowledged a record, before marking the operation done: the next relay sends the same operation id again', { timeout: 120_000 }, async () => {
+  it('a relay killed after the broker acknowledged a record, before marking the operation done: the next relay sends the same operation id again', {
+    timeout: 120_000,
+  }, async () => {
     const prefix = uniquePrefix();
     const tables = tablesFor(prefix);
     const db = await openStore('pg', { tables, url: PG_URL, poolSize: 2 });
@@ -270,14 +406,29 @@ describe('the Kafka example against the broker', { skip: skipBroker }, () => {
       const ids = [1, 2, 3].map((i) => `start-exchange:swap-${i}`);
       const traceContexts = new Map();
       for (const id of ids) traceContexts.set(id, (await db.store.getOperation(id)).traceContext);
-      assert.ok([...traceContexts.values()].every((tc) => /^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/.test(tc)), 'the deliveries stored their trace context');
+      assert.ok(
+        [...traceContexts.values()].every((tc) => /^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/.test(tc)),
+        'the deliveries stored their trace context',
+      );
 
-      const env = { IDEMFLOW_KAFKA_BROKERS: KAFKA_BROKERS, IDEMFLOW_PG_URL: PG_URL, IDEMFLOW_TABLE_PREFIX: prefix, RELAY_TOPIC: topic,
-        OUTBOX_LEASE_MS: '2000', OUTBOX_POLL_MS: '100', OUTBOX_BASE_DELAY_MS: '100' };
+      const env = {
+        IDEMFLOW_KAFKA_BROKERS: KAFKA_BROKERS,
+        IDEMFLOW_PG_URL: PG_URL,
+        IDEMFLOW_TABLE_PREFIX: prefix,
+        RELAY_TOPIC: topic,
+        OUTBOX_LEASE_MS: '2000',
+        OUTBOX_POLL_MS: '100',
+        OUTBOX_BASE_DELAY_MS: '100',
+      };
       const acknowledged = new Set();
-      const held = supervise(path.join(EXAMPLES, 'kafka-worker/relay.mjs'), env, (line) => {
-        if (line.role === 'hold') for (const id of line.acknowledged) acknowledged.add(id);
-      }, ['--import', fileURLToPath(new URL('../workers/kafka-hold-after-send.mjs', import.meta.url))]);
+      const held = supervise(
+        path.join(EXAMPLES, 'kafka-worker/relay.mjs'),
+        env,
+        (line) => {
+          if (line.role === 'hold') for (const id of line.acknowledged) acknowledged.add(id);
+        },
+        ['--import', fileURLToPath(new URL('../workers/kafka-hold-after-send.mjs', import.meta.url))],
+      );
       children.push(held);
       await until('the first relay sends every operation', () => acknowledged.size === ids.length, 60_000);
       await watcher.caughtUp();
@@ -291,10 +442,14 @@ describe('the Kafka example against the broker', { skip: skipBroker }, () => {
         if (line.role === 'relay' && line.event === 'done') done.push(line.operationId);
       });
       children.push(relay);
-      await until('the second relay marks every operation done', async () => {
-        const statuses = await Promise.all(ids.map(async (id) => (await db.store.getOperation(id)).status));
-        return statuses.every((status) => status === 'done');
-      }, 60_000);
+      await until(
+        'the second relay marks every operation done',
+        async () => {
+          const statuses = await Promise.all(ids.map(async (id) => (await db.store.getOperation(id)).status));
+          return statuses.every((status) => status === 'done');
+        },
+        60_000,
+      );
       relay.kill('SIGTERM');
       assert.deepEqual(await exited(relay), [0, null], 'the relay stops on SIGTERM with exit code 0');
       assert.deepEqual(done.sort(), ids);
@@ -330,7 +485,9 @@ describe('the Kafka example against the broker', { skip: skipBroker }, () => {
     }
   });
 
-  it('a worker stopped with SIGTERM leaves the group, and the member that takes over gets nothing it settled again', { timeout: 150_000 }, async () => {
+  it('a worker stopped with SIGTERM leaves the group, and the member that takes over gets nothing it settled again', {
+    timeout: 150_000,
+  }, async () => {
     const prefix = uniquePrefix();
     const base = `idemflow-${prefix}`;
     const tables = tablesFor(prefix);
@@ -350,12 +507,20 @@ describe('the Kafka example against the broker', { skip: skipBroker }, () => {
         events.push(confirmation(i), { ...confirmation(i), eventId: `watcher-b:swap-${i}:confirmed` });
       }
       // A member that dies without leaving stays in the group for this long (the broker's join window is half of it).
-      const env = { IDEMFLOW_KAFKA_BROKERS: KAFKA_BROKERS, IDEMFLOW_PG_URL: PG_URL, IDEMFLOW_TABLE_PREFIX: prefix, SWAPS_TOPIC: base,
-        SESSION_TIMEOUT_MS: '20000', BATCH_SIZE: '4', PARTITIONS_CONCURRENTLY: '1' };
+      const env = {
+        IDEMFLOW_KAFKA_BROKERS: KAFKA_BROKERS,
+        IDEMFLOW_PG_URL: PG_URL,
+        IDEMFLOW_TABLE_PREFIX: prefix,
+        SWAPS_TOPIC: base,
+        SESSION_TIMEOUT_MS: '20000',
+        BATCH_SIZE: '4',
+        PARTITIONS_CONCURRENTLY: '1',
+      };
       const start = (name) => {
         const worker = { name, joins: [], settled: [], stopped: false };
         worker.child = supervise(path.join(EXAMPLES, 'kafka-worker/worker.mjs'), env, (line) => {
-          if (line.event === 'group-join') worker.joins.push({ memberId: line.memberId, partitions: Object.values(line.assignment).flat().length });
+          if (line.event === 'group-join')
+            worker.joins.push({ memberId: line.memberId, partitions: Object.values(line.assignment).flat().length });
           if (line.event === 'stopped') worker.stopped = true;
           if (line.action && line.topic === names.main) worker.settled.push(`${line.partition}/${line.offset}`);
         });
@@ -364,14 +529,24 @@ describe('the Kafka example against the broker', { skip: skipBroker }, () => {
       };
       const [leaving, staying] = [start('leaving'), start('staying')];
       // Both members in one generation: each holds some of the 12 partitions (main and retry).
-      await until('both workers join one generation', () => {
-        const [a, b] = [leaving.joins.at(-1), staying.joins.at(-1)];
-        return a && b && a.partitions > 0 && b.partitions > 0 && a.partitions + b.partitions === 12;
-      }, 60_000);
+      await until(
+        'both workers join one generation',
+        () => {
+          const [a, b] = [leaving.joins.at(-1), staying.joins.at(-1)];
+          return a && b && a.partitions > 0 && b.partitions > 0 && a.partitions + b.partitions === 12;
+        },
+        60_000,
+      );
 
       const producer = createProducer(kafka);
       await producer.connect();
-      await producer.send({ topic: names.main, messages: events.map((event) => { const value = JSON.stringify(event); return { key: keyOf(value), value }; }) });
+      await producer.send({
+        topic: names.main,
+        messages: events.map((event) => {
+          const value = JSON.stringify(event);
+          return { key: keyOf(value), value };
+        }),
+      });
       await producer.disconnect();
 
       await until('the leaving worker settles some messages', () => leaving.settled.length >= 20, 60_000);
@@ -383,16 +558,30 @@ describe('the Kafka example against the broker', { skip: skipBroker }, () => {
       // Gone from the group as soon as it exits; a member that died without leaving would stay listed for its session timeout.
       const admin = kafka.admin();
       await admin.connect();
-      const { groups: [group] } = await admin.describeGroups([names.group]);
+      const {
+        groups: [group],
+      } = await admin.describeGroups([names.group]);
       await admin.disconnect();
       assert.ok(Date.now() - stoppedAt < 20_000, 'read within the session timeout');
-      assert.deepEqual(group.members.map((m) => m.memberId), [staying.joins.at(-1).memberId], 'the stopped worker left the group');
-      await until('the staying worker takes every partition', () => staying.joins.length > joinsBefore && staying.joins.at(-1).partitions === 12, 60_000);
+      assert.deepEqual(
+        group.members.map((m) => m.memberId),
+        [staying.joins.at(-1).memberId],
+        'the stopped worker left the group',
+      );
+      await until(
+        'the staying worker takes every partition',
+        () => staying.joins.length > joinsBefore && staying.joins.at(-1).partitions === 12,
+        60_000,
+      );
 
-      await until('every event has its receipt and the group committed everything', async () => {
-        const receipts = Number((await db.query(`SELECT COUNT(*) AS n FROM "${tables.inbox}"`, []))[0].n);
-        return receipts === events.length && (await watcher.backlog(names.group, [names.main, names.retry])) === 0;
-      }, 90_000);
+      await until(
+        'every event has its receipt and the group committed everything',
+        async () => {
+          const receipts = Number((await db.query(`SELECT COUNT(*) AS n FROM "${tables.inbox}"`, []))[0].n);
+          return receipts === events.length && (await watcher.backlog(names.group, [names.main, names.retry])) === 0;
+        },
+        90_000,
+      );
       const again = staying.settled.filter((offset) => leaving.settled.includes(offset));
       assert.deepEqual(again, [], 'nothing the leaving worker settled was delivered again: it committed before it left');
       assert.equal(leaving.settled.length + staying.settled.length, events.length, 'each message settled once');

@@ -6,8 +6,9 @@
 // it. Each delivery touches a workflow of its own, so only migrate() can
 // make deliveries wait on each other. PostgreSQL and MariaDB run when their
 // URLs are set; SQLite (a file the processes share) always runs.
-import { describe, it } from 'node:test';
+
 import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
 
 import { BACKENDS, uniquePrefix } from '../workers/backends.mjs';
 import { laneTables, runLanes } from '../workers/lanes.mjs';
@@ -31,7 +32,16 @@ function traffic(ns) {
   for (let i = 0; i < EVENTS; i += 1) {
     const id = `${ns}-w${i}`;
     workflows.push({ id, status: 'waiting', revision: 1 });
-    items.push({ body: JSON.stringify({ eventId: `${ns}-e${i}`, workflowId: id, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: `${i + 1}000`, sequence: 1 }) });
+    items.push({
+      body: JSON.stringify({
+        eventId: `${ns}-e${i}`,
+        workflowId: id,
+        type: 'DEPOSIT_CONFIRMED',
+        depositRef: `btc:tx-${i}:vout-0`,
+        amountUnits: `${i + 1}000`,
+        sequence: 1,
+      }),
+    });
   }
   return { workflows, items };
 }
@@ -47,29 +57,44 @@ async function holdTables(helper, kind, tables) {
     const client = await helper.store.client.connect();
     await client.query('BEGIN');
     for (const [table, key] of Object.entries(absent)) await client.query(`DELETE FROM "${tables[table]}" WHERE ${key} = $1`, ['absent']);
-    return async () => { await client.query('ROLLBACK'); client.release(); };
+    return async () => {
+      await client.query('ROLLBACK');
+      client.release();
+    };
   }
   const connection = await helper.store.client.getConnection();
   await connection.query('START TRANSACTION');
-  for (const [table, key] of Object.entries(absent)) await connection.query(`DELETE FROM \`${tables[table]}\` WHERE ${key} = ?`, ['absent']);
-  return async () => { await connection.query('ROLLBACK'); connection.release(); };
+  for (const [table, key] of Object.entries(absent))
+    await connection.query(`DELETE FROM \`${tables[table]}\` WHERE ${key} = ?`, ['absent']);
+  return async () => {
+    await connection.query('ROLLBACK');
+    connection.release();
+  };
 }
 
 const HOLD_MS = 3000;
 
 describe('migrate() on a current schema beside an open transaction', () => {
   for (const backend of backends.filter((b) => b.id !== 'sqlite')) {
-    it(`${backend.name}: returns while a transaction that wrote to every table is still open`, { skip: backend.skip, timeout: 30_000 }, async (t) => {
+    it(`${backend.name}: returns while a transaction that wrote to every table is still open`, {
+      skip: backend.skip,
+      timeout: 30_000,
+    }, async (t) => {
       const { tables, helper, close } = await laneTables(backend, backend.options);
       try {
         const release = await holdTables(helper, backend.id, tables);
         const started = performance.now();
-        const migrated = helper.store.migrate().then(() => ({ ms: performance.now() - started }), (error) => ({ ms: performance.now() - started, error }));
+        const migrated = helper.store.migrate().then(
+          () => ({ ms: performance.now() - started }),
+          (error) => ({ ms: performance.now() - started, error }),
+        );
         const first = await Promise.race([migrated, new Promise((resolve) => setTimeout(() => resolve(null), HOLD_MS))]);
         await release();
         const outcome = await migrated;
-        t.diagnostic(`${backend.name}: migrate() ${first ? 'returned' : 'was still waiting'} after ${Math.round(first?.ms ?? HOLD_MS)} ms with the transaction open; `
-          + `${outcome.error ? `failed: ${outcome.error.message}` : `done ${Math.round(outcome.ms)} ms after it started`}`);
+        t.diagnostic(
+          `${backend.name}: migrate() ${first ? 'returned' : 'was still waiting'} after ${Math.round(first?.ms ?? HOLD_MS)} ms with the transaction open; ` +
+            `${outcome.error ? `failed: ${outcome.error.message}` : `done ${Math.round(outcome.ms)} ms after it started`}`,
+        );
         assert.ok(first !== null, `migrate() waited for the open transaction (more than ${HOLD_MS} ms)`);
         assert.equal(first.error, undefined);
       } finally {
@@ -81,11 +106,13 @@ describe('migrate() on a current schema beside an open transaction', () => {
 
 describe('migrate() in a loop while 3 processes deliver', () => {
   for (const backend of backends) {
-    it(`${backend.name}: no migration fails or stalls, no delivery waits on one or loses a race to it`, { skip: backend.skip, timeout: 120_000 }, async (t) => {
+    it(`${backend.name}: no migration fails or stalls, no delivery waits on one or loses a race to it`, {
+      skip: backend.skip,
+      timeout: 120_000,
+    }, async (t) => {
       const { workflows, items } = traffic(uniquePrefix());
       const { helper, spec, close } = await laneTables(backend, backend.options, workflows);
       try {
-
         const migrations = [];
         let delivering = true;
         let firstBatch = null;
@@ -109,7 +136,9 @@ describe('migrate() in a loop while 3 processes deliver', () => {
             items,
             batchSize: BATCH,
             timeoutMs: 90_000,
-            onBatch: () => { firstBatch ??= performance.now(); },
+            onBatch: () => {
+              firstBatch ??= performance.now();
+            },
           });
         } finally {
           delivering = false;
@@ -119,12 +148,17 @@ describe('migrate() in a loop while 3 processes deliver', () => {
         const failed = migrations.filter((m) => m.error);
         const slowest = (values) => Math.round(Math.max(0, ...values));
         const during = migrations.filter((m) => m.during);
-        t.diagnostic(`${backend.name}: ${items.length} deliveries in ${run.batches} batches over ${run.seconds.toFixed(1)} s, `
-          + `${migrations.length} migrations (${during.length} while delivering, ${failed.length} failed), slowest migration ${slowest(migrations.map((m) => m.ms))} ms, `
-          + `slowest delivery call ${slowest(run.latencies)} ms, re-runs ${JSON.stringify(run.races)}, failed transactions ${JSON.stringify(run.failedTransactions)}`);
+        t.diagnostic(
+          `${backend.name}: ${items.length} deliveries in ${run.batches} batches over ${run.seconds.toFixed(1)} s, ` +
+            `${migrations.length} migrations (${during.length} while delivering, ${failed.length} failed), slowest migration ${slowest(migrations.map((m) => m.ms))} ms, ` +
+            `slowest delivery call ${slowest(run.latencies)} ms, re-runs ${JSON.stringify(run.races)}, failed transactions ${JSON.stringify(run.failedTransactions)}`,
+        );
         assert.ok(during.length >= 5, `only ${during.length} migrations ran while the processes delivered`);
-        assert.deepEqual(failed.map((m) => `${m.error.code ?? ''} ${m.error.details?.driverCode ?? ''} ${m.error.message}`.trim()).slice(0, 3), [],
-          `${failed.length} of ${migrations.length} migrations failed`);
+        assert.deepEqual(
+          failed.map((m) => `${m.error.code ?? ''} ${m.error.details?.driverCode ?? ''} ${m.error.message}`.trim()).slice(0, 3),
+          [],
+          `${failed.length} of ${migrations.length} migrations failed`,
+        );
         assert.ok(slowest(migrations.map((m) => m.ms)) < STALL_MS, `a migration took ${slowest(migrations.map((m) => m.ms))} ms`);
         assert.ok(slowest(run.latencies) < STALL_MS, `a delivery call took ${slowest(run.latencies)} ms`);
 
@@ -136,7 +170,9 @@ describe('migrate() in a loop while 3 processes deliver', () => {
         }
         assert.deepEqual(verdicts, { 'ack applied': items.length }, 'every delivery applied the first time');
         // Deliveries share nothing, so a lost race can only be a lock the migration took.
-        const lost = Object.entries(run.failedTransactions).filter(([reason]) => ['deadlock', 'lock-timeout', 'serialization-failure'].includes(reason));
+        const lost = Object.entries(run.failedTransactions).filter(([reason]) =>
+          ['deadlock', 'lock-timeout', 'serialization-failure'].includes(reason),
+        );
         assert.deepEqual(Object.fromEntries(lost), {}, 'deliveries lost races to the migration');
         assert.equal(await helper.count('inbox'), items.length);
         assert.equal(await helper.count('outbox'), items.length);

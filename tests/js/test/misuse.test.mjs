@@ -2,19 +2,19 @@
 // connected, another driver's client handed to a store, and a misspelt option
 // key each fail at once with INVALID_ARGUMENT (fatal) saying what is wrong,
 // instead of hanging, retrying forever, or keeping a default without a word.
-import { after, describe, it } from 'node:test';
+
 import assert from 'node:assert/strict';
+import { after, describe, it } from 'node:test';
 
 import Database from 'better-sqlite3';
-import { MongoClient } from 'mongodb';
-import mysql from 'mysql2';
-import pg from 'pg';
-
-import { IdemflowError, createDeliveryHandler, createOutboxConsumer, processDepositConfirmed, processEvent } from 'idemflow';
+import { createDeliveryHandler, createOutboxConsumer, IdemflowError, processDepositConfirmed, processEvent } from 'idemflow';
 import { MongoStore } from 'idemflow/mongodb';
 import { MysqlStore } from 'idemflow/mysql';
 import { PostgresStore } from 'idemflow/postgres';
 import { SqliteStore } from 'idemflow/sqlite';
+import { MongoClient } from 'mongodb';
+import mysql from 'mysql2';
+import pg from 'pg';
 import { PG_URL, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 import { SEED_EVENT as EVENT } from '../workers/fixtures.mjs';
 
@@ -29,8 +29,7 @@ function isMisuse(message) {
   };
 }
 
-const unknownOption = (key, suggestion) =>
-  new RegExp(`unknown option "${key}" \\(did you mean "${suggestion}"\\?\\)`);
+const unknownOption = (key, suggestion) => new RegExp(`unknown option "${key}" \\(did you mean "${suggestion}"\\?\\)`);
 
 // Real driver objects; none of them connects until it is used.
 const handles = {
@@ -47,7 +46,7 @@ after(async () => {
   await handles.mongo.close();
 });
 
-describe('a store refuses another driver\'s client, naming what it was handed', () => {
+describe("a store refuses another driver's client, naming what it was handed", () => {
   it('PostgresStore', () => {
     assert.throws(() => new PostgresStore(handles.mysqlPool), isMisuse(/PostgresStore needs .*, not a mysql2 Pool/));
     assert.throws(() => new PostgresStore(handles.mysqlPool.promise()), isMisuse(/not a mysql2 Pool/));
@@ -101,8 +100,10 @@ describe('a pg Client that was never connected', () => {
 
 describe('an unknown option key is refused, naming the nearest known one', () => {
   it('store constructors and SqliteStore.open', () => {
-    assert.throws(() => new PostgresStore(handles.pgPool, { statementTimeout: 5 }),
-      isMisuse(unknownOption('statementTimeout', 'statementTimeoutMs')));
+    assert.throws(
+      () => new PostgresStore(handles.pgPool, { statementTimeout: 5 }),
+      isMisuse(unknownOption('statementTimeout', 'statementTimeoutMs')),
+    );
     assert.throws(() => new MysqlStore(handles.mysqlPool, { colation: 'utf8mb4_bin' }), isMisuse(unknownOption('colation', 'collation')));
     assert.throws(() => new SqliteStore(handles.sqlite, { busyTimeout: 10 }), isMisuse(unknownOption('busyTimeout', 'busyTimeoutMs')));
     assert.throws(() => SqliteStore.open(':memory:', { drivr: 'better-sqlite3' }), isMisuse(unknownOption('drivr', 'driver')));
@@ -183,12 +184,16 @@ it('the core entry points and the in-memory store refuse unknown option keys, na
     [() => decide({ event, receipt: null, workflows: null }), 'workflows', 'workflow'],
   ];
   for (const [call, key, suggestion] of calls) {
-    assert.throws(call, (error) => {
-      assert.equal(error.code, 'INVALID_ARGUMENT');
-      assert.equal(error.disposition, 'fatal');
-      assert.equal(error.details.field, key);
-      assert.equal(error.details.suggestion, suggestion);
-      return true;
-    }, key);
+    assert.throws(
+      call,
+      (error) => {
+        assert.equal(error.code, 'INVALID_ARGUMENT');
+        assert.equal(error.disposition, 'fatal');
+        assert.equal(error.details.field, key);
+        assert.equal(error.details.suggestion, suggestion);
+        return true;
+      },
+      key,
+    );
   }
 });

@@ -3,25 +3,29 @@
 // reads a caller's objects (core/packed.cjs) and lays them out for the one
 // decider, so these cases live here, where objects are read. They were
 // tests/wasm.rs's while the binding read objects field by field.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
-import { IdemflowError, RuleSet, decide, fingerprint, normalizeEvent, planDepositConfirmation, validateEvent } from 'idemflow';
+import test from 'node:test';
+import { decide, fingerprint, IdemflowError, normalizeEvent, planDepositConfirmation, RuleSet, validateEvent } from 'idemflow';
+import { detectedSwap, exchangingSwap, SEED_EVENT } from '../workers/fixtures.mjs';
 import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
-import { SEED_EVENT, detectedSwap, exchangingSwap } from '../workers/fixtures.mjs';
 
 const seed = () => ({ ...SEED_EVENT });
 // The seed's fingerprint under the default rule set (deposit-swap v3, which fingerprints its sequence):
 // tests/vectors/fingerprint.json, "deposit-swap v3: the seed confirmation with its sequence".
 const SEED_FINGERPRINT = 'fp1:d8e288dea415099a5dc24517655e59c8358a1b1154054650d2816742507359fa';
 // The swap in `deposit`, as v3 stores it: its detection recorded sequence 1 in the deposits map, so the seed (sequence 2) applies.
-const storedWorkflow = (extra = {}) => ({ ...detectedSwap({ id: 'swap-42', revision: 2, depositRef: SEED_EVENT.depositRef, amountUnits: SEED_EVENT.amountUnits }), ...extra });
+const storedWorkflow = (extra = {}) => ({
+  ...detectedSwap({ id: 'swap-42', revision: 2, depositRef: SEED_EVENT.depositRef, amountUnits: SEED_EVENT.amountUnits }),
+  ...extra,
+});
 const decideOne = (event, receipt = null, workflow = null) => decide({ event, receipt, workflow });
 
 function thrown(fn) {
   try {
     fn();
   } catch (error) {
-    assert.ok(error instanceof IdemflowError, `not an IdemflowError: ${error && error.stack}`);
+    assert.ok(error instanceof IdemflowError, `not an IdemflowError: ${error?.stack}`);
     return error;
   }
   assert.fail('did not throw');
@@ -44,7 +48,12 @@ function invalidRecord(fn, record, field) {
 }
 
 const throwingGetter = (target, key, message) =>
-  Object.defineProperty(target, key, { get() { throw new Error(message); }, enumerable: true });
+  Object.defineProperty(target, key, {
+    get() {
+      throw new Error(message);
+    },
+    enumerable: true,
+  });
 
 test('a value that is not an object is an INVALID_EVENT named event, on every entry point', () => {
   for (const value of [null, undefined, 5, '{"eventId":"e"}', true, [seed()]]) {
@@ -55,7 +64,12 @@ test('a value that is not an object is an INVALID_EVENT named event, on every en
 });
 
 test('a receipt or workflow that is neither an object nor null is INVALID_ARGUMENT (fatal)', () => {
-  for (const [receipt, workflow] of [['fp1:0', null], [undefined, 1], [null, [storedWorkflow()]], [Symbol('r'), null]]) {
+  for (const [receipt, workflow] of [
+    ['fp1:0', null],
+    [undefined, 1],
+    [null, [storedWorkflow()]],
+    [Symbol('r'), null],
+  ]) {
     const error = thrown(() => decide({ event: seed(), receipt, workflow }));
     assert.equal(error.code, 'INVALID_ARGUMENT', error.message);
     assert.equal(error.disposition, 'fatal');
@@ -108,7 +122,11 @@ test('a lone surrogate in a recorded field is an INVALID_RECORD', () => {
 });
 
 test('a getter that throws is an INVALID_EVENT for its field, with the message and the event id', () => {
-  const event = throwingGetter({ eventId: 'e-1', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', amountUnits: '1' }, 'depositRef', 'boom');
+  const event = throwingGetter(
+    { eventId: 'e-1', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', amountUnits: '1' },
+    'depositRef',
+    'boom',
+  );
   for (const call of [() => validateEvent(event), () => fingerprint(event), () => decideOne(event)]) {
     const error = invalidEvent(call, 'depositRef');
     assert.match(error.details.reason, /boom/);
@@ -126,8 +144,12 @@ test('with a receipt, a throwing getter on the workflow is never touched', () =>
   assert.equal(decideOne(seed(), receipt, workflow).outcome, 'duplicate-delivery');
 });
 
-test('a proxy whose get trap throws is an INVALID_EVENT with the trap\'s message', () => {
-  const proxy = new Proxy(seed(), { get(_, key) { throw new Error(`trap for ${String(key)}`); } });
+test("a proxy whose get trap throws is an INVALID_EVENT with the trap's message", () => {
+  const proxy = new Proxy(seed(), {
+    get(_, key) {
+      throw new Error(`trap for ${String(key)}`);
+    },
+  });
   const error = invalidEvent(() => fingerprint(proxy), 'eventId');
   assert.match(error.details.reason, /trap for eventId/);
 });
@@ -147,7 +169,13 @@ test('a throwing getter on a stored workflow is an INVALID_RECORD', () => {
 test('a ten-megabyte string is an INVALID_EVENT that does not quote it, without growing the wasm memory', () => {
   thrown(() => fingerprint({ ...seed(), eventId: 'e'.repeat(600) })); // warm up
   const before = wasmMemoryBytes();
-  for (const [field, unit] of [['eventId', 'e'], ['workflowId', 'w'], ['depositRef', 'é'], ['amountUnits', '1'], ['type', 'T']]) {
+  for (const [field, unit] of [
+    ['eventId', 'e'],
+    ['workflowId', 'w'],
+    ['depositRef', 'é'],
+    ['amountUnits', '1'],
+    ['type', 'T'],
+  ]) {
     const event = { ...seed(), [field]: unit.repeat(10_000_000) };
     const error = invalidEvent(() => fingerprint(event), field);
     assert.ok(error.message.length < 1000, `${field}: the message does not quote the string`);
@@ -162,15 +190,24 @@ test('ten thousand rejected calls of every kind do not grow the wasm memory', ()
   const badWorkflow = { id: 'swap-42', status: 'archived', revision: 1 };
   const round = (i) => {
     switch (i % 9) {
-      case 0: return () => fingerprint({ ...seed(), amountUnits: '012' });
-      case 1: return () => validateEvent({ ...seed(), eventId: '\ud800' });
-      case 2: return () => decideOne(throwingGetter(seed(), 'depositRef', 'boom'));
-      case 3: return () => decideOne(seed(), null, badWorkflow);
-      case 4: return () => decideOne(seed(), { fingerprint: 'fp1:0000' });
-      case 5: return () => planDepositConfirmation(null, seed());
-      case 6: return () => fingerprint(null);
-      case 7: return () => RuleSet.fromJSON('{');
-      default: return () => RuleSet.fromJSON({ id: 'x', version: 1, statuses: [], events: [], rules: [] });
+      case 0:
+        return () => fingerprint({ ...seed(), amountUnits: '012' });
+      case 1:
+        return () => validateEvent({ ...seed(), eventId: '\ud800' });
+      case 2:
+        return () => decideOne(throwingGetter(seed(), 'depositRef', 'boom'));
+      case 3:
+        return () => decideOne(seed(), null, badWorkflow);
+      case 4:
+        return () => decideOne(seed(), { fingerprint: 'fp1:0000' });
+      case 5:
+        return () => planDepositConfirmation(null, seed());
+      case 6:
+        return () => fingerprint(null);
+      case 7:
+        return () => RuleSet.fromJSON('{');
+      default:
+        return () => RuleSet.fromJSON({ id: 'x', version: 1, statuses: [], events: [], rules: [] });
     }
   };
   for (let i = 0; i < 900; i += 1) thrown(round(i));

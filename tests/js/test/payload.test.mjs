@@ -1,10 +1,11 @@
 // RFC 8785 from JavaScript (layer 3 of tests/vectors/jcs): canonicalJson and
 // fingerprintPayload of any JSON value, and of JSON text as received.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { IdemflowError, canonicalJson, canonicalJsonText, fingerprintPayload, fingerprintPayloadText } from 'idemflow';
+import test from 'node:test';
+import { canonicalJson, canonicalJsonText, fingerprintPayload, fingerprintPayloadText, IdemflowError } from 'idemflow';
 import { random } from '../workers/broker.mjs';
 import { wasmMemoryBytes } from '../workers/wasm-memory.mjs';
 
@@ -81,7 +82,8 @@ test('what JSON.stringify would drop or change without a word is refused with it
   refused(() => canonicalJson({ big: 10n }), '$.big', /BigInt/);
   refused(() => canonicalJson({ m: new Map([[1, 2]]) }), '$.m', /Map/);
   refused(() => canonicalJson({ set: new Set([1]) }), '$.set', /Set/);
-  refused(() => canonicalJson([1, , 3]), '$[1]', /undefined/); // eslint-disable-line no-sparse-arrays
+  // biome-ignore lint/suspicious/noSparseArray: the hole is what is refused
+  refused(() => canonicalJson([1, , 3]), '$[1]', /undefined/);
   refused(() => canonicalJson({ 'a b': { c: -Infinity } }), '$["a b"].c', /-Infinity/);
   refused(() => canonicalJson({ s: 'a\uD800' }), '$.s', /lone surrogate/);
   refused(() => canonicalJson({ '\uDC00': 1 }), undefined, /lone surrogate/);
@@ -120,7 +122,8 @@ test('text that is not JSON, not UTF-8 or holds an escaped lone surrogate is INV
 
 test('ten thousand refused payloads leave the wasm memory as it was', () => {
   const bad = [{ a: [1, undefined] }, { n: NaN }, '{"a":[1,]}'];
-  const refuse = (i) => assert.throws(() => (i % 3 === 2 ? canonicalJsonText(bad[2]) : canonicalJson(bad[i % 3])), { code: 'INVALID_PAYLOAD' });
+  const refuse = (i) =>
+    assert.throws(() => (i % 3 === 2 ? canonicalJsonText(bad[2]) : canonicalJson(bad[i % 3])), { code: 'INVALID_PAYLOAD' });
   for (let i = 0; i < 500; i += 1) refuse(i);
   const before = wasmMemoryBytes();
   for (let i = 0; i < 10_000; i += 1) refuse(i);

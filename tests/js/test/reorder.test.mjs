@@ -23,12 +23,24 @@
 // longer campaign, IDEMFLOW_REORDER_DEPOSITS_RUNS the two-deposit cases per
 // store (default 5,000), IDEMFLOW_REORDER_V2_RUNS v2's (default 1,000);
 // IDEMFLOW_REORDER_SEED replays a failure's seed.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
+import test from 'node:test';
 import { Worker } from 'node:worker_threads';
 import fc from 'fast-check';
 import { InMemoryStore, RuleSet } from 'idemflow';
-import { MODELS, V1, V2, V3, describeHistory, describeTrace, overtakings, readOrder, reorderProperty, runCase } from '../workers/reorder-property.mjs';
+import {
+  describeHistory,
+  describeTrace,
+  MODELS,
+  overtakings,
+  readOrder,
+  reorderProperty,
+  runCase,
+  V1,
+  V2,
+  V3,
+} from '../workers/reorder-property.mjs';
 
 const RUNS = Number(process.env.IDEMFLOW_REORDER_RUNS ?? 10_000);
 const V2_RUNS = Number(process.env.IDEMFLOW_REORDER_V2_RUNS ?? 1_000);
@@ -54,24 +66,31 @@ function inWorker(kind, version, runs) {
 /** Runs the property of `MODELS[version]` through both stores side by side, checking what the cases exercised. */
 async function bothStores(t, version, runs, coverageKeys, statuses = STATUSES) {
   const cpu = process.cpuUsage();
-  await Promise.all(Object.entries(STORES).map(([kind, name]) => t.test(`through ${name}`, async (t) => {
-    const { error, coverage, seconds } = await inWorker(kind, version, runs);
-    t.diagnostic(JSON.stringify({ seconds, ...coverage }));
-    if (error !== null) assert.fail(`the property failed through ${name}:\n${error}`);
-    // A generator that drifted into trivia would pass without testing anything.
-    assert.equal(coverage.cases, runs);
-    for (const key of coverageKeys) {
-      assert.ok(coverage[key] >= coverage.cases / 50, `${key}: ${coverage[key]} of ${coverage.cases} cases`);
-    }
-    for (const status of statuses) {
-      assert.ok(coverage.ends[status] > 0, `no case ended in ${status}: ${JSON.stringify(coverage.ends)}`);
-    }
-    if (version === 3) {
-      for (const sequence of [1, 2, 3, 4]) {
-        assert.ok(coverage.endSequences[sequence] > 0, `no case ended with sequence ${sequence}: ${JSON.stringify(coverage.endSequences)}`);
-      }
-    }
-  })));
+  await Promise.all(
+    Object.entries(STORES).map(([kind, name]) =>
+      t.test(`through ${name}`, async (t) => {
+        const { error, coverage, seconds } = await inWorker(kind, version, runs);
+        t.diagnostic(JSON.stringify({ seconds, ...coverage }));
+        if (error !== null) assert.fail(`the property failed through ${name}:\n${error}`);
+        // A generator that drifted into trivia would pass without testing anything.
+        assert.equal(coverage.cases, runs);
+        for (const key of coverageKeys) {
+          assert.ok(coverage[key] >= coverage.cases / 50, `${key}: ${coverage[key]} of ${coverage.cases} cases`);
+        }
+        for (const status of statuses) {
+          assert.ok(coverage.ends[status] > 0, `no case ended in ${status}: ${JSON.stringify(coverage.ends)}`);
+        }
+        if (version === 3) {
+          for (const sequence of [1, 2, 3, 4]) {
+            assert.ok(
+              coverage.endSequences[sequence] > 0,
+              `no case ended with sequence ${sequence}: ${JSON.stringify(coverage.endSequences)}`,
+            );
+          }
+        }
+      }),
+    ),
+  );
   const used = process.cpuUsage(cpu);
   t.diagnostic(`CPU seconds, both stores: ${(used.user + used.system) / 1e6}`);
 }
@@ -114,7 +133,10 @@ test('the order section is the one this property models', () => {
     assert.equal(model.ruleSet.version, name === 'deposits' ? 3 : Number(name));
     assert.deepEqual(model.order.answers, { EXCHANGE_COMPLETED: 'START_EXCHANGE', PAYOUT_CONFIRMED: 'SEND_PAYOUT' });
     assert.deepEqual(model.order.follows, { DEPOSIT_CONFIRMED: ['DEPOSIT_DETECTED'], DEPOSIT_REVERSED: ['DEPOSIT_DETECTED'] });
-    const operations = model.ruleSet === V3 ? ['OPEN_REVIEW', 'REVIEW_DEPOSIT', 'SEND_PAYOUT', 'START_EXCHANGE'] : ['OPEN_REVIEW', 'SEND_PAYOUT', 'START_EXCHANGE'];
+    const operations =
+      model.ruleSet === V3
+        ? ['OPEN_REVIEW', 'REVIEW_DEPOSIT', 'SEND_PAYOUT', 'START_EXCHANGE']
+        : ['OPEN_REVIEW', 'SEND_PAYOUT', 'START_EXCHANGE'];
     assert.deepEqual(Object.keys(model.order.operationId).sort(), operations);
   }
   const v3 = readOrder(V3.definition());
@@ -128,7 +150,8 @@ test('the order section is the one this property models', () => {
   assert.ok(v3.fields.DEPOSIT_DETECTED.includes('sequence'));
   // Two observations of one chain race only when the newer one is of a race's first side: against an older confirmation.
   for (const newer of SEQUENCED) {
-    for (const older of SEQUENCED) assert.equal(v3.directed.has(`${newer} ${older}`), older === 'DEPOSIT_CONFIRMED', `${newer} over ${older}`);
+    for (const older of SEQUENCED)
+      assert.equal(v3.directed.has(`${newer} ${older}`), older === 'DEPOSIT_CONFIRMED', `${newer} over ${older}`);
   }
   for (const other of ['DEADLINE_PASSED', 'EXCHANGE_COMPLETED', 'PAYOUT_CONFIRMED']) {
     for (const type of SEQUENCED) assert.ok(v3.racing.has(`${other} ${type}`), `${other} races ${type}`);
@@ -140,17 +163,43 @@ test('the order section is the one this property models', () => {
 
 test(`deposit-swap v3: any delivery order of a numbered chain ends as in order, ${RUNS} cases per store`, { concurrency: 2 }, async (t) => {
   await bothStores(t, 3, RUNS, [
-    'overtaken', 'retried', 'duplicates', 'racesDecidedByDeadline', 'reinclusions', 'chainsOfFour', 'republished', 'staleObservations',
+    'overtaken',
+    'retried',
+    'duplicates',
+    'racesDecidedByDeadline',
+    'reinclusions',
+    'chainsOfFour',
+    'republished',
+    'staleObservations',
     'referenceAhead',
   ]);
 });
 
-test(`deposit-swap v3: two deposits per swap, partial or covering, in any delivery order end as in order and keep their promises, ${DEPOSITS_RUNS} cases per store`, { concurrency: 2 }, async (t) => {
-  await bothStores(t, 'deposits', DEPOSITS_RUNS, [
-    'overtaken', 'retried', 'duplicates', 'racesDecidedByDeadline', 'referenceAhead', 'republished', 'staleObservations',
-    'expectedUnset', 'partialDeposits', 'bothCoverAndConfirm', 'acrossRaceAgainstProducer', 'depositReviewed',
-    'reviewedAfterExchange', 'partialNotExchanged',
-  ], DEPOSITS_STATUSES);
+test(`deposit-swap v3: two deposits per swap, partial or covering, in any delivery order end as in order and keep their promises, ${DEPOSITS_RUNS} cases per store`, {
+  concurrency: 2,
+}, async (t) => {
+  await bothStores(
+    t,
+    'deposits',
+    DEPOSITS_RUNS,
+    [
+      'overtaken',
+      'retried',
+      'duplicates',
+      'racesDecidedByDeadline',
+      'referenceAhead',
+      'republished',
+      'staleObservations',
+      'expectedUnset',
+      'partialDeposits',
+      'bothCoverAndConfirm',
+      'acrossRaceAgainstProducer',
+      'depositReviewed',
+      'reviewedAfterExchange',
+      'partialNotExchanged',
+    ],
+    DEPOSITS_STATUSES,
+  );
 });
 
 test('deposit-swap v3: the reference needs the race across deposits: without it the property fails on two covering confirmations', async (t) => {
@@ -158,16 +207,24 @@ test('deposit-swap v3: the reference needs the race across deposits: without it 
   // sees is exchanged, the other reviewed. An in-order delivery that ignores
   // how the shuffled one decided it must differ.
   const model = MODELS.deposits;
-  const fact = (kind) => /^[AB]:/.test(kind) ? kind[0] : null;
+  const fact = (kind) => (/^[AB]:/.test(kind) ? kind[0] : null);
   const races = (history) => history.races.filter(([a, b]) => !(fact(a) && fact(b) && fact(a) !== fact(b)));
   const store = new InMemoryStore();
-  const result = await fc.check(reorderProperty(store, model, { races, histories: withoutDeadline() }), { numRuns: 2_000, seed: SEED ?? 1 });
+  const result = await fc.check(reorderProperty(store, model, { races, histories: withoutDeadline() }), {
+    numRuns: 2_000,
+    seed: SEED ?? 1,
+  });
   assert.equal(result.failed, true, 'the property passed without the race across deposits');
   const [history, plan] = result.counterexample;
   const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { races: races(history) });
-  t.diagnostic(`${problems.join('; ')}; ${describeHistory(history)}; shuffled: ${describeTrace(shuffled.run)}; in order: ${describeTrace(inOrder.run)}`);
+  t.diagnostic(
+    `${problems.join('; ')}; ${describeHistory(history)}; shuffled: ${describeTrace(shuffled.run)}; in order: ${describeTrace(inOrder.run)}`,
+  );
   assert.notDeepEqual(problems, []);
-  assert.ok(history.chains.every((chain) => chain.includes('DEPOSIT_CONFIRMED')), `both deposits are confirmed: ${describeHistory(history)}`);
+  assert.ok(
+    history.chains.every((chain) => chain.includes('DEPOSIT_CONFIRMED')),
+    `both deposits are confirmed: ${describeHistory(history)}`,
+  );
   // With its own races the same case ends as in order.
   assert.deepEqual((await runCase(store, model, history, plan)).problems, []);
 });
@@ -197,7 +254,10 @@ test('deposit-swap v3: the direct checks find a v3 that exchanges a partial depo
   const [history, plan] = result.counterexample;
   const { problems } = await runCase(store, model, history, plan, { ruleSet });
   t.diagnostic(`${describeHistory(history)}: ${problems.join('; ')}`);
-  assert.ok(problems.some((p) => / was exchanged$/.test(p)), problems.join('; '));
+  assert.ok(
+    problems.some((p) => / was exchanged$/.test(p)),
+    problems.join('; '),
+  );
 });
 
 test(`deposit-swap v2 (pinned): any delivery order ends as in order, ${V2_RUNS} cases per store`, { concurrency: 2 }, async (t) => {
@@ -288,5 +348,8 @@ test('deposit-swap v2: the reference needs the declared races: without the deadl
   const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { races: races(history) });
   t.diagnostic(`${problems.join('; ')}; shuffled: ${describeTrace(shuffled.run)}; in order: ${describeTrace(inOrder.run)}`);
   assert.notDeepEqual(problems, []);
-  assert.ok(shuffled.run.trace.some((a) => a.type === 'DEADLINE_PASSED'), 'the counterexample has a deadline');
+  assert.ok(
+    shuffled.run.trace.some((a) => a.type === 'DEADLINE_PASSED'),
+    'the counterexample has a deadline',
+  );
 });

@@ -1,16 +1,17 @@
 // Retention that runs itself (createRetention): one runner at a time across
 // processes, what it purges and keeps, and what replay protection is left
 // after a receipt is purged.
-import { describe, it } from 'node:test';
+
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
-import { IdemflowError, InMemoryStore, createRetention, fingerprint } from 'idemflow';
-import { PG_URL, openStore, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { createRetention, fingerprint, IdemflowError, InMemoryStore } from 'idemflow';
+import { openStore, PG_URL, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
 import { SEED_EVENT as CONFIRMED, detectedSwap } from '../workers/fixtures.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -22,7 +23,12 @@ const WORKFLOW = detectedSwap({ id: 'swap-42', revision: 3, depositRef: DEPOSIT_
 /** A clock the test moves. */
 function clock(start = 1_700_000_000_000) {
   let now = start;
-  return { now: () => now, advance: (ms) => { now += ms; } };
+  return {
+    now: () => now,
+    advance: (ms) => {
+      now += ms;
+    },
+  };
 }
 
 /** Pairs of runs (from any workers) whose [startedAt, endedAt] intervals overlap. */
@@ -37,7 +43,9 @@ function overlaps(runs) {
 
 async function workers(spec, { ms = 1500, lockNames = [null, null] } = {}) {
   const worker = path.join(here, '..', 'workers', 'retention-worker.mjs');
-  const outputs = await Promise.all(lockNames.map((lockName) => run(process.execPath, [worker, JSON.stringify({ spec, ms, lockName })], { timeout: 60_000 })));
+  const outputs = await Promise.all(
+    lockNames.map((lockName) => run(process.execPath, [worker, JSON.stringify({ spec, ms, lockName })], { timeout: 60_000 })),
+  );
   return outputs.map(({ stdout }) => JSON.parse(stdout));
 }
 
@@ -51,17 +59,26 @@ async function seedReceipts(store, count) {
 describe('createRetention', () => {
   it('purges old receipts and done operations in batches, keeps dead ones, and reports each run', async () => {
     const time = clock();
-    const store = InMemoryStore.fromSnapshot({
-      outbox: [
-        ['op-done', { id: 'op-done', type: 'T', workflowId: 'w', eventId: 'e', status: 'done', updatedAt: time.now() }],
-        ['op-dead', { id: 'op-dead', type: 'T', workflowId: 'w', eventId: 'e', status: 'dead', updatedAt: time.now() }],
-        ['op-pending', { id: 'op-pending', type: 'T', workflowId: 'w', eventId: 'e', status: 'pending', updatedAt: time.now() }],
-      ],
-    }, { now: time.now });
+    const store = InMemoryStore.fromSnapshot(
+      {
+        outbox: [
+          ['op-done', { id: 'op-done', type: 'T', workflowId: 'w', eventId: 'e', status: 'done', updatedAt: time.now() }],
+          ['op-dead', { id: 'op-dead', type: 'T', workflowId: 'w', eventId: 'e', status: 'dead', updatedAt: time.now() }],
+          ['op-pending', { id: 'op-pending', type: 'T', workflowId: 'w', eventId: 'e', status: 'pending', updatedAt: time.now() }],
+        ],
+      },
+      { now: time.now },
+    );
     await seedReceipts(store, 5);
     time.advance(60_000);
     await store.process({ eventId: 'evt-new', workflowId: 'order-0', type: 'SHIPMENT_REQUESTED' }, { ruleSet: 'order-shipment' });
-    const retention = createRetention(store, { receiptsOlderThan: 30_000, operationsOlderThan: 30_000, every: 60_000, batchSize: 2, start: false });
+    const retention = createRetention(store, {
+      receiptsOlderThan: 30_000,
+      operationsOlderThan: 30_000,
+      every: 60_000,
+      batchSize: 2,
+      start: false,
+    });
     const reported = [];
     retention.on('run', (r) => reported.push(r));
     const report = await retention.runOnce();
@@ -85,8 +102,10 @@ describe('createRetention', () => {
     assert.equal(await store.getReceipt(CONFIRMED.eventId), null);
     // What is lost with the receipt: the same event id with another payload is no longer
     // EVENT_ID_CONFLICT; the rule set's guard (the deposit's amount) refuses it instead (nothing written).
-    await assert.rejects(store.process({ ...CONFIRMED, amountUnits: '12500001' }), (error) =>
-      error instanceof IdemflowError && error.code === 'IDENTITY_MISMATCH' && error.details.field === 'amountUnits');
+    await assert.rejects(
+      store.process({ ...CONFIRMED, amountUnits: '12500001' }),
+      (error) => error instanceof IdemflowError && error.code === 'IDENTITY_MISMATCH' && error.details.field === 'amountUnits',
+    );
     // The workflow still records the deposit: the rule set answers the replay from it.
     assert.deepEqual(await store.process(CONFIRMED), { outcome: 'already-applied', attempts: 1, fingerprint: fingerprint(CONFIRMED) });
     assert.equal(store.snapshot().outbox.size, 1, 'no second START_EXCHANGE');
@@ -96,14 +115,22 @@ describe('createRetention', () => {
   it('stop() waits for a running purge and no run starts after it', async () => {
     const store = new InMemoryStore();
     let release;
-    const gate = new Promise((resolve) => { release = resolve; });
+    const gate = new Promise((resolve) => {
+      release = resolve;
+    });
     const purge = store.purgeReceipts.bind(store);
     let purges = 0;
-    store.purgeReceipts = async (args) => { purges += 1; await gate; return purge(args); };
+    store.purgeReceipts = async (args) => {
+      purges += 1;
+      await gate;
+      return purge(args);
+    };
     const retention = createRetention(store, { receiptsOlderThan: 1, every: 1 });
     while (purges === 0) await new Promise((resolve) => setTimeout(resolve, 1));
     let stopped = false;
-    const stopping = retention.stop().then(() => { stopped = true; });
+    const stopping = retention.stop().then(() => {
+      stopped = true;
+    });
     await new Promise((resolve) => setTimeout(resolve, 20));
     assert.equal(stopped, false, 'stop() waits for the running purge');
     release();
@@ -115,7 +142,9 @@ describe('createRetention', () => {
   it('a second runner in the same process is skipped while the first holds the lock', async () => {
     const store = new InMemoryStore();
     let release;
-    const gate = new Promise((resolve) => { release = resolve; });
+    const gate = new Promise((resolve) => {
+      release = resolve;
+    });
     const held = store.withExclusiveLock('idemflow.retention:inbox', () => gate);
     const retention = createRetention(store, { receiptsOlderThan: 1, every: 1000, start: false });
     const skips = [];
@@ -129,7 +158,8 @@ describe('createRetention', () => {
 
   it('refuses options it does not know, no purge at all, and a store without the hooks', () => {
     const store = new InMemoryStore();
-    const refused = (fn, field) => assert.throws(fn, (e) => e instanceof IdemflowError && e.code === 'INVALID_ARGUMENT' && e.details.field === field);
+    const refused = (fn, field) =>
+      assert.throws(fn, (e) => e instanceof IdemflowError && e.code === 'INVALID_ARGUMENT' && e.details.field === field);
     refused(() => createRetention(store, { receiptsOlderThan: 1, every: 1, evry: 2 }), 'evry');
     refused(() => createRetention(store, { every: 1000 }), 'receiptsOlderThan');
     refused(() => createRetention(store, { receiptsOlderThan: 1 }), 'every');
@@ -143,10 +173,19 @@ async function neverAtTheSameTime(spec, seed) {
   await seed();
   const results = await workers(spec);
   const runs = results.flatMap((r) => r.runs);
-  assert.ok(results.every((r) => r.runs.length > 0), `both workers ran: ${results.map((r) => r.runs.length)}`);
-  assert.ok(results.some((r) => r.skipped > 0), 'a worker was skipped while the other held the lock');
+  assert.ok(
+    results.every((r) => r.runs.length > 0),
+    `both workers ran: ${results.map((r) => r.runs.length)}`,
+  );
+  assert.ok(
+    results.some((r) => r.skipped > 0),
+    'a worker was skipped while the other held the lock',
+  );
   assert.deepEqual(overlaps(runs), []);
-  assert.ok(runs.some((r) => r.receipts.deleted > 0), 'the runs purged what was there');
+  assert.ok(
+    runs.some((r) => r.receipts.deleted > 0),
+    'the runs purged what was there',
+  );
   return runs;
 }
 

@@ -1,14 +1,15 @@
 // Reorder safety through the installed package: the verifier's reorder-safe
 // property as a JS caller and the command line see it, and the built-in
 // versions a worker can load.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import test from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { IdemflowError, RuleSet, decide, verifyRuleSet } from 'idemflow';
+import { decide, IdemflowError, RuleSet, verifyRuleSet } from 'idemflow';
 
 const bin = fileURLToPath(new URL('../node_modules/.bin/idemflow', import.meta.url));
 const current = RuleSet.builtin('deposit-swap');
@@ -40,12 +41,16 @@ test('RuleSet.builtin gives the current version by default and an older one by v
 
 test('an unknown version is INVALID_ARGUMENT, a fatal error naming the versions there are', () => {
   for (const version of [4, 0, 1.5, '1']) {
-    assert.throws(() => RuleSet.builtin('deposit-swap', { version }), (error) => {
-      assert.ok(error instanceof IdemflowError);
-      assert.equal(error.code, 'INVALID_ARGUMENT');
-      assert.equal(error.disposition, 'fatal');
-      return true;
-    }, String(version));
+    assert.throws(
+      () => RuleSet.builtin('deposit-swap', { version }),
+      (error) => {
+        assert.ok(error instanceof IdemflowError);
+        assert.equal(error.code, 'INVALID_ARGUMENT');
+        assert.equal(error.disposition, 'fatal');
+        return true;
+      },
+      String(version),
+    );
   }
   assert.throws(() => RuleSet.builtin('deposit-swap', { version: 4 }), /there are: 1, 2, 3/);
 });
@@ -103,22 +108,31 @@ test('deposit-swap v1 claims nothing about order: the property is reported as sk
   assert.match(property.checked.skipped, /in-order delivery/);
 });
 
-test('v1 with the producers\' order declared fails reorder-safe on both overtakings, and will not load', () => {
+test("v1 with the producers' order declared fails reorder-safe on both overtakings, and will not load", () => {
   const definition = v1WithOrder();
   const property = reorderSafe(verifyRuleSet(definition));
   assert.equal(property.ok, false);
   const examples = [property.counterexample, ...property.moreCounterexamples];
   const overtaking = (type) => examples.find((e) => e.history.length === 2 && e.actual.deliveries[0].event === type);
   const confirmation = overtaking('DEPOSIT_CONFIRMED');
-  assert.deepEqual(confirmation.actual.deliveries.map((d) => d.answer), ['INVALID_TRANSITION (reconcile)', 'applied']);
+  assert.deepEqual(
+    confirmation.actual.deliveries.map((d) => d.answer),
+    ['INVALID_TRANSITION (reconcile)', 'applied'],
+  );
   assert.equal(confirmation.expected.end.status, 'exchange');
   assert.equal(confirmation.actual.end.status, 'deposit');
   assert.equal(confirmation.divergesAt, 0);
   const reversal = overtaking('DEPOSIT_REVERSED');
-  assert.deepEqual(reversal.actual.deliveries.map((d) => d.answer), ['stale', 'applied']);
+  assert.deepEqual(
+    reversal.actual.deliveries.map((d) => d.answer),
+    ['stale', 'applied'],
+  );
   assert.equal(reversal.expected.end.status, 'waiting');
   assert.equal(reversal.actual.end.status, 'deposit', 'the reversed deposit is live again');
-  assert.throws(() => RuleSet.fromJSON(definition), (error) => error.code === 'RULESET_INVALID' && error.details.path === 'reorder-safe');
+  assert.throws(
+    () => RuleSet.fromJSON(definition),
+    (error) => error.code === 'RULESET_INVALID' && error.details.path === 'reorder-safe',
+  );
 });
 
 test('an order section that names what does not exist is RULESET_INVALID with the path', () => {
@@ -131,11 +145,15 @@ test('an order section that names what does not exist is RULESET_INVALID with th
     [{ ordering: [] }, '$.order.ordering'],
   ];
   for (const [order, path] of cases) {
-    assert.throws(() => RuleSet.fromJSON({ ...current.definition(), order }), (error) => {
-      assert.equal(error.code, 'RULESET_INVALID');
-      assert.equal(error.details.path, path);
-      return true;
-    }, path);
+    assert.throws(
+      () => RuleSet.fromJSON({ ...current.definition(), order }),
+      (error) => {
+        assert.equal(error.code, 'RULESET_INVALID');
+        assert.equal(error.details.path, path);
+        return true;
+      },
+      path,
+    );
   }
 });
 

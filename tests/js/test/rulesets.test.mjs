@@ -1,9 +1,10 @@
 // Rule sets through the installed package: every cell of deposit-swap v1's,
 // v2's and v3's tables (v3, the default, with newer, re-published and older
 // observations) through processEvent, the lifecycle stories, and the verifier.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
-import { IdemflowError, InMemoryStore, RuleSet, decide, fingerprint, processEvent, verifyRuleSet } from 'idemflow';
+import test from 'node:test';
+import { decide, fingerprint, IdemflowError, InMemoryStore, processEvent, RuleSet, verifyRuleSet } from 'idemflow';
 import { WATCHER_SEQUENCE } from '../workers/fixtures.mjs';
 
 const depositSwap = RuleSet.builtin('deposit-swap');
@@ -50,12 +51,66 @@ const tables = {
   1: {
     ruleSet: RuleSet.builtin('deposit-swap', { version: 1 }),
     expected: {
-      DEPOSIT_DETECTED: { '(none)': UW, waiting: to('deposit'), deposit: AA, exchange: AA, sending: AA, success: AA, overdue: to('review', REVIEW), review: AA },
-      DEPOSIT_CONFIRMED: { '(none)': UW, waiting: IT, deposit: to('exchange', EXCHANGE), exchange: AA, sending: AA, success: AA, overdue: IT, review: IT },
-      EXCHANGE_COMPLETED: { '(none)': UW, waiting: IT, deposit: IT, exchange: to('sending', PAYOUT), sending: AA, success: AA, overdue: IT, review: IT },
-      PAYOUT_CONFIRMED: { '(none)': UW, waiting: IT, deposit: IT, exchange: IT, sending: to('success'), success: AA, overdue: IT, review: IT },
-      DEADLINE_PASSED: { '(none)': UW, waiting: to('overdue'), deposit: ST, exchange: ST, sending: ST, success: ST, overdue: ST, review: ST },
-      DEPOSIT_REVERSED: { '(none)': UW, waiting: ST, deposit: to('waiting'), exchange: to('review', REVIEW), sending: to('review', REVIEW), success: to('review', REVIEW), overdue: ST, review: IT },
+      DEPOSIT_DETECTED: {
+        '(none)': UW,
+        waiting: to('deposit'),
+        deposit: AA,
+        exchange: AA,
+        sending: AA,
+        success: AA,
+        overdue: to('review', REVIEW),
+        review: AA,
+      },
+      DEPOSIT_CONFIRMED: {
+        '(none)': UW,
+        waiting: IT,
+        deposit: to('exchange', EXCHANGE),
+        exchange: AA,
+        sending: AA,
+        success: AA,
+        overdue: IT,
+        review: IT,
+      },
+      EXCHANGE_COMPLETED: {
+        '(none)': UW,
+        waiting: IT,
+        deposit: IT,
+        exchange: to('sending', PAYOUT),
+        sending: AA,
+        success: AA,
+        overdue: IT,
+        review: IT,
+      },
+      PAYOUT_CONFIRMED: {
+        '(none)': UW,
+        waiting: IT,
+        deposit: IT,
+        exchange: IT,
+        sending: to('success'),
+        success: AA,
+        overdue: IT,
+        review: IT,
+      },
+      DEADLINE_PASSED: {
+        '(none)': UW,
+        waiting: to('overdue'),
+        deposit: ST,
+        exchange: ST,
+        sending: ST,
+        success: ST,
+        overdue: ST,
+        review: ST,
+      },
+      DEPOSIT_REVERSED: {
+        '(none)': UW,
+        waiting: ST,
+        deposit: to('waiting'),
+        exchange: to('review', REVIEW),
+        sending: to('review', REVIEW),
+        success: to('review', REVIEW),
+        overdue: ST,
+        review: IT,
+      },
     },
     // Cells whose answer is guarded by the recorded fields the event carries.
     guarded: {
@@ -72,12 +127,72 @@ const tables = {
   2: {
     ruleSet: RuleSet.builtin('deposit-swap', { version: 2 }),
     expected: {
-      DEPOSIT_DETECTED: { '(none)': UW, waiting: to('deposit'), deposit: AA, exchange: AA, sending: AA, success: AA, overdue: to('review', REVIEW), reversed: ST, review: AA },
-      DEPOSIT_CONFIRMED: { '(none)': UW, waiting: to('exchange', EXCHANGE), deposit: to('exchange', EXCHANGE), exchange: AA, sending: AA, success: AA, overdue: to('review', REVIEW), reversed: ST, review: AA },
-      EXCHANGE_COMPLETED: { '(none)': UW, waiting: IT, deposit: IT, exchange: to('sending', PAYOUT), sending: AA, success: AA, overdue: IT, reversed: IT, review: ST },
-      PAYOUT_CONFIRMED: { '(none)': UW, waiting: IT, deposit: IT, exchange: IT, sending: to('success'), success: AA, overdue: IT, reversed: IT, review: ST },
-      DEADLINE_PASSED: { '(none)': UW, waiting: to('overdue'), deposit: ST, exchange: ST, sending: ST, success: ST, overdue: ST, reversed: ST, review: ST },
-      DEPOSIT_REVERSED: { '(none)': UW, waiting: to('reversed'), deposit: to('reversed'), exchange: to('review', REVIEW), sending: to('review', REVIEW), success: to('review', REVIEW), overdue: to('review', REVIEW), reversed: AA, review: AA },
+      DEPOSIT_DETECTED: {
+        '(none)': UW,
+        waiting: to('deposit'),
+        deposit: AA,
+        exchange: AA,
+        sending: AA,
+        success: AA,
+        overdue: to('review', REVIEW),
+        reversed: ST,
+        review: AA,
+      },
+      DEPOSIT_CONFIRMED: {
+        '(none)': UW,
+        waiting: to('exchange', EXCHANGE),
+        deposit: to('exchange', EXCHANGE),
+        exchange: AA,
+        sending: AA,
+        success: AA,
+        overdue: to('review', REVIEW),
+        reversed: ST,
+        review: AA,
+      },
+      EXCHANGE_COMPLETED: {
+        '(none)': UW,
+        waiting: IT,
+        deposit: IT,
+        exchange: to('sending', PAYOUT),
+        sending: AA,
+        success: AA,
+        overdue: IT,
+        reversed: IT,
+        review: ST,
+      },
+      PAYOUT_CONFIRMED: {
+        '(none)': UW,
+        waiting: IT,
+        deposit: IT,
+        exchange: IT,
+        sending: to('success'),
+        success: AA,
+        overdue: IT,
+        reversed: IT,
+        review: ST,
+      },
+      DEADLINE_PASSED: {
+        '(none)': UW,
+        waiting: to('overdue'),
+        deposit: ST,
+        exchange: ST,
+        sending: ST,
+        success: ST,
+        overdue: ST,
+        reversed: ST,
+        review: ST,
+      },
+      DEPOSIT_REVERSED: {
+        '(none)': UW,
+        waiting: to('reversed'),
+        deposit: to('reversed'),
+        exchange: to('review', REVIEW),
+        sending: to('review', REVIEW),
+        success: to('review', REVIEW),
+        overdue: to('review', REVIEW),
+        reversed: AA,
+        review: AA,
+      },
     },
     guarded: DEPOSIT_GUARDS,
   },
@@ -92,23 +207,71 @@ const tables = {
     ruleSet: RuleSet.builtin('deposit-swap', { version: 3 }),
     expected: {
       DEPOSIT_DETECTED: {
-        '(none)': UW, waiting: to('deposit'), deposit: byNumber(to('deposit'), AA, ST),
-        exchange: byNumber(to('review', REVIEW), AA, ST), sending: byNumber(to('review', REVIEW), AA, ST), success: byNumber(to('review', REVIEW), AA, ST),
-        overdue: to('review', REVIEW), reversed: byNumber(to('deposit'), AA, ST), review: byNumber(to('review'), AA, ST),
+        '(none)': UW,
+        waiting: to('deposit'),
+        deposit: byNumber(to('deposit'), AA, ST),
+        exchange: byNumber(to('review', REVIEW), AA, ST),
+        sending: byNumber(to('review', REVIEW), AA, ST),
+        success: byNumber(to('review', REVIEW), AA, ST),
+        overdue: to('review', REVIEW),
+        reversed: byNumber(to('deposit'), AA, ST),
+        review: byNumber(to('review'), AA, ST),
       },
       DEPOSIT_CONFIRMED: {
-        '(none)': UW, waiting: to('exchange', EXCHANGE), deposit: byNumber(to('exchange', EXCHANGE), AA, ST),
-        exchange: byNumber(to('review', REVIEW), AA, ST), sending: byNumber(to('review', REVIEW), AA, ST), success: byNumber(to('review', REVIEW), AA, ST),
+        '(none)': UW,
+        waiting: to('exchange', EXCHANGE),
+        deposit: byNumber(to('exchange', EXCHANGE), AA, ST),
+        exchange: byNumber(to('review', REVIEW), AA, ST),
+        sending: byNumber(to('review', REVIEW), AA, ST),
+        success: byNumber(to('review', REVIEW), AA, ST),
         // A deposit confirmed after the deadline: a person decides, and the deposit gets its own review.
-        overdue: to('review', REVIEW, DEPOSIT_REVIEW), reversed: byNumber(to('exchange', EXCHANGE), AA, ST), review: byNumber(to('review'), AA, ST),
+        overdue: to('review', REVIEW, DEPOSIT_REVIEW),
+        reversed: byNumber(to('exchange', EXCHANGE), AA, ST),
+        review: byNumber(to('review'), AA, ST),
       },
-      EXCHANGE_COMPLETED: { '(none)': UW, waiting: IT, deposit: IT, exchange: to('sending', PAYOUT), sending: AA, success: AA, overdue: IT, reversed: IT, review: ST },
-      PAYOUT_CONFIRMED: { '(none)': UW, waiting: IT, deposit: IT, exchange: IT, sending: to('success'), success: AA, overdue: IT, reversed: IT, review: ST },
-      DEADLINE_PASSED: { '(none)': UW, waiting: to('overdue'), deposit: ST, exchange: ST, sending: ST, success: ST, overdue: ST, reversed: ST, review: ST },
+      EXCHANGE_COMPLETED: {
+        '(none)': UW,
+        waiting: IT,
+        deposit: IT,
+        exchange: to('sending', PAYOUT),
+        sending: AA,
+        success: AA,
+        overdue: IT,
+        reversed: IT,
+        review: ST,
+      },
+      PAYOUT_CONFIRMED: {
+        '(none)': UW,
+        waiting: IT,
+        deposit: IT,
+        exchange: IT,
+        sending: to('success'),
+        success: AA,
+        overdue: IT,
+        reversed: IT,
+        review: ST,
+      },
+      DEADLINE_PASSED: {
+        '(none)': UW,
+        waiting: to('overdue'),
+        deposit: ST,
+        exchange: ST,
+        sending: ST,
+        success: ST,
+        overdue: ST,
+        reversed: ST,
+        review: ST,
+      },
       DEPOSIT_REVERSED: {
-        '(none)': UW, waiting: to('reversed'), deposit: byNumber(to('reversed'), AA, ST),
-        exchange: byNumber(to('review', REVIEW), AA, ST), sending: byNumber(to('review', REVIEW), AA, ST), success: byNumber(to('review', REVIEW), AA, ST),
-        overdue: to('review', REVIEW), reversed: byNumber(to('reversed'), AA, ST), review: byNumber(to('review'), AA, ST),
+        '(none)': UW,
+        waiting: to('reversed'),
+        deposit: byNumber(to('reversed'), AA, ST),
+        exchange: byNumber(to('review', REVIEW), AA, ST),
+        sending: byNumber(to('review', REVIEW), AA, ST),
+        success: byNumber(to('review', REVIEW), AA, ST),
+        overdue: to('review', REVIEW),
+        reversed: byNumber(to('reversed'), AA, ST),
+        review: byNumber(to('review'), AA, ST),
       },
     },
     // The amount is guarded against the deposit's entry; another depositRef is another deposit (tests/js/test/chains.test.mjs).
@@ -123,7 +286,14 @@ const tables = {
 };
 
 // The observation each status's deposit entry holds under v3 (`sequenceIn` says its number).
-const LATEST_WORD = { deposit: 'DEPOSIT_DETECTED', exchange: 'DEPOSIT_CONFIRMED', sending: 'DEPOSIT_CONFIRMED', success: 'DEPOSIT_CONFIRMED', reversed: 'DEPOSIT_REVERSED', review: 'DEPOSIT_REVERSED' };
+const LATEST_WORD = {
+  deposit: 'DEPOSIT_DETECTED',
+  exchange: 'DEPOSIT_CONFIRMED',
+  sending: 'DEPOSIT_CONFIRMED',
+  success: 'DEPOSIT_CONFIRMED',
+  reversed: 'DEPOSIT_REVERSED',
+  review: 'DEPOSIT_REVERSED',
+};
 const ACTED_ON = new Set(['exchange', 'sending', 'success', 'review']);
 
 /**
@@ -135,7 +305,8 @@ const ACTED_ON = new Set(['exchange', 'sending', 'success', 'review']);
  */
 function storeIn(status, sequence, { facts = false } = {}) {
   if (status === '(none)') return new InMemoryStore([]);
-  if (!facts) return new InMemoryStore([{ id: 'swap-1', status, revision: 7, ...recorded, ...(sequence === undefined ? {} : { sequence }) }]);
+  if (!facts)
+    return new InMemoryStore([{ id: 'swap-1', status, revision: 7, ...recorded, ...(sequence === undefined ? {} : { sequence }) }]);
   const { depositRef, amountUnits, ...others } = recorded;
   const workflow = { id: 'swap-1', status, revision: 7, ...others };
   if (sequence !== undefined) workflow.deposits = { [depositRef]: { event: LATEST_WORD[status], amountUnits, sequence } };
@@ -166,11 +337,19 @@ async function outcomeOf(promise) {
 function deliveriesOf(answer, recordedSequence) {
   if (!answer.byNumber) return [{ label: '', fields: {}, answer }];
   const deliveries = [
-    { label: `, sequence ${recordedSequence + 1} over ${recordedSequence}`, fields: { sequence: recordedSequence + 1 }, answer: answer.newer },
+    {
+      label: `, sequence ${recordedSequence + 1} over ${recordedSequence}`,
+      fields: { sequence: recordedSequence + 1 },
+      answer: answer.newer,
+    },
     { label: `, sequence ${recordedSequence} over ${recordedSequence}`, fields: { sequence: recordedSequence }, answer: answer.same },
   ];
   if (recordedSequence > 1) {
-    deliveries.push({ label: `, sequence ${recordedSequence - 1} over ${recordedSequence}`, fields: { sequence: recordedSequence - 1 }, answer: answer.older });
+    deliveries.push({
+      label: `, sequence ${recordedSequence - 1} over ${recordedSequence}`,
+      fields: { sequence: recordedSequence - 1 },
+      answer: answer.older,
+    });
   }
   return deliveries;
 }
@@ -204,8 +383,14 @@ for (const [version, { ruleSet, expected, guarded, guardedFields = {}, facts = f
             assert.equal(after.status, answer.status);
             assert.equal(after.revision, 8);
             assert.equal(result.revision, 8);
-            assert.deepEqual([...outbox.values()].map((op) => `${op.type}:${op.id}`), answer.operations);
-            assert.deepEqual(result.operationIds, answer.operations.map((o) => o.split(':').slice(1).join(':')));
+            assert.deepEqual(
+              [...outbox.values()].map((op) => `${op.type}:${op.id}`),
+              answer.operations,
+            );
+            assert.deepEqual(
+              result.operationIds,
+              answer.operations.map((o) => o.split(':').slice(1).join(':')),
+            );
           } else {
             assert.equal(after.status, status);
             assert.equal(after.revision, 7);
@@ -218,7 +403,8 @@ for (const [version, { ruleSet, expected, guarded, guardedFields = {}, facts = f
             const entry = after.deposits?.[recorded.depositRef];
             // The entry lists the per-deposit operations emitted for it (a review of the deposit).
             const perDeposit = (answer.operations ?? []).includes(DEPOSIT_REVIEW) ? { operations: ['review-deposit'] } : {};
-            if (applied) assert.deepEqual(entry, { event: type, amountUnits: recorded.amountUnits, sequence: event.sequence, ...perDeposit });
+            if (applied)
+              assert.deepEqual(entry, { event: type, amountUnits: recorded.amountUnits, sequence: event.sequence, ...perDeposit });
             else assert.equal(entry?.sequence, stored);
             const acts = applied && (answer.operations.includes(EXCHANGE) || ACTED_ON.has(status));
             assert.equal(after.sequence, acts ? event.sequence : ACTED_ON.has(status) ? stored : undefined);
@@ -309,13 +495,30 @@ test('the full happy path goes waiting → deposit → exchange → sending → 
   ];
   for (const [i, [type, status, operations]] of steps.entries()) {
     const result = await run(store, type, `e${i}`);
-    assert.deepEqual(result, { outcome: 'applied', status, revision: i + 1, operationIds: operations, operationId: operations[0] ?? null, ...measured(type, `e${i}`) });
+    assert.deepEqual(result, {
+      outcome: 'applied',
+      status,
+      revision: i + 1,
+      operationIds: operations,
+      operationId: operations[0] ?? null,
+      ...measured(type, `e${i}`),
+    });
   }
   const { workflows, outbox } = store.snapshot();
   // The swap keeps the deposit it exchanged, with the number of its confirmation, and its entry in deposits.
   assert.deepEqual(workflows.get('swap-1'), {
-    id: 'swap-1', status: 'success', revision: 4, ...recorded, sequence: WATCHER_SEQUENCE.DEPOSIT_CONFIRMED,
-    deposits: { [recorded.depositRef]: { event: 'DEPOSIT_CONFIRMED', amountUnits: recorded.amountUnits, sequence: WATCHER_SEQUENCE.DEPOSIT_CONFIRMED } },
+    id: 'swap-1',
+    status: 'success',
+    revision: 4,
+    ...recorded,
+    sequence: WATCHER_SEQUENCE.DEPOSIT_CONFIRMED,
+    deposits: {
+      [recorded.depositRef]: {
+        event: 'DEPOSIT_CONFIRMED',
+        amountUnits: recorded.amountUnits,
+        sequence: WATCHER_SEQUENCE.DEPOSIT_CONFIRMED,
+      },
+    },
   });
   assert.equal(outbox.get('send-payout:swap-1').payload.payoutUnits, recorded.payoutUnits);
   assert.deepEqual(outbox.get('start-exchange:swap-1').payload, { depositRef: recorded.depositRef, amountUnits: recorded.amountUnits });
@@ -330,11 +533,22 @@ test('a late deposit goes to review, never to exchange', async () => {
   // as it would had it opened the review itself (so the order of the two does not matter).
   const review = 'review-deposit:btc-mainnet%3Atx-abc%3Avout-0:swap-1';
   const confirm = await run(store, 'DEPOSIT_CONFIRMED', 'd3');
-  assert.deepEqual(confirm, { outcome: 'applied', status: 'review', revision: 3, operationIds: [review], operationId: review, ...measured('DEPOSIT_CONFIRMED', 'd3') });
+  assert.deepEqual(confirm, {
+    outcome: 'applied',
+    status: 'review',
+    revision: 3,
+    operationIds: [review],
+    operationId: review,
+    ...measured('DEPOSIT_CONFIRMED', 'd3'),
+  });
   const { workflows, outbox } = store.snapshot();
   assert.equal(workflows.get('swap-1').deposits[recorded.depositRef].sequence, WATCHER_SEQUENCE.DEPOSIT_CONFIRMED);
   assert.deepEqual([...outbox.keys()], ['open-review:swap-1', review]);
-  assert.equal(await outcomeOf(run(store, 'DEPOSIT_CONFIRMED', 'd4')).then((r) => r.outcome), 'already-applied', 're-published, no second review');
+  assert.equal(
+    await outcomeOf(run(store, 'DEPOSIT_CONFIRMED', 'd4')).then((r) => r.outcome),
+    'already-applied',
+    're-published, no second review',
+  );
 });
 
 test('a reversal before the exchange holds until the chain says something newer: older observations are stale', async () => {
@@ -343,8 +557,12 @@ test('a reversal before the exchange holds until the chain says something newer:
   assert.equal((await run(store, 'DEPOSIT_REVERSED', 'r2')).status, 'reversed');
   // Before the exchange the deposit lives only in the deposits map: its latest word, amount and number.
   assert.deepEqual(store.snapshot().workflows.get('swap-1'), {
-    id: 'swap-1', status: 'reversed', revision: 2,
-    deposits: { [recorded.depositRef]: { event: 'DEPOSIT_REVERSED', amountUnits: recorded.amountUnits, sequence: WATCHER_SEQUENCE.DEPOSIT_REVERSED } },
+    id: 'swap-1',
+    status: 'reversed',
+    revision: 2,
+    deposits: {
+      [recorded.depositRef]: { event: 'DEPOSIT_REVERSED', amountUnits: recorded.amountUnits, sequence: WATCHER_SEQUENCE.DEPOSIT_REVERSED },
+    },
   });
   // The reversed deposit's confirmation (emitted before the reversal, delivered after it) and a
   // re-published detection carry older numbers and change nothing.
@@ -353,7 +571,14 @@ test('a reversal before the exchange holds until the chain says something newer:
   assert.equal(store.snapshot().outbox.size, 0);
   // The transaction mined again: the watcher's next word about the deposit revives it.
   const reincluded = await run(store, 'DEPOSIT_DETECTED', 'r6', { sequence: 4 });
-  assert.deepEqual(reincluded, { outcome: 'applied', status: 'deposit', revision: 3, operationIds: [], operationId: null, ...measured('DEPOSIT_DETECTED', 'r6', { sequence: 4 }) });
+  assert.deepEqual(reincluded, {
+    outcome: 'applied',
+    status: 'deposit',
+    revision: 3,
+    operationIds: [],
+    operationId: null,
+    ...measured('DEPOSIT_DETECTED', 'r6', { sequence: 4 }),
+  });
   assert.equal(store.snapshot().workflows.get('swap-1').deposits[recorded.depositRef].sequence, 4);
   // Another deposit on the swap is recorded beside it (numbered on its own), not a mismatch.
   const other = 'btc-mainnet:tx-def:vout-1';
@@ -369,7 +594,11 @@ test('a reversal before the exchange is final for its deposit (v2)', async () =>
   await v2('DEPOSIT_DETECTED', 'r1');
   assert.equal((await v2('DEPOSIT_REVERSED', 'r2')).status, 'reversed');
   assert.deepEqual(store.snapshot().workflows.get('swap-1'), {
-    id: 'swap-1', status: 'reversed', revision: 2, depositRef: recorded.depositRef, amountUnits: recorded.amountUnits,
+    id: 'swap-1',
+    status: 'reversed',
+    revision: 2,
+    depositRef: recorded.depositRef,
+    amountUnits: recorded.amountUnits,
   });
   // The reversed deposit's confirmation (emitted before the reversal, delivered after it) and a
   // re-published detection change nothing.
@@ -402,16 +631,36 @@ test('a reversal after the exchange started opens a review instead of compensati
   assert.deepEqual([...store.snapshot().outbox.keys()].sort(), ['open-review:swap-1', 'start-exchange:swap-1']);
   // In review only a newer observation is recorded: the reversal re-published under a new event id is already-applied.
   assert.deepEqual(await run(store, 'DEPOSIT_REVERSED', 'x4'), { outcome: 'already-applied', ...measured('DEPOSIT_REVERSED', 'x4') });
-  assert.deepEqual(await run(store, 'EXCHANGE_COMPLETED', 'x5'), { outcome: 'stale', ...measured('EXCHANGE_COMPLETED', 'x5') }, 'a person decides about the exchange now');
-  assert.deepEqual([store.snapshot().workflows.get('swap-1').sequence, store.snapshot().outbox.size], [WATCHER_SEQUENCE.DEPOSIT_REVERSED, 2]);
+  assert.deepEqual(
+    await run(store, 'EXCHANGE_COMPLETED', 'x5'),
+    { outcome: 'stale', ...measured('EXCHANGE_COMPLETED', 'x5') },
+    'a person decides about the exchange now',
+  );
+  assert.deepEqual(
+    [store.snapshot().workflows.get('swap-1').sequence, store.snapshot().outbox.size],
+    [WATCHER_SEQUENCE.DEPOSIT_REVERSED, 2],
+  );
 });
 
 test('a swap stored without a sequence (under v2) takes numbered observations: any number is newer than none', async () => {
-  const store = new InMemoryStore([{ id: 'swap-1', status: 'deposit', revision: 1, depositRef: recorded.depositRef, amountUnits: recorded.amountUnits }]);
+  const store = new InMemoryStore([
+    { id: 'swap-1', status: 'deposit', revision: 1, depositRef: recorded.depositRef, amountUnits: recorded.amountUnits },
+  ]);
   const confirm = await run(store, 'DEPOSIT_CONFIRMED', 'n1');
-  assert.deepEqual(confirm, { outcome: 'applied', status: 'exchange', revision: 2, operationIds: ['start-exchange:swap-1'], operationId: 'start-exchange:swap-1', ...measured('DEPOSIT_CONFIRMED', 'n1') });
+  assert.deepEqual(confirm, {
+    outcome: 'applied',
+    status: 'exchange',
+    revision: 2,
+    operationIds: ['start-exchange:swap-1'],
+    operationId: 'start-exchange:swap-1',
+    ...measured('DEPOSIT_CONFIRMED', 'n1'),
+  });
   assert.equal(store.snapshot().workflows.get('swap-1').sequence, WATCHER_SEQUENCE.DEPOSIT_CONFIRMED);
-  assert.deepEqual(await run(store, 'DEPOSIT_CONFIRMED', 'n2'), { outcome: 'already-applied', ...measured('DEPOSIT_CONFIRMED', 'n2') }, 're-published, it carries the number now recorded');
+  assert.deepEqual(
+    await run(store, 'DEPOSIT_CONFIRMED', 'n2'),
+    { outcome: 'already-applied', ...measured('DEPOSIT_CONFIRMED', 'n2') },
+    're-published, it carries the number now recorded',
+  );
 });
 
 test('a deadline racing a detection: deadline first makes the deposit late', async () => {
@@ -436,15 +685,23 @@ test('order-shipment: the first request creates the workflow and one CREATE_SHIP
   const first = await processEvent(store, request, { ruleSet: orderShipment });
   const measure = (event) => ({ attempts: 1, fingerprint: fingerprint(event, { ruleSet: orderShipment }) });
   assert.deepEqual(first, {
-    outcome: 'applied', status: 'shipping', revision: 1, operationId: 'create-shipment:order-1', operationIds: ['create-shipment:order-1'], ...measure(request),
+    outcome: 'applied',
+    status: 'shipping',
+    revision: 1,
+    operationId: 'create-shipment:order-1',
+    operationIds: ['create-shipment:order-1'],
+    ...measure(request),
   });
   const replay = await processEvent(store, request, { ruleSet: orderShipment });
   // A redelivery answers the shipment the first request scheduled.
-  assert.deepEqual({ ...replay, original: { ...replay.original, decidedAt: null } }, {
-    outcome: 'duplicate-delivery',
-    original: { outcome: 'applied', operationIds: ['create-shipment:order-1'], status: 'shipping', revision: 1, decidedAt: null },
-    ...measure(request),
-  });
+  assert.deepEqual(
+    { ...replay, original: { ...replay.original, decidedAt: null } },
+    {
+      outcome: 'duplicate-delivery',
+      original: { outcome: 'applied', operationIds: ['create-shipment:order-1'], status: 'shipping', revision: 1, decidedAt: null },
+      ...measure(request),
+    },
+  );
   assert.equal(typeof replay.original.decidedAt, 'number');
   const again = { ...request, eventId: 'evt-2' };
   assert.deepEqual(await processEvent(store, again, { ruleSet: orderShipment }), { outcome: 'already-applied', ...measure(again) });
@@ -458,21 +715,32 @@ test('order-shipment: the first request creates the workflow and one CREATE_SHIP
 
 test('order-shipment: concurrent first requests under different ids create one shipment', async () => {
   const store = new InMemoryStore();
-  const results = await Promise.all(Array.from({ length: 10 }, (_, i) =>
-    processEvent(store, { eventId: `evt-${i}`, workflowId: 'order-9', type: 'SHIPMENT_REQUESTED' }, { ruleSet: 'order-shipment' })));
+  const results = await Promise.all(
+    Array.from({ length: 10 }, (_, i) =>
+      processEvent(store, { eventId: `evt-${i}`, workflowId: 'order-9', type: 'SHIPMENT_REQUESTED' }, { ruleSet: 'order-shipment' }),
+    ),
+  );
   assert.equal(results.filter((r) => r.outcome === 'applied').length, 1);
   assert.equal(store.snapshot().outbox.size, 1);
 });
 
 test('receipts record the rule set id, version and hash', () => {
-  const decision = decide({ event: eventOf('DEADLINE_PASSED'), receipt: null, workflow: { id: 'swap-1', status: 'waiting', revision: 0 }, ruleSet: depositSwap });
+  const decision = decide({
+    event: eventOf('DEADLINE_PASSED'),
+    receipt: null,
+    workflow: { id: 'swap-1', status: 'waiting', revision: 0 },
+    ruleSet: depositSwap,
+  });
   assert.deepEqual(decision.writeSet.receipt.ruleSet, { id: 'deposit-swap', version: 3, hash: depositSwap.hash });
   assert.equal(depositSwap, RuleSet.builtin('deposit-swap', { version: 3 }), 'the default is v3');
 });
 
 test('fingerprints cover type, workflowId and the identity fields of the event type', () => {
   const deadline = eventOf('DEADLINE_PASSED');
-  assert.equal(fingerprint({ ...deadline, eventId: 'other', extra: 'x' }, { ruleSet: depositSwap }), fingerprint(deadline, { ruleSet: depositSwap }));
+  assert.equal(
+    fingerprint({ ...deadline, eventId: 'other', extra: 'x' }, { ruleSet: depositSwap }),
+    fingerprint(deadline, { ruleSet: depositSwap }),
+  );
   assert.notEqual(fingerprint(eventOf('DEPOSIT_DETECTED')), fingerprint(eventOf('DEPOSIT_CONFIRMED')));
 });
 
@@ -498,12 +766,24 @@ function custom() {
   return {
     id: 'ticket',
     version: 1,
-    statuses: [{ name: 'open', initial: true }, { name: 'closed', terminal: true }],
+    statuses: [
+      { name: 'open', initial: true },
+      { name: 'closed', terminal: true },
+    ],
     fields: [{ name: 'reason', kind: 'text' }],
     events: [{ type: 'CLOSE', fields: ['reason'] }, { type: 'PING' }],
     rules: [
       { on: '*', in: '(none)', then: { error: 'UNKNOWN_WORKFLOW' } },
-      { on: 'CLOSE', in: 'open', then: { outcome: 'applied', to: 'closed', record: ['reason'], emit: [{ type: 'NOTIFY', id: 'notify:{workflowId}', payload: ['reason'] }] } },
+      {
+        on: 'CLOSE',
+        in: 'open',
+        then: {
+          outcome: 'applied',
+          to: 'closed',
+          record: ['reason'],
+          emit: [{ type: 'NOTIFY', id: 'notify:{workflowId}', payload: ['reason'] }],
+        },
+      },
       { on: 'CLOSE', in: 'closed', guard: ['reason'], then: { outcome: 'already-applied' } },
       { on: 'PING', in: '*', then: { outcome: 'stale' } },
     ],
@@ -513,27 +793,94 @@ function custom() {
 test('a custom rule set verifies and runs through processEvent', async () => {
   const report = verifyRuleSet(custom());
   assert.equal(report.ok, true);
-  assert.deepEqual(report.properties.map((p) => p.name), [
-    'one-answer-per-pair', 'every-status-reachable', 'terminal-statuses-final',
-    'operation-ids-unique', 'revision-increases', 'guards-read-recorded-fields', 'reorder-safe',
-  ]);
+  assert.deepEqual(
+    report.properties.map((p) => p.name),
+    [
+      'one-answer-per-pair',
+      'every-status-reachable',
+      'terminal-statuses-final',
+      'operation-ids-unique',
+      'revision-increases',
+      'guards-read-recorded-fields',
+      'reorder-safe',
+    ],
+  );
   const ruleSet = RuleSet.fromJSON(custom());
   const store = new InMemoryStore([{ id: 't-1', status: 'open', revision: 0 }]);
   const close = { eventId: 'c1', workflowId: 't-1', type: 'CLOSE', reason: 'fixed' };
   assert.deepEqual((await processEvent(store, close, { ruleSet })).operationIds, ['notify:t-1']);
   const closeAgain = { ...close, eventId: 'c2' };
-  assert.deepEqual(await processEvent(store, closeAgain, { ruleSet }), { outcome: 'already-applied', attempts: 1, fingerprint: fingerprint(closeAgain, { ruleSet }) });
+  assert.deepEqual(await processEvent(store, closeAgain, { ruleSet }), {
+    outcome: 'already-applied',
+    attempts: 1,
+    fingerprint: fingerprint(closeAgain, { ruleSet }),
+  });
   assert.equal((await outcomeOf(processEvent(store, { ...close, eventId: 'c3', reason: 'dup' }, { ruleSet }))).error, 'IDENTITY_MISMATCH');
 });
 
 const broken = {
-  'one-answer-per-pair (a pair with no answer)': [(d) => { d.rules = d.rules.filter((r) => r.on !== 'PING'); }, (c) => assert.equal(c.event, 'PING')],
-  'one-answer-per-pair (a pair with two answers)': [(d) => { d.rules.push({ on: 'PING', in: 'open', then: { outcome: 'already-applied' } }); }, (c) => assert.deepEqual([c.event, c.status, c.rules], ['PING', 'open', ['rules[3]', 'rules[4]']])],
-  'every-status-reachable': [(d) => { d.statuses.push({ name: 'limbo' }); d.rules[3].in = ['open', 'closed', 'limbo']; d.rules.push({ on: 'CLOSE', in: 'limbo', then: { error: 'INVALID_TRANSITION' } }); }, (c) => assert.deepEqual(c.unreachable, ['limbo'])],
-  'terminal-statuses-final': [(d) => { d.rules[2] = { on: 'CLOSE', in: 'closed', then: { outcome: 'applied', to: 'closed' } }; }, (c) => assert.deepEqual(c.steps.map((s) => `${s.event}:${s.from}->${s.to}`), ['CLOSE:open->closed', 'CLOSE:closed->closed'])],
-  'operation-ids-unique': [(d) => { d.statuses[1].terminal = false; d.rules[2] = { on: 'CLOSE', in: 'closed', then: { outcome: 'applied', to: 'open', clear: ['reason'] } }; }, (c) => { assert.equal(c.operationId, 'notify:{workflowId}'); assert.deepEqual(c.steps.map((s) => s.event), ['CLOSE', 'CLOSE', 'CLOSE']); }],
-  'revision-increases': [(d) => { d.rules[1].then.revisionStep = 0; }, (c) => assert.deepEqual(c.steps.map((s) => s.rule), ['rules[1]'])],
-  'guards-read-recorded-fields': [(d) => { d.rules[1].then.record = []; }, (c) => { assert.equal(c.field, 'reason'); assert.equal(c.steps.at(-1).rule, 'rules[2]'); }],
+  'one-answer-per-pair (a pair with no answer)': [
+    (d) => {
+      d.rules = d.rules.filter((r) => r.on !== 'PING');
+    },
+    (c) => assert.equal(c.event, 'PING'),
+  ],
+  'one-answer-per-pair (a pair with two answers)': [
+    (d) => {
+      d.rules.push({ on: 'PING', in: 'open', then: { outcome: 'already-applied' } });
+    },
+    (c) => assert.deepEqual([c.event, c.status, c.rules], ['PING', 'open', ['rules[3]', 'rules[4]']]),
+  ],
+  'every-status-reachable': [
+    (d) => {
+      d.statuses.push({ name: 'limbo' });
+      d.rules[3].in = ['open', 'closed', 'limbo'];
+      d.rules.push({ on: 'CLOSE', in: 'limbo', then: { error: 'INVALID_TRANSITION' } });
+    },
+    (c) => assert.deepEqual(c.unreachable, ['limbo']),
+  ],
+  'terminal-statuses-final': [
+    (d) => {
+      d.rules[2] = { on: 'CLOSE', in: 'closed', then: { outcome: 'applied', to: 'closed' } };
+    },
+    (c) =>
+      assert.deepEqual(
+        c.steps.map((s) => `${s.event}:${s.from}->${s.to}`),
+        ['CLOSE:open->closed', 'CLOSE:closed->closed'],
+      ),
+  ],
+  'operation-ids-unique': [
+    (d) => {
+      d.statuses[1].terminal = false;
+      d.rules[2] = { on: 'CLOSE', in: 'closed', then: { outcome: 'applied', to: 'open', clear: ['reason'] } };
+    },
+    (c) => {
+      assert.equal(c.operationId, 'notify:{workflowId}');
+      assert.deepEqual(
+        c.steps.map((s) => s.event),
+        ['CLOSE', 'CLOSE', 'CLOSE'],
+      );
+    },
+  ],
+  'revision-increases': [
+    (d) => {
+      d.rules[1].then.revisionStep = 0;
+    },
+    (c) =>
+      assert.deepEqual(
+        c.steps.map((s) => s.rule),
+        ['rules[1]'],
+      ),
+  ],
+  'guards-read-recorded-fields': [
+    (d) => {
+      d.rules[1].then.record = [];
+    },
+    (c) => {
+      assert.equal(c.field, 'reason');
+      assert.equal(c.steps.at(-1).rule, 'rules[2]');
+    },
+  ],
 };
 
 for (const [name, [breakIt, checkCounterexample]] of Object.entries(broken)) {
@@ -546,24 +893,69 @@ for (const [name, [breakIt, checkCounterexample]] of Object.entries(broken)) {
     const failed = report.properties.filter((p) => !p.ok).map((p) => p.name);
     assert.deepEqual(failed, [property]);
     checkCounterexample(report.properties.find((p) => p.name === property).counterexample);
-    assert.throws(() => RuleSet.fromJSON(definition), (error) =>
-      error instanceof IdemflowError && error.code === 'RULESET_INVALID' && error.details.path === property && error.details.report.ok === false);
+    assert.throws(
+      () => RuleSet.fromJSON(definition),
+      (error) =>
+        error instanceof IdemflowError &&
+        error.code === 'RULESET_INVALID' &&
+        error.details.path === property &&
+        error.details.report.ok === false,
+    );
   });
 }
 
 test('a malformed definition is RULESET_INVALID with the path of the bad part', () => {
   const cases = [
-    [(d) => { d.rules[1].then.to = 'shut'; }, '$.rules[1].then.to'],
-    [(d) => { d.rules[1].then.emit[0].id = 'notify'; }, '$.rules[1].then.emit[0].id'],
-    [(d) => { d.events[0].fields = ['reason', 'missing']; }, '$.events[0].fields[1]'],
-    [(d) => { d.rules[0].colour = 'red'; }, '$.rules[0].colour'],
-    [(d) => { d.version = 0; }, '$.version'],
-    [(d) => { d.fields[0].kind = 'float'; }, '$.fields[0].kind'],
-    [(d) => { d.rules[2].then = { outcome: 'already-applied', to: 'open' }; }, '$.rules[2].then.to'],
+    [
+      (d) => {
+        d.rules[1].then.to = 'shut';
+      },
+      '$.rules[1].then.to',
+    ],
+    [
+      (d) => {
+        d.rules[1].then.emit[0].id = 'notify';
+      },
+      '$.rules[1].then.emit[0].id',
+    ],
+    [
+      (d) => {
+        d.events[0].fields = ['reason', 'missing'];
+      },
+      '$.events[0].fields[1]',
+    ],
+    [
+      (d) => {
+        d.rules[0].colour = 'red';
+      },
+      '$.rules[0].colour',
+    ],
+    [
+      (d) => {
+        d.version = 0;
+      },
+      '$.version',
+    ],
+    [
+      (d) => {
+        d.fields[0].kind = 'float';
+      },
+      '$.fields[0].kind',
+    ],
+    [
+      (d) => {
+        d.rules[2].then = { outcome: 'already-applied', to: 'open' };
+      },
+      '$.rules[2].then.to',
+    ],
   ];
   for (const [breakIt, path] of cases) {
     const definition = custom();
     breakIt(definition);
-    assert.throws(() => verifyRuleSet(definition), (error) => error instanceof IdemflowError && error.code === 'RULESET_INVALID' && error.details.path === path, path);
+    assert.throws(
+      () => verifyRuleSet(definition),
+      (error) => error instanceof IdemflowError && error.code === 'RULESET_INVALID' && error.details.path === path,
+      path,
+    );
   }
 });

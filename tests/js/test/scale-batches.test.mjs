@@ -12,8 +12,9 @@
 // swap ends where its history in order leads. PostgreSQL and MariaDB run
 // when their URLs are set; a SQLite file (its writers queue, so nothing can
 // deadlock) always runs, as the control that the checks hold where they should.
-import { describe, it } from 'node:test';
+
 import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
 import { InMemoryStore, processEvent } from 'idemflow';
 
 import { BACKENDS } from '../workers/backends.mjs';
@@ -33,7 +34,14 @@ const backends = BACKENDS.filter((b) => ['pg', 'mysql', 'sqlite'].includes(b.id)
 
 const ruleSet = 'deposit-swap';
 /** A workflow as a comparable value: status, revision and recorded fields. */
-const workflowValue = (w) => (w ? JSON.stringify(Object.keys(w).sort().map((key) => [key, w[key]])) : null);
+const workflowValue = (w) =>
+  w
+    ? JSON.stringify(
+        Object.keys(w)
+          .sort()
+          .map((key) => [key, w[key]]),
+      )
+    : null;
 
 /**
  * Replays the run one by one, each workflow over an InMemoryStore of its own
@@ -53,11 +61,26 @@ async function replay(traffic, firsts, duplicates) {
     const store = new InMemoryStore([{ ...workflow }]);
     const states = [store.snapshot()];
     const decided = byWorkflow.get(workflow.id);
-    for (const { event, result } of decided.filter((d) => d.result.outcome === 'applied').sort((a, b) => a.result.revision - b.result.revision)) {
+    for (const { event, result } of decided
+      .filter((d) => d.result.outcome === 'applied')
+      .sort((a, b) => a.result.revision - b.result.revision)) {
       const again = await processEvent(store, event, { ruleSet });
-      const want = { outcome: result.outcome, status: result.status, revision: result.revision, operationIds: result.operationIds, fingerprint: result.fingerprint };
-      const got = { outcome: again.outcome, status: again.status, revision: again.revision, operationIds: again.operationIds, fingerprint: again.fingerprint };
-      if (JSON.stringify(got) !== JSON.stringify(want)) problems.push(`${event.eventId}: the batch gave ${JSON.stringify(want)}, one by one ${JSON.stringify(got)}`);
+      const want = {
+        outcome: result.outcome,
+        status: result.status,
+        revision: result.revision,
+        operationIds: result.operationIds,
+        fingerprint: result.fingerprint,
+      };
+      const got = {
+        outcome: again.outcome,
+        status: again.status,
+        revision: again.revision,
+        operationIds: again.operationIds,
+        fingerprint: again.fingerprint,
+      };
+      if (JSON.stringify(got) !== JSON.stringify(want))
+        problems.push(`${event.eventId}: the batch gave ${JSON.stringify(want)}, one by one ${JSON.stringify(got)}`);
       states.push(store.snapshot());
     }
     for (const { event, result } of decided.filter((d) => d.result.outcome !== 'applied')) {
@@ -67,13 +90,15 @@ async function replay(traffic, firsts, duplicates) {
         seen.push(again.outcome);
         if (again.outcome === result.outcome && again.fingerprint === result.fingerprint) break;
       }
-      if (seen[seen.length - 1] !== result.outcome) problems.push(`${event.eventId}: the batch gave ${result.outcome}, one by one at any point ${seen.join(' / ')}`);
+      if (seen[seen.length - 1] !== result.outcome)
+        problems.push(`${event.eventId}: the batch gave ${result.outcome}, one by one at any point ${seen.join(' / ')}`);
     }
     const snapshot = store.snapshot();
     end.set(workflow.id, { workflow: snapshot.workflows.get(workflow.id), operations: [...snapshot.outbox.values()] });
   }
   for (const { event, result } of duplicates) {
-    if (result.fingerprint !== firsts.get(event.eventId)?.result.fingerprint) problems.push(`${event.eventId}: a duplicate answered another fingerprint`);
+    if (result.fingerprint !== firsts.get(event.eventId)?.result.fingerprint)
+      problems.push(`${event.eventId}: a duplicate answered another fingerprint`);
   }
   return { problems, end };
 }
@@ -82,13 +107,17 @@ async function replay(traffic, firsts, duplicates) {
 async function inOrder(traffic) {
   const store = new InMemoryStore(traffic.workflows.map((w) => ({ ...w })));
   const published = new Set(traffic.messages.map((m) => m.eventId));
-  for (const swap of traffic.swaps) for (const event of swap.history) if (published.has(event.eventId)) await processEvent(store, event, { ruleSet });
+  for (const swap of traffic.swaps)
+    for (const event of swap.history) if (published.has(event.eventId)) await processEvent(store, event, { ruleSet });
   return store.snapshot();
 }
 
 describe(`${LANES} processes running processBatch on batches of ${BATCH} over shared workflows`, () => {
   for (const backend of backends) {
-    it(`${backend.name}: no deadlock, no error, results and state those of one by one`, { skip: backend.skip, timeout: 180_000 }, async (t) => {
+    it(`${backend.name}: no deadlock, no error, results and state those of one by one`, {
+      skip: backend.skip,
+      timeout: 180_000,
+    }, async (t) => {
       const traffic = swapTraffic({ swaps: SWAPS, seed: Date.now() % 100_000, eventsOnly: true });
       const { tables, helper, spec, close } = await laneTables(backend, backend.options, traffic.workflows);
       try {
@@ -99,8 +128,10 @@ describe(`${LANES} processes running processBatch on batches of ${BATCH} over sh
           batchSize: BATCH,
           timeoutMs: 150_000,
         });
-        t.diagnostic(`${backend.name}: ${traffic.messages.length} events (${traffic.validIds.size} event ids) for ${traffic.workflows.length} swaps `
-          + `in ${run.batches} batches over ${run.seconds.toFixed(1)} s; race re-runs ${JSON.stringify(run.races)}; transactions lost to a race ${JSON.stringify(run.failedTransactions)}`);
+        t.diagnostic(
+          `${backend.name}: ${traffic.messages.length} events (${traffic.validIds.size} event ids) for ${traffic.workflows.length} swaps ` +
+            `in ${run.batches} batches over ${run.seconds.toFixed(1)} s; race re-runs ${JSON.stringify(run.races)}; transactions lost to a race ${JSON.stringify(run.failedTransactions)}`,
+        );
 
         assert.equal(run.races.deadlock ?? 0, 0, `${run.races.deadlock} batches ran again after a deadlock`);
         assert.equal(run.failedTransactions.deadlock ?? 0, 0, `${run.failedTransactions.deadlock} transactions ended in a deadlock`);
@@ -113,7 +144,8 @@ describe(`${LANES} processes running processBatch on batches of ${BATCH} over sh
         for (const item of run.items) {
           const [result] = item.results;
           if (result.outcome === 'duplicate-delivery') duplicates.push({ event: item.event, result });
-          else if (firsts.has(item.event.eventId)) assert.fail(`${item.event.eventId} was decided twice: ${firsts.get(item.event.eventId).result.outcome}, ${result.outcome}`);
+          else if (firsts.has(item.event.eventId))
+            assert.fail(`${item.event.eventId} was decided twice: ${firsts.get(item.event.eventId).result.outcome}, ${result.outcome}`);
           else firsts.set(item.event.eventId, { event: item.event, result });
         }
         assert.equal(firsts.size, traffic.validIds.size, 'every event id decided once');
@@ -142,19 +174,25 @@ describe(`${LANES} processes running processBatch on batches of ${BATCH} over sh
           if (stored !== workflowValue(replayed)) differing.push(`${id}: ${stored} stored, ${workflowValue(replayed)} one by one`);
           const { revision, ...end } = replayed;
           const { revision: r, ...want } = ordered.workflows.get(id);
-          if (workflowValue(end) !== workflowValue(want)) differing.push(`${id}: ${workflowValue(end)}, its history in order ${workflowValue(want)}`);
+          if (workflowValue(end) !== workflowValue(want))
+            differing.push(`${id}: ${workflowValue(end)}, its history in order ${workflowValue(want)}`);
         }
         assert.deepEqual(differing.slice(0, 3), [], `${differing.length} workflows differ`);
         const operations = (await helper.query(`SELECT id, type, workflow_id, event_id FROM ${tables.outbox}`, []))
-          .map((row) => `${row.id} ${row.type} ${row.workflow_id} ${row.event_id}`).sort();
+          .map((row) => `${row.id} ${row.type} ${row.workflow_id} ${row.event_id}`)
+          .sort();
         const replayedOperations = [...oneByOne.values()].flatMap((w) => w.operations);
         const expected = replayedOperations.map((op) => `${op.id} ${op.type} ${op.workflowId} ${op.eventId}`).sort();
         assert.deepEqual(operations, expected, 'the operations of one-by-one processing');
         const exchanges = new Map();
-        for (const op of replayedOperations) if (op.type === 'START_EXCHANGE') exchanges.set(op.workflowId, (exchanges.get(op.workflowId) ?? 0) + 1);
+        for (const op of replayedOperations)
+          if (op.type === 'START_EXCHANGE') exchanges.set(op.workflowId, (exchanges.get(op.workflowId) ?? 0) + 1);
         const inOrderExchanges = [...ordered.outbox.values()].filter((op) => op.type === 'START_EXCHANGE').length;
         assert.equal(exchanges.size, inOrderExchanges, 'a START_EXCHANGE for each swap whose history exchanges');
-        assert.ok([...exchanges.values()].every((n) => n === 1), 'one START_EXCHANGE per swap');
+        assert.ok(
+          [...exchanges.values()].every((n) => n === 1),
+          'one START_EXCHANGE per swap',
+        );
       } finally {
         await close();
       }

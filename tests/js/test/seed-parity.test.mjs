@@ -2,14 +2,18 @@
 // idemflow's InMemoryStore: the transaction handle carries the draft view
 // { workflows, inbox, outbox }, kept or discarded with the transaction.
 // These are our own tests in that style, over the seed's workflow and event shapes.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
-import { IdemflowError, InMemoryStore, RuleSet, fingerprint, processDepositConfirmed } from 'idemflow';
+import test from 'node:test';
+import { fingerprint, IdemflowError, InMemoryStore, processDepositConfirmed, RuleSet } from 'idemflow';
 import { SEED_EVENT as event } from '../workers/fixtures.mjs';
 
 const workflow = Object.freeze({
-  id: 'swap-42', status: 'deposit', revision: 3,
-  depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000',
+  id: 'swap-42',
+  status: 'deposit',
+  revision: 3,
+  depositRef: 'btc-mainnet:tx-abc:vout-0',
+  amountUnits: '12500000',
 });
 const operationId = 'start-exchange:swap-42';
 
@@ -49,8 +53,9 @@ test('a new event id cannot repeat the business transition', async () => {
 
 test('25 concurrent deliveries still schedule one operation', async () => {
   const store = new InMemoryStore([workflow]);
-  const results = await Promise.all(Array.from({ length: 25 }, (_, i) =>
-    processDepositConfirmed(store, { ...event, eventId: `source:event-${i}` })));
+  const results = await Promise.all(
+    Array.from({ length: 25 }, (_, i) => processDepositConfirmed(store, { ...event, eventId: `source:event-${i}` })),
+  );
   assert.equal(results.filter((r) => r.outcome === 'applied').length, 1);
   assert.equal(results.filter((r) => r.outcome === 'already-applied').length, 24);
   assert.equal(store.snapshot().outbox.size, 1);
@@ -73,16 +78,16 @@ test('a workflow created through the draft is confirmed like any other', async (
 
 test('a mismatched depositRef needs reconciliation and changes nothing', async () => {
   const store = new InMemoryStore([workflow]);
-  await rejectsWith(processDepositConfirmed(store, { ...event, depositRef: 'btc-mainnet:tx-abc:vout-1' }),
-    'IDENTITY_MISMATCH', { field: 'depositRef' });
+  await rejectsWith(processDepositConfirmed(store, { ...event, depositRef: 'btc-mainnet:tx-abc:vout-1' }), 'IDENTITY_MISMATCH', {
+    field: 'depositRef',
+  });
   assert.deepEqual(store.snapshot().workflows.get('swap-42'), workflow);
   assert.deepEqual(sizes(store), { workflows: 1, inbox: 0, outbox: 0 });
 });
 
 test('a changed amount needs reconciliation and changes nothing', async () => {
   const store = new InMemoryStore([workflow]);
-  await rejectsWith(processDepositConfirmed(store, { ...event, amountUnits: '12500001' }),
-    'IDENTITY_MISMATCH', { field: 'amountUnits' });
+  await rejectsWith(processDepositConfirmed(store, { ...event, amountUnits: '12500001' }), 'IDENTITY_MISMATCH', { field: 'amountUnits' });
   assert.deepEqual(sizes(store), { workflows: 1, inbox: 0, outbox: 0 });
 });
 
@@ -106,8 +111,7 @@ for (const status of ['waiting', 'overdue']) {
 test('the same event id with a different payload is a conflict, and the first receipt stays', async () => {
   const store = new InMemoryStore([workflow]);
   await processDepositConfirmed(store, event);
-  await rejectsWith(processDepositConfirmed(store, { ...event, amountUnits: '99' }), 'EVENT_ID_CONFLICT',
-    { eventId: event.eventId });
+  await rejectsWith(processDepositConfirmed(store, { ...event, amountUnits: '99' }), 'EVENT_ID_CONFLICT', { eventId: event.eventId });
   // processDepositConfirmed runs the article's rules, deposit-swap v1: its receipt holds the v1 fingerprint.
   const v1 = RuleSet.builtin('deposit-swap', { version: 1 });
   assert.equal(store.snapshot().inbox.get(event.eventId).fingerprint, fingerprint(event, { ruleSet: v1 }));
@@ -117,7 +121,11 @@ test('an outbox row pre-seeded through the draft is a conflict, and nothing of t
   const store = new InMemoryStore([workflow]);
   await store.transaction(async (draft) => {
     draft.outbox.set(operationId, {
-      id: operationId, type: 'START_EXCHANGE', workflowId: 'swap-42', eventId: 'chain-watcher:event-000', status: 'pending',
+      id: operationId,
+      type: 'START_EXCHANGE',
+      workflowId: 'swap-42',
+      eventId: 'chain-watcher:event-000',
+      status: 'pending',
     });
   });
   await rejectsWith(processDepositConfirmed(store, event), 'OUTBOX_CONFLICT', { operationId });
@@ -137,18 +145,24 @@ test('a pre-seeded outbox row is a full row the store reads back and the consume
   assert.equal(stored.status, 'pending');
   assert.equal(stored.attempts, 0);
   const claimed = await store.claimOperations({ owner: 'worker-1', now: 1_000, leaseExpiresAt: 2_000, limit: 10 });
-  assert.deepEqual(claimed.map((op) => op.id), [operationId]);
+  assert.deepEqual(
+    claimed.map((op) => op.id),
+    [operationId],
+  );
 });
 
 test('a simulated rollback (throw after writing through the draft) leaves nothing', async () => {
   const store = new InMemoryStore([workflow]);
   const before = store.snapshot();
-  await assert.rejects(store.transaction(async (draft) => {
-    draft.workflows.set('swap-42', { ...draft.workflows.get('swap-42'), status: 'exchange', revision: 4 });
-    draft.outbox.set(operationId, { type: 'START_EXCHANGE', workflowId: 'swap-42', eventId: event.eventId });
-    draft.workflows.set('swap-43', { ...workflow, id: 'swap-43' });
-    throw new Error('simulated crash after writing');
-  }), /simulated crash after writing/);
+  await assert.rejects(
+    store.transaction(async (draft) => {
+      draft.workflows.set('swap-42', { ...draft.workflows.get('swap-42'), status: 'exchange', revision: 4 });
+      draft.outbox.set(operationId, { type: 'START_EXCHANGE', workflowId: 'swap-42', eventId: event.eventId });
+      draft.workflows.set('swap-43', { ...workflow, id: 'swap-43' });
+      throw new Error('simulated crash after writing');
+    }),
+    /simulated crash after writing/,
+  );
   assert.deepEqual(store.snapshot(), before);
   // The redelivery after the crash applies normally.
   assert.equal((await processDepositConfirmed(store, event)).outcome, 'applied');
@@ -157,16 +171,23 @@ test('a simulated rollback (throw after writing through the draft) leaves nothin
 test('a rollback discards draft writes and method writes alike, and a delete through the draft', async () => {
   const store = new InMemoryStore([workflow, { ...workflow, id: 'swap-43' }]);
   const before = store.snapshot();
-  await assert.rejects(store.transaction(async (tx) => {
-    await tx.insertReceipt({
-      eventId: 'e-1', fingerprint: fingerprint(event), workflowId: 'swap-42', eventType: 'DEPOSIT_CONFIRMED',
-      outcome: 'applied', ruleSet: null,
-    });
-    assert.equal(tx.inbox.get('e-1').workflowId, 'swap-42');
-    assert.equal(tx.workflows.delete('swap-43'), true);
-    assert.equal(tx.workflows.has('swap-43'), false);
-    throw new Error('rolled back');
-  }), /rolled back/);
+  await assert.rejects(
+    store.transaction(async (tx) => {
+      await tx.insertReceipt({
+        eventId: 'e-1',
+        fingerprint: fingerprint(event),
+        workflowId: 'swap-42',
+        eventType: 'DEPOSIT_CONFIRMED',
+        outcome: 'applied',
+        ruleSet: null,
+      });
+      assert.equal(tx.inbox.get('e-1').workflowId, 'swap-42');
+      assert.equal(tx.workflows.delete('swap-43'), true);
+      assert.equal(tx.workflows.has('swap-43'), false);
+      throw new Error('rolled back');
+    }),
+    /rolled back/,
+  );
   assert.deepEqual(store.snapshot(), before);
 });
 
@@ -189,18 +210,34 @@ test('the draft and the handle methods share one set of pending writes, committe
 test('a row the store could not read back is refused at set() and nothing of the transaction is kept', async () => {
   const store = new InMemoryStore([workflow]);
   const before = store.snapshot();
-  await rejectsWith(store.transaction(async (draft) => {
-    draft.inbox.set('e-1', { fingerprint: 'whatever', outcome: 'applied' });
-  }), 'INVALID_ARGUMENT', { table: 'inbox', key: 'e-1' });
-  await rejectsWith(store.transaction(async (draft) => {
-    draft.outbox.set(operationId, { type: 'START_EXCHANGE', workflowId: 'swap-42' });
-  }), 'INVALID_ARGUMENT', { table: 'outbox', field: 'eventId' });
-  await rejectsWith(store.transaction(async (draft) => {
-    draft.workflows.set('swap-42', { ...workflow, revision: '4' });
-  }), 'INVALID_ARGUMENT', { table: 'workflows', field: 'revision' });
-  await rejectsWith(store.transaction(async (draft) => {
-    draft.workflows.set('swap-42', { ...workflow, id: 'swap-43' });
-  }), 'INVALID_ARGUMENT', { field: 'id', reason: 'key mismatch' });
+  await rejectsWith(
+    store.transaction(async (draft) => {
+      draft.inbox.set('e-1', { fingerprint: 'whatever', outcome: 'applied' });
+    }),
+    'INVALID_ARGUMENT',
+    { table: 'inbox', key: 'e-1' },
+  );
+  await rejectsWith(
+    store.transaction(async (draft) => {
+      draft.outbox.set(operationId, { type: 'START_EXCHANGE', workflowId: 'swap-42' });
+    }),
+    'INVALID_ARGUMENT',
+    { table: 'outbox', field: 'eventId' },
+  );
+  await rejectsWith(
+    store.transaction(async (draft) => {
+      draft.workflows.set('swap-42', { ...workflow, revision: '4' });
+    }),
+    'INVALID_ARGUMENT',
+    { table: 'workflows', field: 'revision' },
+  );
+  await rejectsWith(
+    store.transaction(async (draft) => {
+      draft.workflows.set('swap-42', { ...workflow, id: 'swap-43' });
+    }),
+    'INVALID_ARGUMENT',
+    { field: 'id', reason: 'key mismatch' },
+  );
   assert.deepEqual(store.snapshot(), before);
 });
 

@@ -2,12 +2,13 @@
 // `subscription` rule set charges every renewal under its own operation id
 // (`charge-renewal:<revision>:<subscriptionId>`), and the verifier proves
 // such ids distinct or says why not.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import test from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { IdemflowError, InMemoryStore, RuleSet, fingerprint, processEvent, verifyRuleSet } from 'idemflow';
+import { fingerprint, IdemflowError, InMemoryStore, processEvent, RuleSet, verifyRuleSet } from 'idemflow';
 
 const subscription = RuleSet.builtin('subscription');
 const ruleSet = subscription;
@@ -17,7 +18,14 @@ const v1 = RuleSet.builtin('subscription', { version: 1 });
 // Periods are counts: the first period is 1, paid at signup.
 const started = { eventId: 'signup:1', workflowId: 'sub-7', type: 'SUBSCRIPTION_STARTED', paidThrough: 1, paymentRef: 'psp:pay-1' };
 const due = (eventId, period) => ({ eventId, workflowId: 'sub-7', type: 'RENEWAL_DUE', period, amountUnits: '1500' });
-const paid = (eventId, period, paymentRef) => ({ eventId, workflowId: 'sub-7', type: 'RENEWAL_PAID', period, paidThrough: period, paymentRef });
+const paid = (eventId, period, paymentRef) => ({
+  eventId,
+  workflowId: 'sub-7',
+  type: 'RENEWAL_PAID',
+  period,
+  paidThrough: period,
+  paymentRef,
+});
 
 async function errorOf(promise) {
   try {
@@ -45,9 +53,15 @@ test('subscription: two renewals in one workflow give two distinct operation ids
   assert.equal((await processEvent(store, started, { ruleSet })).outcome, 'applied');
   const firstDue = due('billing:2', 2);
   const first = await processEvent(store, firstDue, { ruleSet: 'subscription' });
-  assert.deepEqual(first, { outcome: 'applied', status: 'renewing', revision: 2,
-    operationId: 'charge-renewal:2:sub-7', operationIds: ['charge-renewal:2:sub-7'],
-    attempts: 1, fingerprint: fingerprint(firstDue, { ruleSet: 'subscription' }) });
+  assert.deepEqual(first, {
+    outcome: 'applied',
+    status: 'renewing',
+    revision: 2,
+    operationId: 'charge-renewal:2:sub-7',
+    operationIds: ['charge-renewal:2:sub-7'],
+    attempts: 1,
+    fingerprint: fingerprint(firstDue, { ruleSet: 'subscription' }),
+  });
   assert.equal((await processEvent(store, paid('psp:1', 2, 'psp:pay-2'), { ruleSet })).status, 'active');
   const second = await processEvent(store, due('billing:3', 3), { ruleSet });
   assert.equal(second.operationId, 'charge-renewal:4:sub-7');
@@ -112,8 +126,11 @@ test('recurring: the mark and the id form must agree', () => {
     [{ type: 'CHARGE_RENEWAL', id: 'charge-renewal:{workflowId}:{revision}', recurring: true }, '$.rules[3].then.emit[0].id'],
   ];
   for (const [emit, path] of cases) {
-    assert.throws(() => RuleSet.fromJSON(withRenewalEmit(emit)), (error) =>
-      error instanceof IdemflowError && error.code === 'RULESET_INVALID' && error.details.path === path, JSON.stringify(emit));
+    assert.throws(
+      () => RuleSet.fromJSON(withRenewalEmit(emit)),
+      (error) => error instanceof IdemflowError && error.code === 'RULESET_INVALID' && error.details.path === path,
+      JSON.stringify(emit),
+    );
   }
 });
 
@@ -122,7 +139,10 @@ test('recurring: a charge without the revision in its id fails operation-ids-uni
   const failed = report.properties.filter((p) => !p.ok).map((p) => p.name);
   assert.deepEqual(failed, ['operation-ids-unique']);
   const example = report.properties.find((p) => p.name === 'operation-ids-unique').counterexample;
-  assert.deepEqual(example.steps.map((s) => s.event), ['SUBSCRIPTION_STARTED', 'RENEWAL_DUE', 'RENEWAL_PAID', 'RENEWAL_DUE']);
+  assert.deepEqual(
+    example.steps.map((s) => s.event),
+    ['SUBSCRIPTION_STARTED', 'RENEWAL_DUE', 'RENEWAL_PAID', 'RENEWAL_DUE'],
+  );
 });
 
 test('recurring: a renewal with revisionStep 0 would repeat its id: operation-ids-unique fails too', () => {

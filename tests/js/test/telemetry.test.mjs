@@ -5,17 +5,18 @@
 // continues the delivery's trace from the stored traceparent; and without a
 // registered provider (or without the API installed) no OpenTelemetry module
 // is loaded at all.
-import { after, before, describe, it } from 'node:test';
+
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { metrics, trace } from '@opentelemetry/api';
 import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { createOutboxConsumer, fingerprint, observeOutboxBacklog, processEvent } from 'idemflow';
-import { PG_URL, openStore, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { openStore, PG_URL, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
 import { detectedSwap } from '../workers/fixtures.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -65,7 +66,7 @@ function pointsOf(points, name, match = {}) {
 }
 
 /** The one value of `name` with attributes including `match` (0 when there is no such point). */
-function valueOf(points, name, match) {
+function pointValue(points, name, match) {
   const found = pointsOf(points, name, match);
   assert.ok(found.length <= 1, `${name} ${JSON.stringify(match)}: one point, got ${found.length}`);
   return found.length === 0 ? 0 : found[0].value;
@@ -77,7 +78,12 @@ function sumOf(points, name, match) {
 
 const WORKFLOW = Object.freeze(detectedSwap({ id: 'swap-42', revision: 3, depositRef: 'btc:tx-1:0', amountUnits: '12500000' }));
 const CONFIRMED = Object.freeze({
-  eventId: 'chain-watcher:event-1', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx-1:0', amountUnits: '12500000', sequence: 2,
+  eventId: 'chain-watcher:event-1',
+  workflowId: 'swap-42',
+  type: 'DEPOSIT_CONFIRMED',
+  depositRef: 'btc:tx-1:0',
+  amountUnits: '12500000',
+  sequence: 2,
 });
 const shipment = (order) => ({ eventId: `shop:${order}`, workflowId: order, type: 'SHIPMENT_REQUESTED' });
 
@@ -85,15 +91,16 @@ const shipment = (order) => ({ eventId: `shop:${order}`, workflowId: order, type
 function racingOnce(store, stale) {
   const view = Object.create(store);
   let calls = 0;
-  view.transaction = (fn) => store.transaction((tx) => {
-    calls += 1;
-    if (calls === 1) {
-      // processEvent reads through the store's own internal read where there is one.
-      tx.getWorkflow = async () => ({ ...stale });
-      tx.getWorkflowToDecide = () => ({ ...stale });
-    }
-    return fn(tx);
-  });
+  view.transaction = (fn) =>
+    store.transaction((tx) => {
+      calls += 1;
+      if (calls === 1) {
+        // processEvent reads through the store's own internal read where there is one.
+        tx.getWorkflow = async () => ({ ...stale });
+        tx.getWorkflowToDecide = () => ({ ...stale });
+      }
+      return fn(tx);
+    });
   return view;
 }
 
@@ -104,7 +111,8 @@ function withStats(store, clock) {
     let oldestDueAt = null;
     for (const operation of await store.listOperations({ limit: 1000 })) {
       byStatus[operation.status] += 1;
-      if (operation.status === 'pending' && operation.nextAttemptAt <= clock.now) oldestDueAt = Math.min(oldestDueAt ?? Infinity, operation.nextAttemptAt);
+      if (operation.status === 'pending' && operation.nextAttemptAt <= clock.now)
+        oldestDueAt = Math.min(oldestDueAt ?? Infinity, operation.nextAttemptAt);
     }
     return { byStatus, oldestDueAgeMs: oldestDueAt === null ? null : clock.now - oldestDueAt };
   };
@@ -141,8 +149,13 @@ for (const backend of BACKENDS) {
         const metadata = { correlationId: 'corr-7', tenant: 'acme' };
         const applied = await processEvent(store, CONFIRMED, { metadata });
         assert.deepEqual(applied, {
-          outcome: 'applied', operationId: 'start-exchange:swap-42', operationIds: ['start-exchange:swap-42'], status: 'exchange', revision: 4,
-          attempts: 1, fingerprint: fingerprint(CONFIRMED),
+          outcome: 'applied',
+          operationId: 'start-exchange:swap-42',
+          operationIds: ['start-exchange:swap-42'],
+          status: 'exchange',
+          revision: 4,
+          attempts: 1,
+          fingerprint: fingerprint(CONFIRMED),
         });
         assert.equal((await processEvent(store, CONFIRMED)).outcome, 'duplicate-delivery');
         const retries = [];
@@ -179,41 +192,66 @@ for (const backend of BACKENDS) {
         assert.equal(typeof appliedSpan.attributes['idemflow.rule_set.version'], 'number');
         assert.equal(duplicateSpan.attributes['idemflow.outcome'], 'duplicate-delivery');
         assert.deepEqual([racedSpan.attributes['idemflow.outcome'], racedSpan.attributes['idemflow.attempts']], ['already-applied', 2]);
-        assert.deepEqual(racedSpan.events.map((e) => [e.name, e.attributes['idemflow.race.reason'], e.attributes['idemflow.attempt']]),
-          [['idemflow.race_retry', 'workflow-changed', 1]]);
+        assert.deepEqual(
+          racedSpan.events.map((e) => [e.name, e.attributes['idemflow.race.reason'], e.attributes['idemflow.attempt']]),
+          [['idemflow.race_retry', 'workflow-changed', 1]],
+        );
 
         // ---- The outbox: done, retry-scheduled, dead, released, and a taken-over claim (lease-lost, stale-completion).
         const given = [];
         const gate = {};
-        gate.promise = new Promise((resolve) => { gate.resolve = resolve; });
-        const a = createOutboxConsumer(store, {
-          START_EXCHANGE: async (op, context) => { given.push({ id: op.id, metadata: context.metadata, traceContext: context.traceContext }); },
-          CREATE_SHIPMENT: async (op) => {
-            if (op.workflowId === 'order-1') throw new Error('carrier down');
-            if (op.workflowId === 'order-2') throw Object.assign(new Error('no such address'), { retryable: false, code: 'BAD_ADDRESS' });
-            if (op.workflowId === 'order-3') await gate.promise;
+        gate.promise = new Promise((resolve) => {
+          gate.resolve = resolve;
+        });
+        const a = createOutboxConsumer(
+          store,
+          {
+            START_EXCHANGE: async (op, context) => {
+              given.push({ id: op.id, metadata: context.metadata, traceContext: context.traceContext });
+            },
+            CREATE_SHIPMENT: async (op) => {
+              if (op.workflowId === 'order-1') throw new Error('carrier down');
+              if (op.workflowId === 'order-2') throw Object.assign(new Error('no such address'), { retryable: false, code: 'BAD_ADDRESS' });
+              if (op.workflowId === 'order-3') await gate.promise;
+            },
           },
-        }, { owner: 'worker-a', now: () => clock.now, leaseMs: 1000, baseDelayMs: 60_000, autoRenew: false, concurrency: 5 });
+          { owner: 'worker-a', now: () => clock.now, leaseMs: 1000, baseDelayMs: 60_000, autoRenew: false, concurrency: 5 },
+        );
         let recorded = 0;
-        for (const name of ['done', 'retry-scheduled', 'dead']) a.on(name, () => { recorded += 1; });
+        for (const name of ['done', 'retry-scheduled', 'dead'])
+          a.on(name, () => {
+            recorded += 1;
+          });
         const roundA = a.runOnce();
         await until(() => recorded === 3, 'consumer a to record start-exchange, order-1 and order-2');
         assert.equal(a.inFlight, 1);
         // order-3's handler is still running; its lease expires and worker-b takes the claim over.
         clock.now += 5000;
-        const b = createOutboxConsumer(store, { CREATE_SHIPMENT: async () => {} }, { owner: 'worker-b', now: () => clock.now, concurrency: 1 });
+        const b = createOutboxConsumer(
+          store,
+          { CREATE_SHIPMENT: async () => {} },
+          { owner: 'worker-b', now: () => clock.now, concurrency: 1 },
+        );
         const roundB = await b.runOnce();
         assert.equal(roundB.done, 1);
         assert.deepEqual(await a.renewLeases(), { renewed: 0, lost: 1 });
         gate.resolve();
         const tallyA = await roundA;
-        assert.deepEqual({ done: tallyA.done, retried: tallyA.retried, dead: tallyA.dead, stale: tallyA.stale }, { done: 1, retried: 1, dead: 1, stale: 1 });
+        assert.deepEqual(
+          { done: tallyA.done, retried: tallyA.retried, dead: tallyA.dead, stale: tallyA.stale },
+          { done: 1, retried: 1, dead: 1, stale: 1 },
+        );
         assert.deepEqual(given, [{ id: 'start-exchange:swap-42', metadata, traceContext: operation.traceContext }]);
         // order-4 is released: its handler is aborted by stop() and fails while stopping.
         assert.equal((await processEvent(store, shipment('order-4'), { ruleSet: 'order-shipment' })).outcome, 'applied');
-        const c = createOutboxConsumer(store, {
-          CREATE_SHIPMENT: (op, { signal }) => new Promise((resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
-        }, { owner: 'worker-c', now: () => clock.now, pollIntervalMs: 10 });
+        const c = createOutboxConsumer(
+          store,
+          {
+            CREATE_SHIPMENT: (_op, { signal }) =>
+              new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
+          },
+          { owner: 'worker-c', now: () => clock.now, pollIntervalMs: 10 },
+        );
         const claimed = new Promise((resolve) => c.once('claimed', resolve));
         c.start();
         await claimed;
@@ -241,8 +279,14 @@ for (const backend of BACKENDS) {
           'idemflow.lease.owner': 'worker-a',
           'idemflow.outbox.result': 'done',
         });
-        const results = handlerSpans.filter((s) => s.name === 'handle CREATE_SHIPMENT')
-          .map((s) => [s.attributes['idemflow.workflow.id'], s.attributes['idemflow.lease.owner'], s.attributes['idemflow.fencing_token'], s.attributes['idemflow.outbox.result']])
+        const results = handlerSpans
+          .filter((s) => s.name === 'handle CREATE_SHIPMENT')
+          .map((s) => [
+            s.attributes['idemflow.workflow.id'],
+            s.attributes['idemflow.lease.owner'],
+            s.attributes['idemflow.fencing_token'],
+            s.attributes['idemflow.outbox.result'],
+          ])
           .sort((x, y) => (x.join() < y.join() ? -1 : 1));
         assert.deepEqual(results, [
           ['order-1', 'worker-a', 1, 'retry-scheduled'],
@@ -259,20 +303,41 @@ for (const backend of BACKENDS) {
         clock.now += 60_000;
         const purgedOperations = await store.purgeOperations({ olderThan: clock.now, status: 'done' });
         const purgedReceipts = await store.purgeReceipts({ olderThan: clock.now });
-        assert.ok(purgedOperations.deleted === 2 && purgedReceipts.deleted === 6, `${purgedOperations.deleted} operations, ${purgedReceipts.deleted} receipts`);
+        assert.ok(
+          purgedOperations.deleted === 2 && purgedReceipts.deleted === 6,
+          `${purgedOperations.deleted} operations, ${purgedReceipts.deleted} receipts`,
+        );
         const realStats = await store.stats();
         const backlog = observeOutboxBacklog(withStats(store, clock), { intervalMs: 0 });
         const points = await collect();
         backlog.close();
         // The store's own stats() counts by type too: a type no consumer handles shows on the by-type gauge.
-        store.stats = async () => ({ ...realStats, byType: { ...realStats.byType, UNHANDLED_TYPE: { pending: 3, claimed: 0, done: 0, dead: 0 } } });
+        store.stats = async () => ({
+          ...realStats,
+          byType: { ...realStats.byType, UNHANDLED_TYPE: { pending: 3, claimed: 0, done: 0, dead: 0 } },
+        });
         const typed = observeOutboxBacklog(store, { intervalMs: 0 });
         const typedPoints = await collect();
         typed.close();
-        assert.equal(valueOf(typedPoints, 'idemflow.outbox.backlog.by_type', { 'idemflow.operation.type': 'UNHANDLED_TYPE', 'idemflow.outbox.status': 'pending', 'idemflow.store': backend.store }), 3);
+        assert.equal(
+          pointValue(typedPoints, 'idemflow.outbox.backlog.by_type', {
+            'idemflow.operation.type': 'UNHANDLED_TYPE',
+            'idemflow.outbox.status': 'pending',
+            'idemflow.store': backend.store,
+          }),
+          3,
+        );
         for (const [type, counts] of Object.entries(realStats.byType)) {
           for (const [status, n] of Object.entries(counts)) {
-            assert.equal(valueOf(typedPoints, 'idemflow.outbox.backlog.by_type', { 'idemflow.operation.type': type, 'idemflow.outbox.status': status, 'idemflow.store': backend.store }), n, `${type} ${status}`);
+            assert.equal(
+              pointValue(typedPoints, 'idemflow.outbox.backlog.by_type', {
+                'idemflow.operation.type': type,
+                'idemflow.outbox.status': status,
+                'idemflow.store': backend.store,
+              }),
+              n,
+              `${type} ${status}`,
+            );
           }
         }
         const listed = await store.listOperations({ limit: 1000 });
@@ -283,14 +348,25 @@ for (const backend of BACKENDS) {
         assert.equal(delta('idemflow.deliveries', { ...deposit, 'idemflow.outcome': 'applied' }), 1);
         assert.equal(delta('idemflow.deliveries', { ...deposit, 'idemflow.outcome': 'duplicate-delivery' }), 1);
         assert.equal(delta('idemflow.deliveries', { ...deposit, 'idemflow.outcome': 'already-applied' }), 1);
-        assert.equal(delta('idemflow.deliveries', { 'idemflow.event.type': 'SHIPMENT_REQUESTED', 'idemflow.rule_set.id': 'order-shipment', 'idemflow.outcome': 'applied' }), 4);
-        assert.equal(delta('idemflow.errors', { 'error.type': 'INVALID_EVENT', 'idemflow.error.disposition': 'reject', 'idemflow.source': 'process' }), 1);
+        assert.equal(
+          delta('idemflow.deliveries', {
+            'idemflow.event.type': 'SHIPMENT_REQUESTED',
+            'idemflow.rule_set.id': 'order-shipment',
+            'idemflow.outcome': 'applied',
+          }),
+          4,
+        );
+        assert.equal(
+          delta('idemflow.errors', { 'error.type': 'INVALID_EVENT', 'idemflow.error.disposition': 'reject', 'idemflow.source': 'process' }),
+          1,
+        );
         assert.equal(delta('idemflow.race_retries', { 'idemflow.race.reason': 'workflow-changed', 'idemflow.store': backend.store }), 1);
         assert.equal(delta('idemflow.process.duration', { 'idemflow.store': backend.store }), 7);
         const durations = pointsOf(points, 'idemflow.process.duration', { 'idemflow.store': backend.store, 'idemflow.outcome': 'applied' });
         assert.equal(durations[0].unit, 's');
         assert.ok(durations[0].value.sum > 0 && durations[0].value.sum < 60, `${durations[0].value.sum} s`);
-        const outbox = (type, result) => delta('idemflow.outbox.operations', { 'idemflow.operation.type': type, 'idemflow.outbox.result': result });
+        const outbox = (type, result) =>
+          delta('idemflow.outbox.operations', { 'idemflow.operation.type': type, 'idemflow.outbox.result': result });
         assert.equal(outbox('START_EXCHANGE', 'done'), 1);
         assert.equal(outbox('CREATE_SHIPMENT', 'done'), 1);
         assert.equal(outbox('CREATE_SHIPMENT', 'retry-scheduled'), 1);
@@ -298,18 +374,34 @@ for (const backend of BACKENDS) {
         assert.equal(outbox('CREATE_SHIPMENT', 'lease-lost'), 1);
         assert.equal(outbox('CREATE_SHIPMENT', 'stale-completion'), 1);
         assert.equal(outbox('CREATE_SHIPMENT', 'released'), 1);
-        assert.equal(delta('messaging.process.duration', { 'messaging.system': 'idemflow', 'messaging.destination.name': 'START_EXCHANGE' }), 1);
-        assert.equal(delta('messaging.process.duration', { 'messaging.destination.name': 'CREATE_SHIPMENT', 'error.type': 'BAD_ADDRESS' }), 1);
+        assert.equal(
+          delta('messaging.process.duration', { 'messaging.system': 'idemflow', 'messaging.destination.name': 'START_EXCHANGE' }),
+          1,
+        );
+        assert.equal(
+          delta('messaging.process.duration', { 'messaging.destination.name': 'CREATE_SHIPMENT', 'error.type': 'BAD_ADDRESS' }),
+          1,
+        );
         assert.equal(pointsOf(points, 'messaging.process.duration')[0].unit, 's');
-        assert.equal(delta('idemflow.purged', { 'idemflow.purge.target': 'operations', 'idemflow.outbox.status': 'done' }), purgedOperations.deleted);
+        assert.equal(
+          delta('idemflow.purged', { 'idemflow.purge.target': 'operations', 'idemflow.outbox.status': 'done' }),
+          purgedOperations.deleted,
+        );
         assert.equal(delta('idemflow.purged', { 'idemflow.purge.target': 'receipts' }), purgedReceipts.deleted);
         for (const status of ['pending', 'claimed', 'done', 'dead']) {
-          assert.equal(valueOf(points, 'idemflow.outbox.backlog', { 'idemflow.outbox.status': status, 'idemflow.store': backend.store }), count(status), status);
+          assert.equal(
+            pointValue(points, 'idemflow.outbox.backlog', { 'idemflow.outbox.status': status, 'idemflow.store': backend.store }),
+            count(status),
+            status,
+          );
         }
         assert.deepEqual([count('pending'), count('dead'), count('done'), count('claimed')], [2, 1, 0, 0]);
         const due = listed.filter((op) => op.status === 'pending' && op.nextAttemptAt <= clock.now);
         const oldestDue = Math.min(...due.map((op) => op.nextAttemptAt));
-        assert.equal(valueOf(points, 'idemflow.outbox.oldest_due.age', { 'idemflow.store': backend.store }), (clock.now - oldestDue) / 1000);
+        assert.equal(
+          pointValue(points, 'idemflow.outbox.oldest_due.age', { 'idemflow.store': backend.store }),
+          (clock.now - oldestDue) / 1000,
+        );
       } finally {
         await opened.drop();
         await opened.close();
@@ -330,14 +422,19 @@ describe('the trace crosses processes', () => {
     await processEvent(store, CONFIRMED, { metadata: { correlationId: 'corr-9' } });
     const [processSpan] = spans.getFinishedSpans().filter((s) => s.name === 'process DEPOSIT_CONFIRMED');
     await opened.close();
-    const output = execFileSync(process.execPath, [path.join(project, 'workers', 'telemetry-consumer.mjs'), file, JSON.stringify(tables)], { cwd: project, encoding: 'utf8' });
+    const output = execFileSync(process.execPath, [path.join(project, 'workers', 'telemetry-consumer.mjs'), file, JSON.stringify(tables)], {
+      cwd: project,
+      encoding: 'utf8',
+    });
     const child = JSON.parse(output);
     assert.equal(child.tally.done, 1);
-    assert.deepEqual(child.given, [{
-      id: 'start-exchange:swap-42',
-      metadata: { correlationId: 'corr-9' },
-      traceContext: `00-${processSpan.spanContext().traceId}-${processSpan.spanContext().spanId}-01`,
-    }]);
+    assert.deepEqual(child.given, [
+      {
+        id: 'start-exchange:swap-42',
+        metadata: { correlationId: 'corr-9' },
+        traceContext: `00-${processSpan.spanContext().traceId}-${processSpan.spanContext().spanId}-01`,
+      },
+    ]);
     assert.equal(child.spans.length, 1);
     const [handler] = child.spans;
     assert.equal(handler.name, 'handle START_EXCHANGE');
@@ -374,11 +471,16 @@ describe('without OpenTelemetry nothing is loaded', () => {
 
   it('in a project without the API, even after a host registered with another copy, nothing is loaded and nothing fails', () => {
     const dir = tempDir('telemetry-absent');
-    fs.cpSync(path.join(project, 'node_modules', 'idemflow'), path.join(dir, 'node_modules', 'idemflow'), { recursive: true, dereference: true });
+    fs.cpSync(path.join(project, 'node_modules', 'idemflow'), path.join(dir, 'node_modules', 'idemflow'), {
+      recursive: true,
+      dereference: true,
+    });
     fs.writeFileSync(path.join(dir, 'package.json'), '{"private":true}');
     // The global registry @opentelemetry/api 1.x leaves behind when something registers.
     const registered = `globalThis[Symbol.for('opentelemetry.js.api.1')] = { version: '1.9.1' };\n${script}`;
-    const result = JSON.parse(execFileSync(process.execPath, ['-e', registered], { cwd: dir, encoding: 'utf8', env: { ...process.env, NODE_PATH: '' } }));
+    const result = JSON.parse(
+      execFileSync(process.execPath, ['-e', registered], { cwd: dir, encoding: 'utf8', env: { ...process.env, NODE_PATH: '' } }),
+    );
     assert.deepEqual(result, { outcomes: ['applied', 'duplicate-delivery'], done: 1, loaded: [] });
   });
 });

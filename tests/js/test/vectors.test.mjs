@@ -1,16 +1,16 @@
 // Layer 3 of the shared vectors (tests/vectors/*.json): the same cases the
 // native and wasm layers run, through the installed package.
-import test from 'node:test';
+
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { IdemflowError, InMemoryStore, RuleSet, decide, fingerprint, processEvent, validateEvent, verifyRuleSet } from 'idemflow';
+import test from 'node:test';
+import { decide, fingerprint, IdemflowError, InMemoryStore, processEvent, RuleSet, validateEvent, verifyRuleSet } from 'idemflow';
 
 const load = (name) => JSON.parse(readFileSync(new URL(`../../vectors/${name}.json`, import.meta.url), 'utf8'));
 // A case names its built-in rule set (deposit-swap when absent) and may pin its
 // version (`ruleSetVersion`); without one, the current version answers.
-const rules = (name, version) =>
-  RuleSet.builtin(name ?? 'deposit-swap', version === undefined ? {} : { version });
+const rules = (name, version) => RuleSet.builtin(name ?? 'deposit-swap', version === undefined ? {} : { version });
 
 function subset(actual, expected, path = '') {
   if (expected !== null && typeof expected === 'object' && !Array.isArray(expected)) {
@@ -75,7 +75,10 @@ for (const c of load('decisions').cases) {
     if (c.ruleSetVersion !== undefined) assert.equal(ruleSet.version, c.ruleSetVersion);
     const input = { event: c.event, receipt: c.receipt, workflow: c.workflow, ruleSet };
     if (c.expect.error) {
-      matchesError(caught(() => decide(input)), c.expect.error);
+      matchesError(
+        caught(() => decide(input)),
+        c.expect.error,
+      );
       return;
     }
     assert.deepEqual(decide(input), {
@@ -99,14 +102,20 @@ test('rule-set vectors: the built-ins have the recorded ids, versions and hashes
     if (b.current) assert.equal(RuleSet.builtin(b.name), ruleSet, `${b.name}: v${b.version} is the current version`);
     const report = verifyRuleSet(ruleSet);
     assert.equal(report.ok, true);
-    assert.deepEqual(report.properties.map((p) => p.name), rulesets.properties);
+    assert.deepEqual(
+      report.properties.map((p) => p.name),
+      rulesets.properties,
+    );
   }
 });
 
 for (const c of rulesets.broken) {
   test(`rule-set vector (broken): ${c.name}`, () => {
     const report = verifyRuleSet(c.definition);
-    assert.deepEqual(report.properties.filter((p) => !p.ok).map((p) => p.name), [c.failing]);
+    assert.deepEqual(
+      report.properties.filter((p) => !p.ok).map((p) => p.name),
+      [c.failing],
+    );
     const failing = report.properties.find((p) => p.name === c.failing);
     subset(failing.counterexample, c.counterexample, 'counterexample');
     for (const more of c.moreCounterexamples ?? []) {
@@ -120,7 +129,10 @@ for (const c of rulesets.broken) {
       });
       assert.ok(found, `a counterexample like ${JSON.stringify(more)}`);
     }
-    matchesError(caught(() => RuleSet.fromJSON(c.definition)), c.loadError);
+    matchesError(
+      caught(() => RuleSet.fromJSON(c.definition)),
+      c.loadError,
+    );
   });
 }
 
@@ -156,8 +168,14 @@ for (const c of rulesets.reorderings) {
 for (const c of rulesets.malformed) {
   test(`rule-set vector (malformed): ${c.name}`, () => {
     const definition = c.definitionText ?? c.definition;
-    matchesError(caught(() => verifyRuleSet(definition)), c.error);
-    matchesError(caught(() => RuleSet.fromJSON(definition)), c.error);
+    matchesError(
+      caught(() => verifyRuleSet(definition)),
+      c.error,
+    );
+    matchesError(
+      caught(() => RuleSet.fromJSON(definition)),
+      c.error,
+    );
   });
 }
 

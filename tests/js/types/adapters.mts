@@ -2,23 +2,34 @@
 // A strict consumer of the adapter entry points, checked by `tsc -p tsconfig.json`:
 // each store accepts the real driver objects (types from the drivers themselves)
 // and satisfies both the Store contract and the DurableStore surface.
-import Database from 'better-sqlite3';
-import pg from 'pg';
+
 import { PGlite } from '@electric-sql/pglite';
-import mysql from 'mysql2/promise';
-import mysqlCallbacks from 'mysql2';
-import { MongoClient } from 'mongodb';
-
-import { IdemflowError, processEvent, type JsonValue, type ProcessResult, type Store, type Workflow } from 'idemflow';
-import {
-  SqliteStore, DEFAULT_TABLES, STORE_UNAVAILABLE, isStoreUnavailable,
-  type DurableStore, type RecordedReceipt, type StoredOperation, type TableNames,
-} from 'idemflow/sqlite';
-import { PostgresStore } from 'idemflow/postgres';
-import { MysqlStore } from 'idemflow/mysql';
+import Database from 'better-sqlite3';
+import { IdemflowError, type JsonValue, type ProcessResult, processEvent, type Store, type Workflow } from 'idemflow';
 import { MongoStore } from 'idemflow/mongodb';
+import { MysqlStore } from 'idemflow/mysql';
+import { PostgresStore } from 'idemflow/postgres';
+import {
+  DEFAULT_TABLES,
+  type DurableStore,
+  isStoreUnavailable,
+  type RecordedReceipt,
+  SqliteStore,
+  STORE_UNAVAILABLE,
+  type StoredOperation,
+  type TableNames,
+} from 'idemflow/sqlite';
+import { MongoClient } from 'mongodb';
+import mysqlCallbacks from 'mysql2';
+import mysql from 'mysql2/promise';
+import pg from 'pg';
 
-const sqlite = new SqliteStore(new Database(':memory:'), { tables: { inbox: 'inbox_a' }, busyTimeoutMs: 1000, synchronous: 'FULL', raceRetries: 7 });
+const sqlite = new SqliteStore(new Database(':memory:'), {
+  tables: { inbox: 'inbox_a' },
+  busyTimeoutMs: 1000,
+  synchronous: 'FULL',
+  raceRetries: 7,
+});
 const owned: SqliteStore = SqliteStore.open('/tmp/idemflow-types.db', { driver: 'better-sqlite3', now: () => 0 });
 const postgresPool = new PostgresStore(new pg.Pool({ connectionString: 'postgres://localhost/db' }));
 const postgresClient = new PostgresStore(new pg.Client());
@@ -37,9 +48,21 @@ const code: 'STORE_UNAVAILABLE' = STORE_UNAVAILABLE;
 async function useStore(store: DurableStore): Promise<void> {
   await store.migrate();
   // deposit-swap v3 keeps a deposit in the swap's deposits map until the exchange.
-  const workflow: Workflow = { id: 'swap-42', status: 'deposit', revision: 3, deposits: { 'btc:tx:0': { event: 'DEPOSIT_DETECTED', amountUnits: '12500000', sequence: 1 } } };
+  const workflow: Workflow = {
+    id: 'swap-42',
+    status: 'deposit',
+    revision: 3,
+    deposits: { 'btc:tx:0': { event: 'DEPOSIT_DETECTED', amountUnits: '12500000', sequence: 1 } },
+  };
   await store.putWorkflow(workflow);
-  const event = { eventId: 'e-1', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:tx:0', amountUnits: '12500000', sequence: 2 };
+  const event = {
+    eventId: 'e-1',
+    workflowId: 'swap-42',
+    type: 'DEPOSIT_CONFIRMED',
+    depositRef: 'btc:tx:0',
+    amountUnits: '12500000',
+    sequence: 2,
+  };
   const result: ProcessResult = await store.process(event, { ruleSet: 'deposit-swap', raceRetries: 2 });
   if (result.outcome === 'applied') {
     const id: string | null = result.operationId;

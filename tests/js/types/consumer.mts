@@ -1,21 +1,23 @@
 // Compiled with tsc --strict (never run): the public types as an ESM consumer sees them.
 import {
-  IdemflowError,
-  InMemoryStore,
-  RuleSet,
-  decide,
-  fingerprint,
-  processEvent,
-  validateEvent,
-  verifyRuleSet,
   type Decision,
   type Disposition,
+  decide,
+  fingerprint,
+  IdemflowError,
+  InMemoryStore,
   type ProcessResult,
+  processEvent,
+  RuleSet,
+  validateEvent,
+  verifyRuleSet,
   type WriteSet,
 } from 'idemflow';
 
 // deposit-swap v3 keeps a deposit in the swap's deposits map until the exchange.
-const store = new InMemoryStore([{ id: 'swap-42', status: 'deposit', revision: 3, deposits: { r: { event: 'DEPOSIT_DETECTED', amountUnits: '1', sequence: 1 } } }]);
+const store = new InMemoryStore([
+  { id: 'swap-42', status: 'deposit', revision: 3, deposits: { r: { event: 'DEPOSIT_DETECTED', amountUnits: '1', sequence: 1 } } },
+]);
 const event = { eventId: 'e', workflowId: 'swap-42', type: 'DEPOSIT_CONFIRMED', depositRef: 'r', amountUnits: '1', sequence: 2 };
 
 async function handle(raw: unknown): Promise<'ack' | 'nack' | 'dead-letter' | 'alert' | 'stop'> {
@@ -40,7 +42,6 @@ async function handle(raw: unknown): Promise<'ack' | 'nack' | 'dead-letter' | 'a
       case 'reject':
         return 'dead-letter';
       case 'reconcile':
-      case 'fatal':
         return 'alert';
       case 'fatal':
         return 'stop';

@@ -1,6 +1,13 @@
 // Compiled with tsc --strict (never run): the delivery handler's types as a worker sees them.
-import { IdemflowError, InMemoryStore, createDeliveryHandler, type DeliveryHandler, type DeliveryVerdict, type Outcome } from 'idemflow';
-import { PostgresStore } from 'idemflow/postgres';
+import {
+  createDeliveryHandler,
+  type DeliveryHandler,
+  type DeliveryVerdict,
+  type IdemflowError,
+  InMemoryStore,
+  type Outcome,
+} from 'idemflow';
+import type { PostgresStore } from 'idemflow/postgres';
 
 declare const postgres: PostgresStore;
 const handle: DeliveryHandler = createDeliveryHandler(new InMemoryStore(), { ruleSet: 'deposit-swap', maxBytes: 65536, baseDelayMs: 200 });

@@ -4,13 +4,22 @@ import http from 'node:http';
 import express from 'express';
 import Fastify from 'fastify';
 import {
-  InMemoryStore, canonicalJson, createDeliveryHandler, createWebhookReceiver, fingerprintPayload, fingerprintPayloadText,
-  hmacSignature, idempotent, signPayload, type KeyedResult, type WebhookReceiver,
+  canonicalJson,
+  createDeliveryHandler,
+  createWebhookReceiver,
+  fingerprintPayload,
+  fingerprintPayloadText,
+  hmacSignature,
+  InMemoryStore,
+  idempotent,
+  type KeyedResult,
+  signPayload,
+  type WebhookReceiver,
 } from 'idemflow';
 import { idempotency, rawBody } from 'idemflow/express';
 import { idempotency as fastifyIdempotency, webhook } from 'idemflow/fastify';
-import { PostgresStore, type PostgresPool } from 'idemflow/postgres';
-import { SqliteStore } from 'idemflow/sqlite';
+import type { PostgresPool, PostgresStore } from 'idemflow/postgres';
+import type { SqliteStore } from 'idemflow/sqlite';
 
 declare const postgres: PostgresStore<PostgresPool>;
 declare const sqlite: SqliteStore;
@@ -20,11 +29,19 @@ void [canonical, fingerprint, fingerprintPayloadText(Buffer.from('{}'))];
 
 async function placeOrder(key: string, order: { sku: string; quantity: number }): Promise<string> {
   // The store's transaction type comes through: tx.client is the pg client of the transaction.
-  const result: KeyedResult<{ orderId: string }> = await idempotent(postgres, { key, payload: order }, async (tx) => {
-    const { rows } = await tx.client.query('INSERT INTO orders (sku, quantity) VALUES ($1, $2) RETURNING id', [order.sku, order.quantity]);
-    const [row] = rows as { id: string }[];
-    return { orderId: row.id };
-  }, { waitMs: 2000 });
+  const result: KeyedResult<{ orderId: string }> = await idempotent(
+    postgres,
+    { key, payload: order },
+    async (tx) => {
+      const { rows } = await tx.client.query('INSERT INTO orders (sku, quantity) VALUES ($1, $2) RETURNING id', [
+        order.sku,
+        order.quantity,
+      ]);
+      const [row] = rows as { id: string }[];
+      return { orderId: row.id };
+    },
+    { waitMs: 2000 },
+  );
   await idempotent(sqlite, { key, fingerprint: fingerprintPayload(order) }, (tx) => {
     tx.client.prepare('INSERT INTO orders (sku) VALUES (?)').run(order.sku);
   });
@@ -35,7 +52,9 @@ void placeOrder('k', { sku: 'A', quantity: 1 });
 const store = new InMemoryStore();
 const receiver: WebhookReceiver = createWebhookReceiver(createDeliveryHandler(store, { ruleSet: 'deposit-swap' }), {
   verify: hmacSignature({ secret: ['whsec_new', 'whsec_old'], toleranceSeconds: 300 }),
-  park: async ({ body, error }) => { void [body.length, error.code]; },
+  park: async ({ body, error }) => {
+    void [body.length, error.code];
+  },
   maxBytes: 65536,
 });
 http.createServer(receiver);

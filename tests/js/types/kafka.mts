@@ -1,7 +1,8 @@
 // Compiled with tsc --strict (never run): the Kafka relay as a consumer sees it, over a kafkajs producer.
+
+import { createOutboxConsumer, InMemoryStore, type StoredOperation } from 'idemflow';
+import { createKafkaRelay, type KafkaProducerLike, kafkaRecord, RELAY_HEADERS } from 'idemflow/kafka';
 import { Kafka } from 'kafkajs';
-import { InMemoryStore, createOutboxConsumer, type StoredOperation } from 'idemflow';
-import { RELAY_HEADERS, createKafkaRelay, kafkaRecord, type KafkaProducerLike } from 'idemflow/kafka';
 
 const producer = new Kafka({ clientId: 'relay', brokers: ['127.0.0.1:19092'] }).producer();
 const asProducer: KafkaProducerLike = producer; // a kafkajs producer is what the relay takes

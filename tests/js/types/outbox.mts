@@ -1,16 +1,32 @@
 // Compiled with tsc --strict (never run): the outbox types as a consumer sees them.
-import { InMemoryStore, createOutboxConsumer, type ClaimedOperation, type HandlerContext, type OutboxStore, type StoredOperation } from 'idemflow';
+import {
+  type ClaimedOperation,
+  createOutboxConsumer,
+  type HandlerContext,
+  InMemoryStore,
+  type OutboxStore,
+  type StoredOperation,
+} from 'idemflow';
 
 let t = 0;
 const store = new InMemoryStore([], { now: () => t });
 const asStore: OutboxStore = store;
-const consumer = createOutboxConsumer(asStore, {
-  START_EXCHANGE: async (operation: ClaimedOperation, { idempotencyKey, signal, attempt }: HandlerContext) => {
-    void [idempotencyKey as string, signal.aborted as boolean, operation.id as string, attempt as number];
+const consumer = createOutboxConsumer(
+  asStore,
+  {
+    START_EXCHANGE: async (operation: ClaimedOperation, { idempotencyKey, signal, attempt }: HandlerContext) => {
+      void [idempotencyKey as string, signal.aborted as boolean, operation.id as string, attempt as number];
+    },
   },
-}, { maxAttempts: 3, leaseMs: 1000, concurrency: 2 });
-consumer.on('retry-scheduled', ({ operationId, nextAttemptAt, error }) => { void [nextAttemptAt as number, operationId + error]; });
-consumer.on('dead', ({ reason }) => { const r: 'max-attempts' | 'non-retryable' | 'claims-expired' = reason; void r; });
+  { maxAttempts: 3, leaseMs: 1000, concurrency: 2 },
+);
+consumer.on('retry-scheduled', ({ operationId, nextAttemptAt, error }) => {
+  void [nextAttemptAt as number, operationId + error];
+});
+consumer.on('dead', ({ reason }) => {
+  const r: 'max-attempts' | 'non-retryable' | 'claims-expired' = reason;
+  void r;
+});
 async function admin(): Promise<void> {
   const dead: StoredOperation[] = await store.listOperations({ status: 'dead' });
   for (const op of dead) await store.requeue(op.id);
@@ -21,9 +37,19 @@ async function admin(): Promise<void> {
   void [deleted, batches, done.deleted, counts.rounds, stopped.abandoned, consumer.policy.backoffDelay('op', 1), t++];
 }
 void admin;
-consumer.on('quarantined', ({ operationId, error, recorded }) => { void [operationId ?? 'unreadable id', error.code, recorded as boolean]; });
+consumer.on('quarantined', ({ operationId, error, recorded }) => {
+  void [operationId ?? 'unreadable id', error.code, recorded as boolean];
+});
 async function quarantine(): Promise<void> {
-  const claimed = await store.claimOperations({ owner: 'o', now: 0, leaseExpiresAt: 1, limit: 1, onQuarantine: ({ lastError }) => { void (lastError as string); } });
+  const claimed = await store.claimOperations({
+    owner: 'o',
+    now: 0,
+    leaseExpiresAt: 1,
+    limit: 1,
+    onQuarantine: ({ lastError }) => {
+      void (lastError as string);
+    },
+  });
   const unreadable: string[] | undefined = (await store.listOperations({ status: 'dead' }))[0]?.unreadable;
   void [claimed, unreadable, consumer.stats().quarantined as number];
 }
@@ -31,14 +57,30 @@ void quarantine;
 // @ts-expect-error an unknown event name does not type-check
 consumer.on('finished', () => {});
 async function operator(durable: import('idemflow/sqlite').SqliteStore): Promise<void> {
-  const page = await durable.listOperations({ status: 'dead', type: 'START_EXCHANGE', workflowId: 'swap-1', owner: 'w', olderThan: new Date(), newerThan: 0, errorContains: 'timeout', limit: 10, afterId: 'a' });
+  const page = await durable.listOperations({
+    status: 'dead',
+    type: 'START_EXCHANGE',
+    workflowId: 'swap-1',
+    owner: 'w',
+    olderThan: new Date(),
+    newerThan: 0,
+    errorContains: 'timeout',
+    limit: 10,
+    afterId: 'a',
+  });
   const results = await store.requeueOperations({ ids: page.map((op) => op.id) });
   const byFilter = await durable.requeueOperations({ status: 'dead', type: 'START_EXCHANGE', limit: 100 });
-  const outcome: 'requeued' | 'not-dead' | 'not-found' = results[0]!.result;
+  const outcome: 'requeued' | 'not-dead' | 'not-found' = results[0]?.result ?? 'not-found';
   const { byStatus, byType, oldestDueAgeMs } = await durable.stats({ now: Date.now() });
   const released: string[] = await store.releaseOwner('worker-1');
-  await store.purgeOperations({ olderThan: 0, status: 'dead', onBatch: ({ deleted, batches }) => { void [deleted as number, batches as number]; } });
-  void [byFilter, outcome, byStatus.dead as number, byType['START_EXCHANGE']?.pending, oldestDueAgeMs ?? 'nothing due', released];
+  await store.purgeOperations({
+    olderThan: 0,
+    status: 'dead',
+    onBatch: ({ deleted, batches }) => {
+      void [deleted as number, batches as number];
+    },
+  });
+  void [byFilter, outcome, byStatus.dead as number, byType.START_EXCHANGE?.pending, oldestDueAgeMs ?? 'nothing due', released];
   // @ts-expect-error a filter that requeues must say status: 'dead'
   await store.requeueOperations({ type: 'START_EXCHANGE' });
   // @ts-expect-error listOperations takes no unknown filter

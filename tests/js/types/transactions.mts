@@ -1,10 +1,11 @@
 // The transaction classes each adapter entry point exports (from import and
 // require alike) are typed as the DurableStoreTransaction a store hands to
 // transaction(fn), and cannot be constructed by a host.
-import { SqliteStore, SqliteTransaction, type DurableStoreTransaction } from 'idemflow/sqlite';
-import { PostgresTransaction } from 'idemflow/postgres';
-import { MysqlTransaction } from 'idemflow/mysql';
+
 import { MongoTransaction } from 'idemflow/mongodb';
+import { MysqlTransaction } from 'idemflow/mysql';
+import { PostgresTransaction } from 'idemflow/postgres';
+import { type DurableStoreTransaction, type SqliteStore, SqliteTransaction } from 'idemflow/sqlite';
 
 declare const store: SqliteStore;
 

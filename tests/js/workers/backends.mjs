@@ -29,7 +29,11 @@ export function hasNodeSqlite() {
   }
 }
 
-const quoteSql = (name) => name.split('.').map((part) => `"${part}"`).join('.');
+const quoteSql = (name) =>
+  name
+    .split('.')
+    .map((part) => `"${part}"`)
+    .join('.');
 /** The key column of each table. */
 const KEY_COLUMN = { workflows: 'id', inbox: 'event_id', outbox: 'id' };
 /** A column's name in a MongoDB document (event_id → eventId). */
@@ -70,10 +74,15 @@ export function mongoSetRaw(db, tables) {
 export function mongoDropColumn(db, tables) {
   return async (which, column) => {
     const collection = db.collection(tables[which]);
-    for (const { _id } of await collection.find({}).toArray()) await collection.updateOne({ _id }, { $unset: { [documentField(column)]: '' } });
+    for (const { _id } of await collection.find({}).toArray())
+      await collection.updateOne({ _id }, { $unset: { [documentField(column)]: '' } });
   };
 }
-const quoteMysql = (name) => name.split('.').map((part) => `\`${part}\``).join('.');
+const quoteMysql = (name) =>
+  name
+    .split('.')
+    .map((part) => `\`${part}\``)
+    .join('.');
 
 /**
  * Opens a store of one kind over its own connection: `{store, count(which),
@@ -93,11 +102,20 @@ export async function openStore(kind, { tables, file, url, poolSize, ...options 
         count: async (which) => Number(one(`SELECT COUNT(*) AS n FROM ${quoteSql(tables[which])}`).n),
         rawData: async (id) => one(`SELECT data FROM ${quoteSql(tables.workflows)} WHERE id = ?`, id)?.data ?? null,
         query: async (sql, ...params) => store.db.prepare(sql).all(...params),
-        dropColumn: async (which, column) => { store.db.exec(`ALTER TABLE ${quoteSql(tables[which])} DROP COLUMN ${column}`); },
-        setRaw: sqlSetRaw(tables, quoteSql, async (sql, params) => {
-          const statement = store.db.prepare(sql);
-          return /^SELECT/.test(sql) ? statement.all(...params) : (statement.run(...params), []);
-        }, false),
+        dropColumn: async (which, column) => {
+          store.db.exec(`ALTER TABLE ${quoteSql(tables[which])} DROP COLUMN ${column}`);
+        },
+        setRaw: sqlSetRaw(
+          tables,
+          quoteSql,
+          async (sql, params) => {
+            const statement = store.db.prepare(sql);
+            if (/^SELECT/.test(sql)) return statement.all(...params);
+            statement.run(...params);
+            return [];
+          },
+          false,
+        ),
         drop: async () => {},
         close: () => store.close(),
       };
@@ -107,22 +125,48 @@ export async function openStore(kind, { tables, file, url, poolSize, ...options 
       const { PostgresStore } = await import('idemflow/postgres');
       const pool = new pg.Pool({ connectionString: url ?? PG_URL, max: poolSize ?? 4 });
       pool.on('error', () => {}); // an idle client lost its server; the next query reports it
-      const store = constructed(() => new PostgresStore(pool, { ...options, tables }), () => pool.end());
-      return sqlHelpers(store, tables, quoteSql, async (sql, params) => (await pool.query(sql, params)).rows, () => pool.end(), '$1');
+      const store = constructed(
+        () => new PostgresStore(pool, { ...options, tables }),
+        () => pool.end(),
+      );
+      return sqlHelpers(
+        store,
+        tables,
+        quoteSql,
+        async (sql, params) => (await pool.query(sql, params)).rows,
+        () => pool.end(),
+        '$1',
+      );
     }
     case 'mysql': {
       const { default: mysql } = await import('mysql2/promise');
       const { MysqlStore } = await import('idemflow/mysql');
       const pool = mysql.createPool({ uri: url ?? MYSQL_URL, connectionLimit: poolSize ?? 4 });
-      const store = constructed(() => new MysqlStore(pool, { ...options, tables }), () => pool.end());
-      return sqlHelpers(store, tables, quoteMysql, async (sql, params) => (await pool.query(sql, params))[0], () => pool.end(), '?');
+      const store = constructed(
+        () => new MysqlStore(pool, { ...options, tables }),
+        () => pool.end(),
+      );
+      return sqlHelpers(
+        store,
+        tables,
+        quoteMysql,
+        async (sql, params) => (await pool.query(sql, params))[0],
+        () => pool.end(),
+        '?',
+      );
     }
     case 'mongodb': {
       const { MongoClient } = await import('mongodb');
       const { MongoStore } = await import('idemflow/mongodb');
-      const client = new MongoClient(url ?? MONGODB_URL, { serverSelectionTimeoutMS: 5000, ...(poolSize ? { maxPoolSize: poolSize } : {}) });
+      const client = new MongoClient(url ?? MONGODB_URL, {
+        serverSelectionTimeoutMS: 5000,
+        ...(poolSize ? { maxPoolSize: poolSize } : {}),
+      });
       await client.connect();
-      const store = constructed(() => new MongoStore(client, { ...options, tables }), () => client.close());
+      const store = constructed(
+        () => new MongoStore(client, { ...options, tables }),
+        () => client.close(),
+      );
       return {
         store,
         count: async (which) => store.db.collection(tables[which]).countDocuments(),
@@ -131,7 +175,11 @@ export async function openStore(kind, { tables, file, url, poolSize, ...options 
         dropColumn: mongoDropColumn(store.db, tables),
         setRaw: mongoSetRaw(store.db, tables),
         drop: async () => {
-          for (const name of Object.values(tables)) await store.db.collection(name).drop().catch(() => {});
+          for (const name of Object.values(tables))
+            await store.db
+              .collection(name)
+              .drop()
+              .catch(() => {});
         },
         close: () => client.close(),
       };
@@ -158,7 +206,9 @@ function sqlHelpers(store, tables, quote, query, end, mark) {
     rawData: async (id) => (await query(`SELECT data FROM ${quote(tables.workflows)} WHERE id = ${mark}`, [id]))[0]?.data ?? null,
     query,
     /** Makes the table look like one an earlier version made: without `column`. */
-    dropColumn: async (which, column) => { await query(`ALTER TABLE ${quote(tables[which])} DROP COLUMN ${column}`, []); },
+    dropColumn: async (which, column) => {
+      await query(`ALTER TABLE ${quote(tables[which])} DROP COLUMN ${column}`, []);
+    },
     setRaw: sqlSetRaw(tables, quote, query, mark === '$1'),
     drop: async () => {
       for (const name of Object.values(tables)) await query(`DROP TABLE IF EXISTS ${quote(name)}`, []);
@@ -224,30 +274,45 @@ export const BACKENDS = [
   { id: 'memory', name: 'in-memory store', durable: false },
   { id: 'sqlite', name: 'SQLite file via better-sqlite3', durable: true, setup: sqliteBackend('sqlite') },
   {
-    id: 'sqlite-node', name: 'SQLite file via node:sqlite', durable: true,
+    id: 'sqlite-node',
+    name: 'SQLite file via node:sqlite',
+    durable: true,
     skip: hasNodeSqlite() ? false : `node:sqlite needs Node 22.13+ (this is ${process.version}); the Node 22 run covers it`,
     setup: sqliteBackend('sqlite-node'),
   },
   {
-    id: 'pglite', name: 'PostgreSQL via PGlite (in process)', durable: true,
+    id: 'pglite',
+    name: 'PostgreSQL via PGlite (in process)',
+    durable: true,
     setup: async () => {
       const pglite = await openPglite();
-      return { open: async (tables, { poolSize, ...options } = {}) => pglite.open(tables, options), spec: () => null, close: () => pglite.close(), pglite };
+      return {
+        open: async (tables, { poolSize, ...options } = {}) => pglite.open(tables, options),
+        spec: () => null,
+        close: () => pglite.close(),
+        pglite,
+      };
     },
   },
   {
-    id: 'pg', name: 'PostgreSQL server', durable: true,
+    id: 'pg',
+    name: 'PostgreSQL server',
+    durable: true,
     skip: PG_URL ? false : 'set IDEMFLOW_PG_URL=postgres://user@host:5432/db to run the suites on a PostgreSQL server',
     setup: serverBackend('pg', PG_URL),
   },
   {
-    id: 'mysql', name: 'MariaDB/MySQL server', durable: true,
+    id: 'mysql',
+    name: 'MariaDB/MySQL server',
+    durable: true,
     skip: MYSQL_URL ? false : 'set IDEMFLOW_MYSQL_URL=mysql://user@host:3306/db to run the suites on MariaDB or MySQL',
     setup: serverBackend('mysql', MYSQL_URL),
   },
   {
     // Runs the adapter's own code everywhere; the real driver and server run below when the URL is set.
-    id: 'mongodb-fake', name: 'MongoStore over an in-process fake of the driver (not a MongoDB server)', durable: true,
+    id: 'mongodb-fake',
+    name: 'MongoStore over an in-process fake of the driver (not a MongoDB server)',
+    durable: true,
     // Tests run on it; benchmarks do not (a fake's speed, quadratic in its documents, says nothing).
     fake: true,
     setup: async () => {
@@ -264,7 +329,9 @@ export const BACKENDS = [
             query: null,
             setRaw: mongoSetRaw(store.db, tables),
             dropColumn: mongoDropColumn(store.db, tables),
-            drop: async () => { for (const name of Object.values(tables)) await store.db.collection(name).drop(); },
+            drop: async () => {
+              for (const name of Object.values(tables)) await store.db.collection(name).drop();
+            },
             close: async () => {},
           };
         },
@@ -274,7 +341,9 @@ export const BACKENDS = [
     },
   },
   {
-    id: 'mongodb', name: 'MongoDB replica set', durable: true,
+    id: 'mongodb',
+    name: 'MongoDB replica set',
+    durable: true,
     skip: MONGODB_URL ? false : 'no MongoDB here: set IDEMFLOW_MONGODB_URL=mongodb://host/db?replicaSet=rs0 to run the suites on MongoDB',
     setup: serverBackend('mongodb', MONGODB_URL),
   },

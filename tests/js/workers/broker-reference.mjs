@@ -34,7 +34,12 @@ function handWrittenWorker() {
       if (event === null) return { action: 'dead-letter' };
       const races = [];
       const { outcome, refused, ms } = await handWrittenDelivery(transaction, sql, event, { onRace: (reason) => races.push(reason) });
-      return { action: outcome ? 'ack' : { reject: 'dead-letter', retry: 'retry', reconcile: 'park' }[refused], outcome, ms: Number(ms.toFixed(2)), races };
+      return {
+        action: outcome ? 'ack' : { reject: 'dead-letter', retry: 'retry', reconcile: 'park' }[refused],
+        outcome,
+        ms: Number(ms.toFixed(2)),
+        races,
+      };
     },
   };
 }
@@ -76,15 +81,28 @@ async function rabbitmq() {
       if (verdict.action === 'ack') channel.ack(message);
       else if (verdict.action === 'dead-letter') channel.nack(message, false, false);
       else {
-        await publishConfirmed(channel, verdict.action === 'retry' ? names.retry : names.parked, message.content,
-          verdict.action === 'retry' ? { expiration: '50' } : {});
+        await publishConfirmed(
+          channel,
+          verdict.action === 'retry' ? names.retry : names.parked,
+          message.content,
+          verdict.action === 'retry' ? { expiration: '50' } : {},
+        );
         channel.ack(message);
       }
       log({ role: 'worker', ...verdict });
     };
   }
-  await channel.consume(names.main, (message) => { if (message) onMessage(message); }, { noAck: false });
-  return async () => { await channel.close().catch(() => {}); await connection.close().catch(() => {}); };
+  await channel.consume(
+    names.main,
+    (message) => {
+      if (message) onMessage(message);
+    },
+    { noAck: false },
+  );
+  return async () => {
+    await channel.close().catch(() => {});
+    await connection.close().catch(() => {});
+  };
 }
 
 async function nats() {
@@ -112,22 +130,31 @@ async function nats() {
     for await (const message of messages) {
       while (inFlight >= PREFETCH) await new Promise((resolve) => slots.push(resolve));
       inFlight += 1;
-      worker.verdict(message.data).then(async (verdict) => {
-        if (verdict.action === 'ack') message.ack();
-        else if (verdict.action === 'retry') message.nak(50);
-        else {
-          await js.publish(verdict.action === 'park' ? names.parked : names.dead, message.data, { msgID: `${verdict.action}:${message.seq}` });
-          if (verdict.action === 'park') message.ack();
-          else message.term();
-        }
-        log({ role: 'worker', ...verdict });
-      }).finally(() => {
-        inFlight -= 1;
-        slots.shift()?.();
-      });
+      worker
+        .verdict(message.data)
+        .then(async (verdict) => {
+          if (verdict.action === 'ack') message.ack();
+          else if (verdict.action === 'retry') message.nak(50);
+          else {
+            await js.publish(verdict.action === 'park' ? names.parked : names.dead, message.data, {
+              msgID: `${verdict.action}:${message.seq}`,
+            });
+            if (verdict.action === 'park') message.ack();
+            else message.term();
+          }
+          log({ role: 'worker', ...verdict });
+        })
+        .finally(() => {
+          inFlight -= 1;
+          slots.shift()?.();
+        });
     }
   })();
-  return async () => { messages.stop(); await loop.catch(() => {}); await connection.drain().catch(() => {}); };
+  return async () => {
+    messages.stop();
+    await loop.catch(() => {});
+    await connection.drain().catch(() => {});
+  };
 }
 
 const close = await (process.env.BROKER === 'nats' ? nats() : rabbitmq());

@@ -10,25 +10,29 @@ import { once } from 'node:events';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { PG_URL, openStore, tablesFor, uniquePrefix } from './backends.mjs';
+import { openStore, PG_URL, tablesFor, uniquePrefix } from './backends.mjs';
+import { random } from './broker.mjs';
 import { brokerHarness, supervise } from './chaos.mjs';
 import { endOf, putWorkflows } from './swap-traffic.mjs';
-import { random } from './broker.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-const count = (into, key, n = 1) => { into[key] = (into[key] ?? 0) + n; };
+const count = (into, key, n = 1) => {
+  into[key] = (into[key] ?? 0) + n;
+};
 
 /** Publishes `bodies` from 4 publishers (a share each, in order, 64 unconfirmed at a time). */
 async function publishAll(broker, bodies, seed) {
   const rand = random(seed);
   const shares = Array.from({ length: 4 }, () => []);
   for (const body of bodies) shares[Math.floor(rand() * shares.length)].push(body);
-  await Promise.all(shares.map(async (share) => {
-    const publisher = await broker.publisher();
-    for (let i = 0; i < share.length; i += 64) await Promise.all(share.slice(i, i + 64).map((body) => publisher.publish(body)));
-    await publisher.close();
-  }));
+  await Promise.all(
+    shares.map(async (share) => {
+      const publisher = await broker.publisher();
+      for (let i = 0; i < share.length; i += 64) await Promise.all(share.slice(i, i + 64).map((body) => publisher.publish(body)));
+      await publisher.close();
+    }),
+  );
 }
 
 /**
@@ -38,7 +42,19 @@ async function publishAll(broker, bodies, seed) {
  * transaction for the hand-written worker), race re-runs and transactions
  * lost to a race by reason, verdicts, and the problems found.
  */
-export async function runOnBroker({ brokerName, url, contender, prefetch, traffic, warmUp = null, workers = 3, timeoutMs = 300_000, seed = 1, repeat = 1, handConcurrency = 4 }) {
+export async function runOnBroker({
+  brokerName,
+  url,
+  contender,
+  prefetch,
+  traffic,
+  warmUp = null,
+  workers = 3,
+  timeoutMs = 300_000,
+  seed = 1,
+  repeat = 1,
+  handConcurrency = 4,
+}) {
   const runId = uniquePrefix();
   const tables = tablesFor(runId);
   const usesStore = contender !== 'floor';
@@ -52,10 +68,25 @@ export async function runOnBroker({ brokerName, url, contender, prefetch, traffi
       await putWorkflows(db.store, [...(warmUp?.workflows ?? []), ...traffic.workflows]);
     }
     const storeEnv = { IDEMFLOW_PG_URL: PG_URL, IDEMFLOW_TABLE_PREFIX: runId };
-    const [script, env, nodeArgs] = contender === 'example'
-      ? [broker.worker, { ...broker.env, ...storeEnv, PREFETCH: String(prefetch), RETRY_BASE_DELAY_MS: '50', RETRY_MAX_DELAY_MS: '500' },
-        ['--import', path.join(HERE, 'instrumented-idemflow.mjs')]]
-      : [path.join(HERE, 'broker-reference.mjs'), { ...broker.env, ...storeEnv, BROKER: brokerName, REFERENCE: contender, PREFETCH: String(prefetch), HAND_POOL: String(handConcurrency) }, []];
+    const [script, env, nodeArgs] =
+      contender === 'example'
+        ? [
+            broker.worker,
+            { ...broker.env, ...storeEnv, PREFETCH: String(prefetch), RETRY_BASE_DELAY_MS: '50', RETRY_MAX_DELAY_MS: '500' },
+            ['--import', path.join(HERE, 'instrumented-idemflow.mjs')],
+          ]
+        : [
+            path.join(HERE, 'broker-reference.mjs'),
+            {
+              ...broker.env,
+              ...storeEnv,
+              BROKER: brokerName,
+              REFERENCE: contender,
+              PREFETCH: String(prefetch),
+              HAND_POOL: String(handConcurrency),
+            },
+            [],
+          ];
 
     let started = 0;
     let finals = 0;
@@ -86,13 +117,23 @@ export async function runOnBroker({ brokerName, url, contender, prefetch, traffi
     for (let i = 0; i < workers; i += 1) children.push(supervise(script, env, onLine, nodeArgs));
     const ready = Date.now();
     while (started < workers && fatal.length === 0 && Date.now() - ready < 60_000) await sleep(20);
-    if (started < workers) throw new Error(`${started} of ${workers} ${contender} workers started: ${children.map((c) => c.stderrTail()).join(' | ').slice(0, 500)}`);
+    if (started < workers)
+      throw new Error(
+        `${started} of ${workers} ${contender} workers started: ${children
+          .map((c) => c.stderrTail())
+          .join(' | ')
+          .slice(0, 500)}`,
+      );
 
     const settledSoFar = () => (contender === 'floor' ? [...floor.values()].reduce((a, b) => a + b, 0) : finals);
     if (warmUp) {
       // Untimed and uncounted: the workers' first batches (connections, compilation) are not what is measured.
       const warmed = Date.now();
-      await publishAll(broker, warmUp.messages.map((m) => m.body), seed + 1);
+      await publishAll(
+        broker,
+        warmUp.messages.map((m) => m.body),
+        seed + 1,
+      );
       while (settledSoFar() < warmUp.messages.length && fatal.length === 0 && Date.now() - warmed < timeoutMs) await sleep(5);
       Object.assign(figures, { latencies: [], races: {}, failedTransactions: {}, verdicts: {} });
     }
@@ -124,7 +165,8 @@ export async function runOnBroker({ brokerName, url, contender, prefetch, traffi
     // The broker's counts can lag its acknowledgements by a moment.
     let pending = await broker.pending();
     for (const waitUntil = Date.now() + 3000; pending !== 0 && Date.now() < waitUntil; pending = await broker.pending()) await sleep(100);
-    if (pending !== 0) figures.problems.push(`${pending} messages left in the broker (${pendingBeforeStop} before the workers were stopped)`);
+    if (pending !== 0)
+      figures.problems.push(`${pending} messages left in the broker (${pendingBeforeStop} before the workers were stopped)`);
     const exits = stopped.map((child) => child.exitCode ?? child.signalCode).filter((code) => code !== 0);
     if (exits.length > 0) figures.problems.push(`workers exited with ${exits.join(', ')} on SIGTERM`);
     if (db) {

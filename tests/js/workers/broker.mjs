@@ -6,7 +6,7 @@ import { fork } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { random } from '../examples/shared/random.mjs';
-import { WATCHER_SEQUENCE, detectedSwap } from './fixtures.mjs';
+import { detectedSwap, WATCHER_SEQUENCE } from './fixtures.mjs';
 
 const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'delivery-worker.mjs');
 
@@ -38,7 +38,9 @@ export function plan({ workflows: workflowCount, deliveries: total, seed }) {
     depositRef: `btc-mainnet:tx-${(i * 7919).toString(16)}:vout-${i % 3}`,
     amountUnits: `${(i + 1) * 1_000_003}00000000000`,
   }));
-  const workflows = deposits.map((deposit, i) => detectedSwap({ id: `wf-${i}`, revision: 3 + (i % 7), ...deposit, sequence: WATCHER_SEQUENCE.DEPOSIT_DETECTED }));
+  const workflows = deposits.map((deposit, i) =>
+    detectedSwap({ id: `wf-${i}`, revision: 3 + (i % 7), ...deposit, sequence: WATCHER_SEQUENCE.DEPOSIT_DETECTED }),
+  );
   const events = [];
   const counts = { confirmations: 0, detections: 0, republished: 0 };
   let deliveries = 0;
@@ -89,33 +91,48 @@ export function plan({ workflows: workflowCount, deliveries: total, seed }) {
  * `onAcked(acked)` is called after each acknowledgement (the fault tests
  * inject faults from it).
  */
-export function run(planned, {
-  workerConfig, workers: workerCount = 4, inFlight = 4, kills = 0, seed = 1, timeoutMs = 300_000, retryDelayMs = 0, onAcked = null,
-}) {
+export function run(
+  planned,
+  { workerConfig, workers: workerCount = 4, inFlight = 4, kills = 0, seed = 1, timeoutMs = 300_000, retryDelayMs = 0, onAcked = null },
+) {
   const rand = random(seed ^ 0x5eed);
   const total = planned.counts.deliveries;
   const queue = planned.units.map((unit) => unit.slice());
   const stats = {
-    acked: 0, outcomes: {}, lostRaces: 0, retryNacks: 0, unexpected: [], kills: 0, redeliveredAfterKill: 0, restarts: 0,
-    crashes: 0, nacks: {},
+    acked: 0,
+    outcomes: {},
+    lostRaces: 0,
+    retryNacks: 0,
+    unexpected: [],
+    kills: 0,
+    redeliveredAfterKill: 0,
+    restarts: 0,
+    crashes: 0,
+    nacks: {},
   };
   const killAt = Array.from({ length: kills }, () => Math.floor(total * (0.05 + 0.85 * rand()))).sort((a, b) => a - b);
   const slots = [];
   let finished = false;
 
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => finish(new Error(`run did not finish in ${timeoutMs} ms (acked ${stats.acked} of ${total})`)), timeoutMs);
+    const timer = setTimeout(
+      () => finish(new Error(`run did not finish in ${timeoutMs} ms (acked ${stats.acked} of ${total})`)),
+      timeoutMs,
+    );
 
     function finish(error) {
       if (finished) return;
       finished = true;
       clearTimeout(timer);
-      const exits = slots.map((slot) => new Promise((done) => {
-        if (!slot.child || slot.child.exitCode !== null || slot.child.signalCode !== null) return done();
-        slot.child.once('exit', done);
-        slot.child.send({ type: 'stop' }, () => {});
-        setTimeout(() => slot.child.kill('SIGKILL'), 10_000).unref();
-      }));
+      const exits = slots.map(
+        (slot) =>
+          new Promise((done) => {
+            if (!slot.child || slot.child.exitCode !== null || slot.child.signalCode !== null) return done();
+            slot.child.once('exit', done);
+            slot.child.send({ type: 'stop' }, () => {});
+            setTimeout(() => slot.child.kill('SIGKILL'), 10_000).unref();
+          }),
+      );
       Promise.all(exits).then(() => (error ? reject(error) : resolve(stats)));
     }
 
@@ -169,7 +186,10 @@ export function run(planned, {
         const kind = message.coded === false ? 'uncoded' : `${message.code}/${message.reason ?? '-'}`;
         stats.nacks[kind] = (stats.nacks[kind] ?? 0) + 1;
         if (retryDelayMs > 0) {
-          setTimeout(() => { queue.push([delivery]); pump(); }, retryDelayMs);
+          setTimeout(() => {
+            queue.push([delivery]);
+            pump();
+          }, retryDelayMs);
         } else {
           queue.push([delivery]);
         }

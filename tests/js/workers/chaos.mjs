@@ -6,13 +6,13 @@
 // delivery order under a reorder-safe rule set; the oracle is the same rule
 // set applied to each history in order through an InMemoryStore.
 import { spawn } from 'node:child_process';
-import fs from 'node:fs';
 import { once } from 'node:events';
+import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { InMemoryStore, createDeliveryHandler } from 'idemflow';
+import { createDeliveryHandler, InMemoryStore } from 'idemflow';
+import { openStore, PG_URL, tablesFor, uniquePrefix } from './backends.mjs';
 import { random, shuffle } from './broker.mjs';
-import { openStore, uniquePrefix, tablesFor, PG_URL } from './backends.mjs';
 import { kafkaFor, watchTopics } from './kafka.mjs';
 
 const TESTS_JS = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -58,11 +58,39 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * started, so their events first meet UNKNOWN_WORKFLOW and come back through
  * the retry path.
  */
-export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 150, runId = 'run', confirmationOnly = 0.33, reinclusions = 0.1, secondDeposits = 0.1 }) {
+export function chaosPlan({
+  swaps: count = 1000,
+  seed = 1,
+  late = 20,
+  invalid = 150,
+  runId = 'run',
+  confirmationOnly = 0.33,
+  reinclusions = 0.1,
+  secondDeposits = 0.1,
+}) {
   const rand = random(seed);
-  const kinds = ['confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed', 'confirmed',
-    'confirmed', 'confirmed', 'confirmed', 'complete', 'detected', 'detected', 'reversed', 'reversed',
-    'deadline', 'deadline', 'conflict', 'confirmed'];
+  const kinds = [
+    'confirmed',
+    'confirmed',
+    'confirmed',
+    'confirmed',
+    'confirmed',
+    'confirmed',
+    'confirmed',
+    'confirmed',
+    'confirmed',
+    'confirmed',
+    'confirmed',
+    'complete',
+    'detected',
+    'detected',
+    'reversed',
+    'reversed',
+    'deadline',
+    'deadline',
+    'conflict',
+    'confirmed',
+  ];
   const swaps = [];
   const messages = []; // { body: Buffer, kind: 'event' | 'conflict' | 'invalid', eventId? }
   const validIds = new Set();
@@ -90,23 +118,25 @@ export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 
     const deposit = { depositRef: `btc-mainnet:tx-${(i * 7919).toString(16)}:vout-${i % 3}`, amountUnits: `${(i % 97) + 1}0000${i}` };
     const ev = (type, fields = {}) => ({ eventId: `watcher-a:${id}:${type.toLowerCase()}`, workflowId: id, type, ...fields });
     // The watcher's observations of the deposit, numbered in the order it emits them (a re-detection has its own id).
-    const observed = (...types) => types.map((type, k) => {
-      const event = ev(type, { ...deposit, sequence: k + 1 });
-      // A type observed again (the re-detection) is a new event of the watcher's: its own id.
-      return types.indexOf(type) < k ? { ...event, eventId: `${event.eventId}:${k + 1}` } : event;
-    });
+    const observed = (...types) =>
+      types.map((type, k) => {
+        const event = ev(type, { ...deposit, sequence: k + 1 });
+        // A type observed again (the re-detection) is a new event of the watcher's: its own id.
+        return types.indexOf(type) < k ? { ...event, eventId: `${event.eventId}:${k + 1}` } : event;
+      });
     let history;
     let data = {};
     let second = null;
     switch (kind) {
       case 'confirmed':
-        history = rand() < confirmationOnly
-          ? observed('DEPOSIT_CONFIRMED')
-          : observed('DEPOSIT_DETECTED', 'DEPOSIT_CONFIRMED');
+        history = rand() < confirmationOnly ? observed('DEPOSIT_CONFIRMED') : observed('DEPOSIT_DETECTED', 'DEPOSIT_CONFIRMED');
         break;
       case 'complete':
-        history = [...observed('DEPOSIT_DETECTED', 'DEPOSIT_CONFIRMED'),
-          ev('EXCHANGE_COMPLETED', { payoutUnits: `${i + 1}77` }), ev('PAYOUT_CONFIRMED', { payoutRef: `eth:tx-${i}` })];
+        history = [
+          ...observed('DEPOSIT_DETECTED', 'DEPOSIT_CONFIRMED'),
+          ev('EXCHANGE_COMPLETED', { payoutUnits: `${i + 1}77` }),
+          ev('PAYOUT_CONFIRMED', { payoutRef: `eth:tx-${i}` }),
+        ];
         break;
       case 'detected':
         history = observed('DEPOSIT_DETECTED');
@@ -129,14 +159,25 @@ export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 
           amountUnits: second === 'full' ? deposit.amountUnits : (BigInt(deposit.amountUnits) / 2n).toString(),
         };
         // The second deposit's own numbered observations, under its own event ids.
-        const secondEvent = (type, k) => ({ ...ev(type, { ...other, sequence: k + 1 }), eventId: `watcher-a:${id}:second:${type.toLowerCase()}` });
-        history = [...observed('DEPOSIT_DETECTED', 'DEPOSIT_CONFIRMED'), secondEvent('DEPOSIT_DETECTED', 0), secondEvent('DEPOSIT_CONFIRMED', 1)];
+        const secondEvent = (type, k) => ({
+          ...ev(type, { ...other, sequence: k + 1 }),
+          eventId: `watcher-a:${id}:second:${type.toLowerCase()}`,
+        });
+        history = [
+          ...observed('DEPOSIT_DETECTED', 'DEPOSIT_CONFIRMED'),
+          secondEvent('DEPOSIT_DETECTED', 0),
+          secondEvent('DEPOSIT_CONFIRMED', 1),
+        ];
         break;
       }
       case 'conflict': {
         const eventId = `watcher-a:${id}:detected`;
         const amounts = [deposit.amountUnits, `${deposit.amountUnits}1`];
-        const bodies = amounts.map((amountUnits) => Buffer.from(JSON.stringify({ eventId, workflowId: id, type: 'DEPOSIT_DETECTED', depositRef: deposit.depositRef, amountUnits, sequence: 1 })));
+        const bodies = amounts.map((amountUnits) =>
+          Buffer.from(
+            JSON.stringify({ eventId, workflowId: id, type: 'DEPOSIT_DETECTED', depositRef: deposit.depositRef, amountUnits, sequence: 1 }),
+          ),
+        );
         conflicts.set(id, { eventId, bodies, amounts, depositRef: deposit.depositRef });
         validIds.add(eventId);
         for (const body of bodies) messages.push({ body, kind: 'conflict', eventId });
@@ -176,14 +217,41 @@ export function chaosPlan({ swaps: count = 1000, seed = 1, late = 20, invalid = 
     const target = swaps[(k * 13) % swaps.length].id;
     let body;
     switch (k % 8) {
-      case 0: body = JSON.stringify({ eventId: `bad:${runId}:${k}`, workflowId: target, type: 'DEPOSIT_CONFIRMED', depositRef: 'btc:x', amountUnits: 12.5 }); break;
-      case 1: body = JSON.stringify({ eventId: `bad:${runId}:${k}`, workflowId: target, type: 'DEPOSIT_DETECTED', depositRef: 'btc:x' }); break;
-      case 2: body = JSON.stringify({ eventId: `bad:${runId}:${k}`, workflowId: target, type: 'DEPOSIT_TELEPORTED' }); break;
-      case 3: body = `not json ${k} {`; break;
-      case 4: body = `[${k}, "an array"]`; break;
-      case 5: body = String(k); break;
-      case 6: body = Buffer.concat([Buffer.from('{"eventId":"'), Buffer.from([0xff, 0xfe, k & 0xff]), Buffer.from('"}')]); break;
-      default: body = JSON.stringify({ eventId: `bad:${runId}:${k}`, workflowId: target, type: 'DEADLINE_PASSED', padding: 'x'.repeat(70 * 1024) }); break;
+      case 0:
+        body = JSON.stringify({
+          eventId: `bad:${runId}:${k}`,
+          workflowId: target,
+          type: 'DEPOSIT_CONFIRMED',
+          depositRef: 'btc:x',
+          amountUnits: 12.5,
+        });
+        break;
+      case 1:
+        body = JSON.stringify({ eventId: `bad:${runId}:${k}`, workflowId: target, type: 'DEPOSIT_DETECTED', depositRef: 'btc:x' });
+        break;
+      case 2:
+        body = JSON.stringify({ eventId: `bad:${runId}:${k}`, workflowId: target, type: 'DEPOSIT_TELEPORTED' });
+        break;
+      case 3:
+        body = `not json ${k} {`;
+        break;
+      case 4:
+        body = `[${k}, "an array"]`;
+        break;
+      case 5:
+        body = String(k);
+        break;
+      case 6:
+        body = Buffer.concat([Buffer.from('{"eventId":"'), Buffer.from([0xff, 0xfe, k & 0xff]), Buffer.from('"}')]);
+        break;
+      default:
+        body = JSON.stringify({
+          eventId: `bad:${runId}:${k}`,
+          workflowId: target,
+          type: 'DEADLINE_PASSED',
+          padding: 'x'.repeat(70 * 1024),
+        });
+        break;
     }
     invalidBodies.push(Buffer.isBuffer(body) ? body : Buffer.from(body));
   }
@@ -210,14 +278,22 @@ export async function oracle(plan) {
     for (const swap of swaps) {
       for (const event of swap.histories[round]) {
         const verdict = await handle(event);
-        if (verdict.action !== 'ack') throw new Error(`the in-order history of ${swap.id} is not clean: ${event.type} → ${verdict.action} ${verdict.error?.code}`);
+        if (verdict.action !== 'ack')
+          throw new Error(`the in-order history of ${swap.id} is not clean: ${event.type} → ${verdict.action} ${verdict.error?.code}`);
       }
     }
-    if (round === 0) for (const [id, conflict] of plan.conflicts) await handle(conflict.bodies[0]).then((v) => { if (v.action !== 'ack') throw new Error(id); });
+    if (round === 0)
+      for (const [id, conflict] of plan.conflicts)
+        await handle(conflict.bodies[0]).then((v) => {
+          if (v.action !== 'ack') throw new Error(id);
+        });
     const snapshot = store.snapshot();
     for (const swap of swaps) {
       const workflow = snapshot.workflows.get(swap.id);
-      const operations = [...snapshot.outbox.values()].filter((op) => op.workflowId === swap.id).map((op) => op.id).sort();
+      const operations = [...snapshot.outbox.values()]
+        .filter((op) => op.workflowId === swap.id)
+        .map((op) => op.id)
+        .sort();
       expected.get(swap.id).push({ state: stateOf(workflow), operations });
     }
   }
@@ -225,9 +301,16 @@ export async function oracle(plan) {
 }
 
 /** JSON text with every object's keys sorted (a store may keep a map's keys in another order). */
-const canonical = (value) => JSON.stringify(value, (key, v) => (v !== null && typeof v === 'object' && !Array.isArray(v)
-  ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]]))
-  : v));
+const canonical = (value) =>
+  JSON.stringify(value, (_key, v) =>
+    v !== null && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(
+          Object.keys(v)
+            .sort()
+            .map((k) => [k, v[k]]),
+        )
+      : v,
+  );
 
 /** What must not depend on delivery order: status and recorded fields, the deposits map among them (not the revision). */
 function stateOf(workflow) {
@@ -302,12 +385,19 @@ async function nats(url, base, { ackWaitMs = 4000 } = {}) {
     const bodies = [];
     if (total === 0) return bodies;
     // An ephemeral reader of one subject (filter_subject: servers before 2.10 know no filter_subjects).
-    const reader = await jsm.consumers.add(names.stream, { filter_subject: subject, ack_policy: AckPolicy.None, inactive_threshold: nanos(30_000) });
+    const reader = await jsm.consumers.add(names.stream, {
+      filter_subject: subject,
+      ack_policy: AckPolicy.None,
+      inactive_threshold: nanos(30_000),
+    });
     const consumer = await js.consumers.get(names.stream, reader.name);
     while (bodies.length < total) {
       const batch = await consumer.fetch({ max_messages: total - bodies.length, expires: 2000 });
       let got = 0;
-      for await (const message of batch) { bodies.push(Buffer.from(message.data)); got += 1; }
+      for await (const message of batch) {
+        bodies.push(Buffer.from(message.data));
+        got += 1;
+      }
       if (got === 0) break;
     }
     return bodies;
@@ -401,10 +491,14 @@ export function brokerSkip(env) {
  */
 export function brokerHarness(brokerName, url, base, { ackWaitMs } = {}) {
   switch (brokerName) {
-    case 'rabbitmq': return rabbitmq(url, base);
-    case 'nats': return nats(url, base.replaceAll('-', '_'), { ackWaitMs });
-    case 'kafka': return kafka(url, base);
-    default: throw new Error(`no chaos harness for ${brokerName}`);
+    case 'rabbitmq':
+      return rabbitmq(url, base);
+    case 'nats':
+      return nats(url, base.replaceAll('-', '_'), { ackWaitMs });
+    case 'kafka':
+      return kafka(url, base);
+    default:
+      throw new Error(`no chaos harness for ${brokerName}`);
   }
 }
 
@@ -412,20 +506,29 @@ export function brokerHarness(brokerName, url, base, { ackWaitMs } = {}) {
 
 /** A child process of an example program, restartable, with its JSON log lines parsed; `nodeArgs` go before the script. */
 export function supervise(script, env, onLine, nodeArgs = []) {
-  const child = spawn(process.execPath, [...nodeArgs, script], { cwd: TESTS_JS, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...nodeArgs, script], {
+    cwd: TESTS_JS,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let buffered = '';
   let stderr = '';
   child.stdout.setEncoding('utf8');
   child.stdout.on('data', (chunk) => {
     buffered += chunk;
-    let newline;
-    while ((newline = buffered.indexOf('\n')) >= 0) {
+    for (let newline = buffered.indexOf('\n'); newline >= 0; newline = buffered.indexOf('\n')) {
       const line = buffered.slice(0, newline);
       buffered = buffered.slice(newline + 1);
-      try { onLine(JSON.parse(line), child); } catch { /* not a log line */ }
+      try {
+        onLine(JSON.parse(line), child);
+      } catch {
+        /* not a log line */
+      }
     }
   });
-  child.stderr.on('data', (chunk) => { stderr = (stderr + chunk).slice(-4000); });
+  child.stderr.on('data', (chunk) => {
+    stderr = (stderr + chunk).slice(-4000);
+  });
   child.stderrTail = () => stderr;
   return child;
 }
@@ -434,8 +537,19 @@ export function supervise(script, env, onLine, nodeArgs = []) {
  * Runs the plan through `brokerName` ('rabbitmq' | 'nats' | 'kafka') and returns the
  * figures and the list of problems found (empty when every check holds).
  */
-export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now() % 100000, workers = 3, consumers = 2,
-  workerKills = 6, consumerKills = 3, timeoutMs = 150_000, note = () => {}, planOptions = {} }) {
+export async function runChaos({
+  brokerName,
+  url,
+  swaps = 1000,
+  seed = Date.now() % 100000,
+  workers = 3,
+  consumers = 2,
+  workerKills = 6,
+  consumerKills = 3,
+  timeoutMs = 150_000,
+  note = () => {},
+  planOptions = {},
+}) {
   const runId = uniquePrefix();
   const plan = chaosPlan({ swaps, seed, runId, ...planOptions });
   const expected = await oracle(plan);
@@ -450,14 +564,31 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
   const { startFakeProvider } = await import(path.join(EXAMPLES, 'shared/fake-provider.mjs'));
 
   const reactionCount = [...plan.reactions.values()].reduce((n, list) => n + list.length, 0);
-  const figures = { broker: brokerName, seed, swaps, messages: plan.messages.length + reactionCount, validEventIds: plan.validIds.size,
-    invalid: plan.invalidBodies.length, conflicts: plan.conflicts.size, reincluded: plan.swaps.filter((swap) => swap.kind === 'reincluded').length,
+  const figures = {
+    broker: brokerName,
+    seed,
+    swaps,
+    messages: plan.messages.length + reactionCount,
+    validEventIds: plan.validIds.size,
+    invalid: plan.invalidBodies.length,
+    conflicts: plan.conflicts.size,
+    reincluded: plan.swaps.filter((swap) => swap.kind === 'reincluded').length,
     reincludedExchanged: 0,
     secondDeposits: plan.swaps.filter((swap) => swap.second !== null).length,
     secondFull: plan.swaps.filter((swap) => swap.second === 'full').length,
     secondPartial: plan.swaps.filter((swap) => swap.second === 'partial').length,
-    secondExchanged: 0, depositReviews: 0, deliveries: 0, verdicts: {},
-    workerKills: 0, consumerKills: 0, exchanges: 0, payouts: 0, providerCalls: 0, provider503: 0, stuck: null };
+    secondExchanged: 0,
+    depositReviews: 0,
+    deliveries: 0,
+    verdicts: {},
+    workerKills: 0,
+    consumerKills: 0,
+    exchanges: 0,
+    payouts: 0,
+    providerCalls: 0,
+    provider503: 0,
+    stuck: null,
+  };
   const children = { workers: new Set(), consumers: new Set() };
   let stopping = false;
   let lastWorkerLine = Date.now();
@@ -502,9 +633,22 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     },
   });
 
-  const workerEnv = { ...broker.env, IDEMFLOW_PG_URL: PG_URL, IDEMFLOW_TABLE_PREFIX: runId, RETRY_BASE_DELAY_MS: '200', RETRY_MAX_DELAY_MS: '2000', PREFETCH: '16' };
-  const consumerEnv = { IDEMFLOW_PG_URL: PG_URL, IDEMFLOW_TABLE_PREFIX: runId, PROVIDER_URL: provider.url,
-    OUTBOX_LEASE_MS: '3000', OUTBOX_BASE_DELAY_MS: '100', OUTBOX_POLL_MS: '100' };
+  const workerEnv = {
+    ...broker.env,
+    IDEMFLOW_PG_URL: PG_URL,
+    IDEMFLOW_TABLE_PREFIX: runId,
+    RETRY_BASE_DELAY_MS: '200',
+    RETRY_MAX_DELAY_MS: '2000',
+    PREFETCH: '16',
+  };
+  const consumerEnv = {
+    IDEMFLOW_PG_URL: PG_URL,
+    IDEMFLOW_TABLE_PREFIX: runId,
+    PROVIDER_URL: provider.url,
+    OUTBOX_LEASE_MS: '3000',
+    OUTBOX_BASE_DELAY_MS: '100',
+    OUTBOX_POLL_MS: '100',
+  };
 
   const startWorker = () => {
     const child = supervise(broker.worker, workerEnv, (line, self) => {
@@ -525,7 +669,12 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
       // SIGKILL a worker that just reported other deliveries still in its hands.
       // In a consumer group, a kill is taken only once the group has rebalanced after the last one, so each costs its own rebalance.
       const settledGroup = !broker.groupRebalances || (figures.generations ?? 0) > generationAtKill;
-      if (figures.workerKills < workerKillAt.length && figures.deliveries >= workerKillAt[figures.workerKills] && line.inFlight >= 2 && settledGroup) {
+      if (
+        figures.workerKills < workerKillAt.length &&
+        figures.deliveries >= workerKillAt[figures.workerKills] &&
+        line.inFlight >= 2 &&
+        settledGroup
+      ) {
         figures.workerKills += 1;
         generationAtKill = figures.generations ?? 0;
         self.kill('SIGKILL');
@@ -584,7 +733,9 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
       const [receipts, done, pending] = [await receiptCount(), await doneCount(), await broker.pending()];
       if (Date.now() - lastProgress >= 5000) {
         lastProgress = Date.now();
-        note(`${brokerName} +${Math.round((Date.now() - started) / 1000)} s: ${figures.deliveries} deliveries, receipts ${receipts}/${plan.validIds.size}, operations done ${done}/${expectedOps.size}, in the broker ${pending}`);
+        note(
+          `${brokerName} +${Math.round((Date.now() - started) / 1000)} s: ${figures.deliveries} deliveries, receipts ${receipts}/${plan.validIds.size}, operations done ${done}/${expectedOps.size}, in the broker ${pending}`,
+        );
       }
       if (receipts >= plan.validIds.size && done >= expectedOps.size && pending === 0 && Date.now() - lastWorkerLine > 1500) {
         drainedAt = Date.now();
@@ -636,7 +787,10 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
       for (const id of (want ?? ends[0]).operations) wantOps.add(id);
       if (want === null || opIds !== JSON.stringify(want.operations) || !ops.every((op) => op.status === 'done')) {
         stuck += 1;
-        if (stuck <= 5) problems.push(`${swap.id} (${swap.kind}): ${JSON.stringify(workflow)} with operations ${JSON.stringify(ops)}; expected one of ${JSON.stringify(ends)}`);
+        if (stuck <= 5)
+          problems.push(
+            `${swap.id} (${swap.kind}): ${JSON.stringify(workflow)} with operations ${JSON.stringify(ops)}; expected one of ${JSON.stringify(ends)}`,
+          );
       }
     }
     figures.stuck = stuck;
@@ -647,14 +801,18 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     for (const id of wantOps) if (!keys.has(id)) problems.push(`operation ${id} was never carried out`);
     for (const key of keys) if (!wantOps.has(key)) problems.push(`the provider carried out ${key}, which no history asks for`);
     // Every operation id ends with its workflow's id (a per-deposit one has the depositRef before it).
-    if ([...provider.effects.values()].some((e) => !e.key.endsWith(`:${e.body.workflowId}`))) problems.push('an effect names another workflow than its idempotency key');
+    if ([...provider.effects.values()].some((e) => !e.key.endsWith(`:${e.body.workflowId}`)))
+      problems.push('an effect names another workflow than its idempotency key');
     const perSwap = new Map();
-    for (const e of provider.effects.values()) if (e.kind === 'exchanges') perSwap.set(e.body.workflowId, (perSwap.get(e.body.workflowId) ?? 0) + 1);
+    for (const e of provider.effects.values())
+      if (e.kind === 'exchanges') perSwap.set(e.body.workflowId, (perSwap.get(e.body.workflowId) ?? 0) + 1);
     for (const [id, n] of perSwap) if (n !== 1) problems.push(`${id} was exchanged ${n} times`);
     // A reorganisation's re-inclusion is exchanged, once (the count of one per swap is checked above).
     figures.reincludedExchanged = plan.swaps.filter((swap) => swap.kind === 'reincluded' && perSwap.has(swap.id)).length;
     if (figures.reincludedExchanged !== figures.reincluded) {
-      problems.push(`${figures.reincluded - figures.reincludedExchanged} of ${figures.reincluded} re-included deposits were never exchanged`);
+      problems.push(
+        `${figures.reincluded - figures.reincludedExchanged} of ${figures.reincluded} re-included deposits were never exchanged`,
+      );
     }
 
     // Second deposits: each such swap exchanged once (its first deposit covers), from a deposit that covers, and
@@ -665,7 +823,9 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
       figures.depositReviews += 1;
       (reviewsOf.get(e.body.workflowId) ?? reviewsOf.set(e.body.workflowId, []).get(e.body.workflowId)).push(e.body.depositRef);
     }
-    const exchangeOf = new Map([...provider.effects.values()].filter((e) => e.kind === 'exchanges').map((e) => [e.body.workflowId, e.body.depositRef]));
+    const exchangeOf = new Map(
+      [...provider.effects.values()].filter((e) => e.kind === 'exchanges').map((e) => [e.body.workflowId, e.body.depositRef]),
+    );
     let secondOk = 0;
     let secondBad = 0;
     for (const swap of plan.swaps.filter((s) => s.second !== null)) {
@@ -673,22 +833,30 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
       const exchanged = exchangeOf.get(swap.id);
       const reviewed = reviewsOf.get(swap.id) ?? [];
       const allowed = swap.second === 'full' ? [first, other] : [first];
-      const problem = perSwap.get(swap.id) !== 1 ? `exchanged ${perSwap.get(swap.id) ?? 0} times`
-        : !allowed.includes(exchanged) ? `exchanged ${exchanged}, which does not cover`
-          : reviewed.length !== 1 || reviewed[0] !== (exchanged === first ? other : first) ? `reviewed ${JSON.stringify(reviewed)} after exchanging ${exchanged}`
-            : null;
+      const problem =
+        perSwap.get(swap.id) !== 1
+          ? `exchanged ${perSwap.get(swap.id) ?? 0} times`
+          : !allowed.includes(exchanged)
+            ? `exchanged ${exchanged}, which does not cover`
+            : reviewed.length !== 1 || reviewed[0] !== (exchanged === first ? other : first)
+              ? `reviewed ${JSON.stringify(reviewed)} after exchanging ${exchanged}`
+              : null;
       if (exchanged === other) figures.secondExchanged += 1;
       if (problem === null) secondOk += 1;
-      else if ((secondBad += 1) <= 5) problems.push(`${swap.id} (a ${swap.second} second deposit): ${problem}`);
+      else if (++secondBad <= 5) problems.push(`${swap.id} (a ${swap.second} second deposit): ${problem}`);
     }
     figures.secondDepositsOk = secondOk;
-    if (secondOk !== figures.secondDeposits) problems.push(`${figures.secondDeposits - secondOk} of ${figures.secondDeposits} swaps with a second deposit were not exchanged once and reviewed once`);
+    if (secondOk !== figures.secondDeposits)
+      problems.push(
+        `${figures.secondDeposits - secondOk} of ${figures.secondDeposits} swaps with a second deposit were not exchanged once and reviewed once`,
+      );
 
     // Receipts: exactly the distinct valid event ids.
     const receipts = new Set((await db.query(`SELECT event_id FROM "${tables.inbox}"`, [])).map((row) => row.event_id));
     const missing = [...plan.validIds].filter((id) => !receipts.has(id));
     const extra = [...receipts].filter((id) => !plan.validIds.has(id));
-    if (missing.length || extra.length) problems.push(`receipts: ${missing.length} missing (${missing.slice(0, 3)}), ${extra.length} unexpected (${extra.slice(0, 3)})`);
+    if (missing.length || extra.length)
+      problems.push(`receipts: ${missing.length} missing (${missing.slice(0, 3)}), ${extra.length} unexpected (${extra.slice(0, 3)})`);
     figures.receipts = receipts.size;
 
     // The dead-letter queue: exactly the invalid bodies.
@@ -698,7 +866,9 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     figures.deadLettered = dead.length;
     if (deadSet.size !== invalidSet.size || [...invalidSet].some((b) => !deadSet.has(b))) {
       const extraDead = dead.filter((b) => !invalidSet.has(b.toString('base64'))).map((b) => b.toString('utf8').slice(0, 120));
-      problems.push(`dead letters: ${deadSet.size} distinct of ${invalidSet.size} invalid bodies; not invalid: ${JSON.stringify(extraDead.slice(0, 3))}`);
+      problems.push(
+        `dead letters: ${deadSet.size} distinct of ${invalidSet.size} invalid bodies; not invalid: ${JSON.stringify(extraDead.slice(0, 3))}`,
+      );
     }
 
     // The parked queue: exactly one body of each conflict, the one whose amount the swap does not hold.
@@ -713,7 +883,9 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     }
     if (parkedSet.size !== wantParked.size || [...wantParked].some((b) => !parkedSet.has(b))) {
       const extraParked = parked.filter((b) => !wantParked.has(b.toString('base64'))).map((b) => b.toString('utf8').slice(0, 160));
-      problems.push(`parked: ${parkedSet.size} distinct, ${wantParked.size} conflicts; unexpected: ${JSON.stringify(extraParked.slice(0, 3))}`);
+      problems.push(
+        `parked: ${parkedSet.size} distinct, ${wantParked.size} conflicts; unexpected: ${JSON.stringify(extraParked.slice(0, 3))}`,
+      );
     }
   } finally {
     await Promise.allSettled(reacting);
@@ -724,7 +896,8 @@ export async function runChaos({ brokerName, url, swaps = 1000, seed = Date.now(
     await db.close();
   }
   if (figures.workerKills < 5) problems.push(`only ${figures.workerKills} worker kills`);
-  if (broker.groupRebalances && !(figures.rebalances >= figures.workerKills)) problems.push(`${figures.rebalances ?? 0} rebalances after ${figures.workerKills} worker kills`);
+  if (broker.groupRebalances && !(figures.rebalances >= figures.workerKills))
+    problems.push(`${figures.rebalances ?? 0} rebalances after ${figures.workerKills} worker kills`);
   if (figures.consumerKills < 2) problems.push(`only ${figures.consumerKills} consumer kills`);
   return { figures, problems };
 }

@@ -4,7 +4,7 @@
 // With `batch` in its config it gathers what it holds (createBatcher, up to
 // `batch` deliveries or 5 ms) and runs them through processBatch, one
 // transaction, acknowledging each after that commit.
-import { IdemflowError, createBatcher, processBatch, processEvent } from 'idemflow';
+import { createBatcher, IdemflowError, processBatch, processEvent } from 'idemflow';
 import { openStore } from './backends.mjs';
 
 const config = JSON.parse(process.env.IDEMFLOW_WORKER_CONFIG);
@@ -17,19 +17,25 @@ async function deliver({ id, event }) {
   // Counts the cycles processEvent runs again after a lost race.
   const counting = {
     raceRetries: store.raceRetries,
-    transaction: (fn) => store.transaction(fn).catch((error) => {
-      if (error && error.code === 'CONCURRENT_UPDATE') lostRaces += 1;
-      throw error;
-    }),
+    transaction: (fn) =>
+      store.transaction(fn).catch((error) => {
+        if (error && error.code === 'CONCURRENT_UPDATE') lostRaces += 1;
+        throw error;
+      }),
   };
   try {
     const result = await processEvent(counting, event, { ruleSet: 'deposit-swap' });
     process.send({ type: 'ack', id, outcome: result.outcome, lostRaces });
   } catch (error) {
     process.send({
-      type: 'nack', id, lostRaces,
-      code: error?.code ?? null, disposition: error?.disposition ?? null, message: String(error?.message ?? error),
-      coded: error instanceof IdemflowError, reason: error?.details?.reason ?? null,
+      type: 'nack',
+      id,
+      lostRaces,
+      code: error?.code ?? null,
+      disposition: error?.disposition ?? null,
+      message: String(error?.message ?? error),
+      coded: error instanceof IdemflowError,
+      reason: error?.details?.reason ?? null,
     });
   }
 }
@@ -37,21 +43,39 @@ async function deliver({ id, event }) {
 /** The broker's verdict on one delivery's error: nack with its code, disposition and reason. */
 function nackOf(id, error, lostRaces) {
   return {
-    type: 'nack', id, lostRaces,
-    code: error?.code ?? null, disposition: error?.disposition ?? null, message: String(error?.message ?? error),
-    coded: error instanceof IdemflowError, reason: error?.details?.reason ?? null,
+    type: 'nack',
+    id,
+    lostRaces,
+    code: error?.code ?? null,
+    disposition: error?.disposition ?? null,
+    message: String(error?.message ?? error),
+    coded: error instanceof IdemflowError,
+    reason: error?.details?.reason ?? null,
   };
 }
 
 async function deliverBatch(deliveries) {
   let lostRaces = 0;
   try {
-    const results = await processBatch(store, deliveries.map(({ event }) => event), {
-      ruleSet: 'deposit-swap', hooks: { onRaceRetry: () => { lostRaces += 1; } },
-    });
+    const results = await processBatch(
+      store,
+      deliveries.map(({ event }) => event),
+      {
+        ruleSet: 'deposit-swap',
+        hooks: {
+          onRaceRetry: () => {
+            lostRaces += 1;
+          },
+        },
+      },
+    );
     for (const [i, { id }] of deliveries.entries()) {
       const result = results[i];
-      process.send(result.error === undefined ? { type: 'ack', id, outcome: result.outcome, lostRaces: i === 0 ? lostRaces : 0 } : nackOf(id, result.error, 0));
+      process.send(
+        result.error === undefined
+          ? { type: 'ack', id, outcome: result.outcome, lostRaces: i === 0 ? lostRaces : 0 }
+          : nackOf(id, result.error, 0),
+      );
     }
   } catch (error) {
     for (const { id } of deliveries) process.send(nackOf(id, error, 0));

@@ -7,8 +7,9 @@
 // SIGKILLed IDEMFLOW_FAULTS_KILLS (8) times on top of the server's faults.
 // IDEMFLOW_FAULTS_DELIVERIES (default 6000 per campaign) and
 // IDEMFLOW_FAULTS_COUNT (default 24 per campaign) scale it.
-import { canFillDisk, faultRun } from './fault-runs.mjs';
+
 import { random } from './broker.mjs';
+import { canFillDisk, faultRun } from './fault-runs.mjs';
 import { mariadbMissing, postgresMissing, startMariadb, startPostgres } from './servers.mjs';
 
 const deliveries = Number(process.env.IDEMFLOW_FAULTS_DELIVERIES || 6000);
@@ -29,11 +30,17 @@ function schedule(kinds, seed) {
 
 const servers = [
   {
-    name: 'PostgreSQL 15', kind: 'pg', missing: postgresMissing(), seed: 91_001,
+    name: 'PostgreSQL 15',
+    kind: 'pg',
+    missing: postgresMissing(),
+    seed: 91_001,
     start: () => startPostgres({ smallTablespaceMb: 8 }),
   },
   {
-    name: 'MariaDB', kind: 'mysql', missing: mariadbMissing(), seed: 91_002,
+    name: 'MariaDB',
+    kind: 'mysql',
+    missing: mariadbMissing(),
+    seed: 91_002,
     start: () => startMariadb({ smallDirMb: 64 }),
   },
 ];
@@ -56,14 +63,24 @@ for (const server of servers) {
       const started = Date.now();
       const seed = server.seed + 1000 * c;
       const figures = await faultRun(db, server.kind, {
-        faults: schedule(kindsOf(db), seed), deliveries, workflows: Math.max(50, Math.round(deliveries / 20)), seed, timeoutMs: 1_800_000,
-        batch: campaign.batch, kills: campaign.kills,
+        faults: schedule(kindsOf(db), seed),
+        deliveries,
+        workflows: Math.max(50, Math.round(deliveries / 20)),
+        seed,
+        timeoutMs: 1_800_000,
+        batch: campaign.batch,
+        kills: campaign.kills,
       });
-      const byKind = figures.injected.reduce((tally, name) => ({ ...tally, [name]: (tally[name] ?? 0) + 1 }), {});
-      console.log(`${server.name}, ${campaign.name}: ${figures.faults} faults (${Object.entries(byKind).map(([k, v]) => `${k} ${v}`).join(', ')}), `
-        + `${figures.kills} SIGKILLs, ${figures.deliveries} deliveries of ${figures.eventIds} event ids for ${figures.confirmedWorkflows} confirmed workflows, `
-        + `crashes ${figures.crashes}, losses ${figures.losses}, duplicates ${figures.duplicates}, orphan receipts ${figures.orphanReceipts}; `
-        + `retry nacks ${JSON.stringify(figures.nacks)}; unexpected ${figures.unexpected.length}; ${((Date.now() - started) / 1000).toFixed(1)} s`);
+      const byKind = {};
+      for (const name of figures.injected) byKind[name] = (byKind[name] ?? 0) + 1;
+      console.log(
+        `${server.name}, ${campaign.name}: ${figures.faults} faults (${Object.entries(byKind)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ')}), ` +
+          `${figures.kills} SIGKILLs, ${figures.deliveries} deliveries of ${figures.eventIds} event ids for ${figures.confirmedWorkflows} confirmed workflows, ` +
+          `crashes ${figures.crashes}, losses ${figures.losses}, duplicates ${figures.duplicates}, orphan receipts ${figures.orphanReceipts}; ` +
+          `retry nacks ${JSON.stringify(figures.nacks)}; unexpected ${figures.unexpected.length}; ${((Date.now() - started) / 1000).toFixed(1)} s`,
+      );
       for (const line of figures.unexpected.slice(0, 10)) console.log(`  unexpected: ${line}`);
       for (const key of Object.keys(totals)) totals[key] += figures[key];
     }
@@ -71,6 +88,8 @@ for (const server of servers) {
     await db.close();
   }
 }
-console.log(`total: faults ${totals.faults}, deliveries ${totals.deliveries}, crashes ${totals.crashes}, losses ${totals.losses}, `
-  + `duplicates ${totals.duplicates}, orphan receipts ${totals.orphanReceipts}`);
+console.log(
+  `total: faults ${totals.faults}, deliveries ${totals.deliveries}, crashes ${totals.crashes}, losses ${totals.losses}, ` +
+    `duplicates ${totals.duplicates}, orphan receipts ${totals.orphanReceipts}`,
+);
 process.exitCode = totals.crashes + totals.losses + totals.duplicates + totals.orphanReceipts === 0 ? 0 : 1;

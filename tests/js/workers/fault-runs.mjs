@@ -49,9 +49,11 @@ export const STORE_BOUNDS = { timeoutMs: 1500, statementTimeoutMs: 1000 };
  * figures: deliveries, faults injected, crashes, losses, duplicates, orphan
  * receipts, the nacks by code/reason and anything unexpected.
  */
-export async function faultRun(db, kind, {
-  faults, deliveries, workflows, seed = 1, workers = 4, pauseMs = 2500, diskFullMs = 2000, timeoutMs = 300_000, batch = 0, kills = 0,
-}) {
+export async function faultRun(
+  db,
+  kind,
+  { faults, deliveries, workflows, seed = 1, workers = 4, pauseMs = 2500, diskFullMs = 2000, timeoutMs = 300_000, batch = 0, kills = 0 },
+) {
   const tables = tablesFor(uniquePrefix());
   const options = { url: db.url, tables, poolSize: 4, ...STORE_BOUNDS };
   const planned = plan({ workflows, deliveries, seed });
@@ -62,7 +64,7 @@ export async function faultRun(db, kind, {
     for (const workflow of planned.workflows) await helper.store.putWorkflow(workflow);
     // Faults one after another, each when its share of the deliveries is acknowledged.
     const rand = random(seed ^ 0xfa17);
-    const due = faults.map((name, i) => ({ name, at: Math.floor((deliveries * (i + 1)) / (faults.length + 1) * (0.9 + 0.2 * rand())) }));
+    const due = faults.map((name, i) => ({ name, at: Math.floor(((deliveries * (i + 1)) / (faults.length + 1)) * (0.9 + 0.2 * rand())) }));
     let injecting = Promise.resolve();
     const injected = [];
     const onAcked = (acked) => {
@@ -76,7 +78,14 @@ export async function faultRun(db, kind, {
     };
     // Batch workers hold a batch's worth each; SIGKILLs take whatever a worker holds.
     const stats = await run(planned, {
-      workerConfig: { kind, ...options, batch }, workers, inFlight: batch > 0 ? batch : 4, kills, seed, timeoutMs, retryDelayMs: 50, onAcked,
+      workerConfig: { kind, ...options, batch },
+      workers,
+      inFlight: batch > 0 ? batch : 4,
+      kills,
+      seed,
+      timeoutMs,
+      retryDelayMs: 50,
+      onAcked,
     });
     await injecting;
     const figures = await verify(helper, tables, planned);
@@ -137,5 +146,12 @@ async function verify(helper, tables, planned) {
     }
   }
   duplicates += operations.filter((op) => op.type !== 'START_EXCHANGE').length;
-  return { receipts: receipts.length, operations: operations.length, confirmedWorkflows: confirmed.size, losses, duplicates, orphanReceipts };
+  return {
+    receipts: receipts.length,
+    operations: operations.length,
+    confirmedWorkflows: confirmed.size,
+    losses,
+    duplicates,
+    orphanReceipts,
+  };
 }

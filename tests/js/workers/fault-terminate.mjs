@@ -20,9 +20,20 @@ const [kind, url, mode, prefix] = process.argv.slice(2);
 const tables = { workflows: `${prefix}_workflows`, inbox: `${prefix}_inbox`, outbox: `${prefix}_outbox` };
 // The swap holds the watcher's detection (its observation 1) in its deposits map; the event is its confirmation (observation 2).
 const swap = detectedSwap({ id: 'wf-1', revision: 1, depositRef: 'tx-1', amountUnits: '100' });
-const event = { eventId: `${prefix}-e1`, workflowId: 'wf-1', type: 'DEPOSIT_CONFIRMED', depositRef: 'tx-1', amountUnits: '100', sequence: 2 };
+const event = {
+  eventId: `${prefix}-e1`,
+  workflowId: 'wf-1',
+  type: 'DEPOSIT_CONFIRMED',
+  depositRef: 'tx-1',
+  amountUnits: '100',
+  sequence: 2,
+};
 
-const ended = new Promise((resolve) => process.on('message', (message) => { if (message === 'ended') resolve(); }));
+const ended = new Promise((resolve) =>
+  process.on('message', (message) => {
+    if (message === 'ended') resolve();
+  }),
+);
 let store;
 let pool;
 let sessionQuery;
@@ -72,7 +83,9 @@ if (kind === 'pg') {
   const { MysqlStore } = await import('idemflow/mysql');
   pool = mysql.createPool({ uri: url, connectionLimit: 2 });
   pool.pool.on('acquire', (connection) => {
-    acquired = { query: (sql) => new Promise((resolve, reject) => connection.query(sql, (error, rows) => (error ? reject(error) : resolve({ rows })))) };
+    acquired = {
+      query: (sql) => new Promise((resolve, reject) => connection.query(sql, (error, rows) => (error ? reject(error) : resolve({ rows })))),
+    };
     closed = new Promise((resolve) => connection.stream.once('close', resolve));
   });
   store = new MysqlStore(pool, { tables });

@@ -38,12 +38,14 @@ export function detectedSwap({ id, revision, depositRef, amountUnits, sequence =
  * `deposits` as confirmed. The article's own workflow (deposit-swap v1,
  * which processDepositConfirmed runs) has no sequence and no map.
  */
-export const SEED_WORKFLOW = Object.freeze(detectedSwap({
-  id: 'swap-42',
-  revision: 3,
-  depositRef: 'btc-mainnet:tx-abc:vout-0',
-  amountUnits: '12500000',
-}));
+export const SEED_WORKFLOW = Object.freeze(
+  detectedSwap({
+    id: 'swap-42',
+    revision: 3,
+    depositRef: 'btc-mainnet:tx-abc:vout-0',
+    amountUnits: '12500000',
+  }),
+);
 
 /**
  * A deposit-swap v3 swap once the confirmation (observation `sequence`, 2 by
@@ -53,18 +55,26 @@ export const SEED_WORKFLOW = Object.freeze(detectedSwap({
  */
 export function exchangingSwap({ id, revision, depositRef, amountUnits, sequence = 2, ...rest }) {
   return {
-    id, status: 'exchange', revision, ...rest, depositRef, amountUnits, sequence,
+    id,
+    status: 'exchange',
+    revision,
+    ...rest,
+    depositRef,
+    amountUnits,
+    sequence,
     deposits: { [depositRef]: { event: 'DEPOSIT_CONFIRMED', amountUnits, sequence } },
   };
 }
 
 /** SEED_WORKFLOW once SEED_EVENT applied. */
-export const SEED_EXCHANGING = Object.freeze(exchangingSwap({
-  id: 'swap-42',
-  revision: 4,
-  depositRef: SEED_EVENT.depositRef,
-  amountUnits: SEED_EVENT.amountUnits,
-}));
+export const SEED_EXCHANGING = Object.freeze(
+  exchangingSwap({
+    id: 'swap-42',
+    revision: 4,
+    depositRef: SEED_EVENT.depositRef,
+    amountUnits: SEED_EVENT.amountUnits,
+  }),
+);
 
 /**
  * A chain watcher numbers the deposit events it emits about one depositRef
@@ -85,8 +95,11 @@ export function shipmentDefinition(id) {
     statuses: [{ name: 'shipping', terminal: true }],
     events: [{ type: 'SHIPMENT_REQUESTED', fields: [] }],
     rules: [
-      { on: 'SHIPMENT_REQUESTED', in: '(none)',
-        then: { outcome: 'applied', to: 'shipping', emit: [{ type: 'CREATE_SHIPMENT', id: 'create-shipment:{workflowId}' }] } },
+      {
+        on: 'SHIPMENT_REQUESTED',
+        in: '(none)',
+        then: { outcome: 'applied', to: 'shipping', emit: [{ type: 'CREATE_SHIPMENT', id: 'create-shipment:{workflowId}' }] },
+      },
       { on: 'SHIPMENT_REQUESTED', in: 'shipping', then: { outcome: 'already-applied' } },
     ],
   };

@@ -24,21 +24,30 @@ export function shipmentsOf(kind, helper, name) {
     case 'sqlite':
     case 'sqlite-node':
       return {
-        create: async () => store.db.exec(`CREATE TABLE "${name}" (id INTEGER PRIMARY KEY, event_id TEXT UNIQUE NOT NULL, order_id TEXT NOT NULL)`),
-        insert: (tx, eventId, orderId) => Number(tx.client.prepare(`INSERT INTO "${name}" (event_id, order_id) VALUES (?, ?)`).run(eventId, orderId).lastInsertRowid),
+        create: async () =>
+          store.db.exec(`CREATE TABLE "${name}" (id INTEGER PRIMARY KEY, event_id TEXT UNIQUE NOT NULL, order_id TEXT NOT NULL)`),
+        insert: (tx, eventId, orderId) =>
+          Number(tx.client.prepare(`INSERT INTO "${name}" (event_id, order_id) VALUES (?, ?)`).run(eventId, orderId).lastInsertRowid),
         count: async () => Number(store.db.prepare(`SELECT COUNT(*) AS n FROM "${name}"`).get().n),
       };
     case 'pglite':
     case 'pg':
       return {
-        create: () => helper.query(`CREATE TABLE "${name}" (id SERIAL PRIMARY KEY, event_id TEXT UNIQUE NOT NULL, order_id TEXT NOT NULL)`, []),
-        insert: async (tx, eventId, orderId) => (await tx.client.query(`INSERT INTO "${name}" (event_id, order_id) VALUES ($1, $2) RETURNING id`, [eventId, orderId])).rows[0].id,
+        create: () =>
+          helper.query(`CREATE TABLE "${name}" (id SERIAL PRIMARY KEY, event_id TEXT UNIQUE NOT NULL, order_id TEXT NOT NULL)`, []),
+        insert: async (tx, eventId, orderId) =>
+          (await tx.client.query(`INSERT INTO "${name}" (event_id, order_id) VALUES ($1, $2) RETURNING id`, [eventId, orderId])).rows[0].id,
         count: async () => Number((await helper.query(`SELECT COUNT(*) AS n FROM "${name}"`, []))[0].n),
       };
     case 'mysql':
       return {
-        create: () => helper.query(`CREATE TABLE \`${name}\` (id INT AUTO_INCREMENT PRIMARY KEY, event_id VARCHAR(200) UNIQUE NOT NULL, order_id VARCHAR(200) NOT NULL) ENGINE=InnoDB`, []),
-        insert: async (tx, eventId, orderId) => (await tx.client.query(`INSERT INTO \`${name}\` (event_id, order_id) VALUES (?, ?)`, [eventId, orderId]))[0].insertId,
+        create: () =>
+          helper.query(
+            `CREATE TABLE \`${name}\` (id INT AUTO_INCREMENT PRIMARY KEY, event_id VARCHAR(200) UNIQUE NOT NULL, order_id VARCHAR(200) NOT NULL) ENGINE=InnoDB`,
+            [],
+          ),
+        insert: async (tx, eventId, orderId) =>
+          (await tx.client.query(`INSERT INTO \`${name}\` (event_id, order_id) VALUES (?, ?)`, [eventId, orderId]))[0].insertId,
         count: async () => Number((await helper.query(`SELECT COUNT(*) AS n FROM \`${name}\``, []))[0].n),
       };
     case 'mongodb-fake':
@@ -46,7 +55,10 @@ export function shipmentsOf(kind, helper, name) {
       return {
         create: async () => {},
         insert: async (tx, eventId, orderId) => {
-          await tx.client.db(store.db.databaseName ?? 'suites').collection(name).insertOne({ _id: eventId, orderId }, { session: tx.session });
+          await tx.client
+            .db(store.db.databaseName ?? 'suites')
+            .collection(name)
+            .insertOne({ _id: eventId, orderId }, { session: tx.session });
           return eventId;
         },
         count: () => store.db.collection(name).countDocuments(),
@@ -55,4 +67,3 @@ export function shipmentsOf(kind, helper, name) {
       throw new Error(`no shipments table for ${kind}`);
   }
 }
-

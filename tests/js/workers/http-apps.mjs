@@ -19,7 +19,10 @@ import { idempotency as fastifyIdempotency } from 'idemflow/fastify';
 
 export const FRAMEWORKS = ['node', 'express', 'fastify'];
 
-const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
+const sleep = (ms) =>
+  new Promise((resolve) => {
+    setTimeout(resolve, ms);
+  });
 
 /**
  * The host's own table, written in the keyed transaction through the
@@ -32,23 +35,32 @@ export function hostTable(kind, store, name) {
     case 'memory':
       return {
         create: async () => {},
-        insert: async (context, orderId) => { context.tx.table(name).set(orderId, { requestKey: context.key }); },
+        insert: async (context, orderId) => {
+          context.tx.table(name).set(orderId, { requestKey: context.key });
+        },
         count: async () => store.snapshot().tables.get(name)?.size ?? 0,
         drop: async () => {},
       };
     case 'sqlite':
       return {
         create: async () => store.db.exec(`CREATE TABLE IF NOT EXISTS "${name}" (order_id TEXT PRIMARY KEY, request_key TEXT NOT NULL)`),
-        insert: async (context, orderId) => { context.client.prepare(`INSERT INTO "${name}" (order_id, request_key) VALUES (?, ?)`).run(orderId, context.key); },
+        insert: async (context, orderId) => {
+          context.client.prepare(`INSERT INTO "${name}" (order_id, request_key) VALUES (?, ?)`).run(orderId, context.key);
+        },
         count: async () => Number(store.db.prepare(`SELECT COUNT(*) AS n FROM "${name}"`).get().n),
         drop: async () => {},
       };
     case 'pg':
       return {
-        create: async () => store.client.query(`CREATE TABLE IF NOT EXISTS "${name}" (order_id TEXT PRIMARY KEY, request_key TEXT NOT NULL)`),
-        insert: async (context, orderId) => { await context.client.query(`INSERT INTO "${name}" (order_id, request_key) VALUES ($1, $2)`, [orderId, context.key]); },
+        create: async () =>
+          store.client.query(`CREATE TABLE IF NOT EXISTS "${name}" (order_id TEXT PRIMARY KEY, request_key TEXT NOT NULL)`),
+        insert: async (context, orderId) => {
+          await context.client.query(`INSERT INTO "${name}" (order_id, request_key) VALUES ($1, $2)`, [orderId, context.key]);
+        },
         count: async () => Number((await store.client.query(`SELECT COUNT(*) AS n FROM "${name}"`)).rows[0].n),
-        drop: async () => { await store.client.query(`DROP TABLE IF EXISTS "${name}"`); },
+        drop: async () => {
+          await store.client.query(`DROP TABLE IF EXISTS "${name}"`);
+        },
       };
     default:
       return null;
@@ -113,7 +125,7 @@ export function createApp(framework, store, { host = null, middleware = {} } = {
       const answer = await order(req.idempotency, req.headers, req.body);
       res.status(answer.status).set(answer.headers).json(answer.body);
     });
-    app.post('/optional', expressIdempotency(optional), express.json(), (req, res) => {
+    app.post('/optional', expressIdempotency(optional), express.json(), (_req, res) => {
       state.runs += 1;
       res.json({ run: state.runs });
     });
@@ -131,7 +143,8 @@ export function createApp(framework, store, { host = null, middleware = {} } = {
       res.status(answer.status).set(answer.headers).json(answer.body);
     });
     // Express's own error page is HTML with the stack: a JSON 500 instead.
-    app.use((error, req, res, next) => { // eslint-disable-line no-unused-vars
+    app.use((error, _req, res, _next) => {
+      // eslint-disable-line no-unused-vars
       res.status(500).json({ error: error.message });
     });
     return nodeServer(http.createServer(app), state);
@@ -140,46 +153,62 @@ export function createApp(framework, store, { host = null, middleware = {} } = {
   const optionalMw = expressIdempotency(optional);
   const routes = {
     '/orders': [requiredMw, async (req, res) => answerNode(res, await order(req.idempotency, req.headers, await jsonOf(req)))],
-    '/optional': [optionalMw, async (req, res) => {
-      await jsonOf(req);
-      state.runs += 1;
-      answerNode(res, { status: 200, body: { run: state.runs } });
-    }],
-    '/unavailable': [requiredMw, async (req, res) => {
-      state.runs += 1;
-      if (req.headers['x-final'] === '1') req.idempotency.final();
-      answerNode(res, { status: 503, body: { run: state.runs } });
-    }],
-    '/throws': [requiredMw, async () => {
-      state.runs += 1;
-      throw new Error('the handler failed');
-    }],
-    '/plain': [(req, res, next) => next(), async (req, res) => answerNode(res, await plain(await jsonOf(req)))],
+    '/optional': [
+      optionalMw,
+      async (req, res) => {
+        await jsonOf(req);
+        state.runs += 1;
+        answerNode(res, { status: 200, body: { run: state.runs } });
+      },
+    ],
+    '/unavailable': [
+      requiredMw,
+      async (req, res) => {
+        state.runs += 1;
+        if (req.headers['x-final'] === '1') req.idempotency.final();
+        answerNode(res, { status: 503, body: { run: state.runs } });
+      },
+    ],
+    '/throws': [
+      requiredMw,
+      async () => {
+        state.runs += 1;
+        throw new Error('the handler failed');
+      },
+    ],
+    '/plain': [(_req, _res, next) => next(), async (req, res) => answerNode(res, await plain(await jsonOf(req)))],
   };
-  return nodeServer(http.createServer((req, res) => {
-    const route = req.method === 'POST' ? routes[req.url] : undefined;
-    if (!route) {
-      res.statusCode = 404;
-      res.end();
-      return;
-    }
-    const [mw, handler] = route;
-    const fail = (error) => answerNode(res, { status: 500, body: { error: error.message } });
-    mw(req, res, (error) => {
-      if (error) fail(error);
-      else Promise.resolve(handler(req, res)).catch(fail);
-    });
-  }), state);
+  return nodeServer(
+    http.createServer((req, res) => {
+      const route = req.method === 'POST' ? routes[req.url] : undefined;
+      if (!route) {
+        res.statusCode = 404;
+        res.end();
+        return;
+      }
+      const [mw, handler] = route;
+      const fail = (error) => answerNode(res, { status: 500, body: { error: error.message } });
+      mw(req, res, (error) => {
+        if (error) fail(error);
+        else Promise.resolve(handler(req, res)).catch(fail);
+      });
+    }),
+    state,
+  );
 }
 
 function nodeServer(server, state) {
   return {
     state,
-    listen: (port = 0) => new Promise((resolve) => { server.listen(port, '127.0.0.1', () => resolve(server.address().port)); }),
-    close: () => new Promise((resolve) => {
-      server.closeAllConnections?.();
-      server.close(() => resolve());
-    }),
+    listen: (port = 0) =>
+      new Promise((resolve) => {
+        server.listen(port, '127.0.0.1', () => resolve(server.address().port));
+      }),
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections?.();
+        server.close(() => resolve());
+      }),
   };
 }
 

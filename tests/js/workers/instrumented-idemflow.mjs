@@ -19,12 +19,20 @@ const report = (fields) => process.stdout.write(`${JSON.stringify({ role: 'bench
 
 export function createDeliveryHandler(store, options = {}) {
   const transaction = store.transaction.bind(store);
-  store.transaction = (...args) => transaction(...args).catch((error) => {
-    if (error instanceof idemflow.IdemflowError && error.code === 'CONCURRENT_UPDATE') report({ event: 'failed-transaction', reason: error.details?.reason ?? 'unknown' });
-    throw error;
-  });
+  store.transaction = (...args) =>
+    transaction(...args).catch((error) => {
+      if (error instanceof idemflow.IdemflowError && error.code === 'CONCURRENT_UPDATE')
+        report({ event: 'failed-transaction', reason: error.details?.reason ?? 'unknown' });
+      throw error;
+    });
   const own = options.hooks?.onRaceRetry;
-  const hooks = { ...options.hooks, onRaceRetry: (retry) => { report({ event: 'race', reason: retry.reason }); own?.(retry); } };
+  const hooks = {
+    ...options.hooks,
+    onRaceRetry: (retry) => {
+      report({ event: 'race', reason: retry.reason });
+      own?.(retry);
+    },
+  };
   const handle = idemflow.createDeliveryHandler(store, { ...options, hooks });
   const instrumented = (message, context) => handle(message, context);
   Object.defineProperty(instrumented, 'batch', {

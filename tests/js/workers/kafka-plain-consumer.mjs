@@ -12,7 +12,9 @@ const names = topicNames();
 const kafka = kafkaClient(`plain-${process.pid}`);
 const consumer = createConsumer(kafka, names.group);
 consumer.on(consumer.events.GROUP_JOIN, ({ payload }) => {
-  process.stdout.write(`${JSON.stringify({ role: 'worker', event: 'group-join', isLeader: payload.isLeader, assignment: payload.memberAssignment })}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ role: 'worker', event: 'group-join', isLeader: payload.isLeader, assignment: payload.memberAssignment })}\n`,
+  );
 });
 await consumer.connect();
 await consumer.subscribe({ topics: [names.main], fromBeginning: true });
@@ -24,7 +26,8 @@ await consumer.run({
     size: Number(process.env.BATCH_SIZE || 16),
     retryTopic: names.retry,
     settle: async (topic, partition, messages) => {
-      for (const message of messages) process.stdout.write(`${JSON.stringify({ role: 'worker', action: 'ack', topic, partition, offset: message.offset })}\n`);
+      for (const message of messages)
+        process.stdout.write(`${JSON.stringify({ role: 'worker', action: 'ack', topic, partition, offset: message.offset })}\n`);
     },
   }),
 });

@@ -35,7 +35,9 @@ export async function watchTopics(kafka, topics, { timeoutMs = 60_000 } = {}) {
   const ends = new Map(); // "topic/partition" -> high watermark of its last fetch
   const next = new Map(); // "topic/partition" -> the offset after the last one read
   let joined;
-  const ready = new Promise((resolve) => { joined = resolve; });
+  const ready = new Promise((resolve) => {
+    joined = resolve;
+  });
   consumer.on(consumer.events.GROUP_JOIN, () => joined());
   await consumer.connect();
   await consumer.subscribe({ topics, fromBeginning: true });
@@ -46,7 +48,13 @@ export async function watchTopics(kafka, topics, { timeoutMs = 60_000 } = {}) {
       ends.set(key, Math.max(ends.get(key) ?? 0, Number(batch.highWatermark)));
       for (const message of batch.messages) {
         if (Number(message.offset) < (next.get(key) ?? 0)) continue; // fetched again after a rejoin
-        read.get(batch.topic).push({ partition: batch.partition, offset: message.offset, key: message.key, value: message.value, headers: message.headers ?? {} });
+        read.get(batch.topic).push({
+          partition: batch.partition,
+          offset: message.offset,
+          key: message.key,
+          value: message.value,
+          headers: message.headers ?? {},
+        });
         next.set(key, Number(message.offset) + 1);
       }
     },

@@ -6,8 +6,8 @@
 //   process-batch processBatch over the events
 //   hand-written  each body in a transaction of its own (bench/hand-written.mjs),
 //                 `concurrency` of them at a time over the pool
-import { IdemflowError, createDeliveryHandler, processBatch } from 'idemflow';
-import { MARKS, TRANSACTIONS, eventOfBody, handWrittenDelivery, statements } from '../bench/hand-written.mjs';
+import { createDeliveryHandler, IdemflowError, processBatch } from 'idemflow';
+import { eventOfBody, handWrittenDelivery, MARKS, statements, TRANSACTIONS } from '../bench/hand-written.mjs';
 import { openStore } from './backends.mjs';
 
 const { store: storeConfig, mode, concurrency = 4 } = JSON.parse(process.env.IDEMFLOW_LANE_CONFIG);
@@ -20,12 +20,15 @@ const { store } = helper;
 // attempt's included).
 let races = {};
 let failedTransactions = {};
-const count = (into, reason) => { into[reason] = (into[reason] ?? 0) + 1; };
+const count = (into, reason) => {
+  into[reason] = (into[reason] ?? 0) + 1;
+};
 const transaction = store.transaction.bind(store);
-store.transaction = (...args) => transaction(...args).catch((error) => {
-  if (error instanceof IdemflowError && error.code === 'CONCURRENT_UPDATE') count(failedTransactions, error.details?.reason ?? 'unknown');
-  throw error;
-});
+store.transaction = (...args) =>
+  transaction(...args).catch((error) => {
+    if (error instanceof IdemflowError && error.code === 'CONCURRENT_UPDATE') count(failedTransactions, error.details?.reason ?? 'unknown');
+    throw error;
+  });
 const hooks = { onRaceRetry: ({ reason }) => count(races, reason) };
 
 function send(message) {
@@ -34,7 +37,12 @@ function send(message) {
   failedTransactions = {};
 }
 
-const errorOf = (error) => ({ code: error.code, disposition: error.disposition, reason: error.details?.reason ?? null, message: error.message });
+const errorOf = (error) => ({
+  code: error.code,
+  disposition: error.disposition,
+  reason: error.details?.reason ?? null,
+  message: error.message,
+});
 
 /** One batch, timed: [results, milliseconds]. */
 async function timed(run) {
@@ -43,23 +51,49 @@ async function timed(run) {
   return [results, performance.now() - started];
 }
 
-const run = mode === 'hand-written' ? null : {
-  'handle-batch': () => {
-    const handle = createDeliveryHandler(store, { ruleSet: 'deposit-swap', baseDelayMs: 20, maxDelayMs: 200, hooks });
-    return async (items) => {
-      const [verdicts, ms] = await timed(() => handle.batch(items.map((item) => item.body), { attempts: items.map((item) => item.attempt) }));
-      return { latencies: [ms], results: verdicts.map((v) => ({ action: v.action, outcome: v.outcome, ...(v.error ? errorOf(v.error) : {}) })) };
-    };
-  },
-  'process-batch': () => async (items) => {
-    const [results, ms] = await timed(() => processBatch(store, items.map((item) => item.event), { ruleSet: 'deposit-swap', hooks }));
-    return {
-      latencies: [ms],
-      results: results.map((r) => (r.error ? errorOf(r.error)
-        : { outcome: r.outcome, fingerprint: r.fingerprint, status: r.status ?? null, revision: r.revision ?? null, operationIds: r.operationIds ?? [] })),
-    };
-  },
-}[mode]();
+const run =
+  mode === 'hand-written'
+    ? null
+    : {
+        'handle-batch': () => {
+          const handle = createDeliveryHandler(store, { ruleSet: 'deposit-swap', baseDelayMs: 20, maxDelayMs: 200, hooks });
+          return async (items) => {
+            const [verdicts, ms] = await timed(() =>
+              handle.batch(
+                items.map((item) => item.body),
+                { attempts: items.map((item) => item.attempt) },
+              ),
+            );
+            return {
+              latencies: [ms],
+              results: verdicts.map((v) => ({ action: v.action, outcome: v.outcome, ...(v.error ? errorOf(v.error) : {}) })),
+            };
+          };
+        },
+        'process-batch': () => async (items) => {
+          const [results, ms] = await timed(() =>
+            processBatch(
+              store,
+              items.map((item) => item.event),
+              { ruleSet: 'deposit-swap', hooks },
+            ),
+          );
+          return {
+            latencies: [ms],
+            results: results.map((r) =>
+              r.error
+                ? errorOf(r.error)
+                : {
+                    outcome: r.outcome,
+                    fingerprint: r.fingerprint,
+                    status: r.status ?? null,
+                    revision: r.revision ?? null,
+                    operationIds: r.operationIds ?? [],
+                  },
+            ),
+          };
+        },
+      }[mode]();
 
 /**
  * The hand-written worker takes messages as a broker consumer does: up to
@@ -84,16 +118,26 @@ function handWrittenLane() {
     while (running < concurrency && waiting.length > 0) {
       const [batch, i] = waiting.shift();
       running += 1;
-      one(batch.items[i]).then((result) => {
-        batch.results[i] = result;
-        batch.left -= 1;
-        if (batch.left === 0) {
-          send({ type: 'done', id: batch.id, results: batch.results, latencies: batch.results.filter((r) => r.ms !== undefined).map((r) => r.ms) });
-        }
-      }, (error) => send({ type: 'failed', id: batch.id, error: String(error?.stack ?? error) })).finally(() => {
-        running -= 1;
-        pump();
-      });
+      one(batch.items[i])
+        .then(
+          (result) => {
+            batch.results[i] = result;
+            batch.left -= 1;
+            if (batch.left === 0) {
+              send({
+                type: 'done',
+                id: batch.id,
+                results: batch.results,
+                latencies: batch.results.filter((r) => r.ms !== undefined).map((r) => r.ms),
+              });
+            }
+          },
+          (error) => send({ type: 'failed', id: batch.id, error: String(error?.stack ?? error) }),
+        )
+        .finally(() => {
+          running -= 1;
+          pump();
+        });
     }
     if (!asked && waiting.length <= concurrency) {
       asked = true;
@@ -108,15 +152,18 @@ function handWrittenLane() {
   };
 }
 
-const onBatch = mode === 'hand-written' ? handWrittenLane() : async (message) => {
-  try {
-    const { results, latencies } = await run(message.items);
-    send({ type: 'done', id: message.id, results, latencies });
-  } catch (error) {
-    send({ type: 'failed', id: message.id, error: String(error?.stack ?? error) });
-  }
-  process.send({ type: 'next' });
-};
+const onBatch =
+  mode === 'hand-written'
+    ? handWrittenLane()
+    : async (message) => {
+        try {
+          const { results, latencies } = await run(message.items);
+          send({ type: 'done', id: message.id, results, latencies });
+        } catch (error) {
+          send({ type: 'failed', id: message.id, error: String(error?.stack ?? error) });
+        }
+        process.send({ type: 'next' });
+      };
 
 process.on('message', (message) => {
   if (message.type === 'batch') {

@@ -51,11 +51,31 @@ const add = (into, counts) => {
  * order (`item.results`). `warmUp` items go through first, untimed and
  * uncounted: the clock starts once they are all settled.
  */
-export function runLanes({ lanes, config, items, warmUp = [], batchSize, settle = () => 'final', retryDelayMs = 20, timeoutMs = 120_000, onBatch = null }) {
+export function runLanes({
+  lanes,
+  config,
+  items,
+  warmUp = [],
+  batchSize,
+  settle = () => 'final',
+  retryDelayMs = 20,
+  timeoutMs = 120_000,
+  onBatch = null,
+}) {
   const prepare = (list) => list.map((item) => ({ ...item, attempt: item.attempt ?? 1, results: [] }));
   const main = prepare(items);
   const queue = prepare(warmUp);
-  const fresh = () => ({ lanes, batchSize, items: items.length, deliveries: 0, batches: 0, latencies: [], races: {}, failedTransactions: {}, seconds: null });
+  const fresh = () => ({
+    lanes,
+    batchSize,
+    items: items.length,
+    deliveries: 0,
+    batches: 0,
+    latencies: [],
+    races: {},
+    failedTransactions: {},
+    seconds: null,
+  });
   let figures = fresh();
   let warming = queue.length > 0;
   const children = [];
@@ -71,20 +91,31 @@ export function runLanes({ lanes, config, items, warmUp = [], batchSize, settle 
   const settled = []; // items with a final result
 
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => finish(new Error(`lanes did not finish in ${timeoutMs} ms: ${queue.length} queued, `
-      + `${outstanding.size} batches out, ${figures.deliveries} deliveries`)), timeoutMs);
+    const timer = setTimeout(
+      () =>
+        finish(
+          new Error(
+            `lanes did not finish in ${timeoutMs} ms: ${queue.length} queued, ` +
+              `${outstanding.size} batches out, ${figures.deliveries} deliveries`,
+          ),
+        ),
+      timeoutMs,
+    );
 
     function finish(error) {
       if (finished) return;
       finished = true;
       clearTimeout(timer);
       if (started !== null) figures.seconds = Number(process.hrtime.bigint() - started) / 1e9;
-      const exits = children.map((child) => new Promise((done) => {
-        if (child.exitCode !== null || child.signalCode !== null) return done();
-        child.once('exit', done);
-        child.send({ type: 'stop' });
-        setTimeout(() => child.kill('SIGKILL'), 10_000).unref();
-      }));
+      const exits = children.map(
+        (child) =>
+          new Promise((done) => {
+            if (child.exitCode !== null || child.signalCode !== null) return done();
+            child.once('exit', done);
+            child.send({ type: 'stop' });
+            setTimeout(() => child.kill('SIGKILL'), 10_000).unref();
+          }),
+      );
       Promise.all(exits).then(() => (error ? reject(error) : resolve({ ...figures, items: settled })));
     }
 
@@ -109,7 +140,11 @@ export function runLanes({ lanes, config, items, warmUp = [], batchSize, settle 
       const id = nextId++;
       outstanding.set(id, batch);
       figures.deliveries += batch.length;
-      child.send({ type: 'batch', id, items: batch.map(({ body, event, attempt }) => (body !== undefined ? { body, attempt } : { event, attempt })) });
+      child.send({
+        type: 'batch',
+        id,
+        items: batch.map(({ body, event, attempt }) => (body !== undefined ? { body, attempt } : { event, attempt })),
+      });
     }
 
     function again(item) {
@@ -121,7 +156,7 @@ export function runLanes({ lanes, config, items, warmUp = [], batchSize, settle 
       }, retryDelayMs);
     }
 
-    function onDone(child, message) {
+    function onDone(_child, message) {
       const batch = outstanding.get(message.id);
       outstanding.delete(message.id);
       add(figures.races, message.races);

@@ -108,7 +108,11 @@ class FakeCollection {
   async insertOne(doc, { session } = {}) {
     return this.#db._write(session, () => {
       const docs = this.#docs(session);
-      if (docs.has(doc._id)) throw new FakeServerError(`E11000 duplicate key error collection: ${this.#name} dup key: { _id: ${JSON.stringify(doc._id)} }`, DUPLICATE_KEY);
+      if (docs.has(doc._id))
+        throw new FakeServerError(
+          `E11000 duplicate key error collection: ${this.#name} dup key: { _id: ${JSON.stringify(doc._id)} }`,
+          DUPLICATE_KEY,
+        );
       docs.set(doc._id, structuredClone(doc));
       return { acknowledged: true, insertedId: doc._id };
     });
@@ -139,7 +143,10 @@ class FakeCollection {
   /** Driver 6+: resolves the document (after the update with returnDocument: 'after') or null. */
   async findOneAndUpdate(filter, update, { session, sort, returnDocument = 'before' } = {}) {
     return this.#db._write(session, () => {
-      const [doc] = sorted([...this.#docs(session).values()].filter((candidate) => matches(candidate, filter)), sort);
+      const [doc] = sorted(
+        [...this.#docs(session).values()].filter((candidate) => matches(candidate, filter)),
+        sort,
+      );
       if (!doc) return null;
       const before = structuredClone(doc);
       applyUpdate(doc, update);
@@ -148,7 +155,10 @@ class FakeCollection {
   }
 
   find(filter, { session, sort, limit = 0, projection } = {}) {
-    const docs = sorted([...this.#docs(session).values()].filter((doc) => matches(doc, filter)), sort);
+    const docs = sorted(
+      [...this.#docs(session).values()].filter((doc) => matches(doc, filter)),
+      sort,
+    );
     const kept = (limit > 0 ? docs.slice(0, limit) : docs).map((doc) => structuredClone(doc));
     const fields = projection ? Object.keys(projection) : null;
     return { toArray: async () => (fields ? kept.map((doc) => Object.fromEntries(fields.map((key) => [key, doc[key]]))) : kept) };

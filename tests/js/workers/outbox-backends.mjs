@@ -15,8 +15,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { InMemoryStore } from 'idemflow';
-import { FileStore } from './outbox-file-store.mjs';
 import { BACKENDS, documentField, openStore, tablesFor, tempDir, uniquePrefix } from './backends.mjs';
+import { FileStore } from './outbox-file-store.mjs';
 
 async function filled(store, workflows) {
   await store.migrate?.();
@@ -45,7 +45,8 @@ function durable(connect, spec) {
     },
     another: (clock) => track(clock, {}),
     async corrupt(store, which, key, values) {
-      if (!(await opened[0].setRaw(which, key, values))) throw new Error(`the ${which} table did not take ${JSON.stringify(values)} as given`);
+      if (!(await opened[0].setRaw(which, key, values)))
+        throw new Error(`the ${which} table did not take ${JSON.stringify(values)} as given`);
       return store;
     },
     async openShared(workflows, clock) {
@@ -107,10 +108,13 @@ const SPECIAL = {
     },
   },
   pglite: {
-    racing: 'PGlite is one process\'s database: processes take turns with it, they cannot race on it (two consumers race in process above)',
+    racing: "PGlite is one process's database: processes take turns with it, they cannot race on it (two consumers race in process above)",
     setup: (backend) => async () => {
       const shared = await backend.setup();
-      const env = durable((tables, clock) => shared.open(tables, { now: clock.now }), () => null);
+      const env = durable(
+        (tables, clock) => shared.open(tables, { now: clock.now }),
+        () => null,
+      );
       return {
         ...env,
         // PGlite is one process's database: the consumer process gets the data directory while the test has it closed.
@@ -157,11 +161,16 @@ export const backends = BACKENDS.map((backend) => {
     skip: backend.skip ?? false,
     racing: special.racing,
     processes: special.processes,
-    setup: setup ?? (async () => {
-      const env = await backend.setup();
-      const outbox = durable((tables, clock, { connections } = {}) => env.open(tables, { now: clock.now, poolSize: connections }), (tables) => env.spec(tables));
-      return { ...outbox, close: () => env.close() };
-    }),
+    setup:
+      setup ??
+      (async () => {
+        const env = await backend.setup();
+        const outbox = durable(
+          (tables, clock, { connections } = {}) => env.open(tables, { now: clock.now, poolSize: connections }),
+          (tables) => env.spec(tables),
+        );
+        return { ...outbox, close: () => env.close() };
+      }),
   };
 });
 

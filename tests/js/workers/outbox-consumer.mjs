@@ -9,12 +9,16 @@ import { openSpec } from './outbox-backends.mjs';
 
 const [spec, now, leaseMs] = process.argv.slice(2);
 const { store } = await openSpec(JSON.parse(spec), () => Number(now));
-const consumer = createOutboxConsumer(store, {
-  START_EXCHANGE: async (operation, { idempotencyKey, fencingToken, owner }) => {
-    process.send({ started: idempotencyKey, fencingToken, owner });
-    await new Promise(() => {}); // the "provider call" that never returns before the crash
+const consumer = createOutboxConsumer(
+  store,
+  {
+    START_EXCHANGE: async (_operation, { idempotencyKey, fencingToken, owner }) => {
+      process.send({ started: idempotencyKey, fencingToken, owner });
+      await new Promise(() => {}); // the "provider call" that never returns before the crash
+    },
   },
-}, { owner: `worker-${process.pid}`, leaseMs: Number(leaseMs), concurrency: 1 });
+  { owner: `worker-${process.pid}`, leaseMs: Number(leaseMs), concurrency: 1 },
+);
 
 setInterval(() => {}, 1 << 30); // stay alive until killed
 await consumer.runOnce();

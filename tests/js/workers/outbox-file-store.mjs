@@ -7,8 +7,21 @@ import fs from 'node:fs';
 import { InMemoryStore } from 'idemflow';
 
 const METHODS = [
-  'claimOperations', 'renewLease', 'completeOperation', 'failOperation', 'releaseOperation',
-  'requeue', 'requeueOperations', 'releaseOwner', 'stats', 'listOperations', 'purgeReceipts', 'purgeOperations', 'getOperation', 'getWorkflow', 'getReceipt',
+  'claimOperations',
+  'renewLease',
+  'completeOperation',
+  'failOperation',
+  'releaseOperation',
+  'requeue',
+  'requeueOperations',
+  'releaseOwner',
+  'stats',
+  'listOperations',
+  'purgeReceipts',
+  'purgeOperations',
+  'getOperation',
+  'getWorkflow',
+  'getReceipt',
 ];
 const LOCK_WAIT_MS = 10_000;
 const pause = new Int32Array(new SharedArrayBuffer(4));
@@ -58,7 +71,10 @@ export class FileStore {
         fs.rmSync(`${this.#file}.lock`, { force: true });
       }
     });
-    this.#tail = run.then(() => undefined, () => undefined);
+    this.#tail = run.then(
+      () => undefined,
+      () => undefined,
+    );
     return run;
   }
 

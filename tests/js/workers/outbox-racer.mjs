@@ -17,18 +17,26 @@ import { openSpec } from './outbox-backends.mjs';
 const [spec, now, log] = process.argv.slice(2);
 const { store, close } = await openSpec(JSON.parse(spec), () => Number(now));
 const signals = { go: null, release: null };
-const go = new Promise((resolve) => { signals.go = resolve; });
-const released = new Promise((resolve) => { signals.release = resolve; });
+const go = new Promise((resolve) => {
+  signals.go = resolve;
+});
+const released = new Promise((resolve) => {
+  signals.release = resolve;
+});
 process.on('message', (message) => signals[message]?.());
 
-const consumer = createOutboxConsumer(store, {
-  START_EXCHANGE: async (operation) => {
-    await released;
-    fs.appendFileSync(log, `start ${operation.id} ${process.pid}\n`);
-    await sleep(1 + Math.floor(Math.random() * 3));
-    fs.appendFileSync(log, `end ${operation.id} ${process.pid}\n`);
+const consumer = createOutboxConsumer(
+  store,
+  {
+    START_EXCHANGE: async (operation) => {
+      await released;
+      fs.appendFileSync(log, `start ${operation.id} ${process.pid}\n`);
+      await sleep(1 + Math.floor(Math.random() * 3));
+      fs.appendFileSync(log, `end ${operation.id} ${process.pid}\n`);
+    },
   },
-}, { owner: `racer-${process.pid}`, leaseMs: 60_000, concurrency: 4, autoRenew: false });
+  { owner: `racer-${process.pid}`, leaseMs: 60_000, concurrency: 4, autoRenew: false },
+);
 let announced = false;
 const announce = (claimed) => {
   if (!announced) process.send({ claimed });

@@ -8,20 +8,24 @@ import { openStore } from './backends.mjs';
 const { kind, table, eventId, orderId, ...options } = JSON.parse(process.env.IDEMFLOW_OWN_WRITES);
 const hang = process.env.IDEMFLOW_HANG_IN_CALLBACK === '1';
 const helper = await openStore(kind, options);
-const insert = kind === 'pg'
-  ? (tx) => tx.client.query(`INSERT INTO "${table}" (event_id, order_id) VALUES ($1, $2)`, [eventId, orderId])
-  : (tx) => tx.client.prepare(`INSERT INTO "${table}" (event_id, order_id) VALUES (?, ?)`).run(eventId, orderId);
-const result = await helper.store.process({ eventId, workflowId: orderId, type: 'SHIPMENT_REQUESTED' }, {
-  ruleSet: RuleSet.builtin('order-shipment'),
-  onApplied: async (tx) => {
-    await insert(tx);
-    if (hang) {
-      process.send('inside');
-      await new Promise(() => {}); // until the test kills this process
-    }
-    return { shipped: orderId };
+const insert =
+  kind === 'pg'
+    ? (tx) => tx.client.query(`INSERT INTO "${table}" (event_id, order_id) VALUES ($1, $2)`, [eventId, orderId])
+    : (tx) => tx.client.prepare(`INSERT INTO "${table}" (event_id, order_id) VALUES (?, ?)`).run(eventId, orderId);
+const result = await helper.store.process(
+  { eventId, workflowId: orderId, type: 'SHIPMENT_REQUESTED' },
+  {
+    ruleSet: RuleSet.builtin('order-shipment'),
+    onApplied: async (tx) => {
+      await insert(tx);
+      if (hang) {
+        process.send('inside');
+        await new Promise(() => {}); // until the test kills this process
+      }
+      return { shipped: orderId };
+    },
   },
-});
+);
 process.send({ outcome: result.outcome, output: result.output ?? result.original?.output ?? null });
 await helper.close();
 process.exit(0);

@@ -63,13 +63,18 @@ export function readOrder(definition) {
   const follows = {};
   const answers = {};
   for (const f of definition.order.follows) {
-    if (types.includes(f.after)) (follows[f.event] ??= []).push(f.after);
-    else answers[f.event] = f.after;
+    if (types.includes(f.after)) {
+      follows[f.event] ??= [];
+      follows[f.event].push(f.after);
+    } else answers[f.event] = f.after;
   }
   const directed = new Set();
   const racing = new Set();
   const across = new Set();
-  for (const { between: [a, b], across: acrossFacts } of definition.order.races) {
+  for (const {
+    between: [a, b],
+    across: acrossFacts,
+  } of definition.order.races) {
     for (const x of sides(a)) {
       for (const y of sides(b)) {
         if (acrossFacts) {
@@ -113,7 +118,8 @@ function racesOf(order, kinds) {
       const [older, newer] = [kinds[i], kinds[j]];
       let race;
       if (older.fact !== undefined && newer.fact !== undefined) {
-        race = older.fact === newer.fact ? order.directed.has(`${newer.type} ${older.type}`) : order.across.has(`${older.type} ${newer.type}`);
+        race =
+          older.fact === newer.fact ? order.directed.has(`${newer.type} ${older.type}`) : order.across.has(`${older.type} ${newer.type}`);
       } else {
         race = older.type !== newer.type && order.racing.has(`${older.type} ${newer.type}`);
       }
@@ -310,14 +316,17 @@ export function modelDeposits(ruleSet, { observations = 3 } = {}) {
     const covering = h.deposits.map((d) => covers(d.amountUnits, h.expectedUnits));
     const confirmed = h.chains.map((chain) => chain.includes('DEPOSIT_CONFIRMED'));
     // Which of the two deposits' confirmations the swap saw first, against which the producer confirmed first.
-    const firstConfirmation = (fact) => Math.min(...h.kinds.filter((k) => k.fact === fact && k.type === 'DEPOSIT_CONFIRMED').map((k) => run.firstSeen.get(k.kind) ?? Infinity));
+    const firstConfirmation = (fact) =>
+      Math.min(
+        ...h.kinds.filter((k) => k.fact === fact && k.type === 'DEPOSIT_CONFIRMED').map((k) => run.firstSeen.get(k.kind) ?? Infinity),
+      );
     const producedFirst = h.external.find((m) => m.type === 'DEPOSIT_CONFIRMED')?.deposit;
     return {
       expectedUnset: h.expectedUnits === undefined,
-      partialDeposits: h.deposits.some((d, i) => !covering[i] && confirmed[i]),
+      partialDeposits: h.deposits.some((_d, i) => !covering[i] && confirmed[i]),
       bothCoverAndConfirm: covering.every(Boolean) && confirmed.every(Boolean),
-      acrossRaceAgainstProducer: covering.every(Boolean) && confirmed.every(Boolean)
-        && firstConfirmation(1 - producedFirst) < firstConfirmation(producedFirst),
+      acrossRaceAgainstProducer:
+        covering.every(Boolean) && confirmed.every(Boolean) && firstConfirmation(1 - producedFirst) < firstConfirmation(producedFirst),
       depositReviewed: reviews.length > 0,
       bothReviewed: reviews.length === 2,
       reviewedAfterExchange: exchangedAt >= 0 && emitted.slice(exchangedAt).some((id) => id.startsWith('review-deposit:')),
@@ -365,7 +374,8 @@ function modelV2(ruleSet) {
       const follows = Object.fromEntries(present.map((t) => [t, order.follows[t] ?? []]));
       const races = [];
       for (let i = 0; i < present.length; i += 1) {
-        for (let j = i + 1; j < present.length; j += 1) if (order.racing.has(`${present[i]} ${present[j]}`)) races.push([present[i], present[j]]);
+        for (let j = i + 1; j < present.length; j += 1)
+          if (order.racing.has(`${present[i]} ${present[j]}`)) races.push([present[i], present[j]]);
       }
       return inProducerOrder(order, messages, kinds, follows, races);
     })
@@ -378,10 +388,13 @@ function modelV2(ruleSet) {
     maxExternal: order.types.filter((t) => !order.answers[t]).length * MAX_PUBLICATIONS * 2,
     maxAnswers: Object.keys(order.answers).length * MAX_PUBLICATIONS * 2,
     // A type is implied by its followers (see the header).
-    positions: (h, firstSeen) => new Map(h.kinds.map(({ kind }) => {
-      const implying = h.kinds.filter((k) => k.kind === kind || h.follows[k.kind].includes(kind));
-      return [kind, Math.min(...implying.map((k) => firstSeen.get(k.kind) ?? Infinity))];
-    })),
+    positions: (h, firstSeen) =>
+      new Map(
+        h.kinds.map(({ kind }) => {
+          const implying = h.kinds.filter((k) => k.kind === kind || h.follows[k.kind].includes(kind));
+          return [kind, Math.min(...implying.map((k) => firstSeen.get(k.kind) ?? Infinity))];
+        }),
+      ),
     softFollows: false,
     coverage: () => ({}),
   };

@@ -77,9 +77,9 @@ import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import fc from 'fast-check';
 import { IdemflowError, InMemoryStore, processEvent } from 'idemflow';
 import { openStore, tablesFor, tempDir, uniquePrefix } from './backends.mjs';
-import { MODELS, ONE_DEPOSIT, covers, perFactOperationId, readOrder } from './reorder-models.mjs';
+import { covers, MODELS, ONE_DEPOSIT, perFactOperationId } from './reorder-models.mjs';
 
-export { MODELS, V1, V2, V3, readOrder } from './reorder-models.mjs';
+export { MODELS, readOrder, V1, V2, V3 } from './reorder-models.mjs';
 
 // Every event of a history speaks of the same facts (a deposit event of its
 // deposit's): other values are the guards' business.
@@ -93,11 +93,12 @@ const operationId = (model, type, workflowId) => model.order.operationId[type].r
 // it), where each published answer lands in what is left of the queue, and
 // after how many deliveries the host stores the workflow. All shrink towards
 // producer order, answers delivered at once, the workflow stored first.
-const planArbitrary = (model) => fc.record({
-  keys: fc.array(fc.nat(1000), { minLength: model.maxExternal, maxLength: model.maxExternal }),
-  inserts: fc.array(fc.nat(1000), { minLength: model.maxAnswers, maxLength: model.maxAnswers }),
-  storedAfter: fc.nat(9).map((n) => Math.max(0, n - 6)),
-});
+const planArbitrary = (model) =>
+  fc.record({
+    keys: fc.array(fc.nat(1000), { minLength: model.maxExternal, maxLength: model.maxExternal }),
+    inserts: fc.array(fc.nat(1000), { minLength: model.maxAnswers, maxLength: model.maxAnswers }),
+    storedAfter: fc.nat(9).map((n) => Math.max(0, n - 6)),
+  });
 
 // ---- Delivering -----------------------------------------------------------------
 
@@ -121,7 +122,12 @@ class Delivery {
   async storeWorkflow() {
     // The host creates the swap with the amount it expects, or without it.
     const { expectedUnits } = this.history;
-    await this.store.putWorkflow({ id: this.workflowId, status: 'waiting', revision: 1, ...(expectedUnits === undefined ? {} : { expectedUnits }) });
+    await this.store.putWorkflow({
+      id: this.workflowId,
+      status: 'waiting',
+      revision: 1,
+      ...(expectedUnits === undefined ? {} : { expectedUnits }),
+    });
     this.stored = true;
   }
 
@@ -177,7 +183,8 @@ class Delivery {
         ids.set(operationId(this.model, type, this.workflowId), type);
         continue;
       }
-      for (const { depositRef } of this.history.deposits ?? []) ids.set(perFactOperationId(template, order.facts.key, depositRef, this.workflowId), type);
+      for (const { depositRef } of this.history.deposits ?? [])
+        ids.set(perFactOperationId(template, order.facts.key, depositRef, this.workflowId), type);
     }
     return ids;
   }
@@ -186,7 +193,7 @@ class Delivery {
   async end(undelivered) {
     const { id, status, revision, ...recorded } = (await this.store.getWorkflow(this.workflowId)) ?? {};
     const operations = [];
-    for (const [id, type] of this.operationIds()) {
+    for (const [id, _type] of this.operationIds()) {
       if (await this.store.getOperation(id)) operations.push(id.replaceAll(this.workflowId, '{workflowId}'));
     }
     const finalError = (a) => a.code !== undefined && a.disposition !== 'retry';
@@ -194,7 +201,10 @@ class Delivery {
       status,
       recorded,
       operations: operations.sort(),
-      answeredWithError: this.trace.filter(finalError).map((a) => a.kind).sort(),
+      answeredWithError: this.trace
+        .filter(finalError)
+        .map((a) => a.kind)
+        .sort(),
       undelivered: undelivered.map((m) => m.local).sort(),
     };
   }
@@ -314,22 +324,27 @@ async function depositProblems(run, end, label) {
     const stored = (await store.getOperation(reviewId)) !== null;
     if (stored !== reviews > 0) problems.push(`${label}: ${reviewId} emitted ${reviews} times, ${stored ? '' : 'not '}in the outbox`);
     if (depositRef === exchanged) {
-      if (!covers(amountUnits, history.expectedUnits)) problems.push(`${label}: ${depositRef} (${amountUnits} of ${history.expectedUnits}) was exchanged`);
+      if (!covers(amountUnits, history.expectedUnits))
+        problems.push(`${label}: ${depositRef} (${amountUnits} of ${history.expectedUnits}) was exchanged`);
       if (reviews > 0) problems.push(`${label}: ${depositRef} was exchanged and reviewed`);
     } else if (history.chains[fact].at(-1) === 'DEPOSIT_CONFIRMED') {
       const inReview = (end.status === 'review' || end.status === 'overdue') && openReview !== null;
       if (reviews !== 1 && !inReview) {
-        problems.push(`${label}: ${depositRef}'s latest word is a confirmation, it was not exchanged, and it has ${reviews} review-deposit operations (status ${end.status})`);
+        problems.push(
+          `${label}: ${depositRef}'s latest word is a confirmation, it was not exchanged, and it has ${reviews} review-deposit operations (status ${end.status})`,
+        );
       }
     }
     const seen = run.trace.some((a) => a.depositRef === depositRef && a.code === undefined && a.outcome !== 'duplicate-delivery');
-    if (seen && map[depositRef] === undefined) problems.push(`${label}: the swap saw ${depositRef} and has no entry for it in ${facts.name}`);
+    if (seen && map[depositRef] === undefined)
+      problems.push(`${label}: the swap saw ${depositRef} and has no entry for it in ${facts.name}`);
   }
   for (const a of run.trace) {
     if (a.outcome !== 'stale' || a.depositRef === undefined) continue;
     const entry = map[a.depositRef];
     if (entry === undefined) problems.push(`${label}: ${a.local} was answered stale and ${facts.name} has no entry for ${a.depositRef}`);
-    else if (!(entry.sequence > a.sequence)) problems.push(`${label}: ${a.local} (sequence ${a.sequence}) was answered stale under ${JSON.stringify(entry)}`);
+    else if (!(entry.sequence > a.sequence))
+      problems.push(`${label}: ${a.local} (sequence ${a.sequence}) was answered stale under ${JSON.stringify(entry)}`);
   }
   return problems;
 }
@@ -340,8 +355,7 @@ export function describeHistory(history) {
   return `expectedUnits ${history.expectedUnits ?? '(not set)'}; ${deposits.join('; ')}`;
 }
 
-export const describeTrace = (run) =>
-  run.trace.map((a) => `${a.local} → ${a.outcome ?? `${a.code} (${a.disposition})`}`).join(', ');
+export const describeTrace = (run) => run.trace.map((a) => `${a.local} → ${a.outcome ?? `${a.code} (${a.disposition})`}`).join(', ');
 
 /** The first events of a kind seen before the first of a kind it follows (for a chain: an older observation). */
 export function overtakings(run) {
@@ -386,12 +400,14 @@ export function reorderProperty(store, model, { coverage, ruleSet, races, histor
     const { shuffled, inOrder, problems } = await runCase(store, model, history, plan, { ruleSet, races: races?.(history) });
     coverage?.count(shuffled, inOrder, history);
     if (problems.length > 0) {
-      throw new Error([
-        ...problems,
-        `history: ${describeHistory(history)}`,
-        `shuffled: ${describeTrace(shuffled.run)}`,
-        `in order: ${describeTrace(inOrder.run)}`,
-      ].join('\n'));
+      throw new Error(
+        [
+          ...problems,
+          `history: ${describeHistory(history)}`,
+          `shuffled: ${describeTrace(shuffled.run)}`,
+          `in order: ${describeTrace(inOrder.run)}`,
+        ].join('\n'),
+      );
     }
   });
 }
@@ -426,7 +442,11 @@ export class Coverage {
     // The number each deposit ended at: its entry in the facts map (v3 records a deposit on the swap only once it acts on it).
     const facts = this.model.order.facts && shuffled.end.recorded[this.model.order.facts.name];
     const sequences = facts ? Object.values(facts).map((entry) => entry.sequence) : [shuffled.end.recorded.sequence];
-    for (const sequence of sequences) if (sequence !== undefined) (this.endSequences ??= {})[sequence] = (this.endSequences[sequence] ?? 0) + 1;
+    for (const sequence of sequences)
+      if (sequence !== undefined) {
+        this.endSequences ??= {};
+        this.endSequences[sequence] = (this.endSequences[sequence] ?? 0) + 1;
+      }
   }
 }
 

@@ -18,10 +18,21 @@ store.purgeReceipts = async (args) => {
 };
 const runs = [];
 let skipped = 0;
-const retention = createRetention(store, { receiptsOlderThan: 1, operationsOlderThan: 1, every: 3, batchSize: 2, ...(lockName ? { lockName } : {}) });
+const retention = createRetention(store, {
+  receiptsOlderThan: 1,
+  operationsOlderThan: 1,
+  every: 3,
+  batchSize: 2,
+  ...(lockName ? { lockName } : {}),
+});
 retention.on('run', (run) => runs.push(run));
-retention.on('skipped', () => { skipped += 1; });
-retention.on('error', (error) => { console.error(error); process.exitCode = 1; });
+retention.on('skipped', () => {
+  skipped += 1;
+});
+retention.on('error', (error) => {
+  console.error(error);
+  process.exitCode = 1;
+});
 await sleep(ms);
 await retention.stop();
 await helper.close();

@@ -42,7 +42,8 @@ function systemUser(name) {
 
 /** Why the fault tests cannot run on PostgreSQL here, or null when they can. */
 export function postgresMissing() {
-  if (!executable(path.join(PG_BIN, 'postgres')) || !executable(path.join(PG_BIN, 'initdb'))) return `no PostgreSQL server binaries in ${PG_BIN} (set IDEMFLOW_PG_BIN)`;
+  if (!executable(path.join(PG_BIN, 'postgres')) || !executable(path.join(PG_BIN, 'initdb')))
+    return `no PostgreSQL server binaries in ${PG_BIN} (set IDEMFLOW_PG_BIN)`;
   if (systemUser('postgres') === undefined) return 'running as root, and there is no postgres user to run the server as';
   return null;
 }
@@ -127,12 +128,14 @@ class Server {
     child.stdout?.on('data', () => {});
     const deadline = Date.now() + 60_000;
     for (;;) {
-      if (child.exitCode !== null || child.signalCode !== null) throw new Error(`the server exited while starting:\n${this.log.join('').slice(-2000)}`);
+      if (child.exitCode !== null || child.signalCode !== null)
+        throw new Error(`the server exited while starting:\n${this.log.join('').slice(-2000)}`);
       try {
         await this.#ready();
         return;
       } catch (error) {
-        if (Date.now() > deadline) throw new Error(`the server did not accept clients within 60 s (${error.message}):\n${this.log.join('').slice(-2000)}`);
+        if (Date.now() > deadline)
+          throw new Error(`the server did not accept clients within 60 s (${error.message}):\n${this.log.join('').slice(-2000)}`);
         await sleep(100);
       }
     }
@@ -251,7 +254,10 @@ export async function startPostgres({ smallTablespaceMb = 0 } = {}) {
   fs.mkdirSync(data, { mode: 0o700 });
   chown(dir, user);
   const asUser = user ? { uid: user.uid, gid: user.gid } : {};
-  execFileSync(path.join(PG_BIN, 'initdb'), ['-D', data, '-U', 'postgres', '--auth=trust', '--no-sync', '-E', 'UTF8'], { ...asUser, stdio: 'ignore' });
+  execFileSync(path.join(PG_BIN, 'initdb'), ['-D', data, '-U', 'postgres', '--auth=trust', '--no-sync', '-E', 'UTF8'], {
+    ...asUser,
+    stdio: 'ignore',
+  });
   let { mount, error: tablespaceError } = smallDisk(dir, smallTablespaceMb, user);
   const port = await freePort();
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
@@ -259,11 +265,33 @@ export async function startPostgres({ smallTablespaceMb = 0 } = {}) {
   const admin = new pg.Pool({ connectionString: url, max: 2 });
   admin.on('error', () => {}); // an idle admin connection ended by a fault
   const server = new Server({
-    spawnServer: () => spawn(path.join(PG_BIN, 'postgres'), [
-      '-D', data, '-p', String(port), '-k', dir, '-c', 'listen_addresses=127.0.0.1',
-      '-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off',
-      '-c', 'shared_buffers=16MB', '-c', 'max_connections=60', '-c', 'log_min_messages=fatal',
-    ], { ...asUser, detached: true, stdio: ['ignore', 'pipe', 'pipe'] }),
+    spawnServer: () =>
+      spawn(
+        path.join(PG_BIN, 'postgres'),
+        [
+          '-D',
+          data,
+          '-p',
+          String(port),
+          '-k',
+          dir,
+          '-c',
+          'listen_addresses=127.0.0.1',
+          '-c',
+          'fsync=off',
+          '-c',
+          'synchronous_commit=off',
+          '-c',
+          'full_page_writes=off',
+          '-c',
+          'shared_buffers=16MB',
+          '-c',
+          'max_connections=60',
+          '-c',
+          'log_min_messages=fatal',
+        ],
+        { ...asUser, detached: true, stdio: ['ignore', 'pipe', 'pipe'] },
+      ),
     ready: async () => {
       const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1000 });
       client.on('error', () => {});
@@ -308,7 +336,7 @@ export async function startPostgres({ smallTablespaceMb = 0 } = {}) {
       server.faults.diskFull += 1;
       await query('CREATE TABLE IF NOT EXISTS filler (pad text) TABLESPACE small');
       try {
-        for (;;) await query("INSERT INTO filler SELECT repeat(md5(random()::text), 60) FROM generate_series(1, 2000)");
+        for (;;) await query('INSERT INTO filler SELECT repeat(md5(random()::text), 60) FROM generate_series(1, 2000)');
       } catch (error) {
         if (error.code !== '53100') throw error;
       }
@@ -337,16 +365,44 @@ export async function startMariadb({ smallDirMb = 0 } = {}) {
   chown(dir, user);
   let { mount: smallDir, error: smallDirError } = smallDisk(dir, smallDirMb, user);
   const userArgs = user ? ['--user=mysql'] : [];
-  execFileSync(MARIADB_INSTALL_DB, ['--no-defaults', `--datadir=${data}`, ...userArgs, '--auth-root-authentication-method=normal',
-    '--skip-test-db', '--innodb-log-file-size=8M', '--innodb-buffer-pool-size=16M'], { stdio: 'ignore' });
+  execFileSync(
+    MARIADB_INSTALL_DB,
+    [
+      '--no-defaults',
+      `--datadir=${data}`,
+      ...userArgs,
+      '--auth-root-authentication-method=normal',
+      '--skip-test-db',
+      '--innodb-log-file-size=8M',
+      '--innodb-buffer-pool-size=16M',
+    ],
+    { stdio: 'ignore' },
+  );
   const port = await freePort();
   const url = `mysql://root@127.0.0.1:${port}/test`;
   const { default: mysql } = await import('mysql2/promise');
   const server = new Server({
-    spawnServer: () => spawn(MARIADBD, ['--no-defaults', `--datadir=${data}`, ...userArgs, `--port=${port}`, '--bind-address=127.0.0.1',
-      `--socket=${path.join(dir, 'mariadb.sock')}`, `--pid-file=${path.join(dir, 'mariadb.pid')}`, '--skip-log-bin', '--skip-name-resolve',
-      '--innodb-buffer-pool-size=32M', '--innodb-log-file-size=8M', '--innodb-flush-log-at-trx-commit=2', '--max-connections=100',
-      '--log-error=' + path.join(dir, 'error.log')], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] }),
+    spawnServer: () =>
+      spawn(
+        MARIADBD,
+        [
+          '--no-defaults',
+          `--datadir=${data}`,
+          ...userArgs,
+          `--port=${port}`,
+          '--bind-address=127.0.0.1',
+          `--socket=${path.join(dir, 'mariadb.sock')}`,
+          `--pid-file=${path.join(dir, 'mariadb.pid')}`,
+          '--skip-log-bin',
+          '--skip-name-resolve',
+          '--innodb-buffer-pool-size=32M',
+          '--innodb-log-file-size=8M',
+          '--innodb-flush-log-at-trx-commit=2',
+          '--max-connections=100',
+          `--log-error=${path.join(dir, 'error.log')}`,
+        ],
+        { detached: true, stdio: ['ignore', 'pipe', 'pipe'] },
+      ),
     ready: async () => {
       const connection = await mysql.createConnection({ host: '127.0.0.1', port, user: 'root', connectTimeout: 1000 });
       connection.on('error', () => {});
@@ -368,7 +424,8 @@ export async function startMariadb({ smallDirMb = 0 } = {}) {
         admin ??= mysql.createPool({ uri: url, connectionLimit: 2 });
         return (await admin.query(sql, params))[0];
       } catch (error) {
-        if (attempt >= 50 || typeof error.errno === 'number' && error.errno < 2000 && error.errno !== 1927 && error.errno !== 1053) throw error;
+        if (attempt >= 50 || (typeof error.errno === 'number' && error.errno < 2000 && error.errno !== 1927 && error.errno !== 1053))
+          throw error;
         await admin?.end().catch(() => {});
         admin = null;
         await sleep(100);
@@ -384,7 +441,9 @@ export async function startMariadb({ smallDirMb = 0 } = {}) {
     /** Fills the small data directory with a filler table until the disk is full (1114). */
     async fillTablespace() {
       server.faults.diskFull += 1;
-      await query(`CREATE TABLE IF NOT EXISTS test.filler (id INT PRIMARY KEY AUTO_INCREMENT, pad TEXT) ENGINE=InnoDB DATA DIRECTORY='${smallDir}'`);
+      await query(
+        `CREATE TABLE IF NOT EXISTS test.filler (id INT PRIMARY KEY AUTO_INCREMENT, pad TEXT) ENGINE=InnoDB DATA DIRECTORY='${smallDir}'`,
+      );
       try {
         for (;;) await query('INSERT INTO test.filler (pad) SELECT REPEAT(MD5(RAND()), 60) FROM seq_1_to_200');
       } catch (error) {
@@ -397,7 +456,9 @@ export async function startMariadb({ smallDirMb = 0 } = {}) {
     /** KILL on every other client connection of the server; how many it ended. */
     async killConnections() {
       server.faults.terminate += 1;
-      const rows = await query("SELECT id FROM information_schema.processlist WHERE id <> CONNECTION_ID() AND command <> 'Daemon' AND user = 'root'");
+      const rows = await query(
+        "SELECT id FROM information_schema.processlist WHERE id <> CONNECTION_ID() AND command <> 'Daemon' AND user = 'root'",
+      );
       let ended = 0;
       for (const { id } of rows) {
         try {

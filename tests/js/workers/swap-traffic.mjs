@@ -4,8 +4,9 @@
 // re-publications, duplicates and re-publications under new ids, a few bodies
 // that are not events), every swap created before its events, the messages in
 // one shuffled order, so that concurrent batches share workflows.
-import { chaosPlan, workflowOf } from './chaos.mjs';
+
 import { random, shuffle } from './broker.mjs';
+import { chaosPlan, workflowOf } from './chaos.mjs';
 
 /**
  * `{ workflows, messages: [{ body: Buffer, kind, eventId }], validIds, swaps }` for
@@ -16,7 +17,15 @@ import { random, shuffle } from './broker.mjs';
  * `secondDeposits` its share of swaps with a second deposit (0 by default:
  * two covering deposits race, so two runs need not end alike).
  */
-export function swapTraffic({ swaps, seed = 1, runId = 'scale', invalid = Math.ceil(swaps / 40), eventsOnly = false, reinclusions = 0, secondDeposits = 0 }) {
+export function swapTraffic({
+  swaps,
+  seed = 1,
+  runId = 'scale',
+  invalid = Math.ceil(swaps / 40),
+  eventsOnly = false,
+  reinclusions = 0,
+  secondDeposits = 0,
+}) {
   const plan = chaosPlan({ swaps, seed, runId, late: 0, invalid: eventsOnly ? 0 : invalid, reinclusions, secondDeposits });
   let messages = plan.messages;
   if (eventsOnly) messages = messages.filter((m) => m.kind === 'event').map((m) => ({ ...m, event: JSON.parse(m.body) }));
@@ -41,5 +50,9 @@ export async function putWorkflows(store, workflows, chunk = 32) {
  */
 export async function endOf(helper, tables) {
   const rows = await helper.query(`SELECT id, status FROM ${tables.workflows}`, []);
-  return { statuses: new Map(rows.map((row) => [row.id, row.status])), receipts: await helper.count('inbox'), operations: await helper.count('outbox') };
+  return {
+    statuses: new Map(rows.map((row) => [row.id, row.status])),
+    receipts: await helper.count('inbox'),
+    operations: await helper.count('outbox'),
+  };
 }
