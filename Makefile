@@ -120,10 +120,17 @@ bench: examples
 clean:
 	rm -rf pkg target/npm tests/js/node_modules
 
-# A longer reorder-safety campaign than the 10,000 cases per store of `make test`.
-.PHONY: reorder-campaign
+# A longer reorder-safety campaign than the 4,000 cases per store of `make test`.
+.PHONY: reorder-campaign soak
 reorder-campaign: pkg tests/js/node_modules/.installed
 	cd tests/js && IDEMFLOW_REORDER_RUNS=$${IDEMFLOW_REORDER_RUNS:-200000} node --test test/reorder.test.mjs
+
+# The heavy multi-process, broker and property tests at the sizes `make test`
+# slices down to stay within its time budget (about half an hour more).
+soak: examples
+	cd tests/js && IDEMFLOW_CONCURRENCY_DELIVERIES=20000 IDEMFLOW_CONCURRENCY_WORKFLOWS=500 IDEMFLOW_CHAOS_SWAPS=1000 \
+	  IDEMFLOW_REORDER_RUNS=10000 IDEMFLOW_REORDER_DEPOSITS_RUNS=5000 IDEMFLOW_MIGRATE_LIVE_EVENTS=4000 \
+	  node --test --test-concurrency=1 test/concurrency.test.mjs test/brokers.test.mjs test/reorder.test.mjs test/migrate-live.test.mjs
 
 # The Kafka-protocol broker of the Kafka tests and bench: Tansu 0.6.0 (scripts/kafka-broker.sh),
 # installed once into ~/.cache/idemflow and started on 127.0.0.1:19092 unless something answers

@@ -1,7 +1,8 @@
 // Real brokers, real chaos: the example RabbitMQ, NATS JetStream and Kafka
 // workers (js/examples) as 3 processes over PostgreSQL (the Kafka ones in one
 // consumer group on a 6-partition topic), 2 outbox consumers calling the
-// example fake provider, about 5,000 messages for 1,000 swaps from several
+// example fake provider, about 2,000 messages for 400 swaps (IDEMFLOW_CHAOS_SWAPS;
+// `make soak` runs 1,000) from several
 // publishers in shuffled order, with duplicates, re-publications, reversals,
 // conflicts and bodies that are not events, and SIGKILLs of workers holding
 // deliveries and of consumers holding claims (in Kafka, each kill after the
@@ -22,7 +23,7 @@ import assert from 'node:assert/strict';
 import test from 'node:test';
 import { BROKERS, brokerSkip, runChaos } from '../workers/chaos.mjs';
 
-const SWAPS = Number(process.env.IDEMFLOW_CHAOS_SWAPS || 1000);
+const SWAPS = Number(process.env.IDEMFLOW_CHAOS_SWAPS || 400);
 // How long a run may take to drain before it fails (a loaded machine needs more).
 const DRAIN_MS = Number(process.env.IDEMFLOW_CHAOS_DRAIN_MS || 240_000);
 const WORKER_KILLS = Number(process.env.IDEMFLOW_CHAOS_WORKER_KILLS || 6);

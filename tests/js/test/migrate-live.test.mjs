@@ -13,7 +13,7 @@ import { describe, it } from 'node:test';
 import { BACKENDS, uniquePrefix } from '../workers/backends.mjs';
 import { laneTables, runLanes } from '../workers/lanes.mjs';
 
-const EVENTS = Number(process.env.IDEMFLOW_MIGRATE_LIVE_EVENTS ?? 4000);
+const EVENTS = Number(process.env.IDEMFLOW_MIGRATE_LIVE_EVENTS ?? 2000);
 const BATCH = 16;
 const LANES = 3;
 /** A generous bound on one call on a loaded machine; a migration that waits on traffic waits for its transactions. */

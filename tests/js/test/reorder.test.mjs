@@ -19,9 +19,10 @@
 // that moved money answered stale without its entry in `deposits`
 // (workers/reorder-property.mjs depositProblems).
 //
-// IDEMFLOW_REORDER_RUNS sets the v3 cases per store (default 10,000) for a
-// longer campaign, IDEMFLOW_REORDER_DEPOSITS_RUNS the two-deposit cases per
-// store (default 5,000), IDEMFLOW_REORDER_V2_RUNS v2's (default 1,000);
+// IDEMFLOW_REORDER_RUNS sets the v3 cases per store (default 4,000; `make
+// soak` and `make reorder-campaign` run more), IDEMFLOW_REORDER_DEPOSITS_RUNS
+// the two-deposit cases per store (default 2,000), IDEMFLOW_REORDER_V2_RUNS
+// v2's (default 1,000);
 // IDEMFLOW_REORDER_SEED replays a failure's seed.
 
 import assert from 'node:assert/strict';
@@ -42,9 +43,9 @@ import {
   V3,
 } from '../workers/reorder-property.mjs';
 
-const RUNS = Number(process.env.IDEMFLOW_REORDER_RUNS ?? 10_000);
+const RUNS = Number(process.env.IDEMFLOW_REORDER_RUNS ?? 4_000);
 const V2_RUNS = Number(process.env.IDEMFLOW_REORDER_V2_RUNS ?? 1_000);
-const DEPOSITS_RUNS = Number(process.env.IDEMFLOW_REORDER_DEPOSITS_RUNS ?? 5_000);
+const DEPOSITS_RUNS = Number(process.env.IDEMFLOW_REORDER_DEPOSITS_RUNS ?? 2_000);
 const SEED = process.env.IDEMFLOW_REORDER_SEED === undefined ? undefined : Number(process.env.IDEMFLOW_REORDER_SEED);
 const STORES = { memory: 'InMemoryStore', sqlite: 'SQLite (better-sqlite3)' };
 const SEQUENCED = ['DEPOSIT_DETECTED', 'DEPOSIT_CONFIRMED', 'DEPOSIT_REVERSED'];
