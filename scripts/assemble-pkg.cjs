@@ -23,6 +23,10 @@ for (const entry of fs.readdirSync(js, { withFileTypes: true })) {
 for (const file of ['README.md', 'CHANGELOG.md', 'LICENSE-MIT', 'LICENSE-APACHE']) {
   fs.copyFileSync(path.join(root, file), path.join(out, file));
 }
+// The core's error codes and default dispositions, for js/core/errors.cjs to
+// read without loading the wasm module (and without an import cycle).
+const { errorCodes } = require(path.join(out, 'wasm', 'idemflow.js'));
+fs.writeFileSync(path.join(out, 'wasm', 'error-codes.json'), `${JSON.stringify(JSON.parse(errorCodes()), null, 2)}\n`);
 fs.writeFileSync(path.join(out, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
 fs.chmodSync(path.join(out, 'cli', 'idemflow.cjs'), 0o755);
 console.log(`pkg/: idemflow ${version}`);

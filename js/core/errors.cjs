@@ -1,14 +1,11 @@
 'use strict';
 // The one error class of idemflow. Codes and their default dispositions come
-// from the Rust core (errorCodes()), so JS keeps no second copy of the table.
+// from the Rust core: `make pkg` writes the core's table (errorCodes()) to
+// wasm/error-codes.json, so JS keeps no second copy and this module loads
+// no wasm.
 
-let dispositions = null;
-
-/** `{ CODE: disposition }`, read from the core once (wasm.cjs loads errors.cjs first, so not at load). */
-function dispositionTable() {
-  dispositions ??= Object.freeze(JSON.parse(require('./wasm.cjs').bindings.errorCodes()));
-  return dispositions;
-}
+/** `{ CODE: disposition }` for every code the core knows. */
+const dispositions = Object.freeze(require('../wasm/error-codes.json'));
 
 class IdemflowError extends Error {
   /**
@@ -20,13 +17,13 @@ class IdemflowError extends Error {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     Object.defineProperty(this, 'name', { value: 'IdemflowError', enumerable: false, configurable: true, writable: true });
     this.code = code;
-    this.disposition = options.disposition ?? dispositionTable()[code] ?? 'reject';
+    this.disposition = options.disposition ?? dispositions[code] ?? 'reject';
     this.details = options.details ?? {};
   }
 
   /** `{ CODE: disposition }` for every code the core knows. */
   static get codes() {
-    return dispositionTable();
+    return dispositions;
   }
 }
 

@@ -84,6 +84,52 @@ test('imports point from adapters, outbox and cli through sql, store and host to
   assert.deepEqual(wrong, [], 'imports against the direction of the layers');
 });
 
+/** The first import cycle found among the package's files (lazy requires included), or null. */
+function firstCycle(graph) {
+  const state = new Map();
+  const stack = [];
+  const visit = (file) => {
+    state.set(file, 'open');
+    stack.push(file);
+    for (const next of graph.get(file) ?? []) {
+      if (state.get(next) === 'open') return [...stack.slice(stack.indexOf(next)), next];
+      if (!state.has(next)) {
+        const found = visit(next);
+        if (found) return found;
+      }
+    }
+    stack.pop();
+    state.set(file, 'done');
+    return null;
+  };
+  for (const file of graph.keys()) {
+    if (state.has(file)) continue;
+    const found = visit(file);
+    if (found) return found;
+  }
+  return null;
+}
+
+test('no import cycle among the package files, a lazy require inside a function included', () => {
+  const graph = new Map();
+  for (const file of sources()) {
+    const targets = specifiers(readFileSync(file, 'utf8')).map((specifier) => relative(js, resolve(dirname(file), specifier)));
+    graph.set(relative(js, file), targets);
+  }
+  assert.equal(firstCycle(graph)?.join(' → ') ?? null, null);
+  // The check finds what it is there to find.
+  assert.deepEqual(
+    firstCycle(
+      new Map([
+        ['a', ['b']],
+        ['b', ['c']],
+        ['c', ['a']],
+      ]),
+    ),
+    ['a', 'b', 'c', 'a'],
+  );
+});
+
 test('the layer rule refuses what it is there to refuse', () => {
   assert.equal(allowed('core', 'store'), false);
   assert.equal(allowed('core', 'host'), false);
