@@ -1,10 +1,15 @@
 'use strict';
 // Groups a broker's deliveries into batches for handle.batch (one transaction
-// each): a batch goes when it holds `size` items, or `lingerMs` after its
-// first item arrived, whichever comes first. `window` bounds how many items
-// are held or in batches that have not settled: push() waits for room, so a
-// consumer that awaits it takes no more than the window from its broker
-// (RabbitMQ's prefetch does the same; a JetStream pull consumer needs it).
+// each). A full batch (`size` items) goes at once. A partial one adapts to the
+// load: it goes `lingerMs` after its first item while no batch is running (a
+// quiet stream waits little); while batches run it keeps filling and goes when
+// they have settled, or `maxLingerMs` after its first item, whichever comes
+// first. Under load batches therefore fill with what arrives during one run
+// instead of going out a few items at a time.
+// `window` (default twice `size`, so one batch fills while another runs) bounds
+// how many items are held or in batches that have not settled: push() waits
+// for room, so a consumer that awaits it takes no more than the window from its
+// broker (set the broker's prefetch to the window).
 // drain() is a graceful stop: what is held goes now, and it resolves once
 // every batch has settled, so the worker can acknowledge them and exit.
 
@@ -25,13 +30,14 @@ function wholeNumber(value, field, min) {
  * A run that throws is handed to `onError(error, items)`; without one, the
  * error is thrown where nothing catches it, and the process ends, as for any
  * uncaught error: a worker that cannot settle its messages must stop.
- * @param {{ size: number, lingerMs?: number, window?: number, run: (items: unknown[]) => unknown, onError?: (error: unknown, items: unknown[]) => void }} options
+ * @param {{ size: number, lingerMs?: number, maxLingerMs?: number, window?: number, run: (items: unknown[]) => unknown, onError?: (error: unknown, items: unknown[]) => void }} options
  */
 function createBatcher(options) {
-  const given = optionsOf(options, ['size', 'lingerMs', 'window', 'run', 'onError'], 'createBatcher');
+  const given = optionsOf(options, ['size', 'lingerMs', 'maxLingerMs', 'window', 'run', 'onError'], 'createBatcher');
   const size = wholeNumber(given.size, 'size', 1);
   const lingerMs = wholeNumber(given.lingerMs ?? 5, 'lingerMs', 0);
-  const window = wholeNumber(given.window ?? size, 'window', size);
+  const maxLingerMs = wholeNumber(given.maxLingerMs ?? Math.max(50, lingerMs), 'maxLingerMs', lingerMs);
+  const window = wholeNumber(given.window ?? 2 * size, 'window', size);
   const { run } = given;
   if (typeof run !== 'function') throw misconfigured('run', 'run must be a function that takes one batch');
   if (given.onError !== undefined && typeof given.onError !== 'function') throw misconfigured('onError', 'onError must be a function');
@@ -44,9 +50,23 @@ function createBatcher(options) {
 
   let pending = [];
   let timer = null;
+  let firstAt = 0;
   let running = 0;
+  let sent = 0;
+  let sentItems = 0;
   const batches = new Set();
   const waiting = [];
+
+  // The partial batch's timer: lingerMs after its first item while nothing
+  // runs, maxLingerMs after it while a batch runs (that batch settling sends it sooner).
+  const arm = () => {
+    clearTimeout(timer);
+    timer = null;
+    if (pending.length === 0) return;
+    const waited = performance.now() - firstAt;
+    const limit = running === 0 ? lingerMs : maxLingerMs;
+    timer = setTimeout(flush, Math.max(0, limit - waited));
+  };
 
   const admit = () => {
     while (waiting.length > 0 && pending.length + running < window) waiting.shift()();
@@ -58,6 +78,8 @@ function createBatcher(options) {
     const batch = pending;
     pending = [];
     running += batch.length;
+    sent += 1;
+    sentItems += batch.length;
     const settled = Promise.resolve()
       .then(() => run(batch))
       .catch((error) => onError(error, batch))
@@ -65,6 +87,8 @@ function createBatcher(options) {
         running -= batch.length;
         batches.delete(settled);
         admit();
+        // Nothing else running: what filled meanwhile goes once lingerMs has passed since its first item (at once after a long run).
+        arm();
       });
     batches.add(settled);
   };
@@ -75,7 +99,10 @@ function createBatcher(options) {
       const take = () => {
         pending.push(item);
         if (pending.length >= size) flush();
-        else if (timer === null) timer = setTimeout(flush, lingerMs);
+        else if (pending.length === 1) {
+          firstAt = performance.now();
+          arm();
+        }
       };
       if (pending.length + running < window && waiting.length === 0) {
         take();
@@ -95,6 +122,10 @@ function createBatcher(options) {
     /** Items in batches that have not settled. */
     get running() {
       return running;
+    },
+    /** Batches sent so far and the items they held (their mean is the batch size reached). */
+    get sent() {
+      return { batches: sent, items: sentItems };
     },
     /** Sends what is held now and resolves once every batch has settled. */
     async drain() {

@@ -238,11 +238,13 @@ export interface DeliveryHandler {
 }
 
 export interface BatcherOptions<T> {
-  /** Items per batch: a batch goes when it holds this many (a broker's prefetch window). */
+  /** Items per batch: a full batch goes at once. */
   size: number;
-  /** …or this long after its first item arrived (default 5 ms). */
+  /** A partial batch goes this long after its first item while no batch is running (default 5 ms). */
   lingerMs?: number;
-  /** Items held or in unsettled batches at most; push() waits for room (default `size`). */
+  /** While a batch is running, a partial batch goes when it settles or this long after its first item (default 50 ms, at least lingerMs). */
+  maxLingerMs?: number;
+  /** Items held or in unsettled batches at most; push() waits for room (default twice `size`; set the broker's prefetch to it). */
   window?: number;
   /** One batch: settles its items (acks, retries, …). */
   run: (items: T[]) => unknown;
@@ -257,6 +259,8 @@ export interface Batcher<T> {
   readonly held: number;
   /** Items in batches that have not settled. */
   readonly running: number;
+  /** Batches sent so far and the items they held. */
+  readonly sent: { batches: number; items: number };
   /** A graceful stop: sends what is held now, resolves once every batch has settled. */
   drain(): Promise<void>;
 }

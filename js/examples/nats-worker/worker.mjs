@@ -14,7 +14,8 @@
 //   node examples/nats-worker/worker.mjs
 //
 // IDEMFLOW_NATS_URL (default nats://127.0.0.1:4222), SWAPS_STREAM (default
-// swaps), PREFETCH (default 16), RETRY_BASE_DELAY_MS (default 500), RETRY_MAX_DELAY_MS (default 60000), ACK_WAIT_MS,
+// swaps), PREFETCH (default 16: messages held or in flight at once), BATCH_SIZE (default half the
+// prefetch), RETRY_BASE_DELAY_MS (default 500), RETRY_MAX_DELAY_MS (default 60000), ACK_WAIT_MS,
 // and the store's variables (../shared/store.mjs).
 
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
@@ -25,6 +26,7 @@ import { ensureStream, streamNames } from './topology.mjs';
 
 const NATS_URL = process.env.IDEMFLOW_NATS_URL || 'nats://127.0.0.1:4222';
 const PREFETCH = Number(process.env.PREFETCH || 16);
+const BATCH_SIZE = Number(process.env.BATCH_SIZE || Math.max(1, Math.floor(PREFETCH / 2)));
 const names = streamNames();
 
 const { close, handle } = await openWorker();
@@ -88,8 +90,8 @@ async function onBatch(batch) {
   }
 }
 
-// At most PREFETCH messages held or in flight at once (push waits for room); a full window goes as one batch.
-const batcher = createBatcher({ size: PREFETCH, window: PREFETCH, run: onBatch });
+// At most PREFETCH messages held or in flight at once (push waits for room): one batch fills while another commits.
+const batcher = createBatcher({ size: BATCH_SIZE, window: PREFETCH, run: onBatch });
 
 const messages = await consumer.consume({ max_messages: PREFETCH });
 log({ role: 'worker', event: 'started', stream: names.stream });

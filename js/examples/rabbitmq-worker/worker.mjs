@@ -1,6 +1,7 @@
 // A RabbitMQ worker: takes events from the swaps queue, runs them through the
-// delivery handler over PostgreSQL in batches (up to the prefetch window, one
-// transaction each: handle.batch), and maps each verdict onto RabbitMQ:
+// delivery handler over PostgreSQL in batches (up to BATCH_SIZE messages, one
+// transaction each: handle.batch; the prefetch window holds two batches, so one
+// fills while the other commits), and maps each verdict onto RabbitMQ:
 //
 //   ack          channel.ack, only now that the transaction has committed
 //   retry        a copy to <base>.retry with expiration = retryAfterMs (it
@@ -15,7 +16,8 @@
 //   node examples/rabbitmq-worker/worker.mjs
 //
 // IDEMFLOW_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672), SWAPS_QUEUE
-// (default swaps), PREFETCH (default 16), RETRY_BASE_DELAY_MS (default 500), RETRY_MAX_DELAY_MS (default 60000),
+// (default swaps), PREFETCH (default 16: unacknowledged messages at once), BATCH_SIZE (default half
+// the prefetch), RETRY_BASE_DELAY_MS (default 500), RETRY_MAX_DELAY_MS (default 60000),
 // STOP_GRACE_MS (default 500: the wait after the last ack before the channel closes on SIGTERM),
 // and the store's variables (../shared/store.mjs).
 import amqp from 'amqplib';
@@ -25,6 +27,7 @@ import { declareQueues, publishConfirmed, queueNames } from './topology.mjs';
 
 const AMQP_URL = process.env.IDEMFLOW_AMQP_URL || 'amqp://guest:guest@127.0.0.1:5672';
 const PREFETCH = Number(process.env.PREFETCH || 16);
+const BATCH_SIZE = Number(process.env.BATCH_SIZE || Math.max(1, Math.floor(PREFETCH / 2)));
 const STOP_GRACE_MS = Number(process.env.STOP_GRACE_MS || 500);
 const names = queueNames();
 
@@ -103,7 +106,7 @@ async function onBatch(messages) {
   }
 }
 
-const batcher = createBatcher({ size: PREFETCH, run: onBatch });
+const batcher = createBatcher({ size: BATCH_SIZE, window: PREFETCH, run: onBatch });
 
 let stopping = false;
 const { consumerTag } = await channel.consume(

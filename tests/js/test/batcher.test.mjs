@@ -23,6 +23,84 @@ test('a batch goes when it holds size items, or lingerMs after its first item', 
   assert.equal(batcher.held, 0);
 });
 
+test('while a batch runs, the next one fills and goes as soon as it settles, not after the idle linger', async () => {
+  const batches = [];
+  const releases = [];
+  const batcher = createBatcher({
+    size: 100,
+    lingerMs: 0,
+    maxLingerMs: 60_000,
+    run: (items) => {
+      batches.push(items);
+      return new Promise((resolve) => releases.push(resolve));
+    },
+  });
+  await batcher.push(0);
+  await sleep(5);
+  assert.deepEqual(batches, [[0]], 'with nothing running, a lone item goes after lingerMs');
+  for (let i = 1; i <= 30; i += 1) await batcher.push(i);
+  await sleep(20);
+  assert.equal(batches.length, 1, 'a partial batch waits while another runs');
+  assert.equal(batcher.held, 30);
+  releases.shift()();
+  await sleep(5);
+  assert.equal(batches.length, 2, 'the running batch settled: what filled meanwhile goes at once');
+  assert.equal(batches[1].length, 30);
+  assert.deepEqual(batcher.sent, { batches: 2, items: 31 });
+  releases.shift()();
+  await batcher.drain();
+});
+
+test('a partial batch waits for a running one at most maxLingerMs; a full one never waits', async () => {
+  const batches = [];
+  const releases = [];
+  const batcher = createBatcher({
+    size: 3,
+    window: 12,
+    lingerMs: 0,
+    maxLingerMs: 30,
+    run: (items) => {
+      batches.push(items);
+      return new Promise((resolve) => releases.push(resolve));
+    },
+  });
+  for (const item of [1, 2, 3, 4, 5, 6, 7]) await batcher.push(item);
+  assert.deepEqual(
+    batches,
+    [
+      [1, 2, 3],
+      [4, 5, 6],
+    ],
+    'full batches go at once, while others run',
+  );
+  await sleep(10);
+  assert.equal(batches.length, 2, 'the partial batch is within its maxLingerMs');
+  await sleep(60);
+  assert.deepEqual(batches.at(-1), [7], 'past maxLingerMs it goes although batches still run');
+  for (const release of releases) release();
+  await batcher.drain();
+});
+
+test('the window defaults to twice the size, so one batch fills while another runs', async () => {
+  const releases = [];
+  let hold = true;
+  const batcher = createBatcher({ size: 2, lingerMs: 1000, run: () => hold && new Promise((resolve) => releases.push(resolve)) });
+  for (const item of ['a', 'b', 'c', 'd']) await batcher.push(item);
+  assert.equal(batcher.running, 4);
+  let taken = false;
+  const fifth = batcher.push('e').then(() => {
+    taken = true;
+  });
+  await sleep(10);
+  assert.equal(taken, false, 'the default window of 4 is full');
+  releases.shift()();
+  await fifth;
+  hold = false;
+  for (const release of releases) release();
+  await batcher.drain();
+  assert.deepEqual(batcher.sent, { batches: 3, items: 5 });
+});
+
 test('push waits while the window is full, and goes on as batches settle', async () => {
   const releases = [];
   const batcher = createBatcher({ size: 2, window: 4, lingerMs: 1000, run: () => new Promise((resolve) => releases.push(resolve)) });
@@ -84,6 +162,7 @@ test('bad options are a fatal INVALID_ARGUMENT naming the option', () => {
     [{ size: 1.5, run }, 'size'],
     [{ size: 2, lingerMs: -1, run }, 'lingerMs'],
     [{ size: 4, window: 3, run }, 'window'],
+    [{ size: 2, lingerMs: 20, maxLingerMs: 10, run }, 'maxLingerMs'],
     [{ size: 2 }, 'run'],
     [{ size: 2, run, linger: 5 }, 'linger'],
     [{ size: 2, run, onError: 'log' }, 'onError'],
