@@ -9,6 +9,7 @@ const { RuleSet, verifyRuleSet, fingerprint, IdemflowError } = require('../index
 const { tableOfDefinition, tableMarkdownOf } = require('./table.cjs');
 const { UsageError, flags } = require('./args.cjs');
 const { operatorCommand, USAGE: OPERATOR_USAGE } = require('./operator.cjs');
+const authoring = require('./authoring.cjs');
 const { version: VERSION } = require('../package.json');
 
 const USAGE = `usage:
@@ -19,6 +20,7 @@ const USAGE = `usage:
       properties, exit 1
   idemflow rules verify <builtin|file.json> [--json]
       prove the rule set's properties; exit 1 if any fails, 2 if it is malformed
+${authoring.USAGE}
   idemflow fingerprint [--rules <builtin|file.json>]
       read events as NDJSON on stdin, write one fingerprint per input line
       (an empty line for an invalid or blank line, with the reason on stderr;
@@ -207,13 +209,16 @@ async function main(argv, io) {
   }
   if (command === 'rules' && sub === 'table') return table(rest, io.out, io.err);
   if (command === 'rules' && sub === 'verify') return verify(rest, io.out);
+  if (command === 'rules' && sub === 'graph') return authoring.graph(rest, io.out, loadRuleSet);
+  if (command === 'rules' && sub === 'simulate') return authoring.simulate(rest, io.out, loadRuleSet);
   if (command === 'fingerprint') return fingerprints(argv.slice(1), io.input, io.out, io.err);
   if (command === 'outbox' || command === 'receipts') return operatorCommand(command, sub, rest, io);
   if (command === 'help' || command === '--help' || command === '-h') {
     io.out.write(`${USAGE}\n`);
     return 0;
   }
-  if (command === 'rules') throw new UsageError(sub ? `unknown command: rules ${sub}` : "rules needs 'table' or 'verify'");
+  if (command === 'rules')
+    throw new UsageError(sub ? `unknown command: rules ${sub}` : "rules needs 'table', 'verify', 'graph' or 'simulate'");
   throw new UsageError(command ? `unknown command: ${command}` : 'no command given');
 }
 

@@ -124,6 +124,11 @@ class RuleSet {
     return this.#compiled.tableMarkdown();
   }
 
+  /** The state diagram as Mermaid or DOT text (graph.cjs). */
+  graph(options) {
+    return require('./graph.cjs').ruleSetGraph(this, options);
+  }
+
   /** The definition this rule set was loaded from. */
   definition() {
     return JSON.parse(this.#compiled.definitionJson());

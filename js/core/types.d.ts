@@ -238,13 +238,19 @@ export type Answer =
   | { outcome: 'already-applied' | 'stale' }
   | { error: 'UNKNOWN_WORKFLOW' | 'INVALID_TRANSITION'; disposition: RuleDisposition };
 
+export type TableCondition = [string, string, string] | { other: string[] } | { emitted: string };
+
 export interface TableRow {
   event: string;
   /** Status names; "(none)" stands for "no workflow yet". */
   statuses: string[];
   guard: string[];
-  /** A rule with a `when`: the comparison, and the answers when it holds and when not. */
-  answer: Answer | { when: [string, string, string]; then: Answer; else: Answer };
+  /**
+   * A rule with one comparison and an `else` as written, or with cases: the first case whose
+   * conditions all hold answers (a case without `when` always does). A condition is
+   * `[eventField, op, recordedField]`, `{ other: eventTypes }` or `{ emitted: operationName }`.
+   */
+  answer: Answer | { when: TableCondition; then: Answer; else: Answer } | { cases: { when?: TableCondition[]; then: Answer }[] };
   summary: string;
   /** Where the row was written: "rules[3]" or "otherwise". */
   rule: string;
@@ -411,6 +417,12 @@ export class RuleSet {
   readonly hash: string;
   table(): TableRow[];
   tableMarkdown(): string;
+  /**
+   * The state diagram, drawn from table(): Mermaid (default) or Graphviz DOT;
+   * `all` adds the answers that change nothing as self-loops, `conditions` names
+   * the case of each transition. A fatal INVALID_ARGUMENT for bad options.
+   */
+  graph(options?: { format?: 'mermaid' | 'dot'; all?: boolean; conditions?: boolean }): string;
   definition(): RuleSetDefinition;
   toJSON(): RuleSetDefinition;
 }

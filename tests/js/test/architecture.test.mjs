@@ -46,8 +46,10 @@ const ALLOWED = {
   store: ['core', 'host', 'store'],
   sql: ['core', 'host', 'store', 'sql'],
   outbox: ['core', 'outbox'],
-  cli: ['core', 'cli', 'root'],
+  cli: ['core', 'cli', 'root', 'testing'],
   http: ['core', 'host', 'http'],
+  // Users' test helpers replay histories through the in-memory store.
+  testing: ['core', 'host', 'testing', 'adapters/memory'],
 };
 
 function allowed(from, to) {

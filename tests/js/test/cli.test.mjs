@@ -263,7 +263,7 @@ test('--version and version print the package version', () => {
 test('a usage error is one line and a hint, not the whole usage text, and exits 2', () => {
   const cases = [
     [[], 'no command given'],
-    [['rules'], "rules needs 'table' or 'verify'"],
+    [['rules'], "rules needs 'table', 'verify', 'graph' or 'simulate'"],
     [['rules', 'table'], 'rules table takes one rule set'],
     [['rules', 'frob', 'x'], 'unknown command: rules frob'],
     [['frobnicate', '--now'], 'unknown command: frobnicate'],
