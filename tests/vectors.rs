@@ -565,10 +565,10 @@ fn the_decision_table_prints_one_row_per_rule_and_event_type() {
     let markdown = table::markdown(rules);
     assert!(markdown.starts_with(&format!("Rule set `deposit-swap` v1 (`{}`)", rules.hash)));
     assert!(markdown.contains(
-        "| DEPOSIT_CONFIRMED | deposit | depositRef, amountUnits | applied → exchange; emits START_EXCHANGE `start-exchange:{workflowId}` |"
+        "| DEPOSIT_CONFIRMED | deposit | depositRef, amountUnits |  | applied → exchange; emits START_EXCHANGE `start-exchange:{workflowId}` |"
     ));
     assert!(markdown.contains(
-        "| DEPOSIT_REVERSED | deposit | depositRef, amountUnits | applied → waiting; clears depositRef, amountUnits |"
+        "| DEPOSIT_REVERSED | deposit | depositRef, amountUnits |  | applied → waiting; clears depositRef, amountUnits |"
     ));
     assert_eq!(table::rows(rules).len(), 24);
     // Every cell appears in exactly one row.

@@ -9,6 +9,7 @@
 // equal to the core's table for every built-in rule set.
 
 const { verifyRuleSet } = require('../core/decide.cjs');
+const { conditionText } = require('../core/graph.cjs');
 
 const NONE = '(none)';
 const ANY = '*';
@@ -28,15 +29,11 @@ function conditionsOf(when) {
 
 /** A condition as the core's rows show it and its words. */
 function conditionOf(condition) {
-  if (Array.isArray(condition)) {
-    const [eventField, op, recordedField] = condition;
-    return { answer: [eventField, op, recordedField], summary: `${eventField} ${op} recorded ${recordedField}` };
-  }
-  if (condition.other !== undefined) {
-    const types = [...new Set(list(condition.other))];
-    return { answer: { other: types }, summary: `another fact's last event is ${types.join(' or ')}` };
-  }
-  return { answer: { emitted: condition.emitted }, summary: `this fact emitted ${condition.emitted}` };
+  let answer;
+  if (Array.isArray(condition)) answer = [...condition];
+  else if (condition.other !== undefined) answer = { other: [...new Set(list(condition.other))] };
+  else answer = { emitted: condition.emitted };
+  return { answer, summary: conditionText(answer) };
 }
 
 /** The answer as the core's table rows show it (`answer`) and its one-line summary. */
@@ -52,6 +49,10 @@ function answerOf(rule) {
       return {
         answer: { when: when.answer, then: then.answer, else: otherwise.answer },
         summary: `when ${when.summary}: ${then.summary}; else ${otherwise.summary}`,
+        cases: [
+          [when.summary, then.summary],
+          ['else', otherwise.summary],
+        ],
       };
     }
     cases = [{ when: rule.when, then: rule.then }, { then: rule.else }];
@@ -59,18 +60,22 @@ function answerOf(rule) {
   if (cases.length === 1) return outcomeOf(cases[0].then);
   const answers = [];
   const parts = [];
+  const byCase = [];
   for (const c of cases) {
     const then = outcomeOf(c.then);
     if (c.when === undefined) {
       answers.push({ then: then.answer });
       parts.push(`else ${then.summary}`);
+      byCase.push(['else', then.summary]);
     } else {
       const conditions = conditionsOf(c.when).map(conditionOf);
       answers.push({ when: conditions.map((x) => x.answer), then: then.answer });
-      parts.push(`when ${conditions.map((x) => x.summary).join(' and ')}: ${then.summary}`);
+      const when = conditions.map((x) => x.summary).join(' and ');
+      parts.push(`when ${when}: ${then.summary}`);
+      byCase.push([when, then.summary]);
     }
   }
-  return { answer: { cases: answers }, summary: parts.join('; ') };
+  return { answer: { cases: answers }, summary: parts.join('; '), cases: byCase };
 }
 
 /** One answer (a rule's `then` or `else`, or `otherwise`) and its summary. */
@@ -126,6 +131,7 @@ function tableOfDefinition(definition) {
   }
 
   const rows = [];
+  const byRow = [];
   eventTypes.forEach((event, e) => {
     const grouped = new Map();
     states.forEach((state, s) => {
@@ -135,22 +141,31 @@ function tableOfDefinition(definition) {
       }
     });
     for (const [index, inStatuses] of grouped) {
-      const { origin, guard, answer, summary } = entries[index];
+      const { origin, guard, answer, summary, cases } = entries[index];
       rows.push({ event, statuses: inStatuses, guard, answer, summary, rule: origin });
+      byRow.push(cases ?? [['', summary]]);
     }
   });
-  return { ruleSet: report.ruleSet, rows, report };
+  return { ruleSet: report.ruleSet, rows, report, cases: byRow };
 }
 
-/** The same table as Markdown, laid out as RuleSet#tableMarkdown() lays it out. */
-function tableMarkdownOf({ ruleSet, rows }) {
+/** The same table as Markdown, laid out as RuleSet#tableMarkdown() lays it out: a line per case. */
+function tableMarkdownOf({ ruleSet, rows, cases }) {
   const lines = [
     `Rule set \`${ruleSet.id}\` v${ruleSet.version} (\`${ruleSet.hash}\`)`,
     '',
-    '| Event | In status | Guard | Answer |',
-    '| --- | --- | --- | --- |',
-    ...rows.map((row) => `| ${row.event} | ${row.statuses.join(', ')} | ${row.guard.join(', ')} | ${row.summary} |`),
+    '| Event | In status | Guard | When | Answer |',
+    '| --- | --- | --- | --- | --- |',
   ];
+  rows.forEach((row, i) => {
+    cases[i].forEach(([when, answer], c) => {
+      lines.push(
+        c === 0
+          ? `| ${row.event} | ${row.statuses.join(', ')} | ${row.guard.join(', ')} | ${when} | ${answer} |`
+          : `| | | | ${when} | ${answer} |`,
+      );
+    });
+  });
   return `${lines.join('\n')}\n`;
 }
 

@@ -11,6 +11,9 @@ pub struct Row {
     pub guard: Vec<String>,
     pub answer: Value,
     pub summary: String,
+    /// The answer case by case, for the narrow layout: (the condition, or "" for
+    /// a rule with one answer and "else" for the last case; the answer's summary).
+    pub cases: Vec<(String, String)>,
     pub origin: String,
 }
 
@@ -30,6 +33,7 @@ pub fn rows(rule_set: &RuleSet) -> Vec<Row> {
         for (rule_index, states) in grouped {
             let rule = &rule_set.rules[rule_index];
             let (mut answer, mut text) = (answer_json(rule_set, &rule.answer), summary(rule_set, &rule.answer));
+            let mut by_case = vec![(String::new(), text.clone())];
             let chain: Vec<usize> = rule_set.answers_of(rule_index).collect();
             if chain.len() > 1 {
                 let classic = chain.len() == 2
@@ -40,19 +44,21 @@ pub fn rows(rule_set: &RuleSet) -> Vec<Row> {
                 if classic {
                     // `when`/`then`/`else` as written.
                     answer = json!({ "when": condition_json(rule_set, &rule.when[0]), "then": answer, "else": answer_json(rule_set, otherwise) });
-                    text = format!(
-                        "when {}: {text}; else {}",
-                        condition_text(rule_set, &rule.when[0]),
-                        summary(rule_set, otherwise)
-                    );
+                    by_case = vec![
+                        (condition_text(rule_set, &rule.when[0]), text.clone()),
+                        ("else".to_string(), summary(rule_set, otherwise)),
+                    ];
+                    text = format!("when {}: {}; else {}", by_case[0].0, by_case[0].1, by_case[1].1);
                 } else {
                     let mut cases = Vec::new();
                     let mut parts = Vec::new();
+                    by_case.clear();
                     for &r in &chain {
                         let case = &rule_set.rules[r];
                         if case.when.is_empty() {
                             cases.push(json!({ "then": answer_json(rule_set, &case.answer) }));
                             parts.push(format!("else {}", summary(rule_set, &case.answer)));
+                            by_case.push(("else".to_string(), summary(rule_set, &case.answer)));
                         } else {
                             let when: Vec<Value> = case.when.iter().map(|c| condition_json(rule_set, c)).collect();
                             let when_text: Vec<String> =
@@ -63,6 +69,7 @@ pub fn rows(rule_set: &RuleSet) -> Vec<Row> {
                                 when_text.join(" and "),
                                 summary(rule_set, &case.answer)
                             ));
+                            by_case.push((when_text.join(" and "), summary(rule_set, &case.answer)));
                         }
                     }
                     answer = json!({ "cases": cases });
@@ -75,6 +82,7 @@ pub fn rows(rule_set: &RuleSet) -> Vec<Row> {
                 guard: rule.guard.iter().map(|f| rule_set.fields[*f].name.clone()).collect(),
                 answer,
                 summary: text,
+                cases: by_case,
                 // A decision list is the row's rule, not its first case.
                 origin: rule.origin.strip_suffix(".cases[0]").unwrap_or(&rule.origin).to_string(),
             });
@@ -171,14 +179,27 @@ pub fn rows_json(rule_set: &RuleSet) -> Value {
 }
 
 /// A Markdown table: what `idemflow rules table` prints and the README shows.
+/// The table in Markdown, one line per case: a rule whose answer depends on
+/// conditions takes a line per case, the event, statuses and guard written on
+/// its first line only, so no line holds a whole decision list.
 pub fn markdown(rule_set: &RuleSet) -> String {
     let mut out = format!(
-        "Rule set `{}` v{} (`{}`)\n\n| Event | In status | Guard | Answer |\n| --- | --- | --- | --- |\n",
+        "Rule set `{}` v{} (`{}`)\n\n| Event | In status | Guard | When | Answer |\n| --- | --- | --- | --- | --- |\n",
         rule_set.id, rule_set.version, rule_set.hash
     );
     for row in rows(rule_set) {
-        let guard = if row.guard.is_empty() { "".to_string() } else { row.guard.join(", ") };
-        out.push_str(&format!("| {} | {} | {} | {} |\n", row.event, row.states.join(", "), guard, row.summary));
+        for (i, (when, answer)) in row.cases.iter().enumerate() {
+            if i == 0 {
+                out.push_str(&format!(
+                    "| {} | {} | {} | {when} | {answer} |\n",
+                    row.event,
+                    row.states.join(", "),
+                    row.guard.join(", ")
+                ));
+            } else {
+                out.push_str(&format!("| | | | {when} | {answer} |\n"));
+            }
+        }
     }
     out
 }

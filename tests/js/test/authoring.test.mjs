@@ -4,7 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import test from 'node:test';
@@ -272,4 +272,61 @@ test("the README's diagram is the one rules graph draws for deposit-swap", () =>
   const block = /```mermaid\n([\s\S]*?)```/.exec(readme);
   assert.ok(block, 'the README shows a Mermaid diagram');
   assert.equal(block[1], RuleSet.builtin('deposit-swap').graph());
+});
+
+test('docs/your-rules.md: its rule set verifies, its diagram is the one drawn, its test passes and its histories replay as it says', () => {
+  const page = readFileSync(fileURLToPath(new URL('../../../docs/your-rules.md', import.meta.url)), 'utf8');
+  const marked = (marker, lang) => {
+    const block = new RegExp(`<!-- ${marker}: begin -->\\n\`\`\`${lang}\\n([\\s\\S]*?)\`\`\`\\n<!-- ${marker}: end -->`).exec(page);
+    assert.ok(block, `the guide marks its ${marker}`);
+    return block[1];
+  };
+  const definition = marked('payments rule set', 'json');
+  const ruleSet = RuleSet.fromJSON(JSON.parse(definition));
+  assert.equal(marked('payments graph', 'mermaid'), ruleSet.graph());
+
+  // The guide's test, run with node --test beside the rule set file, inside the test project.
+  const project = fileURLToPath(new URL('../your-rules.tmp/', import.meta.url));
+  rmSync(project, { recursive: true, force: true });
+  mkdirSync(project);
+  try {
+    writeFileSync(join(project, 'payments.json'), definition);
+    writeFileSync(join(project, 'payments.test.mjs'), marked('payments test', 'js'));
+    // Without NODE_TEST_CONTEXT, the child reports as a user's own `node --test` would.
+    const { NODE_TEST_CONTEXT: _context, ...env } = process.env;
+    const run = spawnSync(process.execPath, ['--test', 'payments.test.mjs'], { cwd: project, encoding: 'utf8', env });
+    assert.equal(run.status, 0, run.stdout + run.stderr);
+    assert.match(run.stdout, /# pass 1\n/);
+
+    const history = /cat > history\.jsonl <<'EOF'\n([\s\S]*?)\nEOF\n/.exec(page);
+    assert.ok(history, 'the guide writes a history file');
+    writeFileSync(join(project, 'history.jsonl'), `${history[1]}\n`);
+    const start = '{"id":"order-7","status":"open","revision":1}';
+    const replay = cli(['rules', 'simulate', join(project, 'payments.json'), join(project, 'history.jsonl'), '--workflow', start]);
+    assert.equal(replay.code, 0, replay.stderr);
+    assert.match(replay.stdout, /#3 evt_1 PAYMENT_SUCCEEDED on order-7: duplicate-delivery\n/);
+    const orders = cli([
+      'rules',
+      'simulate',
+      join(project, 'payments.json'),
+      join(project, 'history.jsonl'),
+      '--workflow',
+      start,
+      '--orders',
+    ]);
+    assert.equal(orders.code, 1);
+    assert.match(orders.stdout, /: 2 end states\n/);
+  } finally {
+    rmSync(project, { recursive: true, force: true });
+  }
+});
+
+test('docs/your-rules.md: the counterexample it shows is what the verifier prints for cancelled marked terminal', () => {
+  const page = readFileSync(fileURLToPath(new URL('../../../docs/your-rules.md', import.meta.url)), 'utf8');
+  const definition = JSON.parse(/<!-- payments rule set: begin -->\n```json\n([\s\S]*?)```/.exec(page)[1]);
+  definition.statuses.find((s) => s.name === 'cancelled').terminal = true;
+  const run = cli(['rules', 'verify', file('payments-terminal.json', JSON.stringify(definition))]);
+  assert.equal(run.code, 1);
+  const shown = /```text\n([\s\S]*?)```/.exec(page)[1];
+  assert.ok(run.stdout.includes(shown), run.stdout);
 });

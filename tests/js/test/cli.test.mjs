@@ -35,8 +35,12 @@ test('rules table prints the built-in decision table as Markdown', () => {
   // Before the exchange a confirmation that covers expectedUnits starts it, and records the deposit it acts on.
   assert.match(
     stdout,
-    /\| DEPOSIT_CONFIRMED \| waiting, deposit, reversed \| amountUnits \| when sequence > recorded sequence and amountUnits >= recorded expectedUnits: applied → exchange; records depositRef, amountUnits, sequence; emits START_EXCHANGE `start-exchange:\{workflowId\}`;/,
+    /\| DEPOSIT_CONFIRMED \| waiting, deposit, reversed \| amountUnits \| sequence > recorded sequence and amountUnits >= recorded expectedUnits \| applied → exchange; records depositRef, amountUnits, sequence; emits START_EXCHANGE `start-exchange:\{workflowId\}` \|\n/,
   );
+  // A decision list takes a line per case, so no line holds a whole rule.
+  assert.match(stdout, /\n\| \| \| \| sequence = recorded sequence \| already-applied \|\n/);
+  const longest = Math.max(...stdout.split('\n').map((line) => line.length));
+  assert.ok(longest < 300, `the longest line has ${longest} characters`);
 });
 
 test('rules table --json prints the rows of a rule set from a file', () => {
@@ -105,10 +109,10 @@ test('rules table prints the table of a well-formed draft that fails verificatio
   const { code, stdout, stderr } = idemflow(['rules', 'table', tempFile('draft.json', JSON.stringify(unsoundDraft()))]);
   assert.equal(code, 1, stderr);
   const [table, failures] = stdout.split('\nNOT VERIFIED: ');
-  assert.match(table, /^Rule set `order-shipment` v2 \(`sha256:[0-9a-f]{64}`\)\n\n\| Event \| In status \| Guard \| Answer \|/);
+  assert.match(table, /^Rule set `order-shipment` v2 \(`sha256:[0-9a-f]{64}`\)\n\n\| Event \| In status \| Guard \| When \| Answer \|/);
   assert.match(
     table,
-    /\| SHIPMENT_REQUESTED \| shipping \| {2}\| applied → shipping; emits CREATE_SHIPMENT `create-shipment:\{workflowId\}` \|/,
+    /\| SHIPMENT_REQUESTED \| shipping \| {2}\| {2}\| applied → shipping; emits CREATE_SHIPMENT `create-shipment:\{workflowId\}` \|/,
   );
   assert.match(failures, /^1 of 7 properties fail\n/);
   assert.match(failures, /^FAIL {2}operation-ids-unique/m);
