@@ -148,6 +148,21 @@ pub fn verify_rule_set(definition: JsValue) -> JsResult<String> {
     verify::verify(&rule_set).map(|r| r.to_json().to_string()).map_err(throw)
 }
 
+/// The decision table of a well-formed definition that need not verify, for
+/// inspecting a draft (`idemflow rules table draft.json`): `{id, version,
+/// hash, rows, markdown}`, laid out as a verified rule set's table is (a pair
+/// two rules claim shows both). Throws only when the definition is malformed.
+#[wasm_bindgen(js_name = draftTableJson)]
+pub fn draft_table_json(definition: JsValue) -> JsResult<String> {
+    let text = definition_text(&definition).map_err(throw)?;
+    let rule_set = crate::ruleset::load_unverified(&limits::parse_definition(&text).map_err(throw)?).map_err(throw)?;
+    let draft = serde_json::json!({
+        "id": rule_set.id, "version": rule_set.version, "hash": rule_set.hash,
+        "rows": table::rows_json(&rule_set), "markdown": table::markdown(&rule_set),
+    });
+    Ok(draft.to_string())
+}
+
 /// `{code: disposition}` for every error code.
 #[wasm_bindgen(js_name = errorCodes)]
 pub fn error_codes() -> String {

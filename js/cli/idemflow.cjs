@@ -6,7 +6,7 @@
 const fs = require('node:fs');
 const readline = require('node:readline');
 const { RuleSet, verifyRuleSet, fingerprint, IdemflowError } = require('../index.cjs');
-const { tableOfDefinition, tableMarkdownOf } = require('./table.cjs');
+const { draftTable: tableOfDraft } = require('../core/decide.cjs');
 const { UsageError, flags } = require('./args.cjs');
 const { operatorCommand, USAGE: OPERATOR_USAGE } = require('./operator.cjs');
 const authoring = require('./authoring.cjs');
@@ -72,23 +72,23 @@ function table(args, out, err) {
     // A well-formed draft that fails a property: show its table so it can be
     // inspected, then what fails. A malformed one has no table (exit 2).
     if (!(error instanceof IdemflowError && error.code === 'RULESET_INVALID' && error.details.report)) throw error;
-    return draftTable(definition, options.json, out, err);
+    return draftTable(definition, error.details.report, options.json, out, err);
   }
   out.write(options.json ? `${JSON.stringify(ruleSet.table(), null, 2)}\n` : ruleSet.tableMarkdown());
   return 0;
 }
 
 /** The table of a rule set that fails verification, and the properties that fail; exit 1. */
-function draftTable(definition, json, out, err) {
-  const draft = tableOfDefinition(definition);
-  const failing = draft.report.properties.filter((p) => !p.ok);
+function draftTable(definition, report, json, out, err) {
+  const draft = tableOfDraft(definition);
+  const failing = report.properties.filter((p) => !p.ok);
   if (json) {
     out.write(`${JSON.stringify(draft.rows, null, 2)}\n`);
     err.write(`idemflow: not verified, failing: ${failing.map((p) => p.name).join(', ')} (see 'idemflow rules verify')\n`);
     return 1;
   }
-  out.write(tableMarkdownOf(draft));
-  out.write(`\nNOT VERIFIED: ${failing.length} of ${draft.report.properties.length} properties fail\n`);
+  out.write(draft.markdown);
+  out.write(`\nNOT VERIFIED: ${failing.length} of ${report.properties.length} properties fail\n`);
   for (const property of failing) out.write(describeFailure(property));
   return 1;
 }

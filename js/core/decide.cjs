@@ -86,7 +86,19 @@ function verifyRuleSet(definition) {
   return report;
 }
 
+/**
+ * The decision table of a definition that may fail verification, laid out
+ * by the core as RuleSet#table() and #tableMarkdown() are (a pair two rules
+ * claim shows both, a pair no rule answers shows nothing): for inspecting a
+ * draft. Throws RULESET_INVALID (with details.path) when it is malformed.
+ */
+function draftTable(definition) {
+  const { id, version, hash, rows, markdown } = JSON.parse(call(() => wasm.draftTableJson(definitionText(definition))));
+  return { ruleSet: { id, version, hash }, rows, markdown };
+}
+
 module.exports = {
+  draftTable: entry(draftTable),
   validateEvent: entry(validateEvent),
   normalizeEvent: entry(normalizeEvent),
   fingerprint: entry(fingerprint),

@@ -127,4 +127,4 @@ function ruleSetGraph(ruleSet, options = {}) {
   return format === 'dot' ? dot(ruleSet, edges) : mermaid(ruleSet, edges);
 }
 
-module.exports = { ruleSetGraph, conditionText, FORMATS };
+module.exports = { ruleSetGraph, FORMATS };

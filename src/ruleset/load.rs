@@ -178,7 +178,8 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
         }
     }
     if let Some(otherwise) = root.get("otherwise") {
-        let answer = load_answer(&rule_set, otherwise, "$.otherwise", &RuleContext { carried: &[], on_facts: false })?;
+        let context = RuleContext { carried: &[], on_facts: false, stay: None };
+        let answer = load_answer(&rule_set, otherwise, "$.otherwise", &context)?;
         if matches!(answer, Answer::Applied(_)) {
             return Err(invalid("$.otherwise", "must not be 'applied': a transition needs an explicit row"));
         }
@@ -406,6 +407,19 @@ fn names_or_any<'a>(value: &'a Value, path: &str) -> Result<Vec<&'a str>> {
     items.iter().enumerate().map(|(i, v)| string(v, &format!("{path}[{i}]"))).collect()
 }
 
+/// Whether an answer as written is `applied` without a `to`: it keeps the status it answers in.
+fn stays(answer: Option<&Value>) -> bool {
+    answer.is_some_and(|a| a.get("outcome").and_then(Value::as_str) == Some("applied") && a.get("to").is_none())
+}
+
+/// One rule of the table. Two shorthands are expanded here, into the rules
+/// they stand for:
+/// - an `applied` answer without `to` keeps the status: a rule `in` several
+///   statuses becomes one rule per status, each staying in its own;
+/// - `"newer": field` triages a numbered observation by a `count` field: each
+///   case holds only when the event's number is newer than the recorded one
+///   (`[field, ">", field]` is added to its conditions), then the same number
+///   is `already-applied` and an older one `stale`.
 fn load_rule(
     rule_set: &mut RuleSet,
     names: &Names,
@@ -414,7 +428,7 @@ fn load_rule(
     value: &Value,
     path: &str,
 ) -> Result<()> {
-    let map = object(value, path, &["on", "in", "guard", "when", "then", "else", "cases", "description"])?;
+    let map = object(value, path, &["on", "in", "guard", "newer", "when", "then", "else", "cases", "description"])?;
     // Sets as flags: a name listed twice (or "*" with a name) answers its cells once.
     let mut on_event = vec![false; rule_set.events.len()];
     for (i, text) in names_or_any(required(map, "on", path)?, &format!("{path}.on"))?.into_iter().enumerate() {
@@ -465,8 +479,54 @@ fn load_rule(
     }
     // The rule's decision list: (conditions, answer, origin), the last with no conditions.
     let on_facts = !events.is_empty() && events.iter().all(|e| rule_set.is_fact_event(*e));
-    let context = RuleContext { carried: &carried, on_facts };
     let origin = path.trim_start_matches("$.").to_string();
+    let keeps_status = stays(map.get("then"))
+        || stays(map.get("else"))
+        || map.get("cases").and_then(Value::as_array).is_some_and(|cases| cases.iter().any(|c| stays(c.get("then"))));
+    if keeps_status && states.contains(&0) {
+        return Err(invalid(
+            &format!("{path}.in"),
+            format!(
+                "an applied answer without 'to' keeps the status, and \"{NONE}\" has none to keep: name the status"
+            ),
+        ));
+    }
+    // One decision list for all the rule's statuses, or one per status when an answer keeps it.
+    let groups: Vec<Option<usize>> =
+        if keeps_status { states.iter().map(|s| Some(*s - 1)).collect() } else { vec![None] };
+    for stay in groups {
+        let context = RuleContext { carried: &carried, on_facts, stay };
+        let chain = load_chain(rule_set, map, path, &origin, &context, emitted_names)?;
+        let index = rule_set.rules.len();
+        let length = chain.len();
+        for (i, (when, answer, case_origin)) in chain.into_iter().enumerate() {
+            // The rules after the first are in no cell of their own: the chain picks them.
+            let otherwise = (i + 1 < length).then_some(index + i + 1);
+            rule_set.rules.push(Rule { origin: case_origin, guard: guard.clone(), answer, when, otherwise });
+        }
+        // Each pair once (the lists were made sets above), so no duplicate check.
+        for e in &events {
+            for s in &states {
+                if stay.map_or(true, |kept| kept + 1 == *s) {
+                    rule_set.cells[*e][*s].push(index);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A rule's decision list: (conditions, answer, origin), the last with no conditions.
+fn load_chain(
+    rule_set: &RuleSet,
+    map: &Map<String, Value>,
+    path: &str,
+    origin: &str,
+    context: &RuleContext,
+    emitted_names: &mut Vec<(String, String)>,
+) -> Result<Vec<(Vec<Cond>, Answer, String)>> {
+    let context = *context;
+    let origin = origin.to_string();
     let mut chain: Vec<(Vec<Cond>, Answer, String)> = Vec::new();
     if let Some(cases) = map.get("cases") {
         if let Some(key) = ["when", "then", "else"].iter().find(|k| map.contains_key(**k)) {
@@ -522,31 +582,66 @@ fn load_rule(
             }
         }
     }
+    if let Some(field) = map.get("newer") {
+        triage(rule_set, field, &format!("{path}.newer"), &origin, &mut chain, &context)?;
+    }
     if chain.len() == 1 {
         chain[0].2 = origin.clone();
     }
+    Ok(chain)
+}
 
-    let index = rule_set.rules.len();
-    let length = chain.len();
-    for (i, (when, answer, case_origin)) in chain.into_iter().enumerate() {
-        // The rules after the first are in no cell of their own: the chain picks them.
-        let otherwise = (i + 1 < length).then_some(index + i + 1);
-        rule_set.rules.push(Rule { origin: case_origin, guard: guard.clone(), answer, when, otherwise });
+/// The `newer` triage of a rule's decision list (see `load_rule`): every case
+/// also needs a newer number in `field`, then the same number is
+/// already-applied and any other stale. The rule must not compare the field
+/// itself: the triage is the whole of it.
+fn triage(
+    rule_set: &RuleSet,
+    value: &Value,
+    path: &str,
+    origin: &str,
+    chain: &mut Vec<(Vec<Cond>, Answer, String)>,
+    context: &RuleContext,
+) -> Result<()> {
+    let name = string(value, path)?;
+    let field = rule_set
+        .fields
+        .iter()
+        .position(|f| f.name == name)
+        .ok_or_else(|| invalid(path, format!("{:?} is not a declared field", truncate(name))))?;
+    if rule_set.fields[field].kind != FieldKind::Count {
+        return Err(invalid(path, format!("{name:?} is not a count: observations are numbered by a count field")));
     }
-    // Each pair once (the lists were made sets above), so no duplicate check.
-    for e in &events {
-        for s in &states {
-            rule_set.cells[*e][*s].push(index);
-        }
+    if !context.carried.contains(&field) {
+        return Err(invalid(path, format!("{name:?} is not carried by every event type the rule answers")));
     }
+    let compares = chain.iter().any(|(when, _, _)| {
+        when.iter().any(|c| matches!(c, Cond::Compare { event_field, workflow_field, .. } if *event_field == field || *workflow_field == field))
+    });
+    if compares {
+        return Err(invalid(
+            path,
+            format!("the rule compares {name:?} itself: the triage does, so drop those comparisons"),
+        ));
+    }
+    let newer = Cond::Compare { event_field: field, op: Comparison::Greater, workflow_field: field };
+    let same = Cond::Compare { event_field: field, op: Comparison::Equal, workflow_field: field };
+    for (when, _, _) in chain.iter_mut() {
+        when.insert(0, newer.clone());
+    }
+    chain.push((vec![same], Answer::AlreadyApplied, format!("{origin}.same")));
+    chain.push((Vec::new(), Answer::Stale, format!("{origin}.older")));
     Ok(())
 }
 
 /// What a rule's parts may read: the fields every event type it answers
 /// carries, and whether every one of them is a fact event.
+#[derive(Clone, Copy)]
 struct RuleContext<'a> {
     carried: &'a [usize],
     on_facts: bool,
+    /// The status an applied answer without `to` keeps (see `load_rule`).
+    stay: Option<usize>,
 }
 
 /// A `when`: one condition, or an array of conditions (all must hold). An
@@ -730,10 +825,16 @@ fn load_answer(rule_set: &RuleSet, value: &Value, path: &str, context: &RuleCont
     if map.contains_key("disposition") {
         return Err(invalid(&format!("{path}.disposition"), "goes only with 'error'"));
     }
-    let to_text = string(required(map, "to", path)?, &format!("{path}.to"))?;
-    let to = rule_set
-        .status_index(to_text)
-        .ok_or_else(|| invalid(&format!("{path}.to"), format!("{to_text:?} is not a declared status")))?;
+    let to = match (map.get("to"), context.stay) {
+        (None, Some(kept)) => kept,
+        (None, None) => return Err(invalid(path, "needs 'to' here")),
+        (Some(to), _) => {
+            let to_text = string(to, &format!("{path}.to"))?;
+            rule_set
+                .status_index(to_text)
+                .ok_or_else(|| invalid(&format!("{path}.to"), format!("{to_text:?} is not a declared status")))?
+        }
+    };
     let record = field_list(map.get("record"), &format!("{path}.record"), &rule_set.fields, Some(carried))?;
     let clear = field_list(map.get("clear"), &format!("{path}.clear"), &rule_set.fields, None)?;
     if let Some(both) = record.iter().find(|f| clear.contains(f)) {

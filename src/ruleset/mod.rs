@@ -596,7 +596,7 @@ static DEPOSIT_SWAP_VERSIONS: [Builtin; 3] = [
     Builtin {
         version: 3,
         text: BUILTIN_DEPOSIT_SWAP,
-        proven_hash: "sha256:bd017076445a5bcf2a5539c33d54277b17ca48a18fd2dbdac582ac47b7bd7078",
+        proven_hash: "sha256:f1be3b73b61fcc00ee676a7025000530d63aa308561d260eef370b1fa939a987",
         cell: OnceLock::new(),
     },
 ];

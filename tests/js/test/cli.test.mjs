@@ -14,7 +14,7 @@ const bin = fileURLToPath(new URL('../node_modules/.bin/idemflow', import.meta.u
 const readme = fileURLToPath(new URL('../../../README.md', import.meta.url));
 const installed = fileURLToPath(new URL('../node_modules/idemflow/', import.meta.url));
 // The CLI's table of an unverified draft; not an entry point, so loaded by its path.
-const draftTables = () => createRequire(import.meta.url)(join(installed, 'cli', 'table.cjs'));
+const { draftTable } = createRequire(import.meta.url)(join(installed, 'core', 'decide.cjs'));
 
 function idemflow(args, input) {
   const run = spawnSync(bin, args, { input, encoding: 'utf8' });
@@ -158,7 +158,7 @@ test('a draft table shows a pair two rules claim, and a pair no rule answers, as
   const definition = RuleSet.builtin('order-shipment').definition();
   delete definition.otherwise;
   definition.rules.push({ on: '*', in: 'shipping', then: { outcome: 'stale' } });
-  const { rows } = draftTables().tableOfDefinition(definition);
+  const { rows } = draftTable(definition);
   const shipping = rows.filter((r) => r.event === 'SHIPMENT_REQUESTED' && r.statuses.includes('shipping'));
   assert.deepEqual(
     shipping.map((r) => r.rule),
@@ -167,7 +167,6 @@ test('a draft table shows a pair two rules claim, and a pair no rule answers, as
 });
 
 test('the draft table is the core table for every built-in rule set at every version', () => {
-  const { tableOfDefinition, tableMarkdownOf } = draftTables();
   for (const [name, versions] of [
     ['deposit-swap', [1, 2, 3]],
     ['order-shipment', [1, 2]],
@@ -175,9 +174,10 @@ test('the draft table is the core table for every built-in rule set at every ver
   ]) {
     for (const version of versions) {
       const ruleSet = RuleSet.builtin(name, { version });
-      const draft = tableOfDefinition(ruleSet.definition());
+      const draft = draftTable(ruleSet.definition());
+      assert.deepEqual(draft.ruleSet, { id: name, version, hash: ruleSet.hash }, `${name} v${version}`);
       assert.deepEqual(draft.rows, ruleSet.table(), `${name} v${version} rows`);
-      assert.equal(tableMarkdownOf(draft), ruleSet.tableMarkdown(), `${name} v${version} Markdown`);
+      assert.equal(draft.markdown, ruleSet.tableMarkdown(), `${name} v${version} Markdown`);
     }
   }
 });

@@ -197,7 +197,7 @@ test('decide fills the facts map and the per-fact id as the core renders them', 
 
 test("the CLI's draft table is the core's for a rule set with cases and fact conditions", () => {
   const installed = fileURLToPath(new URL('../node_modules/idemflow/', import.meta.url));
-  const { tableOfDefinition, tableMarkdownOf } = createRequire(import.meta.url)(path.join(installed, 'cli', 'table.cjs'));
+  const { draftTable } = createRequire(import.meta.url)(path.join(installed, 'core', 'decide.cjs'));
   // The when/then/else sugar with a condition list is a decision list too.
   const sugar = structuredClone(definition);
   sugar.rules[1] = {
@@ -208,9 +208,9 @@ test("the CLI's draft table is the core's for a rule set with cases and fact con
     else: { outcome: 'stale' },
   };
   for (const d of [definition, sugar]) {
-    const draft = tableOfDefinition(d);
+    const draft = draftTable(d);
     const compiled = RuleSet.fromJSON(d);
     assert.deepEqual(draft.rows, compiled.table());
-    assert.equal(tableMarkdownOf(draft), compiled.tableMarkdown());
+    assert.equal(draft.markdown, compiled.tableMarkdown());
   }
 });

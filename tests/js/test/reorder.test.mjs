@@ -241,8 +241,13 @@ test('deposit-swap v3: the direct checks find a v3 that exchanges a partial depo
   let dropped = 0;
   for (const rule of definition.rules) {
     for (const c of rule.cases ?? []) {
-      if (!Array.isArray(c.when) || !c.when.some((x) => covering(x))) continue;
-      c.when = c.when.filter((x) => !covering(x));
+      if (!Array.isArray(c.when)) continue;
+      if (covering(c.when)) {
+        // The one condition becomes one that always holds (the guard keeps the amount).
+        c.when = ['amountUnits', '>=', 'amountUnits'];
+      } else if (c.when.some((x) => covering(x))) {
+        c.when = c.when.filter((x) => !covering(x));
+      } else continue;
       dropped += 1;
     }
   }
