@@ -28,7 +28,7 @@ ${authoring.USAGE}
 ${OPERATOR_USAGE}
   idemflow --version
   idemflow help
-exit status: 0 done, 1 failed, 2 the command cannot run as given (usage)`;
+exit status: 0 done, 1 failed, 2 the command cannot run as given (usage, a coded error), 3 a bug in idemflow (its stack is printed)`;
 
 const BUILTINS = ['deposit-swap', 'order-shipment', 'subscription'];
 

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import test from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { IdemflowError, RuleSet } from 'idemflow';
+import { decide, IdemflowError, RuleSet } from 'idemflow';
 import { assertEveryOrder, exploreOrders } from 'idemflow/testing';
 
 const bin = fileURLToPath(new URL('../node_modules/.bin/idemflow', import.meta.url));
@@ -329,4 +329,44 @@ test('docs/your-rules.md: the counterexample it shows is what the verifier print
   assert.equal(run.code, 1);
   const shown = /```text\n([\s\S]*?)```/.exec(page)[1];
   assert.ok(run.stdout.includes(shown), run.stdout);
+});
+
+test('docs/rulesets.md: a rule written with "newer" decides as its three cases written out, and is deposit-swap v3\'s own', () => {
+  const page = readFileSync(fileURLToPath(new URL('../../../docs/rulesets.md', import.meta.url)), 'utf8');
+  const block = (name) => JSON.parse(new RegExp(`<!-- newer ${name}: begin -->\\n\\s*\`\`\`json\\n([\\s\\S]*?)\`\`\``).exec(page)[1]);
+  const [short, long] = [block('short'), block('long')];
+  assert.equal(short.newer, 'sequence');
+  assert.equal(long.newer, undefined);
+  const v3 = RuleSet.builtin('deposit-swap').definition();
+  const at = v3.rules.findIndex((r) => r.on === short.on && JSON.stringify(r.in) === JSON.stringify(short.in));
+  const { description, ...own } = v3.rules[at];
+  assert.deepEqual(own, short, "the short rule is v3's");
+  const written = structuredClone(v3);
+  written.rules[at] = long;
+  const table = (ruleSet) => ruleSet.tableMarkdown().split('\n').slice(1).join('\n'); // without the hash line
+  const longForm = RuleSet.fromJSON(written);
+  assert.notEqual(longForm.hash, RuleSet.builtin('deposit-swap').hash);
+  assert.equal(table(longForm), table(RuleSet.builtin('deposit-swap')));
+  // The same decision, case by case, through the real decider.
+  const swap = {
+    id: 'swap-1',
+    status: 'deposit',
+    revision: 2,
+    deposits: { 'btc:tx-1:0': { event: 'DEPOSIT_DETECTED', amountUnits: '10', sequence: 2 } },
+  };
+  const outcomes = [];
+  for (const sequence of [1, 2, 3]) {
+    const event = {
+      eventId: `e-${sequence}`,
+      workflowId: 'swap-1',
+      type: 'DEPOSIT_DETECTED',
+      depositRef: 'btc:tx-1:0',
+      amountUnits: '10',
+      sequence,
+    };
+    const outcome = (ruleSet) => decide({ ruleSet, event, workflow: swap }).outcome;
+    assert.equal(outcome(longForm), outcome(RuleSet.builtin('deposit-swap')), `sequence ${sequence}`);
+    outcomes.push(outcome(longForm));
+  }
+  assert.deepEqual(outcomes, ['stale', 'already-applied', 'applied']);
 });
