@@ -163,6 +163,14 @@ pub fn draft_table_json(definition: JsValue) -> JsResult<String> {
     Ok(draft.to_string())
 }
 
+/// `{proofsRun, provenRemembered}`: how many proofs this wasm instance ran
+/// and how many proven definitions it remembers (so a test can count them).
+#[wasm_bindgen(js_name = proofStatsJson)]
+pub fn proof_stats_json() -> String {
+    let (proofs, remembered) = crate::ruleset::proven::stats();
+    serde_json::json!({ "proofsRun": proofs, "provenRemembered": remembered }).to_string()
+}
+
 /// `{code: disposition}` for every error code.
 #[wasm_bindgen(js_name = errorCodes)]
 pub fn error_codes() -> String {

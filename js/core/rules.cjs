@@ -188,4 +188,13 @@ for (const name of ['builtin', 'fromJSON']) {
   Object.defineProperty(RuleSet, name, { value: entry(RuleSet[name]), writable: false, enumerable: false, configurable: false });
 }
 
-module.exports = { RuleSet, resolveRuleSet, definitionText };
+/**
+ * `{ proofsRun, provenRemembered }` of this process's core: a definition is
+ * proven once, and compiling it again (after the cache above evicted it)
+ * does not prove it again.
+ */
+function proofStats() {
+  return JSON.parse(wasm.proofStatsJson());
+}
+
+module.exports = { RuleSet, resolveRuleSet, definitionText, proofStats };

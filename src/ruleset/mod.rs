@@ -285,9 +285,18 @@ pub struct RuleSet {
 impl RuleSet {
     /// Loads and verifies a definition. A definition that fails any property
     /// is refused: a worker never runs rules that were not proven.
+    ///
+    /// A definition proven once in this process is not proven again: its
+    /// hash (of the canonical definition, so of what the rules say, not of
+    /// how the text is spaced) is remembered, and loading it again, after a
+    /// cache evicted its compiled form for example, only checks its structure.
     pub fn from_value(definition: &Value) -> Result<RuleSet> {
         let rule_set = load_checked(definition)?;
+        if proven::contains(&rule_set.hash) {
+            return Ok(rule_set);
+        }
         let report = verify::verify(&rule_set)?;
+        proven::ran();
         if let Some(failed) = report.properties.iter().find(|p| !p.ok) {
             return Err(Error::RuleSetInvalid {
                 path: failed.name.to_string(),
@@ -295,6 +304,7 @@ impl RuleSet {
                 report: Some(report.to_json()),
             });
         }
+        proven::insert(&rule_set.hash);
         Ok(rule_set)
     }
 
@@ -475,8 +485,68 @@ pub fn load_unverified(definition: &Value) -> Result<RuleSet> {
 }
 
 /// The property report for a definition; errs only when it is malformed.
+/// It always runs the proof (the report is what was asked for), and a
+/// definition it proves is remembered as proven.
 pub fn verify_definition(definition: &Value) -> Result<verify::Report> {
-    verify::verify(&load_checked(definition)?)
+    let rule_set = load_checked(definition)?;
+    let report = verify::verify(&rule_set)?;
+    proven::ran();
+    if report.properties.iter().all(|p| p.ok) {
+        proven::insert(&rule_set.hash);
+    }
+    Ok(report)
+}
+
+/// The hashes of the definitions this process proved, so that none is
+/// proven twice. Bounded: past `MAX` the oldest is forgotten (and would be
+/// proven again), so hostile input cannot grow it without end.
+pub mod proven {
+    use std::collections::{HashSet, VecDeque};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Mutex;
+
+    /// 4,096 hashes of 71 bytes: under 1 MiB with the set's overhead.
+    pub const MAX: usize = 4096;
+
+    struct Hashes {
+        set: HashSet<String>,
+        order: VecDeque<String>,
+    }
+
+    static HASHES: Mutex<Option<Hashes>> = Mutex::new(None);
+    static PROOFS: AtomicU64 = AtomicU64::new(0);
+
+    fn with<T>(f: impl FnOnce(&mut Hashes) -> T) -> T {
+        // A panic while holding the lock cannot leave the set inconsistent.
+        let mut guard = HASHES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(guard.get_or_insert_with(|| Hashes { set: HashSet::new(), order: VecDeque::new() }))
+    }
+
+    pub fn contains(hash: &str) -> bool {
+        with(|h| h.set.contains(hash))
+    }
+
+    pub(super) fn insert(hash: &str) {
+        with(|h| {
+            if h.set.insert(hash.to_string()) {
+                h.order.push_back(hash.to_string());
+                while h.order.len() > MAX {
+                    if let Some(oldest) = h.order.pop_front() {
+                        h.set.remove(&oldest);
+                    }
+                }
+            }
+        });
+    }
+
+    pub(super) fn ran() {
+        PROOFS.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (proofs run, hashes remembered) since the process started.
+    pub fn stats() -> (u64, usize) {
+        (PROOFS.load(Ordering::Relaxed), with(|h| h.set.len()))
+    }
 }
 
 /// The structure (`load::load`) and the one check that needs every rule at

@@ -4,7 +4,9 @@
 // their wasm memory back without leaving a dangling RuleSet behind.
 
 import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
 import test from 'node:test';
+import { fileURLToPath } from 'node:url';
 import {
   decide,
   fingerprint,
@@ -319,6 +321,26 @@ test('an evicted RuleSet still works: it compiles its definition again', () => {
   const again = RuleSet.fromJSON(withKey('version', 7));
   assert.deepEqual(decide({ event: order, receipt: null, workflow: null, ruleSet: held }), expected);
   assert.deepEqual(decide({ event: order, receipt: null, workflow: null, ruleSet: again }), expected);
+});
+
+test('a definition is proven once per process: recompiling it after an eviction, or from other text, never proves it again', () => {
+  const rules = fileURLToPath(new URL('../node_modules/idemflow/core/rules.cjs', import.meta.url));
+  const { proofStats } = createRequire(import.meta.url)(rules);
+  const definition = withKey('version', 9_000_001);
+  const before = proofStats().proofsRun;
+  const held = RuleSet.fromJSON(definition);
+  assert.equal(proofStats().proofsRun, before + 1, 'the first load proves');
+  for (let i = 0; i < 200; i += 1) RuleSet.fromJSON({ ...base(), version: 9_100_000 + i }); // evicts `held`
+  const afterOthers = proofStats().proofsRun;
+  assert.equal(afterOthers, before + 201);
+  const order = { eventId: 'evt-9', workflowId: 'order-9', type: 'SHIPMENT_REQUESTED' };
+  assert.equal(decide({ event: order, receipt: null, workflow: null, ruleSet: held }).outcome, 'applied'); // compiles again
+  assert.equal(RuleSet.fromJSON(JSON.stringify(definition, null, 2)).hash, held.hash); // the same rules, other text
+  assert.equal(proofStats().proofsRun, afterOthers, 'no proof ran again');
+  // A definition that fails is not remembered: it is refused every time.
+  const unreachable = { ...base(), version: 9_000_002, statuses: [...base().statuses, { name: 'limbo' }] };
+  for (let i = 0; i < 2; i += 1) assert.throws(() => RuleSet.fromJSON(unreachable), { code: 'RULESET_INVALID' });
+  assert.equal(proofStats().proofsRun, afterOthers + 2);
 });
 
 test('a getter that loads rule sets in the middle of a decision cannot free the rules in use', () => {
