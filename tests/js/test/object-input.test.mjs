@@ -115,10 +115,10 @@ test('a lone surrogate in the type is an INVALID_EVENT', () => {
 });
 
 test('a lone surrogate in a recorded field is an INVALID_RECORD', () => {
-  // Exchanging, the swap records the deposit it acts on, and a deposit event reads that depositRef.
+  // Exchanging, the swap records the deposit it acts on, and a newer deposit event reads that depositRef.
   const exchanging = exchangingSwap({ id: 'swap-42', revision: 4, depositRef: SEED_EVENT.depositRef, amountUnits: SEED_EVENT.amountUnits });
   const workflow = { ...exchanging, depositRef: 'btc-mainnet:tx-abc:vout-0\ud800' };
-  invalidRecord(() => decideOne(seed(), null, workflow), 'workflow', 'depositRef');
+  invalidRecord(() => decideOne({ ...seed(), sequence: 1000 }, null, workflow), 'workflow', 'depositRef');
 });
 
 test('a getter that throws is an INVALID_EVENT for its field, with the message and the event id', () => {
