@@ -18,7 +18,7 @@ use crate::json;
 use crate::limits::{self, MAX_DEFINITION_BYTES};
 use crate::outbox::{Policy, OPTIONS};
 use crate::packed::{self, Item, Layout, Packed, Record, Spans};
-use crate::ruleset::{table, verify, RuleSet};
+use crate::ruleset::{table, RuleSet};
 use crate::writes;
 
 /// Throws a JS `Error` carrying `idemflowCode`, `disposition` and `details`;
@@ -144,8 +144,8 @@ pub fn load_rule_set(definition: JsValue) -> JsResult<CompiledRuleSet> {
 #[wasm_bindgen(js_name = verifyRuleSet)]
 pub fn verify_rule_set(definition: JsValue) -> JsResult<String> {
     let text = definition_text(&definition).map_err(throw)?;
-    let rule_set = crate::ruleset::load_unverified(&limits::parse_definition(&text).map_err(throw)?).map_err(throw)?;
-    verify::verify(&rule_set).map(|r| r.to_json().to_string()).map_err(throw)
+    let definition = limits::parse_definition(&text).map_err(throw)?;
+    crate::ruleset::verify_definition(&definition).map(|r| r.to_json().to_string()).map_err(throw)
 }
 
 /// The decision table of a well-formed definition that need not verify, for

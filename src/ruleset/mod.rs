@@ -295,8 +295,7 @@ impl RuleSet {
         if proven::contains(&rule_set.hash) {
             return Ok(rule_set);
         }
-        let report = verify::verify(&rule_set)?;
-        proven::ran();
+        let report = prove(&rule_set)?;
         if let Some(failed) = report.properties.iter().find(|p| !p.ok) {
             return Err(Error::RuleSetInvalid {
                 path: failed.name.to_string(),
@@ -304,7 +303,6 @@ impl RuleSet {
                 report: Some(report.to_json()),
             });
         }
-        proven::insert(&rule_set.hash);
         Ok(rule_set)
     }
 
@@ -488,8 +486,12 @@ pub fn load_unverified(definition: &Value) -> Result<RuleSet> {
 /// It always runs the proof (the report is what was asked for), and a
 /// definition it proves is remembered as proven.
 pub fn verify_definition(definition: &Value) -> Result<verify::Report> {
-    let rule_set = load_checked(definition)?;
-    let report = verify::verify(&rule_set)?;
+    prove(&load_checked(definition)?)
+}
+
+/// Runs the proof, counted, and remembers the hash of a definition that passes.
+fn prove(rule_set: &RuleSet) -> Result<verify::Report> {
+    let report = verify::verify(rule_set)?;
     proven::ran();
     if report.properties.iter().all(|p| p.ok) {
         proven::insert(&rule_set.hash);
