@@ -18,6 +18,11 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 pub const DEFAULT_BASE_DELAY_MS: u64 = 1_000;
 pub const DEFAULT_MAX_DELAY_MS: u64 = 5 * 60 * 1_000;
 pub const DEFAULT_LEASE_MS: u64 = 30_000;
+/// How long failures that say the downstream is unavailable are retried,
+/// counted from the operation's creation: two days, so an outage over a
+/// weekend night still leaves nothing dead.
+pub const DEFAULT_OUTAGE_BUDGET_MS: u64 = 2 * 24 * 60 * 60 * 1_000;
+pub const MAX_OUTAGE_BUDGET_MS: u64 = 30 * 24 * 60 * 60 * 1_000;
 
 /// Bounds that keep every sum of a time and a delay exact in a JS number.
 pub const MAX_ATTEMPTS_LIMIT: u32 = 1_000;
@@ -65,6 +70,10 @@ pub struct Policy {
     pub max_delay_ms: u64,
     /// How long a claim holds before another consumer may take it.
     pub lease_ms: u64,
+    /// How long after its creation an operation whose handler says the
+    /// downstream is unavailable is still retried (those retries give their
+    /// attempt back, so `max_attempts` does not count them).
+    pub outage_budget_ms: u64,
 }
 
 impl Default for Policy {
@@ -74,6 +83,7 @@ impl Default for Policy {
             base_delay_ms: DEFAULT_BASE_DELAY_MS,
             max_delay_ms: DEFAULT_MAX_DELAY_MS,
             lease_ms: DEFAULT_LEASE_MS,
+            outage_budget_ms: DEFAULT_OUTAGE_BUDGET_MS,
         }
     }
 }
@@ -88,11 +98,11 @@ fn setting(source: &dyn Source, name: &str, default: u64, min: u64, max: u64) ->
 }
 
 /// The options a policy reads, in the order a host lays them out as one record.
-pub const OPTIONS: [&str; 4] = ["maxAttempts", "baseDelayMs", "maxDelayMs", "leaseMs"];
+pub const OPTIONS: [&str; 5] = ["maxAttempts", "baseDelayMs", "maxDelayMs", "leaseMs", "outageBudgetMs"];
 
 impl Policy {
-    /// Reads `maxAttempts`, `baseDelayMs`, `maxDelayMs` and `leaseMs`; an
-    /// absent one takes its default.
+    /// Reads `maxAttempts`, `baseDelayMs`, `maxDelayMs`, `leaseMs` and
+    /// `outageBudgetMs`; an absent one takes its default.
     pub fn from_source(source: &dyn Source) -> Result<Policy> {
         let max_attempts =
             setting(source, "maxAttempts", DEFAULT_MAX_ATTEMPTS as u64, 1, MAX_ATTEMPTS_LIMIT as u64)? as u32;
@@ -100,10 +110,11 @@ impl Policy {
         let max_delay_ms =
             setting(source, "maxDelayMs", DEFAULT_MAX_DELAY_MS.max(base_delay_ms), 1, MAX_DELAY_LIMIT_MS)?;
         let lease_ms = setting(source, "leaseMs", DEFAULT_LEASE_MS, 1, MAX_LEASE_MS)?;
+        let outage_budget_ms = setting(source, "outageBudgetMs", DEFAULT_OUTAGE_BUDGET_MS, 0, MAX_OUTAGE_BUDGET_MS)?;
         if base_delay_ms > max_delay_ms {
             return Err(invalid(format!("baseDelayMs ({base_delay_ms}) must not exceed maxDelayMs ({max_delay_ms})")));
         }
-        Ok(Policy { max_attempts, base_delay_ms, max_delay_ms, lease_ms })
+        Ok(Policy { max_attempts, base_delay_ms, max_delay_ms, lease_ms, outage_budget_ms })
     }
 
     pub fn to_json(&self) -> Value {
@@ -112,6 +123,7 @@ impl Policy {
             "baseDelayMs": self.base_delay_ms,
             "maxDelayMs": self.max_delay_ms,
             "leaseMs": self.lease_ms,
+            "outageBudgetMs": self.outage_budget_ms,
             "renewEveryMs": self.renew_every_ms(),
         })
     }
@@ -170,8 +182,31 @@ impl Policy {
         })
     }
 
-    /// What to record after attempt `attempt` of `operation_id` ended with `result` at `now`.
-    pub fn classify(&self, operation_id: &str, attempt: u32, now: u64, result: &HandlerResult) -> Verdict {
+    /// The wait before the next try of an operation created at `created_at`
+    /// whose downstream has been unavailable: the backoff of step `n`, where
+    /// the ceiling `baseDelayMs × 2^(n−1)` is the first to reach the time
+    /// the operation has existed (capped by `maxDelayMs`), so the waits grow
+    /// exponentially with the outage however often the attempt is given back.
+    pub fn outage_delay_ms(&self, operation_id: &str, created_at: u64, now: u64) -> u64 {
+        let elapsed = now.saturating_sub(created_at);
+        let mut step = 1u32;
+        while step < 64 && self.backoff_ceiling_ms(step) < elapsed && self.backoff_ceiling_ms(step) < self.max_delay_ms
+        {
+            step += 1;
+        }
+        self.backoff_delay_ms(operation_id, step)
+    }
+
+    /// What to record after attempt `attempt` of `operation_id` (created at
+    /// `created_at`, when known) ended with `result` at `now`.
+    pub fn classify(
+        &self,
+        operation_id: &str,
+        attempt: u32,
+        created_at: Option<u64>,
+        now: u64,
+        result: &HandlerResult,
+    ) -> Verdict {
         let failure = match result {
             HandlerResult::Succeeded => return Verdict::Done,
             HandlerResult::Failed(failure) => failure,
@@ -180,16 +215,38 @@ impl Policy {
             Class::Done => Verdict::Done,
             Class::Release => Verdict::Release,
             Class::Dead => Verdict::Dead { reason: DeadReason::NonRetryable, last_error: failure.last_error() },
-            Class::Retry if attempt >= self.max_attempts => {
+            Class::Outage => match created_at {
+                Some(created) if now < created.saturating_add(self.outage_budget_ms) => {
+                    let delay_ms = self.outage_delay_ms(operation_id, created, now);
+                    Verdict::Retry {
+                        attempt,
+                        delay_ms,
+                        next_attempt_at: now.saturating_add(delay_ms).min(MAX_SAFE_INTEGER),
+                        last_error: failure.last_error(),
+                        attempt_counted: false,
+                    }
+                }
+                Some(_) => Verdict::Dead { reason: DeadReason::OutageBudget, last_error: failure.last_error() },
+                // Without a creation time there is no budget to measure: an ordinary retry.
+                None => self.counted_retry(operation_id, attempt, now, failure),
+            },
+            Class::Retry => self.counted_retry(operation_id, attempt, now, failure),
+        }
+    }
+
+    fn counted_retry(&self, operation_id: &str, attempt: u32, now: u64, failure: &Failure) -> Verdict {
+        match () {
+            () if attempt >= self.max_attempts => {
                 Verdict::Dead { reason: DeadReason::MaxAttempts, last_error: failure.last_error() }
             }
-            Class::Retry => {
+            () => {
                 let delay_ms = self.backoff_delay_ms(operation_id, attempt);
                 Verdict::Retry {
                     attempt,
                     delay_ms,
                     next_attempt_at: now.saturating_add(delay_ms).min(MAX_SAFE_INTEGER),
                     last_error: failure.last_error(),
+                    attempt_counted: true,
                 }
             }
         }
@@ -282,6 +339,9 @@ pub struct Failure {
     pub disposition: Option<Disposition>,
     /// The consumer had asked the handler to stop (it is shutting down).
     pub stopping: bool,
+    /// The failure says the downstream is unavailable (connection refused or
+    /// reset, a timeout, HTTP 429/503, or the handler's `unavailable: true`).
+    pub unavailable: bool,
 }
 
 impl Failure {
@@ -302,6 +362,7 @@ pub enum Signal {
     Succeeded,
     FailedWhileStopping,
     MarkedRetryable(bool),
+    Unavailable,
     Disposition(Disposition),
     Unmarked,
 }
@@ -313,6 +374,9 @@ pub enum Class {
     Release,
     /// Tried again after the backoff, unless this was the last attempt.
     Retry,
+    /// The downstream is down: tried again, the attempt given back, until
+    /// the outage budget since the operation's creation is spent.
+    Outage,
     Dead,
 }
 
@@ -325,6 +389,11 @@ pub const CLASSIFICATION: &[(Signal, Class, &str)] = &[
         "it failed after the consumer asked it to stop: released for another worker, the attempt not counted",
     ),
     (Signal::MarkedRetryable(false), Class::Dead, "error.retryable === false: a permanent failure"),
+    (
+        Signal::Unavailable,
+        Class::Outage,
+        "the downstream is unavailable (error.unavailable === true, connection refused or reset, a timeout, HTTP 429 or 503): retried within the outage budget, the attempt given back",
+    ),
     (Signal::MarkedRetryable(true), Class::Retry, "error.retryable === true"),
     (Signal::Disposition(Disposition::Retry), Class::Retry, "an IdemflowError whose disposition is retry"),
     (Signal::Disposition(Disposition::Reject), Class::Dead, "an IdemflowError whose disposition is reject"),
@@ -345,6 +414,8 @@ pub fn signal_of(result: &HandlerResult) -> Signal {
     match result {
         HandlerResult::Succeeded => Signal::Succeeded,
         HandlerResult::Failed(f) if f.stopping => Signal::FailedWhileStopping,
+        HandlerResult::Failed(Failure { retryable: Some(false), .. }) => Signal::MarkedRetryable(false),
+        HandlerResult::Failed(f) if f.unavailable => Signal::Unavailable,
         HandlerResult::Failed(Failure { retryable: Some(flag), .. }) => Signal::MarkedRetryable(*flag),
         HandlerResult::Failed(Failure { disposition: Some(d), .. }) => Signal::Disposition(*d),
         HandlerResult::Failed(_) => Signal::Unmarked,
@@ -364,6 +435,8 @@ pub enum DeadReason {
     NonRetryable,
     /// Claimed past `maxAttempts`: the earlier claims expired without a result.
     ClaimsExpired,
+    /// The downstream was still unavailable once the outage budget was spent.
+    OutageBudget,
 }
 
 /// What the consumer asks the store to record.
@@ -378,6 +451,8 @@ pub enum Verdict {
         delay_ms: u64,
         next_attempt_at: u64,
         last_error: String,
+        /// False for an outage retry: the store gives the claim's attempt back.
+        attempt_counted: bool,
     },
     #[serde(rename_all = "camelCase")]
     Dead {
@@ -393,7 +468,13 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn policy(max_attempts: u32, base: u64, max: u64) -> Policy {
-        Policy { max_attempts, base_delay_ms: base, max_delay_ms: max, lease_ms: 30_000 }
+        Policy {
+            max_attempts,
+            base_delay_ms: base,
+            max_delay_ms: max,
+            lease_ms: 30_000,
+            outage_budget_ms: DEFAULT_OUTAGE_BUDGET_MS,
+        }
     }
 
     pub(crate) fn settings(value: Value) -> Map<String, Value> {
@@ -417,7 +498,7 @@ pub(crate) mod tests {
         assert_eq!(p, Policy::default());
         assert_eq!(
             p.to_json(),
-            json!({"maxAttempts": 5, "baseDelayMs": 1000, "maxDelayMs": 300000, "leaseMs": 30000, "renewEveryMs": 10000})
+            json!({"maxAttempts": 5, "baseDelayMs": 1000, "maxDelayMs": 300000, "leaseMs": 30000, "outageBudgetMs": 172_800_000u64, "renewEveryMs": 10000})
         );
     }
 
@@ -545,13 +626,13 @@ pub(crate) mod tests {
 
     #[test]
     fn success_is_done() {
-        assert_eq!(policy(3, 100, 1_000).classify("op", 3, 0, &HandlerResult::Succeeded), Verdict::Done);
+        assert_eq!(policy(3, 100, 1_000).classify("op", 3, None, 0, &HandlerResult::Succeeded), Verdict::Done);
     }
 
     #[test]
     fn an_unmarked_failure_is_retried_after_the_backoff() {
         let p = policy(3, 100, 1_000);
-        let verdict = p.classify("op", 1, 5_000, &failed(failure("socket hang up")));
+        let verdict = p.classify("op", 1, None, 5_000, &failed(failure("socket hang up")));
         let delay = p.backoff_delay_ms("op", 1);
         assert_eq!(
             verdict,
@@ -559,7 +640,8 @@ pub(crate) mod tests {
                 attempt: 1,
                 delay_ms: delay,
                 next_attempt_at: 5_000 + delay,
-                last_error: "Error: socket hang up".into()
+                last_error: "Error: socket hang up".into(),
+                attempt_counted: true,
             }
         );
     }
@@ -567,14 +649,14 @@ pub(crate) mod tests {
     #[test]
     fn a_retryable_failure_on_the_last_attempt_is_dead() {
         let p = policy(3, 100, 1_000);
-        let verdict = p.classify("op", 3, 0, &failed(failure("still down")));
+        let verdict = p.classify("op", 3, None, 0, &failed(failure("still down")));
         assert_eq!(verdict, Verdict::Dead { reason: DeadReason::MaxAttempts, last_error: "Error: still down".into() });
     }
 
     #[test]
     fn a_failure_marked_not_retryable_is_dead_at_once() {
         let f = Failure { retryable: Some(false), code: Some("REJECTED".into()), ..failure("amount below minimum") };
-        let verdict = policy(3, 100, 1_000).classify("op", 1, 0, &failed(f));
+        let verdict = policy(3, 100, 1_000).classify("op", 1, None, 0, &failed(f));
         assert_eq!(
             verdict,
             Verdict::Dead { reason: DeadReason::NonRetryable, last_error: "REJECTED: amount below minimum".into() }
@@ -591,13 +673,13 @@ pub(crate) mod tests {
     fn dispositions_classify_as_the_table_says() {
         let p = policy(3, 100, 1_000);
         let with = |d| failed(Failure { disposition: Some(d), ..failure("x") });
-        assert!(matches!(p.classify("op", 1, 0, &with(Disposition::Retry)), Verdict::Retry { .. }));
+        assert!(matches!(p.classify("op", 1, None, 0, &with(Disposition::Retry)), Verdict::Retry { .. }));
         assert!(matches!(
-            p.classify("op", 1, 0, &with(Disposition::Reject)),
+            p.classify("op", 1, None, 0, &with(Disposition::Reject)),
             Verdict::Dead { reason: DeadReason::NonRetryable, .. }
         ));
         assert!(matches!(
-            p.classify("op", 1, 0, &with(Disposition::Reconcile)),
+            p.classify("op", 1, None, 0, &with(Disposition::Reconcile)),
             Verdict::Dead { reason: DeadReason::NonRetryable, .. }
         ));
     }
@@ -605,7 +687,7 @@ pub(crate) mod tests {
     #[test]
     fn a_failure_while_stopping_is_released_even_on_the_last_attempt() {
         let f = Failure { stopping: true, retryable: Some(false), ..failure("aborted") };
-        assert_eq!(policy(3, 100, 1_000).classify("op", 3, 0, &failed(f)), Verdict::Release);
+        assert_eq!(policy(3, 100, 1_000).classify("op", 3, None, 0, &failed(f)), Verdict::Release);
     }
 
     #[test]
@@ -615,6 +697,7 @@ pub(crate) mod tests {
             Signal::FailedWhileStopping,
             Signal::MarkedRetryable(false),
             Signal::MarkedRetryable(true),
+            Signal::Unavailable,
             Signal::Disposition(Disposition::Retry),
             Signal::Disposition(Disposition::Reject),
             Signal::Disposition(Disposition::Reconcile),
@@ -635,5 +718,44 @@ pub(crate) mod tests {
         let text = long.last_error();
         assert_eq!(text.chars().count(), MAX_ERROR_CHARS);
         assert!(text.starts_with("TypeError: éé"));
+    }
+
+    fn unavailable(message: &str) -> HandlerResult {
+        failed(Failure { unavailable: true, ..failure(message) })
+    }
+
+    #[test]
+    fn an_outage_retry_gives_its_attempt_back_past_max_attempts_within_the_budget() {
+        let p = Policy { outage_budget_ms: 10_000, ..policy(3, 100, 1_000) };
+        match p.classify("op", 7, Some(0), 9_999, &unavailable("ECONNREFUSED")) {
+            Verdict::Retry { attempt_counted, delay_ms, .. } => {
+                assert!(!attempt_counted);
+                assert!(delay_ms <= 1_000);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_outage_past_the_budget_is_dead() {
+        let p = Policy { outage_budget_ms: 10_000, ..policy(3, 100, 1_000) };
+        assert_eq!(
+            p.classify("op", 1, Some(0), 10_000, &unavailable("down")),
+            Verdict::Dead { reason: DeadReason::OutageBudget, last_error: "Error: down".into() }
+        );
+    }
+
+    #[test]
+    fn outage_waits_grow_with_the_time_the_operation_has_existed_up_to_the_cap() {
+        let p = policy(3, 100, 1_000);
+        assert_eq!(p.outage_delay_ms("op", 0, 50), p.backoff_delay_ms("op", 1));
+        assert_eq!(p.outage_delay_ms("op", 0, 350), p.backoff_delay_ms("op", 3));
+        assert_eq!(p.outage_delay_ms("op", 0, 86_400_000), p.backoff_delay_ms("op", 5));
+    }
+
+    #[test]
+    fn retryable_false_wins_over_unavailable() {
+        let f = Failure { unavailable: true, retryable: Some(false), ..failure("gone") };
+        assert_eq!(signal_of(&failed(f)), Signal::MarkedRetryable(false));
     }
 }

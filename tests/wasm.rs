@@ -671,7 +671,7 @@ fn the_outbox_policy_handle_gives_the_pinned_answers() {
     let handle = policy_handle(&json!({})).map_err(|_| ()).unwrap();
     assert_eq!(
         parse(&handle.settings_json()),
-        json!({ "maxAttempts": 5, "baseDelayMs": 1000, "maxDelayMs": 300000, "leaseMs": 30000, "renewEveryMs": 10000 })
+        json!({ "maxAttempts": 5, "baseDelayMs": 1000, "maxDelayMs": 300000, "leaseMs": 30000, "outageBudgetMs": 172800000, "renewEveryMs": 10000 })
     );
     let backoff = handle.backoff(r#"{"operationId":"start-exchange:swap-42","attempt":1}"#).map_err(|_| ()).unwrap();
     assert_eq!(parse(&backoff), json!({ "attempt": 1, "ceilingMs": 1000, "delayMs": 479 }));

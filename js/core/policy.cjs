@@ -5,7 +5,7 @@
 
 const { bindings: wasm, call, decider } = require('./wasm.cjs');
 
-const POLICY_OPTIONS = Object.freeze(['maxAttempts', 'baseDelayMs', 'maxDelayMs', 'leaseMs']);
+const POLICY_OPTIONS = Object.freeze(['maxAttempts', 'baseDelayMs', 'maxDelayMs', 'leaseMs', 'outageBudgetMs']);
 
 /** The core's claim condition for one stored operation at `now`. */
 function isClaimable(operation, now) {

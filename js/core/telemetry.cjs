@@ -85,6 +85,10 @@ function createInstruments(meter) {
       unit: '{operation}',
       description: 'Outbox handler runs by operation type and what was recorded',
     }),
+    breakersOpen: meter.createUpDownCounter('idemflow.outbox.breakers.open', {
+      unit: '{breaker}',
+      description: 'Operation types whose circuit breaker is open or half-open (the consumer claims none of them but a probe)',
+    }),
     handlerDuration: meter.createHistogram('messaging.process.duration', {
       unit: 's',
       description: 'Time an outbox handler took',
@@ -367,6 +371,11 @@ function outboxRecorded(type, result, run = null) {
   if (run !== null) run.span.setAttribute('idemflow.outbox.result', result);
 }
 
+/** A type's circuit breaker opened (+1) or closed (-1). */
+function breakerChanged(type, delta) {
+  instruments()?.breakersOpen.add(delta, { 'idemflow.operation.type': type });
+}
+
 function handlerEnded(run) {
   if (run === null) return;
   run.span.end();
@@ -481,6 +490,7 @@ module.exports = {
   inHandlerSpan,
   handlerReturned,
   outboxRecorded,
+  breakerChanged,
   handlerEnded,
   purged,
   observeBacklog,

@@ -26,7 +26,27 @@ const CONSUMER_OPTIONS = [
   'autoRenew',
   'typeCheckPolls',
   'backlogIntervalMs',
+  'breakerThreshold',
+  'breakerProbeMs',
 ];
+
+// Error codes of Node's sockets and undici (fetch) that say the other side is not there now.
+const UNAVAILABLE_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'ETIMEDOUT',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EAI_AGAIN',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+  'UND_ERR_SOCKET',
+]);
+// HTTP statuses that say "not now": too many requests, service unavailable.
+const UNAVAILABLE_STATUSES = new Set([429, 503]);
 
 // The core keeps 1000 characters of an error; this only bounds what crosses into wasm.
 const MAX_MESSAGE_UNITS = 8000;
@@ -66,6 +86,31 @@ function describeFailure(thrown, stopping) {
   }
   const retryable = field('retryable');
   const disposition = field('disposition');
+  // fetch() throws TypeError('fetch failed') with the socket's error as its cause.
+  let cause = field('cause');
+  const causeCode = () => {
+    try {
+      return cause !== null && typeof cause === 'object' ? cause.code : undefined;
+    } catch {
+      cause = null;
+      return undefined;
+    }
+  };
+  const response = field('response');
+  let responseStatus;
+  try {
+    responseStatus = response !== null && typeof response === 'object' ? response.status : undefined;
+  } catch {
+    responseStatus = undefined;
+  }
+  const unavailable =
+    field('unavailable') === true ||
+    UNAVAILABLE_CODES.has(field('code')) ||
+    UNAVAILABLE_CODES.has(causeCode()) ||
+    field('name') === 'TimeoutError' ||
+    UNAVAILABLE_STATUSES.has(field('status')) ||
+    UNAVAILABLE_STATUSES.has(field('statusCode')) ||
+    UNAVAILABLE_STATUSES.has(responseStatus);
   return {
     ok: false,
     stopping,
@@ -73,6 +118,7 @@ function describeFailure(thrown, stopping) {
     code: label(field('code')),
     message: message ?? '',
     retryable: typeof retryable === 'boolean' ? retryable : undefined,
+    unavailable,
     disposition: typeof disposition === 'string' ? disposition : undefined,
   };
 }
@@ -176,6 +222,9 @@ function consumerSettings(store, handlers, options = {}) {
     autoRenew: opts.autoRenew ?? true,
     typeCheckPolls: wholeOption(opts.typeCheckPolls, 'typeCheckPolls', DEFAULT_TYPE_CHECK_POLLS, 0, 1_000_000),
     backlogIntervalMs: wholeOption(opts.backlogIntervalMs, 'backlogIntervalMs', 5000, 0, 3_600_000),
+    // Consecutive "unavailable" failures of one type that open its breaker (0: no breaker).
+    breakerThreshold: wholeOption(opts.breakerThreshold, 'breakerThreshold', 5, 0, 1_000_000),
+    breakerProbeMs: wholeOption(opts.breakerProbeMs, 'breakerProbeMs', 30_000, 1, 86_400_000),
   };
 }
 

@@ -33,6 +33,9 @@ const EVENTS = Object.freeze([
   'stopped',
   'quarantined',
   'unhandled-type',
+  'breaker-opened',
+  'breaker-half-open',
+  'breaker-closed',
 ]);
 // What the consumer recorded, as the idemflow.outbox.operations counter names it (the events' names).
 const RESULT_NAMES = { done: 'done', retry: 'retry-scheduled', dead: 'dead', release: 'released', stale: 'stale-completion' };
@@ -71,6 +74,10 @@ class OutboxConsumer extends EventEmitter {
   #unhandledTypes = new Set();
   #backlogIntervalMs;
   #backlog = null;
+  #breakerThreshold;
+  #breakerProbeMs;
+  // Per type: { state: 'closed' | 'open' | 'half-open', failures, openedAt, probeAt }.
+  #breakers = new Map();
 
   constructor(store, handlers, options = {}) {
     super();
@@ -86,6 +93,8 @@ class OutboxConsumer extends EventEmitter {
     this.#autoRenew = settings.autoRenew;
     this.#typeCheckPolls = settings.typeCheckPolls;
     this.#backlogIntervalMs = settings.backlogIntervalMs;
+    this.#breakerThreshold = settings.breakerThreshold;
+    this.#breakerProbeMs = settings.breakerProbeMs;
     this.policy = settings.policyView;
   }
 
@@ -102,6 +111,17 @@ class OutboxConsumer extends EventEmitter {
   /** True between start() and stop(). */
   get running() {
     return this.#loop !== null && !this.#stopping;
+  }
+
+  /**
+   * The circuit breakers that are not closed, by type: `{ state: 'open' |
+   * 'half-open', failures, openedAt, probeAt }`. An open type is not claimed
+   * until `probeAt`, when one of its operations is claimed as a probe.
+   */
+  breakers() {
+    const open = {};
+    for (const [type, breaker] of this.#breakers) if (breaker.state !== 'closed') open[type] = { ...breaker };
+    return open;
   }
 
   /** Counts since this consumer was created. */
@@ -256,19 +276,41 @@ class OutboxConsumer extends EventEmitter {
     const epoch = this.#epoch;
     const now = this.#clock();
     const leaseExpiresAt = this.#policy.leaseExpiresAt(now);
-    const claimed = await this.#store.claimOperations({
-      owner: this.#owner,
-      now,
-      leaseExpiresAt,
-      limit: free,
-      types: this.#types,
-      onQuarantine: (report) => this.#quarantined(report),
-    });
-    if (!Array.isArray(claimed)) {
-      throw new IdemflowError('INVALID_RECORD', 'claimOperations must resolve to an array of operations', {
-        details: { record: 'operation', field: '(claim)', reason: 'not an array' },
+    const claim = async (types, limit) => {
+      const operations = await this.#store.claimOperations({
+        owner: this.#owner,
+        now,
+        leaseExpiresAt,
+        limit,
+        types,
+        onQuarantine: (report) => this.#quarantined(report),
       });
+      if (!Array.isArray(operations)) {
+        throw new IdemflowError('INVALID_RECORD', 'claimOperations must resolve to an array of operations', {
+          details: { record: 'operation', field: '(claim)', reason: 'not an array' },
+        });
+      }
+      return operations;
+    };
+    // Types whose breaker is open are left alone (an outage costs them no attempts), but one
+    // operation of each whose probe is due is claimed on its own: half-open.
+    const closed = this.#types.filter((type) => (this.#breakers.get(type)?.state ?? 'closed') === 'closed');
+    const probing = this.#types.filter((type) => {
+      const breaker = this.#breakers.get(type);
+      return breaker?.state === 'open' && breaker.probeAt <= now;
+    });
+    const claimed = [];
+    for (const type of probing) {
+      if (claimed.length >= free) break;
+      const [probe] = await claim([type], 1);
+      if (probe === undefined) {
+        this.#breakers.get(type).probeAt = now + this.#breakerProbeMs;
+        continue;
+      }
+      this.#setBreaker(type, 'half-open', now);
+      claimed.push(probe);
     }
+    if (closed.length > 0 && claimed.length < free) claimed.push(...(await claim(closed, free - claimed.length)));
     // Answered after stop() was called: give the claims back rather than start work nobody waits for.
     if (this.#stopping || epoch !== this.#epoch) {
       for (const operation of claimed) this.#giveBack(operation);
@@ -293,6 +335,47 @@ class OutboxConsumer extends EventEmitter {
     this.#releasing.add(release);
   }
 
+  /** A type's breaker after a handler of the type ended: `unavailable` failures open it, anything else closes it. */
+  #breakerSaw(type, unavailable, now) {
+    if (this.#breakerThreshold === 0) return;
+    const breaker = this.#breakers.get(type) ?? { state: 'closed', failures: 0, openedAt: null, probeAt: null };
+    this.#breakers.set(type, breaker);
+    if (!unavailable) {
+      breaker.failures = 0;
+      if (breaker.state !== 'closed') this.#setBreaker(type, 'closed', now);
+      return;
+    }
+    breaker.failures += 1;
+    // A failed probe opens it again at once; a closed breaker opens at the threshold.
+    if (breaker.state === 'half-open' || (breaker.state === 'closed' && breaker.failures >= this.#breakerThreshold)) {
+      this.#setBreaker(type, 'open', now);
+    }
+  }
+
+  #setBreaker(type, state, now) {
+    const breaker = this.#breakers.get(type);
+    const was = breaker.state;
+    breaker.state = state;
+    if (state === 'open') {
+      breaker.openedAt = was === 'closed' ? now : breaker.openedAt;
+      breaker.probeAt = now + this.#breakerProbeMs;
+    }
+    if (state === 'closed') {
+      breaker.openedAt = null;
+      breaker.probeAt = null;
+    }
+    if (was === 'closed' && state !== 'closed') telemetry.breakerChanged(type, 1);
+    if (was !== 'closed' && state === 'closed') telemetry.breakerChanged(type, -1);
+    if (was !== state) {
+      this.#emit(`breaker-${state === 'half-open' ? 'half-open' : state === 'open' ? 'opened' : 'closed'}`, {
+        type,
+        failures: breaker.failures,
+        openedAt: breaker.openedAt,
+        probeAt: breaker.probeAt,
+      });
+    }
+  }
+
   #begin(operation) {
     const entry = {
       operation,
@@ -309,6 +392,7 @@ class OutboxConsumer extends EventEmitter {
       abandoned: false,
       finished: null,
       telemetry: null,
+      judged: false,
     };
     // This consumer's own earlier claim of the operation expired and it claimed it again.
     // An earlier entry already recording its result lost nothing: either its fenced write
@@ -323,6 +407,9 @@ class OutboxConsumer extends EventEmitter {
     this.#startRenewing();
     entry.finished = this.#execute(entry).finally(() => {
       this.#inFlight.delete(entry);
+      // A probe that ended without a verdict on the downstream (released, stale, a store error): probe again later.
+      if (this.#breakers.get(operation.type)?.state === 'half-open' && !entry.judged)
+        this.#setBreaker(operation.type, 'open', this.#clock());
       if (this.#inFlight.size === 0) this.#stopRenewing();
       this.#wakeUp();
     });
@@ -362,7 +449,10 @@ class OutboxConsumer extends EventEmitter {
       } else {
         const result = await this.#runHandler(entry, handler);
         now = this.#clock();
-        verdict = this.#policy.classify({ operationId: operation.id, attempt: operation.attempts, now, result });
+        const createdAt = Number.isSafeInteger(operation.createdAt) ? operation.createdAt : null;
+        verdict = this.#policy.classify({ operationId: operation.id, attempt: operation.attempts, createdAt, now, result });
+        entry.judged = !(result.ok === false && result.stopping);
+        if (entry.judged) this.#breakerSaw(operation.type, result.ok === false && result.unavailable, now);
       }
     } catch (error) {
       // The core refused the stored operation (say attempts is not a number): leave the claim to expire.
@@ -411,6 +501,7 @@ class OutboxConsumer extends EventEmitter {
             status: 'pending',
             nextAttemptAt: verdict.nextAttemptAt,
             lastError: verdict.lastError,
+            ...(verdict.attemptCounted === false ? { attemptCounted: false } : {}),
           });
           break;
         case 'dead':
@@ -442,6 +533,7 @@ class OutboxConsumer extends EventEmitter {
           ...base,
           delayMs: verdict.delayMs,
           nextAttemptAt: verdict.nextAttemptAt,
+          attemptCounted: verdict.attemptCounted,
           error: verdict.lastError,
         });
         return 'retry';

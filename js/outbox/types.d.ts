@@ -79,7 +79,12 @@ export interface RenewArgs extends FencedArgs {
 }
 
 export type FailArgs =
-  | (FencedArgs & { status: 'pending'; nextAttemptAt: number; lastError: string })
+  | (FencedArgs & {
+      status: 'pending';
+      nextAttemptAt: number;
+      lastError: string /** false: an outage retry, the claim's attempt given back. */;
+      attemptCounted?: boolean;
+    })
   | (FencedArgs & { status: 'dead'; lastError: string });
 
 /** Filters of listOperations (and requeueOperations): every one given must hold (AND). */
@@ -215,6 +220,12 @@ export interface OutboxPolicySettings {
   maxDelayMs?: number;
   /** How long a claim holds (default 30000, at most 24 h). */
   leaseMs?: number;
+  /**
+   * How long after its creation an operation whose handler says the
+   * downstream is unavailable is still retried, its attempt given back
+   * (default 172800000: two days; 0 to 30 days).
+   */
+  outageBudgetMs?: number;
 }
 
 export interface OutboxConsumerOptions extends OutboxPolicySettings {
@@ -236,6 +247,18 @@ export interface OutboxConsumerOptions extends OutboxPolicySettings {
   typeCheckPolls?: number;
   /** The backlog gauges read store.stats() at most this often, in ms (default 5000). */
   backlogIntervalMs?: number;
+  /** Consecutive "unavailable" failures of one type that open its circuit breaker (default 5; 0: no breaker). */
+  breakerThreshold?: number;
+  /** How long an open breaker waits before it claims one operation of its type as a probe (default 30000). */
+  breakerProbeMs?: number;
+}
+
+/** A circuit breaker that is not closed. */
+export interface OutboxBreaker {
+  state: 'open' | 'half-open';
+  failures: number;
+  openedAt: number | null;
+  probeAt: number | null;
 }
 
 /** The policy as the core normalised it. */
@@ -244,6 +267,7 @@ export interface OutboxPolicy {
   readonly baseDelayMs: number;
   readonly maxDelayMs: number;
   readonly leaseMs: number;
+  readonly outageBudgetMs: number;
   readonly renewEveryMs: number;
   /** The wait after failed attempt `attempt`: full jitter, fixed by (operationId, attempt). */
   backoffDelay(operationId: string, attempt: number): number;
@@ -256,12 +280,13 @@ export interface OperationEvent {
   fencingToken: number;
 }
 
-export type DeadReason = 'max-attempts' | 'non-retryable' | 'claims-expired';
+export type DeadReason = 'max-attempts' | 'non-retryable' | 'claims-expired' | 'outage-budget';
 
 export interface OutboxConsumerEvents {
   claimed: OperationEvent & { owner: string; leaseExpiresAt: number };
   done: OperationEvent;
-  'retry-scheduled': OperationEvent & { delayMs: number; nextAttemptAt: number; error: string };
+  /** attemptCounted false: an outage retry, its attempt given back. */
+  'retry-scheduled': OperationEvent & { delayMs: number; nextAttemptAt: number; attemptCounted: boolean; error: string };
   dead: OperationEvent & { reason: DeadReason; error: string };
   released: OperationEvent;
   'lease-lost': OperationEvent;
@@ -273,6 +298,16 @@ export interface OutboxConsumerEvents {
   quarantined: QuarantineReport;
   /** Operations of a type this consumer has no handler for are pending in the store (stats()); once per type. */
   'unhandled-type': { type: string; pending: number };
+  'breaker-opened': BreakerEvent;
+  'breaker-half-open': BreakerEvent;
+  'breaker-closed': BreakerEvent;
+}
+
+export interface BreakerEvent {
+  type: string;
+  failures: number;
+  openedAt: number | null;
+  probeAt: number | null;
 }
 
 export interface RoundCounts {
@@ -291,6 +326,8 @@ export interface OutboxConsumer {
   readonly inFlight: number;
   readonly running: boolean;
   stats(): RoundCounts & { leaseLost: number; quarantined: number };
+  /** The breakers that are not closed, by operation type. */
+  breakers(): Record<string, OutboxBreaker>;
   start(): this;
   /** Resolves within timeoutMs + abortGraceMs: the operations left claimed, and whether a claim was still unanswered (its operations are released when it answers). */
   stop(options?: { timeoutMs?: number; abortGraceMs?: number }): Promise<{ abandoned: string[]; claimPending: boolean }>;

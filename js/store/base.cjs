@@ -86,7 +86,13 @@ function fencedChange(args, method, changes, giveBackAttempt = false) {
   return guardedChange(id, 'claimed', fencingToken, { ...changes(args), updatedAt: now }, giveBackAttempt);
 }
 
-function failure({ status, nextAttemptAt, lastError }) {
+function failure({ status, nextAttemptAt, lastError, attemptCounted }) {
+  if (attemptCounted !== undefined && (typeof attemptCounted !== 'boolean' || (attemptCounted === false && status !== 'pending'))) {
+    throw invalidArgument('attemptCounted must be a boolean, and false only on a retry', {
+      field: 'attemptCounted',
+      reason: 'not allowed',
+    });
+  }
   if (status !== 'pending' && status !== 'dead') {
     throw invalidArgument("failOperation status must be 'pending' (retry) or 'dead'", { field: 'status', reason: 'unknown status' });
   }
@@ -100,7 +106,8 @@ const FENCED = {
   renewLease: (args) =>
     fencedChange(args, 'renewLease', ({ leaseExpiresAt }) => ({ leaseExpiresAt: instant(leaseExpiresAt, 'leaseExpiresAt') })),
   completeOperation: (args) => fencedChange(args, 'completeOperation', () => ({ status: 'done', ...LEASE_CLEARED })),
-  failOperation: (args) => fencedChange(args, 'failOperation', failure),
+  // An outage retry (attemptCounted: false) gives the claim's attempt back: maxAttempts does not count it.
+  failOperation: (args) => fencedChange(args, 'failOperation', failure, args?.attemptCounted === false),
   releaseOperation: (args) =>
     fencedChange(args, 'releaseOperation', ({ now }) => ({ status: 'pending', nextAttemptAt: now, ...LEASE_CLEARED }), true),
 };

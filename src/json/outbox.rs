@@ -98,20 +98,25 @@ pub fn admit(policy: &Policy, attempts: f64) -> Result<String> {
     to_text(&policy.admit(attempts)?)
 }
 
-/// `{"operationId", "attempt", "now", "result": {"ok": true} | {"ok": false,
-/// "name"?, "code"?, "message"?, "retryable"?, "disposition"?, "stopping"?}}`
+/// `{"operationId", "attempt", "createdAt"?, "now", "result": {"ok": true} | {"ok": false,
+/// "name"?, "code"?, "message"?, "retryable"?, "unavailable"?, "disposition"?, "stopping"?}}`
 /// in; the [`Verdict`] out. A `disposition` that is not one of idemflow's
 /// is ignored (another library's errors may carry the word).
 pub fn classify(policy: &Policy, request: &str) -> Result<String> {
-    let mut request = Request::parse(request, "classify request", &["operationId", "attempt", "now", "result"])?;
+    let mut request =
+        Request::parse(request, "classify request", &["operationId", "attempt", "createdAt", "now", "result"])?;
     let operation_id = request.text("operationId")?;
+    let created_value = match request.map.get("createdAt") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(request.number("createdAt")?),
+    };
     let attempt_value = request.number("attempt")?;
     let now_value = request.number("now")?;
     let r = match request.map.remove("result") {
         Some(Value::Object(map)) => Request::of(
             map,
             "classify request result",
-            &["ok", "name", "code", "message", "retryable", "disposition", "stopping"],
+            &["ok", "name", "code", "message", "retryable", "unavailable", "disposition", "stopping"],
         )?,
         other => {
             if let Some(value) = other {
@@ -138,11 +143,13 @@ pub fn classify(policy: &Policy, request: &str) -> Result<String> {
                 Some(Value::Bool(b)) => *b,
                 Some(_) => return Err(r.wrong("stopping", "true or false")),
             },
+            unavailable: r.optional_bool("unavailable")?.unwrap_or(false),
         })
     };
     let attempt = attempt_number(attempt_value)?;
     let now = time_ms(now_value, "now")?;
-    to_text(&policy.classify(&operation_id, attempt, now, &result))
+    let created_at = created_value.map(|t| time_ms(t, "createdAt")).transpose()?;
+    to_text(&policy.classify(&operation_id, attempt, created_at, now, &result))
 }
 
 /// The claim condition for one stored operation.
@@ -172,13 +179,13 @@ mod tests {
     #[test]
     fn settings_json_writes_every_setting_and_the_renewal_period() {
         let p = Policy::from_source(&settings(
-            json!({"maxAttempts": 3, "baseDelayMs": 50, "maxDelayMs": 400, "leaseMs": 900}),
+            json!({"maxAttempts": 3, "baseDelayMs": 50, "maxDelayMs": 400, "leaseMs": 900, "outageBudgetMs": 5000}),
         ))
         .unwrap();
         let written: Value = serde_json::from_str(&settings_json(&p)).unwrap();
         assert_eq!(
             written,
-            json!({"maxAttempts": 3, "baseDelayMs": 50, "maxDelayMs": 400, "leaseMs": 900, "renewEveryMs": 300})
+            json!({"maxAttempts": 3, "baseDelayMs": 50, "maxDelayMs": 400, "leaseMs": 900, "outageBudgetMs": 5000, "renewEveryMs": 300})
         );
         assert_eq!(Policy::from_source(written.as_object().unwrap()).unwrap(), p);
     }

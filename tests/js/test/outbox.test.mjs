@@ -296,6 +296,7 @@ for (const backend of backends) {
           fencingToken: attempt,
           delayMs: delay,
           nextAttemptAt: c.t + delay,
+          attemptCounted: true,
           error: 'Error: provider unavailable',
         });
         c.t = operation.nextAttemptAt - 1;
