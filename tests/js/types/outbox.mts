@@ -24,9 +24,14 @@ consumer.on('retry-scheduled', ({ operationId, nextAttemptAt, error }) => {
   void [nextAttemptAt as number, operationId + error];
 });
 consumer.on('dead', ({ reason }) => {
-  const r: 'max-attempts' | 'non-retryable' | 'claims-expired' = reason;
+  const r: 'max-attempts' | 'non-retryable' | 'claims-expired' | 'outage-budget' = reason;
   void r;
 });
+consumer.on('breaker-opened', ({ type, probeAt }) => {
+  void [type.length, probeAt];
+});
+const open: Record<string, { state: 'open' | 'half-open' }> = consumer.breakers();
+void open;
 async function admin(): Promise<void> {
   const dead: StoredOperation[] = await store.listOperations({ status: 'dead' });
   for (const op of dead) await store.requeue(op.id);
