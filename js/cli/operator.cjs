@@ -10,7 +10,15 @@ const { UsageError, flags, duration, count, age } = require('./args.cjs');
 const { openStoreUrl, parseTables } = require('./store-url.cjs');
 
 const STORE_FLAGS = { store: 'value', tables: 'value' };
-const FILTER_FLAGS = { status: 'value', type: 'value', workflow: 'value', owner: 'value', 'older-than': 'value', error: 'value' };
+const FILTER_FLAGS = {
+  status: 'value',
+  type: 'value',
+  workflow: 'value',
+  owner: 'value',
+  'older-than': 'value',
+  'newer-than': 'value',
+  error: 'value',
+};
 const CHANGE_FLAGS = { yes: 'flag', 'dry-run': 'flag' };
 const PURGE_STATUSES = ['done', 'dead'];
 const DEFAULT_BATCH_SIZE = 1000;
@@ -19,8 +27,9 @@ const USAGE = `  idemflow outbox stats [--json]
       operations counted by status and by type, and how long the oldest due
       one has waited
   idemflow outbox list [--status S] [--type T] [--workflow ID] [--owner W]
-                       [--older-than 30d] [--error TEXT] [--limit N] [--after ID] [--json]
-      operations matching every filter given, by id (--after: the next page)
+                       [--older-than 30d] [--newer-than 2h] [--error TEXT] [--limit N] [--after ID] [--json]
+      operations matching every filter given, by id (--after: the next page);
+      --older-than/--newer-than: created before/since that long ago
   idemflow outbox show <id>
       one operation, every field
   idemflow outbox requeue <id>... | --status dead [filters] [--limit N]  (--yes | --dry-run)
@@ -38,7 +47,7 @@ const USAGE = `  idemflow outbox stats [--json]
     driver (better-sqlite3, pg, mysql2, mongodb) from this project, and
     --tables workflows,inbox,outbox (or JSON) as in the stores' options`;
 
-/** The listOperations filter of the filter flags, `now` fixing --older-than. */
+/** The listOperations filter of the filter flags, `now` fixing --older-than and --newer-than. */
 function filterOf(options, now) {
   const filter = {};
   if (options.status !== undefined) filter.status = options.status;
@@ -46,6 +55,7 @@ function filterOf(options, now) {
   if (options.workflow !== undefined) filter.workflowId = options.workflow;
   if (options.owner !== undefined) filter.owner = options.owner;
   if (options['older-than'] !== undefined) filter.olderThan = now - duration(options['older-than'], '--older-than');
+  if (options['newer-than'] !== undefined) filter.newerThan = now - duration(options['newer-than'], '--newer-than');
   if (options.error !== undefined) filter.errorContains = options.error;
   return filter;
 }

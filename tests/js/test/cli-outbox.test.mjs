@@ -173,6 +173,8 @@ for (const backend of BACKENDS) {
       assert.deepEqual(ids(['--status', 'dead', '--type', 'SEND_PAYOUT']), []);
       assert.deepEqual(ids(['--older-than', '30d']), [1, 2, 3, 4].map(opId));
       assert.deepEqual(ids(['--older-than', '30d', '--status', 'pending']), [opId(3), opId(4)]);
+      assert.deepEqual(ids(['--newer-than', '30d']), ['send-payout:swap-9']);
+      assert.deepEqual(ids(['--newer-than', '50d', '--status', 'dead', '--type', 'START_EXCHANGE']), [opId(2)]);
       assert.deepEqual(ids(['--workflow', 'swap-9']), ['send-payout:swap-9']);
       assert.deepEqual(ids(['--error', 'provider_500']), [opId(2)]);
       const operations = ndjson(cli(['outbox', 'list', '--json', '--status', 'dead']).stdout);
