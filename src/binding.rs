@@ -92,6 +92,12 @@ impl CompiledRuleSet {
         packed::layout_json(self.rules())
     }
 
+    /// The operation types its rules can emit, sorted, as a JSON array.
+    #[wasm_bindgen(js_name = emittedTypesJson)]
+    pub fn emitted_types_json(&self) -> String {
+        serde_json::Value::from(writes::emitted_types(self.rules())).to_string()
+    }
+
     /// The write a rule makes for an event type, as a template (see
     /// `writes::Write::to_json`); `undefined` for a rule that applies no transition.
     #[wasm_bindgen(js_name = writeTemplateJson)]

@@ -12,6 +12,23 @@ use crate::json::text::Writer;
 
 use crate::ruleset::{Answer, IdPart, RuleSet};
 
+/// Every operation type a rule of `rule_set` can schedule, sorted, without
+/// duplicates: what an outbox consumer serving the rule set must handle.
+pub fn emitted_types(rule_set: &RuleSet) -> Vec<String> {
+    let mut types: Vec<String> = rule_set
+        .rules
+        .iter()
+        .filter_map(|rule| match &rule.answer {
+            Answer::Applied(transition) => Some(transition),
+            _ => None,
+        })
+        .flat_map(|transition| transition.emit.iter().map(|emit| emit.operation_type.clone()))
+        .collect();
+    types.sort();
+    types.dedup();
+    types
+}
+
 /// Where a value of a write comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum From {
@@ -247,5 +264,17 @@ impl<'a, F: Fn(usize) -> FieldValue<'a>> Filling<'a, F> {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod emitted_tests {
+    use super::emitted_types;
+    use crate::ruleset::RuleSet;
+
+    #[test]
+    fn the_default_rule_set_emits_four_operation_types() {
+        let rules = RuleSet::builtin("deposit-swap").unwrap();
+        assert_eq!(emitted_types(rules), ["OPEN_REVIEW", "REVIEW_DEPOSIT", "SEND_PAYOUT", "START_EXCHANGE"]);
     }
 }

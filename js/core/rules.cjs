@@ -119,6 +119,11 @@ class RuleSet {
     return structuredClone(this.#table);
   }
 
+  /** The operation types this rule set's rules can emit, sorted (the core's answer). */
+  operationTypes() {
+    return JSON.parse(this.#compiled.emittedTypesJson());
+  }
+
   /** The decision table as Markdown, as the README and the CLI show it. */
   tableMarkdown() {
     return this.#compiled.tableMarkdown();

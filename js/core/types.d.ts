@@ -417,6 +417,8 @@ export class RuleSet {
   readonly hash: string;
   table(): TableRow[];
   tableMarkdown(): string;
+  /** The operation types its rules can emit, sorted. */
+  operationTypes(): string[];
   /**
    * The state diagram, drawn from table(): Mermaid (default) or Graphviz DOT;
    * `all` adds the answers that change nothing as self-loops, `conditions` names

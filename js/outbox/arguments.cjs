@@ -28,6 +28,8 @@ const CONSUMER_OPTIONS = [
   'backlogIntervalMs',
   'breakerThreshold',
   'breakerProbeMs',
+  'ruleSets',
+  'ignoreTypes',
 ];
 
 // Error codes of Node's sockets and undici (fetch) that say the other side is not there now.
@@ -181,6 +183,64 @@ function wholeOption(value, field, fallback, min, max) {
   return value;
 }
 
+/**
+ * The start-up check: every operation type the rule sets in `ruleSets` can
+ * emit (the core's answer) has a handler, or is named in `ignoreTypes`
+ * (operations another consumer runs). A type left out would wait pending in
+ * silence: INVALID_ARGUMENT, disposition fatal, naming the types.
+ */
+function checkServedTypes(opts, handlers) {
+  if (opts.ruleSets === undefined) {
+    if (opts.ignoreTypes !== undefined) {
+      throw invalidArgument('options.ignoreTypes needs options.ruleSets: the rule sets whose emitted types are checked', {
+        field: 'ignoreTypes',
+        reason: 'without ruleSets',
+      });
+    }
+    return;
+  }
+  const { resolveRuleSet } = require('../core/rules.cjs');
+  if (!Array.isArray(opts.ruleSets) || opts.ruleSets.length === 0) {
+    throw invalidArgument('options.ruleSets must be a non-empty array of RuleSets or built-in names', {
+      field: 'ruleSets',
+      reason: 'not a non-empty array',
+    });
+  }
+  const ignore = opts.ignoreTypes ?? [];
+  if (!Array.isArray(ignore) || ignore.some((type) => typeof type !== 'string' || type.length === 0)) {
+    throw invalidArgument('options.ignoreTypes must be an array of operation type names', { field: 'ignoreTypes', reason: 'not names' });
+  }
+  const emitted = new Map();
+  for (const given of opts.ruleSets) {
+    const ruleSet = resolveRuleSet(given);
+    for (const type of ruleSet.operationTypes()) if (!emitted.has(type)) emitted.set(type, `${ruleSet.id}@${ruleSet.version}`);
+  }
+  const unknownIgnored = ignore.filter((type) => !emitted.has(type));
+  if (unknownIgnored.length > 0) {
+    throw invalidArgument(`options.ignoreTypes names types no rule set given emits: ${unknownIgnored.join(', ')}`, {
+      field: 'ignoreTypes',
+      reason: 'not emitted',
+      types: unknownIgnored,
+    });
+  }
+  const unhandled = [...emitted.keys()].filter((type) => !handlers.has(type) && !ignore.includes(type));
+  if (unhandled.length > 0) {
+    throw new IdemflowError(
+      'INVALID_ARGUMENT',
+      `the rule sets served emit operation types with no handler: ${unhandled.join(', ')} (add handlers, or name them in options.ignoreTypes if another consumer runs them)`,
+      {
+        disposition: 'fatal',
+        details: {
+          field: 'handlers',
+          reason: 'unhandled operation types',
+          types: unhandled,
+          ruleSets: unhandled.map((type) => emitted.get(type)),
+        },
+      },
+    );
+  }
+}
+
 /** A consumer's settings from createOutboxConsumer's arguments, each checked (INVALID_ARGUMENT naming the option). */
 function consumerSettings(store, handlers, options = {}) {
   if (store === null || typeof store !== 'object') {
@@ -210,8 +270,10 @@ function consumerSettings(store, handlers, options = {}) {
     throw invalidArgument('options.autoRenew must be a boolean', { field: 'autoRenew', reason: 'not a boolean' });
   }
   const policy = createPolicy(opts);
+  const handlerMap = readHandlers(handlers);
+  checkServedTypes(opts, handlerMap);
   return {
-    handlers: readHandlers(handlers),
+    handlers: handlerMap,
     policy,
     /** consumer.policy: the settings, and the wait after failed attempt `attempt` of `operationId`, as the core computes it. */
     policyView: Object.freeze({ ...policy.settings, backoffDelay: (operationId, attempt) => policy.backoff(operationId, attempt).delayMs }),

@@ -1,6 +1,6 @@
 // Types of the outbox: stored operations, the consumer and its policy, the admin calls, retention.
 
-import type { IdemflowError, OperationMetadata } from '../core/types.js';
+import type { BuiltinRuleSetName, IdemflowError, OperationMetadata, RuleSet } from '../core/types.js';
 import type { ExclusiveLocks } from '../host/types.js';
 
 export type OperationStatus = 'pending' | 'claimed' | 'done' | 'dead';
@@ -251,6 +251,14 @@ export interface OutboxConsumerOptions extends OutboxPolicySettings {
   breakerThreshold?: number;
   /** How long an open breaker waits before it claims one operation of its type as a probe (default 30000). */
   breakerProbeMs?: number;
+  /**
+   * The rule sets whose operations this consumer runs: it refuses to start
+   * (INVALID_ARGUMENT, disposition fatal, details.types) when they emit a type
+   * with no handler that ignoreTypes does not name.
+   */
+  ruleSets?: ReadonlyArray<RuleSet | BuiltinRuleSetName>;
+  /** Emitted types another consumer runs (each must be emitted by one of ruleSets). */
+  ignoreTypes?: readonly string[];
 }
 
 /** A circuit breaker that is not closed. */

@@ -6,7 +6,7 @@
 
 import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, test } from 'node:test';
-import { createOutboxConsumer, processEvent } from 'idemflow';
+import { createOutboxConsumer, IdemflowError, InMemoryStore, processEvent, RuleSet } from 'idemflow';
 import { detectedSwap } from '../workers/fixtures.mjs';
 import { backends } from '../workers/outbox-backends.mjs';
 
@@ -172,4 +172,53 @@ test('what says the downstream is unavailable: socket codes, a fetch cause, 429/
   assert.equal(says(Object.assign(new Error('x'), { unavailable: true })), true);
   assert.equal(says(Object.assign(new Error('x'), { status: 500 })), false);
   assert.equal(says(new Error('x')), false);
+});
+
+describe('the consumer refuses to start when the rule sets it serves emit types it has no handler for', () => {
+  const store = new InMemoryStore();
+  const noop = async () => {};
+
+  test('the core names what deposit-swap emits', () => {
+    assert.deepEqual(RuleSet.builtin('deposit-swap').operationTypes(), ['OPEN_REVIEW', 'REVIEW_DEPOSIT', 'SEND_PAYOUT', 'START_EXCHANGE']);
+  });
+
+  test('missing handlers: INVALID_ARGUMENT, fatal, naming the types', () => {
+    assert.throws(
+      () => createOutboxConsumer(store, { START_EXCHANGE: noop, SEND_PAYOUT: noop }, { ruleSets: ['deposit-swap'] }),
+      (error) => {
+        assert.ok(error instanceof IdemflowError);
+        assert.equal(error.code, 'INVALID_ARGUMENT');
+        assert.equal(error.disposition, 'fatal');
+        assert.deepEqual(error.details.types, ['OPEN_REVIEW', 'REVIEW_DEPOSIT']);
+        assert.match(error.message, /OPEN_REVIEW, REVIEW_DEPOSIT/);
+        return true;
+      },
+    );
+  });
+
+  test('types named in ignoreTypes are let through; a name no rule set emits is refused', () => {
+    const handlers = { START_EXCHANGE: noop, SEND_PAYOUT: noop };
+    const consumer = createOutboxConsumer(store, handlers, {
+      ruleSets: [RuleSet.builtin('deposit-swap')],
+      ignoreTypes: ['OPEN_REVIEW', 'REVIEW_DEPOSIT'],
+    });
+    assert.equal(consumer.running, false);
+    assert.throws(
+      () =>
+        createOutboxConsumer(store, handlers, {
+          ruleSets: ['deposit-swap'],
+          ignoreTypes: ['OPEN_REVIEW', 'REVIEW_DEPOSIT', 'START_EXCHANG'],
+        }),
+      (error) => error.code === 'INVALID_ARGUMENT' && error.details.field === 'ignoreTypes' && error.details.types[0] === 'START_EXCHANG',
+    );
+  });
+
+  test('every emitted type handled: it starts', () => {
+    const all = Object.fromEntries(
+      RuleSet.builtin('deposit-swap')
+        .operationTypes()
+        .map((type) => [type, noop]),
+    );
+    assert.doesNotThrow(() => createOutboxConsumer(store, all, { ruleSets: ['deposit-swap'] }));
+  });
 });
