@@ -222,3 +222,48 @@ describe('the consumer refuses to start when the rule sets it serves emit types 
     assert.doesNotThrow(() => createOutboxConsumer(store, all, { ruleSets: ['deposit-swap'] }));
   });
 });
+
+test("docs/kafka.md's relay block runs as written: every type the rule set emits is relayed", async () => {
+  const { readFileSync } = await import('node:fs');
+  const { createKafkaRelay } = await import('idemflow/kafka');
+  const text = readFileSync(new URL('../../../docs/kafka.md', import.meta.url), 'utf8');
+  const block = [...text.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((code) => code.includes('createKafkaRelay(producer'));
+  assert.ok(block, 'the relay block is in docs/kafka.md');
+  const body = block.replace(/^import .*$/gm, '');
+  const sent = [];
+  const kafka = { producer: () => ({ connect: async () => {}, send: async (record) => sent.push(record) }) };
+  const store = new InMemoryStore([swap(1)]);
+  const run = new Function(
+    'kafka',
+    'store',
+    'createOutboxConsumer',
+    'createKafkaRelay',
+    'RuleSet',
+    `return (async () => {\n${body}\nreturn consumer;\n})();`,
+  );
+  // The block's start-up check is live: with a handler left out, it refuses to start.
+  const fewer = new Function(
+    'kafka',
+    'store',
+    'createOutboxConsumer',
+    'createKafkaRelay',
+    'RuleSet',
+    `return (async () => {\n${body.replace('ruleSet.operationTypes()', "['START_EXCHANGE']")}\nreturn consumer;\n})();`,
+  );
+  await assert.rejects(fewer(kafka, store, createOutboxConsumer, createKafkaRelay, RuleSet), (error) => {
+    assert.deepEqual(error.details.types, ['OPEN_REVIEW', 'REVIEW_DEPOSIT', 'SEND_PAYOUT']);
+    return true;
+  });
+  const consumer = await run(kafka, store, createOutboxConsumer, createKafkaRelay, RuleSet);
+  try {
+    await processEvent(store, confirmation(1));
+    const deadline = Date.now() + 10_000;
+    while (sent.length === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.deepEqual(
+      sent.map((record) => record.messages[0].headers['idemflow-operation-type']),
+      ['START_EXCHANGE'],
+    );
+  } finally {
+    await consumer.stop({ timeoutMs: 5_000 });
+  }
+});
