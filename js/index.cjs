@@ -27,12 +27,20 @@ function createWebhookReceiver(...args) {
   return require('./http/webhook.cjs').createWebhookReceiver(...args);
 }
 
-function hmacSignature(...args) {
-  return require('./http/signature.cjs').hmacSignature(...args);
+function stripeSignature(...args) {
+  return require('./http/signature.cjs').stripeSignature(...args);
 }
 
-function signPayload(...args) {
-  return require('./http/signature.cjs').signPayload(...args);
+function signStripe(...args) {
+  return require('./http/signature.cjs').signStripe(...args);
+}
+
+function standardWebhooksSignature(...args) {
+  return require('./http/signature.cjs').standardWebhooksSignature(...args);
+}
+
+function signStandardWebhook(...args) {
+  return require('./http/signature.cjs').signStandardWebhook(...args);
 }
 
 // Names and identifiers only: Node reads this object's names for `import` (index.mjs).
@@ -60,8 +68,10 @@ module.exports = {
   createBatcher,
   createRetention,
   createWebhookReceiver,
-  hmacSignature,
-  signPayload,
+  stripeSignature,
+  signStripe,
+  standardWebhooksSignature,
+  signStandardWebhook,
   observeOutboxBacklog: observeBacklog,
 };
 

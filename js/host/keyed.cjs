@@ -102,9 +102,10 @@ async function waitAtMost(promise, ms) {
 /**
  * Runs `fn(holder)` holding `key` in this process. A holder only reading the
  * key's record (a replay, or a call not yet past its decision) is waited for
- * whatever the bound: that is one short transaction. A holder running work
- * (`holder.running`) is waited for until `deadline`, then the call is in
- * progress.
+ * until it is done or starts work, whatever the bound: that is one short
+ * transaction. A holder running work (`holder.running`, set through
+ * `holder.run()`) is waited for until `deadline`, then the call is in
+ * progress: with `waitMs: 0`, at once.
  */
 async function holdInProcess(store, key, deadline, retryAfterMs, fn) {
   const scope = store._lockScope();
@@ -113,7 +114,7 @@ async function holdInProcess(store, key, deadline, retryAfterMs, fn) {
   while (held.has(key)) {
     const holder = held.get(key);
     if (!holder.running) {
-      await holder.done;
+      await Promise.race([holder.done, holder.started]);
       continue;
     }
     const left = deadline - Date.now();
@@ -121,17 +122,32 @@ async function holdInProcess(store, key, deadline, retryAfterMs, fn) {
     await waitAtMost(holder.done, left);
   }
   let release;
+  let start;
   const holder = {
     running: false,
     done: new Promise((resolve) => {
       release = resolve;
     }),
+    started: new Promise((resolve) => {
+      start = resolve;
+    }),
+    run() {
+      holder.running = true;
+      start();
+    },
+    stop() {
+      holder.running = false;
+      holder.started = new Promise((resolve) => {
+        start = resolve;
+      });
+    },
   };
   held.set(key, holder);
   try {
     return await fn(holder);
   } finally {
     held.delete(key);
+    start();
     release();
   }
 }
@@ -178,7 +194,7 @@ async function idempotent(store, request, work, options) {
           const stored = await tx.getReceipt(key);
           const decision = decide(stored);
           if (decision.outcome === 'replay') return replay(stored);
-          holder.running = true;
+          holder.run();
           // The core's receipt, committed as a decision's is: work runs where onApplied would,
           // and what it returns (checked as onApplied's output, within this call's bound) is kept.
           const recordedAt = store.now();
@@ -192,7 +208,7 @@ async function idempotent(store, request, work, options) {
         // without a hold across processes), or the database aborted a lost race: the next cycle
         // replays the key or runs again.
         if (!(error instanceof IdemflowError) || error.code !== 'CONCURRENT_UPDATE' || cycle >= cycles) throw error;
-        holder.running = false;
+        holder.stop();
         cycle += 1;
         continue;
       }

@@ -6,9 +6,10 @@
 
 const { createIdempotency, isJson } = require('./idempotency.cjs');
 const { HttpRefusal, readRawBody } = require('./raw-body.cjs');
-const { sendNode } = require('./response.cjs');
+const { IdemflowError } = require('../core/errors.cjs');
+const { problem, sendNode } = require('./response.cjs');
 const { createWebhookReceiver } = require('./webhook.cjs');
-const { hmacSignature, signPayload } = require('./signature.cjs');
+const { stripeSignature, signStripe, standardWebhooksSignature, signStandardWebhook } = require('./signature.cjs');
 
 /**
  * A body parser's `verify` option that keeps the bytes the client sent:
@@ -57,6 +58,28 @@ function toBuffer(chunk, encoding) {
 function holdResponse(res, finish) {
   const original = { write: res.write, end: res.end, writeHead: res.writeHead, flushHeaders: res.flushHeaders };
   const chunks = [];
+  // Bytes written to the socket itself would reach the client before the commit: refused while held.
+  const { socket } = res;
+  const socketOriginal = socket ? { write: socket.write, end: socket.end } : null;
+  if (socket) {
+    const refuse = () => {
+      throw new IdemflowError(
+        'INVALID_ARGUMENT',
+        'under Idempotency-Key the answer goes through res (res.end, res.json): writing to res.socket would reach the client before its writes commit',
+        { disposition: 'fatal', details: { field: 'res.socket', reason: 'response-bypassed' } },
+      );
+    };
+    socket.write = refuse;
+    // Node ends the socket itself when the client goes away: an end without bytes is no answer.
+    socket.end = function end(data, ...rest) {
+      if (data !== undefined && data !== null && typeof data !== 'function' && data.length > 0) refuse();
+      return socketOriginal.end.call(socket, data, ...rest);
+    };
+  }
+  const restore = () => {
+    Object.assign(res, original);
+    if (socket) Object.assign(socket, socketOriginal);
+  };
   res.writeHead = function writeHead(status, reason, headers) {
     const fields = typeof reason === 'string' ? headers : reason;
     res.statusCode = status;
@@ -78,7 +101,7 @@ function holdResponse(res, finish) {
   res.end = function end(chunk, encoding, callback) {
     const done = [chunk, encoding, callback].find((arg) => typeof arg === 'function');
     if (typeof chunk !== 'function') chunks.push(toBuffer(chunk, typeof encoding === 'function' ? undefined : encoding));
-    Object.assign(res, original);
+    restore();
     const response = { status: res.statusCode, headers: res.getHeaders(), body: Buffer.concat(chunks) };
     finish(response).then(
       (answer) => {
@@ -96,6 +119,11 @@ function holdResponse(res, finish) {
     );
     return res;
   };
+}
+
+/** A refusal of the layer as a Node answer: problem details. */
+function refusalOf(error) {
+  return problem(error.status, error.reason, error.message, { headers: error.headers });
 }
 
 /**
@@ -117,16 +145,13 @@ function idempotency(options) {
     let step;
     try {
       const body = await bodyOf(req, maxBodyBytes);
-      step = await middleware.begin({ method: req.method, url: req.originalUrl ?? req.url, headers: req.headers, body });
+      step = await middleware.begin({ method: req.method, url: req.originalUrl ?? req.url, headers: req.headers, body, native: req });
     } catch (error) {
       if (error instanceof HttpRefusal) {
-        sendNode(res, {
-          status: error.status,
-          headers: { 'content-type': 'application/json; charset=utf-8', ...error.headers },
-          body: JSON.stringify({ error: { reason: error.reason, message: error.message } }),
-        });
+        sendNode(res, refusalOf(error));
         return;
       }
+      // The app's own bug (a scope that answered no caller) or the store's: the app's error handler answers 500 and logs it.
       next(error);
       return;
     }
@@ -142,4 +167,12 @@ function idempotency(options) {
   };
 }
 
-module.exports = { idempotency, rawBody, createWebhookReceiver, hmacSignature, signPayload };
+module.exports = {
+  idempotency,
+  rawBody,
+  createWebhookReceiver,
+  stripeSignature,
+  signStripe,
+  standardWebhooksSignature,
+  signStandardWebhook,
+};

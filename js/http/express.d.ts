@@ -2,8 +2,15 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyContext, IdempotencyOptions } from '../index.js';
 
-export type { HmacSignatureOptions, IdempotencyContext, IdempotencyOptions, WebhookReceiver, WebhookReceiverOptions } from '../index.js';
-export { createWebhookReceiver, hmacSignature, signPayload } from '../index.js';
+export type {
+  IdempotencyContext,
+  IdempotencyOptions,
+  StandardWebhooksSignatureOptions,
+  StripeSignatureOptions,
+  WebhookReceiver,
+  WebhookReceiverOptions,
+} from '../index.js';
+export { createWebhookReceiver, signStandardWebhook, signStripe, standardWebhooksSignature, stripeSignature } from '../index.js';
 
 /** A request the middleware has seen: the client's bytes, and the keyed context when it runs the handler. */
 export interface IdempotentRequest extends IncomingMessage {
@@ -27,7 +34,7 @@ declare global {
 export type IdempotencyMiddleware = (req: IncomingMessage, res: ServerResponse, next: (error?: unknown) => void) => Promise<void>;
 
 /** The middleware: `app.post('/orders', idempotency({ store, required: true }), handler)`. */
-export function idempotency(options: IdempotencyOptions): IdempotencyMiddleware;
+export function idempotency(options: IdempotencyOptions<IdempotentRequest & Express.Request>): IdempotencyMiddleware;
 
 /** A body parser's `verify` that keeps the client's bytes: `express.json({ verify: rawBody })`. */
 export function rawBody(req: IncomingMessage, res: ServerResponse, buffer: Buffer): void;

@@ -7,13 +7,16 @@
 // sent; the reply is held in onSend until the keyed transaction commits.
 
 const { Transform } = require('node:stream');
+const { IdemflowError } = require('../core/errors.cjs');
 const { createIdempotency } = require('./idempotency.cjs');
+const { problem } = require('./response.cjs');
 const { createWebhookReceiver } = require('./webhook.cjs');
-const { hmacSignature, signPayload } = require('./signature.cjs');
+const { stripeSignature, signStripe, standardWebhooksSignature, signStandardWebhook } = require('./signature.cjs');
 
 const RAW = Symbol('idemflow raw body');
 const FINISH = Symbol('idemflow finish');
 const MIDDLEWARE = Symbol('idemflow route middleware');
+const RESTORE = Symbol('idemflow restore reply');
 
 /**
  * A copy of the bytes a parser reads, kept on the request; past maxBytes only
@@ -54,10 +57,37 @@ async function bytesOf(payload) {
 }
 
 function tooLarge(maxBytes) {
-  return {
-    status: 413,
-    headers: { 'content-type': 'application/json; charset=utf-8' },
-    body: JSON.stringify({ error: { reason: 'too-large', message: `at most ${maxBytes} bytes of body` } }),
+  return problem(413, 'too-large', `at most ${maxBytes} bytes of body`);
+}
+
+function bypassed(what) {
+  return new IdemflowError(
+    'INVALID_ARGUMENT',
+    `under Idempotency-Key the answer goes through reply.send (or the handler's return): ${what} would reach the client before its writes commit`,
+    { disposition: 'fatal', details: { field: what, reason: 'response-bypassed' } },
+  );
+}
+
+/**
+ * While the answer is held, what would send it past onSend is refused with a
+ * clear error (the handler's error then rolls back and frees the key):
+ * reply.hijack(), and writes to reply.raw. Answers the function that undoes it.
+ */
+function holdReply(reply) {
+  const raw = reply.raw;
+  const original = { writeHead: raw.writeHead, write: raw.write, end: raw.end, flushHeaders: raw.flushHeaders };
+  const hijack = reply.hijack;
+  reply.hijack = () => {
+    throw bypassed('reply.hijack()');
+  };
+  for (const name of Object.keys(original)) {
+    raw[name] = () => {
+      throw bypassed(`reply.raw.${name}()`);
+    };
+  }
+  return () => {
+    Object.assign(raw, original);
+    reply.hijack = hijack;
   };
 }
 
@@ -100,24 +130,32 @@ function idempotency(fastify, options, done) {
     return copyBody(request, payload, middleware.settings.maxBodyBytes);
   });
 
-  fastify.addHook('preHandler', async (request, reply) => {
+  // The key's step runs last among a route's preHandlers, after every hook of the app (its
+  // authentication among them): `scope` reads the request as the handler will.
+  async function keyedStep(request, reply) {
     const middleware = request[MIDDLEWARE];
     if (!applies(request, middleware)) return undefined;
     const raw = request[RAW] ?? Buffer.alloc(0);
     if (!(raw instanceof Uint8Array)) return send(reply, tooLarge(middleware.settings.maxBodyBytes));
-    const step = await middleware.begin({ method: request.method, url: request.url, headers: request.headers, body: raw });
+    const step = await middleware.begin({ method: request.method, url: request.url, headers: request.headers, body: raw, native: request });
     if (step.action === 'answer') return send(reply, step.response);
     if (step.action === 'run') {
       request.idempotency = step.context;
       request[FINISH] = step.finish;
+      request[RESTORE] = holdReply(reply);
     }
     return undefined;
+  }
+  fastify.addHook('onRoute', (route) => {
+    const own = route.preHandler === undefined ? [] : [route.preHandler].flat();
+    route.preHandler = [...own, keyedStep];
   });
 
   fastify.addHook('onSend', async (request, reply, payload) => {
     const finish = request[FINISH];
     if (finish === undefined) return payload;
     request[FINISH] = undefined;
+    request[RESTORE]();
     const response = { status: reply.statusCode, headers: reply.getHeaders(), body: await bytesOf(payload) };
     const answer = await finish(response);
     if (answer === response) return response.body;
@@ -152,4 +190,12 @@ function webhook(fastify, { receiver, url }, done) {
   done();
 }
 
-module.exports = { idempotency, webhook, createWebhookReceiver, hmacSignature, signPayload };
+module.exports = {
+  idempotency,
+  webhook,
+  createWebhookReceiver,
+  stripeSignature,
+  signStripe,
+  standardWebhooksSignature,
+  signStandardWebhook,
+};

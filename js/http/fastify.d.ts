@@ -1,12 +1,19 @@
 // idemflow/fastify: the Idempotency-Key plugin and the webhook route for Fastify.
-import type { FastifyPluginCallback } from 'fastify';
+import type { FastifyPluginCallback, FastifyRequest } from 'fastify';
 import type { IdempotencyContext, IdempotencyOptions, WebhookReceiver } from '../index.js';
 
-export type { HmacSignatureOptions, IdempotencyContext, IdempotencyOptions, WebhookReceiver, WebhookReceiverOptions } from '../index.js';
-export { createWebhookReceiver, hmacSignature, signPayload } from '../index.js';
+export type {
+  IdempotencyContext,
+  IdempotencyOptions,
+  StandardWebhooksSignatureOptions,
+  StripeSignatureOptions,
+  WebhookReceiver,
+  WebhookReceiverOptions,
+} from '../index.js';
+export { createWebhookReceiver, signStandardWebhook, signStripe, standardWebhooksSignature, stripeSignature } from '../index.js';
 
 /** A route's own settings (`config: { idempotency }`): the plugin's, overridden; false turns it off. */
-export type RouteIdempotency = Partial<Omit<IdempotencyOptions, 'store'>> | false;
+export type RouteIdempotency = Partial<Omit<IdempotencyOptions<FastifyRequest>, 'store'>> | false;
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -19,7 +26,7 @@ declare module 'fastify' {
 }
 
 /** `fastify.register(idempotency, { store })`: every route of the instance; a route's config overrides. */
-export const idempotency: FastifyPluginCallback<IdempotencyOptions>;
+export const idempotency: FastifyPluginCallback<IdempotencyOptions<FastifyRequest>>;
 
 /** `fastify.register(webhook, { receiver, url })`: a POST route whose raw body goes to the receiver. */
 export const webhook: FastifyPluginCallback<{ receiver: WebhookReceiver; url: string }>;

@@ -1,6 +1,7 @@
 // idemflow/fastify for ES modules: the same objects as fastify.cjs.
 import fastify from './fastify.cjs';
 
-export const { idempotency, webhook, createWebhookReceiver, hmacSignature, signPayload } = fastify;
+export const { idempotency, webhook, createWebhookReceiver, stripeSignature, signStripe, standardWebhooksSignature, signStandardWebhook } =
+  fastify;
 
 export default fastify;

@@ -12,8 +12,9 @@
 const { IdemflowError } = require('../core/errors.cjs');
 const { checkOptionKeys } = require('../core/options.cjs');
 const { idempotent } = require('../host/keyed.cjs');
-const { canonicalJson, canonicalJsonText, fingerprintPayload } = require('../core/payload.cjs');
-const { errorBody } = require('./response.cjs');
+const { createHash } = require('node:crypto');
+const { canonicalJsonText, fingerprintPayload } = require('../core/payload.cjs');
+const { problem, problemOfError } = require('./response.cjs');
 
 const DEFAULTS = Object.freeze({
   header: 'idempotency-key',
@@ -26,9 +27,10 @@ const DEFAULTS = Object.freeze({
   maxBodyBytes: 1 << 20,
   maxResponseBytes: 256 * 1024,
 });
-/** Stripe's bound on a key: a client's UUID fits many times over. */
+/** Stripe's bound on a key: a client's UUID fits many times over. Keys are ASCII, so it is a bound in bytes too. */
 const MAX_KEY_LENGTH = 255;
-const MAX_SCOPE_LENGTH = 200;
+/** `scope: GLOBAL`: the service's callers share one key space (a single-tenant service). */
+const GLOBAL = 'global';
 /** What the stored response may take: the keyed mode's bound on an output. */
 const MAX_STORED_BYTES = 1 << 20;
 
@@ -73,8 +75,13 @@ function settingsOf(options, base = null) {
   if (typeof given.required !== 'boolean') throw misconfigured('required must be true or false', 'required');
   if (typeof given.replayHeader !== 'string' || !/^[A-Za-z0-9-]+$/.test(given.replayHeader))
     throw misconfigured('replayHeader must be a header name', 'replayHeader');
-  if (given.scope !== undefined && typeof given.scope !== 'function')
-    throw misconfigured('scope must be a function of the request', 'scope');
+  if (typeof given.scope !== 'function' && given.scope !== GLOBAL) {
+    throw misconfigured(
+      "idempotency needs scope: (request) => the caller's id (an account, a tenant), so one caller's key never answers another; " +
+        "scope: 'global' only where every caller may share every key",
+      'scope',
+    );
+  }
   return {
     store,
     header: given.header.toLowerCase(),
@@ -90,14 +97,6 @@ function settingsOf(options, base = null) {
   };
 }
 
-function jsonAnswer(status, body, headers = {}) {
-  return { status, headers: { 'content-type': 'application/json; charset=utf-8', ...headers }, body: Buffer.from(JSON.stringify(body)) };
-}
-
-function refusal(status, reason, message, headers) {
-  return jsonAnswer(status, { error: { reason, message } }, headers);
-}
-
 function retryAfter(ms) {
   return String(Math.max(1, Math.ceil(ms / 1000)));
 }
@@ -109,28 +108,73 @@ function retryAfter(ms) {
  */
 function answerOfError(error, header, key) {
   if (!(error instanceof IdemflowError)) return null;
-  const coded = (message, extra) => ({ error: { code: error.code, disposition: error.disposition, message, ...extra } });
   switch (error.code) {
     case 'IDEMPOTENCY_KEY_CONFLICT':
-      return jsonAnswer(
-        422,
-        coded(`${header} ${key} was used for another request (method, URL or body)`, { reason: 'idempotency-key-reused' }),
-      );
+      return problem(422, 'idempotency-key-reused', `${header} ${key} was used for another request (method, URL or body)`, { error });
     case 'IDEMPOTENCY_KEY_IN_PROGRESS':
-      return jsonAnswer(
-        409,
-        coded(`a request with ${header} ${key} is still being processed`, {
-          reason: 'idempotency-key-in-progress',
-          retryAfterMs: error.details.retryAfterMs,
-        }),
-        { 'retry-after': retryAfter(error.details.retryAfterMs) },
-      );
+      return problem(409, 'idempotency-key-in-progress', `a request with ${header} ${key} is still being processed`, {
+        error,
+        extra: { retryAfterMs: error.details.retryAfterMs },
+        headers: { 'retry-after': retryAfter(error.details.retryAfterMs) },
+      });
     case 'STORE_UNAVAILABLE':
     case 'CONCURRENT_UPDATE':
-      return jsonAnswer(503, errorBody(error), { 'retry-after': '1' });
+      return problemOfError(503, error, { headers: { 'retry-after': '1' } });
     default:
       return null;
   }
+}
+
+/**
+ * The key a header value names, or null when it names none: the
+ * Idempotency-Key draft's form, a Structured Field string (`"…"`, with `\"`
+ * and `\\` escaped), and the bare form most clients send (visible ASCII) are
+ * one key: `"abc"` and `abc` are the same. 1 to MAX_KEY_LENGTH characters,
+ * counted on the key itself.
+ */
+function keyOf(value) {
+  if (typeof value !== 'string') return null;
+  let key = value;
+  if (value.startsWith('"')) {
+    const quoted = /^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$/.exec(value);
+    if (quoted === null) return null;
+    key = quoted[1].replace(/\\(["\\])/g, '$1');
+  } else if (!/^[\x21-\x7e]+$/.test(value)) {
+    return null;
+  }
+  return key.length >= 1 && key.length <= MAX_KEY_LENGTH ? key : null;
+}
+
+/**
+ * The record a key is kept under: `http:<scope>:<key>`, the scope being `*`
+ * for a global key space, else the hex SHA-256 of the scope's UTF-16 code
+ * units (so every string, however long or whatever it holds, is its own
+ * scope, and no caller's id is stored). At most 325 bytes.
+ */
+function recordKeyOf(scope, key) {
+  const part = scope === null ? '*' : createHash('sha256').update(Buffer.from(scope, 'utf16le')).digest('hex');
+  return `http:${part}:${key}`;
+}
+
+/** Raised for the app's own bug: the scope function did not answer a caller's id. */
+function badScope(detail) {
+  return new IdemflowError(
+    'INVALID_ARGUMENT',
+    `idempotency's scope ${detail}: the request is refused rather than given a shared key space`,
+    {
+      disposition: 'fatal',
+      details: { field: 'scope', reason: 'scope-invalid' },
+    },
+  );
+}
+
+/** The scope of a request: a non-empty string from the app's function, or null for a global key space. */
+async function scopeOf(scope, request) {
+  if (scope === GLOBAL) return null;
+  const scoped = await scope(request);
+  if (typeof scoped !== 'string') throw badScope(`answered ${scoped === null ? 'null' : typeof scoped}, not a string`);
+  if (scoped.length === 0) throw badScope('answered an empty string');
+  return scoped;
 }
 
 function isJson(contentType) {
@@ -213,20 +257,27 @@ function createIdempotency(options, base = null) {
     const given = request.headers[header];
     if (given === undefined || given === '') {
       if (!required) return { action: 'pass' };
-      return { action: 'answer', response: refusal(400, 'idempotency-key-missing', `this request needs an ${header} header`) };
+      return { action: 'answer', response: problem(400, 'idempotency-key-missing', `this request needs an ${header} header`) };
     }
-    const key = Array.isArray(given) ? given[0] : given;
-    if (typeof key !== 'string' || key.length > MAX_KEY_LENGTH || !/^[\x21-\x7e]+$/.test(key)) {
+    const key = keyOf(Array.isArray(given) ? given[0] : given);
+    if (key === null) {
       return {
         action: 'answer',
-        response: refusal(400, 'idempotency-key-invalid', `${header} must be 1 to ${MAX_KEY_LENGTH} visible ASCII characters`),
+        response: problem(
+          400,
+          'idempotency-key-invalid',
+          `${header} must be 1 to ${MAX_KEY_LENGTH} visible ASCII characters, bare or as a quoted string ("…")`,
+        ),
       };
     }
     if (request.body.length > maxBodyBytes) {
-      return { action: 'answer', response: refusal(413, 'too-large', `at most ${maxBodyBytes} bytes of body`, { connection: 'close' }) };
+      return {
+        action: 'answer',
+        response: problem(413, 'too-large', `at most ${maxBodyBytes} bytes of body`, { headers: { connection: 'close' } }),
+      };
     }
-    const scoped = scope === undefined ? '' : String(await scope(request)).slice(0, MAX_SCOPE_LENGTH);
-    const recordKey = `http:${canonicalJson([scoped, key])}`;
+    // The framework's own request (Express req, Fastify request), after the app's hooks: where its authentication put the caller.
+    const recordKey = recordKeyOf(await scopeOf(scope, request.native ?? request), key);
     const fingerprint = requestFingerprint({ method, url: request.url, headers: request.headers, body: request.body });
 
     const started = deferred();
@@ -290,11 +341,11 @@ function createIdempotency(options, base = null) {
       if (kept) return response;
       if (error instanceof NotKept) {
         return error.message === 'too large'
-          ? refusal(500, 'response-too-large', `the response is more than maxResponseBytes ${maxResponseBytes}: nothing was kept`)
+          ? problem(500, 'response-too-large', `the response is more than maxResponseBytes ${maxResponseBytes}: nothing was kept`)
           : response;
       }
       // The commit failed, so nothing the handler wrote holds: the client must not see its answer.
-      return answerOfError(error, header, key) ?? refusal(500, 'not-committed', 'the response could not be stored; nothing was kept');
+      return answerOfError(error, header, key) ?? problem(500, 'not-committed', 'the response could not be stored; nothing was kept');
     }
     return { action: 'run', context, finish };
   }
@@ -302,4 +353,4 @@ function createIdempotency(options, base = null) {
   return { begin, settings };
 }
 
-module.exports = { createIdempotency, settingsOf, DEFAULTS, isJson };
+module.exports = { createIdempotency, settingsOf, DEFAULTS, isJson, keyOf, recordKeyOf };

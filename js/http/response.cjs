@@ -1,11 +1,37 @@
 'use strict';
-// Answers written by the HTTP layer: an error as JSON the client can act on
-// (its code and disposition, never a stack), and a prepared answer written
-// to a Node response.
+// Answers written by the HTTP layer: a refusal as RFC 9457 problem details
+// the client can act on (a `reason`, and an IdemflowError's code and
+// disposition; never a stack), and a prepared answer written to a Node
+// response.
 
-/** `{ error: { code, disposition, message, ...extra } }` of an IdemflowError. */
-function errorBody(error, extra = {}) {
-  return { error: { code: error.code, disposition: error.disposition, message: error.message, ...extra } };
+const { STATUS_CODES } = require('node:http');
+
+const PROBLEM_TYPE = 'application/problem+json';
+
+/**
+ * `{ status, headers, body }` of a problem: `type` about:blank (the status
+ * says what kind), `title` the status's phrase, `detail` what happened, and
+ * the members a client branches on: `reason` always, `code` and
+ * `disposition` for an IdemflowError, anything in `extra`.
+ */
+function problem(status, reason, detail, { error = null, extra = {}, headers = {} } = {}) {
+  const body = {
+    type: 'about:blank',
+    title: STATUS_CODES[status] ?? 'Error',
+    status,
+    detail,
+    reason,
+    ...(error === null ? {} : { code: error.code, disposition: error.disposition }),
+    ...extra,
+  };
+  return { status, headers: { 'content-type': PROBLEM_TYPE, ...headers }, body: Buffer.from(JSON.stringify(body)) };
+}
+
+/** The problem of an IdemflowError: its message as the detail, `reason` from its details when it has one. */
+function problemOfError(status, error, { reason, extra, headers } = {}) {
+  const given =
+    reason ?? (typeof error.details?.reason === 'string' ? error.details.reason : error.code.toLowerCase().replaceAll('_', '-'));
+  return problem(status, given, error.message, { error, extra, headers });
 }
 
 /** Writes `{ status, headers, body }` to a Node ServerResponse (unless it was written already). */
@@ -19,4 +45,4 @@ function sendNode(res, { status, headers, body }) {
   res.end(body);
 }
 
-module.exports = { errorBody, sendNode };
+module.exports = { problem, problemOfError, sendNode, PROBLEM_TYPE };

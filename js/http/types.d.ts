@@ -20,7 +20,7 @@ export interface HttpAnswer {
 export type SignatureVerdict = boolean | { ok: true } | { ok: false; reason: string };
 
 export interface WebhookReceiverOptions {
-  /** Checks the raw body's signature before anything is parsed or stored (hmacSignature gives one); false accepts unsigned requests. */
+  /** Checks the raw body's signature before anything is parsed or stored (stripeSignature, standardWebhooksSignature); false accepts unsigned requests. */
   verify: ((request: WebhookRequest) => SignatureVerdict | Promise<SignatureVerdict>) | false;
   /** Stores a delivery a person must look at; the receiver answers 200 once it resolves, 503 if it throws. */
   park: (delivery: { body: Uint8Array; headers: WebhookRequest['headers']; error: IdemflowError }) => unknown | Promise<unknown>;
@@ -44,23 +44,41 @@ export interface WebhookReceiver {
 
 export function createWebhookReceiver(handle: DeliveryHandler, options: WebhookReceiverOptions): WebhookReceiver;
 
-export interface HmacSignatureOptions {
-  /** The endpoint's secret, or several while one is rotated. */
-  secret: string | Uint8Array | ReadonlyArray<string | Uint8Array>;
-  /** The header that carries `t=<unix seconds>,v1=<hex>` (default 'webhook-signature'). */
+export type SignatureSecret = string | Uint8Array | ReadonlyArray<string | Uint8Array>;
+
+export interface StripeSignatureOptions {
+  /** The endpoint's secret (`whsec_…`, used as it is), or several while one is rotated. */
+  secret: SignatureSecret;
+  /** The header that carries `t=<unix seconds>,v1=<hex>` (default 'stripe-signature'). */
   header?: string;
   /** How far the signed time may be from now, either way (default 300 s). */
   toleranceSeconds?: number;
   now?: () => number;
 }
 
-/** A verify hook: HMAC-SHA256 of "<t>.<raw body>", Stripe's scheme, compared in constant time; reasons 'missing', 'malformed', 'stale', 'mismatch'. */
-export function hmacSignature(options: HmacSignatureOptions): (request: WebhookRequest) => SignatureVerdict;
-/** The header value a sender writes for `body` at `timestamp` (unix seconds, default now). */
-export function signPayload(body: string | Uint8Array, options: { secret: HmacSignatureOptions['secret']; timestamp?: number }): string;
+/** A verify hook: Stripe's scheme, HMAC-SHA256 of "<t>.<raw body>", compared in constant time; reasons 'missing', 'malformed', 'stale', 'mismatch'. */
+export function stripeSignature(options: StripeSignatureOptions): (request: WebhookRequest) => SignatureVerdict;
+/** The `Stripe-Signature` value a sender writes for `body` at `timestamp` (unix seconds, default now): one v1 per secret. */
+export function signStripe(body: string | Uint8Array, options: { secret: SignatureSecret; timestamp?: number }): string;
+
+export interface StandardWebhooksSignatureOptions {
+  /** `whsec_` + base64 (the key's bytes as a Buffer also do), or several while one is rotated. */
+  secret: SignatureSecret;
+  /** How far `webhook-timestamp` may be from now, either way (default 300 s). */
+  toleranceSeconds?: number;
+  now?: () => number;
+}
+
+/** A verify hook: Standard Webhooks, `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<raw body>">`; reasons 'missing', 'malformed', 'stale', 'mismatch'. */
+export function standardWebhooksSignature(options: StandardWebhooksSignatureOptions): (request: WebhookRequest) => SignatureVerdict;
+/** The headers a Standard Webhooks sender writes for `body`: one `v1,` signature per secret. */
+export function signStandardWebhook(
+  body: string | Uint8Array,
+  options: { secret: SignatureSecret; id: string; timestamp?: number },
+): { 'webhook-id': string; 'webhook-timestamp': string; 'webhook-signature': string };
 
 /** Options of the Idempotency-Key middleware (idemflow/express, idemflow/fastify); docs/http.md. */
-export interface IdempotencyOptions {
+export interface IdempotencyOptions<Request = unknown> {
   store: Store;
   /** The request header (default 'Idempotency-Key'). */
   header?: string;
@@ -80,8 +98,12 @@ export interface IdempotencyOptions {
   maxBodyBytes?: number;
   /** The largest response body kept (default 256 KiB): a larger answer is a 500 and nothing is kept. */
   maxResponseBytes?: number;
-  /** Whose keys these are (an account, a tenant): the same key under two scopes is two keys. */
-  scope?: (request: { method: string; url: string; headers: WebhookRequest['headers']; body: Uint8Array }) => string | Promise<string>;
+  /**
+   * Whose keys these are (required): a function of the framework's own request (Express `req`,
+   * Fastify `request`, after the app's hooks ran) answering the caller's id (an account, a tenant)
+   * as a non-empty string, or 'global' for a service whose callers share one key space.
+   */
+  scope: ((request: Request) => string | Promise<string>) | 'global';
 }
 
 /** What the handler of a request with a key gets (`req.idempotency`, `request.idempotency`). */

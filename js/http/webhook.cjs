@@ -10,7 +10,7 @@ const { IdemflowError } = require('../core/errors.cjs');
 const { checkOptionKeys } = require('../core/options.cjs');
 const { DEFAULT_MAX_BYTES } = require('../host/delivery.cjs');
 const { HttpRefusal, readRawBody } = require('./raw-body.cjs');
-const { errorBody, sendNode } = require('./response.cjs');
+const { problem, problemOfError, sendNode } = require('./response.cjs');
 
 /** When parking itself failed: the sender tries again in this many seconds. */
 const PARK_RETRY_AFTER_SECONDS = 30;
@@ -60,7 +60,7 @@ function createWebhookReceiver(handle, options) {
   const { verify, park, maxBytes = DEFAULT_MAX_BYTES, context = () => ({}) } = options ?? {};
   if (verify !== false && typeof verify !== 'function') {
     throw misconfigured(
-      'verify must be a function checking the signature of the raw body (hmacSignature gives one), or false to accept unsigned requests',
+      'verify must be a function checking the signature of the raw body (stripeSignature or standardWebhooksSignature gives one), or false to accept unsigned requests',
       'verify',
     );
   }
@@ -70,28 +70,32 @@ function createWebhookReceiver(handle, options) {
 
   /** The answer to one request `{ method, headers, body }` (body: the raw bytes); rejects only when the worker must stop. */
   async function receive({ method = 'POST', headers = {}, body }) {
-    if (method !== 'POST') return json(405, { error: { reason: 'method', message: 'webhooks are POSTed' } }, { allow: 'POST' });
+    if (method !== 'POST') return problem(405, 'method', 'webhooks are POSTed', { headers: { allow: 'POST' } });
     if (!(body instanceof Uint8Array)) throw misconfigured('receive needs the raw body as a Buffer or Uint8Array', 'body');
-    if (body.length > maxBytes) return json(413, { error: { reason: 'too-large', message: `at most ${maxBytes} bytes` } });
+    if (body.length > maxBytes) return problem(413, 'too-large', `at most ${maxBytes} bytes`);
     if (verify !== false) {
       const signature = await verdictOfSignature(verify, { headers, body });
-      if (!signature.ok) return json(401, { error: { reason: 'signature', message: signature.reason } });
+      if (!signature.ok) return problem(401, 'signature', signature.reason);
     }
     const verdict = await handle(body, context({ headers }) ?? {});
     switch (verdict.action) {
       case 'ack':
         return json(200, { outcome: verdict.outcome });
       case 'retry':
-        return json(503, errorBody(verdict.error, { retryAfterMs: verdict.retryAfterMs }), {
-          'retry-after': String(retryAfterSeconds(verdict.retryAfterMs)),
+        return problemOfError(503, verdict.error, {
+          extra: { retryAfterMs: verdict.retryAfterMs },
+          headers: { 'retry-after': String(retryAfterSeconds(verdict.retryAfterMs)) },
         });
       case 'dead-letter':
-        return json(400, errorBody(verdict.error));
+        return problemOfError(400, verdict.error);
       case 'park':
         try {
           await park({ body, headers, error: verdict.error });
         } catch {
-          return json(503, errorBody(verdict.error, { parked: false }), { 'retry-after': String(PARK_RETRY_AFTER_SECONDS) });
+          return problemOfError(503, verdict.error, {
+            extra: { parked: false },
+            headers: { 'retry-after': String(PARK_RETRY_AFTER_SECONDS) },
+          });
         }
         return json(200, { parked: true, code: verdict.error.code });
       default:
@@ -109,10 +113,10 @@ function createWebhookReceiver(handle, options) {
       }
     } catch (error) {
       if (error instanceof HttpRefusal) {
-        sendNode(res, json(error.status, { error: { reason: error.reason, message: error.message } }, error.headers));
+        sendNode(res, problem(error.status, error.reason, error.message, { headers: error.headers }));
         return;
       }
-      sendNode(res, json(500, { error: { reason: 'internal', message: 'the receiver failed' } }));
+      sendNode(res, problem(500, 'internal', 'the receiver failed'));
       // A misconfigured worker or a store's bug: the host's error path decides (Express's next, else a rejection).
       if (typeof next === 'function') next(error);
       else throw error;

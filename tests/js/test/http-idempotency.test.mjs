@@ -77,8 +77,8 @@ const cases = [
       await post(t.port, '/orders', { key: 'key-2', body: ORDER });
       const other = await post(t.port, '/orders', { key: 'key-2', body: { ...ORDER, totalUnits: '4300' } });
       assert.equal(other.status, 422);
-      assert.equal(other.json.error.code, 'IDEMPOTENCY_KEY_CONFLICT');
-      assert.match(other.json.error.message, /key-2/);
+      assert.equal(other.json.code, 'IDEMPOTENCY_KEY_CONFLICT');
+      assert.match(other.json.detail, /key-2/);
       const elsewhere = await post(t.port, '/unavailable', { key: 'key-2', body: ORDER });
       assert.equal(elsewhere.status, 422);
       assert.equal(t.app.state.runs, 1);
@@ -124,7 +124,7 @@ const cases = [
       });
       const during = await post(t.port, '/orders', { key: 'key-409', body: ORDER });
       assert.equal(during.status, 409);
-      assert.equal(during.json.error.code, 'IDEMPOTENCY_KEY_IN_PROGRESS');
+      assert.equal(during.json.code, 'IDEMPOTENCY_KEY_IN_PROGRESS');
       assert.equal(during.headers['retry-after'], '1');
       assert.equal((await first).status, 201);
       assert.equal((await post(t.port, '/orders', { key: 'key-409', body: ORDER })).headers['idempotent-replayed'], 'true');
@@ -137,7 +137,7 @@ const cases = [
     async (t) => {
       const missing = await post(t.port, '/orders', { body: ORDER });
       assert.equal(missing.status, 400);
-      assert.equal(missing.json.error.reason, 'idempotency-key-missing');
+      assert.equal(missing.json.reason, 'idempotency-key-missing');
       const tooLong = await post(t.port, '/orders', { key: 'k'.repeat(256), body: ORDER });
       assert.equal(tooLong.status, 400);
       assert.equal(t.app.state.runs, 0);
@@ -233,7 +233,7 @@ describe('Idempotency-Key when a driver runs the transaction again', () => {
     try {
       const answer = await post(port, '/orders', { key: 'key-retried', body: ORDER });
       assert.equal(answer.status, 503);
-      assert.equal(answer.json.error.code, 'CONCURRENT_UPDATE');
+      assert.equal(answer.json.code, 'CONCURRENT_UPDATE');
       assert.equal(memory.snapshot().inbox.size, 0);
     } finally {
       await app.close();

@@ -10,7 +10,7 @@ import { describe, it } from 'node:test';
 import express from 'express';
 import Fastify from 'fastify';
 
-import { createDeliveryHandler, createWebhookReceiver, hmacSignature, signPayload } from 'idemflow';
+import { createDeliveryHandler, createWebhookReceiver, signStripe, stripeSignature } from 'idemflow';
 import { webhook } from 'idemflow/fastify';
 import { PG_URL, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
 import { SEED_EVENT as CONFIRMED, SEED_WORKFLOW as WORKFLOW } from '../workers/fixtures.mjs';
@@ -80,10 +80,10 @@ async function deliver(port, body, { signature, method = 'POST', headers = {} } 
     headers: {
       'content-type': 'application/json',
       ...(signature === undefined
-        ? { 'webhook-signature': signPayload(raw, { secret: SECRET }) }
+        ? { 'stripe-signature': signStripe(raw, { secret: SECRET }) }
         : signature === null
           ? {}
-          : { 'webhook-signature': signature }),
+          : { 'stripe-signature': signature }),
       ...headers,
     },
     body: method === 'GET' ? undefined : raw,
@@ -108,16 +108,16 @@ const cases = [
     'a forged, tampered, missing or malformed signature is 401 and nothing is written',
     async (t) => {
       const raw = JSON.stringify(CONFIRMED);
-      const forged = await deliver(t.port, raw, { signature: signPayload(raw, { secret: 'whsec_someone_else' }) });
-      assert.deepEqual([forged.status, forged.json.error.reason, forged.json.error.message], [401, 'signature', 'mismatch']);
+      const forged = await deliver(t.port, raw, { signature: signStripe(raw, { secret: 'whsec_someone_else' }) });
+      assert.deepEqual([forged.status, forged.json.reason, forged.json.detail], [401, 'signature', 'mismatch']);
       const other = JSON.stringify({ ...CONFIRMED, amountUnits: '99999999' });
-      const tampered = await deliver(t.port, other, { signature: signPayload(raw, { secret: SECRET }) });
-      assert.deepEqual([tampered.status, tampered.json.error.message], [401, 'mismatch']);
+      const tampered = await deliver(t.port, other, { signature: signStripe(raw, { secret: SECRET }) });
+      assert.deepEqual([tampered.status, tampered.json.detail], [401, 'mismatch']);
       assert.deepEqual(
-        [(await deliver(t.port, raw, { signature: null })).status, (await deliver(t.port, raw, { signature: null })).json.error.message],
+        [(await deliver(t.port, raw, { signature: null })).status, (await deliver(t.port, raw, { signature: null })).json.detail],
         [401, 'missing'],
       );
-      assert.equal((await deliver(t.port, raw, { signature: 't=abc,v1=zz' })).json.error.message, 'malformed');
+      assert.equal((await deliver(t.port, raw, { signature: 't=abc,v1=zz' })).json.detail, 'malformed');
       assert.deepEqual([await t.count('inbox'), await t.count('outbox')], [0, 0]);
       assert.deepEqual(await t.store.getWorkflow('swap-42'), WORKFLOW);
     },
@@ -129,11 +129,11 @@ const cases = [
       const raw = JSON.stringify(CONFIRMED);
       const now = Math.floor(Date.now() / 1000);
       for (const timestamp of [now - 301, now + 301]) {
-        const stale = await deliver(t.port, raw, { signature: signPayload(raw, { secret: SECRET, timestamp }) });
-        assert.deepEqual([stale.status, stale.json.error.message], [401, 'stale']);
+        const stale = await deliver(t.port, raw, { signature: signStripe(raw, { secret: SECRET, timestamp }) });
+        assert.deepEqual([stale.status, stale.json.detail], [401, 'stale']);
       }
       assert.equal(
-        (await deliver(t.port, raw, { signature: signPayload(raw, { secret: SECRET, timestamp: now - 200 }) })).status,
+        (await deliver(t.port, raw, { signature: signStripe(raw, { secret: SECRET, timestamp: now - 200 }) })).status,
         200,
         'within the window',
       );
@@ -145,7 +145,7 @@ const cases = [
     'a rotated secret: a signature under the old or the new one is accepted',
     async (t) => {
       const raw = JSON.stringify(CONFIRMED);
-      const signature = `${signPayload(raw, { secret: 'whsec_old' })},${signPayload(raw, { secret: SECRET }).split(',')[1]}`;
+      const signature = `${signStripe(raw, { secret: 'whsec_old' })},${signStripe(raw, { secret: SECRET }).split(',')[1]}`;
       assert.equal((await deliver(t.port, raw, { signature })).status, 200);
     },
   ],
@@ -155,7 +155,7 @@ const cases = [
     async (t) => {
       const early = await deliver(t.port, { ...CONFIRMED, eventId: 'early-1', workflowId: 'swap-not-yet' });
       assert.equal(early.status, 503);
-      assert.equal(early.json.error.code, 'UNKNOWN_WORKFLOW');
+      assert.equal(early.json.code, 'UNKNOWN_WORKFLOW');
       assert.ok(Number(early.headers['retry-after']) >= 1, early.headers['retry-after']);
       assert.equal(await t.count('inbox'), 0);
     },
@@ -165,9 +165,9 @@ const cases = [
     'an event that can never be valid is 400 (dead-letter)',
     async (t) => {
       const bad = await deliver(t.port, { ...CONFIRMED, amountUnits: '012' });
-      assert.deepEqual([bad.status, bad.json.error.code, bad.json.error.disposition], [400, 'INVALID_EVENT', 'reject']);
+      assert.deepEqual([bad.status, bad.json.code, bad.json.disposition], [400, 'INVALID_EVENT', 'reject']);
       const notJson = await deliver(t.port, '{"eventId":');
-      assert.deepEqual([notJson.status, notJson.json.error.code], [400, 'INVALID_EVENT']);
+      assert.deepEqual([notJson.status, notJson.json.code], [400, 'INVALID_EVENT']);
       assert.equal(await t.count('inbox'), 0);
     },
   ],
@@ -210,7 +210,7 @@ for (const kind of STORES) {
           await opened.store.putWorkflow(WORKFLOW);
           const t = { ...opened, framework, parked: [], parkFails: false };
           const receiver = createWebhookReceiver(createDeliveryHandler(opened.store, { ruleSet: 'deposit-swap' }), {
-            verify: hmacSignature({ secret: [SECRET, 'whsec_old'] }),
+            verify: stripeSignature({ secret: [SECRET, 'whsec_old'] }),
             park: async (delivery) => {
               if (t.parkFails) throw new Error('the parking table is down');
               t.parked.push(delivery);

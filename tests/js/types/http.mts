@@ -9,11 +9,13 @@ import {
   createWebhookReceiver,
   fingerprintPayload,
   fingerprintPayloadText,
-  hmacSignature,
   InMemoryStore,
   idempotent,
   type KeyedResult,
-  signPayload,
+  signStandardWebhook,
+  signStripe,
+  standardWebhooksSignature,
+  stripeSignature,
   type WebhookReceiver,
 } from 'idemflow';
 import { idempotency, rawBody } from 'idemflow/express';
@@ -51,26 +53,33 @@ void placeOrder('k', { sku: 'A', quantity: 1 });
 
 const store = new InMemoryStore();
 const receiver: WebhookReceiver = createWebhookReceiver(createDeliveryHandler(store, { ruleSet: 'deposit-swap' }), {
-  verify: hmacSignature({ secret: ['whsec_new', 'whsec_old'], toleranceSeconds: 300 }),
+  verify: standardWebhooksSignature({ secret: ['whsec_bmV3', 'whsec_b2xk'], toleranceSeconds: 300 }),
   park: async ({ body, error }) => {
     void [body.length, error.code];
   },
   maxBytes: 65536,
 });
 http.createServer(receiver);
-const header: string = signPayload('{"eventId":"e"}', { secret: 'whsec_new' });
-void header;
+const header: string = signStripe('{"eventId":"e"}', { secret: 'whsec_new' });
+const signed: string = signStandardWebhook('{}', { secret: 'whsec_bmV3', id: 'msg_1' })['webhook-signature'];
+void [header, signed, stripeSignature({ secret: 'whsec_new', header: 'stripe-signature' })];
 
 const app = express();
-app.post('/orders', idempotency({ store, required: true, waitMs: 500 }), express.json({ verify: rawBody }), (req, res) => {
-  const key: string | undefined = req.idempotency?.key;
-  if (req.body === undefined) req.idempotency?.final();
-  res.status(201).json({ key });
-});
+app.post(
+  '/orders',
+  idempotency({ store, required: true, waitMs: 500, scope: (req) => String(req.headers['x-account']) }),
+  express.json({ verify: rawBody }),
+  (req, res) => {
+    const key: string | undefined = req.idempotency?.key;
+    if (req.body === undefined) req.idempotency?.final();
+    res.status(201).json({ key });
+  },
+);
 app.post('/webhooks', receiver);
 
 const fastify = Fastify();
-fastify.register(fastifyIdempotency, { store, methods: ['POST'] });
+fastify.register(fastifyIdempotency, { store, methods: ['POST'], scope: (request) => request.ip });
+fastify.register(fastifyIdempotency, { store, scope: 'global' });
 fastify.register(webhook, { receiver, url: '/webhooks' });
 fastify.post('/orders', { config: { idempotency: { required: true } } }, async (request) => ({ key: request.idempotency?.key ?? null }));
 fastify.post('/free', { config: { idempotency: false } }, async () => ({ ok: true }));

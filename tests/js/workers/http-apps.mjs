@@ -112,7 +112,9 @@ function answerNode(res, { status, headers, body }) {
  * An app of `framework` over `store`: `{ listen() → port, close(), state }`;
  * `state.runs` counts the handler's runs. Options go to the middleware.
  */
-export function createApp(framework, store, { host = null, middleware = {} } = {}) {
+export function createApp(framework, store, { host = null, middleware: given = {} } = {}) {
+  // One tenant unless a test says otherwise: the tests of scoping give their own.
+  const middleware = { scope: 'global', ...given };
   const state = { runs: 0, host, onRun: null };
   const order = orderHandler(state);
   const plain = plainHandler(state, store);
