@@ -14,7 +14,7 @@ import test, { after, describe } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { createOutboxConsumer, processEvent } from 'idemflow';
 import { MONGODB_URL, MYSQL_URL, openStore, PG_URL, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
-import { detectedSwap } from '../workers/fixtures.mjs';
+import { numberedConfirmation as confirmation, numberedSwap as swap } from '../workers/fixtures.mjs';
 
 const bin = fileURLToPath(new URL('../node_modules/.bin/idemflow', import.meta.url));
 const testsDir = fileURLToPath(new URL('..', import.meta.url));
@@ -77,16 +77,6 @@ const BACKENDS = [
     open: (tables) => ({ spec: { kind: 'mongodb', url: MONGODB_URL, tables }, url: MONGODB_URL, tablesFlag: JSON.stringify(tables) }),
   },
 ];
-
-const swap = (i) => detectedSwap({ id: `swap-${i}`, revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i) });
-const confirmation = (i) => ({
-  eventId: `confirm-${i}`,
-  workflowId: `swap-${i}`,
-  type: 'DEPOSIT_CONFIRMED',
-  depositRef: `btc:tx-${i}:vout-0`,
-  amountUnits: String(1000 + i),
-  sequence: 2,
-});
 
 /**
  * Forty days ago: swaps 1…4 confirmed (START_EXCHANGE each), 1 done, 2 dead

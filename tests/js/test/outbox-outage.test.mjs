@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, test } from 'node:test';
 import { createOutboxConsumer, IdemflowError, InMemoryStore, processEvent, RuleSet } from 'idemflow';
-import { detectedSwap } from '../workers/fixtures.mjs';
+import { numberedConfirmation as confirmation, numberedSwap as swap } from '../workers/fixtures.mjs';
 import { backends } from '../workers/outbox-backends.mjs';
 
 const T0 = Date.UTC(2026, 0, 1);
@@ -21,16 +21,6 @@ function clock(start = T0) {
   const c = { t: start, now: () => c.t, advance: (ms) => (c.t += ms) };
   return c;
 }
-
-const swap = (i) => detectedSwap({ id: `swap-${i}`, revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i) });
-const confirmation = (i) => ({
-  eventId: `confirm-${i}`,
-  workflowId: `swap-${i}`,
-  type: 'DEPOSIT_CONFIRMED',
-  depositRef: `btc:tx-${i}:vout-0`,
-  amountUnits: String(1000 + i),
-  sequence: 2,
-});
 
 function refused() {
   return Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:9092'), { code: 'ECONNREFUSED' });

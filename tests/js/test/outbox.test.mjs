@@ -13,7 +13,7 @@ import test, { after, afterEach, before, describe } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { createOutboxConsumer, fingerprint, IdemflowError, InMemoryStore, processEvent } from 'idemflow';
 import { hasNodeSqlite, tempDir } from '../workers/backends.mjs';
-import { detectedSwap } from '../workers/fixtures.mjs';
+import { numberedConfirmation as confirmation, numberedSwap as swap } from '../workers/fixtures.mjs';
 import { backends } from '../workers/outbox-backends.mjs';
 
 const T0 = Date.UTC(2026, 0, 1);
@@ -46,15 +46,6 @@ function clock(start = T0) {
   return c;
 }
 
-const swap = (i) => detectedSwap({ id: `swap-${i}`, revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i) });
-const confirmation = (i, eventId = `confirm-${i}`) => ({
-  eventId,
-  workflowId: `swap-${i}`,
-  type: 'DEPOSIT_CONFIRMED',
-  depositRef: `btc:tx-${i}:vout-0`,
-  amountUnits: String(1000 + i),
-  sequence: 2,
-});
 const opId = (i) => `start-exchange:swap-${i}`;
 
 /** Confirms swaps 1…count in `store`: one pending START_EXCHANGE operation each. */

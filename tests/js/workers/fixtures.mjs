@@ -38,6 +38,20 @@ export function detectedSwap({ id, revision, depositRef, amountUnits, sequence =
  * `deposits` as confirmed. The article's own workflow (deposit-swap v1,
  * which processDepositConfirmed runs) has no sequence and no map.
  */
+/** Swap `i` of a numbered set, detected: its deposit `btc:tx-<i>:vout-0` of 1000 + i units. */
+export const numberedSwap = (i) =>
+  detectedSwap({ id: `swap-${i}`, revision: 1, depositRef: `btc:tx-${i}:vout-0`, amountUnits: String(1000 + i) });
+
+/** The confirmation of numbered swap `i`'s deposit (sequence 2): applied, it emits one START_EXCHANGE. */
+export const numberedConfirmation = (i, eventId = `confirm-${i}`) => ({
+  eventId,
+  workflowId: `swap-${i}`,
+  type: 'DEPOSIT_CONFIRMED',
+  depositRef: `btc:tx-${i}:vout-0`,
+  amountUnits: String(1000 + i),
+  sequence: 2,
+});
+
 export const SEED_WORKFLOW = Object.freeze(
   detectedSwap({
     id: 'swap-42',
