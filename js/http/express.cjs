@@ -6,8 +6,7 @@
 
 const { createIdempotency, isJson } = require('./idempotency.cjs');
 const { HttpRefusal, readRawBody } = require('./raw-body.cjs');
-const { IdemflowError } = require('../core/errors.cjs');
-const { problem, sendNode } = require('./response.cjs');
+const { problemOfRefusal, responseBypassed, sendNode } = require('./response.cjs');
 const { createWebhookReceiver } = require('./webhook.cjs');
 const { stripeSignature, signStripe, standardWebhooksSignature, signStandardWebhook } = require('./signature.cjs');
 
@@ -63,11 +62,7 @@ function holdResponse(res, finish) {
   const socketOriginal = socket ? { write: socket.write, end: socket.end } : null;
   if (socket) {
     const refuse = () => {
-      throw new IdemflowError(
-        'INVALID_ARGUMENT',
-        'under Idempotency-Key the answer goes through res (res.end, res.json): writing to res.socket would reach the client before its writes commit',
-        { disposition: 'fatal', details: { field: 'res.socket', reason: 'response-bypassed' } },
-      );
+      throw responseBypassed('res.socket', 'res (res.end, res.json)');
     };
     socket.write = refuse;
     // Node ends the socket itself when the client goes away: an end without bytes is no answer.
@@ -121,11 +116,6 @@ function holdResponse(res, finish) {
   };
 }
 
-/** A refusal of the layer as a Node answer: problem details. */
-function refusalOf(error) {
-  return problem(error.status, error.reason, error.message, { headers: error.headers });
-}
-
 /**
  * The Idempotency-Key middleware: `app.post('/orders', idempotency({ store,
  * required: true }), handler)`. In the handler, `req.idempotency` is `{ key,
@@ -148,7 +138,7 @@ function idempotency(options) {
       step = await middleware.begin({ method: req.method, url: req.originalUrl ?? req.url, headers: req.headers, body, native: req });
     } catch (error) {
       if (error instanceof HttpRefusal) {
-        sendNode(res, refusalOf(error));
+        sendNode(res, problemOfRefusal(error));
         return;
       }
       // The app's own bug (a scope that answered no caller) or the store's: the app's error handler answers 500 and logs it.

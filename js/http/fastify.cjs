@@ -7,9 +7,8 @@
 // sent; the reply is held in onSend until the keyed transaction commits.
 
 const { Transform } = require('node:stream');
-const { IdemflowError } = require('../core/errors.cjs');
 const { createIdempotency } = require('./idempotency.cjs');
-const { problem } = require('./response.cjs');
+const { problem, responseBypassed } = require('./response.cjs');
 const { createWebhookReceiver } = require('./webhook.cjs');
 const { stripeSignature, signStripe, standardWebhooksSignature, signStandardWebhook } = require('./signature.cjs');
 
@@ -60,13 +59,7 @@ function tooLarge(maxBytes) {
   return problem(413, 'too-large', `at most ${maxBytes} bytes of body`);
 }
 
-function bypassed(what) {
-  return new IdemflowError(
-    'INVALID_ARGUMENT',
-    `under Idempotency-Key the answer goes through reply.send (or the handler's return): ${what} would reach the client before its writes commit`,
-    { disposition: 'fatal', details: { field: what, reason: 'response-bypassed' } },
-  );
-}
+const bypassed = (field) => responseBypassed(field, "reply.send (or the handler's return)");
 
 /**
  * While the answer is held, what would send it past onSend is refused with a

@@ -5,6 +5,7 @@
 // response.
 
 const { STATUS_CODES } = require('node:http');
+const { IdemflowError } = require('../core/errors.cjs');
 
 const PROBLEM_TYPE = 'application/problem+json';
 
@@ -34,6 +35,24 @@ function problemOfError(status, error, { reason, extra, headers } = {}) {
   return problem(status, given, error.message, { error, extra, headers });
 }
 
+/** The problem of the layer's own refusal (raw-body.cjs HttpRefusal: a body too large, unreadable, not JSON). */
+function problemOfRefusal(refusal) {
+  return problem(refusal.status, refusal.reason, refusal.message, { headers: refusal.headers });
+}
+
+/**
+ * The error a handler meets when it answers past the held response (Fastify
+ * reply.hijack() or reply.raw, Express res.socket): it would reach the client
+ * before its writes commit. Thrown, it rolls them back and frees the key.
+ */
+function responseBypassed(field, through) {
+  return new IdemflowError(
+    'INVALID_ARGUMENT',
+    `under Idempotency-Key the answer goes through ${through}: ${field} would reach the client before its writes commit`,
+    { disposition: 'fatal', details: { field, reason: 'response-bypassed' } },
+  );
+}
+
 /** Writes `{ status, headers, body }` to a Node ServerResponse (unless it was written already). */
 function sendNode(res, { status, headers, body }) {
   if (res.headersSent) {
@@ -45,4 +64,4 @@ function sendNode(res, { status, headers, body }) {
   res.end(body);
 }
 
-module.exports = { problem, problemOfError, sendNode, PROBLEM_TYPE };
+module.exports = { problem, problemOfError, problemOfRefusal, responseBypassed, sendNode };

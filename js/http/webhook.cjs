@@ -10,7 +10,7 @@ const { IdemflowError } = require('../core/errors.cjs');
 const { checkOptionKeys } = require('../core/options.cjs');
 const { DEFAULT_MAX_BYTES } = require('../host/delivery.cjs');
 const { HttpRefusal, readRawBody } = require('./raw-body.cjs');
-const { problem, problemOfError, sendNode } = require('./response.cjs');
+const { problem, problemOfError, problemOfRefusal, sendNode } = require('./response.cjs');
 
 /** When parking itself failed: the sender tries again in this many seconds. */
 const PARK_RETRY_AFTER_SECONDS = 30;
@@ -113,7 +113,7 @@ function createWebhookReceiver(handle, options) {
       }
     } catch (error) {
       if (error instanceof HttpRefusal) {
-        sendNode(res, problem(error.status, error.reason, error.message, { headers: error.headers }));
+        sendNode(res, problemOfRefusal(error));
         return;
       }
       sendNode(res, problem(500, 'internal', 'the receiver failed'));
