@@ -74,9 +74,9 @@ async function processBatch(store, events, options) {
   const list = eventsOf(events);
   const results = new Array(list.length);
   const valid = [];
-  for (const [index, event] of list.entries()) {
-    if (event instanceof Unreadable) {
-      results[index] = { error: event.error };
+  for (const [index, { event, error: unreadable }] of list.entries()) {
+    if (unreadable !== undefined) {
+      results[index] = { error: unreadable };
       continue;
     }
     try {
@@ -130,10 +130,12 @@ async function decideInTransactions(call, valid, results, run) {
 }
 
 /**
- * The events of a batch as a plain array, read once: an array that cannot
- * be read (a revoked proxy, a throwing length) is INVALID_ARGUMENT; an
- * element whose read throws is an Unreadable holding that event's
- * INVALID_EVENT, and the others go on.
+ * The events of a batch as a plain array of `{ event }`, read once: an array
+ * that cannot be read (a revoked proxy, a throwing length) is
+ * INVALID_ARGUMENT; an element whose read throws is `{ error }`, that
+ * event's INVALID_EVENT, and the others go on. An element is never looked
+ * at here (an `instanceof` on a revoked proxy throws): the core's
+ * validation answers it, as processEvent's does.
  */
 function eventsOf(events) {
   let length;
@@ -155,10 +157,10 @@ function eventsOf(events) {
   const list = new Array(length);
   for (let i = 0; i < length; i += 1) {
     try {
-      list[i] = events[i];
+      list[i] = { event: events[i] };
     } catch (cause) {
       const reason = `cannot be read: ${messageOf(cause)}`;
-      list[i] = new Unreadable(new IdemflowError('INVALID_EVENT', `event ${i} ${reason}`, { details: { reason, index: i }, cause }));
+      list[i] = { error: new IdemflowError('INVALID_EVENT', `event ${i} ${reason}`, { details: { reason, index: i }, cause }) };
     }
   }
   return list;
