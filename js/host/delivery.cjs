@@ -30,6 +30,9 @@ const MAX_ATTEMPT = 1000;
  */
 const DEFAULT_MAX_DELIVERIES = 20;
 
+/** The dispositions a verdict answers; any other (fatal) is thrown, or in a batch that committed parks its message. */
+const DISPOSITIONS = new Set(['reject', 'reconcile', 'retry']);
+
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
 
 /** The same error, marked as the worker's fault: a worker that sees it must stop. */
@@ -296,12 +299,15 @@ function createDeliveryHandler(store, handlerOptions) {
       }
     }
     const results = await processBatch(store, events, processOptions);
+    const acked = results.some((result) => result.error === undefined);
     for (const [j, result] of results.entries()) {
       const i = positions[j];
-      verdicts[i] =
-        result.error === undefined
-          ? { action: 'ack', outcome: result.outcome, result }
-          : verdictOnError(result.error, eventIdOf(events[j]), counts[i]);
+      const { error } = result;
+      if (error === undefined) verdicts[i] = { action: 'ack', outcome: result.outcome, result };
+      // Once other messages committed, a fatal error is this message's alone (its callback's bad output
+      // or misuse, rolled back by itself): throwing would answer nothing for the committed ones.
+      else if (acked && !DISPOSITIONS.has(error.disposition)) verdicts[i] = { action: 'park', error };
+      else verdicts[i] = verdictOnError(error, eventIdOf(events[j]), counts[i]);
     }
     return verdicts;
   }
