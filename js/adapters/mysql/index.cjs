@@ -24,6 +24,7 @@ const {
   Serializer,
   betweenBeginAndCommit,
   guardedConnection,
+  refuseRelease,
   sessionLock,
   transactionOptions,
   watchClient,
@@ -279,11 +280,14 @@ class MysqlStore extends SqlStore {
         }
         // mysql2 emits 'error' on a pool connection the server closed; its own listener is a once().
         const watch = new ConnectionWatch(connection.connection ?? connection);
+        // tx.client is this connection: a release by the host would hand it, transaction open, to the next caller.
+        const restoreRelease = refuseRelease(connection);
         let released = false;
         const release = (broken) => {
           if (released) return;
           released = true;
           watch.stop(broken);
+          restoreRelease();
           if (broken) connection.destroy();
           else connection.release();
         };

@@ -23,6 +23,7 @@ const {
   Serializer,
   betweenBeginAndCommit,
   guardedConnection,
+  refuseRelease,
   rollbackQuietly,
   sessionLock,
   transactionOptions,
@@ -203,11 +204,14 @@ class PostgresStore extends SqlStore {
     } catch (error) {
       throw mapError(error);
     }
+    // tx.client is this connection: the host must not give it back while the transaction holds it.
+    const restoreRelease = refuseRelease(connection);
     let released = false;
     const release = (error) => {
       if (released) return;
       released = true;
       watch.stop(error !== undefined);
+      restoreRelease();
       // With an error, the pool discards the client instead of handing it out again.
       connection.release(error);
     };

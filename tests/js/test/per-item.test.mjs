@@ -24,6 +24,48 @@ function revokedProxy() {
   return proxy;
 }
 
+/**
+ * Every connection of the store's pool is back in it, none checked out twice
+ * or left in a transaction: each one taken out at once is a distinct session
+ * outside any transaction.
+ */
+async function assertPoolIdle(kind, pool) {
+  if (kind === 'pg') {
+    assert.equal(pool.waitingCount, 0);
+    assert.equal(pool.idleCount, pool.totalCount, 'every client is back in the pool, none checked out');
+    const clients = await Promise.all(Array.from({ length: pool.totalCount }, () => pool.connect()));
+    try {
+      const sessions = new Set();
+      for (const client of clients) {
+        const { rows } = await client.query('SELECT pg_backend_pid() AS pid, now() = statement_timestamp() AS fresh');
+        assert.equal(rows[0].fresh, true, 'not inside a transaction');
+        sessions.add(rows[0].pid);
+      }
+      assert.equal(sessions.size, clients.length, 'no client handed out twice');
+    } finally {
+      for (const client of clients) client.release();
+    }
+    return;
+  }
+  const free = pool.pool._freeConnections;
+  const all = pool.pool._allConnections;
+  const frees = free.toArray ? free.toArray() : [...free];
+  assert.equal(new Set(frees).size, frees.length, 'no connection is free twice');
+  assert.equal(frees.length, all.length, 'every connection is back in the pool');
+  const connections = await Promise.all(frees.map(() => pool.getConnection()));
+  try {
+    const sessions = new Set();
+    for (const connection of connections) {
+      const [rows] = await connection.query('SELECT CONNECTION_ID() AS id, @@in_transaction AS open');
+      assert.equal(Number(rows[0].open), 0, 'not inside a transaction');
+      sessions.add(rows[0].id);
+    }
+    assert.equal(sessions.size, connections.length, 'no connection handed out twice');
+  } finally {
+    for (const connection of connections) connection.release();
+  }
+}
+
 for (const backend of BACKENDS) {
   if (only && !only.has(backend.id)) continue;
   describe(`per-item answers on ${backend.name}`, { skip: backend.skip }, () => {
@@ -74,5 +116,35 @@ for (const backend of BACKENDS) {
       assert.equal(only.error?.code, 'INVALID_ARGUMENT');
       assert.equal(only.error.disposition, 'fatal');
     });
+
+    if (backend.id === 'pg' || backend.id === 'mysql') {
+      it('tx.client.release() inside a callback is a coded refusal: nothing of that event commits, the others do, and no pooled client leaks', async () => {
+        const ns = uniquePrefix();
+        const release = (tx) => {
+          tx.client.release();
+        };
+        const alone = await outcomeOf(processEvent(suite.store, request(`${ns}:r1`, `${ns}:r1`), { ruleSet, onApplied: release }));
+        assert.ok(alone.error instanceof IdemflowError, String(alone.error));
+        assert.equal(alone.error.code, 'INVALID_ARGUMENT');
+        assert.equal(alone.error.details.field, 'tx.client.release');
+        assert.equal(await suite.store.getReceipt(`${ns}:r1`), null);
+        const results = await processBatch(suite.store, [request(`${ns}:ok`, `${ns}:ok`), request(`${ns}:r2`, `${ns}:r2`)], {
+          ruleSet,
+          onApplied: (tx, decision) => (decision.event.eventId === `${ns}:r2` ? release(tx) : null),
+        });
+        assert.equal(results[0].outcome, 'applied');
+        assert.equal(results[1].error?.code, 'INVALID_ARGUMENT');
+        assert.equal(await suite.store.getReceipt(`${ns}:r2`), null);
+        // A host that catches the refusal goes on in the transaction, which commits.
+        const caught = await processEvent(suite.store, request(`${ns}:r3`, `${ns}:r3`), {
+          ruleSet,
+          onApplied: (tx) => {
+            assert.throws(() => tx.client.release(), { code: 'INVALID_ARGUMENT' });
+          },
+        });
+        assert.equal(caught.outcome, 'applied');
+        await assertPoolIdle(backend.id, suite.store.client);
+      });
+    }
   });
 }
