@@ -93,11 +93,16 @@ function outputOf(value, maxBytes = MAX_OUTPUT_BYTES) {
 
 /**
  * What a throwing callback becomes: an IdemflowError as it was thrown (it
- * keeps its code); anything else HANDLER_FAILED (retry), the original as
- * `cause`, so the event stays deliverable.
+ * keeps its code); a driver error of the host's own statement on
+ * `tx.client` what the store makes of the same failure of its own (a lost
+ * connection, a full disk: STORE_UNAVAILABLE with its reason; a deadlock: a
+ * lost race, run again); anything else HANDLER_FAILED (retry), the original
+ * as `cause`, so the event stays deliverable.
  */
-function handlerError(thrown, eventId) {
+function handlerError(thrown, eventId, tx) {
   if (thrown instanceof IdemflowError) return thrown;
+  const stored = tx.driverErrorOf(thrown);
+  if (stored !== null) return stored;
   return new IdemflowError('HANDLER_FAILED', `onApplied failed for event ${eventId}: ${messageOf(thrown)}`, {
     details: { eventId, reason: 'onApplied threw' },
     cause: thrown,
@@ -115,7 +120,7 @@ async function runApplied(onApplied, tx, decision) {
   try {
     returned = await onApplied(tx, decision);
   } catch (thrown) {
-    throw handlerError(thrown, decision.eventId);
+    throw handlerError(thrown, decision.event?.eventId ?? decision.eventId, tx);
   }
   return outputOf(returned);
 }

@@ -35,6 +35,11 @@ function ownError(error) {
   );
 }
 
+/** The store's failure or a lost race (the callback's database error, classified as the store's own). */
+function storeFailure(error) {
+  return error instanceof IdemflowError && (error.code === 'CONCURRENT_UPDATE' || error.code === 'STORE_UNAVAILABLE');
+}
+
 /**
  * A callback failed in a transaction that cannot undo one event's part
  * (no savepoints: memory, MongoDB): the batch's transaction rolls back and
@@ -343,8 +348,14 @@ async function withCallback({ event }, decision, { onApplied, tx }) {
     await tx.releaseSavepoint('event');
     return { ...decision, output };
   } catch (error) {
-    await tx.rollbackToSavepoint('event');
-    await tx.releaseSavepoint('event');
+    try {
+      await tx.rollbackToSavepoint('event');
+      await tx.releaseSavepoint('event');
+    } catch (undo) {
+      // The transaction itself is gone (a lost connection; MySQL's deadlock rolls it all back): a
+      // database error of the callback's own ends the batch's transaction, as the store's would.
+      throw storeFailure(error) ? error : undo;
+    }
     return { error, callback: true };
   }
 }

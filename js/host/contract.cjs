@@ -17,6 +17,8 @@
 //   commitBatch({ receipts, workflows, operations, now })
 //   savepoints                           true when the four below undo part of the transaction
 //   savepoint(name), rollbackToSavepoint(name), releaseSavepoint(name)
+//   driverErrorOf(thrown)                what a driver error the host's own statement threw (in
+//                                        onApplied) means to the store: its IdemflowError, or null
 //
 // The reads may answer synchronously (core/step.cjs) when the driver is.
 
@@ -67,6 +69,11 @@ class ForeignTransaction {
 
   get savepoints() {
     return false;
+  }
+
+  /** A host's own transaction classifies nothing: its callback's failures are HANDLER_FAILED. */
+  driverErrorOf() {
+    return null;
   }
 
   getReceiptToDecide(eventId) {

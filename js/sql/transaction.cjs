@@ -6,7 +6,7 @@
 // (SQLite) or asynchronous (the server databases).
 
 const { StoreTransaction } = require('../store/transaction.cjs');
-const { operationExists, receiptExists, workflowChanged } = require('../store/errors.cjs');
+const { mapDriverError, operationExists, receiptExists, workflowChanged } = require('../store/errors.cjs');
 const { decidedOperationToStore, decidedReceiptToStore, decidedWorkflowPatch, decisionReceiptFromStore } = require('../store/records.cjs');
 const { orUnreadable } = require('../host/contract.cjs');
 const { recordOf } = require('./columns.cjs');
@@ -53,6 +53,12 @@ class SqlTransaction extends StoreTransaction {
 
   get savepoints() {
     return true;
+  }
+
+  /** The dialect's classification of a driver error (dialect.fromDriver says which errors are its driver's). */
+  driverErrorOf(thrown) {
+    const { dialect } = this._store._statements;
+    return dialect.fromDriver(thrown) ? mapDriverError(thrown, dialect.classify) : null;
   }
 
   // _read, _insert and _updateWorkflow answer synchronously when `execute`

@@ -59,6 +59,18 @@ class StoreTransaction {
     return false;
   }
 
+  /**
+   * What an error the host's own statement on `client` threw (inside
+   * onApplied) means to this store: the IdemflowError the store throws for
+   * the same failure of its own statements (STORE_UNAVAILABLE with its
+   * reason, a lost race), or null when `thrown` is not its driver's error
+   * (a subclass's; a store without a driver has none).
+   * @returns {import('../core/errors.cjs').IdemflowError | null}
+   */
+  driverErrorOf(_thrown) {
+    return null;
+  }
+
   async getReceipt(eventId) {
     return this._store._receiptOf(await this._read('inbox', eventId));
   }

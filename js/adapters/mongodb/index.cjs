@@ -97,6 +97,11 @@ class MongoTransaction extends StoreTransaction {
     return this.#session;
   }
 
+  /** A MongoDB driver error (a Mongo… error) classified as the store's own are. */
+  driverErrorOf(thrown) {
+    return thrown instanceof Error && /^Mongo|^PoolCl/.test(thrown.name) ? mapError(thrown) : null;
+  }
+
   /**
    * @internal inserts or replaces a workflow inside the transaction (tx.putWorkflow)
    * @param {{ id: string, status: string, revision: number, data: Record<string, string> }} record

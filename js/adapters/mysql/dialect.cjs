@@ -67,6 +67,18 @@ function classify(error) {
 }
 
 /**
+ * Whether an error is mysql2's (a host's statement on tx.client threw it):
+ * the server's (a SQLSTATE), the driver's own (ER_…, PROTOCOL_…, a fatal
+ * one) or a socket's.
+ */
+function fromDriver(error) {
+  if (error === null || typeof error !== 'object') return false;
+  if (typeof error.sqlState === 'string' || error.fatal === true) return true;
+  if (typeof error.code === 'string' && /^(ER_|PROTOCOL_)/.test(error.code)) return true;
+  return isNetworkError(error);
+}
+
+/**
  * JSON_SET and JSON_REMOVE rather than JSON_MERGE_PATCH: MariaDB 10.11's
  * merge patch skips removals whose keys come in another order than the document's.
  */
@@ -187,6 +199,7 @@ const dialect = Object.freeze({
   // MySQL refuses LIMIT in an IN subquery; DELETE takes its own ORDER BY … LIMIT.
   purgeBatch: ({ table, order, where, limit }) => `DELETE FROM ${table} WHERE ${where} ORDER BY ${order} LIMIT ${limit}`,
   classify,
+  fromDriver,
   present,
   create,
   /** Migrations queue on this named lock (GET_LOCK), each waiting at most its deadline. */

@@ -47,6 +47,21 @@ function classify(error) {
   return null;
 }
 
+/** pg's and PGlite's own words for a connection that is gone (a host's Error saying "closed" is not one). */
+const CONNECTION_MESSAGE =
+  /Connection terminated|connection error|not queryable|Cannot use a pool after calling end|timeout exceeded when trying to connect|Client was closed|PGlite is closed/i;
+
+/**
+ * Whether an error is pg's or PGlite's (a host's statement on tx.client
+ * threw it): the server's error (a SQLSTATE and a severity), a socket's
+ * error, or the driver's own for a lost connection.
+ */
+function fromDriver(error) {
+  if (error === null || typeof error !== 'object') return false;
+  if (typeof error.code === 'string' && /^[0-9A-Z]{5}$/.test(error.code) && typeof error.severity === 'string') return true;
+  return isNetworkError(error) || CONNECTION_MESSAGE.test(String(error.message));
+}
+
 const dialect = Object.freeze({
   name: 'postgres',
   quote,
@@ -72,6 +87,7 @@ const dialect = Object.freeze({
   // non-key column takes, taken as the sorted rows come out.
   lockInOrder: (key) => ` ORDER BY ${key} FOR NO KEY UPDATE`,
   classify,
+  fromDriver,
   /** The session-level advisory lock of withExclusiveLock, keyed by a hash of its name. */
   tryLock: 'SELECT pg_try_advisory_lock(hashtext($1)) AS acquired',
   /** The keyed mode's hold on an idempotency key: a 64-bit hash, freed when the transaction ends. */

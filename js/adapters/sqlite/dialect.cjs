@@ -65,6 +65,14 @@ function classify(error) {
   }
 }
 
+/** Whether an error is better-sqlite3's (a SQLITE_ code) or node:sqlite's (an errcode), or a closed handle's. */
+function fromDriver(error) {
+  if (error === null || typeof error !== 'object') return false;
+  if (typeof error.code === 'string' && error.code.startsWith('SQLITE_')) return true;
+  if (error.code === 'ERR_SQLITE_ERROR' || typeof error.errcode === 'number') return true;
+  return /database (connection )?is not open/i.test(String(error.message));
+}
+
 /** The schema part of `schema.name` (null for a plain name). */
 function schemaOf(table) {
   return table.includes('.') ? table.slice(0, table.indexOf('.')) : null;
@@ -91,6 +99,7 @@ const dialect = Object.freeze({
   purgeBatch: ({ table, key, order, where, limit }) =>
     `DELETE FROM ${table} WHERE ${key} IN (SELECT ${key} FROM ${table} WHERE ${where} ORDER BY ${order} LIMIT ${limit})`,
   classify,
+  fromDriver,
 
   /**
    * Whether a part of the schema (sql/schema.cjs schemaParts) is there: a

@@ -25,6 +25,22 @@ function revokedProxy() {
 }
 
 /**
+ * A statement of the host's that the database refuses (a syntax error),
+ * through the driver's own handle: what each driver throws for it. Null for
+ * a store without a SQL driver.
+ */
+const BAD_STATEMENT = {
+  sqlite: (tx) => tx.client.prepare('SELEC 1'),
+  'sqlite-node': (tx) => tx.client.prepare('SELEC 1'),
+  pglite: (tx) => tx.client.query('SELEC 1'),
+  pg: (tx) => tx.client.query('SELEC 1'),
+  mysql: (tx) => tx.client.query('SELEC 1'),
+};
+
+/** A statement that makes the server raise SQLSTATE `code` (PostgreSQL and PGlite: plpgsql's RAISE). */
+const raising = (code) => (tx) => tx.client.query(`DO $$ BEGIN RAISE EXCEPTION 'raised by the test' USING ERRCODE = '${code}'; END $$`);
+
+/**
  * Every connection of the store's pool is back in it, none checked out twice
  * or left in a transaction: each one taken out at once is a distinct session
  * outside any transaction.
@@ -116,6 +132,87 @@ for (const backend of BACKENDS) {
       assert.equal(only.error?.code, 'INVALID_ARGUMENT');
       assert.equal(only.error.disposition, 'fatal');
     });
+
+    it("a plain Error thrown by the callback stays HANDLER_FAILED; a database error of the host's own statement is STORE_UNAVAILABLE with its reason", async () => {
+      const ns = uniquePrefix();
+      const plain = new Error('the host is confused');
+      const thrown = await outcomeOf(
+        processEvent(suite.store, request(`${ns}:plain`, `${ns}:plain`), {
+          ruleSet,
+          onApplied: () => {
+            throw plain;
+          },
+        }),
+      );
+      assert.equal(thrown.error?.code, 'HANDLER_FAILED');
+      assert.equal(thrown.error.cause, plain);
+      const statement = BAD_STATEMENT[backend.id];
+      if (statement === undefined) return; // no driver of its own (memory, MongoDB)
+      let driverError;
+      const onApplied = async (tx) => {
+        try {
+          await statement(tx);
+        } catch (error) {
+          driverError = error;
+          throw error;
+        }
+      };
+      const failed = await outcomeOf(processEvent(suite.store, request(`${ns}:sql`, `${ns}:sql`), { ruleSet, onApplied }));
+      assert.ok(driverError !== undefined, 'the statement failed');
+      assert.equal(failed.error?.code, 'STORE_UNAVAILABLE', String(failed.error));
+      assert.equal(failed.error.details.reason, 'database-error');
+      assert.equal(failed.error.disposition, 'retry');
+      assert.equal(typeof failed.error.details.driverCode, 'string');
+      assert.equal(failed.error.cause, driverError);
+      assert.equal(await suite.store.getReceipt(`${ns}:sql`), null);
+      // In a batch: that event's error, the others commit.
+      const results = await processBatch(suite.store, [request(`${ns}:ok`, `${ns}:ok`), request(`${ns}:sql`, `${ns}:sql`)], {
+        ruleSet,
+        onApplied: (tx, decision) => (decision.event.eventId === `${ns}:sql` ? onApplied(tx) : null),
+      });
+      assert.equal(results[0].outcome, 'applied');
+      assert.equal(results[1].error?.code, 'STORE_UNAVAILABLE');
+      assert.equal(results[1].error.details.reason, 'database-error');
+      assert.equal(await suite.store.getReceipt(`${ns}:sql`), null);
+    });
+
+    if (backend.id === 'pg' || backend.id === 'pglite') {
+      it('the server out of room in the callback is STORE_UNAVAILABLE server-out-of-resources; a deadlock there is a lost race, run again', async () => {
+        const ns = uniquePrefix();
+        const full = await outcomeOf(
+          processEvent(suite.store, request(`${ns}:full`, `${ns}:full`), { ruleSet, onApplied: raising('53100') }),
+        );
+        assert.equal(full.error?.code, 'STORE_UNAVAILABLE', String(full.error));
+        assert.equal(full.error.details.reason, 'server-out-of-resources');
+        assert.equal(full.error.details.driverCode, '53100');
+        let runs = 0;
+        const once = async (tx) => {
+          runs += 1;
+          if (runs === 1) await raising('40P01')(tx);
+          return { runs };
+        };
+        const result = await processEvent(suite.store, request(`${ns}:deadlock`, `${ns}:deadlock`), { ruleSet, onApplied: once });
+        assert.equal(result.outcome, 'applied');
+        assert.equal(result.attempts, 2, 'the deadlock re-ran the cycle');
+        assert.deepEqual(result.output, { runs: 2 });
+      });
+    }
+
+    if (backend.id === 'pg') {
+      it('a lost connection in the callback is STORE_UNAVAILABLE, and the pool discards the connection', async () => {
+        const ns = uniquePrefix();
+        const lost = await outcomeOf(
+          processEvent(suite.store, request(`${ns}:lost`, `${ns}:lost`), {
+            ruleSet,
+            onApplied: (tx) => tx.client.query('SELECT pg_terminate_backend(pg_backend_pid())'),
+          }),
+        );
+        assert.equal(lost.error?.code, 'STORE_UNAVAILABLE', String(lost.error));
+        assert.ok(['server-unavailable', 'connection-lost'].includes(lost.error.details.reason), lost.error.details.reason);
+        assert.equal(await suite.store.getReceipt(`${ns}:lost`), null);
+        assert.equal((await processEvent(suite.store, request(`${ns}:lost`, `${ns}:lost`), { ruleSet })).outcome, 'applied');
+      });
+    }
 
     if (backend.id === 'pg' || backend.id === 'mysql') {
       it('tx.client.release() inside a callback is a coded refusal: nothing of that event commits, the others do, and no pooled client leaks', async () => {
