@@ -92,6 +92,13 @@ impl CompiledRuleSet {
         packed::layout_json(self.rules())
     }
 
+    /// Checks a workflow's facts map, given as its JSON text, as a decision
+    /// reads it (`decide::facts_of_text`): INVALID_RECORD naming the entry.
+    #[wasm_bindgen(js_name = checkFacts)]
+    pub fn check_facts(&self, text: &str) -> JsResult<()> {
+        decide::facts_of_text(self.rules(), text).map(|_| ()).map_err(throw)
+    }
+
     /// The operation types its rules can emit, sorted, as a JSON array.
     #[wasm_bindgen(js_name = emittedTypesJson)]
     pub fn emitted_types_json(&self) -> String {

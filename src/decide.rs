@@ -554,6 +554,18 @@ fn read_facts(rule_set: &RuleSet, item: &Item, layout: Layout) -> Result<Map<Str
         }
         other => return Err(record_error("workflow", name, format!("must be an object, not {}", other.kind()))),
     };
+    facts_of_text(rule_set, text)
+}
+
+/// A facts map's JSON text, checked as [`read_facts`] checks what it reads
+/// (a host's `putWorkflow` checks what it is handed with it). Errors are
+/// INVALID_RECORD naming the entry and its member.
+pub(crate) fn facts_of_text(rule_set: &RuleSet, text: &str) -> Result<Map<String, Value>> {
+    let Some(facts) = rule_set.facts() else { return Ok(Map::new()) };
+    let name = facts.name.as_str();
+    if text.len() > MAX_FACTS_BYTES {
+        return Err(record_error("workflow", name, format!("is longer than {MAX_FACTS_BYTES} bytes of JSON")));
+    }
     let map = match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => map,
         _ => return Err(record_error("workflow", name, "must be a JSON object of fact entries")),

@@ -434,6 +434,17 @@ export interface RuleSetOption {
   ruleSet?: RuleSet | BuiltinRuleSetName;
 }
 
+/** putWorkflow's options. */
+export interface PutWorkflowOptions {
+  /**
+   * The rule set the workflow runs under: its facts map (when the rule set
+   * has one) must be an object the core reads (entries, bounds), never its
+   * JSON text as a string (INVALID_ARGUMENT naming the field). No default:
+   * without it no facts map is checked.
+   */
+  ruleSet?: RuleSet | BuiltinRuleSetName;
+}
+
 export function validateEvent(event: unknown, options?: RuleSetOption): asserts event is EventInput;
 export function normalizeEvent(event: unknown, options?: RuleSetOption & { type?: string }): NormalizedEvent;
 export function fingerprint(event: EventInput, options?: RuleSetOption): string;

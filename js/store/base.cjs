@@ -24,7 +24,15 @@ const { processEvent } = require('../host/event.cjs');
 const { processBatch } = require('../host/batch.cjs');
 const telemetry = require('../core/telemetry.cjs');
 const { invalidArgument } = require('./errors.cjs');
-const { checkText, workflowToStore, workflowFromStore, receiptFromStore, operationFromStore, operationView } = require('./records.cjs');
+const {
+  checkText,
+  putOptionsOf,
+  workflowToStore,
+  workflowFromStore,
+  receiptFromStore,
+  operationFromStore,
+  operationView,
+} = require('./records.cjs');
 const { PAGE_SIZE, listRequest, requeueRequest, nowRequest, statsOf } = require('./queries.cjs');
 
 const DEFAULT_BATCH_SIZE = 1000;
@@ -208,9 +216,13 @@ class StoreBase {
     return processBatch(this, events, options);
   }
 
-  /** Inserts or replaces a workflow, for hosts that create workflows and for tests. */
-  async putWorkflow(workflow) {
-    await this._putWorkflow(workflowToStore(workflow));
+  /**
+   * Inserts or replaces a workflow, for hosts that create workflows and for
+   * tests. `options.ruleSet`: the rule set the workflow runs under, whose
+   * facts map (if it has one) is checked as a decision reads it.
+   */
+  async putWorkflow(workflow, options) {
+    await this._putWorkflow(workflowToStore(workflow, putOptionsOf(options)));
   }
 
   async getWorkflow(id) {

@@ -7,6 +7,9 @@
 // at their edge; nothing here knows a database.
 
 const { IdemflowError } = require('../core/errors.cjs');
+const { optionsOf } = require('../core/options.cjs');
+const { resolveRuleSet } = require('../core/rules.cjs');
+const { call } = require('../core/wasm.cjs');
 const { outputOf } = require('../host/applied.cjs');
 const { invalidArgument } = require('./errors.cjs');
 
@@ -38,9 +41,10 @@ function checkText(value, field) {
  * A workflow a host wants stored, checked: `{id, status, revision, data}`
  * with the recorded fields in `data`. Recorded fields are strings (amounts
  * are decimal strings) or counts; null or undefined leaves a field out.
- * Throws INVALID_ARGUMENT before anything is written.
+ * With `ruleSet` (putWorkflow's option), its facts map is checked too
+ * (checkFacts). Throws INVALID_ARGUMENT before anything is written.
  */
-function workflowToStore(workflow) {
+function workflowToStore(workflow, ruleSet = null) {
   if (workflow === null || typeof workflow !== 'object' || Array.isArray(workflow)) {
     throw invalidArgument('a workflow must be an object {id, status, revision, ...fields}', { reason: 'not an object' });
   }
@@ -76,7 +80,65 @@ function workflowToStore(workflow) {
     }
     data[field] = typeof value === 'string' ? checkText(value, field) : isFactsMap(value) ? structuredClone(value) : value;
   }
+  if (ruleSet !== null) checkFacts({ ...data, id }, ruleSet);
   return { id, status, revision, data };
+}
+
+/** The facts field's name of a compiled rule set (its layout's `facts.name`), or null; read once per rule set. */
+const factsNames = new WeakMap();
+function factsNameOf(compiled) {
+  let name = factsNames.get(compiled);
+  if (name === undefined) {
+    name = JSON.parse(compiled.layoutJson()).facts?.name ?? null;
+    factsNames.set(compiled, name);
+  }
+  return name;
+}
+
+/**
+ * putWorkflow's options, read once: `{ ruleSet }` (a RuleSet or a built-in
+ * name), the rule set whose facts map the workflow holds; null without one.
+ */
+function putOptionsOf(options) {
+  const { ruleSet } = optionsOf(options, ['ruleSet'], 'putWorkflow');
+  return ruleSet === undefined ? null : resolveRuleSet(ruleSet);
+}
+
+/**
+ * Throws INVALID_ARGUMENT (details.field naming the field, or the entry and
+ * its member) unless the workflow's facts map under `ruleSet` is one a
+ * decision can read: an object (never its JSON text as a string) that the
+ * core checks as it checks what it reads (its entries, their members, the
+ * bounds on entries and bytes). Absent or null is no map.
+ */
+function checkFacts(workflow, ruleSet) {
+  const name = factsNameOf(ruleSet.compiled);
+  if (name === null) return;
+  const value = workflow[name];
+  if (value === undefined || value === null) return;
+  const id = workflow.id;
+  if (!isFactsMap(value)) {
+    const what = typeof value === 'string' ? 'a string (JSON text is not a facts map)' : typeof value;
+    throw invalidArgument(
+      `workflow field ${name} is the facts map of rule set ${ruleSet.id}: a plain object of fact entries, not ${what}`,
+      {
+        field: name,
+        workflowId: id,
+        reason: typeof value === 'string' ? 'facts map stored as a string' : 'not a facts map',
+      },
+    );
+  }
+  try {
+    call(() => ruleSet.compiled.checkFacts(JSON.stringify(value)));
+  } catch (error) {
+    if (!(error instanceof IdemflowError) || error.code !== 'INVALID_RECORD') throw error;
+    const field = error.details.field ?? name;
+    throw invalidArgument(`workflow ${id}: ${field} ${error.details.reason}`, {
+      field,
+      workflowId: id,
+      reason: error.details.reason,
+    });
+  }
 }
 
 /**
@@ -530,6 +592,7 @@ module.exports = {
   fieldOfName,
   checkText,
   workflowToStore,
+  putOptionsOf,
   workflowPatch,
   workflowFromStore,
   receiptToStore,

@@ -7,6 +7,7 @@ const { CONTRACT, readEach } = require('../host/contract.cjs');
 const { eachStep, step } = require('../core/step.cjs');
 const { invalidArgument, receiptExists, workflowChanged, operationExists } = require('./errors.cjs');
 const {
+  putOptionsOf,
   workflowToStore,
   workflowPatch,
   receiptToStore,
@@ -83,12 +84,15 @@ class StoreTransaction {
     return operationView(await this._read('outbox', id));
   }
 
-  /** Inserts or replaces a workflow in this transaction: a host's row and the workflow it starts commit together. */
-  async putWorkflow(workflow) {
+  /**
+   * Inserts or replaces a workflow in this transaction: a host's row and the
+   * workflow it starts commit together. `options.ruleSet`: as the store's putWorkflow.
+   */
+  async putWorkflow(workflow, options) {
     if (typeof this._putWorkflow !== 'function') {
       throw invalidArgument('this store cannot put a workflow inside a transaction', { reason: 'not supported' });
     }
-    await this._putWorkflow(workflowToStore(workflow), this._store.now());
+    await this._putWorkflow(workflowToStore(workflow, putOptionsOf(options)), this._store.now());
   }
 
   async insertReceipt(receipt) {

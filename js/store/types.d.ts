@@ -8,6 +8,7 @@ import type {
   OutboxStore,
   ProcessOptions,
   ProcessResult,
+  PutWorkflowOptions,
   ReceiptResult,
   RecordedOutcome,
   RuleSetRef,
@@ -85,7 +86,7 @@ export interface DurableStoreTransaction extends StoreTransaction {
   getReceipt(eventId: string): Promise<RecordedReceipt | null>;
   getOperation(id: string): Promise<StoredOperation | null>;
   /** Inserts or replaces a workflow in this transaction: the host's row that starts it and the workflow commit together. */
-  putWorkflow(workflow: Workflow): Promise<void>;
+  putWorkflow(workflow: Workflow, options?: PutWorkflowOptions): Promise<void>;
   /** The driver's own handle bound to this transaction (each adapter types it). */
   readonly client: unknown;
 }
@@ -122,7 +123,7 @@ export interface DurableStore<Tx extends DurableStoreTransaction = DurableStoreT
    * Inserts or replaces a workflow. Fields other than id, status and revision
    * must be strings (amounts are decimal strings); null leaves a field out.
    */
-  putWorkflow(workflow: Workflow): Promise<void>;
+  putWorkflow(workflow: Workflow, options?: PutWorkflowOptions): Promise<void>;
   getWorkflow(id: string): Promise<Workflow | null>;
   getReceipt(eventId: string): Promise<RecordedReceipt | null>;
   getOperation(id: string): Promise<StoredOperation | null>;

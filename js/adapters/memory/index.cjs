@@ -12,6 +12,7 @@ const { Serializer, checkTimeLeft, transactionOptions } = require('../../store/b
 const { StoreBase } = require('../../store/base.cjs');
 const { StoreTransaction } = require('../../store/transaction.cjs');
 const { operationMatches } = require('../../store/queries.cjs');
+const { putOptionsOf, workflowToStore } = require('../../store/records.cjs');
 const { copy, readReceiptRecord, operationRecord, RECORD_OF, HELD_OF, claimable, byId, DELETED, draftRecord } = require('./rows.cjs');
 
 /**
@@ -269,8 +270,14 @@ class InMemoryStore extends StoreBase {
     return structuredClone(this.#data);
   }
 
-  /** Stores a workflow as given (a copy), for hosts that create workflows and for tests. */
-  async putWorkflow(workflow) {
+  /**
+   * Stores a workflow as given (a copy), for hosts that create workflows and
+   * for tests; with `options.ruleSet`, its facts map is checked first, as
+   * the other stores' putWorkflow checks it.
+   */
+  async putWorkflow(workflow, options) {
+    const ruleSet = putOptionsOf(options);
+    if (ruleSet !== null) workflowToStore(workflow, ruleSet);
     await this.#alone(async () => {
       this.#data.workflows.set(workflow.id, structuredClone(workflow));
     });

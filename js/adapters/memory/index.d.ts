@@ -1,6 +1,6 @@
 // Types of InMemoryStore (exported by the package's main entry point).
 
-import type { EventInput, OutboxOperation, ProcessResult, Receipt, Workflow } from '../../core/types.js';
+import type { EventInput, OutboxOperation, ProcessResult, PutWorkflowOptions, Receipt, Workflow } from '../../core/types.js';
 import type { BatchResult, ExclusiveLocks, ProcessOptions, Store, StoreTransaction, TransactionOptions } from '../../host/types.js';
 import type { OutboxAdmin, OutboxStore, StoredOperation } from '../../outbox/types.js';
 
@@ -21,7 +21,7 @@ export interface InMemoryTransaction extends StoreTransaction {
   /** A table of the host's own, by name: what the host writes in it commits or rolls back with the rest (snapshot().tables). */
   table(name: string): Map<string, unknown>;
   /** Inserts or replaces a workflow in this transaction. */
-  putWorkflow(workflow: Workflow): Promise<void>;
+  putWorkflow(workflow: Workflow, options?: PutWorkflowOptions): Promise<void>;
   readonly workflows: Map<string, Workflow>;
   readonly inbox: Map<string, Receipt & { recordedAt?: number }>;
   readonly outbox: Map<string, Partial<StoredOperation> & Pick<OutboxOperation, 'type' | 'workflowId' | 'eventId'>>;
@@ -43,7 +43,7 @@ export class InMemoryStore implements Store {
   processBatch(events: readonly EventInput[], options?: ProcessOptions<InMemoryTransaction>): Promise<BatchResult[]>;
   snapshot(): MemorySnapshot;
   getWorkflow(id: string): Promise<Workflow | null>;
-  putWorkflow(workflow: Workflow): Promise<void>;
+  putWorkflow(workflow: Workflow, options?: PutWorkflowOptions): Promise<void>;
   getReceipt(eventId: string): Promise<(Receipt & { recordedAt?: number }) | null>;
   getOperation(id: string): Promise<StoredOperation | null>;
 }

@@ -16,6 +16,8 @@ import { shipmentsOf } from '../workers/host-tables.mjs';
 
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
 const ruleSet = RuleSet.builtin('order-shipment');
+/** The most entries a facts map may hold, as the core lays it out for its host. */
+const MAX_FACTS = JSON.parse(RuleSet.builtin('deposit-swap').compiled.layoutJson()).facts.maxEntries;
 const request = (eventId, orderId) => ({ eventId, workflowId: orderId, type: 'SHIPMENT_REQUESTED' });
 
 function revokedProxy() {
@@ -174,6 +176,44 @@ for (const backend of BACKENDS) {
       assert.equal(results[1].error?.code, 'STORE_UNAVAILABLE');
       assert.equal(results[1].error.details.reason, 'database-error');
       assert.equal(await suite.store.getReceipt(`${ns}:sql`), null);
+    });
+
+    it("putWorkflow with the workflow's rule set checks its facts map as a decision reads it, and refuses one stored as a JSON string", async () => {
+      const ns = uniquePrefix();
+      const deposits = { [`${ns}:tx-1:vout-0`]: { event: 'DEPOSIT_DETECTED', amountUnits: '100', sequence: 1 } };
+      const swap = (id, facts) => ({ id: `${ns}:${id}`, status: 'waiting', revision: 1, expectedUnits: '100', deposits: facts });
+      const over = Object.fromEntries(
+        Array.from({ length: MAX_FACTS + 1 }, (_, i) => [
+          `${ns}:tx-${i}:vout-0`,
+          { event: 'DEPOSIT_DETECTED', amountUnits: '1', sequence: 1 },
+        ]),
+      );
+      const refusals = [
+        ['as-text', JSON.stringify(deposits), 'deposits', 'facts map stored as a string'],
+        ['over', over, 'deposits', null],
+        ['bad-event', { k: { event: 'CLOSE', sequence: 1 } }, 'deposits["k"].event', null],
+        ['bad-sequence', { k: { event: 'DEPOSIT_DETECTED', sequence: 'one' } }, 'deposits["k"].sequence', null],
+        ['bad-member', { k: { event: 'DEPOSIT_DETECTED', note: 'x' } }, 'deposits["k"].note', null],
+      ];
+      for (const [id, facts, field, reason] of refusals) {
+        for (const put of [
+          (workflow) => suite.store.putWorkflow(workflow, { ruleSet: 'deposit-swap' }),
+          (workflow) => suite.store.transaction((tx) => tx.putWorkflow(workflow, { ruleSet: 'deposit-swap' })),
+        ]) {
+          const refused = await outcomeOf(put(swap(id, facts)));
+          assert.ok(refused.error instanceof IdemflowError, `${id}: refused`);
+          assert.equal(refused.error.code, 'INVALID_ARGUMENT', id);
+          assert.equal(refused.error.details.field, field, id);
+          if (reason !== null) assert.equal(refused.error.details.reason, reason, id);
+          assert.equal(await suite.store.getWorkflow(`${ns}:${id}`), null, `${id}: nothing stored`);
+        }
+      }
+      await suite.store.putWorkflow(swap('good', deposits), { ruleSet: 'deposit-swap' });
+      assert.deepEqual((await suite.store.getWorkflow(`${ns}:good`)).deposits, deposits);
+      await suite.store.transaction((tx) => tx.putWorkflow(swap('good-tx', deposits), { ruleSet: RuleSet.builtin('deposit-swap') }));
+      assert.deepEqual((await suite.store.getWorkflow(`${ns}:good-tx`)).deposits, deposits);
+      const unknown = await outcomeOf(suite.store.putWorkflow(swap('opt', deposits), { rules: 'deposit-swap' }));
+      assert.equal(unknown.error?.code, 'INVALID_ARGUMENT', 'an unknown option is refused');
     });
 
     if (backend.id === 'pg' || backend.id === 'pglite') {
