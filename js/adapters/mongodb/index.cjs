@@ -97,7 +97,10 @@ class MongoTransaction extends StoreTransaction {
     return this.#session;
   }
 
-  /** A MongoDB driver error (a Mongo… error) classified as the store's own are. */
+  /**
+   * A MongoDB driver error (a Mongo… error) classified as the store's own are.
+   * @param {unknown} thrown
+   */
   driverErrorOf(thrown) {
     return thrown instanceof Error && /^Mongo|^PoolCl/.test(thrown.name) ? mapError(thrown) : null;
   }

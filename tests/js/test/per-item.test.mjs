@@ -5,7 +5,8 @@
 // refusal that leaks no pooled connection; a database error of the host's
 // own statement in onApplied is classified as the store's own
 // (STORE_UNAVAILABLE with its reason, a lost race run again), a plain
-// Error stays HANDLER_FAILED.
+// Error stays HANDLER_FAILED; putWorkflow with a rule set checks its facts
+// map with the core and refuses one stored as a JSON string.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
