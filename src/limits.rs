@@ -28,20 +28,16 @@ pub const MAX_EMITS_PER_RULE: usize = 32;
 pub const MAX_TABLE_ENTRIES: usize = 1 << 17;
 /// States (status × emitted operations × recorded fields) the verifier explores.
 pub const MAX_STATES_EXPLORED: usize = 200_000;
-/// The reorder-safe check's budget, counted over one whole verification:
-/// (history, start status) pairs explored, and delivery configurations over
-/// all of them. One history costs at most a few thousand configurations (six
-/// events, every order), so it is the total that bounds the time, however
-/// many start statuses and histories a definition declares.
-pub const MAX_REORDER_HISTORIES: usize = 100_000;
-pub const MAX_REORDER_CONFIGURATIONS: usize = 2_000_000;
-/// The same budget for the concrete explorer of rule sets with facts
-/// (`facts_reorder`): (history, start) pairs, and delivery configurations
-/// over all of them. Its histories hold two facts (up to ten events), so
-/// it needs more configurations than the one-fact model; each costs a
+/// The search's budget (`reorder-safe` and `invariants`), counted over one
+/// whole verification: (history, start) pairs explored, and delivery
+/// configurations over all of them. A history of two facts holds up to ten
+/// events, so it is the total that bounds the time, however many start
+/// statuses and histories a definition declares; a configuration costs a
 /// microsecond or so once a (workflow, event) pair has been decided.
-pub const MAX_FACTS_REORDER_HISTORIES: usize = 100_000;
-pub const MAX_FACTS_REORDER_CONFIGURATIONS: usize = 12_000_000;
+pub const MAX_REORDER_HISTORIES: usize = 100_000;
+pub const MAX_REORDER_CONFIGURATIONS: usize = 12_000_000;
+/// Kinds of event (and racing pairs) in one history, at most.
+pub const MAX_REORDER_KINDS: usize = 32;
 
 /// Every bound with its name, for documentation and tests.
 pub const LIMITS: &[(&str, usize)] = &[
@@ -57,8 +53,7 @@ pub const LIMITS: &[(&str, usize)] = &[
     ("maxStatesExplored", MAX_STATES_EXPLORED),
     ("maxReorderHistories", MAX_REORDER_HISTORIES),
     ("maxReorderConfigurations", MAX_REORDER_CONFIGURATIONS),
-    ("maxFactsReorderHistories", MAX_FACTS_REORDER_HISTORIES),
-    ("maxFactsReorderConfigurations", MAX_FACTS_REORDER_CONFIGURATIONS),
+    ("maxReorderKinds", MAX_REORDER_KINDS),
 ];
 
 /// The refusal for a definition over a bound: `limit maxRules: …`.

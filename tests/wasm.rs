@@ -538,7 +538,7 @@ fn hostile_definitions_are_refused_by_their_limit_and_the_module_keeps_working()
 #[wasm_bindgen_test]
 fn a_definition_past_the_reorder_budget_in_total_is_refused() {
     // The CPU bound is asserted natively and in JS (release wasm); here, that the refusal names the budget.
-    for (types, statuses, limit) in [(15, 256, "maxReorderHistories"), (6, 200, "maxReorderConfigurations")] {
+    for (types, statuses, limit) in [(15, 256, "maxReorderHistories"), (10, 18, "maxReorderConfigurations")] {
         let text = text_arg(&hostile::reorder_budget(types, statuses).to_string());
         let label = format!("{types} types from {statuses} statuses");
         assert_limit(&label, expect_err(&label, binding::load_rule_set(text.clone())), "$.order", limit);

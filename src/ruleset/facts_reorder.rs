@@ -37,9 +37,7 @@ use super::reorder::Check;
 use super::RuleSet;
 use crate::decide::{self, Outcome};
 use crate::error::{Disposition, Error, Result};
-use crate::limits::{
-    MAX_FACTS_REORDER_CONFIGURATIONS, MAX_FACTS_REORDER_HISTORIES, MAX_REORDER_CONFIGURATIONS, MAX_REORDER_HISTORIES,
-};
+use crate::limits::{MAX_REORDER_CONFIGURATIONS, MAX_REORDER_HISTORIES, MAX_REORDER_KINDS};
 
 /// Numbered observations of the one fact of a one-fact history, at most.
 pub const ONE_FACT_OBSERVATIONS: usize = 4;
@@ -55,9 +53,52 @@ pub const MAX_COPIES: u8 = 2;
 pub const TWO_FACT_OTHER_COPIES: u8 = 1;
 /// Other events in a two-fact history, at most.
 pub const TWO_FACT_OTHER_EVENTS: usize = 2;
-/// The expected amount a workflow may record, and the amounts facts carry: below it and equal to it.
-const EXPECTED: &str = "2";
-const BELOW: &str = "1";
+/// The expected amount a workflow may record.
+const EXPECTED: u64 = 10;
+
+/// What a fact's amount is, next to the workflow's expected amount: the value
+/// classes that decide a comparison between the two. An amount no rule guards
+/// differs from one observation to the next within its class (a hold changed
+/// from 10 to 11 to 12), so that an end state that kept an older value differs
+/// from one that recorded the newer.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Class {
+    Below,
+    Equal,
+    Above,
+    /// No expected amount to compare with (none declared, or not set).
+    Free,
+}
+
+impl Class {
+    fn name(self) -> &'static str {
+        match self {
+            Class::Below => "below",
+            Class::Equal => "equal",
+            Class::Above => "above",
+            Class::Free => "free",
+        }
+    }
+
+    /// The amount of observation `n` (1-based; 0: an event that is no observation), fixed when `fixed`.
+    fn amount(self, n: u64, fixed: bool) -> String {
+        let step = if fixed || n == 0 { 0 } else { n - 1 };
+        match self {
+            Class::Below => (EXPECTED / 2 + step).to_string(),
+            Class::Equal => EXPECTED.to_string(),
+            Class::Above => (EXPECTED * 2 + step).to_string(),
+            Class::Free => (EXPECTED + step).to_string(),
+        }
+    }
+
+    fn ordering(self) -> std::cmp::Ordering {
+        match self {
+            Class::Below => std::cmp::Ordering::Less,
+            Class::Equal | Class::Free => std::cmp::Ordering::Equal,
+            Class::Above => std::cmp::Ordering::Greater,
+        }
+    }
+}
 const MAX_COUNTEREXAMPLES: usize = 8;
 /// Decisions remembered at once, past which they are forgotten at the next start (and decided again).
 const TRANSITIONS_KEPT: usize = 1 << 20;
@@ -81,6 +122,16 @@ struct Model {
     amount_fields: Vec<String>,
     /// Units fields no event carries: the workflow's expected amount, set by the host.
     expected_fields: Vec<String>,
+    /// Fields some rule guards: a fact's identity, the same in each of its observations.
+    guarded: HashSet<String>,
+    /// Names of per-fact operation templates (`<name>:{<key>}:{workflowId}`).
+    per_fact: HashSet<String>,
+    /// The classes of a fact's amount that some comparison with an expected amount tells apart.
+    classes: Vec<Class>,
+    /// Units fields some rule compares with an expected amount: they take a class's values.
+    compared_units: HashSet<String>,
+    /// Some event that is no fact's observation carries one of them.
+    others_compare: bool,
     /// `follows`: event type → event types it follows, and operation types.
     follows_events: Vec<Vec<usize>>,
     follows_operations: Vec<Vec<String>>,
@@ -102,7 +153,8 @@ fn names(value: &Value) -> Vec<String> {
 }
 
 impl Model {
-    fn read(definition: &Value) -> std::result::Result<Model, String> {
+    fn read(rule_set: &RuleSet) -> std::result::Result<Model, String> {
+        let definition = rule_set.definition();
         let events: Vec<(String, Vec<String>)> = definition["events"]
             .as_array()
             .into_iter()
@@ -120,7 +172,8 @@ impl Model {
             .collect();
         let order = &definition["order"];
         let facts = &definition["facts"];
-        let sequence_field = order["sequence"]["field"].as_str().map(str::to_string);
+        let sequence = rule_set.order.as_ref().and_then(|o| o.sequence.as_ref());
+        let sequence_field = sequence.map(|s| rule_set.fields[s.field].name.clone());
         let fact_names = if facts.is_object() { names(&facts["events"]) } else { names(&order["sequence"]["events"]) };
         let mut fact_events: Vec<usize> = fact_names.iter().filter_map(|n| event(n)).collect();
         fact_events.sort_unstable();
@@ -198,7 +251,60 @@ impl Model {
             .filter(|s| s["initial"] == true)
             .filter_map(|s| s["name"].as_str().map(str::to_string))
             .collect();
+        let guarded: HashSet<String> =
+            rule_set.rules.iter().flat_map(|r| r.guard.iter().map(|f| rule_set.fields[*f].name.clone())).collect();
+        // Which classes of a fact's amount the comparisons with an expected amount tell apart: one of each.
+        // The rules' comparisons, and the invariants': a class no rule tells apart may still break one.
+        let stated = rule_set.invariants.iter().filter_map(|i| match i.kind {
+            super::invariants::Kind::EmitWhen { event_field, op, workflow_field, .. } => {
+                Some(super::Cond::Compare { event_field, op, workflow_field })
+            }
+            _ => None,
+        });
+        let compared: Vec<(String, super::Comparison)> = rule_set
+            .rules
+            .iter()
+            .flat_map(|r| r.when.iter().cloned())
+            .chain(stated)
+            .filter_map(|c| match c {
+                super::Cond::Compare { event_field, op, workflow_field }
+                    if expected_fields.contains(&rule_set.fields[workflow_field].name) =>
+                {
+                    Some((rule_set.fields[event_field].name.clone(), op))
+                }
+                _ => None,
+            })
+            .collect();
+        let comparisons: Vec<super::Comparison> = compared.iter().map(|(_, op)| *op).collect();
+        let compared_units: HashSet<String> = compared.into_iter().map(|(f, _)| f).collect();
+        let others_compare = (0..events.len())
+            .any(|e| !fact_events.contains(&e) && events[e].1.iter().any(|f| compared_units.contains(f)));
+        let mut classes: Vec<Class> = Vec::new();
+        let mut told: Vec<Vec<bool>> = Vec::new();
+        for class in [Class::Equal, Class::Below, Class::Above] {
+            let answers: Vec<bool> = comparisons.iter().map(|op| op.holds(class.ordering())).collect();
+            if !told.contains(&answers) {
+                told.push(answers);
+                classes.push(class);
+            }
+        }
+        let per_fact = rule_set
+            .rules
+            .iter()
+            .filter_map(|r| match &r.answer {
+                super::Answer::Applied(t) => Some(t.emit.iter()),
+                _ => None,
+            })
+            .flatten()
+            .filter(|e| e.id_template.per_fact)
+            .map(|e| e.id_template.name.clone())
+            .collect();
         Ok(Model {
+            compared_units,
+            others_compare,
+            guarded,
+            per_fact,
+            classes,
             map_name: facts["name"].as_str().map(str::to_string),
             fact_events,
             key_field,
@@ -216,27 +322,39 @@ impl Model {
         })
     }
 
+    /// The fact key a fact event's body carries.
+    fn fact_key<'b>(&self, body: &'b Map<String, Value>) -> Option<&'b str> {
+        body.get(self.key_field.as_ref()?)?.as_str()
+    }
+
     fn is_fact(&self, e: usize) -> bool {
         self.fact_events.contains(&e)
     }
 
-    /// The event a kind stands for, without its event id.
-    fn body(&self, e: usize, fact: Option<usize>, number: u64, amount: &str) -> Map<String, Value> {
+    /// The event a kind stands for, without its event id: observation
+    /// `observation` (1-based; 0 for an event that is no observation) of
+    /// `fact`. A field no rule guards differs from one observation to the
+    /// next (`t1`, `t2`; 1, 2; an amount within its class), a guarded one is
+    /// the fact's identity and keeps its value.
+    fn body(&self, e: usize, fact: Option<usize>, number: u64, observation: u64, class: Class) -> Map<String, Value> {
         let mut body = Map::new();
         body.insert("workflowId".into(), json!(WORKFLOW_ID));
         body.insert("type".into(), json!(self.events[e].0));
         for field in &self.events[e].1 {
+            let fixed = self.guarded.contains(field);
+            let n = if fixed { 0 } else { observation };
             let value = if Some(field) == self.key_field.as_ref() && fact.is_some() {
                 json!(FACT_KEYS[fact.unwrap_or(0)])
             } else if Some(field) == self.sequence_field.as_ref() && number > 0 {
                 json!(number)
-            } else if fact.is_some() && self.amount_fields.contains(field) {
-                json!(amount)
+            } else if (fact.is_some() && self.amount_fields.contains(field)) || self.compared_units.contains(field) {
+                json!(class.amount(observation, fixed))
             } else {
                 match self.kinds.get(field).map(String::as_str) {
-                    Some("units") => json!("5"),
-                    Some("count") => json!(1),
-                    _ => json!("t"),
+                    Some("units") => json!((5 + n).to_string()),
+                    Some("count") => json!(n.max(1)),
+                    _ if n == 0 => json!("t"),
+                    _ => json!(format!("t{n}")),
                 }
             };
             body.insert(field.clone(), value);
@@ -265,8 +383,8 @@ struct History {
     /// Racing pairs of local kinds `(lower, higher)`; the index is the pair's two bits.
     races: Vec<(usize, usize)>,
     start: Map<String, Value>,
-    /// The facts' amounts, for the counterexample.
-    amounts: Vec<String>,
+    /// The classes of the facts' amounts, for the counterexample.
+    classes: Vec<Class>,
 }
 
 /// A decision as far as the explorer needs it.
@@ -311,6 +429,8 @@ struct State {
     errored: u64,
     /// Per racing pair, two bits: decided, and whether the lower kind was seen first.
     seen_first: u64,
+    /// What happened so far that an invariant reads: bits of `invariants::Marker::bit`.
+    marks: u64,
 }
 
 /// A multiply-rotate hasher (FxHash's) for the explorer's own keys: configuration keys
@@ -368,6 +488,8 @@ struct Step {
     from: u32,
     reply: Reply,
     to: u32,
+    /// The first invariant (index into `RuleSet::invariants`) this delivery broke.
+    broke: Option<usize>,
 }
 
 /// Interned texts: equal JSON, equal number.
@@ -404,10 +526,29 @@ struct Explorer<'r> {
     transitions: HashMap<(u32, u32), Transition, FxBuild>,
     /// A reason the explorer cannot evaluate the rule set (an event it built was refused).
     unproven: Option<Value>,
+    /// Per operation slot: its type (index into `Model::operation_types`) and, for a per-fact operation, its fact.
+    slot_info: Vec<(usize, Option<u8>)>,
+    /// The markers the invariants read (see `State::marks`): per status and per event type, its bit or 0.
+    status_marks: Vec<u64>,
+    event_marks: Vec<u64>,
 }
 
 impl<'r> Explorer<'r> {
     fn new(rule_set: &'r RuleSet, model: &'r Model) -> Explorer<'r> {
+        // One bit per marker some invariant reads, in order of first mention (at most one per invariant).
+        let mut status_marks = vec![0u64; rule_set.statuses.len()];
+        let mut event_marks = vec![0u64; rule_set.events.len()];
+        let mut next = 0;
+        for marker in rule_set.invariants.iter().filter_map(|i| i.marker()) {
+            let slot = match marker {
+                super::invariants::Marker::Status(s) => &mut status_marks[s],
+                super::invariants::Marker::Event(e) => &mut event_marks[e],
+            };
+            if *slot == 0 && next < 64 {
+                *slot = 1 << next;
+                next += 1;
+            }
+        }
         Explorer {
             rule_set,
             model,
@@ -419,6 +560,9 @@ impl<'r> Explorer<'r> {
             slots: Interner::default(),
             transitions: HashMap::default(),
             unproven: None,
+            slot_info: Vec::new(),
+            status_marks,
+            event_marks,
         }
     }
 
@@ -435,6 +579,11 @@ impl<'r> Explorer<'r> {
         self.workflow_ids.insert(text, id);
         self.data_of.push(data_id);
         id
+    }
+
+    /// The marker bit of a workflow's status (0 when no invariant reads it).
+    fn status_mark(&self, workflow: u32) -> u64 {
+        self.rule_set.status_index(self.status(workflow)).map_or(0, |s| self.status_marks[s])
     }
 
     fn status(&self, workflow: u32) -> &str {
@@ -454,6 +603,7 @@ impl<'r> Explorer<'r> {
             state.consumed,
             state.errored,
             state.seen_first,
+            state.marks,
         ];
         mix128(fixed.into_iter().chain(state.emitted.iter().map(|(slot, n)| (*slot as u64) << 8 | *n as u64)))
     }
@@ -478,7 +628,9 @@ impl<'r> Explorer<'r> {
             next: workflow,
             operations: Vec::new(),
         };
-        let decision = match decide::decide(self.rule_set, &event, None, Some(&stored)) {
+        // A workflow without a status is none yet (the `(none)` start).
+        let exists = stored.contains_key("status");
+        let decision = match decide::decide(self.rule_set, &event, None, exists.then_some(&stored)) {
             Ok(decision) => decision,
             Err(e @ (Error::InvalidEvent { .. } | Error::InvalidArgument { .. })) => {
                 if self.unproven.is_none() {
@@ -512,7 +664,16 @@ impl<'r> Explorer<'r> {
             let name = op.id.split(':').next().unwrap_or_default();
             let recurring = self.model.recurring.contains(name);
             let slot = self.slots.id(if recurring { name.to_string() } else { op.id.clone() });
-            let bit = self.model.operation_types.iter().position(|o| *o == op.operation_type).map_or(0, |i| 1u64 << i);
+            let type_index = self.model.operation_types.iter().position(|o| *o == op.operation_type);
+            let bit = type_index.map_or(0, |i| 1u64 << i);
+            if slot as usize == self.slot_info.len() {
+                let fact = if self.model.per_fact.contains(name) {
+                    self.model.fact_key(body).and_then(|k| FACT_KEYS.iter().position(|x| *x == k)).map(|f| f as u8)
+                } else {
+                    None
+                };
+                self.slot_info.push((type_index.unwrap_or(usize::MAX), fact));
+            }
             operations.push((slot, recurring, bit));
         }
         Transition { reply, next: self.workflow(next), operations }
@@ -528,7 +689,7 @@ impl<'r> Explorer<'r> {
         let mut event = body.clone();
         event.insert("eventId".into(), json!("e"));
         let mut packer = crate::packed::Packer::default();
-        packer.item(self.rule_set, &event, None, Some(&stored));
+        packer.item(self.rule_set, &event, None, stored.contains_key("status").then_some(&stored));
         let layout = crate::packed::Layout::new(self.rule_set);
         let packed = packer.packed();
         let mut work = decide::Work::default();
@@ -551,13 +712,14 @@ impl<'r> Explorer<'r> {
         if let Reply::Error { disposition: Disposition::Retry, .. } = transition.reply {
             return None;
         }
+        let (reply, to, operations) = (transition.reply, transition.next, transition.operations.clone());
         let mut next = state.clone();
         let mut twice = None;
-        next.workflow = transition.next;
-        if let Reply::Error { .. } = transition.reply {
+        next.workflow = to;
+        if let Reply::Error { .. } = reply {
             next.errored += 1 << (2 * t);
         }
-        for &(slot, recurring, bit) in &transition.operations {
+        for &(slot, recurring, bit) in &operations {
             next.types |= bit;
             match next.emitted.binary_search_by_key(&slot, |(s, _)| *s) {
                 Ok(i) => {
@@ -569,7 +731,15 @@ impl<'r> Explorer<'r> {
                 Err(i) => next.emitted.insert(i, (slot, 1)),
             }
         }
-        let step = Step { kind: t, from: state.workflow, reply: transition.reply, to: transition.next };
+        if reply == Reply::Applied && !self.rule_set.invariants.is_empty() {
+            next.marks |= self.status_mark(to) | self.event_marks[kind.event];
+        }
+        let broke = if self.rule_set.invariants.is_empty() {
+            None
+        } else {
+            self.broken(history, (state, &next), t, reply, &operations)
+        };
+        let step = Step { kind: t, from: state.workflow, reply, to, broke };
         if count(state.consumed, t) == 0 {
             let races = history.races.iter().enumerate().map(|(pair, &(low, high))| (low, high, pair));
             next.seen_first =
@@ -579,6 +749,143 @@ impl<'r> Explorer<'r> {
         Some(match twice {
             None => Ok((next, step)),
             Some(slot) => Err((next, step, self.slots.texts[slot as usize].clone())),
+        })
+    }
+
+    /// The shortest order of `history` from `origin` whose last delivery breaks an
+    /// invariant (breadth first over the configurations), and the configuration it leaves.
+    fn shortest_broken(&mut self, history: &History, origin: &State) -> Option<(Vec<Step>, State)> {
+        let mut seen: HashSet<u128, FxBuild> = HashSet::default();
+        let mut nodes: Vec<(State, Option<(usize, Step)>)> = vec![(origin.clone(), None)];
+        seen.insert(self.key(origin));
+        let mut at = 0;
+        while at < nodes.len() {
+            let state = nodes[at].0.clone();
+            for t in 0..history.kinds.len() {
+                let (next, step) = match self.deliver(history, &state, t) {
+                    None => continue,
+                    Some(Ok(delivered)) => delivered,
+                    Some(Err((next, step, _))) => (next, step),
+                };
+                if step.broke.is_some() {
+                    let mut path = vec![step];
+                    let mut node = at;
+                    while let Some((parent, step)) = &nodes[node].1 {
+                        path.push(step.clone());
+                        node = *parent;
+                    }
+                    path.reverse();
+                    return Some((path, next));
+                }
+                if seen.insert(self.key(&next)) {
+                    nodes.push((next, Some((at, step))));
+                }
+            }
+            at += 1;
+        }
+        None
+    }
+
+    /// The first invariant a delivery of kind `t` from `before` to `after` breaks.
+    fn broken(
+        &self,
+        history: &History,
+        (before, after): (&State, &State),
+        t: usize,
+        reply: Reply,
+        operations: &[(u32, bool, u64)],
+    ) -> Option<usize> {
+        use super::invariants::Kind;
+        let rs = self.rule_set;
+        let kind = &history.kinds[t];
+        let type_of = |name: &str| self.model.operation_types.iter().position(|o| o == name);
+        let emits = |name: &str| {
+            type_of(name).is_some_and(|i| operations.iter().any(|(slot, _, _)| self.slot_info[*slot as usize].0 == i))
+        };
+        let marked = |m: super::invariants::Marker| {
+            let bit = match m {
+                super::invariants::Marker::Status(s) => self.status_marks[s],
+                super::invariants::Marker::Event(e) => self.event_marks[e],
+            };
+            before.marks & bit != 0
+        };
+        rs.invariants.iter().position(|invariant| match &invariant.kind {
+            Kind::Both(a, b) => {
+                let bits = [a, b].iter().fold(0u64, |bits, n| bits | type_of(n).map_or(0, |i| 1 << i));
+                bits.count_ones() == 2 && after.types & bits == bits && before.types & bits != bits
+            }
+            Kind::EmitAfter { operation, after: m } => emits(operation) && marked(*m),
+            Kind::EmitWhen { operation, event_field, op, workflow_field } => {
+                emits(operation) && self.compares(before.workflow, kind, (*event_field, *op, *workflow_field))
+            }
+            Kind::ReachAfter { status, after: m } => {
+                let name = rs.statuses[*status].name.as_str();
+                reply == Reply::Applied
+                    && self.status(after.workflow) == name
+                    && self.status(before.workflow) != name
+                    && marked(*m)
+            }
+            Kind::Changes(field) => {
+                reply == Reply::Applied && self.changed(before.workflow, after.workflow, &rs.fields[*field].name)
+            }
+            Kind::AtMost { operation, count, per_fact } => {
+                let Some(i) = type_of(operation).filter(|_| emits(operation)) else { return false };
+                let mut counts: HashMap<Option<u8>, u64> = HashMap::new();
+                for (slot, n) in &after.emitted {
+                    let (type_index, fact) = self.slot_info[*slot as usize];
+                    if type_index == i {
+                        *counts.entry(if *per_fact { fact } else { None }).or_default() += *n as u64;
+                    }
+                }
+                counts.values().any(|n| n > count)
+            }
+        })
+    }
+
+    /// Whether `event op recorded` holds for a kind's event on a workflow, as a rule reads it
+    /// (a fact's own field from its entry; unrecorded: 0, or "" for text).
+    fn compares(
+        &self,
+        workflow: u32,
+        kind: &Kind,
+        (event_field, op, workflow_field): (usize, super::Comparison, usize),
+    ) -> bool {
+        let rs = self.rule_set;
+        let data = &self.workflows[workflow as usize];
+        let name = &rs.fields[workflow_field].name;
+        let recorded = match (rs.facts(), kind.fact) {
+            (Some(facts), Some(_)) if facts.record.contains(&workflow_field) => {
+                self.model.fact_key(&kind.body).and_then(|key| data.get(&facts.name)?.get(key)?.get(name))
+            }
+            _ => data.get(name),
+        };
+        let event = kind.body.get(&rs.fields[event_field].name);
+        let integer = |v: Option<&Value>| match v {
+            None => Some(0u128),
+            Some(Value::Number(n)) => n.as_u64().map(u128::from),
+            Some(Value::String(s)) => s.parse::<u128>().ok(),
+            _ => None,
+        };
+        let ordering = match (integer(event), integer(recorded)) {
+            (Some(a), Some(b)) if rs.fields[event_field].kind.is_integer() => a.cmp(&b),
+            _ => {
+                let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
+                text(event).cmp(&text(recorded))
+            }
+        };
+        op.holds(ordering)
+    }
+
+    /// Whether a recorded value of `field` changed or went between two workflows (in a facts map: any fact's).
+    fn changed(&self, before: u32, after: u32, field: &str) -> bool {
+        let (a, b) = (&self.workflows[before as usize], &self.workflows[after as usize]);
+        if a.get(field).is_some_and(|v| b.get(field) != Some(v)) {
+            return true;
+        }
+        let Some(map) = self.model.map_name.as_ref() else { return false };
+        let entries = a.get(map).and_then(Value::as_object);
+        entries.into_iter().flatten().any(|(key, entry)| {
+            entry.get(field).is_some_and(|v| b.get(map).and_then(|m| m.get(key)).and_then(|e| e.get(field)) != Some(v))
         })
     }
 
@@ -624,16 +931,30 @@ struct Search<'e, 'r, 'h> {
     limit: usize,
     /// Explore every order even past a failure (to measure what a fixed rule set would cost).
     whole: bool,
+    /// Whether orders are compared (the rule set makes an `order` claim), or only the invariants checked.
+    compare: bool,
+    /// Some delivery broke an invariant ([`Failure::Broke`]; the shortest such order is searched for afterwards).
+    broke: Option<Failure>,
 }
 
 enum Failure {
-    Differs { reference: usize, end: State, path: Vec<Step> },
-    Twice { end: State, path: Vec<Step>, id: String },
+    Differs {
+        reference: usize,
+        end: State,
+        path: Vec<Step>,
+    },
+    Twice {
+        end: State,
+        path: Vec<Step>,
+        id: String,
+    },
+    /// A delivery broke an invariant (the path's last step says which).
+    Broke,
 }
 
 impl Search<'_, '_, '_> {
     fn explore(&mut self, state: State) -> Result<()> {
-        if (self.mismatch.is_some() && !self.whole)
+        if ((self.broke.is_some() || self.mismatch.is_some()) && !self.whole)
             || self.explorer.unproven.is_some()
             || !self.seen.insert(self.explorer.key(&state))
         {
@@ -642,15 +963,25 @@ impl Search<'_, '_, '_> {
         *self.configurations += 1;
         if *self.configurations > self.limit {
             return Err(over_budget(
-                "maxFactsReorderConfigurations",
+                "maxReorderConfigurations",
                 self.limit,
                 "delivery configurations over all histories and starts",
+                self.explorer.model,
             ));
         }
         let mut progressed = false;
         for t in 0..self.history.kinds.len() {
             match self.explorer.deliver(self.history, &state, t) {
                 None => {}
+                Some(Ok((_, step))) if step.broke.is_some() => {
+                    progressed = true;
+                    if self.broke.is_none() {
+                        self.broke = Some(Failure::Broke);
+                    }
+                    if !self.whole {
+                        return Ok(());
+                    }
+                }
                 Some(Ok((next, step))) => {
                     progressed = true;
                     self.path.push(step);
@@ -668,11 +999,11 @@ impl Search<'_, '_, '_> {
                     }
                 }
             }
-            if self.mismatch.is_some() && !self.whole {
+            if (self.mismatch.is_some() || self.broke.is_some()) && !self.whole {
                 return Ok(());
             }
         }
-        if !progressed {
+        if !progressed && self.compare {
             match self.references.iter().position(|r| r.0 == state.seen_first) {
                 None => self.references.push((state.seen_first, state, self.path.clone(), false)),
                 Some(i)
@@ -688,29 +1019,40 @@ impl Search<'_, '_, '_> {
     }
 }
 
-fn over_budget(limit: &str, max: usize, what: &str) -> Error {
+fn over_budget(limit: &str, max: usize, what: &str, model: &Model) -> Error {
+    // Say what this definition makes the search explore, so the fix is the author's to pick.
+    let others = model.events.len() - model.fact_events.len();
+    let mut grows = vec![format!("{} start statuses (and no workflow)", model.starts.len())];
+    if !model.fact_events.is_empty() {
+        grows.push(format!("{} fact event types", model.fact_events.len()));
+    }
+    grows.push(format!("{others} other event types"));
+    if !model.races.is_empty() {
+        grows.push(format!("{} declared racing pairs", model.races.len()));
+    }
     Error::RuleSetInvalid {
         path: "$.order".into(),
         reason: format!(
-            "limit {limit}: at most {max} {what} in one verification, this definition needs more; split the rule set or declare fewer facts' events"
+            "limit {limit}: at most {max} {what} in one verification, this definition needs more; it explores histories over {}: fewer of any of them, or splitting the rule set, shrinks it",
+            grows.join(", ")
         ),
         report: None,
     }
 }
 
-/// What one fact does in a history: its chain (event type, copies) and its amount.
+/// What one fact does in a history: its chain (event type, copies) and its amount's class.
 #[derive(Clone)]
 struct FactPlan {
     chain: Vec<(usize, u8)>,
-    amount: String,
+    class: Class,
 }
 
 /// The chains of observations of one fact, up to `most` long. Numbered
-/// (`order.sequence`): each of a fact event type other than the one before
-/// it. Unnumbered: each fact event type at most once, in declaration order.
+/// (`order.sequence`): any fact event type after any other, and with
+/// `repeats` the same one again (three changes of a hold in a row). Unnumbered: each fact event type at most once, in declaration order.
 /// Either way an observation that follows a fact event type has an earlier
 /// observation of it.
-fn chains(model: &Model, most: usize) -> Vec<Vec<usize>> {
+fn chains(model: &Model, most: usize, repeats: bool) -> Vec<Vec<usize>> {
     let legal =
         |chain: &[usize], e: usize| model.follows_events[e].iter().all(|a| !model.is_fact(*a) || chain.contains(a));
     let mut all = Vec::new();
@@ -729,7 +1071,7 @@ fn chains(model: &Model, most: usize) -> Vec<Vec<usize>> {
         let mut longer = Vec::new();
         for chain in &frontier {
             for &e in &model.fact_events {
-                if chain.last() != Some(&e) && legal(chain, e) {
+                if (repeats || chain.last() != Some(&e)) && legal(chain, e) {
                     let mut next = chain.clone();
                     next.push(e);
                     longer.push(next);
@@ -778,18 +1120,21 @@ fn other_copies(model: &Model, most: u8, left: usize) -> Vec<Vec<u8>> {
 /// with up to [`ONE_FACT_OBSERVATIONS`]; with a `facts` block also two facts
 /// with up to [`TWO_FACT_OBSERVATIONS`] each (as unordered pairs: the two keys
 /// are interchangeable).
-fn shapes(model: &Model, amounts: &[&str]) -> Vec<(Vec<FactPlan>, Vec<u8>)> {
+/// A history's facts' plans and the other event types' copies.
+type Shape = (Vec<FactPlan>, Vec<u8>);
+
+fn shapes(model: &Model, classes: &[Class]) -> Vec<Shape> {
     let mut out = Vec::new();
     let size = |plans: &[FactPlan], others: &[u8]| {
         plans.iter().flat_map(|p| p.chain.iter().map(|(_, n)| *n as usize)).sum::<usize>()
             + others.iter().map(|n| *n as usize).sum::<usize>()
     };
-    let plans = |most: usize, extra: usize| -> Vec<FactPlan> {
+    let plans = |most: usize, extra: usize, repeats: bool| -> Vec<FactPlan> {
         let mut plans = Vec::new();
-        for chain in chains(model, most) {
+        for chain in chains(model, most, repeats) {
             for copies in with_copies(&chain, extra) {
-                for amount in amounts {
-                    plans.push(FactPlan { chain: copies.clone(), amount: amount.to_string() });
+                for class in classes {
+                    plans.push(FactPlan { chain: copies.clone(), class: *class });
                 }
             }
         }
@@ -801,7 +1146,7 @@ fn shapes(model: &Model, amounts: &[&str]) -> Vec<(Vec<FactPlan>, Vec<u8>)> {
         }
     }
     for plan in
-        plans(ONE_FACT_OBSERVATIONS, ONE_FACT_OBSERVATIONS).into_iter().filter(|_| !model.fact_events.is_empty())
+        plans(ONE_FACT_OBSERVATIONS, ONE_FACT_OBSERVATIONS, true).into_iter().filter(|_| !model.fact_events.is_empty())
     {
         let used = size(std::slice::from_ref(&plan), &[]);
         if used > ONE_FACT_EVENTS {
@@ -812,7 +1157,7 @@ fn shapes(model: &Model, amounts: &[&str]) -> Vec<(Vec<FactPlan>, Vec<u8>)> {
         }
     }
     if model.map_name.is_some() {
-        let two = plans(TWO_FACT_OBSERVATIONS, TWO_FACT_REPUBLICATIONS);
+        let two = plans(TWO_FACT_OBSERVATIONS, TWO_FACT_REPUBLICATIONS, false);
         for i in 0..two.len() {
             for j in i..two.len() {
                 let pair = vec![two[i].clone(), two[j].clone()];
@@ -826,7 +1171,8 @@ fn shapes(model: &Model, amounts: &[&str]) -> Vec<(Vec<FactPlan>, Vec<u8>)> {
             }
         }
     }
-    // An event that follows an event type needs one in its history.
+    // A history holds an event; one that follows an event type needs one in its history.
+    out.retain(|(plans, others)| size(plans, others) > 0);
     out.retain(|(plans, others)| {
         let has = |e: usize| others[e] > 0 || plans.iter().any(|p| p.chain.iter().any(|(t, _)| *t == e));
         (0..model.events.len()).all(|e| !has(e) || model.follows_events[e].iter().all(|a| has(*a)))
@@ -835,11 +1181,20 @@ fn shapes(model: &Model, amounts: &[&str]) -> Vec<(Vec<FactPlan>, Vec<u8>)> {
     out
 }
 
-fn build(model: &Model, plans: &[FactPlan], others: &[u8], start: Map<String, Value>) -> History {
+fn build(
+    model: &Model,
+    (plans, others, other_class): (&[FactPlan], &[u8], Class),
+    start: Map<String, Value>,
+) -> History {
     let mut kinds: Vec<Kind> = Vec::new();
     let mut first_of: HashMap<usize, usize> = HashMap::new();
-    let kind = |e: usize, fact: Option<usize>, number: u64, copies: u8, amount: &str, after: Vec<usize>| {
-        let body = model.body(e, fact, number, amount);
+    let kind = |e: usize,
+                fact: Option<usize>,
+                (number, observation): (u64, u64),
+                copies: u8,
+                class: Class,
+                after: Vec<usize>| {
+        let body = model.body(e, fact, number, observation, class);
         let needs = model.follows_operations[e]
             .iter()
             .filter_map(|op| model.operation_types.iter().position(|o| o == op))
@@ -859,12 +1214,12 @@ fn build(model: &Model, plans: &[FactPlan], others: &[u8], start: Map<String, Va
                 }
             };
             first_of.entry(e).or_insert(kinds.len());
-            kinds.push(kind(e, Some(f), number, copies, &plan.amount, after));
+            kinds.push(kind(e, Some(f), (number, i as u64 + 1), copies, plan.class, after));
         }
     }
     for (e, &copies) in others.iter().enumerate().filter(|(_, n)| **n > 0) {
         first_of.entry(e).or_insert(kinds.len());
-        kinds.push(kind(e, None, 0, copies, EXPECTED, Vec::new()));
+        kinds.push(kind(e, None, (0, 0), copies, other_class, Vec::new()));
     }
     // An event that follows an event type comes after its first kind (in order only).
     for kind in kinds.iter_mut().filter(|k| k.fact.is_none()) {
@@ -892,7 +1247,7 @@ fn build(model: &Model, plans: &[FactPlan], others: &[u8], start: Map<String, Va
             }
         }
     }
-    History { kinds, races, start, amounts: plans.iter().map(|p| p.amount.clone()).collect() }
+    History { kinds, races, start, classes: plans.iter().map(|p| p.class).collect() }
 }
 
 /// The property's figures beyond the `Check`: the bounds and the time.
@@ -903,14 +1258,42 @@ pub struct Figures {
     pub by_facts: [(usize, usize); 3],
 }
 
-/// What the explorer bounds its histories by, for the property's `checked.bound`
-/// (`reorder::Check::info` says the one-fact model's today).
-pub fn bound() -> Value {
+/// What the search explores, for the properties' `checked.bound`: the
+/// figures, and `says`, the one sentence that states them.
+pub fn bound(rule_set: &RuleSet) -> Value {
+    let numbered = rule_set.order.as_ref().is_some_and(|o| o.sequence.is_some());
+    let fact_events = match (&rule_set.facts, rule_set.order.as_ref().and_then(|o| o.sequence.as_ref())) {
+        (Some(facts), _) => facts.events.len(),
+        (None, Some(sequence)) => sequence.events.len(),
+        (None, None) => 0,
+    };
+    let mut says = String::from("every history ");
+    if fact_events == 0 {
+        says += &format!("of up to {} events, each event type at most {MAX_COPIES} times", super::reorder::BOUND);
+    } else {
+        let which = if numbered {
+            "numbered 1 up, of any fact event type, one type again included"
+        } else {
+            "each fact event type at most once"
+        };
+        says += &format!(
+            "of one fact with up to {ONE_FACT_OBSERVATIONS} observations ({which}), each published once or twice, and each other event type at most {MAX_COPIES} times, {ONE_FACT_EVENTS} events at most"
+        );
+        if rule_set.facts.is_some() {
+            says += &format!(
+                ", and of two facts with up to {TWO_FACT_OBSERVATIONS} observations each (no type twice in a row), {TWO_FACT_REPUBLICATIONS} re-publication in all and {TWO_FACT_OTHER_EVENTS} other events at most"
+            );
+        }
+    }
+    says += ", from no workflow and from each initial status (with no expected amount, or one and facts' amounts below, equal to or above it, as the rules' comparisons tell them apart), in every delivery order the 'order' section allows, every delivery decided by the decider";
     json!({
+        "says": says,
         "explorer": "concrete: every delivery decided by the decider on a JSON workflow",
-        "oneFact": { "observations": ONE_FACT_OBSERVATIONS, "events": ONE_FACT_EVENTS, "copiesPerObservation": MAX_COPIES, "copiesPerOtherType": MAX_COPIES },
+        "events": if fact_events == 0 { super::reorder::BOUND } else { ONE_FACT_EVENTS },
+        "copiesPerType": MAX_COPIES,
+        "oneFact": { "observations": ONE_FACT_OBSERVATIONS, "repeats": numbered, "events": ONE_FACT_EVENTS, "copiesPerObservation": MAX_COPIES, "copiesPerOtherType": MAX_COPIES },
         "twoFacts": { "observationsEach": TWO_FACT_OBSERVATIONS, "republications": TWO_FACT_REPUBLICATIONS, "otherEvents": TWO_FACT_OTHER_EVENTS, "copiesPerOtherType": TWO_FACT_OTHER_COPIES },
-        "amounts": { "expected": EXPECTED, "below": BELOW, "unsetExpected": true },
+        "amounts": { "expected": EXPECTED.to_string(), "classes": ["below", "equal", "above"], "unsetExpected": true },
     })
 }
 
@@ -920,9 +1303,7 @@ pub fn check(rule_set: &RuleSet) -> Result<Check> {
 
 /// [`check`] with its figures.
 pub fn explore(rule_set: &RuleSet) -> Result<(Check, Figures)> {
-    let history_limit = MAX_REORDER_HISTORIES.max(MAX_FACTS_REORDER_HISTORIES);
-    let configuration_limit = MAX_REORDER_CONFIGURATIONS.max(MAX_FACTS_REORDER_CONFIGURATIONS);
-    explore_up_to(rule_set, MAX_COUNTEREXAMPLES, (history_limit, configuration_limit))
+    explore_up_to(rule_set, MAX_COUNTEREXAMPLES, (MAX_REORDER_HISTORIES, MAX_REORDER_CONFIGURATIONS))
 }
 
 /// [`explore`], stopping after `most` counterexamples, within `(histories, configurations)`.
@@ -936,14 +1317,21 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
         histories: 0,
         configurations: 0,
         by_facts: None,
+        broken: Vec::new(),
     };
-    let definition = rule_set.definition();
-    if definition.get("order").is_none() {
+    let compare = rule_set.order.is_some();
+    if !compare {
         outcome.skipped =
             Some("no 'order' section: the rule set is proven for in-order delivery per workflow only".into());
+        if rule_set.invariants.is_empty() {
+            return Ok((outcome, Figures { millis: None, by_facts: [(0, 0); 3] }));
+        }
+    }
+    if rule_set.cells.iter().flatten().any(|cell| cell.len() != 1) {
+        outcome.skipped = Some("needs exactly one answer per (event type, status) pair first".into());
         return Ok((outcome, Figures { millis: None, by_facts: [(0, 0); 3] }));
     }
-    let model = match Model::read(definition) {
+    let model = match Model::read(rule_set) {
         Ok(model) => model,
         Err(reason) => {
             let reason = format!("{reason}: the rule set's 'order' claim is not proven");
@@ -953,18 +1341,33 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
         }
     };
     let (history_limit, configuration_limit) = limits;
-    // Starts: each initial status, with no expected amount (any amount covers), or with one and amounts below and equal to it.
-    let mut starts: Vec<(Map<String, Value>, Vec<&str>)> = Vec::new();
+    // Starts: no workflow yet, then each initial status with no expected
+    // amount, or with one and each class of amount the rules tell apart.
+    let mut starts: Vec<(Map<String, Value>, Vec<Class>)> = vec![(Map::new(), vec![Class::Free])];
     for status in &model.starts {
         let mut workflow = Map::new();
         workflow.insert("status".into(), json!(status));
         workflow.insert("revision".into(), json!(1));
-        starts.push((workflow.clone(), vec![EXPECTED]));
+        starts.push((workflow.clone(), vec![Class::Free]));
         if !model.expected_fields.is_empty() {
             for field in &model.expected_fields {
-                workflow.insert(field.clone(), json!(EXPECTED));
+                workflow.insert(field.clone(), json!(EXPECTED.to_string()));
             }
-            starts.push((workflow, vec![BELOW, EXPECTED]));
+            starts.push((workflow, model.classes.clone()));
+        }
+    }
+    // The histories of a start depend on its amount classes only: each set is built once, and
+    // a definition with more (history, start) pairs than the budget is refused before any is explored.
+    let mut shape_sets: Vec<(Vec<Class>, Vec<Shape>)> = Vec::new();
+    let mut pairs = 0usize;
+    for (_, amounts) in &starts {
+        if !shape_sets.iter().any(|(a, _)| a == amounts) {
+            shape_sets.push((amounts.clone(), shapes(&model, amounts)));
+        }
+        let shapes = &shape_sets.iter().find(|(a, _)| a == amounts).map_or(0, |(_, s)| s.len());
+        pairs += shapes * if model.others_compare { amounts.len() } else { 1 };
+        if pairs > history_limit {
+            return Err(over_budget("maxReorderHistories", history_limit, "(history, start) pairs", &model));
         }
     }
     let mut explorer = Explorer::new(rule_set, &model);
@@ -973,18 +1376,25 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
         if explorer.transitions.len() > TRANSITIONS_KEPT {
             explorer.transitions.clear();
         }
-        for (plans, others) in shapes(&model, amounts) {
+        // Other events whose amounts a rule compares with the expected one take each class in turn.
+        let other_classes: &[Class] = if model.others_compare { amounts } else { &[Class::Free] };
+        let shapes = shape_sets.iter().find(|(a, _)| a == amounts).map(|(_, s)| s.as_slice()).unwrap_or_default();
+        let histories = shapes
+            .iter()
+            .flat_map(|(plans, others)| other_classes.iter().map(move |c| (plans.as_slice(), others.as_slice(), *c)));
+        for (plans, others, other_class) in histories {
             let before = (outcome.histories, outcome.configurations);
             outcome.histories += 1;
             if outcome.histories > history_limit {
-                return Err(over_budget("maxFactsReorderHistories", history_limit, "(history, start) pairs"));
+                return Err(over_budget("maxReorderHistories", history_limit, "(history, start) pairs", &model));
             }
-            let mut history = build(&model, &plans, &others, start.clone());
-            if history.kinds.len() > 32 || history.races.len() > 32 {
+            let mut history = build(&model, (plans, others, other_class), start.clone());
+            if history.kinds.len() > MAX_REORDER_KINDS || history.races.len() > MAX_REORDER_KINDS {
                 return Err(over_budget(
-                    "maxFactsReorderKinds",
-                    32,
+                    "maxReorderKinds",
+                    MAX_REORDER_KINDS,
                     "kinds of events (and 32 racing pairs) in one history",
+                    &model,
                 ));
             }
             for kind in &mut history.kinds {
@@ -997,7 +1407,9 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
                 consumed: 0,
                 errored: 0,
                 seen_first: 0,
+                marks: 0,
             };
+            let origin = State { marks: explorer.status_mark(origin.workflow), ..origin };
             let (end, steps, twice) = explorer.in_order(&history, &origin);
             if let Some(id) = twice {
                 outcome.counterexamples.push(twice_example(&explorer, &history, &steps, &end, &id));
@@ -1012,15 +1424,25 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
                     configurations: &mut outcome.configurations,
                     limit: configuration_limit,
                     whole: most == usize::MAX,
+                    compare,
+                    broke: None,
                 };
-                search.explore(origin)?;
-                match search.mismatch.take() {
-                    None => {}
+                search.explore(origin.clone())?;
+                let broke = search.broke.is_some();
+                let mismatch = search.mismatch.take();
+                let references = std::mem::take(&mut search.references);
+                if broke && outcome.broken.is_empty() {
+                    if let Some((path, end)) = explorer.shortest_broken(&history, &origin) {
+                        outcome.broken.push(broken_example(&explorer, &history, &path, &end));
+                    }
+                }
+                match mismatch {
+                    None | Some(Failure::Broke) => {}
                     Some(Failure::Twice { end, path, id }) => {
                         outcome.counterexamples.push(twice_example(&explorer, &history, &path, &end, &id));
                     }
                     Some(Failure::Differs { reference, end, path }) => {
-                        let (_, expected_end, expected, in_order) = &search.references[reference];
+                        let (_, expected_end, expected, in_order) = &references[reference];
                         let example =
                             differs_example(&explorer, &history, (expected, expected_end, *in_order), (&path, &end));
                         outcome.counterexamples.push(example);
@@ -1035,7 +1457,7 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
             let part = &mut by_facts[plans.len().min(2)];
             part.0 += outcome.histories - before.0;
             part.1 += outcome.configurations - before.1;
-            if outcome.counterexamples.len() >= most {
+            if outcome.counterexamples.len() + outcome.broken.len() >= most {
                 break 'starts;
             }
         }
@@ -1113,20 +1535,32 @@ fn end_json(explorer: &Explorer, history: &History, state: &State) -> Value {
     })
 }
 
-fn history_json(model: &Model, history: &History) -> (Vec<String>, Value) {
+/// What a counterexample starts from: `start` (a status), `history`, and
+/// the start workflow's other data and the facts' amount classes when there are any.
+fn history_json(model: &Model, history: &History) -> Map<String, Value> {
     let mut events = Vec::new();
     for t in 0..history.kinds.len() {
         for _ in 0..history.kinds[t].copies {
             events.push(kind_name(model, history, t));
         }
     }
-    let mut start = history.start.clone();
-    start.remove("revision");
+    let mut workflow = history.start.clone();
+    workflow.remove("revision");
+    let status = workflow.remove("status").and_then(|s| s.as_str().map(str::to_string));
     let mut amounts = Map::new();
-    for (f, amount) in history.amounts.iter().enumerate() {
-        amounts.insert(FACT_KEYS[f].into(), json!(amount));
+    for (f, class) in history.classes.iter().enumerate() {
+        amounts.insert(FACT_KEYS[f].into(), json!(class.name()));
     }
-    (events, json!({ "workflow": Value::Object(start), "amounts": amounts }))
+    let mut start = Map::new();
+    start.insert("start".into(), json!(status.as_deref().unwrap_or(super::NONE)));
+    start.insert("history".into(), json!(events));
+    if !workflow.is_empty() {
+        start.insert("workflow".into(), Value::Object(workflow));
+    }
+    if !amounts.is_empty() {
+        start.insert("amounts".into(), Value::Object(amounts));
+    }
+    start
 }
 
 fn differs_example(
@@ -1152,27 +1586,41 @@ fn differs_example(
     };
     let diverges_at =
         expected.0.iter().zip(actual.0).position(|(a, b)| !same(a, b)).unwrap_or(expected.0.len().min(actual.0.len()));
-    let (events, start) = history_json(model, history);
-    json!({
-        "start": start,
-        "history": events,
-        "races": races,
-        "expected": { "inOrder": expected.2, "deliveries": steps_json(explorer, history, expected.0), "end": end_json(explorer, history, expected.1) },
-        "actual": { "deliveries": steps_json(explorer, history, actual.0), "end": end_json(explorer, history, actual.1) },
-        "divergesAt": diverges_at,
-    })
+    let mut example = history_json(model, history);
+    example.insert("races".into(), json!(races));
+    example.insert("expected".into(), json!({ "inOrder": expected.2, "deliveries": steps_json(explorer, history, expected.0), "end": end_json(explorer, history, expected.1) }));
+    example.insert(
+        "actual".into(),
+        json!({ "deliveries": steps_json(explorer, history, actual.0), "end": end_json(explorer, history, actual.1) }),
+    );
+    example.insert("divergesAt".into(), json!(diverges_at));
+    Value::Object(example)
+}
+
+/// An order whose last delivery breaks an invariant: which one, and what it says.
+fn broken_example(explorer: &Explorer, history: &History, steps: &[Step], end: &State) -> Value {
+    let rule_set = explorer.rule_set;
+    let invariant = steps.last().and_then(|s| s.broke).map(|i| &rule_set.invariants[i]);
+    let mut example = history_json(explorer.model, history);
+    example.insert("invariant".into(), json!(invariant.map(|i| json!({ "name": i.name, "says": i.says(rule_set) }))));
+    example.insert(
+        "actual".into(),
+        json!({ "deliveries": steps_json(explorer, history, steps), "end": end_json(explorer, history, end) }),
+    );
+    example.insert("divergesAt".into(), json!(steps.len().saturating_sub(1)));
+    Value::Object(example)
 }
 
 /// An order that emits one operation id twice: the order up to the second emission.
 fn twice_example(explorer: &Explorer, history: &History, steps: &[Step], end: &State, id: &str) -> Value {
-    let (events, start) = history_json(explorer.model, history);
-    json!({
-        "start": start,
-        "history": events,
-        "emittedTwice": id,
-        "actual": { "deliveries": steps_json(explorer, history, steps), "end": end_json(explorer, history, end) },
-        "divergesAt": steps.len().saturating_sub(1),
-    })
+    let mut example = history_json(explorer.model, history);
+    example.insert("emittedTwice".into(), json!(id));
+    example.insert(
+        "actual".into(),
+        json!({ "deliveries": steps_json(explorer, history, steps), "end": end_json(explorer, history, end) }),
+    );
+    example.insert("divergesAt".into(), json!(steps.len().saturating_sub(1)));
+    Value::Object(example)
 }
 
 #[cfg(test)]
@@ -1191,11 +1639,12 @@ mod tests {
         let rule_set = load_unverified(definition).unwrap();
         let (check, figures) = explore(&rule_set).unwrap();
         eprintln!(
-            "{name}: {} histories, {} configurations, {:?} ms, {} counterexamples",
+            "{name}: {} histories, {} configurations, {:?} ms, {} counterexamples, by facts {:?}",
             check.histories,
             check.configurations,
             figures.millis,
-            check.counterexamples.len()
+            check.counterexamples.len(),
+            figures.by_facts
         );
         check
     }
@@ -1218,8 +1667,12 @@ mod tests {
 
     #[test]
     fn the_bound_says_what_the_histories_hold() {
-        let bound = super::bound();
+        let rule_set = load_unverified(&parse(BUILTIN_DEPOSIT_SWAP)).unwrap();
+        let bound = super::bound(&rule_set);
         assert_eq!(bound["oneFact"]["observations"], 4);
+        assert_eq!(bound["oneFact"]["repeats"], true);
+        let says = bound["says"].as_str().unwrap();
+        assert!(says.contains("one fact with up to 4 observations") && says.contains("two facts"), "{says}");
         assert_eq!(bound["twoFacts"]["observationsEach"], 3);
         assert_eq!(bound["oneFact"]["copiesPerObservation"], 2);
     }
@@ -1399,11 +1852,12 @@ mod tests {
     fn explored(name: &str, rule_set: &crate::ruleset::RuleSet) -> super::Check {
         let (check, figures) = explore(rule_set).unwrap();
         eprintln!(
-            "{name}: {} histories, {} configurations, {:?} ms, {} counterexamples",
+            "{name}: {} histories, {} configurations, {:?} ms, {} counterexamples, by facts {:?}",
             check.histories,
             check.configurations,
             figures.millis,
-            check.counterexamples.len()
+            check.counterexamples.len(),
+            figures.by_facts
         );
         check
     }

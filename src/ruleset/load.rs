@@ -69,7 +69,7 @@ fn boolean(map: &Map<String, Value>, key: &str, path: &str) -> Result<bool> {
     }
 }
 
-fn name(value: &Value, path: &str, upper: bool) -> Result<String> {
+pub(super) fn name(value: &Value, path: &str, upper: bool) -> Result<String> {
     let text = string(value, path)?;
     let ok = !text.is_empty()
         && text.len() <= 64
@@ -115,7 +115,19 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
     let root = object(
         definition,
         "$",
-        &["id", "version", "description", "statuses", "fields", "events", "rules", "otherwise", "order", "facts"],
+        &[
+            "id",
+            "version",
+            "description",
+            "statuses",
+            "fields",
+            "events",
+            "rules",
+            "otherwise",
+            "order",
+            "facts",
+            "invariants",
+        ],
     )?;
     let id = name(required(root, "id", "$")?, "$.id", false)?;
     let version = match required(root, "version", "$")?.as_u64() {
@@ -144,6 +156,7 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
         rules: Vec::new(),
         order: None,
         facts: None,
+        invariants: Vec::new(),
     };
     if let Some(facts) = root.get("facts") {
         rule_set.facts = Some(load_facts(&rule_set, facts)?);
@@ -224,6 +237,10 @@ pub fn load(definition: &Value) -> Result<RuleSet> {
                 "must be the fact events (facts.events): the sequence is numbered per fact",
             ));
         }
+    }
+
+    if let Some(invariants) = root.get("invariants") {
+        rule_set.invariants = super::invariants::load(&rule_set, invariants)?;
     }
 
     let canonical = canonical_json_with(definition, &whole_numbers_only).map_err(|reason| invalid("$", reason))?;
@@ -714,7 +731,7 @@ fn load_condition(
 /// `[eventField, op, workflowField]`: two integer fields of one kind (count
 /// or units), or two text fields with `=`, the first carried by every event
 /// type the rule answers.
-fn load_comparison(
+pub(super) fn load_comparison(
     rule_set: &RuleSet,
     value: &Value,
     path: &str,

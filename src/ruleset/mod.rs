@@ -4,6 +4,7 @@
 //! the bad part) and then proves its properties (see `verify`).
 
 pub(crate) mod facts_reorder;
+pub mod invariants;
 mod load;
 pub(crate) mod order;
 pub(crate) mod reorder;
@@ -280,6 +281,8 @@ pub struct RuleSet {
     pub(crate) order: Option<order::Order>,
     /// Several facts per workflow (the `facts` block).
     pub(crate) facts: Option<Facts>,
+    /// What must never happen to a workflow (the `invariants` block), checked by the proof.
+    pub(crate) invariants: Vec<invariants::Invariant>,
 }
 
 impl RuleSet {
@@ -668,7 +671,7 @@ static DEPOSIT_SWAP_VERSIONS: [Builtin; 3] = [
     Builtin {
         version: 3,
         text: BUILTIN_DEPOSIT_SWAP,
-        proven_hash: "sha256:f1be3b73b61fcc00ee676a7025000530d63aa308561d260eef370b1fa939a987",
+        proven_hash: "sha256:4ed1301d29aec15995b3350bddafd4efc5a4abf29c3017b7a1cc7bded11e3ddf",
         cell: OnceLock::new(),
     },
 ];

@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 
 use serde_json::{json, Value};
 
-use super::{reorder, Answer, RuleSet, StateIndex, NONE};
+use super::{Answer, RuleSet, StateIndex, NONE};
 use crate::error::{Error, Result};
 use crate::limits::MAX_STATES_EXPLORED;
 
@@ -304,11 +304,35 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
         );
     }
 
-    let reorder = reorder::check(rule_set)?;
+    let reorder = super::facts_reorder::check(rule_set)?;
 
     let properties = PROPERTIES
         .iter()
         .map(|(name, description)| {
+            if *name == INVARIANTS {
+                let mut info = reorder.info(rule_set);
+                info["invariants"] = rule_set
+                    .invariants
+                    .iter()
+                    .map(|i| json!({ "name": i.name, "says": i.says(rule_set) }))
+                    .collect();
+                if rule_set.invariants.is_empty() {
+                    info = json!({ "skipped": "no 'invariants' stated: state what must never happen to a workflow (docs/rulesets.md)" });
+                } else if reorder.unproven.is_some() {
+                    info["skipped"] = json!(reorder.skipped);
+                }
+                let first = reorder.broken.first().cloned().or_else(|| {
+                    reorder.unproven.clone().filter(|_| !rule_set.invariants.is_empty())
+                });
+                return Property {
+                    name,
+                    description,
+                    ok: first.is_none(),
+                    counterexample: first,
+                    more_counterexamples: reorder.broken.iter().skip(1).cloned().collect(),
+                    info: Some(info),
+                };
+            }
             if *name == REORDER_SAFE {
                 let mut examples = reorder.counterexamples.clone();
                 let first = (!examples.is_empty()).then(|| examples.remove(0)).or_else(|| reorder.unproven.clone());
@@ -352,10 +376,12 @@ pub const PROPERTIES: &[(&str, &str)] = &[
     ("operation-ids-unique", "no outbox operation id can be emitted twice along any path (a recurring operation's id carries the revision, which its emitting transition raises)"),
     ("revision-increases", "every applied transition increases the workflow revision"),
     ("guards-read-recorded-fields", "every guard compares a field that is recorded on every path to its status"),
+    (INVARIANTS, "every invariant the rule set states holds after every delivery of every explored history, in every delivery order"),
     (REORDER_SAFE, "with an 'order' section: every delivery order of every legal history ends as the history in order does (same status, recorded fields, operations, errors), where 'retry' means redeliver later and declared races keep the order the workflow saw"),
 ];
 
 pub const REORDER_SAFE: &str = "reorder-safe";
+pub const INVARIANTS: &str = "invariants";
 
 #[cfg(test)]
 mod tests {
