@@ -12,7 +12,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { IdemflowError, processBatch, processEvent, RuleSet } from 'idemflow';
+import { createOutboxConsumer, IdemflowError, InMemoryStore, processBatch, processEvent, RuleSet } from 'idemflow';
 import { BACKENDS, suiteStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
@@ -232,4 +232,18 @@ describe("each store's table of the errors that say a write is too large", () =>
       );
     });
   }
+});
+
+it("an outbox consumer's owner must fit the lease owner column (255 bytes)", () => {
+  const handlers = { REVIEW_DEPOSIT: async () => {} };
+  const fits = 'é'.repeat(127); // 254 bytes
+  assert.equal(createOutboxConsumer(new InMemoryStore(), handlers, { owner: fits }).owner, fits);
+  assert.throws(
+    () => createOutboxConsumer(new InMemoryStore(), handlers, { owner: 'é'.repeat(128) }),
+    (error) =>
+      error instanceof IdemflowError &&
+      error.code === 'INVALID_ARGUMENT' &&
+      error.details.field === 'owner' &&
+      error.details.reason === 'too long',
+  );
 });
