@@ -928,5 +928,9 @@ pub fn describe_answers(w: &mut Writer) {
     for (from, to) in crate::ruleset::FACT_KEY_ESCAPES {
         w.open_array().string(&from.to_string()).string(to).close_array();
     }
-    w.close_array().close_object();
+    w.close_array();
+    // How long an operation id may be, and what replaces a fact key that would make it longer (crate::operation_id).
+    w.key("operationIdMaxBytes").int(crate::operation_id::MAX_OPERATION_ID_BYTES as i64);
+    w.key("hashedFactKeyPrefix").string(crate::operation_id::HASHED_FACT_KEY_PREFIX);
+    w.close_object();
 }

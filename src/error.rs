@@ -139,6 +139,8 @@ pub const CODES: &[(&str, Disposition)] = &[
     ("INVALID_PAYLOAD", Disposition::Reject),
     ("IDEMPOTENCY_KEY_CONFLICT", Disposition::Reconcile),
     ("IDEMPOTENCY_KEY_IN_PROGRESS", Disposition::Retry),
+    // Raised by the stores, never by the core: the database refused a write for its size.
+    ("WRITE_TOO_LARGE", Disposition::Reconcile),
 ];
 
 pub fn default_disposition(code: &str) -> Option<Disposition> {

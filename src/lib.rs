@@ -16,6 +16,7 @@ pub mod input;
 pub mod jcs;
 pub mod json;
 pub mod limits;
+pub mod operation_id;
 pub mod outbox;
 pub mod packed;
 pub mod ruleset;

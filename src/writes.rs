@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 
 use crate::field::FieldValue;
 use crate::json::text::Writer;
+use crate::operation_id::{hashed_fact_key, MAX_OPERATION_ID_BYTES};
 
 use crate::ruleset::{Answer, IdPart, RuleSet};
 
@@ -254,13 +255,26 @@ impl<'a, F: Fn(usize) -> FieldValue<'a>> Filling<'a, F> {
         entries.iter().map(|(key, from)| (key.clone(), self.value(from))).collect()
     }
 
-    /// An id's parts concatenated.
+    /// An operation id: its parts concatenated; when that is longer than
+    /// [`MAX_OPERATION_ID_BYTES`], the same with the fact key hashed
+    /// (`crate::operation_id` says why that always fits).
     pub fn text(&self, parts: &[From]) -> String {
+        let full = self.concatenated(parts, false);
+        if full.len() <= MAX_OPERATION_ID_BYTES {
+            return full;
+        }
+        self.concatenated(parts, true)
+    }
+
+    fn concatenated(&self, parts: &[From], hash_fact_key: bool) -> String {
         let mut out = String::new();
         for part in parts {
-            match self.value(part) {
-                Value::String(text) => out.push_str(&text),
-                other => out.push_str(&other.to_string()),
+            match (part, hash_fact_key) {
+                (From::FactKey(f), true) => out.push_str(&hashed_fact_key(&(self.value_of)(*f).display())),
+                _ => match self.value(part) {
+                    Value::String(text) => out.push_str(&text),
+                    other => out.push_str(&other.to_string()),
+                },
             }
         }
         out

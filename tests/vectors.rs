@@ -787,6 +787,7 @@ fn every_error_code_has_a_stable_default_disposition() {
             ("INVALID_PAYLOAD", "reject"),
             ("IDEMPOTENCY_KEY_CONFLICT", "reconcile"),
             ("IDEMPOTENCY_KEY_IN_PROGRESS", "retry"),
+            ("WRITE_TOO_LARGE", "reconcile"),
         ]
     );
 }

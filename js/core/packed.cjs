@@ -7,6 +7,7 @@
 //
 // How a caller's values are read and laid out is reading.cjs's.
 
+const { createHash } = require('node:crypto');
 const { IdemflowError } = require('./errors.cjs');
 const { createReading } = require('./reading.cjs');
 
@@ -55,6 +56,11 @@ function createDecider(wasm) {
     for (const [from, to] of FACT_KEY_ESCAPES) text = text.split(from).join(to);
     return text;
   };
+
+  // An operation id longer than this (UTF-8 bytes) is written with its fact key hashed (src/operation_id.rs).
+  const OPERATION_ID_MAX_BYTES = ANSWER.operationIdMaxBytes;
+  const HASHED_FACT_KEY_PREFIX = ANSWER.hashedFactKeyPrefix;
+  const hashedFactKey = (key) => HASHED_FACT_KEY_PREFIX + createHash('sha256').update(String(key), 'utf8').digest('hex');
 
   const encoder = new TextEncoder();
   const scratch = new wasm.Decider();
@@ -381,6 +387,16 @@ function createDecider(wasm) {
       const { kinds, args } = op.id;
       let operationId = '';
       for (let j = 0; j < kinds.length; j += 1) operationId += value(kinds[j], args[j], strings, eventField, revision, workflowId, null);
+      // A UTF-16 unit is at most 3 UTF-8 bytes: only a long id is measured.
+      if (operationId.length * 3 > OPERATION_ID_MAX_BYTES && Buffer.byteLength(operationId, 'utf8') > OPERATION_ID_MAX_BYTES) {
+        operationId = '';
+        for (let j = 0; j < kinds.length; j += 1) {
+          operationId +=
+            kinds[j] === FROM.FACT_KEY
+              ? hashedFactKey(strings[eventField + args[j]])
+              : value(kinds[j], args[j], strings, eventField, revision, workflowId, null);
+        }
+      }
       operationIds[k] = operationId;
       outbox[k] = {
         id: operationId,

@@ -24,7 +24,8 @@ export type ErrorCode =
   | 'HANDLER_FAILED'
   | 'INVALID_PAYLOAD'
   | 'IDEMPOTENCY_KEY_CONFLICT'
-  | 'IDEMPOTENCY_KEY_IN_PROGRESS';
+  | 'IDEMPOTENCY_KEY_IN_PROGRESS'
+  | 'WRITE_TOO_LARGE';
 
 /** The ids and values involved in an error; which keys depend on the code. */
 export interface ErrorDetails {

@@ -64,7 +64,7 @@ class EventsApart extends Error {}
  * savepoints, a deadlock, onApplied callbacks, a lost race that keeps
  * recurring) the whole batch runs again, up to raceRetries times; if it
  * still loses, or one event's write set cannot be committed
- * (OUTBOX_CONFLICT), the events run one transaction each, so that only the
+ * (OUTBOX_CONFLICT, WRITE_TOO_LARGE), the events run one transaction each, so that only the
  * events that keep failing answer with an error. A failure of the store
  * itself (STORE_UNAVAILABLE, a missing table) is every event's error. The
  * whole call ends within the store's timeoutMs.
@@ -123,7 +123,7 @@ async function decideInTransactions(call, valid, results, run) {
         await afterLostRace(error, attempt, call, run);
         continue;
       }
-      if (isLostRace(error) || error.code === 'OUTBOX_CONFLICT') {
+      if (isLostRace(error) || error.code === 'OUTBOX_CONFLICT' || error.code === 'WRITE_TOO_LARGE') {
         await oneByOne(call, valid, results);
         return;
       }

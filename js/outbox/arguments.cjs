@@ -15,6 +15,8 @@ const STORE_METHODS = Object.freeze(['claimOperations', 'renewLease', 'completeO
 const DEFAULT_CONCURRENCY = 4;
 const MAX_CONCURRENCY = 1000;
 const DEFAULT_POLL_INTERVAL_MS = 1000;
+/** The longest lease owner: the narrowest store's name column holds 255 characters. */
+const MAX_OWNER_BYTES = 255;
 // With the default poll interval, a look for unhandled types about once a minute when idle.
 const DEFAULT_TYPE_CHECK_POLLS = 60;
 const CONSUMER_OPTIONS = [
@@ -259,6 +261,10 @@ function consumerSettings(store, handlers, options = {}) {
   checkOptionKeys(opts, CONSUMER_OPTIONS, 'createOutboxConsumer');
   if (opts.owner !== undefined && (typeof opts.owner !== 'string' || opts.owner.length === 0 || !opts.owner.isWellFormed())) {
     throw invalidArgument('options.owner must be a non-empty string', { field: 'owner', reason: 'not a non-empty string' });
+  }
+  // The lease owner column is a name: VARCHAR(255) in MySQL/MariaDB (characters; a UTF-8 byte is at most one).
+  if (opts.owner !== undefined && Buffer.byteLength(opts.owner, 'utf8') > MAX_OWNER_BYTES) {
+    throw invalidArgument(`options.owner must be at most ${MAX_OWNER_BYTES} UTF-8 bytes`, { field: 'owner', reason: 'too long' });
   }
   if (opts.now !== undefined && typeof opts.now !== 'function') {
     throw invalidArgument('options.now must be a function returning milliseconds since the epoch', {

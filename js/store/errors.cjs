@@ -9,6 +9,8 @@ const { IdemflowError } = require('../core/errors.cjs');
 
 /** The code a store throws when the database cannot be reached; the delivery should be retried. */
 const STORE_UNAVAILABLE = 'STORE_UNAVAILABLE';
+/** The code a store throws when the database refuses a write for its size. */
+const WRITE_TOO_LARGE = 'WRITE_TOO_LARGE';
 
 function invalidArgument(message, details) {
   return new IdemflowError('INVALID_ARGUMENT', message, { details });
@@ -63,6 +65,20 @@ function storeUnavailable(cause, reason) {
 }
 
 /**
+ * The database refused a write for its size: a value longer than its column,
+ * a row, index entry or document over the database's limit. Redelivery
+ * writes the same again, so it is not retried (reconcile); nothing of the
+ * transaction was written. In a batch it is the event's own error.
+ */
+function writeTooLarge(cause, reason) {
+  const message = cause instanceof Error ? cause.message : String(cause);
+  return new IdemflowError(WRITE_TOO_LARGE, `the database refused a write for its size (${reason}): ${message}`, {
+    details: { reason, driverCode: driverCode(cause) },
+    cause,
+  });
+}
+
+/**
  * The store's tables (or schema, or database) do not exist: migrate() was not
  * run or the table names are wrong. No redelivery can fix that, so the
  * disposition is fatal: the worker must stop and be fixed.
@@ -110,7 +126,8 @@ function isNetworkError(error) {
 /**
  * Turns what a driver threw into an IdemflowError. `classify(error)` names the
  * kind: 'unique' (a unique key held), 'race' (the database aborted the
- * transaction to serialise it), 'unavailable' or null. `onUnique` says what a
+ * transaction to serialise it), 'too-large' (a value, row or document over
+ * the database's limit), 'unavailable' or null. `onUnique` says what a
  * unique violation means at this call site. Errors that are already
  * IdemflowErrors pass through.
  */
@@ -121,6 +138,7 @@ function mapDriverError(error, classify, onUnique) {
     return onUnique ? onUnique(error) : lostRace(error, 'unique-violation');
   }
   if (kind && kind.type === 'race') return lostRace(error, kind.reason);
+  if (kind && kind.type === 'too-large') return writeTooLarge(error, kind.reason);
   if (kind && kind.type === 'unavailable') return storeUnavailable(error, kind.reason);
   if (kind && kind.type === 'schema') return schemaMissing(error, kind.reason);
   // Anything else from the driver (a missing table, a permission, a full disk)
@@ -149,6 +167,7 @@ function isStoreUnavailable(error) {
 
 module.exports = {
   STORE_UNAVAILABLE,
+  WRITE_TOO_LARGE,
   invalidArgument,
   receiptExists,
   workflowChanged,
@@ -156,6 +175,7 @@ module.exports = {
   lostRace,
   storeUnavailable,
   schemaMissing,
+  writeTooLarge,
   driverCode,
   isNetworkError,
   mapDriverError,

@@ -940,7 +940,7 @@ fn parse_template(text: &str, path: &str, fact_key: Option<&str>) -> Result<Temp
             (None, None) => (text.strip_suffix(ONCE).unwrap_or_default(), false, false),
         };
     let ok = !name.is_empty()
-        && name.len() <= 64
+        && name.len() <= crate::operation_id::MAX_OPERATION_NAME_BYTES
         && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if !ok {

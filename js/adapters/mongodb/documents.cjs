@@ -23,6 +23,9 @@ const { mapDriverError, isNetworkError } = require('../../store/errors.cjs');
 const NAMESPACE_EXISTS = 48;
 const DUPLICATE_KEY = 11000;
 const WRITE_CONFLICT = 112;
+// A write over a size limit: BSONObjectTooLarge (10334), a document grown past 16 MiB by an update
+// (17419, 17420), an index key over 1024 bytes (KeyTooLong, 17280, before 4.2). The same write fails every time.
+const TOO_LARGE_CODES = new Set([10334, 17419, 17420, 17280]);
 const UNAVAILABLE_NAMES = new Set([
   'MongoNetworkError',
   'MongoNetworkTimeoutError',
@@ -43,6 +46,8 @@ const UNAVAILABLE_NAMES = new Set([
 function classify(error) {
   if (error === null || typeof error !== 'object') return null;
   if (error.code === DUPLICATE_KEY) return { type: 'unique' };
+  if (TOO_LARGE_CODES.has(error.code) || error.codeName === 'BSONObjectTooLarge')
+    return { type: 'too-large', reason: 'document-too-large' };
   const labelled = (/** @type {string} */ label) => typeof error.hasErrorLabel === 'function' && error.hasErrorLabel(label);
   if (UNAVAILABLE_NAMES.has(error.name) || isNetworkError(error)) {
     return { type: 'unavailable', reason: error.name === 'MongoServerSelectionError' ? 'no-server-selectable' : 'connection-lost' };

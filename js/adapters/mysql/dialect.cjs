@@ -16,6 +16,13 @@ const UNAVAILABLE_ERRNO = new Set([1053, 1077, 1152, 1158, 1159, 1160, 1161, 192
 const OUT_OF_RESOURCES_ERRNO = new Set([1021, 1114, 1037, 1038, 1041, 1135, 1040]);
 /** A storage engine's OS error 28 (ENOSPC), e.g. ER_GET_ERRNO "Got error 28 …" or "Errcode: 28". */
 const NO_SPACE = /\b(error|errcode:?) 28\b|No space left on device/i;
+// A write over a size limit: ER_DATA_TOO_LONG (a value longer than its column), ER_TOO_BIG_ROWSIZE,
+// ER_NET_PACKET_TOO_LARGE (a statement over max_allowed_packet). The same write fails every time.
+const TOO_LARGE_ERRNO = new Map([
+  [1406, 'value-too-long'],
+  [1118, 'row-too-large'],
+  [1153, 'packet-too-large'],
+]);
 const UNAVAILABLE_CODES = new Set([
   'PROTOCOL_CONNECTION_LOST',
   'PROTOCOL_ENQUEUE_AFTER_FATAL_ERROR',
@@ -43,6 +50,7 @@ function classify(error) {
   const errno = typeof error.errno === 'number' ? error.errno : null;
   if (errno === 1062 || error.code === 'ER_DUP_ENTRY') return { type: 'unique' };
   if (errno === 1146 || errno === 1049) return { type: 'schema', reason: 'missing-table' }; // ER_NO_SUCH_TABLE, ER_BAD_DB_ERROR
+  if (TOO_LARGE_ERRNO.has(errno)) return { type: 'too-large', reason: TOO_LARGE_ERRNO.get(errno) };
   if (errno === 1213) return { type: 'race', reason: 'deadlock' };
   if (errno === 1205) return { type: 'race', reason: 'lock-timeout' };
   if (errno === 1020) return { type: 'race', reason: 'serialization-failure' }; // record changed since last read

@@ -30,6 +30,10 @@ function classify(error) {
   const code = typeof error.code === 'string' ? error.code : '';
   if (code === '23505') return { type: 'unique' };
   if (code === '42P01' || code === '3F000') return { type: 'schema', reason: 'missing-table' }; // undefined table or schema
+  // string_data_right_truncation (a value longer than a varchar(n) column) and program_limit_exceeded
+  // (an index row over the btree's 2704 bytes, a value over 1 GB): the same write fails every time.
+  if (code === '22001') return { type: 'too-large', reason: 'value-too-long' };
+  if (code === '54000') return { type: 'too-large', reason: 'limit-exceeded' };
   if (code === '40001') return { type: 'race', reason: 'serialization-failure' };
   if (code === '40P01') return { type: 'race', reason: 'deadlock' };
   if (code === '55P03') return { type: 'race', reason: 'lock-timeout' };

@@ -17,6 +17,7 @@ const PRIMARY = {
   CORRUPT: 11,
   FULL: 13,
   CANTOPEN: 14,
+  TOOBIG: 18,
   CONSTRAINT: 19,
   NOTADB: 26,
 };
@@ -53,6 +54,9 @@ function classify(error) {
       return { type: 'race', reason: 'database-busy' };
     case 'CANTOPEN':
       return { type: 'unavailable', reason: 'cannot-open' };
+    // A string or blob over SQLITE_MAX_LENGTH (or a statement over its limit): the same write fails every time.
+    case 'TOOBIG':
+      return { type: 'too-large', reason: 'value-too-long' };
     case 'IOERR':
     case 'FULL':
     case 'NOMEM':
