@@ -3,7 +3,15 @@
 
 const { IdemflowError, isIdemflowError } = require('./core/errors.cjs');
 const { RuleSet } = require('./core/rules.cjs');
-const { validateEvent, normalizeEvent, fingerprint, decide, planDepositConfirmation, verifyRuleSet } = require('./core/decide.cjs');
+const {
+  validateEvent,
+  normalizeEvent,
+  fingerprint,
+  decide,
+  planDepositConfirmation,
+  verifyRuleSet,
+  proveRuleSet,
+} = require('./core/decide.cjs');
 const { processEvent, processDepositConfirmed } = require('./host/event.cjs');
 const { commitWriteSet } = require('./host/contract.cjs');
 const { createDeliveryHandler } = require('./host/delivery.cjs');
@@ -54,6 +62,7 @@ module.exports = {
   decide,
   planDepositConfirmation,
   verifyRuleSet,
+  proveRuleSet,
   canonicalJson,
   canonicalJsonText,
   fingerprintPayload,

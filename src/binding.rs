@@ -153,6 +153,29 @@ pub fn load_rule_set(definition: JsValue) -> JsResult<CompiledRuleSet> {
     RuleSet::from_value(&value).map(|r| CompiledRuleSet(Rules::Loaded(Box::new(r)))).map_err(throw)
 }
 
+/// Loads a definition with its proof record (`proveRuleSet`'s JSON text):
+/// nothing is proven again when the record is of this definition and engine.
+#[wasm_bindgen(js_name = loadRuleSetWithProof)]
+pub fn load_rule_set_with_proof(definition: JsValue, proof: &str) -> JsResult<CompiledRuleSet> {
+    let text = definition_text(&definition).map_err(throw)?;
+    let value = limits::parse_definition(&text).map_err(throw)?;
+    let record = limits::parse_definition(proof).map_err(|_| {
+        throw(Error::InvalidArgument {
+            reason: "the proof record is not JSON: write it with `idemflow rules prove`".into(),
+        })
+    })?;
+    RuleSet::from_value_with_proof(&value, &record).map(|r| CompiledRuleSet(Rules::Loaded(Box::new(r)))).map_err(throw)
+}
+
+/// Proves a definition and returns its proof record as JSON; throws
+/// RULESET_INVALID (with the report) when a property fails.
+#[wasm_bindgen(js_name = proveRuleSet)]
+pub fn prove_rule_set(definition: JsValue) -> JsResult<String> {
+    let text = definition_text(&definition).map_err(throw)?;
+    let definition = limits::parse_definition(&text).map_err(throw)?;
+    crate::ruleset::prove_record(&definition).map(|r| r.to_string()).map_err(throw)
+}
+
 /// The property report as JSON; throws only when the definition is malformed.
 #[wasm_bindgen(js_name = verifyRuleSet)]
 pub fn verify_rule_set(definition: JsValue) -> JsResult<String> {

@@ -38,6 +38,8 @@ pub const MAX_REORDER_HISTORIES: usize = 100_000;
 pub const MAX_REORDER_CONFIGURATIONS: usize = 12_000_000;
 /// Kinds of event (and racing pairs) in one history, at most.
 pub const MAX_REORDER_KINDS: usize = 32;
+/// Invariants one rule set states, at most.
+pub const MAX_INVARIANTS: usize = 32;
 
 /// Every bound with its name, for documentation and tests.
 pub const LIMITS: &[(&str, usize)] = &[
@@ -54,6 +56,7 @@ pub const LIMITS: &[(&str, usize)] = &[
     ("maxReorderHistories", MAX_REORDER_HISTORIES),
     ("maxReorderConfigurations", MAX_REORDER_CONFIGURATIONS),
     ("maxReorderKinds", MAX_REORDER_KINDS),
+    ("maxInvariants", MAX_INVARIANTS),
 ];
 
 /// The refusal for a definition over a bound: `limit maxRules: …`.

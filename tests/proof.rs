@@ -252,3 +252,18 @@ fn deposit_swap_exchanging_a_short_deposit_breaks_its_own_invariant() {
     assert_eq!(example["invariant"]["name"], "covering-deposits-only", "{example}");
     assert!(deliveries(example) <= 6, "{example}");
 }
+
+#[test]
+fn the_documented_invariants_example_holds_for_the_documented_payments_and_catches_the_planted_bug() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/rulesets.md")).unwrap();
+    let marker = "<!-- invariants example: begin -->\n```json\n";
+    let start = doc.find(marker).unwrap() + marker.len();
+    let end = start + doc[start..].find("\n```").unwrap();
+    let block: Value = serde_json::from_str(&format!("{{{}}}", &doc[start..end])).unwrap();
+    let mut definition = payments();
+    definition["invariants"] = block["invariants"].clone();
+    assert_eq!(failing(&definition), Vec::<String>::new());
+    rule(&mut definition, "PAYMENT_SUCCEEDED", "cancelled")["then"]["to"] = json!("paid");
+    let example = &property(&definition, "invariants")["counterexample"];
+    assert_eq!(example["invariant"]["name"], "never-paid-after-cancel", "{example}");
+}

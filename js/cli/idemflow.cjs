@@ -5,7 +5,7 @@
 
 const fs = require('node:fs');
 const readline = require('node:readline');
-const { RuleSet, verifyRuleSet, fingerprint, IdemflowError } = require('../index.cjs');
+const { RuleSet, verifyRuleSet, proveRuleSet, fingerprint, IdemflowError } = require('../index.cjs');
 const { draftTable: tableOfDraft } = require('../core/decide.cjs');
 const { UsageError, flags } = require('./args.cjs');
 const { operatorCommand, USAGE: OPERATOR_USAGE } = require('./operator.cjs');
@@ -20,6 +20,10 @@ const USAGE = `usage:
       properties, exit 1
   idemflow rules verify <builtin|file.json> [--json]
       prove the rule set's properties; exit 1 if any fails, 2 if it is malformed
+  idemflow rules prove <file.json> [--out <proof.json>]
+      prove it and write its proof record (default <file>.proof.json), which
+      RuleSet.fromJSON(definition, { proof }) loads without proving again;
+      exit 1 (and no record) if a property fails
 ${authoring.USAGE}
   idemflow fingerprint [--rules <builtin|file.json>]
       read events as NDJSON on stdin, write one fingerprint per input line
@@ -115,41 +119,112 @@ function verify(args, out) {
   return report.ok ? 0 : 1;
 }
 
+/** `rules prove`: the proof record beside the definition, or the failures and exit 1. */
+function prove(args, out, err) {
+  const { positional, options } = flags(args, { out: 'value' });
+  if (positional.length !== 1) throw new UsageError('rules prove takes one rule set file');
+  const definition = readDefinition(positional[0]);
+  let record;
+  try {
+    record = proveRuleSet(definition);
+  } catch (error) {
+    if (!(error instanceof IdemflowError) || !error.details?.report) throw error;
+    for (const property of error.details.report.properties.filter((p) => !p.ok)) out.write(describeFailure(property));
+    err.write(`idemflow: not proven, no record written (see 'idemflow rules verify')\n`);
+    return 1;
+  }
+  const target = options.out ?? `${positional[0].replace(/\.json$/, '')}.proof.json`;
+  fs.writeFileSync(target, `${JSON.stringify(record, null, 2)}\n`);
+  out.write(`proved ${record.ruleSet.id} v${record.ruleSet.version} (${record.ruleSet.hash}): ${target}\n`);
+  return 0;
+}
+
 /** A failing property: its FAIL line, what was checked and its counterexamples. */
 function describeFailure(property) {
-  const examples = [property.counterexample, ...(property.moreCounterexamples ?? [])];
+  const examples = [property.counterexample, ...(property.moreCounterexamples ?? [])].filter(Boolean);
+  const searched = property.name === 'reorder-safe' || property.name === 'invariants';
   return [
     `FAIL  ${property.name}: ${property.description}\n`,
     property.checked ? describeChecked(property.checked) : '',
-    property.name === 'reorder-safe' ? examples.map(describeReordering).join('') : describeCounterexample(property.counterexample),
+    searched ? examples.map(describeOrder).join('') : describeCounterexample(property.counterexample),
   ].join('');
 }
 
 function describeChecked(checked) {
-  if (checked.skipped) return `      not claimed: ${checked.skipped}\n`;
-  const races = (checked.races ?? []).map((r) => (Array.isArray(r) ? r : r.between).join(' vs '));
-  return `${[
-    `      histories of up to ${checked.bound.events} events (each type at most ${checked.bound.copiesPerType} times), from each start status: ${checked.histories} of ${checked.budget.histories.limit}, delivery configurations: ${checked.configurations} of ${checked.budget.configurations.limit}`,
-    `      declared races: ${races.length ? races.join('; ') : 'none'}`,
-  ].join('\n')}\n`;
+  if (checked.skipped && !checked.bound) return `      not claimed: ${checked.skipped}\n`;
+  const lines = [];
+  if (checked.skipped) lines.push(`      not claimed: ${checked.skipped}`);
+  if (checked.bound?.says) lines.push(`      explored: ${checked.bound.says}`);
+  if (checked.budget) {
+    lines.push(
+      `      histories: ${checked.histories} of ${checked.budget.histories.limit}, delivery configurations: ${checked.configurations} of ${checked.budget.configurations.limit}`,
+    );
+  }
+  if (checked.races) {
+    const races = checked.races.map((r) => (Array.isArray(r) ? r : r.between).flat().join(' vs '));
+    lines.push(`      declared races: ${races.length ? races.join('; ') : 'none'}`);
+  }
+  for (const invariant of checked.invariants ?? []) lines.push(`      invariant ${invariant.name}: ${invariant.says}`);
+  return `${lines.join('\n')}\n`;
 }
 
-/** Two delivery orders of one history and where they part. */
-function describeReordering(example) {
-  const order = (run) =>
-    run.deliveries.map((d, i) => `${i === example.divergesAt ? '>' : ' '} ${d.event}: ${d.from} -> ${d.to} (${d.answer})`);
+/** Where two end states differ: `status`, `data.quantityUnits "10" vs "11"`, … */
+function endsDiffer(a, b) {
+  const differences = [];
+  const same = (x, y) => JSON.stringify(x) === JSON.stringify(y);
+  if (a.status !== b.status) differences.push(`status ${a.status} vs ${b.status}`);
+  const keys = new Set([...Object.keys(a.data ?? {}), ...Object.keys(b.data ?? {})]);
+  for (const key of [...keys].sort()) {
+    const [x, y] = [a.data?.[key], b.data?.[key]];
+    if (!same(x, y)) differences.push(`data.${key} ${JSON.stringify(x) ?? 'unset'} vs ${JSON.stringify(y) ?? 'unset'}`);
+  }
+  for (const key of ['emitted', 'answeredWithError', 'undelivered']) {
+    if (!same(a[key], b[key])) differences.push(`${key} [${(a[key] ?? []).join(', ')}] vs [${(b[key] ?? []).join(', ')}]`);
+  }
+  return differences;
+}
+
+/** One counterexample of the search: a history, the order(s) that break it, and a hint at the fix. */
+function describeOrder(example) {
+  if (!example.history) {
+    // A claim the search could not evaluate: its reason names the rule or the event.
+    return `      not proven: ${example.reason ?? JSON.stringify(example)}\n`;
+  }
+  const step = (d, i) =>
+    `${i === example.divergesAt ? '>' : ' '} ${d.event}${d.fact ? ` ${d.fact}` : ''}${d.sequence ? `#${d.sequence}` : ''}: ${d.from} -> ${d.to} (${d.answer}${d.rule ? `, ${d.rule}` : ''})`;
+  const order = (run) => run.deliveries.map(step).map((l) => `       ${l}`);
   const end = (e) =>
-    `ends in ${e.status}; operations [${e.emitted.join(', ')}]; errors [${e.answeredWithError.join(', ')}]; undelivered [${e.undelivered.join(', ')}]`;
-  return `${[
-    `      history from ${example.start}: ${example.history.join(', ')}${example.races.length ? ` (${example.races.join('; ')})` : ''}`,
-    `      ${example.expected.inOrder ? 'in order' : 'one order'}:`,
-    ...order(example.expected).map((l) => `       ${l}`),
-    `        ${end(example.expected.end)}`,
-    '      another order:',
-    ...order(example.actual).map((l) => `       ${l}`),
-    `        ${end(example.actual.end)}`,
-    `      they diverge at delivery ${example.divergesAt + 1}`,
-  ].join('\n')}\n`;
+    `ends in ${e.status}; data ${JSON.stringify(e.data ?? {})}; operations [${e.emitted.join(', ')}]; errors [${e.answeredWithError.join(', ')}]; undelivered [${e.undelivered.join(', ')}]`;
+  const from = `${example.start}${example.workflow ? ` ${JSON.stringify(example.workflow)}` : ''}${example.amounts ? `, amounts ${JSON.stringify(example.amounts)}` : ''}`;
+  const lines = [
+    `      history from ${from}: ${example.history.join(', ')}${example.races?.length ? ` (${example.races.join('; ')})` : ''}`,
+  ];
+  const last = example.actual.deliveries.at(-1);
+  if (example.invariant) {
+    lines.push(`      breaks invariant ${example.invariant.name}: ${example.invariant.says}`, '      in the order:');
+    lines.push(...order(example.actual), `        ${end(example.actual.end)}`);
+    lines.push(
+      `      fix: the last delivery broke it: change ${last?.rule ?? 'the rule that answered it'}, or the invariant if it forbids too much`,
+    );
+  } else if (example.emittedTwice) {
+    lines.push(`      emits ${example.emittedTwice} twice, in the order:`, ...order(example.actual), `        ${end(example.actual.end)}`);
+    lines.push(`      fix: ${last?.rule ?? 'the last rule'} emits it again: answer already-applied there, or make the operation recurring`);
+  } else {
+    lines.push(
+      `      ${example.expected.inOrder ? 'in order' : 'one order'}:`,
+      ...order(example.expected),
+      `        ${end(example.expected.end)}`,
+    );
+    lines.push('      another order:', ...order(example.actual), `        ${end(example.actual.end)}`);
+    lines.push(
+      `      they diverge at delivery ${example.divergesAt + 1} and end apart in: ${endsDiffer(example.expected.end, example.actual.end).join('; ')}`,
+    );
+    const at = example.actual.deliveries[example.divergesAt];
+    lines.push(
+      `      fix: make ${at?.rule ?? 'the rule that answers that delivery'} end as the order above does (record what it says, or answer stale/already-applied), or declare the pair in order.races if the order the workflow saw should decide`,
+    );
+  }
+  return `${lines.join('\n')}\n`;
 }
 
 function describeCounterexample(example) {
@@ -209,6 +284,7 @@ async function main(argv, io) {
   }
   if (command === 'rules' && sub === 'table') return table(rest, io.out, io.err);
   if (command === 'rules' && sub === 'verify') return verify(rest, io.out);
+  if (command === 'rules' && sub === 'prove') return prove(rest, io.out, io.err);
   if (command === 'rules' && sub === 'graph') return authoring.graph(rest, io.out, loadRuleSet);
   if (command === 'rules' && sub === 'simulate') return authoring.simulate(rest, io.out, loadRuleSet);
   if (command === 'fingerprint') return fingerprints(argv.slice(1), io.input, io.out, io.err);
@@ -218,7 +294,7 @@ async function main(argv, io) {
     return 0;
   }
   if (command === 'rules')
-    throw new UsageError(sub ? `unknown command: rules ${sub}` : "rules needs 'table', 'verify', 'graph' or 'simulate'");
+    throw new UsageError(sub ? `unknown command: rules ${sub}` : "rules needs 'table', 'verify', 'prove', 'graph' or 'simulate'");
   throw new UsageError(command ? `unknown command: ${command}` : 'no command given');
 }
 

@@ -87,6 +87,16 @@ function verifyRuleSet(definition) {
 }
 
 /**
+ * Proves a definition and returns its proof record, for
+ * `RuleSet.fromJSON(definition, { proof })`; a definition that fails a
+ * property throws RULESET_INVALID with the report.
+ */
+function proveRuleSet(definition) {
+  if (definition instanceof RuleSet) definition = definition.definition();
+  return JSON.parse(call(() => wasm.proveRuleSet(definitionText(definition))));
+}
+
+/**
  * The decision table of a definition that may fail verification, laid out
  * by the core as RuleSet#table() and #tableMarkdown() are (a pair two rules
  * claim shows both, a pair no rule answers shows nothing): for inspecting a
@@ -105,6 +115,7 @@ module.exports = {
   decide: entry(decide),
   planDepositConfirmation: entry(planDepositConfirmation),
   verifyRuleSet: entry(verifyRuleSet),
+  proveRuleSet: entry(proveRuleSet),
   decideNormalized,
   decideNormalizedBatch,
 };

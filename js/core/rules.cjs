@@ -19,8 +19,18 @@ const loaded = new Map();
 const MAX_LOADED = 64;
 const CREATE = Symbol('RuleSet.create');
 
-function compile(text) {
-  return call(() => wasm.loadRuleSet(text));
+function compile(text, proof) {
+  if (proof === undefined) return call(() => wasm.loadRuleSet(text));
+  return call(() => wasm.loadRuleSetWithProof(text, proofText(proof)));
+}
+
+/** A proof record (`idemflow rules prove`) as the core reads it: its JSON text. */
+function proofText(proof) {
+  if (typeof proof === 'string') return proof;
+  if (proof !== null && typeof proof === 'object' && !Array.isArray(proof)) return JSON.stringify(proof);
+  throw new IdemflowError('INVALID_ARGUMENT', 'proof must be the record `idemflow rules prove` writes (an object or its JSON text)', {
+    details: { field: 'proof', reason: 'must be an object' },
+  });
 }
 
 /** Puts `ruleSet` last (most recently used), freeing the oldest past MAX_LOADED. */
@@ -93,11 +103,17 @@ class RuleSet {
   /**
    * Loads a definition (an object or its JSON text), checks it and proves its
    * properties; a definition that fails any of them throws RULESET_INVALID.
-   * The same definition is compiled once per process.
+   * The same definition is compiled once per process. With `{ proof }`, the
+   * record `idemflow rules prove` wrote for this definition, nothing is
+   * proven again (a record of another definition is INVALID_ARGUMENT).
    */
-  static fromJSON(definition) {
+  static fromJSON(definition, options = {}) {
+    checkOptionKeys(options ?? {}, ['proof'], 'RuleSet.fromJSON');
     const text = definitionText(definition);
-    const ruleSet = loaded.get(text) ?? new RuleSet(CREATE, compile(text), text);
+    const cached = loaded.get(text);
+    // A compiled definition was proven; a record given for it must still be its own.
+    if (cached !== undefined && options?.proof !== undefined) compile(text, options.proof).free();
+    const ruleSet = cached ?? new RuleSet(CREATE, compile(text, options?.proof), text);
     remember(text, ruleSet);
     return ruleSet;
   }

@@ -327,6 +327,7 @@ export type PropertyName =
   | 'operation-ids-unique'
   | 'revision-increases'
   | 'guards-read-recorded-fields'
+  | 'invariants'
   | 'reorder-safe';
 
 /** One delivery in a reorder-safe counterexample. */
@@ -336,7 +337,10 @@ export interface DeliveryStep {
   /** `applied`, `already-applied`, `stale`, or `CODE (disposition)`. */
   answer: string;
   to: string;
-  rule: string;
+  /** The rule that answered (absent when a guard answered before any rule). */
+  rule?: string;
+  /** The fact (`A`, `B`) an observation is of. */
+  fact?: string;
   /** The observation's number, for an event of `order.sequence`. */
   sequence?: number;
 }
@@ -344,26 +348,47 @@ export interface DeliveryStep {
 /** Where one delivery order of a history ends. */
 export interface DeliveryEnd {
   status: string;
-  recorded: string[];
-  /** Operation-id templates emitted (a recurring one once per emission). */
+  /** The workflow's data (the facts map included), without status and revision. */
+  data: Record<string, unknown>;
+  /** Operation ids emitted (a recurring one by its name, once per emission). */
   emitted: string[];
   answeredWithError: string[];
   undelivered: string[];
-  /** With `order.sequence`: the workflow's recorded sequence (0 for none). */
-  recordedSequence?: number;
 }
 
 /** Two delivery orders of one history that end differently. */
 export interface ReorderCounterexample {
+  /** The start status (`(none)`: no workflow yet). */
   start: string;
-  /** The history's events (each a type, a numbered observation as `DEPOSIT_DETECTED #3`; the same facts throughout). */
+  /** The start workflow's data, when it has any (the host's `expectedUnits`). */
+  workflow?: Record<string, unknown>;
+  /** Each fact's amount class next to the expected amount: `below`, `equal`, `above` or `free`. */
+  amounts?: Record<string, string>;
+  /** The history's events (a type; a fact's numbered observation as `DEPOSIT_DETECTED A#3`). */
   history: string[];
   /** The order the workflow saw declared racing types in, in words. */
-  races: string[];
-  expected: { inOrder: boolean; deliveries: DeliveryStep[]; end: DeliveryEnd };
+  races?: string[];
+  /** The history in order (or another order the races put first); absent for an invariant or an id emitted twice. */
+  expected?: { inOrder: boolean; deliveries: DeliveryStep[]; end: DeliveryEnd };
   actual: { deliveries: DeliveryStep[]; end: DeliveryEnd };
-  /** The first delivery at which the two orders differ. */
+  /** invariants: the one this order's last delivery broke. */
+  invariant?: { name: string; says: string };
+  /** An operation id this order emits a second time. */
+  emittedTwice?: string;
+  /** The first delivery at which the two orders differ (the last one for an invariant). */
   divergesAt: number;
+}
+
+/** What `idemflow rules prove` writes and `RuleSet.fromJSON(definition, { proof })` reads. */
+export interface ProofRecord {
+  proof: 1;
+  /** The proof engine that made it; a record of another engine is set aside and the definition proven again. */
+  engine: string;
+  ok: true;
+  ruleSet: RuleSetRef;
+  properties: PropertyName[];
+  explored: null | { says: string; histories: number; configurations: number };
+  statesExplored: number;
 }
 
 export interface PathStep {
@@ -387,7 +412,9 @@ export interface VerificationReport {
     moreCounterexamples?: ReorderCounterexample[];
     /** reorder-safe: the bound, the declared order, the work done, or why it was skipped. */
     checked?: {
-      bound: { events: number; copiesPerType: number };
+      bound: { events: number; copiesPerType: number; says: string; [key: string]: unknown };
+      /** invariants: each one the rule set states, and what it says. */
+      invariants?: { name: string; says: string }[];
       /** (history, start status) pairs explored. */
       histories: number;
       /** Delivery configurations explored over all of them. */
@@ -411,7 +438,7 @@ export class RuleSet {
   private constructor();
   /** A rule set that ships with idemflow; `version` loads an older one (for audit of stored receipts). */
   static builtin(name: BuiltinRuleSetName, options?: { version?: number }): RuleSet;
-  static fromJSON(definition: RuleSetDefinition | string): RuleSet;
+  static fromJSON(definition: RuleSetDefinition | string, options?: { proof?: ProofRecord | string }): RuleSet;
   readonly id: string;
   readonly version: number;
   /** `sha256:` + hex SHA-256 of the definition's RFC 8785 canonical JSON. */
@@ -452,6 +479,8 @@ export function fingerprint(event: EventInput, options?: RuleSetOption): string;
 export function decide(input: { event: EventInput; receipt: StoredReceipt | null; workflow: Workflow | null } & RuleSetOption): Decision;
 export function planDepositConfirmation(workflow: Workflow | null, event: DepositConfirmedEvent): 'advance' | 'already-applied';
 export function verifyRuleSet(definition: RuleSetDefinition | RuleSet | string): VerificationReport;
+/** Proves a definition and returns its proof record; throws RULESET_INVALID (with `details.report`) when a property fails. */
+export function proveRuleSet(definition: RuleSetDefinition | RuleSet | string): ProofRecord;
 
 /** JSON text as received: a string, or its UTF-8 bytes. */
 export type JsonText = string | Uint8Array | ArrayBuffer;

@@ -18,9 +18,7 @@ use serde_json::{Map, Value};
 
 use super::{Answer, Comparison, RuleSet};
 use crate::error::{Error, Result};
-
-/// Invariants in one rule set, at most.
-pub const MAX_INVARIANTS: usize = 32;
+use crate::limits::MAX_INVARIANTS;
 
 #[derive(Debug, Clone)]
 pub struct Invariant {

@@ -309,6 +309,41 @@ impl RuleSet {
         Ok(rule_set)
     }
 
+    /// Loads a definition with the record of an earlier proof of it
+    /// ([`prove_record`], `idemflow rules prove`): when the record names this
+    /// definition's hash and this proof engine, the structure is checked and
+    /// nothing is proven again, so a worker starts in milliseconds. A record
+    /// of another definition is refused (`INVALID_ARGUMENT`); one made by
+    /// another engine is set aside and the definition proven in full.
+    pub fn from_value_with_proof(definition: &Value, proof: &Value) -> Result<RuleSet> {
+        let refuse = |reason: String| Error::InvalidArgument { reason };
+        let Some(record) = proof.as_object() else {
+            return Err(refuse("the proof record must be the object `idemflow rules prove` writes".into()));
+        };
+        let hash = record.get("ruleSet").and_then(|r| r.get("hash")).and_then(Value::as_str);
+        let rule_set = load_checked(definition)?;
+        match hash {
+            None => {
+                return Err(refuse("the proof record has no ruleSet.hash: write it with `idemflow rules prove`".into()))
+            }
+            Some(hash) if hash != rule_set.hash => {
+                return Err(refuse(format!(
+                    "the proof record is of {}, this definition is {}: prove this one (`idemflow rules prove`)",
+                    if hash.len() <= 80 { hash.to_string() } else { crate::error::truncate(hash) },
+                    rule_set.hash
+                )))
+            }
+            Some(_) => {}
+        }
+        if record.get("engine").and_then(Value::as_str) == Some(PROOF_ENGINE)
+            && record.get("ok") == Some(&Value::Bool(true))
+        {
+            proven::insert(&rule_set.hash);
+            return Ok(rule_set);
+        }
+        RuleSet::from_value(definition)
+    }
+
     pub fn from_json(text: &str) -> Result<RuleSet> {
         // The size is checked before the text is parsed.
         let value = crate::limits::parse_definition(text)?;
@@ -490,6 +525,41 @@ pub fn load_unverified(definition: &Value) -> Result<RuleSet> {
 /// definition it proves is remembered as proven.
 pub fn verify_definition(definition: &Value) -> Result<verify::Report> {
     prove(&load_checked(definition)?)
+}
+
+/// What proves rule sets here: a proof record made by another engine (whose
+/// search explored other histories) is not trusted, and the definition is
+/// proven again.
+pub const PROOF_ENGINE: &str = "idemflow-search/1";
+
+/// Proves a definition and returns its proof record (for
+/// [`RuleSet::from_value_with_proof`]): the engine, the rule set, what was
+/// explored and every property's result. A definition that fails a property
+/// is refused as by `from_value`, with the report.
+pub fn prove_record(definition: &Value) -> Result<Value> {
+    let rule_set = load_checked(definition)?;
+    let report = prove(&rule_set)?;
+    if let Some(failed) = report.properties.iter().find(|p| !p.ok) {
+        return Err(Error::RuleSetInvalid {
+            path: failed.name.to_string(),
+            reason: format!("verification failed: {}", failed.description),
+            report: Some(report.to_json()),
+        });
+    }
+    let search = report.properties.iter().find(|p| p.name == verify::REORDER_SAFE).and_then(|p| p.info.as_ref());
+    Ok(serde_json::json!({
+        "proof": 1,
+        "engine": PROOF_ENGINE,
+        "ok": true,
+        "ruleSet": { "id": rule_set.id, "version": rule_set.version, "hash": rule_set.hash },
+        "properties": report.properties.iter().map(|p| p.name).collect::<Vec<_>>(),
+        "explored": search.map(|s| serde_json::json!({
+            "says": s["bound"]["says"],
+            "histories": s["histories"],
+            "configurations": s["configurations"],
+        })),
+        "statesExplored": report.states_explored,
+    }))
 }
 
 /// Runs the proof, counted, and remembers the hash of a definition that passes.

@@ -114,7 +114,10 @@ test('rules table prints the table of a well-formed draft that fails verificatio
     table,
     /\| SHIPMENT_REQUESTED \| shipping \| {2}\| {2}\| applied → shipping; emits CREATE_SHIPMENT `create-shipment:\{workflowId\}` \|/,
   );
-  assert.match(failures, /^1 of 7 properties fail\n/);
+  // The search emits the operation twice too, on the history of two requests.
+  assert.match(failures, /^2 of 8 properties fail\n/);
+  assert.match(failures, /^FAIL {2}reorder-safe/m);
+  assert.match(failures, /emits create-shipment:wf twice/);
   assert.match(failures, /^FAIL {2}operation-ids-unique/m);
   assert.match(failures, /SHIPMENT_REQUESTED: shipping -> shipping/);
   assert.doesNotMatch(failures, /^pass /m);
@@ -142,7 +145,7 @@ test('rules table --json prints the draft rows on stdout and names the failing p
       summary: 'applied → shipping; emits CREATE_SHIPMENT `create-shipment:{workflowId}`',
     },
   );
-  assert.equal(stderr, "idemflow: not verified, failing: operation-ids-unique (see 'idemflow rules verify')\n");
+  assert.equal(stderr, "idemflow: not verified, failing: operation-ids-unique, reorder-safe (see 'idemflow rules verify')\n");
 });
 
 test('rules table still exits 2 for a malformed definition', () => {
@@ -298,4 +301,118 @@ test('the README quick start runs as written and prints what its comments say', 
   const promised = [...block[1].matchAll(/^ {2}(?:confirmation|\{).*\/\/ (.+)$/gm)].map((m) => m[1]);
   assert.equal(promised.length, 6);
   assert.deepEqual(run.stdout.trim().split('\n'), promised);
+});
+
+/** Holds numbered by version whose change forgets the new quantity (a bug planted for issue 31). */
+const FORGETFUL_HOLDS = {
+  id: 'holds',
+  version: 1,
+  statuses: [
+    {
+      name: 'open',
+      initial: true,
+    },
+    {
+      name: 'held',
+    },
+    {
+      name: 'released',
+    },
+  ],
+  fields: [
+    {
+      name: 'version',
+      kind: 'count',
+    },
+    {
+      name: 'quantityUnits',
+      kind: 'units',
+    },
+  ],
+  events: [
+    {
+      type: 'HOLD_SET',
+      fields: ['version', 'quantityUnits'],
+    },
+    {
+      type: 'HOLD_RELEASED',
+      fields: ['version'],
+    },
+  ],
+  order: {
+    sequence: {
+      field: 'version',
+      events: ['HOLD_SET', 'HOLD_RELEASED'],
+    },
+  },
+  rules: [
+    {
+      on: '*',
+      in: '(none)',
+      then: {
+        error: 'UNKNOWN_WORKFLOW',
+        disposition: 'retry',
+      },
+    },
+    {
+      on: 'HOLD_SET',
+      in: ['open', 'released'],
+      newer: 'version',
+      then: {
+        outcome: 'applied',
+        to: 'held',
+        record: ['version', 'quantityUnits'],
+      },
+    },
+    {
+      on: 'HOLD_SET',
+      in: 'held',
+      newer: 'version',
+      then: {
+        outcome: 'applied',
+        record: ['version'],
+      },
+    },
+    {
+      on: 'HOLD_RELEASED',
+      in: ['open', 'held'],
+      newer: 'version',
+      then: {
+        outcome: 'applied',
+        to: 'released',
+        record: ['version'],
+        clear: ['quantityUnits'],
+      },
+    },
+    {
+      on: 'HOLD_RELEASED',
+      in: 'released',
+      newer: 'version',
+      then: {
+        outcome: 'applied',
+        record: ['version'],
+      },
+    },
+  ],
+};
+
+test('rules verify names the fields in which two orders end apart, the rule to change, and exits 1', () => {
+  const { code, stdout } = idemflow(['rules', 'verify', tempFile('holds.json', JSON.stringify(FORGETFUL_HOLDS))]);
+  assert.equal(code, 1, stdout);
+  assert.match(stdout, /FAIL {2}reorder-safe/);
+  assert.match(stdout, /explored: every history of one fact with up to 4 observations/);
+  assert.match(stdout, /end apart in: .*data\.quantityUnits "1\d" vs "1\d"/);
+  assert.match(stdout, /fix: make rules\[\d\]/);
+});
+
+test('rules verify shows the order that breaks an invariant, and a claim on amounts under an order section is proven', () => {
+  const definition = structuredClone(FORGETFUL_HOLDS);
+  definition.rules[2].then.record = ['version', 'quantityUnits'];
+  definition.invariants = [{ name: 'never-released-twice', never: { reach: 'released', after: 'HOLD_RELEASED' } }];
+  const { code, stdout } = idemflow(['rules', 'verify', tempFile('holds-invariant.json', JSON.stringify(definition))]);
+  assert.equal(code, 1, stdout);
+  assert.match(stdout, /FAIL {2}invariants/);
+  assert.match(stdout, /breaks invariant never-released-twice: "released" is never entered once HOLD_RELEASED was applied/);
+  assert.match(stdout, /fix: the last delivery broke it: change rules\[\d\]/);
+  assert.match(stdout, /pass {2}reorder-safe/);
 });

@@ -29,7 +29,7 @@ import assert from 'node:assert/strict';
 import test from 'node:test';
 import { Worker } from 'node:worker_threads';
 import fc from 'fast-check';
-import { InMemoryStore, RuleSet } from 'idemflow';
+import { InMemoryStore, RuleSet, verifyRuleSet } from 'idemflow';
 import {
   describeHistory,
   describeTrace,
@@ -252,6 +252,15 @@ test('deposit-swap v3: the direct checks find a v3 that exchanges a partial depo
     }
   }
   assert.ok(dropped > 0, 'v3 compares a confirmed amount with expectedUnits');
+  // v3's own invariant refuses it when it is loaded, with the order that exchanges a short deposit.
+  assert.throws(
+    () => RuleSet.fromJSON(definition),
+    (error) => error.code === 'RULESET_INVALID' && error.details.path === 'invariants',
+  );
+  const invariants = verifyRuleSet(definition).properties.find((p) => p.name === 'invariants');
+  assert.equal(invariants.counterexample.invariant.name, 'covering-deposits-only');
+  // Without its invariants the mutant loads, and the model-based check still finds it at run time.
+  delete definition.invariants;
   const ruleSet = RuleSet.fromJSON(definition);
   const model = MODELS.deposits;
   const store = new InMemoryStore();

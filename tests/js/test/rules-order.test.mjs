@@ -69,7 +69,9 @@ test('deposit-swap v2 is proven reorder-safe, and the report says what was check
   assert.equal(report.ok, true);
   const property = reorderSafe(report);
   assert.equal(property.ok, true);
-  assert.deepEqual(property.checked.bound, { events: 6, copiesPerType: 2 });
+  assert.equal(property.checked.bound.events, 6);
+  assert.equal(property.checked.bound.copiesPerType, 2);
+  assert.match(property.checked.bound.says, /^every history of up to 6 events, each event type at most 2 times/);
   assert.ok(property.checked.histories > 0 && property.checked.configurations > property.checked.histories);
   assert.equal(property.checked.races.length, 6);
   assert.equal(property.checked.follows.length, 4);
@@ -82,13 +84,14 @@ test('deposit-swap v3, the default, is proven reorder-safe over one and two depo
   assert.equal(report.ok, true);
   const property = reorderSafe(report);
   assert.equal(property.ok, true);
-  // Every order through the decider itself: one deposit with up to 4 observations (2 copies each, 8 events),
-  // or two with up to 3 each; amounts below and at expectedUnits, or none set.
+  // Every order through the decider itself: one deposit with up to 4 observations (one type again included,
+  // 2 copies each, 8 events), or two with up to 3 each; amounts below, at and above expectedUnits, or none set.
   const { bound } = property.checked;
   assert.match(bound.explorer, /decider/);
-  assert.deepEqual(bound.oneFact, { observations: 4, events: 8, copiesPerObservation: 2, copiesPerOtherType: 2 });
+  assert.deepEqual(bound.oneFact, { observations: 4, repeats: true, events: 8, copiesPerObservation: 2, copiesPerOtherType: 2 });
   assert.equal(bound.twoFacts.observationsEach, 3);
-  assert.deepEqual(bound.amounts, { expected: '2', below: '1', unsetExpected: true });
+  assert.deepEqual(bound.amounts, { expected: '10', classes: ['below', 'equal', 'above'], unsetExpected: true });
+  assert.match(bound.says, /one fact with up to 4 observations .* and of two facts with up to 3 observations each/);
   const byFacts = Object.fromEntries(property.checked.byFacts.map((f) => [f.facts, f]));
   assert.ok(byFacts.one.histories > 0 && byFacts.two.histories > 0, JSON.stringify(property.checked.byFacts));
   assert.equal(byFacts.one.histories + byFacts.two.histories + byFacts.none.histories, property.checked.histories);

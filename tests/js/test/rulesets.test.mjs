@@ -802,6 +802,7 @@ test('a custom rule set verifies and runs through processEvent', async () => {
       'operation-ids-unique',
       'revision-increases',
       'guards-read-recorded-fields',
+      'invariants',
       'reorder-safe',
     ],
   );
