@@ -173,7 +173,7 @@ pub fn load_rule_set_with_proof(definition: JsValue, proof: &str) -> JsResult<Co
 pub fn prove_rule_set(definition: JsValue) -> JsResult<String> {
     let text = definition_text(&definition).map_err(throw)?;
     let definition = limits::parse_definition(&text).map_err(throw)?;
-    crate::ruleset::prove_record(&definition).map(|r| r.to_string()).map_err(throw)
+    crate::proof::prove_record(&definition).map(|r| r.to_string()).map_err(throw)
 }
 
 /// The property report as JSON; throws only when the definition is malformed.
@@ -181,7 +181,7 @@ pub fn prove_rule_set(definition: JsValue) -> JsResult<String> {
 pub fn verify_rule_set(definition: JsValue) -> JsResult<String> {
     let text = definition_text(&definition).map_err(throw)?;
     let definition = limits::parse_definition(&text).map_err(throw)?;
-    crate::ruleset::verify_definition(&definition).map(|r| r.to_json().to_string()).map_err(throw)
+    crate::proof::verify_definition(&definition).map(|r| r.to_json().to_string()).map_err(throw)
 }
 
 /// The decision table of a well-formed definition that need not verify, for
@@ -203,7 +203,7 @@ pub fn draft_table_json(definition: JsValue) -> JsResult<String> {
 /// and how many proven definitions it remembers (so a test can count them).
 #[wasm_bindgen(js_name = proofStatsJson)]
 pub fn proof_stats_json() -> String {
-    let (proofs, remembered) = crate::ruleset::proven::stats();
+    let (proofs, remembered) = crate::proof::proven::stats();
     serde_json::json!({ "proofsRun": proofs, "provenRemembered": remembered }).to_string()
 }
 

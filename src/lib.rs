@@ -19,6 +19,7 @@ pub mod limits;
 pub mod operation_id;
 pub mod outbox;
 pub mod packed;
+pub mod proof;
 pub mod ruleset;
 pub mod sha256;
 pub mod sort;

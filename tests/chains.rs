@@ -9,7 +9,8 @@ use serde_json::{json, Map, Value};
 
 use idemflow::event::validate;
 use idemflow::fingerprint::canonical_bytes;
-use idemflow::ruleset::{load_unverified, verify_definition, BUILTIN_DEPOSIT_SWAP, BUILTIN_DEPOSIT_SWAP_V2};
+use idemflow::proof::verify_definition;
+use idemflow::ruleset::{load_unverified, BUILTIN_DEPOSIT_SWAP, BUILTIN_DEPOSIT_SWAP_V2};
 use idemflow::{decide, Error, Outcome, RuleSet};
 
 fn object(value: Value) -> Map<String, Value> {

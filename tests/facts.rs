@@ -11,7 +11,8 @@ use serde_json::{json, Map, Value};
 
 use idemflow::decide::{decide_batch, BatchWork};
 use idemflow::packed::{self, Layout, Packer, Spans};
-use idemflow::ruleset::{load_unverified, verify_definition};
+use idemflow::proof::verify_definition;
+use idemflow::ruleset::load_unverified;
 use idemflow::writes::{self, Filling};
 use idemflow::{decide, Error, Outcome, RuleSet};
 

@@ -11,7 +11,8 @@ mod hostile;
 use serde_json::{json, Value};
 
 use idemflow::limits::{self, LIMITS};
-use idemflow::ruleset::{load_unverified, verify_definition};
+use idemflow::proof::verify_definition;
+use idemflow::ruleset::load_unverified;
 use idemflow::{Error, RuleSet};
 
 /// How the binding loads a definition: size check, parse, load, verify.

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use idemflow::ruleset::verify_definition;
+use idemflow::proof::verify_definition;
 use idemflow::RuleSet;
 
 fn property(definition: &Value, name: &str) -> Value {
@@ -266,4 +266,22 @@ fn the_documented_invariants_example_holds_for_the_documented_payments_and_catch
     rule(&mut definition, "PAYMENT_SUCCEEDED", "cancelled")["then"]["to"] = json!("paid");
     let example = &property(&definition, "invariants")["counterexample"];
     assert_eq!(example["invariant"]["name"], "never-paid-after-cancel", "{example}");
+}
+
+#[test]
+fn many_event_types_are_refused_by_the_history_budget_before_their_histories_are_built() {
+    // 60 event types of at most 6 events each: billions of histories, never built.
+    let types: Vec<String> = (0..60).map(|i| format!("SEEN_{i}")).collect();
+    let definition = json!({
+        "id": "wide", "version": 1,
+        "statuses": [{ "name": "open", "initial": true }],
+        "events": types.iter().map(|t| json!({ "type": t, "fields": [] })).collect::<Vec<_>>(),
+        "order": {},
+        "rules": [{ "on": "*", "in": "(none)", "then": { "error": "UNKNOWN_WORKFLOW", "disposition": "retry" } }],
+        "otherwise": { "outcome": "stale" }
+    });
+    let error = RuleSet::from_value(&definition).unwrap_err();
+    assert_eq!(error.details()["path"], "$.order", "{error}");
+    let reason = error.details()["reason"].as_str().unwrap().to_string();
+    assert!(reason.starts_with("limit maxReorderHistories: ") && reason.contains("60 other event types"), "{reason}");
 }

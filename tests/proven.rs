@@ -6,7 +6,7 @@
 // idemflow::Error is large by design.
 #![allow(clippy::result_large_err)]
 
-use idemflow::ruleset::{proven, verify_definition};
+use idemflow::proof::{proven, verify_definition};
 use idemflow::RuleSet;
 use serde_json::{json, Value};
 

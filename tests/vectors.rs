@@ -17,7 +17,8 @@ use idemflow::jcs::{canonical_json, hex, write_number};
 use idemflow::json::keyed::decide_key;
 use idemflow::json::payload::{canonical_text, fingerprint_text, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH};
 use idemflow::json::{decide_json, fingerprint_json};
-use idemflow::ruleset::{load_unverified, table, verify_definition};
+use idemflow::proof::verify_definition;
+use idemflow::ruleset::{load_unverified, table};
 use idemflow::{decide, Decision, Error, Outcome, RuleSet};
 use sha2::{Digest, Sha256};
 
@@ -333,7 +334,7 @@ fn decision_vectors_cover_every_cell_and_row_of_each_deposit_swap_version() {
 // ---------------------------------------------------------------- rule sets
 
 fn property_names() -> Vec<String> {
-    idemflow::ruleset::verify::PROPERTIES.iter().map(|(n, _)| n.to_string()).collect()
+    idemflow::proof::verify::PROPERTIES.iter().map(|(n, _)| n.to_string()).collect()
 }
 
 #[test]
@@ -498,7 +499,7 @@ fn rule_set_hashes_match_the_independently_computed_values() {
 fn builtin_rule_sets_verify_every_property() {
     for name in idemflow::ruleset::BUILTIN_NAMES {
         let rules = RuleSet::builtin(name).unwrap();
-        let report = idemflow::ruleset::verify::verify(rules).unwrap();
+        let report = idemflow::proof::verify::verify(rules).unwrap();
         assert!(report.ok(), "{name}: {}", report.to_json());
         assert_eq!(report.hash, rules.hash);
         assert!(report.states_explored > 0);

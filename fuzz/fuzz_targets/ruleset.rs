@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
         Ok(value) => value,
         Err(error) => return common::check_error(&error),
     };
-    match idemflow::ruleset::verify_definition(&value) {
+    match idemflow::proof::verify_definition(&value) {
         Ok(report) => {
             let _ = report.to_json();
             match idemflow::RuleSet::from_value(&value) {

@@ -1,6 +1,6 @@
 //! `invariants`: what must never happen to one workflow, stated by the rule
 //! set's author and checked by the proof after every delivery of every
-//! explored order (see `facts_reorder`). Loading resolves each invariant's
+//! explored order (see `proof::search`). Loading resolves each invariant's
 //! names to indices and refuses one that names nothing the rules do.
 //!
 //! ```json

@@ -1,15 +1,12 @@
 //! Rule sets: a workflow's statuses, the events it accepts and a decision
 //! table that gives exactly one answer for every (event type, status) pair.
 //! A definition is JSON data; loading checks its structure (with a path to
-//! the bad part) and then proves its properties (see `verify`).
+//! the bad part); `proof` proves its properties.
 
-pub(crate) mod facts_reorder;
 pub mod invariants;
 mod load;
 pub(crate) mod order;
-pub(crate) mod reorder;
 pub mod table;
-pub mod verify;
 
 use std::sync::OnceLock;
 
@@ -286,70 +283,6 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
-    /// Loads and verifies a definition. A definition that fails any property
-    /// is refused: a worker never runs rules that were not proven.
-    ///
-    /// A definition proven once in this process is not proven again: its
-    /// hash (of the canonical definition, so of what the rules say, not of
-    /// how the text is spaced) is remembered, and loading it again, after a
-    /// cache evicted its compiled form for example, only checks its structure.
-    pub fn from_value(definition: &Value) -> Result<RuleSet> {
-        let rule_set = load_checked(definition)?;
-        if proven::contains(&rule_set.hash) {
-            return Ok(rule_set);
-        }
-        let report = prove(&rule_set)?;
-        if let Some(failed) = report.properties.iter().find(|p| !p.ok) {
-            return Err(Error::RuleSetInvalid {
-                path: failed.name.to_string(),
-                reason: format!("verification failed: {}", failed.description),
-                report: Some(report.to_json()),
-            });
-        }
-        Ok(rule_set)
-    }
-
-    /// Loads a definition with the record of an earlier proof of it
-    /// ([`prove_record`], `idemflow rules prove`): when the record names this
-    /// definition's hash and this proof engine, the structure is checked and
-    /// nothing is proven again, so a worker starts in milliseconds. A record
-    /// of another definition is refused (`INVALID_ARGUMENT`); one made by
-    /// another engine is set aside and the definition proven in full.
-    pub fn from_value_with_proof(definition: &Value, proof: &Value) -> Result<RuleSet> {
-        let refuse = |reason: String| Error::InvalidArgument { reason };
-        let Some(record) = proof.as_object() else {
-            return Err(refuse("the proof record must be the object `idemflow rules prove` writes".into()));
-        };
-        let hash = record.get("ruleSet").and_then(|r| r.get("hash")).and_then(Value::as_str);
-        let rule_set = load_checked(definition)?;
-        match hash {
-            None => {
-                return Err(refuse("the proof record has no ruleSet.hash: write it with `idemflow rules prove`".into()))
-            }
-            Some(hash) if hash != rule_set.hash => {
-                return Err(refuse(format!(
-                    "the proof record is of {}, this definition is {}: prove this one (`idemflow rules prove`)",
-                    if hash.len() <= 80 { hash.to_string() } else { crate::error::truncate(hash) },
-                    rule_set.hash
-                )))
-            }
-            Some(_) => {}
-        }
-        if record.get("engine").and_then(Value::as_str) == Some(PROOF_ENGINE)
-            && record.get("ok") == Some(&Value::Bool(true))
-        {
-            proven::insert(&rule_set.hash);
-            return Ok(rule_set);
-        }
-        RuleSet::from_value(definition)
-    }
-
-    pub fn from_json(text: &str) -> Result<RuleSet> {
-        // The size is checked before the text is parsed.
-        let value = crate::limits::parse_definition(text)?;
-        RuleSet::from_value(&value)
-    }
-
     /// The current version of a built-in rule set.
     pub fn builtin(name: &str) -> Result<&'static RuleSet> {
         RuleSet::builtin_version(name, None)
@@ -514,119 +447,15 @@ impl RuleSet {
     }
 }
 
-/// Checks a definition's structure only; `verify::verify` then reports its
-/// properties. Workers load rule sets with [`RuleSet::from_value`].
+/// Checks a definition's structure only; `proof::verify` then reports its
+/// properties. Workers load rule sets with `RuleSet::from_value` (`proof`).
 pub fn load_unverified(definition: &Value) -> Result<RuleSet> {
     load_checked(definition)
 }
 
-/// The property report for a definition; errs only when it is malformed.
-/// It always runs the proof (the report is what was asked for), and a
-/// definition it proves is remembered as proven.
-pub fn verify_definition(definition: &Value) -> Result<verify::Report> {
-    prove(&load_checked(definition)?)
-}
-
-/// What proves rule sets here: a proof record made by another engine (whose
-/// search explored other histories) is not trusted, and the definition is
-/// proven again.
-pub const PROOF_ENGINE: &str = "idemflow-search/1";
-
-/// Proves a definition and returns its proof record (for
-/// [`RuleSet::from_value_with_proof`]): the engine, the rule set, what was
-/// explored and every property's result. A definition that fails a property
-/// is refused as by `from_value`, with the report.
-pub fn prove_record(definition: &Value) -> Result<Value> {
-    let rule_set = load_checked(definition)?;
-    let report = prove(&rule_set)?;
-    if let Some(failed) = report.properties.iter().find(|p| !p.ok) {
-        return Err(Error::RuleSetInvalid {
-            path: failed.name.to_string(),
-            reason: format!("verification failed: {}", failed.description),
-            report: Some(report.to_json()),
-        });
-    }
-    let search = report.properties.iter().find(|p| p.name == verify::REORDER_SAFE).and_then(|p| p.info.as_ref());
-    Ok(serde_json::json!({
-        "proof": 1,
-        "engine": PROOF_ENGINE,
-        "ok": true,
-        "ruleSet": { "id": rule_set.id, "version": rule_set.version, "hash": rule_set.hash },
-        "properties": report.properties.iter().map(|p| p.name).collect::<Vec<_>>(),
-        "explored": search.map(|s| serde_json::json!({
-            "says": s["bound"]["says"],
-            "histories": s["histories"],
-            "configurations": s["configurations"],
-        })),
-        "statesExplored": report.states_explored,
-    }))
-}
-
-/// Runs the proof, counted, and remembers the hash of a definition that passes.
-fn prove(rule_set: &RuleSet) -> Result<verify::Report> {
-    let report = verify::verify(rule_set)?;
-    proven::ran();
-    if report.properties.iter().all(|p| p.ok) {
-        proven::insert(&rule_set.hash);
-    }
-    Ok(report)
-}
-
-/// The hashes of the definitions this process proved, so that none is
-/// proven twice. Bounded: past `MAX` the oldest is forgotten (and would be
-/// proven again), so hostile input cannot grow it without end.
-pub mod proven {
-    use std::collections::{HashSet, VecDeque};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Mutex;
-
-    /// 4,096 hashes of 71 bytes: under 1 MiB with the set's overhead.
-    pub const MAX: usize = 4096;
-
-    struct Hashes {
-        set: HashSet<String>,
-        order: VecDeque<String>,
-    }
-
-    static HASHES: Mutex<Option<Hashes>> = Mutex::new(None);
-    static PROOFS: AtomicU64 = AtomicU64::new(0);
-
-    fn with<T>(f: impl FnOnce(&mut Hashes) -> T) -> T {
-        // A panic while holding the lock cannot leave the set inconsistent.
-        let mut guard = HASHES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        f(guard.get_or_insert_with(|| Hashes { set: HashSet::new(), order: VecDeque::new() }))
-    }
-
-    pub fn contains(hash: &str) -> bool {
-        with(|h| h.set.contains(hash))
-    }
-
-    pub(super) fn insert(hash: &str) {
-        with(|h| {
-            if h.set.insert(hash.to_string()) {
-                h.order.push_back(hash.to_string());
-                while h.order.len() > MAX {
-                    if let Some(oldest) = h.order.pop_front() {
-                        h.set.remove(&oldest);
-                    }
-                }
-            }
-        });
-    }
-
-    pub(super) fn ran() {
-        PROOFS.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// (proofs run, hashes remembered) since the process started.
-    pub fn stats() -> (u64, usize) {
-        (PROOFS.load(Ordering::Relaxed), with(|h| h.set.len()))
-    }
-}
-
 /// The structure (`load::load`) and the one check that needs every rule at
 /// once: operation names.
-fn load_checked(definition: &Value) -> Result<RuleSet> {
+pub(crate) fn load_checked(definition: &Value) -> Result<RuleSet> {
     let rule_set = load::load(definition)?;
     check_operation_names(&rule_set)?;
     Ok(rule_set)

@@ -270,7 +270,8 @@ test('--version and version print the package version', () => {
 test('a usage error is one line and a hint, not the whole usage text, and exits 2', () => {
   const cases = [
     [[], 'no command given'],
-    [['rules'], "rules needs 'table', 'verify', 'graph' or 'simulate'"],
+    [['rules'], "rules needs 'table', 'verify', 'prove', 'graph' or 'simulate'"],
+    [['rules', 'prove'], 'rules prove takes one rule set file'],
     [['rules', 'table'], 'rules table takes one rule set'],
     [['rules', 'frob', 'x'], 'unknown command: rules frob'],
     [['frobnicate', '--now'], 'unknown command: frobnicate'],

@@ -2,7 +2,7 @@
 // each read from the `order` section of the rule set it models rather than
 // restated here.
 //
-// deposit-swap v3 (numbered chains, as src/ruleset/reorder.rs explores them):
+// deposit-swap v3 (numbered chains, as src/proof/search.rs explores them):
 // the deposit events of a history are one chain of the chain watcher's
 // numbered observations, 1, 2, 3 … up to 4 (detect, reverse, re-detect,
 // confirm: the re-inclusion), each of a sequenced type other than the one

@@ -1,15 +1,15 @@
 //! The `reorder-safe` and `invariants` properties: any delivery order, any
 //! duplication, one outcome, and nothing the rule set's author forbids.
 //!
-//! Both are proven by one search (`facts_reorder`) that decides every
+//! Both are proven by one search (`search`) that decides every
 //! delivery with the real decider on a concrete workflow; this module holds
 //! what the search reports ([`Check`]) and how the report reads it.
 
 use serde_json::{json, Value};
 
-use super::order::After;
-use super::RuleSet;
 use crate::limits::{MAX_REORDER_CONFIGURATIONS, MAX_REORDER_HISTORIES};
+use crate::ruleset::order::After;
+use crate::ruleset::RuleSet;
 
 /// Events in a history without facts' observations, at most.
 pub const BOUND: usize = 6;
@@ -35,7 +35,7 @@ pub struct Check {
 impl Check {
     pub fn info(&self, rule_set: &RuleSet) -> Value {
         let mut info = json!({
-            "bound": super::facts_reorder::bound(rule_set),
+            "bound": super::search::bound(rule_set),
             "histories": self.histories,
             "configurations": self.configurations,
             "budget": {
@@ -84,7 +84,7 @@ impl Check {
 /// The race bookkeeping of the first delivery of local type `t`: for every
 /// racing pair `(low, high, pair)` with `t` on one side and the other side
 /// `undelivered`, the pair's two bits of `seen` say it is decided and
-/// whether `low` came first. Used by the search (`facts_reorder`).
+/// whether `low` came first. Used by the search (`search`).
 pub(super) fn seen_first(
     mut seen: u64,
     t: usize,
@@ -113,7 +113,8 @@ pub(super) fn seen_first(
 mod tests {
     use serde_json::{json, Value};
 
-    use crate::ruleset::{verify_definition, BUILTIN_DEPOSIT_SWAP_V1, BUILTIN_DEPOSIT_SWAP_V2};
+    use crate::proof::verify_definition;
+    use crate::ruleset::{BUILTIN_DEPOSIT_SWAP_V1, BUILTIN_DEPOSIT_SWAP_V2};
 
     fn reorder_property(definition: &Value) -> Value {
         let report = verify_definition(definition).unwrap().to_json();
@@ -246,7 +247,8 @@ mod tests {
 mod recurring_tests {
     use serde_json::{json, Value};
 
-    use crate::ruleset::{verify_definition, BUILTIN_SUBSCRIPTION_V1 as BUILTIN_SUBSCRIPTION};
+    use crate::proof::verify_definition;
+    use crate::ruleset::BUILTIN_SUBSCRIPTION_V1 as BUILTIN_SUBSCRIPTION;
 
     fn reorder_property(definition: &Value) -> Value {
         let report = verify_definition(definition).unwrap().to_json();

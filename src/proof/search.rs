@@ -1,43 +1,39 @@
-//! The `reorder-safe` property for rule sets with several facts, proven by
-//! exploring concrete histories through the real decider.
+//! The search behind `reorder-safe` and `invariants`: every delivery order
+//! of every history within the bound (see [`bound`]), each delivery decided
+//! by the real decider ([`crate::decide::decide`]) on a concrete JSON
+//! workflow, and the write set it answers applied to that workflow as a host
+//! would (status, revision, each `set` key; a null removes one). Nothing of
+//! the rules is modelled: whatever the decider does is what is proven.
 //!
-//! `reorder.rs` models a rule set as bits (one fact, recorded-or-not fields,
-//! one number): that is exact for one fact per workflow, and cannot follow a
-//! facts map, `other` / `emitted` conditions or per-fact operation ids. Here
-//! nothing is modelled: every delivery is decided by [`crate::decide::decide`]
-//! on a concrete JSON workflow, and the write set it answers is applied to
-//! that workflow as a host would (status, revision, each `set` key; a null
-//! removes one). Whatever the decider does is what is proven.
-//!
-//! A history is what producers emit for one workflow (see [`histories`]):
-//! per fact (keys `"A"`, `"B"`) a chain of numbered observations as
-//! `reorder.rs` generates them, each observation published once or twice
-//! (new event ids), plus the rule set's other event types; concrete values
-//! come from field kinds (an amount below or equal to the workflow's expected
-//! amount, or none expected). For every history and start, every delivery
-//! order is explored (`retry` = redeliver later; an event that follows an
-//! operation exists once that operation was emitted), memoised on the
-//! configuration. Each order ends in a result: status, data (the facts map
-//! and the recorded fields), operation ids emitted (a recurring one by its
-//! count), events answered with an error, events undelivered. Orders that saw
-//! every declared racing pair in the same order must end alike; a race
-//! declared `"across": true` relates two facts' events, any other one a fact's
-//! own events, and a race with a non-fact event relates it to that fact event
-//! type of every fact. An order that emits one operation id twice fails too.
-//!
-//! Without a `facts` block, the `order.sequence` chain is one fact (so
-//! today's rule sets can be explored alike, one fact per history).
+//! A history is what producers emit for one workflow (see [`shapes`]): per
+//! fact (keys `"A"`, `"B"`) a chain of observations, numbered with
+//! `order.sequence` (one type again included, for one fact), each published
+//! once or twice (new event ids), plus the rule set's other event types.
+//! Values come from field kinds: a field no rule guards differs from one
+//! observation to the next, so ends compare by value; an amount compared
+//! with an expected one takes each class the comparisons tell apart. For
+//! every history and start (no workflow, each initial status), every
+//! delivery order is explored (`retry` = redeliver later; an event that
+//! follows an operation exists once that operation was emitted), memoised
+//! on the configuration. After every delivery each invariant is checked;
+//! a broken one is reported with the shortest order of its history that
+//! breaks it. With an `order` claim, each order ends in a result (status,
+//! data, operation ids emitted, a recurring one by its count, events
+//! answered with an error, events undelivered), and orders that saw every
+//! declared racing pair in the same order must end alike; an order that
+//! emits one operation id twice fails too. Without a `facts` block, the
+//! `order.sequence` chain is one fact.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use serde_json::{json, Map, Value};
 
-use super::reorder::Check;
-use super::RuleSet;
+use super::check::Check;
 use crate::decide::{self, Outcome};
 use crate::error::{Disposition, Error, Result};
 use crate::limits::{MAX_REORDER_CONFIGURATIONS, MAX_REORDER_HISTORIES, MAX_REORDER_KINDS};
+use crate::ruleset::RuleSet;
 
 /// Numbered observations of the one fact of a one-fact history, at most.
 pub const ONE_FACT_OBSERVATIONS: usize = 4;
@@ -256,18 +252,18 @@ impl Model {
         // Which classes of a fact's amount the comparisons with an expected amount tell apart: one of each.
         // The rules' comparisons, and the invariants': a class no rule tells apart may still break one.
         let stated = rule_set.invariants.iter().filter_map(|i| match i.kind {
-            super::invariants::Kind::EmitWhen { event_field, op, workflow_field, .. } => {
-                Some(super::Cond::Compare { event_field, op, workflow_field })
+            crate::ruleset::invariants::Kind::EmitWhen { event_field, op, workflow_field, .. } => {
+                Some(crate::ruleset::Cond::Compare { event_field, op, workflow_field })
             }
             _ => None,
         });
-        let compared: Vec<(String, super::Comparison)> = rule_set
+        let compared: Vec<(String, crate::ruleset::Comparison)> = rule_set
             .rules
             .iter()
             .flat_map(|r| r.when.iter().cloned())
             .chain(stated)
             .filter_map(|c| match c {
-                super::Cond::Compare { event_field, op, workflow_field }
+                crate::ruleset::Cond::Compare { event_field, op, workflow_field }
                     if expected_fields.contains(&rule_set.fields[workflow_field].name) =>
                 {
                     Some((rule_set.fields[event_field].name.clone(), op))
@@ -275,7 +271,7 @@ impl Model {
                 _ => None,
             })
             .collect();
-        let comparisons: Vec<super::Comparison> = compared.iter().map(|(_, op)| *op).collect();
+        let comparisons: Vec<crate::ruleset::Comparison> = compared.iter().map(|(_, op)| *op).collect();
         let compared_units: HashSet<String> = compared.into_iter().map(|(f, _)| f).collect();
         let others_compare = (0..events.len())
             .any(|e| !fact_events.contains(&e) && events[e].1.iter().any(|f| compared_units.contains(f)));
@@ -292,7 +288,7 @@ impl Model {
             .rules
             .iter()
             .filter_map(|r| match &r.answer {
-                super::Answer::Applied(t) => Some(t.emit.iter()),
+                crate::ruleset::Answer::Applied(t) => Some(t.emit.iter()),
                 _ => None,
             })
             .flatten()
@@ -541,8 +537,8 @@ impl<'r> Explorer<'r> {
         let mut next = 0;
         for marker in rule_set.invariants.iter().filter_map(|i| i.marker()) {
             let slot = match marker {
-                super::invariants::Marker::Status(s) => &mut status_marks[s],
-                super::invariants::Marker::Event(e) => &mut event_marks[e],
+                crate::ruleset::invariants::Marker::Status(s) => &mut status_marks[s],
+                crate::ruleset::invariants::Marker::Event(e) => &mut event_marks[e],
             };
             if *slot == 0 && next < 64 {
                 *slot = 1 << next;
@@ -743,7 +739,7 @@ impl<'r> Explorer<'r> {
         if count(state.consumed, t) == 0 {
             let races = history.races.iter().enumerate().map(|(pair, &(low, high))| (low, high, pair));
             next.seen_first =
-                super::reorder::seen_first(next.seen_first, t, races, |other| count(state.consumed, other) == 0);
+                super::check::seen_first(next.seen_first, t, races, |other| count(state.consumed, other) == 0);
         }
         next.consumed += 1 << (2 * t);
         Some(match twice {
@@ -795,17 +791,17 @@ impl<'r> Explorer<'r> {
         reply: Reply,
         operations: &[(u32, bool, u64)],
     ) -> Option<usize> {
-        use super::invariants::Kind;
+        use crate::ruleset::invariants::Kind;
         let rs = self.rule_set;
         let kind = &history.kinds[t];
         let type_of = |name: &str| self.model.operation_types.iter().position(|o| o == name);
         let emits = |name: &str| {
             type_of(name).is_some_and(|i| operations.iter().any(|(slot, _, _)| self.slot_info[*slot as usize].0 == i))
         };
-        let marked = |m: super::invariants::Marker| {
+        let marked = |m: crate::ruleset::invariants::Marker| {
             let bit = match m {
-                super::invariants::Marker::Status(s) => self.status_marks[s],
-                super::invariants::Marker::Event(e) => self.event_marks[e],
+                crate::ruleset::invariants::Marker::Status(s) => self.status_marks[s],
+                crate::ruleset::invariants::Marker::Event(e) => self.event_marks[e],
             };
             before.marks & bit != 0
         };
@@ -848,7 +844,7 @@ impl<'r> Explorer<'r> {
         &self,
         workflow: u32,
         kind: &Kind,
-        (event_field, op, workflow_field): (usize, super::Comparison, usize),
+        (event_field, op, workflow_field): (usize, crate::ruleset::Comparison, usize),
     ) -> bool {
         let rs = self.rule_set;
         let data = &self.workflows[workflow as usize];
@@ -1052,36 +1048,35 @@ struct FactPlan {
 /// `repeats` the same one again (three changes of a hold in a row). Unnumbered: each fact event type at most once, in declaration order.
 /// Either way an observation that follows a fact event type has an earlier
 /// observation of it.
-fn chains(model: &Model, most: usize, repeats: bool) -> Vec<Vec<usize>> {
+fn chains(model: &Model, most: usize, repeats: bool, cap: usize) -> Option<Vec<Vec<usize>>> {
     let legal =
         |chain: &[usize], e: usize| model.follows_events[e].iter().all(|a| !model.is_fact(*a) || chain.contains(a));
+    let numbered = model.sequence_field.is_some();
+    let types = model.fact_events.len();
     let mut all = Vec::new();
-    if model.sequence_field.is_none() {
-        for mask in 1u32..(1 << model.fact_events.len()) {
-            let chain: Vec<usize> =
-                model.fact_events.iter().enumerate().filter(|(i, _)| mask >> i & 1 == 1).map(|(_, e)| *e).collect();
-            if chain.len() <= most && chain.iter().enumerate().all(|(i, e)| legal(&chain[..i], *e)) {
-                all.push(chain);
-            }
-        }
-        return all;
-    }
-    let mut frontier: Vec<Vec<usize>> = vec![Vec::new()];
+    // Each chain with the index of the fact event type after which an unnumbered one may go on.
+    let mut frontier: Vec<(Vec<usize>, usize)> = vec![(Vec::new(), 0)];
     for _ in 0..most {
         let mut longer = Vec::new();
-        for chain in &frontier {
-            for &e in &model.fact_events {
-                if (repeats || chain.last() != Some(&e)) && legal(chain, e) {
-                    let mut next = chain.clone();
-                    next.push(e);
-                    longer.push(next);
+        for (chain, from) in &frontier {
+            for i in if numbered { 0 } else { *from }..types {
+                let e = model.fact_events[i];
+                if (numbered && !repeats && chain.last() == Some(&e)) || !legal(chain, e) {
+                    continue;
+                }
+                let mut next = chain.clone();
+                next.push(e);
+                longer.push((next, i + 1));
+                // More chains than histories allowed: the caller refuses the definition, built no further.
+                if all.len() + longer.len() > cap {
+                    return None;
                 }
             }
         }
-        all.extend(longer.iter().cloned());
+        all.extend(longer.iter().map(|(chain, _)| chain.clone()));
         frontier = longer;
     }
-    all
+    Some(all)
 }
 
 /// Every way to give each of `chain`'s observations 1..=MAX_COPIES copies with at most `extra` second copies.
@@ -1096,7 +1091,8 @@ fn with_copies(chain: &[usize], extra: usize) -> Vec<Vec<(usize, u8)>> {
 }
 
 /// Copies of the other event types: each 0..=most, at most `left` events in all.
-fn other_copies(model: &Model, most: u8, left: usize) -> Vec<Vec<u8>> {
+/// `None` past `cap` ways (each type's step keeps the ways before it, so none is dropped unseen).
+fn other_copies(model: &Model, most: u8, left: usize, cap: usize) -> Option<Vec<Vec<u8>>> {
     let others: Vec<usize> = (0..model.events.len()).filter(|e| !model.is_fact(*e)).collect();
     let mut out = vec![vec![0u8; model.events.len()]];
     for e in others {
@@ -1110,10 +1106,13 @@ fn other_copies(model: &Model, most: u8, left: usize) -> Vec<Vec<u8>> {
                     next.push(c);
                 }
             }
+            if next.len() > cap {
+                return None;
+            }
         }
         out = next;
     }
-    out
+    Some(out)
 }
 
 /// A history's shapes: the facts' plans and the other types' copies. One fact
@@ -1123,41 +1122,51 @@ fn other_copies(model: &Model, most: u8, left: usize) -> Vec<Vec<u8>> {
 /// A history's facts' plans and the other event types' copies.
 type Shape = (Vec<FactPlan>, Vec<u8>);
 
-fn shapes(model: &Model, classes: &[Class]) -> Vec<Shape> {
+/// `None` when there are more than `cap` (the caller refuses the definition).
+fn shapes(model: &Model, classes: &[Class], cap: usize) -> Option<Vec<Shape>> {
     let mut out = Vec::new();
     let size = |plans: &[FactPlan], others: &[u8]| {
         plans.iter().flat_map(|p| p.chain.iter().map(|(_, n)| *n as usize)).sum::<usize>()
             + others.iter().map(|n| *n as usize).sum::<usize>()
     };
-    let plans = |most: usize, extra: usize, repeats: bool| -> Vec<FactPlan> {
+    let plans = |most: usize, extra: usize, repeats: bool| -> Option<Vec<FactPlan>> {
         let mut plans = Vec::new();
-        for chain in chains(model, most, repeats) {
+        for chain in chains(model, most, repeats, cap)? {
             for copies in with_copies(&chain, extra) {
                 for class in classes {
                     plans.push(FactPlan { chain: copies.clone(), class: *class });
                 }
             }
+            if plans.len() > cap {
+                return None;
+            }
         }
-        plans
+        Some(plans)
     };
     if model.fact_events.is_empty() {
-        for others in other_copies(model, MAX_COPIES, super::reorder::BOUND) {
+        for others in other_copies(model, MAX_COPIES, super::check::BOUND, cap)? {
             out.push((Vec::new(), others));
         }
     }
-    for plan in
-        plans(ONE_FACT_OBSERVATIONS, ONE_FACT_OBSERVATIONS, true).into_iter().filter(|_| !model.fact_events.is_empty())
-    {
+    let one = if model.fact_events.is_empty() {
+        Vec::new()
+    } else {
+        plans(ONE_FACT_OBSERVATIONS, ONE_FACT_OBSERVATIONS, true)?
+    };
+    for plan in one {
         let used = size(std::slice::from_ref(&plan), &[]);
         if used > ONE_FACT_EVENTS {
             continue;
         }
-        for others in other_copies(model, MAX_COPIES, ONE_FACT_EVENTS - used) {
+        for others in other_copies(model, MAX_COPIES, ONE_FACT_EVENTS - used, cap)? {
             out.push((vec![plan.clone()], others));
+        }
+        if out.len() > cap {
+            return None;
         }
     }
     if model.map_name.is_some() {
-        let two = plans(TWO_FACT_OBSERVATIONS, TWO_FACT_REPUBLICATIONS, false);
+        let two = plans(TWO_FACT_OBSERVATIONS, TWO_FACT_REPUBLICATIONS, false)?;
         for i in 0..two.len() {
             for j in i..two.len() {
                 let pair = vec![two[i].clone(), two[j].clone()];
@@ -1165,8 +1174,11 @@ fn shapes(model: &Model, classes: &[Class]) -> Vec<Shape> {
                 if republished > TWO_FACT_REPUBLICATIONS {
                     continue;
                 }
-                for others in other_copies(model, TWO_FACT_OTHER_COPIES, TWO_FACT_OTHER_EVENTS) {
+                for others in other_copies(model, TWO_FACT_OTHER_COPIES, TWO_FACT_OTHER_EVENTS, cap)? {
                     out.push((pair.clone(), others));
+                }
+                if out.len() > cap {
+                    return None;
                 }
             }
         }
@@ -1178,7 +1190,7 @@ fn shapes(model: &Model, classes: &[Class]) -> Vec<Shape> {
         (0..model.events.len()).all(|e| !has(e) || model.follows_events[e].iter().all(|a| has(*a)))
     });
     out.sort_by_key(|(plans, others)| size(plans, others));
-    out
+    Some(out)
 }
 
 fn build(
@@ -1269,7 +1281,7 @@ pub fn bound(rule_set: &RuleSet) -> Value {
     };
     let mut says = String::from("every history ");
     if fact_events == 0 {
-        says += &format!("of up to {} events, each event type at most {MAX_COPIES} times", super::reorder::BOUND);
+        says += &format!("of up to {} events, each event type at most {MAX_COPIES} times", super::check::BOUND);
     } else {
         let which = if numbered {
             "numbered 1 up, of any fact event type, one type again included"
@@ -1289,7 +1301,7 @@ pub fn bound(rule_set: &RuleSet) -> Value {
     json!({
         "says": says,
         "explorer": "concrete: every delivery decided by the decider on a JSON workflow",
-        "events": if fact_events == 0 { super::reorder::BOUND } else { ONE_FACT_EVENTS },
+        "events": if fact_events == 0 { super::check::BOUND } else { ONE_FACT_EVENTS },
         "copiesPerType": MAX_COPIES,
         "oneFact": { "observations": ONE_FACT_OBSERVATIONS, "repeats": numbered, "events": ONE_FACT_EVENTS, "copiesPerObservation": MAX_COPIES, "copiesPerOtherType": MAX_COPIES },
         "twoFacts": { "observationsEach": TWO_FACT_OBSERVATIONS, "republications": TWO_FACT_REPUBLICATIONS, "otherEvents": TWO_FACT_OTHER_EVENTS, "copiesPerOtherType": TWO_FACT_OTHER_COPIES },
@@ -1362,7 +1374,10 @@ fn explore_up_to(rule_set: &RuleSet, most: usize, limits: (usize, usize)) -> Res
     let mut pairs = 0usize;
     for (_, amounts) in &starts {
         if !shape_sets.iter().any(|(a, _)| a == amounts) {
-            shape_sets.push((amounts.clone(), shapes(&model, amounts)));
+            let Some(shapes) = shapes(&model, amounts, history_limit) else {
+                return Err(over_budget("maxReorderHistories", history_limit, "(history, start) pairs", &model));
+            };
+            shape_sets.push((amounts.clone(), shapes));
         }
         let shapes = &shape_sets.iter().find(|(a, _)| a == amounts).map_or(0, |(_, s)| s.len());
         pairs += shapes * if model.others_compare { amounts.len() } else { 1 };
@@ -1552,7 +1567,7 @@ fn history_json(model: &Model, history: &History) -> Map<String, Value> {
         amounts.insert(FACT_KEYS[f].into(), json!(class.name()));
     }
     let mut start = Map::new();
-    start.insert("start".into(), json!(status.as_deref().unwrap_or(super::NONE)));
+    start.insert("start".into(), json!(status.as_deref().unwrap_or(crate::ruleset::NONE)));
     start.insert("history".into(), json!(events));
     if !workflow.is_empty() {
         start.insert("workflow".into(), Value::Object(workflow));
@@ -1763,7 +1778,7 @@ mod tests {
         let rule_set = load_unverified(&definition).unwrap();
         if std::env::var("FACTS_REORDER_AS_VERIFIED").is_ok() {
             let (check, figures) = explore(&rule_set).unwrap();
-            let report = crate::ruleset::verify_definition(&definition).unwrap().to_json();
+            let report = crate::proof::verify_definition(&definition).unwrap().to_json();
             for property in report["properties"].as_array().unwrap() {
                 let text = property.to_string();
                 eprintln!("property {}: ok {} {}", property["name"], property["ok"], &text[..text.len().min(600)]);

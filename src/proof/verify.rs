@@ -9,9 +9,9 @@ use std::collections::{HashMap, VecDeque};
 
 use serde_json::{json, Value};
 
-use super::{Answer, RuleSet, StateIndex, NONE};
 use crate::error::{Error, Result};
 use crate::limits::MAX_STATES_EXPLORED;
+use crate::ruleset::{Answer, RuleSet, StateIndex, NONE};
 
 #[derive(Debug, Clone)]
 pub struct Property {
@@ -241,7 +241,7 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
                     if template.per_fact {
                         // One id per fact: whether a fact's entry lists it is
                         // in no abstract state; the concrete explorer
-                        // (facts_reorder) checks these ids along every order.
+                        // (`proof::search`) checks these ids along every order.
                         continue;
                     }
                     let bit = 1u64 << explorer.templates.iter().position(|t| *t == template.text).unwrap_or(0);
@@ -304,7 +304,7 @@ pub fn verify(rule_set: &RuleSet) -> Result<Report> {
         );
     }
 
-    let reorder = super::facts_reorder::check(rule_set)?;
+    let reorder = super::search::check(rule_set)?;
 
     let properties = PROPERTIES
         .iter()
@@ -387,7 +387,8 @@ pub const INVARIANTS: &str = "invariants";
 mod tests {
     use serde_json::{json, Value};
 
-    use crate::ruleset::{verify_definition, BUILTIN_SUBSCRIPTION_V1 as BUILTIN_SUBSCRIPTION};
+    use crate::proof::verify_definition;
+    use crate::ruleset::BUILTIN_SUBSCRIPTION_V1 as BUILTIN_SUBSCRIPTION;
 
     fn subscription() -> Value {
         serde_json::from_str(BUILTIN_SUBSCRIPTION).unwrap()
