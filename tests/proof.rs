@@ -285,3 +285,26 @@ fn many_event_types_are_refused_by_the_history_budget_before_their_histories_are
     let reason = error.details()["reason"].as_str().unwrap().to_string();
     assert!(reason.starts_with("limit maxReorderHistories: ") && reason.contains("60 other event types"), "{reason}");
 }
+
+#[test]
+fn the_guides_invariants_hold_for_its_payments_and_catch_a_capture_that_ships_after_the_cancellation() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/your-rules.md")).unwrap();
+    let marker = "<!-- payments invariants: begin -->\n```json\n";
+    let start = doc.find(marker).unwrap() + marker.len();
+    let end = start + doc[start..].find("\n```").unwrap();
+    let block: Value = serde_json::from_str(&format!("{{{}}}", &doc[start..end])).unwrap();
+    let mut definition = payments();
+    definition["invariants"] = block["invariants"].clone();
+    assert_eq!(failing(&definition), Vec::<String>::new());
+    rule(&mut definition, "PAYMENT_SUCCEEDED", "cancelled")["then"]["emit"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({ "type": "SHIP_ORDER", "id": "ship-order:{workflowId}" }));
+    let example = &property(&definition, "invariants")["counterexample"];
+    let steps: Vec<(&Value, &Value)> =
+        example["actual"]["deliveries"].as_array().unwrap().iter().map(|d| (&d["event"], &d["rule"])).collect();
+    assert_eq!(
+        steps,
+        [(&json!("ORDER_CANCELLED"), &json!("rules[4]")), (&json!("PAYMENT_SUCCEEDED"), &json!("rules[3]"))]
+    );
+}
