@@ -428,11 +428,16 @@ fn decide_fingerprinted(
     let rule = &rule_set.rules[rule_index];
     if let (Some(facts), Some(fact), Answer::Applied(_)) = (rule_set.facts(), &view.fact, &rule.answer) {
         if fact.entry.is_none() && fact.map.len() >= MAX_FACTS {
-            return Err(record_error(
-                "workflow",
-                &facts.name,
-                format!("holds {MAX_FACTS} entries: a new fact would pass the bound of {MAX_FACTS}"),
-            ));
+            // The record is sound; this event would take it past its bound.
+            return Err(Error::BoundExceeded {
+                workflow_id: event.workflow_id.to_string(),
+                event_id: event.event_id.to_string(),
+                bound: "maxFacts",
+                reason: format!(
+                    "{} holds {MAX_FACTS} entries: a new fact would pass the bound of {MAX_FACTS}",
+                    facts.name
+                ),
+            });
         }
     }
 

@@ -119,6 +119,11 @@ pub enum Error {
 
     #[error("idempotency key {key} is held by a call still running; retry in {retry_after_ms} ms")]
     IdempotencyKeyInProgress { key: String, retry_after_ms: u64 },
+
+    /// A valid event whose write would take a stored record past a bound (the
+    /// facts map's entries): nothing is malformed, a person decides.
+    #[error("workflow {workflow_id}: {reason}")]
+    BoundExceeded { workflow_id: String, event_id: String, bound: &'static str, reason: String },
 }
 
 /// Every code with its default disposition, in a stable order. Hosts read this
@@ -141,6 +146,7 @@ pub const CODES: &[(&str, Disposition)] = &[
     ("IDEMPOTENCY_KEY_IN_PROGRESS", Disposition::Retry),
     // Raised by the stores, never by the core: the database refused a write for its size.
     ("WRITE_TOO_LARGE", Disposition::Reconcile),
+    ("BOUND_EXCEEDED", Disposition::Reconcile),
 ];
 
 pub fn default_disposition(code: &str) -> Option<Disposition> {
@@ -165,6 +171,7 @@ impl Error {
             Error::InvalidPayload { .. } => "INVALID_PAYLOAD",
             Error::IdempotencyKeyConflict { .. } => "IDEMPOTENCY_KEY_CONFLICT",
             Error::IdempotencyKeyInProgress { .. } => "IDEMPOTENCY_KEY_IN_PROGRESS",
+            Error::BoundExceeded { .. } => "BOUND_EXCEEDED",
         }
     }
 
@@ -217,6 +224,9 @@ impl Error {
             }
             Error::IdempotencyKeyInProgress { key, retry_after_ms } => {
                 json!({ "key": key, "retryAfterMs": retry_after_ms })
+            }
+            Error::BoundExceeded { workflow_id, event_id, bound, reason } => {
+                json!({ "workflowId": workflow_id, "eventId": event_id, "bound": bound, "reason": reason })
             }
         };
         match value {

@@ -333,15 +333,13 @@ fn the_map_holds_at_most_64_entries() {
         both(&rules, &event("e15", "DEPOSIT_DETECTED", "d3", "1", 2), Some(&workflow("waiting", entries(64)))).unwrap();
     assert_eq!(decision.outcome, Outcome::Applied);
     assert_eq!(set_of(&decision)["deposits"].as_object().unwrap().len(), 64);
-    // A 65th would pass the bound: refused, nothing written.
-    assert_eq!(
-        invalid_record(both(
-            &rules,
-            &event("e16", "DEPOSIT_DETECTED", "new", "1", 1),
-            Some(&workflow("waiting", entries(64)))
-        )),
-        "deposits"
-    );
+    // A 65th would pass the bound: refused with a code of its own (the record is sound), nothing written.
+    let error = both(&rules, &event("e16", "DEPOSIT_DETECTED", "new", "1", 1), Some(&workflow("waiting", entries(64))))
+        .expect_err("refused");
+    assert_eq!((error.code(), error.disposition().as_str()), ("BOUND_EXCEEDED", "reconcile"), "{error}");
+    assert_eq!(error.details()["bound"], "maxFacts");
+    assert_eq!(error.details()["eventId"], "e16");
+    assert!(error.to_string().contains("deposits holds 64 entries"), "{error}");
     // A stored map of 65 is damage.
     assert_eq!(
         invalid_record(both(

@@ -789,6 +789,7 @@ fn every_error_code_has_a_stable_default_disposition() {
             ("IDEMPOTENCY_KEY_CONFLICT", "reconcile"),
             ("IDEMPOTENCY_KEY_IN_PROGRESS", "retry"),
             ("WRITE_TOO_LARGE", "reconcile"),
+            ("BOUND_EXCEEDED", "reconcile"),
         ]
     );
 }

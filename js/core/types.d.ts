@@ -25,7 +25,8 @@ export type ErrorCode =
   | 'INVALID_PAYLOAD'
   | 'IDEMPOTENCY_KEY_CONFLICT'
   | 'IDEMPOTENCY_KEY_IN_PROGRESS'
-  | 'WRITE_TOO_LARGE';
+  | 'WRITE_TOO_LARGE'
+  | 'BOUND_EXCEEDED';
 
 /** The ids and values involved in an error; which keys depend on the code. */
 export interface ErrorDetails {

@@ -172,6 +172,25 @@ test('a malformed facts map is INVALID_RECORD naming the entry, and nothing is w
   assert.equal(workflow.revision, 1);
 });
 
+test('a new fact on a full facts map is BOUND_EXCEEDED (reconcile), not INVALID_RECORD, and nothing is written', async () => {
+  const store = new InMemoryStore();
+  const deposits = Object.fromEntries(
+    Array.from({ length: 64 }, (_, i) => [`dust-${i}`, { event: 'DEPOSIT_DETECTED', amountUnits: '1', sequence: 1 }]),
+  );
+  await store.putWorkflow({ id: 'swap-1', status: 'waiting', revision: 1, deposits });
+  await assert.rejects(processEvent(store, observed('b1', 'DEPOSIT_DETECTED', A, '100', 1), { ruleSet }), (error) => {
+    assert.ok(error instanceof IdemflowError);
+    assert.deepEqual(
+      [error.code, error.disposition, error.details.bound, error.details.eventId],
+      ['BOUND_EXCEEDED', 'reconcile', 'maxFacts', 'b1'],
+    );
+    return true;
+  });
+  assert.equal((await store.getWorkflow('swap-1')).revision, 1);
+  // A fact the map already holds still moves on.
+  assert.equal((await processEvent(store, observed('b2', 'DEPOSIT_DETECTED', 'dust-3', '1', 2), { ruleSet })).outcome, 'applied');
+});
+
 test('decide fills the facts map and the per-fact id as the core renders them', () => {
   const workflow = {
     id: 'swap-1',
