@@ -375,12 +375,12 @@ fn decide_fingerprinted(
     // On a fact event: the workflow's facts map and the event's entry in it.
     let facts_map = match rule_set.facts() {
         Some(facts) if facts.events.contains(&event.event_type) => {
-            Some(if has_workflow { read_facts(rule_set, item, layout)? } else { Map::new() })
+            Some(if has_workflow { read_facts(rule_set, item, layout)? } else { (Map::new(), 0) })
         }
         _ => None,
     };
     let fact = match (rule_set.facts(), &facts_map) {
-        (Some(facts), Some(map)) => {
+        (Some(facts), Some((map, _))) => {
             let key = match event.value_of(rule_set, facts.key) {
                 FieldValue::Text(key) => key,
                 FieldValue::Count(_) => "",
@@ -426,7 +426,19 @@ fn decide_fingerprinted(
     let rule_index = rule_set.choose(rule_index, &view)?;
     decided.rule = rule_index;
     let rule = &rule_set.rules[rule_index];
-    if let (Some(facts), Some(fact), Answer::Applied(_)) = (rule_set.facts(), &view.fact, &rule.answer) {
+    if let (Some(facts), Some(fact), Answer::Applied(transition)) = (rule_set.facts(), &view.fact, &rule.answer) {
+        let stored = facts_map.as_ref().map_or(0, |(_, bytes)| *bytes);
+        if facts_bytes_after(rule_set, event, fact, stored, transition) > MAX_FACTS_BYTES {
+            return Err(Error::BoundExceeded {
+                workflow_id: event.workflow_id.to_string(),
+                event_id: event.event_id.to_string(),
+                bound: "maxFactsBytes",
+                reason: format!(
+                    "{} could pass {MAX_FACTS_BYTES} bytes of JSON with this fact's entry: nothing is written",
+                    facts.name
+                ),
+            });
+        }
         if fact.entry.is_none() && fact.map.len() >= MAX_FACTS {
             // The record is sound; this event would take it past its bound.
             return Err(Error::BoundExceeded {
@@ -548,18 +560,51 @@ fn entry_path(rule_set: &RuleSet, key: &str, member: &str) -> String {
 /// fields>, operations}` as this version writes it (a record field left out
 /// or null is unrecorded); absent or null is no map. Anything else is
 /// INVALID_RECORD naming the entry and its member.
-fn read_facts(rule_set: &RuleSet, item: &Item, layout: Layout) -> Result<Map<String, Value>> {
-    let Some(facts) = rule_set.facts() else { return Ok(Map::new()) };
+/// With the map, the length of the text it was read from.
+fn read_facts(rule_set: &RuleSet, item: &Item, layout: Layout) -> Result<(Map<String, Value>, usize)> {
+    let Some(facts) = rule_set.facts() else { return Ok((Map::new(), 0)) };
     let name = facts.name.as_str();
     let text = match item.read(layout.workflow_facts()) {
-        Input::Absent | Input::Null => return Ok(Map::new()),
+        Input::Absent | Input::Null => return Ok((Map::new(), 0)),
         Input::Text(text) if text.len() <= MAX_FACTS_BYTES => text,
         Input::Text(_) | Input::TooLong => {
             return Err(record_error("workflow", name, format!("is longer than {MAX_FACTS_BYTES} bytes of JSON")))
         }
         other => return Err(record_error("workflow", name, format!("must be an object, not {}", other.kind()))),
     };
-    facts_of_text(rule_set, text)
+    Ok((facts_of_text(rule_set, text)?, text.len()))
+}
+
+/// About how many bytes of JSON the facts map takes once `transition` has
+/// written the event's entry, never fewer: the stored text without the
+/// entry it had, with the new entry's members at their JSON lengths (and a
+/// few bytes to spare for separators).
+fn facts_bytes_after(
+    rule_set: &RuleSet,
+    event: &Valid,
+    fact: &Fact,
+    stored: usize,
+    transition: &crate::ruleset::Transition,
+) -> usize {
+    let json = |text: &str| serde_json::to_string(text).map_or(6 * text.len() + 2, |t| t.len());
+    let old = fact.entry.map_or(0, |entry| json(fact.key) + 2 + Value::Object(entry.clone()).to_string().len());
+    let mut new = json(fact.key) + 4 + json("event") + 1 + json(event.type_name(rule_set)) + 1;
+    for &field in fact.record {
+        let name = &rule_set.fields[field].name;
+        let carried =
+            if transition.record.contains(&field) { json(&event.value_of(rule_set, field).display()) } else { 0 };
+        let kept = fact.entry.and_then(|e| e.get(name)).map_or(0, |v| v.to_string().len());
+        new += json(name) + 2 + carried.max(kept);
+    }
+    let kept_operations: usize = fact
+        .entry
+        .and_then(|e| e.get("operations"))
+        .and_then(Value::as_array)
+        .map_or(0, |ops| ops.iter().map(|op| op.to_string().len() + 1).sum());
+    let emitted: usize =
+        transition.emit.iter().filter(|e| e.id_template.per_fact).map(|e| json(&e.id_template.name) + 1).sum();
+    new += json("operations") + 3 + kept_operations + emitted + 16;
+    stored.saturating_sub(old) + new
 }
 
 /// A facts map's JSON text, checked as [`read_facts`] checks what it reads

@@ -319,6 +319,27 @@ fn a_malformed_map_or_entry_is_an_invalid_record_naming_it() {
 }
 
 #[test]
+fn a_write_that_could_take_the_map_past_64_kib_is_bound_exceeded_and_the_swap_keeps_deciding() {
+    // Deposits with long references (quotes escape to two bytes each): 61 of them fill 64 KiB.
+    let rules = rule_set();
+    let long_ref = |i: usize| format!("{i:03}{}", "\"".repeat(500));
+    let entry = json!({ "event": "DEPOSIT_DETECTED", "amountUnits": "1", "sequence": 1 });
+    let entries: Map<String, Value> = (0..61).map(|i| (long_ref(i), entry.clone())).collect();
+    let text = Value::Object(entries.clone()).to_string();
+    let one = serde_json::to_string(&long_ref(61)).unwrap().len() + 2 + entry.to_string().len();
+    assert!(text.len() <= 64 * 1024 && text.len() + one > 64 * 1024, "{} + {one}", text.len());
+    let stored = workflow("waiting", Value::Object(entries));
+    // A 62nd long reference would take the map past its bound: refused, nothing written.
+    let refused = both(&rules, &event("e20", "DEPOSIT_DETECTED", &long_ref(61), "1", 1), Some(&stored));
+    let error = refused.map(|d| d.outcome).expect_err("refused");
+    assert_eq!((error.code(), error.details()["bound"].as_str()), ("BOUND_EXCEEDED", Some("maxFactsBytes")), "{error}");
+    // The deposits it holds still move on, and every write that is answered fits the bound.
+    let moved = both(&rules, &event("e21", "DEPOSIT_DETECTED", &long_ref(7), "1", 2), Some(&stored)).unwrap();
+    assert_eq!(moved.outcome, Outcome::Applied);
+    assert!(Value::Object(set_of(&moved)["deposits"].as_object().unwrap().clone()).to_string().len() <= 64 * 1024);
+}
+
+#[test]
 fn the_map_holds_at_most_64_entries() {
     let rules = rule_set();
     let entries = |n: usize| -> Value {
