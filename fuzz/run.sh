@@ -17,7 +17,7 @@ fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
-python3 seed-corpus.py
+IDEMFLOW_FUZZ_SECONDS="$seconds" python3 seed-corpus.py
 # The instrumented build is the slow part (minutes): keep it outside the clone
 # so later runs on this machine, CI's fresh clones included, build incrementally.
 export CARGO_TARGET_DIR="${IDEMFLOW_FUZZ_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/idemflow/fuzz-target}"
