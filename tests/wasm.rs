@@ -466,7 +466,7 @@ fn error_codes_list_every_code_with_its_disposition() {
             "RULESET_INVALID": "fatal", "STORE_UNAVAILABLE": "retry",
             "HANDLER_FAILED": "retry", "INVALID_PAYLOAD": "reject",
             "IDEMPOTENCY_KEY_CONFLICT": "reconcile", "IDEMPOTENCY_KEY_IN_PROGRESS": "retry",
-            "WRITE_TOO_LARGE": "reconcile",
+            "WRITE_TOO_LARGE": "reconcile", "BOUND_EXCEEDED": "reconcile",
         })
     );
 }
