@@ -16,8 +16,9 @@
 
 use serde_json::{Map, Value};
 
+use super::load::{invalid, object};
 use super::{Answer, Comparison, RuleSet};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::limits::MAX_INVARIANTS;
 
 #[derive(Debug, Clone)]
@@ -93,18 +94,6 @@ impl Invariant {
             _ => None,
         }
     }
-}
-
-fn invalid(path: &str, reason: impl Into<String>) -> Error {
-    Error::RuleSetInvalid { path: path.to_string(), reason: reason.into(), report: None }
-}
-
-fn object<'a>(value: &'a Value, path: &str, allowed: &[&str]) -> Result<&'a Map<String, Value>> {
-    let map = value.as_object().ok_or_else(|| invalid(path, "must be an object"))?;
-    if let Some(key) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(invalid(&format!("{path}.{key}"), format!("is not a known key (known: {})", allowed.join(", "))));
-    }
-    Ok(map)
 }
 
 fn text<'a>(map: &'a Map<String, Value>, key: &str, path: &str) -> Result<&'a str> {

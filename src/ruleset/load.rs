@@ -38,11 +38,11 @@ const PROTOTYPE_NAMES: &[&str] = &[
 ];
 const MAX_TRACKED: usize = 32;
 
-fn invalid(path: &str, reason: impl Into<String>) -> Error {
+pub(super) fn invalid(path: &str, reason: impl Into<String>) -> Error {
     Error::RuleSetInvalid { path: path.to_string(), reason: reason.into(), report: None }
 }
 
-fn object<'a>(value: &'a Value, path: &str, allowed: &[&str]) -> Result<&'a Map<String, Value>> {
+pub(super) fn object<'a>(value: &'a Value, path: &str, allowed: &[&str]) -> Result<&'a Map<String, Value>> {
     let map = value.as_object().ok_or_else(|| invalid(path, "must be an object"))?;
     if let Some(key) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(invalid(&format!("{path}.{key}"), format!("is not a known key (known: {})", allowed.join(", "))));

@@ -26,8 +26,9 @@
 
 use serde_json::{Map, Value};
 
+use super::load::{invalid, object};
 use super::{Answer, RuleSet};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum After {
@@ -78,18 +79,6 @@ pub struct Order {
     /// the first side's type (see `reorder`).
     pub directed: Vec<(usize, usize)>,
     pub sequence: Option<Sequence>,
-}
-
-fn invalid(path: &str, reason: impl Into<String>) -> Error {
-    Error::RuleSetInvalid { path: path.to_string(), reason: reason.into(), report: None }
-}
-
-fn object<'a>(value: &'a Value, path: &str, allowed: &[&str]) -> Result<&'a Map<String, Value>> {
-    let map = value.as_object().ok_or_else(|| invalid(path, "must be an object"))?;
-    if let Some(key) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(invalid(&format!("{path}.{key}"), format!("is not a known key (known: {})", allowed.join(", "))));
-    }
-    Ok(map)
 }
 
 fn list<'a>(map: &'a Map<String, Value>, key: &str, path: &str) -> Result<&'a [Value]> {
