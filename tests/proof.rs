@@ -253,15 +253,20 @@ fn deposit_swap_exchanging_a_short_deposit_breaks_its_own_invariant() {
     assert!(deliveries(example) <= 6, "{example}");
 }
 
-#[test]
-fn the_documented_invariants_example_holds_for_the_documented_payments_and_catches_the_planted_bug() {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/rulesets.md")).unwrap();
-    let marker = "<!-- invariants example: begin -->\n```json\n";
-    let start = doc.find(marker).unwrap() + marker.len();
+/// The `"invariants"` block a docs page marks `<!-- <marker>: begin -->`, as written.
+fn documented_invariants(page: &str, marker: &str) -> Value {
+    let doc = std::fs::read_to_string(format!("{}/docs/{page}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let begin = format!("<!-- {marker}: begin -->\n```json\n");
+    let start = doc.find(&begin).unwrap_or_else(|| panic!("docs/{page} marks no {marker} block")) + begin.len();
     let end = start + doc[start..].find("\n```").unwrap();
     let block: Value = serde_json::from_str(&format!("{{{}}}", &doc[start..end])).unwrap();
+    block["invariants"].clone()
+}
+
+#[test]
+fn the_documented_invariants_example_holds_for_the_documented_payments_and_catches_the_planted_bug() {
     let mut definition = payments();
-    definition["invariants"] = block["invariants"].clone();
+    definition["invariants"] = documented_invariants("rulesets.md", "invariants example");
     assert_eq!(failing(&definition), Vec::<String>::new());
     rule(&mut definition, "PAYMENT_SUCCEEDED", "cancelled")["then"]["to"] = json!("paid");
     let example = &property(&definition, "invariants")["counterexample"];
@@ -288,13 +293,8 @@ fn many_event_types_are_refused_by_the_history_budget_before_their_histories_are
 
 #[test]
 fn the_guides_invariants_hold_for_its_payments_and_catch_a_capture_that_ships_after_the_cancellation() {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/your-rules.md")).unwrap();
-    let marker = "<!-- payments invariants: begin -->\n```json\n";
-    let start = doc.find(marker).unwrap() + marker.len();
-    let end = start + doc[start..].find("\n```").unwrap();
-    let block: Value = serde_json::from_str(&format!("{{{}}}", &doc[start..end])).unwrap();
     let mut definition = payments();
-    definition["invariants"] = block["invariants"].clone();
+    definition["invariants"] = documented_invariants("your-rules.md", "payments invariants");
     assert_eq!(failing(&definition), Vec::<String>::new());
     rule(&mut definition, "PAYMENT_SUCCEEDED", "cancelled")["then"]["emit"]
         .as_array_mut()

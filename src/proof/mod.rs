@@ -30,13 +30,7 @@ impl RuleSet {
             return Ok(rule_set);
         }
         let report = prove(&rule_set)?;
-        if let Some(failed) = report.properties.iter().find(|p| !p.ok) {
-            return Err(Error::RuleSetInvalid {
-                path: failed.name.to_string(),
-                reason: format!("verification failed: {}", failed.description),
-                report: Some(report.to_json()),
-            });
-        }
+        refuse_failed(&report)?;
         Ok(rule_set)
     }
 
@@ -101,13 +95,7 @@ pub const PROOF_ENGINE: &str = "idemflow-search/1";
 pub fn prove_record(definition: &Value) -> Result<Value> {
     let rule_set = load_checked(definition)?;
     let report = prove(&rule_set)?;
-    if let Some(failed) = report.properties.iter().find(|p| !p.ok) {
-        return Err(Error::RuleSetInvalid {
-            path: failed.name.to_string(),
-            reason: format!("verification failed: {}", failed.description),
-            report: Some(report.to_json()),
-        });
-    }
+    refuse_failed(&report)?;
     let search = report.properties.iter().find(|p| p.name == verify::REORDER_SAFE).and_then(|p| p.info.as_ref());
     Ok(serde_json::json!({
         "proof": 1,
@@ -122,6 +110,18 @@ pub fn prove_record(definition: &Value) -> Result<Value> {
         })),
         "statesExplored": report.states_explored,
     }))
+}
+
+/// RULESET_INVALID naming the first property a report fails, with the report.
+fn refuse_failed(report: &verify::Report) -> Result<()> {
+    match report.properties.iter().find(|p| !p.ok) {
+        None => Ok(()),
+        Some(failed) => Err(Error::RuleSetInvalid {
+            path: failed.name.to_string(),
+            reason: format!("verification failed: {}", failed.description),
+            report: Some(report.to_json()),
+        }),
+    }
 }
 
 /// Runs the proof, counted, and remembers the hash of a definition that passes.
