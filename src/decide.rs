@@ -587,7 +587,7 @@ fn facts_bytes_after(
     transition: &crate::ruleset::Transition,
 ) -> usize {
     let json = |text: &str| serde_json::to_string(text).map_or(6 * text.len() + 2, |t| t.len());
-    let old = fact.entry.map_or(0, |entry| json(fact.key) + 2 + Value::Object(entry.clone()).to_string().len());
+    let old = fact.entry.map_or(0, |entry| json(fact.key) + 2 + serde_json::to_string(entry).map_or(0, |e| e.len()));
     let mut new = json(fact.key) + 4 + json("event") + 1 + json(event.type_name(rule_set)) + 1;
     for &field in fact.record {
         let name = &rule_set.fields[field].name;

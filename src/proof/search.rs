@@ -708,14 +708,14 @@ impl<'r> Explorer<'r> {
         if let Reply::Error { disposition: Disposition::Retry, .. } = transition.reply {
             return None;
         }
-        let (reply, to, operations) = (transition.reply, transition.next, transition.operations.clone());
+        let (reply, to) = (transition.reply, transition.next);
         let mut next = state.clone();
         let mut twice = None;
         next.workflow = to;
         if let Reply::Error { .. } = reply {
             next.errored += 1 << (2 * t);
         }
-        for &(slot, recurring, bit) in &operations {
+        for &(slot, recurring, bit) in &transition.operations {
             next.types |= bit;
             match next.emitted.binary_search_by_key(&slot, |(s, _)| *s) {
                 Ok(i) => {
@@ -733,7 +733,9 @@ impl<'r> Explorer<'r> {
         let broke = if self.rule_set.invariants.is_empty() {
             None
         } else {
-            self.broken(history, (state, &next), t, reply, &operations)
+            // The decision just made, read again rather than copied on every delivery.
+            let operations = &self.transitions[&(state.workflow, kind.body_id)].operations;
+            self.broken(history, (state, &next), t, reply, operations)
         };
         let step = Step { kind: t, from: state.workflow, reply, to, broke };
         if count(state.consumed, t) == 0 {
@@ -1651,17 +1653,7 @@ mod tests {
 
     /// The explorer's check of a definition, with its figures printed (`cargo test -- --nocapture`).
     fn checked(name: &str, definition: &Value) -> super::Check {
-        let rule_set = load_unverified(definition).unwrap();
-        let (check, figures) = explore(&rule_set).unwrap();
-        eprintln!(
-            "{name}: {} histories, {} configurations, {:?} ms, {} counterexamples, by facts {:?}",
-            check.histories,
-            check.configurations,
-            figures.millis,
-            check.counterexamples.len(),
-            figures.by_facts
-        );
-        check
+        explored(name, &load_unverified(definition).unwrap())
     }
 
     fn all(check: &super::Check) -> String {
