@@ -129,6 +129,10 @@ pub struct OutboxOperation {
     pub event_id: String,
     pub status: &'static str,
     pub payload: Map<String, Value>,
+    /// Written only where no operation of the id exists (an untracked fact's
+    /// per-fact operation: a later word of the fact emits it again).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub if_absent: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -426,7 +430,16 @@ fn decide_fingerprinted(
     let rule_index = rule_set.choose(rule_index, &view)?;
     decided.rule = rule_index;
     let rule = &rule_set.rules[rule_index];
-    if let (Some(facts), Some(fact), Answer::Applied(transition)) = (rule_set.facts(), &view.fact, &rule.answer) {
+    // An answer that leaves its fact untracked only takes an entry away.
+    let kept = |t: &&crate::ruleset::Transition| !t.untracked;
+    if let (Some(facts), Some(fact), Some(transition)) = (
+        rule_set.facts(),
+        &view.fact,
+        match &rule.answer {
+            Answer::Applied(transition) => Some(transition).filter(kept),
+            _ => None,
+        },
+    ) {
         let stored = facts_map.as_ref().map_or(0, |(_, bytes)| *bytes);
         if facts_bytes_after(rule_set, event, fact, stored, transition) > MAX_FACTS_BYTES {
             return Err(Error::BoundExceeded {
@@ -863,6 +876,7 @@ pub fn render(
                 event_id: event.event_id.to_string(),
                 status: "pending",
                 payload: filling.map(&op.payload),
+                if_absent: op.if_absent,
             })
             .collect();
         result.operation_ids = decision.write_set.outbox.iter().map(|op| op.id.clone()).collect();

@@ -62,6 +62,8 @@ pub struct FactsUpdate {
     pub record: Vec<(String, usize)>,
     /// The per-fact operation names this answer emits, sorted, no duplicates.
     pub operations: Vec<String>,
+    /// The fact is left untracked: its entry is removed, not written.
+    pub untracked: bool,
 }
 
 /// The kinds of [`From`] in the host's form: `[kind, arg]`.
@@ -71,7 +73,7 @@ pub const EVENT_FIELD: u8 = 2;
 pub const REMOVED: u8 = 3;
 pub const WORKFLOW_ID: u8 = 4;
 pub const FACT_KEY: u8 = 5;
-/// `arg`: `{"key": field, "event": name, "record": [[name, field]], "operations": [names]}`.
+/// `arg`: `{"key": field, "event": name, "record": [[name, field]], "operations": [names], "untracked": bool}`.
 pub const FACTS: u8 = 6;
 
 #[derive(Debug, Clone)]
@@ -80,6 +82,9 @@ pub struct Operation {
     /// The id's parts, concatenated.
     pub id: Vec<From>,
     pub payload: Vec<(String, From)>,
+    /// Written only where no operation of the id exists: a per-fact
+    /// operation of an answer that leaves its fact untracked.
+    pub if_absent: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -120,6 +125,7 @@ pub fn template(rule_set: &RuleSet, rule: usize, event_type: usize) -> Option<Wr
             event: rule_set.events[event_type].name.clone(),
             record: facts.record.iter().map(|f| (rule_set.fields[*f].name.clone(), *f)).collect(),
             operations,
+            untracked: transition.untracked,
         };
         put(&mut set, &facts.name, From::Facts(update));
     }
@@ -142,7 +148,8 @@ pub fn template(rule_set: &RuleSet, rule: usize, event_type: usize) -> Option<Wr
                 IdPart::FactKey => From::FactKey(rule_set.facts().map_or(0, |f| f.key)),
             })
             .collect();
-        outbox.push(Operation { operation_type: emit.operation_type.clone(), id, payload: Vec::new() });
+        let if_absent = transition.untracked && emit.id_template.per_fact;
+        outbox.push(Operation { operation_type: emit.operation_type.clone(), id, payload: Vec::new(), if_absent });
     }
     let entries = |map: Map<String, Value>| -> Vec<(String, From)> {
         map.into_iter().map(|(key, at)| (key, sources[at.as_u64().unwrap_or(0) as usize].clone())).collect()
@@ -169,6 +176,7 @@ fn write_source(w: &mut Writer, from: &From) {
                 w.open_array().string(name).int(*f as i64).close_array();
             }
             w.close_array().key("operations").strings(update.operations.iter().map(String::as_str));
+            w.key("untracked").boolean(update.untracked);
             w.close_object()
         }
     };
@@ -202,6 +210,7 @@ impl Write {
             }
             w.close_array().key("payload");
             write_entries(&mut w, &op.payload);
+            w.key("ifAbsent").boolean(op.if_absent);
             w.close_object();
         }
         w.close_array().close_object();
@@ -231,6 +240,10 @@ impl<'a, F: Fn(usize) -> FieldValue<'a>> Filling<'a, F> {
             From::Facts(update) => {
                 let key = (self.value_of)(update.key).display();
                 let mut map = self.facts.cloned().unwrap_or_default();
+                if update.untracked {
+                    map.remove(&key);
+                    return Value::Object(map);
+                }
                 let mut operations: Vec<String> = update.operations.clone();
                 if let Some(old) = map.get(&key).and_then(|e| e.get("operations")).and_then(Value::as_array) {
                     operations.extend(old.iter().filter_map(Value::as_str).map(str::to_string));

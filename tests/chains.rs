@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 use idemflow::event::validate;
 use idemflow::fingerprint::canonical_bytes;
 use idemflow::proof::verify_definition;
-use idemflow::ruleset::{load_unverified, BUILTIN_DEPOSIT_SWAP, BUILTIN_DEPOSIT_SWAP_V2};
+use idemflow::ruleset::{load_unverified, BUILTIN_DEPOSIT_SWAP, BUILTIN_DEPOSIT_SWAP_V2, BUILTIN_DEPOSIT_SWAP_V3};
 use idemflow::{decide, Error, Outcome, RuleSet};
 
 fn object(value: Value) -> Map<String, Value> {
@@ -22,7 +22,7 @@ fn v3() -> &'static RuleSet {
 }
 
 fn v3_definition() -> Value {
-    serde_json::from_str(BUILTIN_DEPOSIT_SWAP).unwrap()
+    serde_json::from_str(BUILTIN_DEPOSIT_SWAP_V3).unwrap()
 }
 
 /// A deposit event of the v3 chain watcher.
@@ -340,14 +340,15 @@ fn amounts_compare_as_integers_of_any_length() {
 // ---------------------------------------------------------------- builtins
 
 #[test]
-fn deposit_swap_v3_is_current_and_v1_v2_stay_loadable() {
-    assert_eq!(RuleSet::builtin("deposit-swap").unwrap().version, 3);
+fn deposit_swap_v4_is_current_and_v1_v2_v3_stay_loadable() {
+    assert_eq!(RuleSet::builtin("deposit-swap").unwrap().version, 4);
+    assert_eq!(RuleSet::builtin("deposit-swap").unwrap().hash, RuleSet::from_json(BUILTIN_DEPOSIT_SWAP).unwrap().hash);
     assert_eq!(v3().version, 3);
     assert_eq!(RuleSet::builtin_version("deposit-swap", Some(2)).unwrap().version, 2);
     assert_eq!(RuleSet::builtin_version("deposit-swap", Some(1)).unwrap().version, 1);
     assert_eq!(RuleSet::builtin("subscription").unwrap().version, 2);
     assert_eq!(RuleSet::builtin_version("subscription", Some(1)).unwrap().version, 1);
-    assert_eq!(v3().hash, RuleSet::from_json(BUILTIN_DEPOSIT_SWAP).unwrap().hash);
+    assert_eq!(v3().hash, RuleSet::from_json(BUILTIN_DEPOSIT_SWAP_V3).unwrap().hash);
 }
 
 // ------------------------------------------------------------------ verifier

@@ -262,6 +262,7 @@ function createDecider(wasm) {
           type: op.type,
           id: { kinds: op.id.map((part) => part[0]), args: op.id.map((part) => part[1]) },
           payload: columns(op.payload),
+          ifAbsent: op.ifAbsent === true,
         })),
       };
       plan.templates[key] = found;
@@ -303,11 +304,17 @@ function createDecider(wasm) {
    * The facts map an applied answer to a fact event writes (FROM.FACTS): the
    * map read (`{}` without one) with the event's entry replaced by
    * `{event, <record fields>, operations}` (the old operations and the
-   * answer's, sorted; left out when none). Keys are defined, not assigned,
+   * answer's, sorted; left out when none), or, for an answer that leaves
+   * the fact untracked, without the entry. Keys are defined, not assigned,
    * so a fact keyed "__proto__" stays an entry.
    */
   function newFacts(old, update, strings, eventField) {
     const key = strings[eventField + update.key];
+    if (update.untracked === true) {
+      const map = {};
+      for (const k of Object.keys(old)) if (k !== key) define(map, k, old[k]);
+      return map;
+    }
     const entry = { event: update.event };
     for (const [name, f] of update.record) entry[name] = strings[eventField + f];
     const previous = hasOwn(old, key) ? old[key] : undefined;
@@ -406,6 +413,7 @@ function createDecider(wasm) {
         status: 'pending',
         payload: fill(op.payload, strings, eventField, revision, workflowId, null),
       };
+      if (op.ifAbsent) outbox[k].ifAbsent = true;
     }
     const set = fill(write.set, strings, eventField, revision, workflowId, facts);
     const result = { operationIds, status: typeof set.status === 'string' ? set.status : null, revision: set.revision ?? null };

@@ -165,6 +165,8 @@ export interface OutboxOperation {
   eventId: string;
   status: 'pending';
   payload: { [field: string]: string };
+  /** Written only where no operation of this id exists (an untracked fact's per-fact operation: a later word of the fact emits the same id again). */
+  ifAbsent?: true;
 }
 
 /** Everything the host must commit in one transaction. */
@@ -236,6 +238,8 @@ export type Answer =
       /** `recurring`: the id is `<name>:{revision}:{workflowId}`, one per emission. */
       emit: { type: string; id: string; payload: string[]; recurring: boolean }[];
       revisionStep: number;
+      /** The fact's entry is not kept; its per-fact operations are written only if absent. */
+      untracked?: true;
     }
   | { outcome: 'already-applied' | 'stale' }
   | { error: 'UNKNOWN_WORKFLOW' | 'INVALID_TRANSITION'; disposition: RuleDisposition };
@@ -317,6 +321,8 @@ export type RuleAnswerDefinition =
       /** `recurring: true` goes with the id `<name>:{revision}:{workflowId}` (and only with it). */
       emit?: { type: string; id: string; payload?: string[]; recurring?: boolean }[];
       revisionStep?: number;
+      /** On a fact event: keep no entry for the fact (one already there is removed); its per-fact operations are written only if absent. */
+      untracked?: boolean;
     }
   | { outcome: 'already-applied' | 'stale' }
   | { error: 'UNKNOWN_WORKFLOW' | 'INVALID_TRANSITION'; disposition?: RuleDisposition };

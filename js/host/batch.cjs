@@ -485,6 +485,8 @@ function writesOf(entries, original, final, metadata, traceContext) {
     if (receipt) receipts.push(receipt);
     if (workflow && !expected.has(workflow.id)) expected.set(workflow.id, workflow.expect ?? null);
     for (const operation of outbox) {
+      // Written only if absent (an untracked fact's), the second of one id writes nothing.
+      if (operation.ifAbsent === true && operationIds.has(operation.id)) continue;
       // The same id twice: one by one, the second insert is OUTBOX_CONFLICT for its event.
       if (operationIds.has(operation.id)) {
         throw new IdemflowError('OUTBOX_CONFLICT', `outbox operation ${operation.id} is written twice in one batch`, {

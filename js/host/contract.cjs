@@ -88,7 +88,7 @@ class ForeignTransaction {
     if (workflow) await this.#tx.writeWorkflow(workflow);
     const output = between === undefined ? undefined : await between();
     if (receipt) await this.#tx.insertReceipt(output === undefined ? receipt : withOutput(receipt, output));
-    for (const operation of outbox) await this.#tx.insertOperation(operation);
+    for (const operation of outbox) await insertOperation(this.#tx, operation);
     return output;
   }
 
@@ -103,7 +103,21 @@ class ForeignTransaction {
   async commitBatch({ receipts, workflows, operations }) {
     for (const write of workflows) await this.#tx.writeWorkflow(write);
     for (const receipt of receipts) await this.#tx.insertReceipt(receipt);
-    for (const operation of operations) await this.#tx.insertOperation(operation);
+    for (const operation of operations) await insertOperation(this.#tx, operation);
+  }
+}
+
+/**
+ * One operation through a transaction's checked insertOperation; one written
+ * only if absent (an untracked fact's: a later word of the fact emits the
+ * same id again) that exists already is skipped.
+ */
+async function insertOperation(tx, operation) {
+  try {
+    await tx.insertOperation(operation);
+  } catch (error) {
+    if (operation.ifAbsent === true && error?.code === 'OUTBOX_CONFLICT') return;
+    throw error;
   }
 }
 
@@ -128,7 +142,7 @@ function contractOf(tx) {
 async function commitWriteSet(tx, writeSet) {
   if (writeSet.workflow) await tx.writeWorkflow(writeSet.workflow);
   if (writeSet.receipt) await tx.insertReceipt(writeSet.receipt);
-  for (const operation of writeSet.outbox) await tx.insertOperation(operation);
+  for (const operation of writeSet.outbox) await insertOperation(tx, operation);
 }
 
 module.exports = { CONTRACT, contractOf, commitWriteSet, orUnreadable, readEach, withOutput };

@@ -163,7 +163,8 @@ class SqlTransaction extends StoreTransaction {
    * where the dialect has one (`updateWorkflows`), else one each. A
    * receipt that exists already is a lost race (CONCURRENT_UPDATE); an
    * operation that does is OUTBOX_CONFLICT, whose event the batch finds by
-   * running its events one by one.
+   * running its events one by one, unless it is written only if absent (an
+   * untracked fact's: one insert each, so an existing one skips only itself).
    */
   async commitBatch({ receipts, workflows, operations, now = this._store.now() }) {
     // The core made these writes (processBatch): stored without checking them again.
@@ -177,14 +178,18 @@ class SqlTransaction extends StoreTransaction {
     ) {
       throw receiptExists(receipts[0]);
     }
+    const required = operations.filter((op) => op.ifAbsent !== true);
     if (
-      operations.length > 0 &&
+      required.length > 0 &&
       (await this.#insertMany(
         'outbox',
-        operations.map((op) => decidedOperationToStore(op, now)),
-      )) !== operations.length
+        required.map((op) => decidedOperationToStore(op, now)),
+      )) !== required.length
     ) {
-      throw operationExists(operations[0]);
+      throw operationExists(required[0]);
+    }
+    if (required.length < operations.length) {
+      for (const op of operations) if (op.ifAbsent === true) await this._insertIfAbsent(decidedOperationToStore(op, now));
     }
   }
 

@@ -137,9 +137,11 @@ class StoreTransaction {
     const now = this._store.now();
     const operations = () =>
       eachStep(outbox, (operation) =>
-        step(this._insert('outbox', decidedOperationToStore(operation, now)), (stored) => {
-          if (!stored) throw operationExists(operation);
-        }),
+        operation.ifAbsent === true
+          ? this._insertIfAbsent(decidedOperationToStore(operation, now))
+          : step(this._insert('outbox', decidedOperationToStore(operation, now)), (stored) => {
+              if (!stored) throw operationExists(operation);
+            }),
       );
     const rest = (output) => {
       if (!receipt) return step(operations(), () => output);
@@ -169,8 +171,21 @@ class StoreTransaction {
       if (!(await this._insert('inbox', decidedReceiptToStore(receipt, now)))) throw receiptExists(receipt);
     }
     for (const operation of operations) {
-      if (!(await this._insert('outbox', decidedOperationToStore(operation, now)))) throw operationExists(operation);
+      if (operation.ifAbsent === true) await this._insertIfAbsent(decidedOperationToStore(operation, now));
+      else if (!(await this._insert('outbox', decidedOperationToStore(operation, now)))) throw operationExists(operation);
     }
+  }
+
+  /**
+   * An operation written only if no operation of its id exists (an untracked
+   * fact's: a later word of the fact emits the same id again): read first,
+   * so that no store's failed insert (MongoDB aborts its transaction on one)
+   * is ever involved.
+   */
+  _insertIfAbsent(record) {
+    return step(this._read('outbox', record.id), (found) =>
+      found === null || found === undefined ? this._insert('outbox', record) : false,
+    );
   }
 
   /** The write of a workflow change: an insert for a new workflow, else the compare-and-set; synchronously when the store's writes are. */

@@ -403,13 +403,24 @@ impl Reply {
     }
 }
 
+/// How an emitted operation meets one of its slot already stored.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Emission {
+    /// Its id is new each time (a recurring one's count grows).
+    Recurring,
+    /// Once per id: a second emission is a counterexample.
+    Once,
+    /// Written only where its id is absent (an untracked fact's): a second emission writes nothing.
+    IfAbsent,
+}
+
 /// What delivering one event to one workflow does, decided once.
 struct Transition {
     reply: Reply,
     /// The workflow after it (interned).
     next: u32,
     /// Emitted operations: the slot they count in (the id, or a recurring one's name), whether it is recurring, the type's bit.
-    operations: Vec<(u32, bool, u64)>,
+    operations: Vec<(u32, Emission, u64)>,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -670,7 +681,12 @@ impl<'r> Explorer<'r> {
                 };
                 self.slot_info.push((type_index.unwrap_or(usize::MAX), fact));
             }
-            operations.push((slot, recurring, bit));
+            let emission = match (recurring, op.if_absent) {
+                (true, _) => Emission::Recurring,
+                (false, true) => Emission::IfAbsent,
+                (false, false) => Emission::Once,
+            };
+            operations.push((slot, emission, bit));
         }
         Transition { reply, next: self.workflow(next), operations }
     }
@@ -715,12 +731,13 @@ impl<'r> Explorer<'r> {
         if let Reply::Error { .. } = reply {
             next.errored += 1 << (2 * t);
         }
-        for &(slot, recurring, bit) in &transition.operations {
+        for &(slot, emission, bit) in &transition.operations {
             next.types |= bit;
             match next.emitted.binary_search_by_key(&slot, |(s, _)| *s) {
+                Ok(_) if emission == Emission::IfAbsent => {}
                 Ok(i) => {
                     next.emitted[i].1 = next.emitted[i].1.saturating_add(1);
-                    if !recurring {
+                    if emission == Emission::Once {
                         twice = Some(slot);
                     }
                 }
@@ -791,7 +808,7 @@ impl<'r> Explorer<'r> {
         (before, after): (&State, &State),
         t: usize,
         reply: Reply,
-        operations: &[(u32, bool, u64)],
+        operations: &[(u32, Emission, u64)],
     ) -> Option<usize> {
         use crate::ruleset::invariants::Kind;
         let rs = self.rule_set;
@@ -815,6 +832,11 @@ impl<'r> Explorer<'r> {
             Kind::EmitAfter { operation, after: m } => emits(operation) && marked(*m),
             Kind::EmitWhen { operation, event_field, op, workflow_field } => {
                 emits(operation) && self.compares(before.workflow, kind, (*event_field, *op, *workflow_field))
+            }
+            Kind::KeepWhen { event_field, op, workflow_field } => {
+                kind.fact.is_some()
+                    && self.compares(before.workflow, kind, (*event_field, *op, *workflow_field))
+                    && self.keeps(after.workflow, kind)
             }
             Kind::ReachAfter { status, after: m } => {
                 let name = rs.statuses[*status].name.as_str();
@@ -872,6 +894,13 @@ impl<'r> Explorer<'r> {
             }
         };
         op.holds(ordering)
+    }
+
+    /// Whether a workflow's facts map holds an entry for a kind's fact.
+    fn keeps(&self, workflow: u32, kind: &Kind) -> bool {
+        let Some(map) = self.model.map_name.as_ref() else { return false };
+        let data = &self.workflows[workflow as usize];
+        self.model.fact_key(&kind.body).is_some_and(|key| data.get(map).and_then(|m| m.get(key)).is_some())
     }
 
     /// Whether a recorded value of `field` changed or went between two workflows (in a facts map: any fact's).

@@ -8,6 +8,7 @@
 //!   { "name": "ship-or-refund", "never": { "both": ["SHIP_ORDER", "REFUND"] } },
 //!   { "name": "no-ship-after-cancel", "never": { "emit": "SHIP_ORDER", "after": "ORDER_CANCELLED" } },
 //!   { "name": "no-short-exchange", "never": { "emit": "START_EXCHANGE", "when": ["amountUnits", "<", "expectedUnits"] } },
+//!   { "name": "dust-never-kept", "never": { "keep": "deposits", "when": ["amountUnits", "<", "expectedUnits"] } },
 //!   { "name": "paid-stays-paid", "never": { "reach": "open", "after": "paid" } },
 //!   { "name": "one-payment", "never": { "changes": "paymentRef" } },
 //!   { "name": "one-exchange", "atMost": { "operation": "START_EXCHANGE", "count": 1 } }
@@ -43,6 +44,10 @@ pub enum Kind {
     EmitAfter { operation: String, after: Marker },
     /// An operation type never emitted by a delivery whose event compares so with the workflow it found.
     EmitWhen { operation: String, event_field: usize, op: Comparison, workflow_field: usize },
+    /// A fact's entry never kept in the facts map after a delivery of one of its
+    /// events that compares so with the workflow it found (what a sender can
+    /// fill the bounded map with).
+    KeepWhen { event_field: usize, op: Comparison, workflow_field: usize },
     /// A status (index into `statuses`) never entered once the marker happened.
     ReachAfter { status: usize, after: Marker },
     /// A field (index into `fields`), once recorded, never changes or goes (in a facts map: per fact).
@@ -72,6 +77,13 @@ impl Invariant {
             Kind::EmitAfter { operation, after: m } => format!("{operation} is never emitted {}", after(*m)),
             Kind::EmitWhen { operation, event_field, op, workflow_field } => format!(
                 "{operation} is never emitted by an event whose {} {} the workflow's {}",
+                rule_set.fields[*event_field].name,
+                op.as_str(),
+                rule_set.fields[*workflow_field].name
+            ),
+            Kind::KeepWhen { event_field, op, workflow_field } => format!(
+                "{} never keeps the entry of a fact whose {} {} the workflow's {}",
+                rule_set.facts().map_or("facts", |f| f.name.as_str()),
                 rule_set.fields[*event_field].name,
                 op.as_str(),
                 rule_set.fields[*workflow_field].name
@@ -240,6 +252,28 @@ fn never_kind(rule_set: &RuleSet, value: &Value, path: &str) -> Result<Kind> {
         object(value, path, &["emit", "after"])?;
         return Ok(Kind::EmitAfter { operation: operation_name, after: marker(rule_set, map, path)? });
     }
+    if map.contains_key("keep") {
+        object(value, path, &["keep", "when"])?;
+        let name = text(map, "keep", path)?;
+        let Some(facts) = rule_set.facts().filter(|f| f.name == name) else {
+            return Err(invalid(
+                &format!("{path}.keep"),
+                format!("{:?} is not the rule set's facts map", crate::error::truncate(name)),
+            ));
+        };
+        let when =
+            map.get("when").ok_or_else(|| invalid(path, "'keep' needs 'when': [eventField, op, workflowField]"))?;
+        // The event field must be carried by every fact event.
+        let carried: Vec<usize> = rule_set.events[facts.events[0]]
+            .fields
+            .iter()
+            .copied()
+            .filter(|f| facts.events.iter().all(|e| rule_set.events[*e].fields.contains(f)))
+            .collect();
+        let (event_field, op, workflow_field) =
+            super::load::load_comparison(rule_set, when, &format!("{path}.when"), &carried)?;
+        return Ok(Kind::KeepWhen { event_field, op, workflow_field });
+    }
     if map.contains_key("reach") {
         object(value, path, &["reach", "after"])?;
         let name = text(map, "reach", path)?;
@@ -263,5 +297,5 @@ fn never_kind(rule_set: &RuleSet, value: &Value, path: &str) -> Result<Kind> {
         })?;
         return Ok(Kind::Changes(field));
     }
-    Err(invalid(path, "must be {\"both\": [a, b]}, {\"emit\": type, \"after\": statusOrEvent}, {\"emit\": type, \"when\": [eventField, op, workflowField]}, {\"reach\": status, \"after\": statusOrEvent} or {\"changes\": field}"))
+    Err(invalid(path, "must be {\"both\": [a, b]}, {\"emit\": type, \"after\": statusOrEvent}, {\"emit\": type, \"when\": [eventField, op, workflowField]}, {\"keep\": factsName, \"when\": [eventField, op, workflowField]}, {\"reach\": status, \"after\": statusOrEvent} or {\"changes\": field}"))
 }

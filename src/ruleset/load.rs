@@ -794,8 +794,11 @@ pub(super) fn load_comparison(
 
 fn load_answer(rule_set: &RuleSet, value: &Value, path: &str, context: &RuleContext) -> Result<Answer> {
     let carried = context.carried;
-    let map =
-        object(value, path, &["outcome", "to", "record", "clear", "emit", "revisionStep", "error", "disposition"])?;
+    let map = object(
+        value,
+        path,
+        &["outcome", "to", "record", "clear", "emit", "revisionStep", "untracked", "error", "disposition"],
+    )?;
     if let Some(code_value) = map.get("error") {
         if map.contains_key("outcome") {
             return Err(invalid(path, "has both 'outcome' and 'error'"));
@@ -880,7 +883,14 @@ fn load_answer(rule_set: &RuleSet, value: &Value, path: &str, context: &RuleCont
             emit.push(load_emit(rule_set, entry, &format!("{path}.emit[{i}]"), context)?);
         }
     }
-    Ok(Answer::Applied(Transition { to, record, clear, emit, revision_step }))
+    let untracked = boolean(map, "untracked", path)?;
+    if untracked && !context.on_facts {
+        return Err(invalid(
+            &format!("{path}.untracked"),
+            "only an answer to a fact event (facts.events) can leave its fact untracked",
+        ));
+    }
+    Ok(Answer::Applied(Transition { to, record, clear, emit, revision_step, untracked }))
 }
 
 fn load_emit(rule_set: &RuleSet, value: &Value, path: &str, context: &RuleContext) -> Result<Emit> {

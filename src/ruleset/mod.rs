@@ -87,6 +87,11 @@ pub struct Transition {
     pub clear: Vec<usize>,
     pub emit: Vec<Emit>,
     pub revision_step: u64,
+    /// On a fact event: the fact's entry is not kept (one already there is
+    /// removed), and its per-fact operations are written only where no
+    /// operation of the id exists (a later word of the fact, which finds no
+    /// entry, emits the same id again).
+    pub untracked: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -494,9 +499,15 @@ fn check_operation_names(rule_set: &RuleSet) -> Result<()> {
 }
 
 pub const BUILTIN_NAMES: &[&str] = &["deposit-swap", "order-shipment", "subscription"];
-/// The current `deposit-swap`: reorder-safe over numbered observations
-/// (`sequence`), so a reorganisation's re-inclusion is exchanged once (version 3).
-pub const BUILTIN_DEPOSIT_SWAP: &str = include_str!("deposit-swap.v3.json");
+/// The current `deposit-swap` (version 4): reorder-safe over numbered
+/// observations (`sequence`), so a reorganisation's re-inclusion is exchanged
+/// once; a partial deposit never moves the swap and is never kept in the
+/// bounded deposits map (its review is written if absent), so dust cannot
+/// fill the map.
+pub const BUILTIN_DEPOSIT_SWAP: &str = include_str!("deposit-swap.v4.json");
+/// The third `deposit-swap`, kept for audit of receipts it wrote: it kept
+/// every deposit, partial ones included, so 64 of them filled its map.
+pub const BUILTIN_DEPOSIT_SWAP_V3: &str = include_str!("deposit-swap.v3.json");
 /// The second `deposit-swap`, kept for audit of receipts it wrote: reorder-safe
 /// for one observation of each kind, so it loses a re-included deposit.
 pub const BUILTIN_DEPOSIT_SWAP_V2: &str = include_str!("deposit-swap.v2.json");
@@ -554,7 +565,7 @@ static BUILTINS: [BuiltinVersions; 3] = [
     BuiltinVersions { name: "subscription", versions: &SUBSCRIPTION_VERSIONS },
 ];
 
-static DEPOSIT_SWAP_VERSIONS: [Builtin; 3] = [
+static DEPOSIT_SWAP_VERSIONS: [Builtin; 4] = [
     Builtin {
         version: 1,
         text: BUILTIN_DEPOSIT_SWAP_V1,
@@ -569,8 +580,14 @@ static DEPOSIT_SWAP_VERSIONS: [Builtin; 3] = [
     },
     Builtin {
         version: 3,
-        text: BUILTIN_DEPOSIT_SWAP,
+        text: BUILTIN_DEPOSIT_SWAP_V3,
         proven_hash: "sha256:4ed1301d29aec15995b3350bddafd4efc5a4abf29c3017b7a1cc7bded11e3ddf",
+        cell: OnceLock::new(),
+    },
+    Builtin {
+        version: 4,
+        text: BUILTIN_DEPOSIT_SWAP,
+        proven_hash: "sha256:8fb8b482cd9c5b31899f4d74b344d60d75eef01b8096da9c7a0874537e30b2aa",
         cell: OnceLock::new(),
     },
 ];

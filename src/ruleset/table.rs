@@ -123,7 +123,8 @@ fn condition_text(rule_set: &RuleSet, condition: &Cond) -> String {
 fn answer_json(rule_set: &RuleSet, answer: &Answer) -> Value {
     let names = |fields: &[usize]| fields.iter().map(|f| rule_set.fields[*f].name.clone()).collect::<Vec<_>>();
     match answer {
-        Answer::Applied(t) => json!({
+        Answer::Applied(t) => {
+            let mut answer = json!({
             "outcome": "applied",
             "to": rule_set.statuses[t.to].name,
             "record": names(&t.record),
@@ -133,7 +134,12 @@ fn answer_json(rule_set: &RuleSet, answer: &Answer) -> Value {
                 "recurring": e.id_template.recurring,
             })).collect::<Vec<_>>(),
             "revisionStep": t.revision_step,
-        }),
+            });
+            if t.untracked {
+                answer["untracked"] = json!(true);
+            }
+            answer
+        }
         Answer::AlreadyApplied => json!({ "outcome": "already-applied" }),
         Answer::Stale => json!({ "outcome": "stale" }),
         Answer::Fail { code, disposition } => json!({ "error": code.as_str(), "disposition": disposition.as_str() }),
@@ -155,6 +161,9 @@ fn summary(rule_set: &RuleSet, answer: &Answer) -> String {
             }
             for e in &t.emit {
                 text.push_str(&format!("; emits {} `{}`", e.operation_type, e.id_template.text));
+            }
+            if t.untracked {
+                text.push_str("; the fact untracked");
             }
             text
         }

@@ -58,11 +58,13 @@ async function deliver(store, ruleSet, events) {
   return { answers, operations };
 }
 
-test('deposit-swap v3 is the default, and the same rule set when selected by version', () => {
+test('deposit-swap v4 is the default and the same rule set when selected by version; v3 stays selectable', () => {
+  const v4 = RuleSet.builtin('deposit-swap');
+  assert.equal(v4.version, 4);
+  assert.equal(RuleSet.builtin('deposit-swap', { version: 4 }), v4);
   assert.equal(v3.version, 3);
-  assert.equal(RuleSet.builtin('deposit-swap'), v3);
-  assert.equal(RuleSet.builtin('deposit-swap').hash, v3.hash);
-  const reorder = verifyRuleSet(v3).properties.find((p) => p.name === 'reorder-safe');
+  assert.notEqual(v3.hash, v4.hash);
+  const reorder = verifyRuleSet(v4).properties.find((p) => p.name === 'reorder-safe');
   assert.equal(reorder.ok, true);
   // Proven over one deposit with up to 4 observations and over two deposits with up to 3 each.
   assert.equal(reorder.checked.bound.oneFact.observations, 4);

@@ -31,7 +31,7 @@ test('rules table prints the built-in decision table as Markdown', () => {
   const { code, stdout } = idemflow(['rules', 'table', 'deposit-swap']);
   assert.equal(code, 0);
   assert.equal(stdout, RuleSet.builtin('deposit-swap').tableMarkdown());
-  assert.match(stdout, /^Rule set `deposit-swap` v3 /);
+  assert.match(stdout, /^Rule set `deposit-swap` v4 /);
   // Before the exchange a confirmation that covers expectedUnits starts it, and records the deposit it acts on.
   assert.match(
     stdout,
@@ -59,7 +59,8 @@ test('docs/rulesets.md shows the deposit-swap tables exactly as the rule sets de
     return text.slice(begin, end).split('\n').slice(1).join('\n').trim();
   };
   assert.equal(shownBetween('deposit-swap v2 table'), RuleSet.builtin('deposit-swap', { version: 2 }).tableMarkdown().trim());
-  assert.equal(shownBetween('deposit-swap v3 table'), RuleSet.builtin('deposit-swap').tableMarkdown().trim(), 'v3, the default');
+  assert.equal(shownBetween('deposit-swap v3 table'), RuleSet.builtin('deposit-swap', { version: 3 }).tableMarkdown().trim());
+  assert.equal(shownBetween('deposit-swap v4 table'), RuleSet.builtin('deposit-swap').tableMarkdown().trim(), 'v4, the default');
 });
 
 test('rules verify reports every property and exits 0 for a sound rule set', () => {

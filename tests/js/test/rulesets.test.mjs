@@ -731,8 +731,8 @@ test('receipts record the rule set id, version and hash', () => {
     workflow: { id: 'swap-1', status: 'waiting', revision: 0 },
     ruleSet: depositSwap,
   });
-  assert.deepEqual(decision.writeSet.receipt.ruleSet, { id: 'deposit-swap', version: 3, hash: depositSwap.hash });
-  assert.equal(depositSwap, RuleSet.builtin('deposit-swap', { version: 3 }), 'the default is v3');
+  assert.deepEqual(decision.writeSet.receipt.ruleSet, { id: 'deposit-swap', version: 4, hash: depositSwap.hash });
+  assert.equal(depositSwap, RuleSet.builtin('deposit-swap', { version: 4 }), 'the default is v4');
 });
 
 test('fingerprints cover type, workflowId and the identity fields of the event type', () => {
