@@ -579,8 +579,23 @@ function guardPostgres(raw, guard, { pglite = false, before = () => null } = {})
     overrides.rollback = async () => {
       await send(guard.plan('ROLLBACK'));
     };
+    // PGlite's own transaction(fn) (Drizzle's db.transaction() calls it): a savepoint, fn given this handle.
+    overrides.transaction = async (fn) => {
+      await before();
+      await send(guard.plan('BEGIN'));
+      let result;
+      try {
+        result = await fn(handle);
+      } catch (error) {
+        if (guard.open) await send(guard.plan('ROLLBACK'));
+        throw error;
+      }
+      await send(guard.plan('COMMIT'));
+      return result;
+    };
   }
-  return proxied(raw, overrides);
+  const handle = proxied(raw, overrides);
+  return handle;
 }
 
 /**

@@ -86,7 +86,12 @@ class SqlTransaction extends StoreTransaction {
     return this._checkOwn();
   }
 
-  /** @internal the adapter's check that its transaction is open and its own (throws transactionNotOwn()) */
+  /** @internal whether the host asked for `client` in this transaction */
+  get _clientUsed() {
+    return this.#guard !== null;
+  }
+
+  /** @internal the adapter's check that its transaction is open and its own (throws client-guard's transactionEnded()) */
   _checkOwn() {
     return undefined;
   }

@@ -47,9 +47,18 @@ class SqliteTransaction extends SqlTransaction {
 
   /** @internal the handle is still inside a transaction (better-sqlite3 `inTransaction`, node:sqlite `isTransaction`) */
   _checkOwn() {
+    const ended = this.#ended();
+    if (ended !== null) throw ended;
+  }
+
+  /** After each callback too, since it costs nothing here: idemflow writes nothing more outside its transaction. */
+  endHostWork() {
+    return super.endHostWork() ?? (this._clientUsed ? this.#ended() : null);
+  }
+
+  #ended() {
     const db = this._store.db;
-    const open = db.inTransaction ?? db.isTransaction;
-    if (open === false) throw transactionEnded('the handle is not inside a transaction');
+    return (db.inTransaction ?? db.isTransaction) === false ? transactionEnded('the handle is not inside a transaction') : null;
   }
 }
 
