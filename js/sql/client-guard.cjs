@@ -28,8 +28,8 @@ const OWN_PREFIX = 'idemflow_';
 const SPACE = new Set([0x20, 0x09, 0x0a, 0x0d, 0x0c, 0x0b]);
 const isWordStart = (c) => (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a) || c === 0x5f || c > 0x7f;
 const isWordPart = (c) => isWordStart(c) || (c >= 0x30 && c <= 0x39) || c === 0x24;
-/** The words kept of each statement: enough to recognise every form below. */
-const LEADING = 8;
+/** The tokens kept of each statement: enough to recognise every form below (MariaDB's SET STATEMENT … FOR among them). */
+const LEADING = 24;
 
 /**
  * The statements of `text`, each as its leading tokens: `{ word }` (a bare
@@ -254,6 +254,11 @@ function controlOf(tokens, flavour) {
       return flavour === 'postgres' && isWord(second, 'TRANSACTION') ? refuse('transaction-control', 'PREPARE TRANSACTION') : OTHER;
     case 'SET':
       if (flavour !== 'mysql') return OTHER;
+      // MariaDB's SET STATEMENT var = value, … FOR statement: what the statement does.
+      if (isWord(second, 'STATEMENT')) {
+        const at = tokens.findIndex((token) => isWord(token, 'FOR'));
+        return at === -1 || at === tokens.length - 1 ? OTHER : controlOf(tokens.slice(at + 1), flavour);
+      }
       // SET autocommit = 1 commits; SET [SESSION|GLOBAL|@@…] autocommit likewise.
       for (const token of [second, third, fourth])
         if (token?.word?.replace(/^@@(SESSION\.|LOCAL\.)?/, '') === 'AUTOCOMMIT') return implicitCommit('SET autocommit');
@@ -501,7 +506,7 @@ function proxied(raw, overrides) {
     get(target, key) {
       if (Object.hasOwn(overrides, key)) return overrides[key];
       const value = Reflect.get(target, key, target);
-      if (typeof value !== 'function') return value;
+      if (typeof value !== 'function' || key === 'constructor') return value;
       let fn = bound.get(key);
       if (fn === undefined || fn.original !== value) {
         fn = Object.assign(value.bind(target), { original: value });

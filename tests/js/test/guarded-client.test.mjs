@@ -15,7 +15,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { processBatch, processEvent, RuleSet } from 'idemflow';
+import { idempotent, processBatch, processEvent, RuleSet } from 'idemflow';
 import { BACKENDS, hasNodeSqlite, PG_URL, suiteStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 import { outcomeOf } from '../workers/fixtures.mjs';
 import { shipmentsOf } from '../workers/host-tables.mjs';
@@ -222,7 +222,9 @@ for (const backend of BACKENDS) {
         'ROLLBACK TRANSACTION',
         'rollback to savepoint IDEMFLOW_event',
         'SELECT 1; COMMIT',
-        ...(backend.id === 'mysql' ? ['/*!40101 COMMIT */', "XA START 'x'", 'set autocommit = 1'] : []),
+        ...(backend.id === 'mysql'
+          ? ['/*!40101 COMMIT */', "XA START 'x'", 'set autocommit = 1', 'SET STATEMENT max_statement_time = 1 FOR CREATE TABLE x (a INT)']
+          : []),
         ...(backend.id === 'pg' || backend.id === 'pglite'
           ? ['END', 'abort', 'COMMIT AND CHAIN', "PREPARE TRANSACTION 'x'", 'BEGIN ISOLATION LEVEL SERIALIZABLE']
           : []),
@@ -239,7 +241,7 @@ for (const backend of BACKENDS) {
             }
           }),
         );
-        const reason = text === 'set autocommit = 1' || text.startsWith('XA') ? 'implicit-commit' : 'transaction-control';
+        const reason = /^(set autocommit|XA|SET STATEMENT)/.test(text) ? 'implicit-commit' : 'transaction-control';
         assertRefused(outcome.error, reason);
         assert.equal(seen, outcome.error, `${JSON.stringify(text)} was refused when sent, and the transaction answered the refusal`);
       }
@@ -306,6 +308,28 @@ for (const backend of BACKENDS) {
         assert.equal(await shipments.count(), before + 1);
         await deleteRow(backend.id, suite.helper, table, eventId);
       }
+    });
+
+    it("idempotent()'s work: a COMMIT through tx.client is refused, no record is kept, and the next call runs work and is replayed after", async () => {
+      const ns = uniquePrefix();
+      const request = { key: `${ns}:key`, payload: { amount: '5' } };
+      const refused = await outcomeOf(
+        idempotent(suite.store, request, async (tx) => {
+          await shipments.insert(tx, `${ns}:work`, 'w');
+          await raw(tx, 'COMMIT').catch(() => {});
+          return { done: true };
+        }),
+      );
+      assertRefused(refused.error, 'transaction-control');
+      assert.equal(await hasRow(`${ns}:work`), false);
+      const ran = await idempotent(suite.store, request, async (tx) => {
+        await shipments.insert(tx, `${ns}:work`, 'w');
+        return { done: true };
+      });
+      assert.deepEqual([ran.replayed, ran.output], [false, { done: true }]);
+      const replayed = await idempotent(suite.store, request, async () => assert.fail('work ran again'));
+      assert.deepEqual([replayed.replayed, replayed.output], [true, { done: true }]);
+      assert.equal(await hasRow(`${ns}:work`), true);
     });
 
     it("in processBatch, ROLLBACK TO idemflow's own savepoint fails that event alone: the others commit, and its next delivery applies", async () => {
