@@ -124,7 +124,7 @@ async function runApplied(onApplied, tx, decision) {
     returned = await onApplied(tx, decision);
   } catch (thrown) {
     // A refusal of tx.client is the delivery's answer, whatever the callback made of it.
-    throw tx.endHostWork() ?? handlerError(thrown, decision.event?.eventId ?? decision.eventId, tx);
+    throw tx.endHostWork(true) ?? handlerError(thrown, decision.event?.eventId ?? decision.eventId, tx);
   }
   const misuse = tx.endHostWork();
   if (misuse !== null) throw misuse;

@@ -357,11 +357,6 @@ class ClientGuard {
     this.#flavour = flavour;
   }
 
-  /** The first refusal since the callback began (it fails the delivery), or null. */
-  get misuse() {
-    return this.#misuse;
-  }
-
   /** Whether a transaction of the host's (a mapped BEGIN) is open. */
   get open() {
     return this.#stack.some((entry) => entry.host);
@@ -390,11 +385,15 @@ class ClientGuard {
     if (this.#misuse !== null) throw this.#misuse;
   }
 
-  /** What the callback that just ended left wrong (a refusal, a transaction of its own open), or null; the next callback starts afresh. */
-  settle() {
+  /**
+   * What the callback that just ended left wrong, or null; the next callback
+   * starts afresh. A refusal always; a transaction of its own left open only
+   * when it returned (`threw`: its throw rolls that back with the rest).
+   */
+  settle(threw = false) {
     const misuse =
       this.#misuse ??
-      (this.open
+      (!threw && this.open
         ? misuseError(
             'transaction-left-open',
             'a callback that returned with a transaction of its own open (BEGIN without COMMIT or ROLLBACK)',

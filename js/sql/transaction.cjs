@@ -68,9 +68,12 @@ class SqlTransaction extends StoreTransaction {
     throw new Error('idemflow: a SQL transaction without a guarded client'); // a bug, never an input
   }
 
-  /** What the callback that just ended did wrong through `client` (a refused statement, a transaction of its own left open), or null. */
-  endHostWork() {
-    return this.#guard === null ? null : this.#guard.settle();
+  /**
+   * What the callback that just ended did wrong through `client`, or null: a
+   * refused statement; a transaction of its own left open, unless it threw.
+   */
+  endHostWork(threw = false) {
+    return this.#guard === null ? null : this.#guard.settle(threw);
   }
 
   /**

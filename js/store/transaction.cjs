@@ -78,7 +78,7 @@ class StoreTransaction {
    * refused transaction control, a transaction of its own left open), or null.
    * @returns {import('../core/errors.cjs').IdemflowError | null}
    */
-  endHostWork() {
+  endHostWork(_threw) {
     return null;
   }
 

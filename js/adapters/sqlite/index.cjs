@@ -52,8 +52,8 @@ class SqliteTransaction extends SqlTransaction {
   }
 
   /** After each callback too, since it costs nothing here: idemflow writes nothing more outside its transaction. */
-  endHostWork() {
-    return super.endHostWork() ?? (this._clientUsed ? this.#ended() : null);
+  endHostWork(threw = false) {
+    return super.endHostWork(threw) ?? (this._clientUsed ? this.#ended() : null);
   }
 
   #ended() {

@@ -365,7 +365,7 @@ for (const backend of BACKENDS) {
       assert.equal(await hasRow(ids[1]), true);
     });
 
-    it('a transaction of its own left open by a callback that returns is refused; a statement after the refusal is refused too', async () => {
+    it('a transaction of its own left open by a callback that returns is refused (one that throws answers its throw); a statement after a refusal is refused too', async () => {
       const ns = uniquePrefix();
       const open = await outcomeOf(
         processEvent(suite.store, request(`${ns}:open`, `${ns}:open`), {
@@ -378,6 +378,22 @@ for (const backend of BACKENDS) {
       );
       assertRefused(open.error, 'transaction-left-open');
       assert.equal(await hasRow(`${ns}:open`), false);
+      // BEGIN then throw: the throw is the answer, and it rolls the host's transaction back with the rest.
+      const thrown = new Error('after BEGIN');
+      const threw = await outcomeOf(
+        processEvent(suite.store, request(`${ns}:threw`, `${ns}:threw`), {
+          ruleSet,
+          onApplied: async (tx, decision) => {
+            await raw(tx, 'BEGIN');
+            await shipments.insert(tx, decision.event.eventId, decision.event.workflowId);
+            throw thrown;
+          },
+        }),
+      );
+      assert.equal(threw.error?.code, 'HANDLER_FAILED');
+      assert.equal(threw.error.cause, thrown);
+      assert.equal(await hasRow(`${ns}:threw`), false);
+      assert.equal(await suite.store.getReceipt(`${ns}:threw`), null);
       let after;
       const poisoned = await outcomeOf(
         processEvent(suite.store, request(`${ns}:after`, `${ns}:after`), {
