@@ -156,6 +156,43 @@ for (const backend of BACKENDS) {
       assert.deepEqual(partial.output, { kept: 1 });
       assert.equal(await rows.count(), 2, "the callback's own row stays, the ORM transaction's is gone");
 
+      // The ORM's nested transaction is its own savepoint, passed through: its rollback undoes the nested part alone.
+      const nestedFailure = new Error('undo the nested part');
+      const nested = await processEvent(suite.store, request(`${ns}:e4`, `${ns}:o4`), {
+        ruleSet,
+        onApplied: async (tx) => {
+          const db = orm.db(tx);
+          if (backend.id === 'sqlite') {
+            orm.transaction(db, (outer) => {
+              orm.insert(outer, ormTable, `${ns}:outer`);
+              try {
+                outer.transaction((inner) => {
+                  orm.insert(inner, ormTable, `${ns}:nested`);
+                  throw nestedFailure;
+                });
+              } catch (error) {
+                assert.equal(error, nestedFailure);
+              }
+            });
+          } else {
+            await orm.transaction(db, async (outer) => {
+              await orm.insert(outer, ormTable, `${ns}:outer`);
+              await outer
+                .transaction(async (inner) => {
+                  await orm.insert(inner, ormTable, `${ns}:nested`);
+                  throw nestedFailure;
+                })
+                .catch((error) => assert.equal(error, nestedFailure));
+            });
+          }
+          return null;
+        },
+      });
+      assert.equal(nested.outcome, 'applied');
+      assert.equal(await hostRowFor(backend.id, suite.helper, ormTable, `${ns}:outer`), true, "the ORM transaction's row");
+      assert.equal(await hostRowFor(backend.id, suite.helper, ormTable, `${ns}:nested`), false, 'the nested transaction rolled back alone');
+      assert.equal(await rows.count(), 3);
+
       // A throw the callback does not catch: nothing of the delivery, and the next one applies.
       const failed = await outcomeOf(
         processEvent(suite.store, request(`${ns}:e3`, `${ns}:o3`), {
@@ -169,7 +206,7 @@ for (const backend of BACKENDS) {
       );
       assert.equal(failed.error?.code, 'HANDLER_FAILED');
       assert.equal(await suite.store.getReceipt(`${ns}:e3`), null);
-      assert.equal(await rows.count(), 2, "the ORM's committed part rolled back with idemflow's transaction");
+      assert.equal(await rows.count(), 3, "the ORM's committed part rolled back with idemflow's transaction");
     });
 
     if (KNEX_CLIENT[backend.id]) {
