@@ -159,7 +159,7 @@ function quotedEnd(text, i, close, backslash) {
  * That Cause an Implicit Commit"), by their first word: every ALTER, CREATE,
  * DROP (but CREATE/DROP TEMPORARY TABLE), RENAME, TRUNCATE, GRANT, REVOKE,
  * the table maintenance statements, LOCK/UNLOCK TABLES, FLUSH, RESET,
- * replication control, plugins, XA, LOAD INDEX, CACHE INDEX, SHUTDOWN.
+ * replication control, plugins, LOAD INDEX, CACHE INDEX, SHUTDOWN.
  */
 const IMPLICIT_COMMIT = new Set([
   'ALTER',
@@ -171,22 +171,18 @@ const IMPLICIT_COMMIT = new Set([
   'REVOKE',
   'ANALYZE',
   'CHECK',
-  'CHECKSUM',
   'OPTIMIZE',
   'REPAIR',
   'LOCK',
   'UNLOCK',
   'FLUSH',
   'RESET',
-  'PURGE',
   'CHANGE',
   'INSTALL',
   'UNINSTALL',
-  'XA',
   'LOAD',
   'CACHE',
   'SHUTDOWN',
-  'BACKUP',
 ]);
 /** Replication control: START SLAVE / REPLICA / GROUP_REPLICATION and STOP of them commit too. */
 const REPLICATION = new Set(['SLAVE', 'REPLICA', 'ALL', 'GROUP_REPLICATION']);
@@ -249,6 +245,9 @@ function controlOf(tokens, flavour) {
       const named = isWord(second, 'SAVEPOINT') && tokens.length > 2 ? third : second;
       return savepointStatement('release', named, tokens.length === (named === third ? 3 : 2));
     }
+    case 'XA':
+      // MySQL/MariaDB's XA transactions: control of a transaction of their own, on idemflow's session.
+      return flavour === 'mysql' ? refuse('transaction-control', 'XA transaction control') : OTHER;
     case 'PREPARE':
       // PostgreSQL's PREPARE TRANSACTION ends the session's transaction; PREPARE name AS … does not.
       return flavour === 'postgres' && isWord(second, 'TRANSACTION') ? refuse('transaction-control', 'PREPARE TRANSACTION') : OTHER;
