@@ -111,7 +111,10 @@ function handlerError(thrown, eventId, tx) {
 
 /**
  * Runs `onApplied(tx, decision)` and answers its output (checked), or throws
- * its error as handlerError makes it. `decision` is what the caller of
+ * its error as handlerError makes it. A statement tx.client refused fails
+ * the delivery with that refusal even when the callback caught it and
+ * returned (tx.endHostWork()): what the callback meant to commit or undo
+ * did not happen. `decision` is what the caller of
  * processEvent gets (outcome, operation ids, status, revision, fingerprint),
  * with the event itself.
  */
@@ -120,8 +123,11 @@ async function runApplied(onApplied, tx, decision) {
   try {
     returned = await onApplied(tx, decision);
   } catch (thrown) {
-    throw handlerError(thrown, decision.event?.eventId ?? decision.eventId, tx);
+    // A refusal of tx.client is the delivery's answer, whatever the callback made of it.
+    throw tx.endHostWork(true) ?? handlerError(thrown, decision.event?.eventId ?? decision.eventId, tx);
   }
+  const misuse = tx.endHostWork();
+  if (misuse !== null) throw misuse;
   return outputOf(returned);
 }
 

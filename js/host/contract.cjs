@@ -19,6 +19,9 @@
 //   savepoint(name), rollbackToSavepoint(name), releaseSavepoint(name)
 //   driverErrorOf(thrown)                what a driver error the host's own statement threw (in
 //                                        onApplied) means to the store: its IdemflowError, or null
+//   endHostWork(threw)                   after each onApplied: a misuse of tx.client the callback
+//                                        did not answer for (a refused statement it caught; a
+//                                        transaction of its own left open when it returned), or null
 //
 // The reads may answer synchronously (core/step.cjs) when the driver is.
 
@@ -73,6 +76,11 @@ class ForeignTransaction {
 
   /** A host's own transaction classifies nothing: its callback's failures are HANDLER_FAILED. */
   driverErrorOf() {
+    return null;
+  }
+
+  /** A host's own client is not guarded. */
+  endHostWork(_threw) {
     return null;
   }
 

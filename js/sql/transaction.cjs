@@ -11,6 +11,7 @@ const { decidedOperationToStore, decidedReceiptToStore, decidedWorkflowPatch, de
 const { orUnreadable } = require('../host/contract.cjs');
 const { recordOf } = require('./columns.cjs');
 const { isPromise, step } = require('../core/step.cjs');
+const { ClientGuard } = require('./client-guard.cjs');
 
 /** Rows per multi-row statement: within every dialect's limit on bound values. */
 const CHUNK = 500;
@@ -33,22 +34,74 @@ const keyExists = (cause) => new KeyExists('key exists', { cause });
 
 class SqlTransaction extends StoreTransaction {
   #execute;
-  #client;
+  #raw;
+  /** The guarded handle and its guard, made when the host first asks for `client`. */
+  #client = null;
+  #guard = null;
 
   /**
    * @param {import('./store.cjs').SqlStore} store
    * @param {(statement: object, onUnique?: (cause: unknown) => Error) => ({ rows: object[], count: number } | Promise<{ rows: object[], count: number }>)} execute
-   * @param {object} client the driver's own handle of the transaction's connection (`tx.client`)
+   * @param {object} raw the driver's own handle of the transaction's connection (behind `tx.client`)
    */
-  constructor(store, execute, client) {
+  constructor(store, execute, raw) {
     super(store);
     this.#execute = execute;
-    this.#client = client;
+    this.#raw = raw;
   }
 
-  /** The driver's own handle of this transaction's connection: the host's statements on it commit or roll back with idemflow's. */
+  /**
+   * The driver's own handle of this transaction's connection, guarded
+   * (sql/client-guard.cjs): the host's statements on it commit or roll back
+   * with idemflow's, its transaction control becomes savepoints or is refused.
+   */
   get client() {
+    if (this.#client === null) {
+      this.#guard = new ClientGuard(this._store._statements.dialect.name);
+      this.#client = this._guardClient(this.#raw, this.#guard);
+    }
     return this.#client;
+  }
+
+  /** @internal the adapter's guarded handle over `raw` (sql/client-guard.cjs) */
+  _guardClient(_raw, _guard) {
+    throw new Error('idemflow: a SQL transaction without a guarded client'); // a bug, never an input
+  }
+
+  /**
+   * What the callback that just ended did wrong through `client`, or null: a
+   * refused statement; a transaction of its own left open, unless it threw.
+   */
+  endHostWork(threw = false) {
+    return this.#guard === null ? null : this.#guard.settle(threw);
+  }
+
+  /**
+   * @internal Before the adapter's COMMIT: a misuse of `client` not yet
+   * answered fails the transaction, and when the host used `client` the
+   * adapter checks (`_checkOwn`) that the transaction is still open and
+   * idemflow's, for what went past the guard. Synchronous when the check is (SQLite).
+   */
+  _beforeCommit() {
+    if (this.#guard === null) return undefined;
+    const misuse = this.#guard.settle();
+    if (misuse !== null) throw misuse;
+    return this._checkOwn();
+  }
+
+  /** @internal whether the host asked for `client` in this transaction */
+  get _clientUsed() {
+    return this.#guard !== null;
+  }
+
+  /** @internal the adapter's check that its transaction is open and its own (throws client-guard's transactionEnded()) */
+  _checkOwn() {
+    return undefined;
+  }
+
+  /** @internal idemflow's transaction ended: a statement sent later through `client` is refused */
+  _end() {
+    this.#guard?.close();
   }
 
   get savepoints() {

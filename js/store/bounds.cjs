@@ -6,7 +6,6 @@
 // long as it holds it: a driver emits 'error' when the server ends the
 // session, and Node ends the process on an 'error' nobody listens to.
 
-const { IdemflowError } = require('../core/errors.cjs');
 const { callExpired, timedOut } = require('./errors.cjs');
 
 /**
@@ -167,34 +166,6 @@ function guardedConnection(connection, deadline, watch, prefix = (sql) => sql) {
   };
 }
 
-/**
- * While a store holds a pooled connection for a transaction, the host's
- * `tx.client.release()` is refused with a coded error: idemflow ends the
- * transaction and gives the connection back itself. A connection the host
- * released in the middle would go back to the pool with the transaction
- * open (another caller could get it), and the store's own release would then
- * throw the driver's double-release error after the commit. Answers the
- * function that puts the driver's release back, called just before the
- * store releases the connection.
- */
-function refuseRelease(connection) {
-  const own = Object.getOwnPropertyDescriptor(connection, 'release');
-  const refusal = () => {
-    throw new IdemflowError(
-      'INVALID_ARGUMENT',
-      'tx.client.release() was called inside the transaction: idemflow releases the connection when the transaction ends',
-      {
-        details: { field: 'tx.client.release', reason: 'released-inside-transaction' },
-      },
-    );
-  };
-  Object.defineProperty(connection, 'release', { value: refusal, configurable: true, writable: true, enumerable: false });
-  return () => {
-    if (own === undefined) delete connection.release;
-    else Object.defineProperty(connection, 'release', own);
-  };
-}
-
 /** Runs transactions one after another on one connection, in call order. */
 class Serializer {
   #tail = Promise.resolve();
@@ -291,7 +262,6 @@ module.exports = {
   ConnectionWatch,
   watchClient,
   guardedConnection,
-  refuseRelease,
   Serializer,
   betweenBeginAndCommit,
   rollbackQuietly,

@@ -72,6 +72,16 @@ class StoreTransaction {
     return null;
   }
 
+  /**
+   * What the callback that just ended (onApplied) did wrong through
+   * `client` that its own return or throw does not say (a subclass's: a
+   * refused transaction control, a transaction of its own left open), or null.
+   * @returns {import('../core/errors.cjs').IdemflowError | null}
+   */
+  endHostWork(_threw) {
+    return null;
+  }
+
   async getReceipt(eventId) {
     return this._store._receiptOf(await this._read('inbox', eventId));
   }

@@ -24,7 +24,6 @@ const {
   Serializer,
   betweenBeginAndCommit,
   guardedConnection,
-  refuseRelease,
   sessionLock,
   transactionOptions,
   watchClient,
@@ -33,7 +32,11 @@ const {
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
 const { migrateMissing } = require('../../sql/schema.cjs');
+const { guardMysql, transactionEnded } = require('../../sql/client-guard.cjs');
 const dialect = require('./dialect.cjs');
+
+/** ER_UNKNOWN_SYSTEM_VARIABLE: MySQL has no @@in_transaction. */
+const UNKNOWN_SYSTEM_VARIABLE = 1193;
 
 function mapError(error, onUnique) {
   return mapDriverError(error, dialect.classify, onUnique);
@@ -69,10 +72,31 @@ class MysqlTransaction extends SqlTransaction {
   #connection;
   #heldKeys = [];
 
-  /** @param {object} raw the mysql2 connection (promise flavour): `tx.client` */
+  /** @param {object} raw the mysql2 connection (promise flavour): behind `tx.client` */
   constructor(store, connection, raw) {
     super(store, ({ sql, values }, onUnique) => run(connection, sql, values, onUnique), raw);
     this.#connection = connection;
+  }
+
+  /** @internal tx.client: the connection, guarded */
+  _guardClient(raw, guard) {
+    return guardMysql(raw, guard);
+  }
+
+  /**
+   * @internal the session is still inside a transaction (MariaDB's
+   * @@in_transaction; MySQL has no such variable, and there the guard alone
+   * stands)
+   */
+  async _checkOwn() {
+    let rows;
+    try {
+      [rows] = await this.#connection.query('SELECT @@in_transaction AS open');
+    } catch (error) {
+      if (error?.errno === UNKNOWN_SYSTEM_VARIABLE) return;
+      throw mapError(error);
+    }
+    if (Number(rows[0]?.open) !== 1) throw transactionEnded('the session is not inside a transaction');
   }
 
   /**
@@ -237,8 +261,18 @@ class MysqlStore extends SqlStore {
       async (connection, raw) => {
         const tx = new MysqlTransaction(this, connection, raw);
         try {
-          return await onConnection(connection, raw, () => fn(tx), batch ? dialect.batchIsolation : undefined);
+          return await onConnection(
+            connection,
+            raw,
+            async () => {
+              const result = await fn(tx);
+              await tx._beforeCommit();
+              return result;
+            },
+            batch ? dialect.batchIsolation : undefined,
+          );
         } finally {
+          tx._end();
           // After COMMIT or ROLLBACK: a key held to the end of the transaction, not of the session.
           await tx._releaseKeys(raw);
         }
@@ -280,14 +314,11 @@ class MysqlStore extends SqlStore {
         }
         // mysql2 emits 'error' on a pool connection the server closed; its own listener is a once().
         const watch = new ConnectionWatch(connection.connection ?? connection);
-        // tx.client is this connection: a release by the host would hand it, transaction open, to the next caller.
-        const restoreRelease = refuseRelease(connection);
         let released = false;
         const release = (broken) => {
           if (released) return;
           released = true;
           watch.stop(broken);
-          restoreRelease();
           if (broken) connection.destroy();
           else connection.release();
         };

@@ -58,6 +58,11 @@ export declare class MysqlTransaction {
   private constructor();
 }
 export interface MysqlTransaction extends DurableStoreTransaction {
-  /** The connection of this transaction (promise flavour): the host's statements on it commit or roll back with idemflow's. */
+  /**
+   * The connection of this transaction (promise flavour, callbacks taken too), guarded: the host's statements
+   * on it commit or roll back with idemflow's; its BEGIN/COMMIT/ROLLBACK become a savepoint of idemflow's
+   * transaction, and control that cannot be mapped (DDL that commits implicitly among it) is refused with
+   * INVALID_ARGUMENT (docs/adapters.md, "What the guard maps, and what it refuses").
+   */
   readonly client: MysqlConnection;
 }

@@ -23,7 +23,6 @@ const {
   Serializer,
   betweenBeginAndCommit,
   guardedConnection,
-  refuseRelease,
   rollbackQuietly,
   sessionLock,
   transactionOptions,
@@ -33,6 +32,7 @@ const {
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
 const { migrateMissing } = require('../../sql/schema.cjs');
+const { guardPostgres, transactionEnded } = require('../../sql/client-guard.cjs');
 const dialect = require('./dialect.cjs');
 
 function mapError(error, onUnique) {
@@ -73,13 +73,53 @@ function kindOf(db) {
   return 'client';
 }
 
+/** The mark idemflow sets in its transaction (SET LOCAL): gone once that transaction ends, absent from any other. */
+const MARK = "SET LOCAL idemflow.tx = 'on'";
+const READ_MARK = "SELECT current_setting('idemflow.tx', true) AS mark";
+
 class PostgresTransaction extends SqlTransaction {
   #queryable;
+  /** Whether MARK was set in this transaction: with the BEGIN on a server, before the host's first statement on PGlite. */
+  #marked;
 
-  /** @param {object} raw the pg PoolClient or Client, or the PGlite transaction: `tx.client` */
+  /** @param {object} raw the pg PoolClient or Client, or the PGlite transaction: behind `tx.client` */
   constructor(store, queryable, raw) {
     super(store, ({ sql, values }, onUnique) => run(queryable, sql, values, onUnique, store._prepares), raw);
     this.#queryable = queryable;
+    this.#marked = store._prepares;
+  }
+
+  /** @internal tx.client: the connection, guarded; on PGlite the mark is set before the host's statements */
+  _guardClient(raw, guard) {
+    if (this._store._prepares) return guardPostgres(raw, guard);
+    const mark = async () => {
+      await raw.query(MARK);
+      this.#marked = true;
+    };
+    return guardPostgres(raw, guard, { pglite: true, before: () => (this.#marked ? null : mark()) });
+  }
+
+  /** Undoes what was written since savepoint(name); on PGlite that may be the mark too, set again before the host's next statement. */
+  async rollbackToSavepoint(name) {
+    await super.rollbackToSavepoint(name);
+    if (!this._store._prepares) this.#marked = false;
+  }
+
+  /**
+   * @internal the mark is still there: the transaction is open and idemflow's. An
+   * aborted transaction answers the read with 25P02; its COMMIT then answers
+   * ROLLBACK, which onConnection reports as it always has.
+   */
+  async _checkOwn() {
+    if (!this.#marked) return;
+    let result;
+    try {
+      result = await this.#queryable.query(READ_MARK, []);
+    } catch (error) {
+      if (error?.code === '25P02') return;
+      throw mapError(error);
+    }
+    if (result.rows?.[0]?.mark !== 'on') throw transactionEnded('its mark (SET LOCAL idemflow.tx) is gone');
   }
 
   /** @internal an advisory lock of this transaction (StoreTransaction._tryHoldKey) */
@@ -204,14 +244,11 @@ class PostgresStore extends SqlStore {
     } catch (error) {
       throw mapError(error);
     }
-    // tx.client is this connection: the host must not give it back while the transaction holds it.
-    const restoreRelease = refuseRelease(connection);
     let released = false;
     const release = (error) => {
       if (released) return;
       released = true;
       watch.stop(error !== undefined);
-      restoreRelease();
       // With an error, the pool discards the client instead of handing it out again.
       connection.release(error);
     };
@@ -241,7 +278,16 @@ class PostgresStore extends SqlStore {
   transaction(fn, options) {
     const { batch, deadlineAt } = transactionOptions(options);
     return this.#inTransaction(
-      (queryable, raw) => fn(new PostgresTransaction(this, queryable, raw)),
+      async (queryable, raw) => {
+        const tx = new PostgresTransaction(this, queryable, raw);
+        try {
+          const result = await fn(tx);
+          await tx._beforeCommit();
+          return result;
+        } finally {
+          tx._end();
+        }
+      },
       'transaction',
       deadlineAt,
       batch ? ' ISOLATION LEVEL READ COMMITTED' : '',
@@ -412,7 +458,7 @@ async function onConnection(connection, queryable, work, { timeoutMs, statementT
   // idle inside the transaction longer than its own timeout is ended by the server.
   const bounds = statementTimeoutMs > 0 ? `; SET LOCAL statement_timeout = ${statementTimeoutMs}` : '';
   const { result, committed } = await betweenBeginAndCommit(connection, {
-    begin: () => run(queryable, `BEGIN${mode}${bounds}; SET LOCAL idle_in_transaction_session_timeout = ${timeoutMs}`, []),
+    begin: () => run(queryable, `BEGIN${mode}${bounds}; SET LOCAL idle_in_transaction_session_timeout = ${timeoutMs}; ${MARK}`, []),
     work: () => work(queryable, connection),
     commit: () => run(queryable, 'COMMIT', []),
   });

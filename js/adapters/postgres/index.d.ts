@@ -71,6 +71,10 @@ export declare class PostgresTransaction<Db = PostgresPool | PostgresClient | PG
   private constructor();
 }
 export interface PostgresTransaction<Db = PostgresPool | PostgresClient | PGliteLike> extends DurableStoreTransaction {
-  /** The connection of this transaction: the host's statements on it commit or roll back with idemflow's. */
+  /**
+   * The connection of this transaction, guarded: the host's statements on it commit or roll back with
+   * idemflow's; its BEGIN/COMMIT/ROLLBACK become a savepoint of idemflow's transaction, and control that
+   * cannot be mapped is refused with INVALID_ARGUMENT (docs/adapters.md, "What the guard maps, and what it refuses").
+   */
   readonly client: PostgresTransactionClient<Db>;
 }

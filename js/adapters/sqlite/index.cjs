@@ -15,6 +15,8 @@ const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
 const { migrateMissing } = require('../../sql/schema.cjs');
 const { randomUUID } = require('node:crypto');
+const { step } = require('../../core/step.cjs');
+const { guardSqlite, transactionEnded } = require('../../sql/client-guard.cjs');
 const dialect = require('./dialect.cjs');
 
 const SQLITE_OPTIONS = [...STORE_OPTIONS, 'busyTimeoutMs', 'synchronous', 'wal'];
@@ -35,6 +37,28 @@ function isHandle(db) {
 class SqliteTransaction extends SqlTransaction {
   constructor(store) {
     super(store, (statement, onUnique) => store._executeNow(statement, onUnique), store.db);
+  }
+
+  /** @internal tx.client: the handle, guarded */
+  _guardClient(raw, guard) {
+    const handle = guardSqlite(raw, guard, () => handle);
+    return handle;
+  }
+
+  /** @internal the handle is still inside a transaction (better-sqlite3 `inTransaction`, node:sqlite `isTransaction`) */
+  _checkOwn() {
+    const ended = this.#ended();
+    if (ended !== null) throw ended;
+  }
+
+  /** After each callback too, since it costs nothing here: idemflow writes nothing more outside its transaction. */
+  endHostWork(threw = false) {
+    return super.endHostWork(threw) ?? (this._clientUsed ? this.#ended() : null);
+  }
+
+  #ended() {
+    const db = this._store.db;
+    return (db.inTransaction ?? db.isTransaction) === false ? transactionEnded('the handle is not inside a transaction') : null;
   }
 }
 
@@ -154,7 +178,8 @@ class SqliteStore extends SqlStore {
     const { deadlineAt } = transactionOptions(options);
     return this.#serializer.run(() => {
       checkTimeLeft(deadlineAt, 'transaction');
-      return this.#immediate(() => fn(new SqliteTransaction(this)));
+      const tx = new SqliteTransaction(this);
+      return this.#immediate(() => step(fn(tx), (result) => step(tx._beforeCommit(), () => result))).finally(() => tx._end());
     });
   }
 

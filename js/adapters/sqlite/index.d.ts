@@ -63,6 +63,10 @@ export declare class SqliteTransaction<Db extends SqliteHandle = SqliteHandle> {
   private constructor();
 }
 export interface SqliteTransaction<Db extends SqliteHandle = SqliteHandle> extends DurableStoreTransaction {
-  /** The store's handle, inside BEGIN IMMEDIATE: the host's statements on it commit or roll back with idemflow's. */
+  /**
+   * The store's handle, inside BEGIN IMMEDIATE, guarded: the host's statements on it commit or roll back with
+   * idemflow's; its BEGIN/COMMIT/ROLLBACK become a savepoint of idemflow's transaction, and control that
+   * cannot be mapped is refused with INVALID_ARGUMENT (docs/adapters.md, "What the guard maps, and what it refuses").
+   */
   readonly client: Db;
 }
