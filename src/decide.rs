@@ -915,14 +915,9 @@ pub fn decide(
     let item = Item::of(&packed, &work.spans, layout.entries(), 0);
     let mut fingerprint = [0u8; fingerprint::LEN];
     let (valid, decided) = decide_item(rule_set, &item, layout, &mut fingerprint, &mut work.canonical)?;
-    // The map as the decider read it (it checked it): an object, or its JSON text.
-    let parsed;
+    // The map as the decider read it (it checked it: only an object is one).
     let facts = match rule_set.facts().and_then(|f| workflow.and_then(|w| w.get(&f.name))) {
         Some(Value::Object(map)) => Some(map),
-        Some(Value::String(text)) => {
-            parsed = serde_json::from_str::<Map<String, Value>>(text).ok();
-            parsed.as_ref()
-        }
         _ => None,
     };
     Ok(render(rule_set, &valid, &decided, &String::from_utf8_lossy(&fingerprint), facts))

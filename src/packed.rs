@@ -392,11 +392,11 @@ impl Packer {
             };
             if let Some(facts) = rule_set.facts().filter(fact_event) {
                 match workflow.get(&facts.name) {
-                    // As a host reads the map: its JSON text.
-                    Some(value @ (Value::Object(_) | Value::Array(_))) => {
-                        self.string(base + layout.workflow_facts(), &value.to_string())
-                    }
-                    value => self.value(base + layout.workflow_facts(), value),
+                    None | Some(Value::Null) => self.value(base + layout.workflow_facts(), workflow.get(&facts.name)),
+                    // As a host reads the map: its JSON text. Anything but an
+                    // object (a map stored as a string of JSON text included)
+                    // is laid out as its JSON too, so the decider refuses it.
+                    Some(value) => self.string(base + layout.workflow_facts(), &value.to_string()),
                 }
             }
         }

@@ -466,3 +466,22 @@ fn many_sequenced_event_types_are_refused_by_the_history_budget_before_they_cost
     assert!(error.to_string().contains("limit maxReorderHistories"), "{error}");
     assert!(started.elapsed().as_secs_f64() < 2.0, "{:?}", started.elapsed());
 }
+
+#[test]
+fn a_facts_map_stored_as_a_string_of_json_text_is_invalid_record_not_the_map() {
+    let v4 = RuleSet::builtin("deposit-swap").unwrap();
+    let event = object(json!({
+        "eventId": "e-2", "workflowId": "swap-9", "type": "DEPOSIT_CONFIRMED",
+        "depositRef": "btc:tx-1:0", "amountUnits": "10", "sequence": 2
+    }));
+    let deposits = json!({ "btc:tx-1:0": { "event": "DEPOSIT_DETECTED", "amountUnits": "10", "sequence": 1 } });
+    let swap = |facts: Value| {
+        object(json!({ "id": "swap-9", "status": "deposit", "revision": 2, "expectedUnits": "10", "deposits": facts }))
+    };
+    assert_eq!(decide(v4, &event, None, Some(&swap(deposits.clone()))).unwrap().outcome, Outcome::Applied);
+    for facts in [Value::String(deposits.to_string()), json!(7), json!(["btc:tx-1:0"])] {
+        let error = decide(v4, &event, None, Some(&swap(facts.clone()))).unwrap_err();
+        assert_eq!(error.code(), "INVALID_RECORD", "{facts}");
+        assert_eq!(error.details()["field"], "deposits", "{facts}");
+    }
+}

@@ -155,12 +155,14 @@ function createReading(described) {
   }
 
   /** As `put`, for a structured member (a receipt's result, a facts map): an object or array is laid out as its JSON text. */
-  function putJson(p, record, key, at, maxUnits = MAX_RESULT) {
+  function putJson(p, record, key, at, maxUnits = MAX_RESULT, objectOnly = false) {
     let value;
     try {
       if (!hasOwn(record, key)) return;
       value = record[key];
-      if (value !== null && typeof value === 'object') {
+      if (value !== null && (typeof value === 'object' || objectOnly)) {
+        // A value that must be an object (a facts map) laid out as its JSON whatever it is: a map stored as a
+        // string of JSON text arrives as a JSON string, which the decider refuses.
         value = stringify(value);
         if (typeof value !== 'string') return;
       }
@@ -213,7 +215,7 @@ function createReading(described) {
           read('workflow', plan.fields[f], `base + ${plan.workflowField + f}`, 'undefined', `base + ${plan.eventField + f}`),
         ),
         ...(readsFacts(plan, type)
-          ? [`putJson(p, workflow, ${JSON.stringify(plan.facts.name)}, base + ${plan.workflowFacts}, ${plan.facts.maxBytes});`]
+          ? [`putJson(p, workflow, ${JSON.stringify(plan.facts.name)}, base + ${plan.workflowFacts}, ${plan.facts.maxBytes}, true);`]
           : []),
         '}',
       );
@@ -264,7 +266,7 @@ function createReading(described) {
           put(p, workflow, 'status', w + 1, plan.statusIndex);
           put(p, workflow, 'revision', w + 2);
           for (const f of plan.guards[type]) put(p, workflow, fields[f], base + plan.workflowField + f, undefined, eventField + f);
-          if (readsFacts(plan, type)) putJson(p, workflow, plan.facts.name, base + plan.workflowFacts, plan.facts.maxBytes);
+          if (readsFacts(plan, type)) putJson(p, workflow, plan.facts.name, base + plan.workflowFacts, plan.facts.maxBytes, true);
         }
       }),
     };

@@ -218,8 +218,9 @@ class StoreBase {
 
   /**
    * Inserts or replaces a workflow, for hosts that create workflows and for
-   * tests. `options.ruleSet`: the rule set the workflow runs under, whose
-   * facts map (if it has one) is checked as a decision reads it.
+   * tests. `options.ruleSet`: the rule set the workflow runs under (default
+   * deposit-swap, as processEvent's), whose facts map (if it has one) is
+   * checked as a decision reads it.
    */
   async putWorkflow(workflow, options) {
     await this._putWorkflow(workflowToStore(workflow, putOptionsOf(options)));

@@ -97,11 +97,13 @@ function factsNameOf(compiled) {
 
 /**
  * putWorkflow's options, read once: `{ ruleSet }` (a RuleSet or a built-in
- * name), the rule set whose facts map the workflow holds; null without one.
+ * name), the rule set whose facts map the workflow holds; without one the
+ * default processEvent decides with (deposit-swap), so the map a decision
+ * will read is checked when it is written.
  */
 function putOptionsOf(options) {
   const { ruleSet } = optionsOf(options, ['ruleSet'], 'putWorkflow');
-  return ruleSet === undefined ? null : resolveRuleSet(ruleSet);
+  return resolveRuleSet(ruleSet);
 }
 
 /**

@@ -35,7 +35,7 @@ test('rules table prints the built-in decision table as Markdown', () => {
   // Before the exchange a confirmation that covers expectedUnits starts it, and records the deposit it acts on.
   assert.match(
     stdout,
-    /\| DEPOSIT_CONFIRMED \| waiting, deposit, reversed \| amountUnits \| sequence > recorded sequence and amountUnits >= recorded expectedUnits \| applied → exchange; records depositRef, amountUnits, sequence; emits START_EXCHANGE `start-exchange:\{workflowId\}` \|\n/,
+    /\| DEPOSIT_CONFIRMED \| waiting \| amountUnits \| sequence > recorded sequence and amountUnits >= recorded expectedUnits \| applied → exchange; records depositRef, amountUnits, sequence; emits START_EXCHANGE `start-exchange:\{workflowId\}` \|\n/,
   );
   // A decision list takes a line per case, so no line holds a whole rule.
   assert.match(stdout, /\n\| \| \| \| sequence = recorded sequence \| already-applied \|\n/);

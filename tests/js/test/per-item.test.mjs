@@ -10,7 +10,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { createDeliveryHandler, IdemflowError, processBatch, processEvent, RuleSet } from 'idemflow';
+import { createDeliveryHandler, decide, IdemflowError, processBatch, processEvent, RuleSet } from 'idemflow';
 import { BACKENDS, suiteStore, uniquePrefix } from '../workers/backends.mjs';
 import { outcomeOf } from '../workers/fixtures.mjs';
 import { shipmentsOf } from '../workers/host-tables.mjs';
@@ -200,6 +200,8 @@ for (const backend of BACKENDS) {
         for (const put of [
           (workflow) => suite.store.putWorkflow(workflow, { ruleSet: 'deposit-swap' }),
           (workflow) => suite.store.transaction((tx) => tx.putWorkflow(workflow, { ruleSet: 'deposit-swap' })),
+          // Without a rule set, the default processEvent decides with (deposit-swap).
+          (workflow) => suite.store.putWorkflow(workflow),
         ]) {
           const refused = await outcomeOf(put(swap(id, facts)));
           assert.ok(refused.error instanceof IdemflowError, `${id}: refused`);
@@ -286,3 +288,26 @@ for (const backend of BACKENDS) {
     }
   });
 }
+
+describe('a facts map stored as a string of JSON text', () => {
+  it('is an INVALID_RECORD for the decision that reads it, never read as the map', () => {
+    const deposits = { 'btc:tx-1:vout-0': { event: 'DEPOSIT_DETECTED', amountUnits: '100', sequence: 1 } };
+    const event = {
+      eventId: 'as-text-c2',
+      workflowId: 'swap-as-text',
+      type: 'DEPOSIT_CONFIRMED',
+      depositRef: 'btc:tx-1:vout-0',
+      amountUnits: '100',
+      sequence: 2,
+    };
+    const workflow = (facts) => ({ id: 'swap-as-text', status: 'deposit', revision: 2, expectedUnits: '100', deposits: facts });
+    assert.equal(decide({ event, receipt: null, workflow: workflow(deposits) }).outcome, 'applied');
+    for (const facts of [JSON.stringify(deposits), 7, true, ['btc:tx-1:vout-0']]) {
+      assert.throws(
+        () => decide({ event, receipt: null, workflow: workflow(facts) }),
+        (error) => error instanceof IdemflowError && error.code === 'INVALID_RECORD' && error.details.field === 'deposits',
+        JSON.stringify(facts),
+      );
+    }
+  });
+});
