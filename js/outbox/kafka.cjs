@@ -184,6 +184,10 @@ function partitionCheck(admin, expected) {
  */
 function unlessAborted(signal, promise) {
   if (signal === null) return promise;
+  if (signal.aborted) {
+    promise.catch(() => {}); // nobody waits for it any more
+    return Promise.reject(signal.reason);
+  }
   return new Promise((resolve, reject) => {
     const aborted = () => reject(signal.reason);
     signal.addEventListener('abort', aborted, { once: true });
@@ -224,8 +228,8 @@ function createKafkaRelay(producer, options) {
   async function relayToKafka(operation, context) {
     const { topic, message } = kafkaRecord(operation, context, settings);
     const signal = hasMethod(context?.signal, 'addEventListener') ? context.signal : null;
+    if (signal?.aborted) throw signal.reason; // sends nothing
     if (check !== null) await unlessAborted(signal, check(topic));
-    if (signal?.aborted) throw signal.reason;
     await unlessAborted(signal, producer.send({ topic, messages: [message], acks: -1 }));
   }
   relayToKafka.ready = async (topics = typeof settings.topic === 'string' ? [settings.topic] : []) => {

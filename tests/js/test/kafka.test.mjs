@@ -400,6 +400,29 @@ describe("the relay checks each topic's partition count before its first send to
     assert.deepEqual(admin.calls, ['connect', 'metadata ops', 'disconnect', 'connect', 'metadata ops', 'disconnect']);
   });
 
+  it('an abort while the metadata is read rejects at once with its reason and sends nothing; the answer serves the next send', async () => {
+    const [operation] = await operations(1);
+    const producer = recordingProducer();
+    const admin = fakeAdmin({ ops: 6 });
+    let answer;
+    const read = admin.fetchTopicMetadata;
+    admin.fetchTopicMetadata = (request) =>
+      new Promise((resolve) => {
+        answer = () => resolve(read(request));
+      });
+    const relay = createKafkaRelay(producer, { topic: 'ops', partitions: 6, admin });
+    const controller = new AbortController();
+    const sending = relay(operation, { traceContext: null, signal: controller.signal });
+    await until('the metadata is being read', () => answer !== undefined, 5000);
+    const reason = new DOMException('the lease was lost', 'AbortError');
+    controller.abort(reason);
+    await assert.rejects(sending, (error) => error === reason);
+    answer();
+    await relay(operation, { traceContext: null });
+    assert.equal(producer.sent.length, 1, 'only the second send went out');
+    assert.deepEqual(admin.calls, ['connect', 'metadata ops', 'disconnect'], 'read once');
+  });
+
   it('with a topic function, each topic is checked once, on its first send or by ready(topics)', async () => {
     const store = new InMemoryStore([detectedSwap({ id: 'swap-9', revision: 3, depositRef: 'btc:tx-9:vout-0', amountUnits: '900' })], {
       now: () => T0,
