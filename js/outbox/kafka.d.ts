@@ -1,5 +1,5 @@
 // idemflow/kafka: an outbox handler that relays each operation to a Kafka topic.
-import type { ClaimedOperation, HandlerContext, OperationHandler, StoredOperation } from '../index.js';
+import type { ClaimedOperation, HandlerContext, StoredOperation } from '../index.js';
 
 /** A record header's name per relayed field. */
 export declare const RELAY_HEADERS: Readonly<{
@@ -21,24 +21,63 @@ export interface KafkaRelayMessage {
 
 /** What the relay needs of a producer: kafkajs's `send` (or the KafkaJS API of @confluentinc/kafka-javascript). */
 export interface KafkaProducerLike {
-  send(record: { topic: string; messages: KafkaRelayMessage[] }): Promise<unknown>;
+  /** The relay always passes `acks: -1` (every in-sync replica). */
+  send(record: { topic: string; messages: KafkaRelayMessage[]; acks: -1 }): Promise<unknown>;
 }
 
-export interface KafkaRelayOptions {
-  /** One topic for every operation, or the topic of each (by its type, say). */
+/** What the partition check needs of an admin client: kafkajs's `kafka.admin()`. */
+export interface KafkaAdminLike {
+  /** Called before each read when present; the relay owns the admin for its reads. */
+  connect?(): Promise<unknown>;
+  /** Called after each read when present. */
+  disconnect?(): Promise<unknown>;
+  /** Rejects with `type: 'UNKNOWN_TOPIC_OR_PARTITION'` for a missing topic (kafkajs's admin never asks to create one). */
+  fetchTopicMetadata(request: { topics: string[] }): Promise<{ topics: Array<{ name: string; partitions: readonly unknown[] }> }>;
+}
+
+/** What a record's topic is: the same for every operation, or each one's (by its type, say). */
+export interface KafkaRecordOptions {
   topic: string | ((operation: StoredOperation) => string);
 }
 
+export interface KafkaRelayOptions extends KafkaRecordOptions {
+  /**
+   * The partition count every topic the relay sends to must have. Each
+   * topic's metadata is read once, through `admin`, before the first send
+   * to it; a missing topic or another count refuses every send to it
+   * (IdemflowError INVALID_ARGUMENT, disposition fatal, details
+   * `{ field: 'partitions', reason, topic, expected, actual }`, actual null
+   * for a missing topic).
+   */
+  partitions?: number;
+  /** Reads the metadata for `partitions` (required with it, refused without it). */
+  admin?: KafkaAdminLike;
+}
+
+/** The relay: an outbox handler, and the partition check to run ahead of the consumer. */
+export interface KafkaRelay {
+  (operation: ClaimedOperation, context: HandlerContext): Promise<void>;
+  /**
+   * Checks the partition count of `topics` (default: the topic, when it is a
+   * name) as the first send would, and rejects as it would; resolves at once
+   * without `partitions`. Await it before `consumer.start()` so a wrong topic
+   * stops the worker instead of failing operations.
+   */
+  ready(topics?: readonly string[]): Promise<void>;
+}
+
 /**
- * An outbox handler that sends each operation as one record and resolves once
- * the producer's send has; the operation id travels in the
- * `idemflow-operation-id` header as the downstream idempotency key.
+ * An outbox handler that sends each operation as one record (acks -1) and
+ * resolves once the producer's send has; the operation id travels in the
+ * `idemflow-operation-id` header as the downstream idempotency key. A send
+ * whose context signal aborts rejects with the signal's reason at once and is
+ * never reported done.
  */
-export function createKafkaRelay(producer: KafkaProducerLike, options: KafkaRelayOptions): OperationHandler;
+export function createKafkaRelay(producer: KafkaProducerLike, options: KafkaRelayOptions): KafkaRelay;
 
 /** The record the relay sends for an operation. */
 export function kafkaRecord(
   operation: ClaimedOperation | StoredOperation,
   context: Pick<HandlerContext, 'traceContext'> | null,
-  options: KafkaRelayOptions,
+  options: KafkaRecordOptions,
 ): { topic: string; message: KafkaRelayMessage };

@@ -10,11 +10,11 @@
 //
 //   node examples/kafka-worker/relay.mjs
 //
-// RELAY_TOPIC (default <base>.operations), IDEMFLOW_KAFKA_BROKERS, SWAPS_TOPIC,
+// RELAY_TOPIC (default <base>.operations), PARTITIONS (6), IDEMFLOW_KAFKA_BROKERS, SWAPS_TOPIC,
 // and the settings of ../shared/outbox.mjs (store, lease, backoff, poll interval).
 import { createKafkaRelay } from 'idemflow/kafka';
 import { runOutboxConsumer } from '../shared/outbox.mjs';
-import { createProducer, ensureTopic, kafkaClient, topicNames } from './topology.mjs';
+import { createProducer, ensureTopic, kafkaClient, PARTITIONS, topicNames } from './topology.mjs';
 
 const topic = process.env.RELAY_TOPIC || topicNames().operations;
 
@@ -24,7 +24,10 @@ const producer = createProducer(kafka);
 await producer.connect();
 
 // One topic for every type here; `topic: (operation) => …` sends each type to its own.
-const relay = createKafkaRelay(producer, { topic });
+// The topic must have PARTITIONS partitions: checked before the consumer starts (a topic that came back
+// through auto-creation with the broker's default would move workflows to other partitions).
+const relay = createKafkaRelay(producer, { topic, partitions: PARTITIONS, admin: kafka.admin() });
+await relay.ready();
 runOutboxConsumer({
   role: 'relay',
   handlers: { START_EXCHANGE: relay, SEND_PAYOUT: relay, OPEN_REVIEW: relay, REVIEW_DEPOSIT: relay },

@@ -9,7 +9,11 @@
 //   dead-letter  a copy to <base>.dead with the error in headers
 //   park         a copy to <base>.parked the same way
 //
-// The copies keep the message's key (the workflow id). Only once the store
+// The copies keep the message's key (the workflow id) and name the message the
+// event first came in (idemflow-origin, carried forward from copy to copy). On
+// the retry topic a copy of an event whose chain this member has already seen
+// further on is a fork left by a crash, and is dropped (consume.mjs's
+// chainGuard): one retry chain per event. Only once the store
 // has committed and the broker has acknowledged every copy of a chunk are the
 // chunk's offsets resolved and committed: a crash before that redelivers the
 // chunk from the last commit, and each replay is a duplicate-delivery. A
@@ -23,11 +27,11 @@
 //
 // IDEMFLOW_KAFKA_BROKERS (default 127.0.0.1:19092), SWAPS_TOPIC (default
 // swaps), BATCH_SIZE (16), PARTITIONS_CONCURRENTLY (2), SESSION_TIMEOUT_MS
-// (30000), RETRY_BASE_DELAY_MS (500), RETRY_MAX_DELAY_MS (60000), and the
+// (30000), FETCH_MAX_WAIT_MS (5000), RETRY_BASE_DELAY_MS (500), RETRY_MAX_DELAY_MS (60000), and the
 // store's variables (../shared/store.mjs).
 import { errorFields, log, openWorker } from '../shared/store.mjs';
-import { createConsumer, inChunks } from './consume.mjs';
-import { createProducer, ensureTopics, HEADERS, headerText, kafkaClient, topicNames } from './topology.mjs';
+import { attemptOf, chainGuard, copyFor, createConsumer, inChunks, originOf } from './consume.mjs';
+import { createProducer, ensureTopics, kafkaClient, topicNames } from './topology.mjs';
 
 const BATCH_SIZE = Number(process.env.BATCH_SIZE || 16);
 const names = topicNames();
@@ -51,30 +55,26 @@ consumer.on(consumer.events.GROUP_JOIN, ({ payload }) => {
 await consumer.connect();
 await consumer.subscribe({ topics: [names.main, names.retry], fromBeginning: true });
 
-/** The delivery this is: 1 on the main topic, the header's count on a retry copy. */
-function attemptOf(message) {
-  const attempt = Number(headerText(message, HEADERS.attempt) ?? 1);
-  return Number.isSafeInteger(attempt) && attempt >= 1 ? attempt : 1;
-}
-
-/** The record a verdict sends, or null for an ack. */
-function copyFor(topic, partition, message, verdict, attempt) {
-  if (verdict.action === 'ack') return null;
-  const headers = {
-    [HEADERS.code]: verdict.error.code,
-    [HEADERS.reason]: String(verdict.error.details.reason ?? verdict.error.message).slice(0, 200),
-    [HEADERS.origin]: `${topic}/${partition}/${message.offset}`,
-  };
-  if (verdict.action === 'retry') {
-    headers[HEADERS.attempt] = String(attempt + 1);
-    headers[HEADERS.notBefore] = String(Date.now() + verdict.retryAfterMs);
-  }
-  const to = { retry: names.retry, 'dead-letter': names.dead, park: names.parked }[verdict.action];
-  return { topic: to, message: { key: message.key, value: message.value, headers } };
-}
+const guard = chainGuard();
 
 /** One chunk: one transaction, then the copies its verdicts ask for, all acknowledged by the broker. */
-async function settle(topic, partition, messages) {
+async function settle(topic, partition, chunk) {
+  // On the retry topic, a copy of an event whose chain this member has seen further on is a fork: dropped.
+  const keep = topic === names.retry ? guard.fresh(topic, partition, chunk) : chunk.map(() => true);
+  chunk.forEach((message, i) => {
+    if (keep[i]) return;
+    log({
+      role: 'worker',
+      event: 'fork-dropped',
+      topic,
+      partition,
+      offset: message.offset,
+      origin: originOf(topic, partition, message),
+      attempt: attemptOf(message),
+    });
+  });
+  const messages = chunk.filter((_, i) => keep[i]);
+  if (messages.length === 0) return;
   const attempts = messages.map(attemptOf);
   let verdicts;
   try {
@@ -89,12 +89,13 @@ async function settle(topic, partition, messages) {
   }
   const copies = new Map(); // topic -> messages
   verdicts.forEach((verdict, i) => {
-    const copy = copyFor(topic, partition, messages[i], verdict, attempts[i]);
+    const copy = copyFor(names, topic, partition, messages[i], verdict, attempts[i]);
     if (copy) copies.set(copy.topic, [...(copies.get(copy.topic) ?? []), copy.message]);
   });
   if (copies.size > 0) {
     await producer.sendBatch({ acks: -1, topicMessages: [...copies].map(([to, batch]) => ({ topic: to, messages: batch })) });
   }
+  if (topic === names.retry) guard.settled(topic, partition, messages);
   // Logged before the offsets are committed: these messages are still held (a kill now redelivers them).
   verdicts.forEach((verdict, i) => {
     log({
@@ -106,6 +107,7 @@ async function settle(topic, partition, messages) {
       partition,
       offset: messages[i].offset,
       attempt: attempts[i],
+      origin: originOf(topic, partition, messages[i]),
       inFlight: messages.length,
     });
   });

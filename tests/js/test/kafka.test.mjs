@@ -103,11 +103,12 @@ describe('the outbox relay to Kafka', () => {
     assert.equal((await consumer.runOnce()).done, 2);
     const records = producer.sent.sort((a, b) => a.messages[0].key.localeCompare(b.messages[0].key));
     assert.deepEqual(
-      records.map((r) => [r.topic, r.messages.length, r.messages[0].key]),
+      records.map((r) => [r.topic, r.messages.length, r.messages[0].key, r.acks]),
       [
-        ['swaps.operations', 1, 'swap-1'],
-        ['swaps.operations', 1, 'swap-2'],
+        ['swaps.operations', 1, 'swap-1', -1],
+        ['swaps.operations', 1, 'swap-2', -1],
       ],
+      'one record per operation, each send asking every in-sync replica (acks -1)',
     );
     const [first] = records[0].messages;
     const stored = await store.getOperation('start-exchange:swap-1');
@@ -238,6 +239,242 @@ describe('the outbox relay to Kafka', () => {
       code(() => kafkaRecord(operation, null, { topic: () => undefined })),
       [true, 'INVALID_ARGUMENT', 'topic', null],
     );
+  });
+});
+
+/** A producer whose sends wait until `release()`; `started` resolves with each send's record. */
+function heldProducer() {
+  const producer = {
+    sent: [],
+    acknowledged: [],
+    pending: [],
+    send(record) {
+      producer.sent.push(structuredClone(record));
+      return new Promise((resolve) => {
+        producer.pending.push(() => {
+          producer.acknowledged.push(record.messages[0].headers['idemflow-operation-id']);
+          resolve([{ topicName: record.topic, partition: 0, errorCode: 0 }]);
+        });
+      });
+    },
+    release() {
+      for (const acknowledge of producer.pending.splice(0)) acknowledge();
+    },
+  };
+  return producer;
+}
+
+describe("the relay honours the handler's abort signal", () => {
+  it('a signal already aborted sends nothing and rejects with its reason', async () => {
+    const store = await confirmedStore(1);
+    const operation = await store.getOperation('start-exchange:swap-1');
+    const producer = recordingProducer();
+    const relay = createKafkaRelay(producer, { topic: 'ops' });
+    const controller = new AbortController();
+    const reason = new DOMException('the lease was lost', 'AbortError');
+    controller.abort(reason);
+    await assert.rejects(relay(operation, { traceContext: null, signal: controller.signal }), (error) => error === reason);
+    assert.deepEqual(producer.sent, [], 'nothing was sent');
+  });
+
+  it('an abort during the send rejects at once with its reason, and the acknowledgement that comes after it changes nothing', async () => {
+    const store = await confirmedStore(1);
+    const operation = await store.getOperation('start-exchange:swap-1');
+    const producer = heldProducer();
+    const relay = createKafkaRelay(producer, { topic: 'ops' });
+    const controller = new AbortController();
+    const sending = relay(operation, { traceContext: null, signal: controller.signal });
+    assert.equal(producer.sent.length, 1, 'the send is in flight');
+    const reason = new DOMException('the outbox consumer is stopping', 'AbortError');
+    controller.abort(reason);
+    await assert.rejects(sending, (error) => error === reason);
+    assert.deepEqual(producer.acknowledged, [], 'rejected before the broker answered');
+    producer.release();
+    assert.deepEqual(producer.acknowledged, ['start-exchange:swap-1']);
+  });
+
+  it('the consumer stopping past its timeout: the relay gives the operation back at once, never done, though the broker acknowledges it later', async () => {
+    const store = await confirmedStore(1);
+    const producer = heldProducer();
+    const consumer = createOutboxConsumer(
+      store,
+      { START_EXCHANGE: createKafkaRelay(producer, { topic: 'ops' }) },
+      { now: () => T0, autoRenew: false, pollIntervalMs: 10 },
+    );
+    const released = [];
+    consumer.on('released', ({ operationId }) => released.push(operationId));
+    consumer.start();
+    try {
+      await until('the relay is sending', () => producer.sent.length === 1, 5000);
+      // Without the signal the handler would hold stop() for the grace period and be abandoned, still claimed.
+      const { abandoned } = await consumer.stop({ timeoutMs: 50, abortGraceMs: 10_000 });
+      assert.deepEqual(abandoned, [], 'the handler ended on the abort');
+      assert.deepEqual(released, ['start-exchange:swap-1'], 'released: the attempt not counted');
+      producer.release();
+      assert.deepEqual(producer.acknowledged, ['start-exchange:swap-1']);
+      const operation = await store.getOperation('start-exchange:swap-1');
+      assert.deepEqual([operation.status, operation.attempts], ['pending', 0], 'not done: the next claim sends it again');
+    } finally {
+      producer.release();
+      await consumer.stop({ timeoutMs: 1000 });
+    }
+  });
+});
+
+/** An admin that answers fetchTopicMetadata from `partitions` (topic -> count; absent: no such topic), or throws `fail`. */
+function fakeAdmin(partitions) {
+  const admin = {
+    calls: [],
+    fail: null,
+    async connect() {
+      admin.calls.push('connect');
+    },
+    async disconnect() {
+      admin.calls.push('disconnect');
+    },
+    async fetchTopicMetadata({ topics }) {
+      admin.calls.push(`metadata ${topics}`);
+      if (admin.fail) {
+        const error = admin.fail;
+        admin.fail = null;
+        throw error;
+      }
+      const [topic] = topics;
+      if (!(topic in partitions))
+        throw Object.assign(new Error('This server does not host this topic-partition'), {
+          name: 'KafkaJSProtocolError',
+          type: 'UNKNOWN_TOPIC_OR_PARTITION',
+        });
+      return { topics: [{ name: topic, partitions: Array.from({ length: partitions[topic] }, (_, partitionId) => ({ partitionId })) }] };
+    },
+  };
+  return admin;
+}
+
+describe("the relay checks each topic's partition count before its first send to it", () => {
+  const operations = async (count) => {
+    const store = await confirmedStore(count);
+    return Promise.all(Array.from({ length: count }, (_, i) => store.getOperation(`start-exchange:swap-${i + 1}`)));
+  };
+  const refusal = (error) => [error instanceof IdemflowError, error.code, error.disposition, error.details];
+
+  it('the count it was given: metadata read once, then every send goes out', async () => {
+    const producer = recordingProducer();
+    const admin = fakeAdmin({ ops: 6 });
+    const relay = createKafkaRelay(producer, { topic: 'ops', partitions: 6, admin });
+    await Promise.all((await operations(3)).map((operation) => relay(operation, { traceContext: null })));
+    assert.deepEqual(admin.calls, ['connect', 'metadata ops', 'disconnect']);
+    assert.equal(producer.sent.length, 3);
+    await relay.ready();
+    assert.equal(admin.calls.length, 3, 'ready() after the check reads nothing again');
+  });
+
+  it('another count or a missing topic: nothing is sent, every send and ready() refuse with a fatal INVALID_ARGUMENT naming topic, expected and actual', async () => {
+    const [first, second] = await operations(2);
+    for (const [partitions, reason, actual] of [
+      [{ ops: 4 }, 'partition count mismatch', 4],
+      [{}, 'no such topic', null],
+    ]) {
+      const producer = recordingProducer();
+      const admin = fakeAdmin(partitions);
+      const relay = createKafkaRelay(producer, { topic: 'ops', partitions: 6, admin });
+      const expected = [true, 'INVALID_ARGUMENT', 'fatal', { field: 'partitions', reason, topic: 'ops', expected: 6, actual }];
+      await assert.rejects(relay.ready(), (error) => assert.deepEqual(refusal(error), expected) ?? true);
+      for (const operation of [first, second])
+        await assert.rejects(relay(operation, { traceContext: null }), (error) => assert.deepEqual(refusal(error), expected) ?? true);
+      assert.deepEqual(producer.sent, [], 'nothing sent to the wrong topic');
+      assert.deepEqual(admin.calls, ['connect', 'metadata ops', 'disconnect'], 'the refusal is kept: metadata read once');
+    }
+  });
+
+  it('a read that fails is no answer: that send fails with the error as it is, the next one reads again', async () => {
+    const [operation] = await operations(1);
+    const producer = recordingProducer();
+    const admin = fakeAdmin({ ops: 6 });
+    admin.fail = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:9092'), { code: 'ECONNREFUSED' });
+    const relay = createKafkaRelay(producer, { topic: 'ops', partitions: 6, admin });
+    await assert.rejects(relay(operation, { traceContext: null }), /ECONNREFUSED/);
+    assert.equal(producer.sent.length, 0);
+    await relay(operation, { traceContext: null });
+    assert.equal(producer.sent.length, 1);
+    assert.deepEqual(admin.calls, ['connect', 'metadata ops', 'disconnect', 'connect', 'metadata ops', 'disconnect']);
+  });
+
+  it('an abort while the metadata is read rejects at once with its reason and sends nothing; the answer serves the next send', async () => {
+    const [operation] = await operations(1);
+    const producer = recordingProducer();
+    const admin = fakeAdmin({ ops: 6 });
+    let answer;
+    const read = admin.fetchTopicMetadata;
+    admin.fetchTopicMetadata = (request) =>
+      new Promise((resolve) => {
+        answer = () => resolve(read(request));
+      });
+    const relay = createKafkaRelay(producer, { topic: 'ops', partitions: 6, admin });
+    const controller = new AbortController();
+    const sending = relay(operation, { traceContext: null, signal: controller.signal });
+    await until('the metadata is being read', () => answer !== undefined, 5000);
+    const reason = new DOMException('the lease was lost', 'AbortError');
+    controller.abort(reason);
+    await assert.rejects(sending, (error) => error === reason);
+    answer();
+    await relay(operation, { traceContext: null });
+    assert.equal(producer.sent.length, 1, 'only the second send went out');
+    assert.deepEqual(admin.calls, ['connect', 'metadata ops', 'disconnect'], 'read once');
+  });
+
+  it('with a topic function, each topic is checked once, on its first send or by ready(topics)', async () => {
+    const store = new InMemoryStore([detectedSwap({ id: 'swap-9', revision: 3, depositRef: 'btc:tx-9:vout-0', amountUnits: '900' })], {
+      now: () => T0,
+    });
+    for (const event of [
+      {
+        eventId: 'e-confirm',
+        workflowId: 'swap-9',
+        type: 'DEPOSIT_CONFIRMED',
+        depositRef: 'btc:tx-9:vout-0',
+        amountUnits: '900',
+        sequence: 2,
+      },
+      { eventId: 'e-done', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '880' },
+    ])
+      assert.equal((await processEvent(store, event)).outcome, 'applied');
+    const producer = recordingProducer();
+    const admin = fakeAdmin({ 'swaps.start_exchange': 6, 'swaps.send_payout': 3 });
+    const relay = createKafkaRelay(producer, { topic: (operation) => `swaps.${operation.type.toLowerCase()}`, partitions: 6, admin });
+    await relay.ready(['swaps.start_exchange']);
+    const stats = await createOutboxConsumer(
+      store,
+      { START_EXCHANGE: relay, SEND_PAYOUT: relay },
+      { now: () => T0, autoRenew: false },
+    ).runOnce();
+    assert.deepEqual([stats.done, stats.retried], [1, 1]);
+    assert.deepEqual(
+      producer.sent.map((r) => r.topic),
+      ['swaps.start_exchange'],
+    );
+    assert.match((await store.getOperation('send-payout:swap-9')).lastError, /swaps\.send_payout has 3 partitions, not the 6/);
+    assert.deepEqual(
+      admin.calls.filter((call) => call.startsWith('metadata')),
+      ['metadata swaps.start_exchange', 'metadata swaps.send_payout'],
+    );
+  });
+
+  it('refuses partitions that are not a count, partitions without an admin, and an admin without partitions', () => {
+    const field = (options) => {
+      try {
+        createKafkaRelay(recordingProducer(), { topic: 'ops', ...options });
+      } catch (error) {
+        return [error instanceof IdemflowError, error.code, error.disposition, error.details.field];
+      }
+      return null;
+    };
+    for (const partitions of [0, -1, 1.5, '6', Number.NaN])
+      assert.deepEqual(field({ partitions, admin: fakeAdmin({}) }), [true, 'INVALID_ARGUMENT', 'fatal', 'partitions'], String(partitions));
+    assert.deepEqual(field({ partitions: 6 }), [true, 'INVALID_ARGUMENT', 'fatal', 'admin']);
+    assert.deepEqual(field({ partitions: 6, admin: {} }), [true, 'INVALID_ARGUMENT', 'fatal', 'admin']);
+    assert.deepEqual(field({ admin: fakeAdmin({}) }), [true, 'INVALID_ARGUMENT', 'fatal', 'admin']);
+    assert.equal(field({ partitions: 6, admin: fakeAdmin({}) }), null);
   });
 });
 
@@ -395,6 +632,10 @@ describe('the Kafka example against the broker', { skip: skipBroker }, () => {
     await db.store.migrate();
     const topic = `idemflow-${prefix}.operations`;
     const kafka = kafkaFor(`relay-test-${prefix}`);
+    // Created first, with the example's 6 partitions: the reader's subscription would otherwise auto-create
+    // it with the broker's default, and the relay would refuse to start on it.
+    const { ensureTopic } = await import(path.join(EXAMPLES, 'kafka-worker/topology.mjs'));
+    await ensureTopic(kafka, [topic]);
     const watcher = await watchTopics(kafka, [topic]);
     const children = [];
     try {
