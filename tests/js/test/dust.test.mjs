@@ -17,24 +17,13 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { InMemoryStore, processBatch, processEvent, RuleSet } from 'idemflow';
+import { random } from '../examples/shared/random.mjs';
 import { BACKENDS, suiteStore } from '../workers/backends.mjs';
 
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
 const EXPECTED = '12500000';
 const DUST = 1000;
 const COVER = 'btc-mainnet:tx-customer:vout-0';
-
-/** A small deterministic PRNG (mulberry32), so a failing order can be replayed. */
-function random(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function shuffle(list, next) {
   for (let i = list.length - 1; i > 0; i -= 1) {

@@ -94,6 +94,26 @@ async function confirmedStore(count, options) {
   return store;
 }
 
+/** A swap whose exchange completed: a START_EXCHANGE and a SEND_PAYOUT in its outbox, at T0. */
+async function exchangedSwap() {
+  const store = new InMemoryStore([detectedSwap({ id: 'swap-9', revision: 3, depositRef: 'btc:tx-9:vout-0', amountUnits: '900' })], {
+    now: () => T0,
+  });
+  for (const event of [
+    {
+      eventId: 'e-confirm',
+      workflowId: 'swap-9',
+      type: 'DEPOSIT_CONFIRMED',
+      depositRef: 'btc:tx-9:vout-0',
+      amountUnits: '900',
+      sequence: 2,
+    },
+    { eventId: 'e-done', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '880' },
+  ])
+    assert.equal((await processEvent(store, event)).outcome, 'applied');
+  return store;
+}
+
 describe('the outbox relay to Kafka', () => {
   it('sends each operation as one record keyed by its workflow id, the operation id in a header, and marks it done', async () => {
     const store = await confirmedStore(2, { metadata: { correlationId: 'corr-7' } });
@@ -134,21 +154,7 @@ describe('the outbox relay to Kafka', () => {
   });
 
   it('sends each operation type to the topic the topic function names', async () => {
-    const store = new InMemoryStore([detectedSwap({ id: 'swap-9', revision: 3, depositRef: 'btc:tx-9:vout-0', amountUnits: '900' })], {
-      now: () => T0,
-    });
-    for (const event of [
-      {
-        eventId: 'e-confirm',
-        workflowId: 'swap-9',
-        type: 'DEPOSIT_CONFIRMED',
-        depositRef: 'btc:tx-9:vout-0',
-        amountUnits: '900',
-        sequence: 2,
-      },
-      { eventId: 'e-done', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '880' },
-    ])
-      assert.equal((await processEvent(store, event)).outcome, 'applied');
+    const store = await exchangedSwap();
     const producer = recordingProducer();
     const relay = createKafkaRelay(producer, { topic: (operation) => `swaps.${operation.type.toLowerCase()}` });
     const consumer = createOutboxConsumer(store, { START_EXCHANGE: relay, SEND_PAYOUT: relay }, { now: () => T0, autoRenew: false });
@@ -424,21 +430,7 @@ describe("the relay checks each topic's partition count before its first send to
   });
 
   it('with a topic function, each topic is checked once, on its first send or by ready(topics)', async () => {
-    const store = new InMemoryStore([detectedSwap({ id: 'swap-9', revision: 3, depositRef: 'btc:tx-9:vout-0', amountUnits: '900' })], {
-      now: () => T0,
-    });
-    for (const event of [
-      {
-        eventId: 'e-confirm',
-        workflowId: 'swap-9',
-        type: 'DEPOSIT_CONFIRMED',
-        depositRef: 'btc:tx-9:vout-0',
-        amountUnits: '900',
-        sequence: 2,
-      },
-      { eventId: 'e-done', workflowId: 'swap-9', type: 'EXCHANGE_COMPLETED', payoutUnits: '880' },
-    ])
-      assert.equal((await processEvent(store, event)).outcome, 'applied');
+    const store = await exchangedSwap();
     const producer = recordingProducer();
     const admin = fakeAdmin({ 'swaps.start_exchange': 6, 'swaps.send_payout': 3 });
     const relay = createKafkaRelay(producer, { topic: (operation) => `swaps.${operation.type.toLowerCase()}`, partitions: 6, admin });
