@@ -128,7 +128,7 @@ fn expected_decision(case: &Value) -> Value {
     decision
 }
 
-/// The seed's confirmation as deposit-swap v3 (the current version) takes it:
+/// The seed's confirmation as deposit-swap v3 and v4 (the current version) take it:
 /// the chain watcher's second observation of the deposit (its detection was 1).
 fn seed() -> Value {
     json!({ "eventId": "chain-watcher:event-001", "workflowId": "swap-42", "type": "DEPOSIT_CONFIRMED",
@@ -443,10 +443,13 @@ fn builtin_rule_sets_carry_their_id_version_hash_and_table() {
         assert_eq!(report["ruleSet"]["hash"], expected["hash"]);
         assert!(rules.table_markdown().contains(&rules.hash()));
     }
-    // One row per rule and event type: 24 in deposit-swap v1, 34 in v3 (the current one).
+    // One row per rule and event type: 24 in deposit-swap v1, 34 in v3, 40 in v4 (the current one: a
+    // partial deposit's answer keeps the status, so its rules are one per status).
     let v1 = binding::builtin_rule_set("deposit-swap", Some(1.0)).unwrap_or_else(|_| panic!("deposit-swap v1"));
     assert_eq!(parse(&v1.table_json()).as_array().unwrap().len(), 24);
-    assert_eq!(parse(&builtin("deposit-swap").table_json()).as_array().unwrap().len(), 34);
+    let v3 = binding::builtin_rule_set("deposit-swap", Some(3.0)).unwrap_or_else(|_| panic!("deposit-swap v3"));
+    assert_eq!(parse(&v3.table_json()).as_array().unwrap().len(), 34);
+    assert_eq!(parse(&builtin("deposit-swap").table_json()).as_array().unwrap().len(), 40);
 }
 
 #[wasm_bindgen_test]
