@@ -272,12 +272,11 @@ class InMemoryStore extends StoreBase {
 
   /**
    * Stores a workflow as given (a copy), for hosts that create workflows and
-   * for tests; with `options.ruleSet`, its facts map is checked first, as
-   * the other stores' putWorkflow checks it.
+   * for tests; its facts map is checked first under `options.ruleSet`
+   * (default deposit-swap), as the other stores' putWorkflow checks it.
    */
   async putWorkflow(workflow, options) {
-    const ruleSet = putOptionsOf(options);
-    if (ruleSet !== null) workflowToStore(workflow, ruleSet);
+    workflowToStore(workflow, putOptionsOf(options));
     await this.#alone(async () => {
       this.#data.workflows.set(workflow.id, structuredClone(workflow));
     });

@@ -51,14 +51,14 @@ function loadInFreshProcess(definition, proof) {
 }
 
 test('rules prove writes the record beside the file; a fresh worker loads a v3-sized rule set with it and proves nothing', () => {
-  // deposit-swap v3 under a name of its own: not a built-in, so nothing knows it proven.
+  // deposit-swap v4 under a name of its own: not a built-in, so nothing knows it proven.
   const definition = { ...RuleSet.builtin('deposit-swap').definition(), id: 'my-swap' };
   const file = join(dir, 'my-swap.json');
   writeFileSync(file, JSON.stringify(definition));
   const { code, stdout, stderr } = idemflow(['rules', 'prove', file]);
   assert.equal(code, 0, stderr);
   const target = join(dir, 'my-swap.proof.json');
-  assert.match(stdout, new RegExp(`proved my-swap v3 \\(sha256:[0-9a-f]{64}\\): ${target}`));
+  assert.match(stdout, new RegExp(`proved my-swap v4 \\(sha256:[0-9a-f]{64}\\): ${target}`));
   const record = JSON.parse(readFileSync(target, 'utf8'));
   assert.ok(record.properties.includes('invariants') && record.properties.includes('reorder-safe'));
   assert.match(record.explored.says, /^every history of one fact/);

@@ -41,6 +41,7 @@ import {
   V1,
   V2,
   V3,
+  V4,
 } from '../workers/reorder-property.mjs';
 
 const RUNS = Number(process.env.IDEMFLOW_REORDER_RUNS ?? 4_000);
@@ -127,15 +128,15 @@ const withoutDeadline = () => MODELS.deposits.history.filter((h) => !h.external.
 const reincluded = (chain) => chain.some((t, i) => t === 'DEPOSIT_REVERSED' && chain.slice(i + 1).some((u) => u !== 'DEPOSIT_REVERSED'));
 
 test('the order section is the one this property models', () => {
-  assert.equal(RuleSet.builtin('deposit-swap').hash, V3.hash, 'the default deposit-swap is v3');
-  assert.deepEqual([V3.version, V2.version, V1.version], [3, 2, 1]);
+  assert.equal(RuleSet.builtin('deposit-swap').hash, V4.hash, 'the default deposit-swap is v4');
+  assert.deepEqual([V4.version, V3.version, V2.version, V1.version], [4, 3, 2, 1]);
   assert.deepEqual(Object.keys(MODELS).sort(), ['2', '3', 'deposits']);
   for (const [name, model] of Object.entries(MODELS)) {
-    assert.equal(model.ruleSet.version, name === 'deposits' ? 3 : Number(name));
+    assert.equal(model.ruleSet.version, name === 'deposits' ? 4 : Number(name));
     assert.deepEqual(model.order.answers, { EXCHANGE_COMPLETED: 'START_EXCHANGE', PAYOUT_CONFIRMED: 'SEND_PAYOUT' });
     assert.deepEqual(model.order.follows, { DEPOSIT_CONFIRMED: ['DEPOSIT_DETECTED'], DEPOSIT_REVERSED: ['DEPOSIT_DETECTED'] });
     const operations =
-      model.ruleSet === V3
+      model.ruleSet === V3 || model.ruleSet === V4
         ? ['OPEN_REVIEW', 'REVIEW_DEPOSIT', 'SEND_PAYOUT', 'START_EXCHANGE']
         : ['OPEN_REVIEW', 'SEND_PAYOUT', 'START_EXCHANGE'];
     assert.deepEqual(Object.keys(model.order.operationId).sort(), operations);
@@ -176,7 +177,7 @@ test(`deposit-swap v3: any delivery order of a numbered chain ends as in order, 
   ]);
 });
 
-test(`deposit-swap v3: two deposits per swap, partial or covering, in any delivery order end as in order and keep their promises, ${DEPOSITS_RUNS} cases per store`, {
+test(`deposit-swap v4: two deposits per swap, partial or covering, in any delivery order end as in order and keep their promises, ${DEPOSITS_RUNS} cases per store`, {
   concurrency: 2,
 }, async (t) => {
   await bothStores(
@@ -203,7 +204,7 @@ test(`deposit-swap v3: two deposits per swap, partial or covering, in any delive
   );
 });
 
-test('deposit-swap v3: the reference needs the race across deposits: without it the property fails on two covering confirmations', async (t) => {
+test('deposit-swap v4: the reference needs the race across deposits: without it the property fails on two covering confirmations', async (t) => {
   // Two deposits that each cover the amount: the first confirmation the swap
   // sees is exchanged, the other reviewed. An in-order delivery that ignores
   // how the shuffled one decided it must differ.

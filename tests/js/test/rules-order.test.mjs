@@ -30,8 +30,10 @@ function cli(args) {
 }
 
 test('RuleSet.builtin gives the current version by default and an older one by version', () => {
-  assert.equal(current.version, 3);
-  assert.equal(current, v3);
+  assert.equal(current.version, 4);
+  assert.equal(current, RuleSet.builtin('deposit-swap', { version: 4 }));
+  assert.equal(v3.version, 3);
+  assert.notEqual(current.hash, v3.hash);
   assert.equal(v2.version, 2);
   assert.equal(v1.version, 1);
   assert.equal(new Set([v1.hash, v2.hash, v3.hash]).size, 3);
@@ -40,7 +42,7 @@ test('RuleSet.builtin gives the current version by default and an older one by v
 });
 
 test('an unknown version is INVALID_ARGUMENT, a fatal error naming the versions there are', () => {
-  for (const version of [4, 0, 1.5, '1']) {
+  for (const version of [5, 0, 1.5, '1']) {
     assert.throws(
       () => RuleSet.builtin('deposit-swap', { version }),
       (error) => {
@@ -52,7 +54,7 @@ test('an unknown version is INVALID_ARGUMENT, a fatal error naming the versions 
       String(version),
     );
   }
-  assert.throws(() => RuleSet.builtin('deposit-swap', { version: 4 }), /there are: 1, 2, 3/);
+  assert.throws(() => RuleSet.builtin('deposit-swap', { version: 5 }), /there are: 1, 2, 3, 4/);
 });
 
 test('receipts name the version that decided them', () => {
@@ -180,7 +182,7 @@ test('the command line verifies a built-in by version and says when order is not
   assert.match(old.stdout, /not claimed: no 'order' section/);
   const latest = cli(['rules', 'verify', 'deposit-swap']);
   assert.equal(latest.code, 0);
-  assert.match(latest.stdout, /rule set deposit-swap v3/);
+  assert.match(latest.stdout, /rule set deposit-swap v4/);
   assert.match(latest.stdout, /pass {2}reorder-safe/);
   assert.match(latest.stdout, /declared races: .*DEADLINE_PASSED/);
   assert.equal(cli(['rules', 'table', 'deposit-swap@1']).stdout, v1.tableMarkdown());

@@ -406,4 +406,6 @@ function modelV2(ruleSet) {
  * to 3, partial amounts; only once the default v3 declares its deposits as
  * facts).
  */
-export const MODELS = { 3: modelV3(V3), 2: modelV2(V2), ...(V3.definition().facts ? { deposits: modelDeposits(V3) } : {}) };
+/** The current deposit-swap (v4): v3 but for partial deposits, which it never keeps. */
+export const V4 = RuleSet.builtin('deposit-swap', { version: 4 });
+export const MODELS = { 3: modelV3(V3), 2: modelV2(V2), deposits: modelDeposits(V4) };

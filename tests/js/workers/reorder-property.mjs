@@ -79,7 +79,7 @@ import { IdemflowError, InMemoryStore, processEvent } from 'idemflow';
 import { openStore, tablesFor, tempDir, uniquePrefix } from './backends.mjs';
 import { covers, MODELS, ONE_DEPOSIT, perFactOperationId } from './reorder-models.mjs';
 
-export { MODELS, readOrder, V1, V2, V3 } from './reorder-models.mjs';
+export { MODELS, readOrder, V1, V2, V3, V4 } from './reorder-models.mjs';
 
 // Every event of a history speaks of the same facts (a deposit event of its
 // deposit's): other values are the guards' business.
@@ -303,24 +303,33 @@ function factsOf(ruleSet) {
  *   overdue) with its open-review;
  * - a deposit event answered stale has its deposit's entry in the facts map,
  *   recording a newer observation (a person can find what the chain said);
- *   every deposit the swap saw has an entry.
+ *   every deposit the swap saw has an entry, except, under a rule set that
+ *   states it never keeps them (deposit-swap v4's `dust-never-kept`), a
+ *   partial one, which has none and whose review is written if absent (so
+ *   emitted again by its later words, and stored once).
  */
 async function depositProblems(run, end, label) {
   const facts = factsOf(run.ruleSet);
   const { history, model, store, workflowId } = run;
   if (facts === null || history.deposits === undefined) return [];
   const problems = [];
+  const untrackedPartials = (run.ruleSet.definition().invariants ?? []).some((i) => i.never?.keep === facts.name);
+  const untracked = (d) => untrackedPartials && !covers(d.amountUnits, history.expectedUnits);
+  const reviewTemplate = model.order.operationId.REVIEW_DEPOSIT;
+  const writtenIfAbsent = new Set(
+    history.deposits.filter(untracked).map((d) => perFactOperationId(reviewTemplate, facts.key, d.depositRef, workflowId)),
+  );
   const emitted = new Map();
   for (const a of run.trace) for (const id of a.operationIds ?? []) emitted.set(id, (emitted.get(id) ?? 0) + 1);
-  for (const [id, n] of emitted) if (n > 1) problems.push(`${label}: ${id} was emitted ${n} times`);
+  for (const [id, n] of emitted) if (n > 1 && !writtenIfAbsent.has(id)) problems.push(`${label}: ${id} was emitted ${n} times`);
   const exchange = await store.getOperation(operationId(model, 'START_EXCHANGE', workflowId));
   const exchanged = exchange?.payload?.depositRef;
   const openReview = await store.getOperation(operationId(model, 'OPEN_REVIEW', workflowId));
   const map = end.recorded[facts.name] ?? {};
-  const reviewTemplate = model.order.operationId.REVIEW_DEPOSIT;
   for (const [fact, { depositRef, amountUnits }] of history.deposits.entries()) {
     const reviewId = perFactOperationId(reviewTemplate, facts.key, depositRef, workflowId);
-    const reviews = emitted.get(reviewId) ?? 0;
+    const emissions = emitted.get(reviewId) ?? 0;
+    const reviews = writtenIfAbsent.has(reviewId) ? Math.min(emissions, 1) : emissions;
     const stored = (await store.getOperation(reviewId)) !== null;
     if (stored !== reviews > 0) problems.push(`${label}: ${reviewId} emitted ${reviews} times, ${stored ? '' : 'not '}in the outbox`);
     if (depositRef === exchanged) {
@@ -336,7 +345,9 @@ async function depositProblems(run, end, label) {
       }
     }
     const seen = run.trace.some((a) => a.depositRef === depositRef && a.code === undefined && a.outcome !== 'duplicate-delivery');
-    if (seen && map[depositRef] === undefined)
+    if (untracked({ amountUnits })) {
+      if (map[depositRef] !== undefined) problems.push(`${label}: ${facts.name} keeps the partial deposit ${depositRef}`);
+    } else if (seen && map[depositRef] === undefined)
       problems.push(`${label}: the swap saw ${depositRef} and has no entry for it in ${facts.name}`);
   }
   for (const a of run.trace) {
