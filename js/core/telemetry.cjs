@@ -89,6 +89,10 @@ function createInstruments(meter) {
       unit: '{breaker}',
       description: 'Operation types whose circuit breaker is open or half-open (the consumer claims none of them but a probe)',
     }),
+    typesHalted: meter.createUpDownCounter('idemflow.outbox.types.halted', {
+      unit: '{type}',
+      description: "Operation types a handler's fatal error halted (the consumer claims none of them until resume(type))",
+    }),
     handlerDuration: meter.createHistogram('messaging.process.duration', {
       unit: 's',
       description: 'Time an outbox handler took',
@@ -376,6 +380,11 @@ function breakerChanged(type, delta) {
   instruments()?.breakersOpen.add(delta, { 'idemflow.operation.type': type });
 }
 
+/** A handler's fatal error halted a type (+1), or resume(type) lifted it (-1). */
+function typeHaltChanged(type, delta) {
+  instruments()?.typesHalted.add(delta, { 'idemflow.operation.type': type });
+}
+
 function handlerEnded(run) {
   if (run === null) return;
   run.span.end();
@@ -491,6 +500,7 @@ module.exports = {
   handlerReturned,
   outboxRecorded,
   breakerChanged,
+  typeHaltChanged,
   handlerEnded,
   purged,
   observeBacklog,

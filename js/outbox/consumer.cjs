@@ -36,6 +36,8 @@ const EVENTS = Object.freeze([
   'breaker-opened',
   'breaker-half-open',
   'breaker-closed',
+  'type-halted',
+  'type-resumed',
 ]);
 // What the consumer recorded, as the idemflow.outbox.operations counter names it (the events' names).
 const RESULT_NAMES = { done: 'done', retry: 'retry-scheduled', dead: 'dead', release: 'released', stale: 'stale-completion' };
@@ -44,9 +46,11 @@ const RESULT_NAMES = { done: 'done', retry: 'retry-scheduled', dead: 'dead', rel
  * Claims due operations from `store`, runs `handlers[operation.type]` for
  * each, and records the result. Emits claimed, done, retry-scheduled, dead,
  * released, lease-lost, stale-completion, store-error, stopped,
- * quarantined (a claimed row the store could not read, set aside as dead)
- * and unhandled-type (operations of a type this consumer has no handler for
- * are pending in the store: once per type).
+ * quarantined (a claimed row the store could not read, set aside as dead),
+ * unhandled-type (operations of a type this consumer has no handler for
+ * are pending in the store: once per type), the breaker's transitions, and
+ * type-halted / type-resumed (a handler's fatal error stopped its type until
+ * resume(type)).
  */
 class OutboxConsumer extends EventEmitter {
   #store;
@@ -78,6 +82,8 @@ class OutboxConsumer extends EventEmitter {
   #breakerProbeMs;
   // Per type: { state: 'closed' | 'open' | 'half-open', failures, openedAt, probeAt }.
   #breakers = new Map();
+  // Types a handler's fatal error stopped, until resume(type): { haltedAt, operationId, error }.
+  #halted = new Map();
 
   constructor(store, handlers, options = {}) {
     super();
@@ -122,6 +128,41 @@ class OutboxConsumer extends EventEmitter {
     const open = {};
     for (const [type, breaker] of this.#breakers) if (breaker.state !== 'closed') open[type] = { ...breaker };
     return open;
+  }
+
+  /**
+   * The types a handler's fatal error stopped, by type: `{ haltedAt,
+   * operationId, error }` (the operation whose handler threw it, and its
+   * `lastError`). A halted type is not claimed until `resume(type)`; the
+   * state is this consumer's own, so a new consumer (a restarted process)
+   * starts with none.
+   */
+  halted() {
+    const halted = {};
+    for (const [type, halt] of this.#halted) halted[type] = { ...halt };
+    return halted;
+  }
+
+  /**
+   * Claims `type` again after a fatal error halted it (the worker was fixed
+   * in place: a topic created, a setting changed): true when the type was
+   * halted, false when it was not. A type this consumer has no handler for
+   * is INVALID_ARGUMENT.
+   */
+  resume(type) {
+    if (typeof type !== 'string' || !this.#handlers.has(type)) {
+      throw invalidArgument(`consumer.resume: ${typeof type === 'string' ? type : String(type)} is not a type this consumer handles`, {
+        field: 'type',
+        reason: 'not a handled type',
+      });
+    }
+    const halt = this.#halted.get(type);
+    if (halt === undefined) return false;
+    this.#halted.delete(type);
+    telemetry.typeHaltChanged(type, -1);
+    this.#emit('type-resumed', { type, ...halt });
+    this.#wakeUp();
+    return true;
   }
 
   /** Counts since this consumer was created. */
@@ -294,8 +335,10 @@ class OutboxConsumer extends EventEmitter {
     };
     // Types whose breaker is open are left alone (an outage costs them no attempts), but one
     // operation of each whose probe is due is claimed on its own: half-open.
-    const closed = this.#types.filter((type) => (this.#breakers.get(type)?.state ?? 'closed') === 'closed');
-    const probing = this.#types.filter((type) => {
+    // A halted type is not claimed at all, probe or not, until resume(type).
+    const claimable = this.#types.filter((type) => !this.#halted.has(type));
+    const closed = claimable.filter((type) => (this.#breakers.get(type)?.state ?? 'closed') === 'closed');
+    const probing = claimable.filter((type) => {
       const breaker = this.#breakers.get(type);
       return breaker?.state === 'open' && breaker.probeAt <= now;
     });
@@ -350,6 +393,32 @@ class OutboxConsumer extends EventEmitter {
     if (breaker.state === 'half-open' || (breaker.state === 'closed' && breaker.failures >= this.#breakerThreshold)) {
       this.#setBreaker(type, 'open', now);
     }
+  }
+
+  /**
+   * A handler threw an IdemflowError of disposition fatal: its worker is
+   * misconfigured (a topic with the wrong partition count, a missing
+   * setting), so every operation of the type would fail the same way and
+   * burn its attempts until dead. The type is halted (not claimed until
+   * resume(type)), and a verdict that would count the attempt (a retry, or
+   * dead on the last attempt) is recorded as a retry due now with the
+   * attempt given back, as an outage's is, keeping the core's lastError: the
+   * operation waits, pending, for a fixed worker. A verdict that counts no
+   * attempt, or a dead one for another reason (`retryable: false`), stands.
+   */
+  #haltFor(entry, verdict, now) {
+    const { type } = entry.operation;
+    const counted =
+      (verdict.verdict === 'retry' && verdict.attemptCounted !== false) ||
+      (verdict.verdict === 'dead' && verdict.reason === 'max-attempts');
+    if (!counted) return verdict;
+    if (!this.#halted.has(type)) {
+      const halt = { haltedAt: now, operationId: entry.operation.id, error: verdict.lastError };
+      this.#halted.set(type, halt);
+      telemetry.typeHaltChanged(type, 1);
+      this.#emit('type-halted', { ...entry.base, haltedAt: now, error: verdict.lastError });
+    }
+    return { verdict: 'retry', delayMs: 0, nextAttemptAt: now, lastError: verdict.lastError, attemptCounted: false };
   }
 
   #setBreaker(type, state, now) {
@@ -438,6 +507,9 @@ class OutboxConsumer extends EventEmitter {
       const handler = this.#handlers.get(operation.type);
       if (admission.verdict === 'dead') {
         verdict = admission;
+      } else if (this.#halted.has(operation.type)) {
+        // Claimed in the round that halted its type: given back unrun, the attempt not counted.
+        verdict = { verdict: 'release' };
       } else if (handler === undefined) {
         // The store ignored the types filter: give the claim back to a consumer that can run it.
         this.#emit('store-error', {
@@ -453,6 +525,7 @@ class OutboxConsumer extends EventEmitter {
         verdict = this.#policy.classify({ operationId: operation.id, attempt: operation.attempts, createdAt, now, result });
         entry.judged = !(result.ok === false && result.stopping);
         if (entry.judged) this.#breakerSaw(operation.type, result.ok === false && result.unavailable, now);
+        if (entry.judged && result.ok === false && result.disposition === 'fatal') verdict = this.#haltFor(entry, verdict, now);
       }
     } catch (error) {
       // The core refused the stored operation (say attempts is not a number): leave the claim to expire.

@@ -309,6 +309,19 @@ export interface OutboxConsumerEvents {
   'breaker-opened': BreakerEvent;
   'breaker-half-open': BreakerEvent;
   'breaker-closed': BreakerEvent;
+  /** A handler's fatal error halted its type: not claimed until resume(type); the operation's attempt was given back. */
+  'type-halted': OperationEvent & { haltedAt: number; error: string };
+  /** resume(type) lifted a halt. */
+  'type-resumed': OutboxHalt & { type: string };
+}
+
+/** A type a handler's fatal error halted. */
+export interface OutboxHalt {
+  haltedAt: number;
+  /** The operation whose handler threw the fatal error. */
+  operationId: string;
+  /** Its lastError: `CODE: message`. */
+  error: string;
 }
 
 export interface BreakerEvent {
@@ -336,6 +349,10 @@ export interface OutboxConsumer {
   stats(): RoundCounts & { leaseLost: number; quarantined: number };
   /** The breakers that are not closed, by operation type. */
   breakers(): Record<string, OutboxBreaker>;
+  /** The types a handler's fatal error halted, by operation type. */
+  halted(): Record<string, OutboxHalt>;
+  /** Claims a halted type again: true when it was halted, false when not. */
+  resume(type: string): boolean;
   start(): this;
   /** Resolves within timeoutMs + abortGraceMs: the operations left claimed, and whether a claim was still unanswered (its operations are released when it answers). */
   stop(options?: { timeoutMs?: number; abortGraceMs?: number }): Promise<{ abandoned: string[]; claimPending: boolean }>;
