@@ -11,6 +11,7 @@
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { InMemoryStore, idempotent, processBatch, processEvent, RuleSet } from 'idemflow';
@@ -341,5 +342,91 @@ describe('the helpers refuse what is not theirs', () => {
     const run = spawnSync(process.execPath, ['-e', script], { cwd: fileURLToPath(new URL('..', import.meta.url)), encoding: 'utf8' });
     assert.equal(run.status, 0, run.stderr);
     assert.deepEqual(JSON.parse(run.stdout), []);
+  });
+});
+
+// ---- docs/adapters.md's recipes, as written: Drizzle on PGlite, Kysely and Knex on SQLite
+
+const DOC = readFileSync(new URL('../../../docs/adapters.md', import.meta.url), 'utf8');
+
+/** The docs' js block that imports `entry`, its imports taken out, run with `names`: its onApplied. */
+function recipe(entry, names) {
+  const block = [...DOC.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((code) => code.includes(`from '${entry}'`));
+  assert.ok(block, `docs/adapters.md has a block importing ${entry}`);
+  const code = block.replace(/^import [\s\S]*?;$/gm, '');
+  return new Function(...Object.keys(names), `${code}\nreturn onApplied;`)(...Object.values(names));
+}
+
+describe("docs/adapters.md's Drizzle, Kysely and Knex recipes", () => {
+  it('each runs as written: the shipment and the receipt commit together, and a duplicate answers the same output', async () => {
+    const { PGlite } = await import('@electric-sql/pglite');
+    const { PostgresStore } = await import('idemflow/postgres');
+    const { SqliteStore } = await import('idemflow/sqlite');
+    const { default: Database } = await import('better-sqlite3');
+    const pgCore = await import('drizzle-orm/pg-core');
+    const pglite = new PGlite();
+    const sqlite = new Database(':memory:');
+    try {
+      await pglite.exec('CREATE TABLE shipments (id SERIAL PRIMARY KEY, order_id TEXT NOT NULL)');
+      sqlite.exec('CREATE TABLE shipments (id INTEGER PRIMARY KEY, order_id TEXT NOT NULL); CREATE TABLE audit (shipment_id INTEGER)');
+      const pgStore = new PostgresStore(pglite);
+      const sqliteStore = new SqliteStore(sqlite);
+      await pgStore.migrate();
+      await sqliteStore.migrate();
+      const cases = [
+        ['drizzle', pgStore, recipe('idemflow/drizzle', { withDrizzle, ...pgCore }), [{ shipmentId: 1 }]],
+        ['kysely', sqliteStore, recipe('idemflow/kysely', { withKysely }), { shipmentId: 1 }],
+        ['knex', sqliteStore, recipe('idemflow/knex', { withKnex }), { shipmentId: 2 }],
+      ];
+      for (const [name, store, onApplied, output] of cases) {
+        const event = request(`docs:${name}`, `docs:${name}`);
+        const first = await processEvent(store, event, { ruleSet, onApplied });
+        assert.equal(first.outcome, 'applied', name);
+        assert.deepEqual(first.output, output, name);
+        const again = await processEvent(store, event, { ruleSet, onApplied });
+        assert.deepEqual(again.original.output, output, `${name}: the duplicate answers the same shipment`);
+      }
+      assert.equal((await pglite.query('SELECT COUNT(*)::int AS n FROM shipments')).rows[0].n, 1);
+      assert.equal(sqlite.prepare('SELECT COUNT(*) AS n FROM shipments').get().n, 2);
+      assert.equal(sqlite.prepare('SELECT COUNT(*) AS n FROM audit').get().n, 0, "the Kysely recipe's audit transaction rolled back alone");
+    } finally {
+      await pglite.close();
+      sqlite.close();
+    }
+  });
+
+  it("what not to do: an isolation level on the tool's own transaction is refused (transaction-control), nothing written", async () => {
+    const { PGlite } = await import('@electric-sql/pglite');
+    const { PostgresStore } = await import('idemflow/postgres');
+    const pglite = new PGlite();
+    try {
+      await pglite.exec('CREATE TABLE shipments (id SERIAL PRIMARY KEY, order_id TEXT NOT NULL)');
+      const store = new PostgresStore(pglite);
+      await store.migrate();
+      const { pgTable, serial, text } = await import('drizzle-orm/pg-core');
+      const shipments = pgTable('shipments', { id: serial('id').primaryKey(), orderId: text('order_id').notNull() });
+      for (const [name, onApplied] of [
+        [
+          'drizzle',
+          withDrizzle((db) => db.transaction((trx) => trx.insert(shipments).values({ orderId: 'x' }), { isolationLevel: 'serializable' })),
+        ],
+        [
+          'kysely',
+          withKysely((db) =>
+            db
+              .transaction()
+              .setIsolationLevel('serializable')
+              .execute((trx) => trx.insertInto('shipments').values({ order_id: 'x' }).execute()),
+          ),
+        ],
+      ]) {
+        const outcome = await outcomeOf(processEvent(store, request(`iso:${name}`, `iso:${name}`), { ruleSet, onApplied }));
+        assert.equal(outcome.error?.code, 'INVALID_ARGUMENT', `${name}: ${outcome.error?.message}`);
+        assert.equal(outcome.error.details.reason, 'transaction-control', name);
+      }
+      assert.equal((await pglite.query('SELECT COUNT(*)::int AS n FROM shipments')).rows[0].n, 0);
+    } finally {
+      await pglite.close();
+    }
   });
 });
