@@ -70,3 +70,38 @@ for (const backend of BACKENDS) {
     });
   });
 }
+
+// The workflow an event creates, written before its callback: undone with the callback's failure
+// (a later event of the batch for the same workflow creates it then), and the one write of it when
+// the callback succeeds (a later event decides on it: already-applied).
+for (const backend of BACKENDS) {
+  if (!['sqlite', 'pglite', 'pg', 'mysql'].includes(backend.id)) continue;
+  describe(`a batch's new workflows written before their callbacks on ${backend.name}`, { skip: backend.skip }, () => {
+    const suite = suiteStore(backend, { before, after });
+    it("a failed callback undoes its workflow; a later event of the batch creates it; one that succeeds is the workflow's one write", async () => {
+      const ns = uniquePrefix();
+      const failing = `${ns}:e1`;
+      const results = await processBatch(
+        suite.store,
+        [request(failing, `${ns}:o1`), request(`${ns}:e2`, `${ns}:o1`), request(`${ns}:e3`, `${ns}:o2`), request(`${ns}:e4`, `${ns}:o2`)],
+        {
+          ruleSet,
+          onApplied: (_tx, decision) => {
+            if (decision.event.eventId === failing) throw new Error('this callback fails');
+            return { by: decision.event.eventId };
+          },
+        },
+      );
+      assert.deepEqual(
+        results.map((r) => r.outcome ?? r.error?.code),
+        ['HANDLER_FAILED', 'applied', 'applied', 'already-applied'],
+      );
+      assert.deepEqual(results[1].output, { by: `${ns}:e2` });
+      for (const id of [`${ns}:o1`, `${ns}:o2`]) {
+        const workflow = await suite.store.getWorkflow(id);
+        assert.deepEqual([workflow?.status, workflow?.revision], ['shipping', results[1].revision], id);
+      }
+      assert.equal(await suite.store.getReceipt(failing), null);
+    });
+  });
+}
