@@ -1,4 +1,4 @@
-// idemflow/drizzle: Drizzle ORM over idemflow's transaction (docs/adapters.md, "Drizzle, Kysely, Knex").
+// idemflow/drizzle: Drizzle ORM over idemflow's transaction (docs/adapters.md, "Drizzle, Kysely, Knex, TypeORM").
 import type { BoundCallback, BoundHandler } from './types.js';
 
 export type { BoundCallback, BoundHandler } from './types.js';

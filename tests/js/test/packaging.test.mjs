@@ -85,6 +85,7 @@ test('every entry point exports the same names, bound to the same objects, from 
     './drizzle',
     './kysely',
     './knex',
+    './typeorm',
     './testing',
   ]);
   for (const entry of entries) {

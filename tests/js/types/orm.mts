@@ -59,3 +59,23 @@ await store.transaction(async (tx) => {
 withKysely({});
 // @ts-expect-error the connection is idemflow's
 withKnex(() => null, { connection: 'postgres://elsewhere' });
+
+// TypeORM: the EntityManager's type named on the callback's parameter.
+import { typeormManager, withTypeorm } from 'idemflow/typeorm';
+import { type EntityManager, EntitySchema } from 'typeorm';
+
+const Shipment = new EntitySchema<{ id: number; orderId: string }>({
+  name: 'Shipment',
+  columns: { id: { type: Number, primary: true, generated: true }, orderId: { type: String } },
+});
+const typeormOptions = { entities: [Shipment] };
+await processEvent(store, event, {
+  ruleSet,
+  onApplied: withTypeorm(async (manager: EntityManager, decision) => {
+    const saved = await manager.save(Shipment, { orderId: decision.event.workflowId });
+    return { shipmentId: saved.id };
+  }, typeormOptions),
+});
+await store.transaction((tx) => typeormManager(tx, typeormOptions, (manager: EntityManager) => manager.count(Shipment)));
+// @ts-expect-error the connection is idemflow's
+withTypeorm(() => null, { entities: [], host: 'elsewhere' });
