@@ -11,7 +11,9 @@
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { InMemoryStore, idempotent, processBatch, processEvent, RuleSet } from 'idemflow';
@@ -334,10 +336,51 @@ describe('the helpers refuse what is not theirs', () => {
     await assert.rejects(drizzleOf({ client: {} }), (error) => error.code === 'INVALID_ARGUMENT');
   });
 
+  it('without the tool installed, the entry point loads and its helper fails with INVALID_ARGUMENT naming the package', () => {
+    // The installed package and better-sqlite3 alone, in a node_modules of their own: no drizzle-orm, kysely, knex or typeorm.
+    const dir = mkdtempSync(join(tmpdir(), 'idemflow-no-tools-'));
+    try {
+      const modules = join(dir, 'node_modules');
+      mkdirSync(modules);
+      const installed = fileURLToPath(new URL('../node_modules/', import.meta.url));
+      // idemflow copied (a symlink would resolve to the test project, where the tools are); the driver linked.
+      cpSync(join(installed, 'idemflow'), join(modules, 'idemflow'), { recursive: true });
+      symlinkSync(join(installed, 'better-sqlite3'), join(modules, 'better-sqlite3'));
+      const script = `
+        const Database = require('better-sqlite3');
+        const { processEvent, RuleSet } = require('idemflow');
+        const { SqliteStore } = require('idemflow/sqlite');
+        const helpers = [require('idemflow/drizzle').withDrizzle, require('idemflow/kysely').withKysely, require('idemflow/knex').withKnex];
+        (async () => {
+          const store = new SqliteStore(new Database(':memory:'));
+          await store.migrate();
+          const seen = [];
+          for (const [i, helper] of helpers.entries()) {
+            try {
+              await processEvent(store, { eventId: 'e' + i, workflowId: 'o' + i, type: 'SHIPMENT_REQUESTED' }, { ruleSet: RuleSet.builtin('order-shipment'), onApplied: helper(() => null) });
+              seen.push('applied');
+            } catch (error) {
+              seen.push([error.code, error.details.field, error.details.reason, await store.getReceipt('e' + i)]);
+            }
+          }
+          process.stdout.write(JSON.stringify(seen));
+        })();`;
+      const run = spawnSync(process.execPath, ['-e', script], { cwd: dir, encoding: 'utf8' });
+      assert.equal(run.status, 0, run.stderr);
+      assert.deepEqual(JSON.parse(run.stdout), [
+        ['INVALID_ARGUMENT', 'drizzle-orm', 'peer dependency not installed', null],
+        ['INVALID_ARGUMENT', 'kysely', 'peer dependency not installed', null],
+        ['INVALID_ARGUMENT', 'knex', 'peer dependency not installed', null],
+      ]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('the entry points load without importing the tools', () => {
     const script = `
-      require('idemflow/drizzle'); require('idemflow/kysely'); require('idemflow/knex');
-      const loaded = Object.keys(require.cache).filter((f) => /node_modules[\\\\/](drizzle-orm|kysely|knex)[\\\\/]/.test(f));
+      require('idemflow/drizzle'); require('idemflow/kysely'); require('idemflow/knex'); require('idemflow/typeorm');
+      const loaded = Object.keys(require.cache).filter((f) => /node_modules[\\\\/](drizzle-orm|kysely|knex|typeorm)[\\\\/]/.test(f));
       process.stdout.write(JSON.stringify(loaded));`;
     const run = spawnSync(process.execPath, ['-e', script], { cwd: fileURLToPath(new URL('..', import.meta.url)), encoding: 'utf8' });
     assert.equal(run.status, 0, run.stderr);
