@@ -72,7 +72,10 @@ class EventsApart extends Error {}
  * `onApplied(tx, decision)` runs for each applied event in delivery order
  * inside the batch's transaction; one that throws rolls back that event
  * alone (a savepoint per event, where the store has them; elsewhere the
- * events run one transaction each) and the event answers its error.
+ * events run one transaction each) and the event answers its error, but
+ * for a lost race of its own statement (a deadlock, a serialization
+ * failure: CONCURRENT_UPDATE), which runs the batch again as idemflow's own
+ * lost races do.
  */
 async function processBatch(store, events, options) {
   const call = callOf(store, options, 'processBatch');
@@ -365,6 +368,9 @@ async function withCallback({ event }, decision, { onApplied, tx, now }) {
       // database error of the callback's own ends the batch's transaction, as the store's would.
       throw storeFailure(error) ? error : undo;
     }
+    // A lost race of the callback's own statement (a deadlock, a serialization failure) is the
+    // batch's, as one of idemflow's statements would be: the batch runs again (processEvent's cycle does).
+    if (isLostRace(error)) throw error;
     return { error, callback: true };
   }
 }
