@@ -72,7 +72,10 @@ class EventsApart extends Error {}
  * `onApplied(tx, decision)` runs for each applied event in delivery order
  * inside the batch's transaction; one that throws rolls back that event
  * alone (a savepoint per event, where the store has them; elsewhere the
- * events run one transaction each) and the event answers its error.
+ * events run one transaction each) and the event answers its error, but
+ * for a lost race of its own statement (a deadlock, a serialization
+ * failure: CONCURRENT_UPDATE), which runs the batch again as idemflow's own
+ * lost races do.
  */
 async function processBatch(store, events, options) {
   const call = callOf(store, options, 'processBatch');
@@ -253,7 +256,7 @@ async function decideAll(tx, valid, call, traceContext, run) {
   const stored = { receipts: await tx.getReceipts(keysOf(valid, 'eventId')), workflows };
   const state = { receipts: new Map(stored.receipts), workflows: new Map(stored.workflows), copies: new Set() };
   const entries = new Array(valid.length);
-  const how = { ruleSet: call.ruleSet, now, decided: 1, onApplied: call.onApplied, tx };
+  const how = { ruleSet: call.ruleSet, now, decided: 1, onApplied: call.onApplied, tx, stored };
   await decideSome(valid, valid.keys(), entries, state, how);
   const undoable = tx.savepoints && call.onApplied === undefined;
   if (undoable) await tx.savepoint('batch');
@@ -333,20 +336,29 @@ async function decideSome(valid, positions, entries, state, how) {
  * alone and the event answers its error. Without savepoints the batch's
  * transaction cannot undo one event's part: its events run one by one.
  */
-async function withCallback({ event }, decision, { onApplied, tx }) {
+async function withCallback({ event }, decision, { onApplied, tx, now }) {
   const view = { ...resultOf(decision), fingerprint: decision.fingerprint, event };
+  // A workflow the event creates is written before its callback runs, as processEvent writes it:
+  // a batch and a single delivery of the event then take their locks in one order (the workflow,
+  // then the host's rows), so they queue instead of deadlocking. Its failure (the workflow was
+  // created meanwhile) is a lost race of the batch's, not the callback's.
+  const creates = decision.writeSet.workflow?.expect === null;
+  const create = () => tx.commitBatch({ receipts: [], workflows: [decision.writeSet.workflow], operations: [], now });
+  const written = creates ? { workflowWritten: true } : {};
   if (!tx.savepoints) {
+    if (creates) await create();
     try {
-      return { ...decision, output: await runApplied(onApplied, tx, view) };
+      return { ...decision, ...written, output: await runApplied(onApplied, tx, view) };
     } catch {
       throw new EventsApart();
     }
   }
   await tx.savepoint('event');
+  if (creates) await create();
   try {
     const output = await runApplied(onApplied, tx, view);
     await tx.releaseSavepoint('event');
-    return { ...decision, output };
+    return { ...decision, ...written, output };
   } catch (error) {
     try {
       await tx.rollbackToSavepoint('event');
@@ -356,6 +368,9 @@ async function withCallback({ event }, decision, { onApplied, tx }) {
       // database error of the callback's own ends the batch's transaction, as the store's would.
       throw storeFailure(error) ? error : undo;
     }
+    // A lost race of the callback's own statement (a deadlock, a serialization failure) is the
+    // batch's, as one of idemflow's statements would be: the batch runs again (processEvent's cycle does).
+    if (isLostRace(error)) throw error;
     return { error, callback: true };
   }
 }
@@ -375,7 +390,7 @@ function inputOf(event, state) {
 }
 
 /** Records an event's decision (or error) and its result, and updates `state` as its commit would. */
-function settle({ index, event }, position, answer, entries, state, { now, decided }) {
+function settle({ index, event }, position, answer, entries, state, { now, decided, stored }) {
   if (Object.hasOwn(answer, 'error')) {
     // A callback's error is its event's whatever it is; the core's and the store's are the batch's unless ownError.
     if (!answer.callback && !ownError(answer.error)) throw answer.error;
@@ -387,6 +402,8 @@ function settle({ index, event }, position, answer, entries, state, { now, decid
     answer.output === undefined || !receipt ? receipt : { ...receipt, result: { ...receipt.result, output: answer.output } };
   if (withOutput) state.receipts.set(withOutput.eventId, { ...withOutput, recordedAt: now });
   if (workflow) applySet(state, workflow.id, workflow.set);
+  // Written already (withCallback): the batch's write of it, if a later event changes it, compares against this.
+  if (answer.workflowWritten) stored.workflows.set(workflow.id, { ...state.workflows.get(workflow.id) });
   let result = { ...resultOf(answer), fingerprint: answer.fingerprint };
   if (answer.outcome === 'duplicate-delivery') result = withOriginalOutput(result, splitOutput(state.receipts.get(event.eventId)).output);
   if (answer.output !== undefined) result.output = answer.output;
@@ -483,7 +500,7 @@ function writesOf(entries, original, final, metadata, traceContext) {
     if (decision === undefined) continue;
     const { receipt, workflow, outbox } = decision.writeSet;
     if (receipt) receipts.push(receipt);
-    if (workflow && !expected.has(workflow.id)) expected.set(workflow.id, workflow.expect ?? null);
+    if (workflow && !decision.workflowWritten && !expected.has(workflow.id)) expected.set(workflow.id, workflow.expect ?? null);
     for (const operation of outbox) {
       // Written only if absent (an untracked fact's), the second of one id writes nothing.
       if (operation.ifAbsent === true && operationIds.has(operation.id)) continue;

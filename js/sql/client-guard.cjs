@@ -252,6 +252,9 @@ function controlOf(tokens, flavour) {
       // PostgreSQL's PREPARE TRANSACTION ends the session's transaction; PREPARE name AS … does not.
       return flavour === 'postgres' && isWord(second, 'TRANSACTION') ? refuse('transaction-control', 'PREPARE TRANSACTION') : OTHER;
     case 'SET':
+      // SET TRANSACTION (an isolation level, an access mode, a snapshot) is for a transaction not yet begun:
+      // how an ORM's transaction with options starts (Drizzle on PGlite, Knex on MySQL); a savepoint takes none.
+      if (isWord(second, 'TRANSACTION') && flavour !== 'sqlite') return withOptions('SET TRANSACTION');
       if (flavour !== 'mysql') return OTHER;
       // MariaDB's SET STATEMENT var = value, … FOR statement: what the statement does.
       if (isWord(second, 'STATEMENT')) {

@@ -78,6 +78,11 @@ class MysqlTransaction extends SqlTransaction {
     this.#connection = connection;
   }
 
+  /** @internal the driver behind tx.client, for the tools' entry points (js/orm) */
+  get _driver() {
+    return 'mysql2';
+  }
+
   /** @internal tx.client: the connection, guarded */
   _guardClient(raw, guard) {
     return guardMysql(raw, guard);

@@ -89,6 +89,11 @@ class PostgresTransaction extends SqlTransaction {
     this.#marked = store._prepares;
   }
 
+  /** @internal the driver behind tx.client, for the tools' entry points (js/orm) */
+  get _driver() {
+    return this._store._prepares ? 'pg' : 'pglite';
+  }
+
   /** @internal tx.client: the connection, guarded; on PGlite the mark is set before the host's statements */
   _guardClient(raw, guard) {
     if (this._store._prepares) return guardPostgres(raw, guard);

@@ -45,6 +45,11 @@ class SqliteTransaction extends SqlTransaction {
     return handle;
   }
 
+  /** @internal the driver behind tx.client, for the tools' entry points (js/orm) */
+  get _driver() {
+    return typeof this._store.db.inTransaction === 'boolean' ? 'better-sqlite3' : 'node:sqlite';
+  }
+
   /** @internal the handle is still inside a transaction (better-sqlite3 `inTransaction`, node:sqlite `isTransaction`) */
   _checkOwn() {
     const ended = this.#ended();

@@ -260,10 +260,23 @@ for (const backend of BACKENDS) {
         'rollback to savepoint IDEMFLOW_event',
         'SELECT 1; COMMIT',
         ...(backend.id === 'mysql'
-          ? ['/*!40101 COMMIT */', "XA START 'x'", 'set autocommit = 1', 'SET STATEMENT max_statement_time = 1 FOR CREATE TABLE x (a INT)']
+          ? [
+              '/*!40101 COMMIT */',
+              "XA START 'x'",
+              'SET TRANSACTION READ ONLY',
+              'set autocommit = 1',
+              'SET STATEMENT max_statement_time = 1 FOR CREATE TABLE x (a INT)',
+            ]
           : []),
         ...(backend.id === 'pg' || backend.id === 'pglite'
-          ? ['END', 'abort', 'COMMIT AND CHAIN', "PREPARE TRANSACTION 'x'", 'BEGIN ISOLATION LEVEL SERIALIZABLE']
+          ? [
+              'END',
+              'abort',
+              'COMMIT AND CHAIN',
+              "PREPARE TRANSACTION 'x'",
+              'BEGIN ISOLATION LEVEL SERIALIZABLE',
+              'set transaction isolation level serializable',
+            ]
           : []),
         ...(backend.id.startsWith('sqlite') ? ['END TRANSACTION', 'release "idemflow_host_1"'] : []),
       ];

@@ -73,7 +73,21 @@ test('the better-sqlite3 peer range is the major version that is tested and docu
 
 test('every entry point exports the same names, bound to the same objects, from require and import', async () => {
   const entries = Object.keys(manifest.exports).filter((key) => key !== './package.json');
-  assert.deepEqual(entries, ['.', './sqlite', './postgres', './mysql', './mongodb', './kafka', './express', './fastify', './testing']);
+  assert.deepEqual(entries, [
+    '.',
+    './sqlite',
+    './postgres',
+    './mysql',
+    './mongodb',
+    './kafka',
+    './express',
+    './fastify',
+    './drizzle',
+    './kysely',
+    './knex',
+    './typeorm',
+    './testing',
+  ]);
   for (const entry of entries) {
     const specifier = entry === '.' ? 'idemflow' : `idemflow/${entry.slice(2)}`;
     const commonjs = require(specifier);

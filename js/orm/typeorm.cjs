@@ -1,0 +1,195 @@
+'use strict';
+// idemflow/typeorm: TypeORM over idemflow's transaction. withTypeorm(fn,
+// options) is an onApplied (or idempotent()'s work) that hands `fn` an
+// EntityManager of a QueryRunner on idemflow's connection: its writes commit
+// or roll back with the receipt, manager.transaction() is a savepoint of
+// idemflow's transaction (TypeORM's nested ones its own savepoints). The
+// DataSource (one per options object and driver, initialized inside the
+// first callback) has no pool of its own: its driver is a stand-in whose
+// every connection is the tx.client of the callback running, so the
+// DataSource reaches no other connection, and outside a callback none at
+// all. typeorm is an optional peer dependency, imported when first used.
+
+const { AsyncLocalStorage } = require('node:async_hooks');
+const { checkConfig, checkFn, driverOf, invalid, load, settle, thenableQuery } = require('./bound.cjs');
+
+const SUPPORTED = ['pg', 'mysql2'];
+/** DataSource options that would point TypeORM at another connection, or run DDL inside idemflow's transaction. */
+const OWNED = [
+  'driver',
+  'url',
+  'host',
+  'port',
+  'username',
+  'password',
+  'socketPath',
+  'ssl',
+  'extra',
+  'replication',
+  'poolSize',
+  'connectorPackage',
+  'synchronize',
+  'migrationsRun',
+  'dropSchema',
+];
+
+/** The guarded tx.client of the callback running, for the stand-in drivers' connections. */
+const current = new AsyncLocalStorage();
+
+function clientNow() {
+  const client = current.getStore();
+  if (client === undefined) {
+    throw invalid(
+      "idemflow/typeorm's DataSource reaches the database only inside a callback of withTypeorm or typeormManager: outside one there is no transaction of idemflow's to write in",
+      { field: 'dataSource', reason: 'outside the transaction' },
+    );
+  }
+  return client;
+}
+
+/** node-postgres as TypeORM's PostgresDriver calls it: a Pool whose every connection is tx.client, released to no one. */
+const postgresStandIn = {
+  defaults: {},
+  Pool: class Pool {
+    connect(callback) {
+      let client;
+      try {
+        client = clientNow();
+      } catch (error) {
+        callback(error);
+        return;
+      }
+      const connection = {
+        query: (...args) => client.query(...args),
+        on: () => connection,
+        removeListener: () => connection,
+        release() {},
+      };
+      callback(null, connection, () => {});
+    }
+    on() {
+      return this;
+    }
+    end(callback) {
+      callback?.();
+    }
+  },
+};
+
+/** mysql2 as TypeORM's MysqlDriver calls it: a pool whose every connection is tx.client, released to no one. */
+const mysqlStandIn = {
+  createPool: () => ({
+    getConnection(callback) {
+      let client;
+      try {
+        client = clientNow();
+      } catch (error) {
+        callback(error);
+        return;
+      }
+      const connection = {
+        promise: () => ({ query: (sql, values) => client.query(sql, values) }),
+        query: (sql, values, cb) => client.query(sql, values, cb),
+        listeners: () => [() => {}],
+        on: () => connection,
+        release() {},
+      };
+      callback(null, connection);
+    },
+    on() {
+      return this;
+    },
+    end(callback) {
+      callback?.();
+    },
+  }),
+};
+
+/** The DataSources made, by driver: for options of the caller's while they are held. */
+const made = new WeakMap();
+
+async function dataSourceFor(driver, options) {
+  let byDriver = made.get(options);
+  if (byDriver === undefined) {
+    byDriver = new Map();
+    made.set(options, byDriver);
+  }
+  let ready = byDriver.get(driver);
+  if (ready === undefined) {
+    ready = (async () => {
+      const { DataSource } = await load('typeorm', 'typeorm', 'idemflow/typeorm');
+      const type = driver === 'pg' ? 'postgres' : (options.type ?? 'mysql');
+      const dataSource = new DataSource({
+        ...options,
+        type,
+        driver: driver === 'pg' ? postgresStandIn : mysqlStandIn,
+        installExtensions: false,
+      });
+      return dataSource.initialize();
+    })();
+    byDriver.set(driver, ready);
+    ready.catch(() => byDriver.delete(driver));
+  }
+  return ready;
+}
+
+function optionsOf(config, tool) {
+  if (config === null || typeof config !== 'object' || Array.isArray(config)) {
+    throw invalid(`${tool} takes TypeORM's DataSource options ({ entities, … }), without any of a connection`, {
+      field: 'options',
+      reason: 'not an object',
+    });
+  }
+  const options = checkConfig(config, tool, OWNED);
+  if (options.type !== undefined && !['postgres', 'mysql', 'mariadb'].includes(options.type)) {
+    throw invalid(`${tool}: type ${options.type} is none of idemflow's stores' (postgres, mysql, mariadb)`, {
+      field: 'options.type',
+      reason: 'not supported',
+    });
+  }
+  return options;
+}
+
+/**
+ * Runs `fn(manager)` with a TypeORM EntityManager on idemflow's transaction
+ * `tx` and answers what fn answers; `options` are TypeORM's DataSource
+ * options (entities, namingStrategy, logging; `type: 'mariadb'` on MariaDB)
+ * without any of a connection, and the same object each call (its
+ * DataSource is made once).
+ */
+async function typeormManager(tx, options, fn) {
+  checkFn(fn, 'typeormManager', 'typeormManager(tx, options, fn)');
+  const checked = optionsOf(options, 'typeormManager');
+  const driver = driverOf(tx, 'typeormManager', SUPPORTED);
+  if (driver === 'pg' && checked.type !== undefined && checked.type !== 'postgres') {
+    throw invalid(`typeormManager: type ${checked.type} over a PostgreSQL store`, { field: 'options.type', reason: 'not the store' });
+  }
+  return current.run(tx.client, async () => {
+    const dataSource = await dataSourceFor(driver, checked);
+    const runner = dataSource.createQueryRunner();
+    await runner.connect();
+    try {
+      return await fn(runner.manager);
+    } finally {
+      await runner.release();
+    }
+  });
+}
+
+/** TypeORM's answers to a write (manager.insert, update, delete): no output. */
+const RESULTS = ['InsertResult', 'UpdateResult', 'DeleteResult'];
+const typeormQuery = {
+  run: thenableQuery.run,
+  isResult: (value) => value !== null && typeof value === 'object' && RESULTS.includes(Object.getPrototypeOf(value)?.constructor?.name),
+};
+
+/** onApplied (or idempotent()'s work) that runs `fn(manager, decision)` in typeormManager(tx, options, …). */
+function withTypeorm(fn, options) {
+  checkFn(fn, 'withTypeorm', 'typeormManager(tx, options, fn)');
+  const checked = optionsOf(options, 'withTypeorm');
+  return async function bound(tx, decision) {
+    return typeormManager(tx, checked, (manager) => settle(fn(manager, decision), typeormQuery));
+  };
+}
+
+module.exports = { withTypeorm, typeormManager };
