@@ -47,18 +47,23 @@ function clientNow() {
   return client;
 }
 
+/** The running callback's tx.client, or null after handing `callback` the refusal (a driver's callback style). */
+function clientOr(callback) {
+  try {
+    return clientNow();
+  } catch (error) {
+    callback(error);
+    return null;
+  }
+}
+
 /** node-postgres as TypeORM's PostgresDriver calls it: a Pool whose every connection is tx.client, released to no one. */
 const postgresStandIn = {
   defaults: {},
   Pool: class Pool {
     connect(callback) {
-      let client;
-      try {
-        client = clientNow();
-      } catch (error) {
-        callback(error);
-        return;
-      }
+      const client = clientOr(callback);
+      if (client === null) return;
       const connection = {
         query: (...args) => client.query(...args),
         on: () => connection,
@@ -80,13 +85,8 @@ const postgresStandIn = {
 const mysqlStandIn = {
   createPool: () => ({
     getConnection(callback) {
-      let client;
-      try {
-        client = clientNow();
-      } catch (error) {
-        callback(error);
-        return;
-      }
+      const client = clientOr(callback);
+      if (client === null) return;
       const connection = {
         promise: () => ({ query: (sql, values) => client.query(sql, values) }),
         query: (sql, values, cb) => client.query(sql, values, cb),

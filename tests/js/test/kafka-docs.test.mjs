@@ -12,35 +12,20 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
-import { createDeliveryHandler } from 'idemflow';
 import { SqliteStore } from 'idemflow/sqlite';
 import { Kafka, logLevel, Partitioners } from 'kafkajs';
 import { tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { AsyncFunction, docsBlock, recordingHandler as recordingHandlerOf, sleep, until } from '../workers/docs-worker.mjs';
 import { numberedConfirmation as confirmation, numberedSwap as swap } from '../workers/fixtures.mjs';
 import { KAFKA_BROKERS, kafkaFor, watchTopics } from '../workers/kafka.mjs';
 
 const skip = KAFKA_BROKERS ? false : 'IDEMFLOW_KAFKA_BROKERS is not set';
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-const AsyncFunction = (async () => {}).constructor;
 
-/** Resolves once `done()` is true, polling; rejects after `ms`. */
-async function until(what, done, ms) {
-  const deadline = Date.now() + ms;
-  while (!(await done())) {
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
-    await sleep(100);
-  }
-}
-
-/** The worker block of docs/kafka.md, its imports left out (the test passes what they import). */
-function workerBlock() {
-  const text = fs.readFileSync(new URL('../../../docs/kafka.md', import.meta.url), 'utf8');
-  const block = [...text.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((code) => code.includes('createDeliveryHandler(store'));
-  assert.ok(block, 'the worker block is in docs/kafka.md');
-  assert.match(block, /^import \{ createDeliveryHandler \} from 'idemflow';$/m);
-  assert.match(block, /^import \{ Kafka, Partitioners \} from 'kafkajs';$/m);
-  return block.replace(/^import .*$/gm, '');
-}
+const workerBlock = () =>
+  docsBlock('kafka.md', 'createDeliveryHandler(store', [
+    "import { createDeliveryHandler } from 'idemflow';",
+    "import { Kafka, Partitioners } from 'kafkajs';",
+  ]);
 
 /** kafkajs's Kafka, pointed at the broker of the tests, its consumers quick to fetch and to join. */
 class TestKafka extends Kafka {
@@ -66,24 +51,7 @@ describe("docs/kafka.md's worker block", { skip }, () => {
 
     // What the block's handler answered, message by message.
     const verdicts = [];
-    const recordingHandler = (...args) => {
-      const handle = createDeliveryHandler(...args);
-      const recording = (message, context) => handle(message, context);
-      recording.batch = async (messages, context) => {
-        const answers = await handle.batch(messages, context);
-        answers.forEach((verdict, i) => {
-          verdicts.push({
-            body: Buffer.from(messages[i]).toString('utf8'),
-            attempt: context.attempts[i],
-            action: verdict.action,
-            outcome: verdict.outcome ?? null,
-            code: verdict.error?.code ?? null,
-          });
-        });
-        return answers;
-      };
-      return recording;
-    };
+    const recordingHandler = recordingHandlerOf(verdicts);
 
     const block = workerBlock();
     const named = block.replace("const base = 'swaps';", `const base = '${base}';`);

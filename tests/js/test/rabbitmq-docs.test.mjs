@@ -16,24 +16,14 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import amqp from 'amqplib';
-import { createBatcher, createDeliveryHandler } from 'idemflow';
+import { createBatcher } from 'idemflow';
 import { SqliteStore } from 'idemflow/sqlite';
 import { tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { AsyncFunction, docsBlock, recordingHandler as recordingHandlerOf, sleep, until } from '../workers/docs-worker.mjs';
 import { numberedConfirmation as confirmation, numberedSwap as swap } from '../workers/fixtures.mjs';
 
 const AMQP_URL = process.env.IDEMFLOW_AMQP_URL || null;
 const skip = AMQP_URL ? false : 'IDEMFLOW_AMQP_URL is not set';
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-const AsyncFunction = (async () => {}).constructor;
-
-/** Resolves once `done()` is true, polling; rejects after `ms`. */
-async function until(what, done, ms) {
-  const deadline = Date.now() + ms;
-  while (!(await done())) {
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
-    await sleep(100);
-  }
-}
 
 /** Publishes on a confirm channel; resolves once the broker has the message. */
 function publish(channel, queue, body, options = {}) {
@@ -83,15 +73,11 @@ async function dyingConnection() {
   };
 }
 
-/** The RabbitMQ worker block of docs/brokers.md, its imports left out (the test passes what they import). */
-function workerBlock() {
-  const text = fs.readFileSync(new URL('../../../docs/brokers.md', import.meta.url), 'utf8');
-  const block = [...text.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((code) => code.includes('amqp.connect('));
-  assert.ok(block, 'the RabbitMQ worker block is in docs/brokers.md');
-  assert.match(block, /^import amqp from 'amqplib';$/m);
-  assert.match(block, /^import \{ createBatcher, createDeliveryHandler \} from 'idemflow';$/m);
-  return block.replace(/^import .*$/gm, '');
-}
+const workerBlock = () =>
+  docsBlock('brokers.md', 'amqp.connect(', [
+    "import amqp from 'amqplib';",
+    "import { createBatcher, createDeliveryHandler } from 'idemflow';",
+  ]);
 
 describe("docs/brokers.md's RabbitMQ recipe", { skip }, () => {
   it("this server's quorum queue: x-delivery-count is absent on a first delivery, then counts requeues and a dead consumer's messages; a copy back from the retry queue starts again", {
@@ -158,24 +144,7 @@ describe("docs/brokers.md's RabbitMQ recipe", { skip }, () => {
 
     // What the block's handler answered, message by message.
     const verdicts = [];
-    const recordingHandler = (...args) => {
-      const handle = createDeliveryHandler(...args);
-      const recording = (message, context) => handle(message, context);
-      recording.batch = async (messages, context) => {
-        const answers = await handle.batch(messages, context);
-        answers.forEach((verdict, i) => {
-          verdicts.push({
-            body: Buffer.from(messages[i]).toString('utf8'),
-            attempt: context.attempts[i],
-            action: verdict.action,
-            outcome: verdict.outcome ?? null,
-            code: verdict.error?.code ?? null,
-          });
-        });
-        return answers;
-      };
-      return recording;
-    };
+    const recordingHandler = recordingHandlerOf(verdicts);
 
     const block = workerBlock();
     const named = block.replace("const base = 'swaps';", `const base = '${base}';`);
