@@ -27,6 +27,9 @@ const SWAPS = Number(process.env.IDEMFLOW_CHAOS_SWAPS || 400);
 // How long a run may take to drain before it fails (a loaded machine needs more).
 const DRAIN_MS = Number(process.env.IDEMFLOW_CHAOS_DRAIN_MS || 240_000);
 const WORKER_KILLS = Number(process.env.IDEMFLOW_CHAOS_WORKER_KILLS || 6);
+// In Kafka each kill waits for the group to rebalance from the last (seconds each on the broker of the
+// tests): 3 in make test; `make kafka-chaos` runs 20 (IDEMFLOW_CHAOS_KAFKA_WORKER_KILLS).
+const KAFKA_WORKER_KILLS = Number(process.env.IDEMFLOW_CHAOS_KAFKA_WORKER_KILLS || process.env.IDEMFLOW_CHAOS_WORKER_KILLS || 3);
 const REINCLUSIONS = Number(process.env.IDEMFLOW_CHAOS_REINCLUSIONS ?? 0.1);
 const SECOND_DEPOSITS = Number(process.env.IDEMFLOW_CHAOS_SECOND_DEPOSITS ?? 0.1);
 const ONLY = process.env.IDEMFLOW_CHAOS_BROKERS ? new Set(process.env.IDEMFLOW_CHAOS_BROKERS.split(',')) : null;
@@ -42,7 +45,7 @@ for (const { name, env } of BROKERS.filter((broker) => ONLY === null || ONLY.has
       brokerName: name,
       url,
       swaps: SWAPS,
-      workerKills: WORKER_KILLS,
+      workerKills: name === 'kafka' ? KAFKA_WORKER_KILLS : WORKER_KILLS,
       timeoutMs: DRAIN_MS,
       planOptions: { reinclusions: REINCLUSIONS, secondDeposits: SECOND_DEPOSITS },
       note: (line) => t.diagnostic(line),

@@ -81,7 +81,7 @@ test('deposit-swap v2 is proven reorder-safe, and the report says what was check
   assert.ok(report.elapsedMs >= 0);
 });
 
-test('deposit-swap v3, the default, is proven reorder-safe over one and two deposits, and the report says what was checked', () => {
+test('deposit-swap v4, the default, is proven reorder-safe over one and two deposits, and the report says what was checked', () => {
   const report = verifyRuleSet(current);
   assert.equal(report.ok, true);
   const property = reorderSafe(report);

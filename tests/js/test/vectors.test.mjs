@@ -100,6 +100,9 @@ test('rule-set vectors: the built-ins have the recorded ids, versions and hashes
     const ruleSet = RuleSet.builtin(b.name, { version: b.version });
     assert.deepEqual([ruleSet.id, ruleSet.version, ruleSet.hash], [b.id, b.version, b.hash]);
     if (b.current) assert.equal(RuleSet.builtin(b.name), ruleSet, `${b.name}: v${b.version} is the current version`);
+    // A rule set with facts takes seconds to prove in wasm: cargo test proves every built-in
+    // (builtin_proofs.rs), and rules-order.test.mjs proves the current deposit-swap here.
+    if (ruleSet.definition().facts !== undefined) continue;
     const report = verifyRuleSet(ruleSet);
     assert.equal(report.ok, true);
     assert.deepEqual(
