@@ -188,14 +188,13 @@ class StoreTransaction {
 
   /**
    * An operation written only if no operation of its id exists (an untracked
-   * fact's: a later word of the fact emits the same id again): read first,
-   * so that no store's failed insert (MongoDB aborts its transaction on one)
-   * is ever involved.
+   * fact's: a later word of the fact emits the same id again): `_insert`,
+   * which answers false for an id that exists and leaves the transaction as
+   * it was (a store whose failed insert ends its transaction reads first:
+   * MongoTransaction).
    */
   _insertIfAbsent(record) {
-    return step(this._read('outbox', record.id), (found) =>
-      found === null || found === undefined ? this._insert('outbox', record) : false,
-    );
+    return this._insert('outbox', record);
   }
 
   /** The write of a workflow change: an insert for a new workflow, else the compare-and-set; synchronously when the store's writes are. */

@@ -151,6 +151,16 @@ class MongoTransaction extends StoreTransaction {
     return inserted(() => this.#run((options) => this.#store._collection(table).insertOne(doc, options), keyExists));
   }
 
+  /**
+   * An operation written only if its id is absent, read first: a duplicate
+   * key error inside a MongoDB transaction aborts the whole transaction.
+   * @param {any} record
+   */
+  async _insertIfAbsent(record) {
+    if ((await this._read('outbox', record.id)) !== null) return false;
+    return this._insert('outbox', record);
+  }
+
   /** @param {{ id: string, status: string, revision: number, kept: Record<string, string>, removed: string[], expect: { status: string, revision: number }, now: number }} change */
   async _updateWorkflow(change) {
     /** @type {Record<string, unknown>} */

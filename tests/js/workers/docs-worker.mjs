@@ -55,3 +55,25 @@ export function recordingHandler(verdicts) {
     return recording;
   };
 }
+
+/**
+ * The late swap of a docs-worker test, from the verdicts its event got: retried on
+ * UNKNOWN_WORKFLOW, each delivery the next attempt (1 from `first`, then the retry copies), until
+ * the swap existed, then applied and exchanged; never parked.
+ */
+export async function assertLateSwapExchanged(lateVerdicts, store, first) {
+  const retries = lateVerdicts.slice(0, -1);
+  assert.ok(retries.length >= 1);
+  assert.deepEqual(
+    retries.map((v) => [v.action, v.code]),
+    retries.map(() => ['retry', 'UNKNOWN_WORKFLOW']),
+  );
+  assert.deepEqual(
+    lateVerdicts.map((v) => v.attempt),
+    lateVerdicts.map((_, i) => i + 1),
+    `delivery 1 from the ${first}, then 2, 3, … from the retry copies`,
+  );
+  assert.deepEqual([lateVerdicts.at(-1).action, lateVerdicts.at(-1).outcome], ['ack', 'applied']);
+  assert.equal((await store.getWorkflow('swap-1')).status, 'exchange', 'the late swap is exchanged');
+  assert.equal((await store.getOperation('start-exchange:swap-1'))?.type, 'START_EXCHANGE');
+}
