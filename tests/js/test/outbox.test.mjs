@@ -1104,16 +1104,20 @@ for (const backend of backends) {
     it('a purge lets other transactions run between its batches', async () => {
       const c = clock();
       // One connection, on which statements queue in call order, so the delivery's
-      // transaction comes between two batches every time rather than by chance.
-      const store = await confirmed(4, c, { connections: 1 });
-      await store.putWorkflow(swap(5));
+      // transaction comes between two batches every time rather than by chance
+      // (16 batches: a store whose batch is one quick command, Redis's, is still at it
+      // when the delivery's first read goes out).
+      const old = Array.from({ length: 16 }, (_, i) => i + 1);
+      const store = await confirmed(old.length, c, { connections: 1 });
+      const next = old.length + 1;
+      await store.putWorkflow(swap(next));
       c.advance(1_000);
       const purge = store.purgeReceipts({ olderThan: new Date(T0 + 1), batchSize: 1 });
-      assert.equal((await processEvent(store, confirmation(5))).outcome, 'applied');
-      const oldLeft = (await Promise.all([1, 2, 3, 4].map((i) => store.getReceipt(`confirm-${i}`)))).filter((r) => r !== null);
+      assert.equal((await processEvent(store, confirmation(next))).outcome, 'applied');
+      const oldLeft = (await Promise.all(old.map((i) => store.getReceipt(`confirm-${i}`)))).filter((r) => r !== null);
       assert.ok(oldLeft.length > 0, 'the delivery committed while the purge still had batches to go');
-      assert.deepEqual(await purge, { deleted: 4, batches: 4 });
-      assert.notEqual(await store.getReceipt('confirm-5'), null);
+      assert.deepEqual(await purge, { deleted: old.length, batches: old.length });
+      assert.notEqual(await store.getReceipt(`confirm-${next}`), null);
     });
 
     it('a replay of an event whose receipt was purged is stopped by the business guard', async () => {

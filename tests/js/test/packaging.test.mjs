@@ -79,6 +79,7 @@ test('every entry point exports the same names, bound to the same objects, from 
     './postgres',
     './mysql',
     './mongodb',
+    './redis',
     './kafka',
     './express',
     './fastify',

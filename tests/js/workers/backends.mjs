@@ -8,6 +8,7 @@ import path from 'node:path';
 export const PG_URL = process.env.IDEMFLOW_PG_URL || null;
 export const MYSQL_URL = process.env.IDEMFLOW_MYSQL_URL || null;
 export const MONGODB_URL = process.env.IDEMFLOW_MONGODB_URL || null;
+export const REDIS_URL = process.env.IDEMFLOW_REDIS_URL || null;
 
 let counter = 0;
 
@@ -184,6 +185,18 @@ export async function openStore(kind, { tables, file, url, poolSize, ...options 
         close: () => client.close(),
       };
     }
+    case 'redis': {
+      const { createClient } = await import('redis');
+      const { RedisStore } = await import('idemflow/redis');
+      const client = createClient({ url: url ?? REDIS_URL });
+      client.on('error', () => {}); // a lost connection fails the next command, which the store reports
+      await client.connect();
+      const store = constructed(
+        () => new RedisStore(client, { ...options, tables }),
+        () => client.quit(),
+      );
+      return redisHelpers(store, client, tables);
+    }
     default:
       throw new Error(`unknown backend kind ${kind}`);
   }
@@ -214,6 +227,56 @@ function sqlHelpers(store, tables, quote, query, end, mark) {
       for (const name of Object.values(tables)) await query(`DROP TABLE IF EXISTS ${quote(name)}`, []);
     },
     close: end,
+  };
+}
+
+/** Every key under one of `tables`' names (records, indexes, holds and locks), found with SCAN. */
+async function redisKeys(client, tables, part = '') {
+  const keys = [];
+  for (const table of Object.values(tables)) {
+    for await (const batch of client.scanIterator({ MATCH: `${table}:${part}*`, COUNT: 1000 })) keys.push(...batch);
+  }
+  return keys;
+}
+
+/** The helpers over a RedisStore: records are hashes named `<table>:r:<id>`, their fields named as MongoDB's documents'. */
+export function redisHelpers(store, client, tables) {
+  const recordKey = (which, key) => `${tables[which]}:r:${key}`;
+  return {
+    store,
+    count: async (which) => (await redisKeys(client, { [which]: tables[which] }, 'r:')).length,
+    rawData: async (id) => (await client.hGet(recordKey('workflows', id), 'data')) ?? null,
+    query: null,
+    /** Every record of a table, its fields named as the SQL stores' columns. */
+    records: async (which) => {
+      const rows = [];
+      for (const key of await redisKeys(client, { [which]: tables[which] }, 'r:')) {
+        const row = {};
+        for (const [field, value] of Object.entries(await client.hGetAll(key)))
+          row[field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)] = value;
+        rows.push(row);
+      }
+      return rows;
+    },
+    // A record changed by hand: an operation's indexes are then brought up to it, as an operator's fix would.
+    setRaw: async (which, key, values) => {
+      const [status, type] = which === 'outbox' ? await client.hmGet(recordKey(which, key), ['status', 'type']) : [];
+      for (const [column, value] of Object.entries(values)) {
+        const field = documentField(column);
+        if (value === null || value === undefined) await client.hDel(recordKey(which, key), field);
+        else await client.hSet(recordKey(which, key), field, typeof value === 'object' ? JSON.stringify(value) : String(value));
+      }
+      if (which === 'outbox') await store._reindexOperation(key, { status, type });
+      return true;
+    },
+    dropColumn: async (which, column) => {
+      for (const key of await redisKeys(client, { [which]: tables[which] }, 'r:')) await client.hDel(key, documentField(column));
+    },
+    drop: async () => {
+      const keys = await redisKeys(client, tables);
+      for (let i = 0; i < keys.length; i += 500) await client.unlink(keys.slice(i, i + 500));
+    },
+    close: () => client.quit(),
   };
 }
 
@@ -339,6 +402,13 @@ export const BACKENDS = [
         close: () => client.close(),
       };
     },
+  },
+  {
+    id: 'redis',
+    name: 'Redis server',
+    durable: true,
+    skip: REDIS_URL ? false : 'set IDEMFLOW_REDIS_URL=redis://host:6379 to run the suites on Redis',
+    setup: serverBackend('redis', REDIS_URL),
   },
   {
     id: 'mongodb',

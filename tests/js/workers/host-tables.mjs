@@ -63,6 +63,17 @@ export function shipmentsOf(kind, helper, name) {
         },
         count: () => store.db.collection(name).countDocuments(),
       };
+    case 'redis':
+      // A hash per shipment and a set of their event ids, queued through tx.client into idemflow's commit.
+      return {
+        create: async () => {},
+        insert: (tx, eventId, orderId) => {
+          tx.client.hset(`${name}:${eventId}`, { orderId });
+          tx.client.sadd(name, eventId);
+          return eventId;
+        },
+        count: async () => Number(await store.client.sCard(name)),
+      };
     default:
       throw new Error(`no shipments table for ${kind}`);
   }
