@@ -18,7 +18,7 @@ import { openPglite, openStore, tablesFor, uniquePrefix } from '../workers/backe
 import { faultRun } from '../workers/fault-runs.mjs';
 import { detectedSwap } from '../workers/fixtures.mjs';
 import { FakeMongoClient } from '../workers/mongo-fake.mjs';
-import { mariadbMissing, postgresMissing, startMariadb, startPostgres } from '../workers/servers.mjs';
+import { mariadbMissing, postgresMissing, redisMissing, startMariadb, startPostgres, startRedis } from '../workers/servers.mjs';
 
 const WORKERS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'workers');
 // Generous: a bound that is not kept shows up as a wait this long, never as a flaky failure.
@@ -702,5 +702,79 @@ describe('bounds without a server', () => {
     });
     assert.equal(ran, 0, 'no handler ran after stop()');
     assert.equal((await inner.getOperation('start-exchange:wf-1')).attempts, 0);
+  });
+});
+
+// Redis with AOF `always`: a restart here is a SIGKILL of the server (servers.mjs), and what it acknowledged must survive it.
+describe('faults on a Redis server of its own (appendfsync always)', { skip: redisMissing() ?? false }, () => {
+  let db;
+  before(async () => {
+    db = await startRedis({ appendfsync: 'always' });
+  });
+  after(async () => {
+    await db?.close();
+  });
+
+  it('a stopped server (SIGSTOP): store.process fails with STORE_UNAVAILABLE reason timeout, and the redelivery applies once', async () => {
+    await processOnStoppedServer(db, 'redis');
+  });
+
+  it('a stopped server: consumer.stop({ timeoutMs }) returns while its claim is unanswered, and says so', async () => {
+    await stopDuringStalledClaim(db, 'redis');
+  });
+
+  it("a stopped server during a batch's one-by-one fallback (32 events): processBatch returns within its deadline, every event answers retry", async () => {
+    await batchFallbackOnStoppedServer(db, 'redis', 32);
+  });
+
+  it('scripts the server lost (SCRIPT FLUSH) load again on the next call; over its memory limit a commit is STORE_UNAVAILABLE reason out-of-memory and writes nothing', async () => {
+    const tables = tablesFor(uniquePrefix());
+    const helper = await openStore('redis', { url: db.url, tables, timeoutMs: 2000 });
+    try {
+      await helper.store.migrate();
+      await helper.store.putWorkflow(workflow('wf-1'));
+      await helper.store.putWorkflow(workflow('wf-2'));
+      await db.command('SCRIPT', 'FLUSH');
+      assert.equal((await helper.store.process(confirmation('wf-1'), { ruleSet: 'deposit-swap' })).outcome, 'applied');
+      await db.command('CONFIG', 'SET', 'maxmemory', '1');
+      let refused;
+      try {
+        await helper.store.process(confirmation('wf-2'), { ruleSet: 'deposit-swap' });
+      } catch (error) {
+        refused = error;
+      } finally {
+        await db.command('CONFIG', 'SET', 'maxmemory', '0');
+      }
+      assert.ok(refused instanceof IdemflowError, String(refused));
+      assert.equal(refused.code, 'STORE_UNAVAILABLE');
+      assert.equal(refused.details.reason, 'out-of-memory');
+      assert.equal(await helper.store.getReceipt(confirmation('wf-2').eventId), null, 'nothing written');
+      assert.equal((await helper.store.getWorkflow('wf-2')).status, 'deposit');
+      assert.equal((await helper.store.process(confirmation('wf-2'), { ruleSet: 'deposit-swap' })).outcome, 'applied');
+      assert.equal(await helper.count('outbox'), 2);
+    } finally {
+      await helper.drop().catch(() => {});
+      await helper.close();
+    }
+  });
+
+  it(`${DELIVERIES} deliveries through 4 worker processes while connections are killed and the server is SIGKILLed and restarted twice and stopped`, async (t) => {
+    const faults = ['terminate', 'restart', 'pause', 'restart'];
+    assertRun(await faultRun(db, 'redis', { faults, deliveries: DELIVERIES, workflows: WORKFLOWS, seed: 90_005 }), t);
+  });
+
+  it(`${DELIVERIES} deliveries through 3 processBatch workers (batches of 32), SIGKILLed 3 times, while the server is SIGKILLed and restarted`, async (t) => {
+    assertRun(
+      await faultRun(db, 'redis', {
+        faults: ['terminate', 'restart', 'pause'],
+        deliveries: DELIVERIES,
+        workflows: WORKFLOWS,
+        seed: 90_006,
+        workers: 3,
+        batch: 32,
+        kills: 3,
+      }),
+      t,
+    );
   });
 });

@@ -476,3 +476,88 @@ export async function startMariadb({ smallDirMb = 0 } = {}) {
     },
   };
 }
+
+const REDIS_SERVER = process.env.IDEMFLOW_REDIS_SERVER || '/usr/bin/redis-server';
+
+/** Why the fault tests cannot run on Redis here, or null when they can. */
+export function redisMissing() {
+  return executable(REDIS_SERVER) ? null : `no redis-server at ${REDIS_SERVER} (set IDEMFLOW_REDIS_SERVER)`;
+}
+
+/** A node-redis client closed, whatever state its connection is in. */
+function closeQuietly(client) {
+  try {
+    client?.destroy();
+  } catch {
+    // closed already
+  }
+}
+
+/**
+ * A Redis server of its own, persisting as `appendfsync` says ('always',
+ * 'everysec', or 'no-aof' for none): `{ url, server, command(...args),
+ * killConnections(), close() }`. Its restart is a crash: SIGKILL, then a
+ * start on the same port and data directory, which replays the AOF.
+ */
+export async function startRedis({ appendfsync = 'always' } = {}) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'idemflow-faults-redis-'));
+  const port = await freePort();
+  const url = `redis://127.0.0.1:${port}`;
+  const persistence = appendfsync === 'no-aof' ? ['--appendonly', 'no'] : ['--appendonly', 'yes', '--appendfsync', appendfsync];
+  const { createClient } = await import('redis');
+  let admin = null;
+  const connect = async () => {
+    const client = createClient({ url, socket: { connectTimeout: 1000, reconnectStrategy: false } });
+    client.on('error', () => {});
+    await client.connect();
+    return client;
+  };
+  const server = new Server({
+    spawnServer: () =>
+      spawn(
+        REDIS_SERVER,
+        ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', ...persistence, '--protected-mode', 'no'],
+        { detached: true, stdio: ['ignore', 'pipe', 'pipe'] },
+      ),
+    ready: async () => {
+      const client = await connect();
+      try {
+        // LOADING while the AOF is replayed.
+        await client.ping();
+      } finally {
+        closeQuietly(client);
+      }
+    },
+    shutdownSignal: 'SIGKILL',
+    cleanup: () => fs.rmSync(dir, { recursive: true, force: true }),
+  });
+  await server.start();
+  /** One command on an admin connection, made again after a fault ended it. */
+  const command = async (...args) => {
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        admin ??= await connect();
+        return await admin.sendCommand(args.map(String));
+      } catch (error) {
+        if (attempt >= 50) throw error;
+        closeQuietly(admin);
+        admin = null;
+        await sleep(100);
+      }
+    }
+  };
+  return {
+    url,
+    server,
+    command,
+    /** CLIENT KILL on every other normal connection; how many it ended. */
+    async killConnections() {
+      server.faults.terminate += 1;
+      return Number(await command('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes'));
+    },
+    async close() {
+      closeQuietly(admin);
+      await server.stop();
+    },
+  };
+}
