@@ -7,7 +7,9 @@
 // writeWorkflow and insertOperation, docs/adapters.md) is wrapped into it
 // once per cycle by contractOf, so the cycle never probes for methods.
 //
-//   getReceiptToDecide(eventId)          what a decision needs of a receipt, or null
+//   getReceiptToDecide(eventId, workflowId)  what a decision needs of a receipt, or null;
+//                                        workflowId is the workflow read next when there is none
+//                                        (a store may read both in one round trip)
 //   getWorkflowToDecide(id)              the workflow, or null
 //   commitDecided(writeSet, between?)    the core's write set: workflow, receipt, operations;
 //                                        between() runs after the workflow's write and answers

@@ -71,7 +71,7 @@ async function processValid(call, valid) {
 
   /** One cycle inside a transaction (the contract of js/host/contract.cjs). */
   function cycle(tx) {
-    return step(tx.getReceiptToDecide(valid.eventId), (stored) => {
+    return step(tx.getReceiptToDecide(valid.eventId, valid.workflowId), (stored) => {
       const { receipt, output: original } = splitOutput(stored);
       return step(receipt ? null : tx.getWorkflowToDecide(valid.workflowId), (workflow) => {
         // Validated once, above: the normalized copy is plain data the core decides as it is.

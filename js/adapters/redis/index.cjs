@@ -46,6 +46,8 @@ const { HostCommands, hostClient } = require('./commands.cjs');
 
 /** The scan bound of one claim: due entries looked at (types filtered out included). */
 const CLAIM_SCAN = 10_000;
+/** Up to this many keys a read sends as HGETALLs in one write (one round trip); more, one script. */
+const PIPELINED_READS = 4;
 /** Ids one listOperations page reads at a time. */
 const LIST_PAGE = 200;
 
@@ -80,12 +82,29 @@ function flatFields(record) {
   return flat;
 }
 
-/** [field, value, ...] as an object (a null prototype: a stored "__proto__" stays a field). */
+/**
+ * [field, value, ...] as an object, `_v` apart. A plain object (V8 reads
+ * it fast); a stored field named "__proto__" (only a hand could write one)
+ * is left out rather than becoming the prototype.
+ */
 function hashOf(flat) {
   /** @type {Record<string, any>} */
-  const hash = Object.create(null);
-  for (let i = 0; i + 1 < flat.length; i += 2) hash[String(flat[i])] = String(flat[i + 1]);
-  return hash;
+  const hash = {};
+  let v = '0';
+  for (let i = 0; i + 1 < flat.length; i += 2) {
+    const field = String(flat[i]);
+    if (field === '_v') v = String(flat[i + 1]);
+    else if (field !== '__proto__') hash[field] = String(flat[i + 1]);
+  }
+  return { hash, v };
+}
+
+/** HGETALL's reply as [field, value, ...]: RESP2 gives a list, RESP3 a map (node-redis: a Map or an object). */
+function flatOf(reply) {
+  if (Array.isArray(reply)) return reply;
+  if (reply instanceof Map) return [...reply].flat();
+  if (reply !== null && typeof reply === 'object') return Object.entries(reply).flat();
+  return [];
 }
 
 /**
@@ -96,7 +115,7 @@ function hashOf(flat) {
 function seenOf(reply) {
   if (!Array.isArray(reply) || reply.length === 0) return { record: null, v: '' };
   if (reply[0] === '!') return { record: { id: undefined, eventId: undefined, data: `a ${reply[1]}, not a hash` }, v: '!' };
-  const { _v: v = '0', ...record } = hashOf(reply);
+  const { hash: record, v } = hashOf(reply);
   return { record, v };
 }
 
@@ -125,7 +144,9 @@ function mapError(error) {
     }
     return storeUnavailable(error, 'database-error');
   }
-  return storeUnavailable(error, 'connection');
+  // As the SQL stores name them: a server that refused the connection, or a connection that was lost or closed.
+  const refused = /** @type {any} */ (error)?.code === 'ECONNREFUSED' || /ECONNREFUSED/.test(String(/** @type {any} */ (error)?.message));
+  return storeUnavailable(error, refused ? 'connection-refused' : 'connection-lost');
 }
 
 /**
@@ -222,6 +243,19 @@ class RedisTransaction extends StoreTransaction {
     return seen.record;
   }
 
+  /**
+   * The receipt a decision reads, and with it, in the same round trip, the
+   * workflow it reads next when the receipt is absent (`workflowId`, the
+   * host cycle's hint).
+   * @param {string} eventId
+   * @param {string} [workflowId]
+   */
+  async getReceiptToDecide(eventId, workflowId) {
+    if (typeof workflowId === 'string')
+      await this.#readKeys([this.#store._key('inbox', eventId), this.#store._key('workflows', workflowId)]);
+    return super.getReceiptToDecide(eventId);
+  }
+
   /** Many receipts in one round trip. @param {string[]} eventIds */
   async getReceipts(eventIds) {
     await this.#readAll('inbox', eventIds);
@@ -241,13 +275,20 @@ class RedisTransaction extends StoreTransaction {
    * @returns {Promise<Seen[]>}
    */
   async #readAll(table, ids) {
-    const keys = ids.map((id) => this.#store._key(table, id));
+    return this.#readKeys(ids.map((id) => this.#store._key(table, id)));
+  }
+
+  /**
+   * @param {string[]} keys
+   * @returns {Promise<Seen[]>}
+   */
+  async #readKeys(keys) {
     const missing = [...new Set(keys.filter((key) => !this.#seen.has(key)))];
     if (missing.length > 0) {
       this.#deadline.check();
-      const replies = await this.#store._script(SCRIPTS.READ, missing, []);
+      const read = await this.#store._readKeys(missing);
       missing.forEach((key, i) => {
-        const seen = seenOf(replies[i]);
+        const seen = read[i];
         this.#seen.set(key, seen);
         if (!this.#guards.has(key)) this.#guards.set(key, [seen.v, () => lostRace(new Error(`${key} was written`), 'read-changed')]);
       });
@@ -300,7 +341,7 @@ class RedisTransaction extends StoreTransaction {
     } else {
       this.#writes.push(['op', key, record.id, ifAbsent ? '1' : '', ...flatFields(record)]);
     }
-    if (!ifAbsent) this.#seen.set(key, { record: hashOf(flatFields(record)), v: 'queued' });
+    if (!ifAbsent) this.#seen.set(key, { record: hashOf(flatFields(record)).hash, v: 'queued' });
   }
 
   /**
@@ -465,6 +506,27 @@ class RedisStore extends StoreBase {
   }
 
   /**
+   * @internal What the server holds at each key, in one round trip: a few
+   * HGETALLs sent together (a key of another type answers WRONGTYPE, read as
+   * a record that cannot be read), or the read script for many.
+   * @param {string[]} keys
+   * @returns {Promise<Seen[]>}
+   */
+  async _readKeys(keys) {
+    if (keys.length > PIPELINED_READS) return (await this._script(SCRIPTS.READ, keys, [])).map(seenOf);
+    return Promise.all(
+      keys.map(async (key) => {
+        try {
+          return seenOf(flatOf(await this.#send(['HGETALL', key])));
+        } catch (error) {
+          if (replyOf(error)?.startsWith('WRONGTYPE')) return seenOf(['!', 'key of another type']);
+          throw mapError(error);
+        }
+      }),
+    );
+  }
+
+  /**
    * @internal a script by its SHA-1, loaded when the server does not have it
    * @param {{ source: string, sha: string }} script
    * @param {string[]} keys
@@ -544,8 +606,8 @@ class RedisStore extends StoreBase {
    * @param {string} key
    */
   async _read(table, key) {
-    const [reply] = await this._call('read', () => this._script(SCRIPTS.READ, [this._key(table, key)], []));
-    return seenOf(reply).record;
+    const [seen] = await this._call('read', () => this._readKeys([this._key(table, key)]));
+    return seen.record;
   }
 
   /**

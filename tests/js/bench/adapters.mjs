@@ -4,7 +4,7 @@
 // cost floor. Both run the same events on
 // identical tables in interleaved rounds, so the ratio compares like with like.
 // Server backends run when IDEMFLOW_PG_URL / IDEMFLOW_MYSQL_URL /
-// IDEMFLOW_MONGODB_URL are set.
+// IDEMFLOW_MONGODB_URL / IDEMFLOW_REDIS_URL are set.
 import fs from 'node:fs';
 import path from 'node:path';
 import { BACKENDS, openPglite, openStore, tablesFor, tempDir, uniquePrefix, writeBenchJson } from '../workers/backends.mjs';
@@ -14,7 +14,9 @@ import {
   mysqlTransactions,
   pgliteTransactions,
   pgTransactions,
+  REDIS_STATEMENTS,
   RULES_HASH,
+  redisTransactions,
   sqliteTransactions,
   statements,
 } from './hand-written.mjs';
@@ -206,7 +208,7 @@ async function measure(name, openIdemflow, openHand) {
   }
   const rate = (ns) => events.length / (Number(ns) / 1e9);
   const line =
-    `${name.padEnd(44)} idemflow ${fmt(rate(time.idemflow))} events/s   hand-written SQL ${fmt(rate(time.hand))} events/s` +
+    `${name.padEnd(44)} idemflow ${fmt(rate(time.idemflow))} events/s   hand-written ${fmt(rate(time.hand))} events/s` +
     `   ratio ${(rate(time.idemflow) / rate(time.hand)).toFixed(2)}   (${events.length} events each: 1/3 applied, 1/3 duplicate, 1/3 already-applied)`;
   console.log(line);
   figures[name] = {
@@ -333,6 +335,25 @@ const HAND_WRITTEN = {
   },
   pg: () => serverContenders('pg', 'PostgreSQL server (pg Pool)', pgTransactions, (i) => `$${i}`),
   mysql: () => serverContenders('mysql', 'MariaDB/MySQL server (mysql2 Pool)', mysqlTransactions, () => '?'),
+  redis: async () => {
+    const open = (withIdemflow) => async () => {
+      const tables = tablesFor(uniquePrefix());
+      const helper = await openStore('redis', { tables });
+      await helper.store.migrate();
+      const transaction = redisTransactions(helper.store.client, tables);
+      return {
+        store: helper.store,
+        handle: withIdemflow
+          ? async (event) => (await helper.store.process(event)).outcome
+          : (event) => transaction((q) => handWritten(q, REDIS_STATEMENTS, event, Date.now())),
+        close: async () => {
+          await helper.drop();
+          await helper.close();
+        },
+      };
+    };
+    await measure('Redis server (node-redis, one script per commit)', open(true), open(false));
+  },
   mongodb: async () => {
     const open = (withIdemflow) => async () => {
       const tables = tablesFor(uniquePrefix());

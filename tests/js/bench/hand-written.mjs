@@ -299,6 +299,126 @@ export function pgliteTransactions(db) {
     );
 }
 
+/**
+ * The commit a careful person writes for Redis: the receipt set only where
+ * absent (SET NX's check), the workflow compare-and-set on (status,
+ * revision), the operations where absent, with the indexes their consumer
+ * and retention read (due times, ids per status, counts), in one Lua
+ * script that checks before it writes. KEYS: receipt, workflow, operations.
+ */
+const REDIS_COMMIT = `#!lua
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local p = cjson.decode(ARGV[1])
+local changes = p.w ~= cjson.null
+if changes then
+  local now = redis.call('HMGET', KEYS[2], 'status', 'revision')
+  if now[1] ~= p.e[1] or now[2] ~= p.e[2] then return -1 end
+end
+for i = 1, #p.o do
+  if redis.call('EXISTS', KEYS[2 + i]) == 1 then return 0 end
+end
+redis.call('HSET', KEYS[1], unpack(p.r))
+redis.call('ZADD', p.inbox .. ':i:at', p.now, p.id)
+if changes then redis.call('HSET', KEYS[2], unpack(p.w)) end
+for i, op in ipairs(p.o) do
+  redis.call('HSET', KEYS[2 + i], unpack(op.f))
+  redis.call('ZADD', p.outbox .. ':i:due', p.now, op.id)
+  redis.call('ZADD', p.outbox .. ':i:ids', 0, op.id)
+  redis.call('ZADD', p.outbox .. ':i:s:pending', 0, op.id)
+  redis.call('ZADD', p.outbox .. ':i:u:pending', p.now, op.id)
+  redis.call('HINCRBY', p.outbox .. ':i:counts', 'pending' .. string.char(0) .. op.type, 1)
+end
+return 1
+`;
+const REDIS_COMMIT_SHA = createHash('sha1').update(REDIS_COMMIT).digest('hex');
+
+/** The statement names of handWritten for redisTransactions (no SQL: each name is what the transaction does). */
+export const REDIS_STATEMENTS = Object.freeze(
+  Object.fromEntries(['receipt', 'workflow', 'insertReceipt', 'update', 'updateRecording', 'insertOperation'].map((name) => [name, name])),
+);
+
+/** [field, value, ...] of the non-null values. */
+const flat = (record) =>
+  Object.entries(record).flatMap(([field, value]) => (value === null || value === undefined ? [] : [field, String(value)]));
+
+/**
+ * `transaction(work)` on Redis over a node-redis `client` and the tables
+ * idemflow's RedisStore names (`<table>:r:<id>` hashes): work's q reads at
+ * once (HGETALL), queues the writes and the script above commits them; a
+ * failed check is a LostRace (the caller runs the transaction again).
+ */
+export function redisTransactions(client, tables) {
+  const key = (table, id) => `${tables[table]}:r:${id}`;
+  return async (work) => {
+    const plan = { r: null, w: null, e: null, o: [], now: 0, id: null, inbox: tables.inbox, outbox: tables.outbox };
+    const keys = [];
+    const q = async (name, params) => {
+      switch (name) {
+        case 'receipt':
+        case 'workflow': {
+          const row = await client.hGetAll(key(name === 'receipt' ? 'inbox' : 'workflows', params[0]));
+          if (Object.keys(row).length === 0) return [];
+          return [{ ...row, result: row.result ?? null }];
+        }
+        case 'insertReceipt': {
+          const [eventId, fingerprint, workflowId, eventType, outcome, ruleSetId, ruleSetVersion, ruleSetHash, recordedAt, result] = params;
+          plan.r = flat({
+            eventId,
+            fingerprint,
+            workflowId,
+            eventType,
+            outcome,
+            ruleSetId,
+            ruleSetVersion,
+            ruleSetHash,
+            recordedAt,
+            result,
+          });
+          plan.id = eventId;
+          plan.now = String(recordedAt); // text: Lua would print a number in 14 digits
+          keys[0] = key('inbox', eventId);
+          return 1;
+        }
+        case 'update':
+        case 'updateRecording': {
+          const [status, revision, ...rest] = params;
+          const [data, updatedAt, id, expectStatus, expectRevision] = name === 'update' ? [null, ...rest] : rest;
+          plan.w = flat({ status, revision, data, updatedAt });
+          plan.e = [expectStatus, String(expectRevision)];
+          keys[1] = key('workflows', id);
+          return 1;
+        }
+        case 'insertOperation': {
+          const [id, type, workflowId, eventId, payload, status, attempts, nextAttemptAt, , , fencingToken, , createdAt, updatedAt] =
+            params;
+          plan.o.push({
+            id,
+            type,
+            f: flat({ id, type, workflowId, eventId, payload, status, attempts, nextAttemptAt, fencingToken, createdAt, updatedAt }),
+          });
+          keys.push(key('outbox', id));
+          return 1;
+        }
+        default:
+          throw new Error(`no Redis statement ${name}`);
+      }
+    };
+    const result = await work(q);
+    if (plan.r === null) return result;
+    keys[1] ??= key('workflows', '-');
+    const args = [String(keys.length), ...keys, JSON.stringify(plan)];
+    let answer;
+    try {
+      answer = await client.sendCommand(['EVALSHA', REDIS_COMMIT_SHA, ...args]);
+    } catch (error) {
+      if (!String(error?.message).startsWith('NOSCRIPT')) throw error;
+      answer = await client.sendCommand(['EVAL', REDIS_COMMIT, ...args]);
+    }
+    if (Number(answer) !== 1) throw new LostRace(Number(answer) === 0 ? 'the receipt or an operation exists' : 'lost the compare-and-set');
+    return result;
+  };
+}
+
 /** The transactions of a server store kind over its pool (helper.store.client of workers/backends.mjs). */
 export const TRANSACTIONS = { pg: pgTransactions, mysql: mysqlTransactions };
 

@@ -2,15 +2,20 @@
 // Redis writes into the commit script (they commit with the receipt or not
 // at all, a write that would fail is refused before anything is written,
 // reads and idemflow's own keys are refused loudly); the same store over
-// ioredis; and the clients it refuses. The contract every store shares runs
+// ioredis; the clients it refuses; and docs/adapters.md's Redis block, run
+// on a Redis of its own. The contract every store shares runs
 // on Redis in the shared suites (BACKENDS); faults.test.mjs kills a Redis of
 // its own. Skips with one line without IDEMFLOW_REDIS_URL.
 
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { IdemflowError, processBatch, RuleSet } from 'idemflow';
 import { REDIS_URL, redisHelpers, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 import { outcomeOf } from '../workers/fixtures.mjs';
+import { redisMissing, startRedis } from '../workers/servers.mjs';
 
 const ruleSet = RuleSet.builtin('order-shipment');
 const request = (eventId, orderId) => ({ eventId, workflowId: orderId, type: 'SHIPMENT_REQUESTED' });
@@ -317,6 +322,28 @@ describe('RedisStore over ioredis', { skip }, () => {
   });
 });
 
+describe('a client that cannot reach its server', () => {
+  it('closed, or never connected: STORE_UNAVAILABLE reason connection-lost within the bound, never a raw error', async () => {
+    const { RedisStore } = await import('idemflow/redis');
+    const { createClient } = await import('redis');
+    const { Redis } = await import('ioredis');
+    const neverConnected = createClient({ url: 'redis://127.0.0.1:1' });
+    const ioredis = new Redis({ port: 1, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    ioredis.on('error', () => {});
+    for (const [name, client, reasons] of [
+      ['node-redis, never connected', neverConnected, ['connection-lost']],
+      ['ioredis, nothing listening', ioredis, ['connection-lost', 'connection-refused']],
+    ]) {
+      const store = new RedisStore(client, { timeoutMs: 2000 });
+      const outcome = await outcomeOf(store.process(request('e1', 'o1'), { ruleSet }));
+      assert.equal(outcome.error?.code, 'STORE_UNAVAILABLE', name);
+      assert.ok(reasons.includes(outcome.error.details.reason), `${name}: ${outcome.error.details.reason}`);
+      assert.equal(outcome.error.disposition, 'retry');
+    }
+    ioredis.disconnect();
+  });
+});
+
 describe('the clients RedisStore refuses', () => {
   it('no client, a client of another kind, and a cluster client are INVALID_ARGUMENT', async () => {
     const { RedisStore } = await import('idemflow/redis');
@@ -343,5 +370,40 @@ describe('the clients RedisStore refuses', () => {
       (error) => error.code === 'INVALID_ARGUMENT',
       'a bound Redis cannot keep is refused, not ignored',
     );
+  });
+});
+
+describe("docs/adapters.md's Redis block", { skip: redisMissing() ?? false }, () => {
+  it('runs as written on a Redis of its own: the shipment is written with the receipt, a redelivery answers it again', async () => {
+    const docs = readFileSync(fileURLToPath(new URL('../../../docs/adapters.md', import.meta.url)), 'utf8');
+    const section = docs.slice(docs.indexOf('\n### Redis (and Valkey)\n'));
+    const block = /```js\n([\s\S]*?)```/.exec(section)?.[1];
+    assert.ok(block?.includes('new RedisStore'), 'the section has its block');
+    const driver = `
+const again = await store.process({ eventId: 'evt-1', workflowId: 'order-1', type: 'SHIPMENT_REQUESTED' }, { ruleSet: 'order-shipment' });
+const shipment = await client.hGetAll('shipment:order-1');
+const members = await client.sMembers('shipments');
+process.stdout.write(JSON.stringify({ outcome: result.outcome, output: result.output, again: again.outcome, original: again.original.output, shipment, members }));
+await client.quit();
+`;
+    // In the test project, so 'idemflow/redis' and 'redis' resolve as they do for a user.
+    const file = fileURLToPath(new URL('../docs-redis.tmp.mjs', import.meta.url));
+    const db = await startRedis({ appendfsync: 'no-aof' });
+    writeFileSync(file, block + driver);
+    try {
+      const run = spawnSync(process.execPath, [file], { env: { ...process.env, REDIS_URL: db.url }, encoding: 'utf8', timeout: 30_000 });
+      assert.equal(run.status, 0, run.stderr);
+      const seen = JSON.parse(run.stdout);
+      assert.equal(seen.outcome, 'applied');
+      assert.deepEqual(seen.output, { shipment: 'shipment:order-1' });
+      assert.equal(seen.again, 'duplicate-delivery');
+      assert.deepEqual(seen.original, seen.output, 'the redelivery answers what onApplied returned');
+      assert.deepEqual(seen.shipment, { eventId: 'evt-1', status: 'requested' });
+      assert.deepEqual(seen.members, ['order-1']);
+      assert.equal(Number(await db.command('EXISTS', 'shop_inbox:r:evt-1')), 1, 'the receipt is under the tables the block names');
+    } finally {
+      rmSync(file, { force: true });
+      await db.close();
+    }
   });
 });
