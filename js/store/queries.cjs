@@ -170,4 +170,5 @@ module.exports = {
   nowRequest,
   operationMatches,
   statsOf,
+  wholeNumber,
 };

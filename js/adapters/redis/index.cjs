@@ -34,7 +34,7 @@ const {
 const { transactionOptions, watchClient, withDeadline } = require('../../store/bounds.cjs');
 const { StoreBase } = require('../../store/base.cjs');
 const { StoreTransaction } = require('../../store/transaction.cjs');
-const { operationMatches } = require('../../store/queries.cjs');
+const { operationMatches, wholeNumber } = require('../../store/queries.cjs');
 const { SCRIPTS } = require('./scripts.cjs');
 const { HostCommands, hostClient } = require('./commands.cjs');
 
@@ -422,6 +422,7 @@ class RedisTransaction extends StoreTransaction {
         details: { reason: 'host-command-refused', check: this.#host.checks[Number(answer[1]) - 1] },
       });
     }
+    await this.#store._awaitReplicas();
   }
 }
 
@@ -440,11 +441,13 @@ class RedisStore extends StoreBase {
   #send;
   /** The key prefixes the host's commands may not write. @type {string[]} */
   #owned;
+  /** options.waitReplicas as WAIT's arguments, or null. @type {[string, string] | null} */
+  #wait;
 
   /**
    * @param {any} client a connected node-redis client or ioredis Redis
    * @param {{ tables?: { workflows?: string, inbox?: string, outbox?: string }, raceRetries?: number,
-   *   now?: () => number, timeoutMs?: number, statementTimeoutMs?: number }} [options]
+   *   now?: () => number, timeoutMs?: number, waitReplicas?: { replicas: number, timeoutMs: number } }} [options]
    */
   constructor(client, options = {}) {
     checkHandle(
@@ -461,7 +464,7 @@ class RedisStore extends StoreBase {
       });
     }
     // A server has no bound on one command of its own to set: timeoutMs bounds every call.
-    checkOptionKeys(options, [...STORE_OPTIONS, 'timeoutMs'], 'RedisStore');
+    checkOptionKeys(options, [...STORE_OPTIONS, 'timeoutMs', 'waitReplicas'], 'RedisStore');
     const opts = options ?? {};
     const timeouts = resolveTimeouts(opts);
     super({ now: resolveClock(opts.now), raceRetries: resolveRaceRetries(opts), timeoutMs: timeouts.timeoutMs });
@@ -472,8 +475,29 @@ class RedisStore extends StoreBase {
     this.#timeouts = timeouts;
     this.#send = senderOf(client);
     this.#owned = Object.values(this.tables).map((table) => `${table}:`);
+    this.#wait = waitReplicasOf(opts.waitReplicas, timeouts.timeoutMs);
     // A client emits 'error' when its connection drops; with no listener Node would end the process.
     watchClient(client);
+  }
+
+  /**
+   * @internal After a commit: with options.waitReplicas, WAIT until that
+   * many replicas have the commit; fewer within its bound is
+   * STORE_UNAVAILABLE reason replicas-behind (the commit stands on the
+   * primary: the redelivery answers duplicate-delivery).
+   */
+  async _awaitReplicas() {
+    if (this.#wait === null) return;
+    const [replicas, timeoutMs] = this.#wait;
+    const acknowledged = Number(await this._send(['WAIT', replicas, timeoutMs]));
+    if (acknowledged < Number(replicas)) {
+      const error = storeUnavailable(
+        new Error(`${acknowledged} of ${replicas} replicas acknowledged the commit within ${timeoutMs} ms`),
+        'replicas-behind',
+      );
+      Object.assign(error.details, { acknowledged, replicas: Number(replicas) });
+      throw error;
+    }
   }
 
   /** @internal the key of a record */
@@ -616,9 +640,10 @@ class RedisStore extends StoreBase {
    */
   async _putWorkflow(record) {
     const now = this.now();
-    await this._call('putWorkflow', () =>
-      this._script(SCRIPTS.PUT, [this._key('workflows', record.id)], [String(now), ...flatFields({ ...record, updatedAt: now })]),
-    );
+    await this._call('putWorkflow', async () => {
+      await this._script(SCRIPTS.PUT, [this._key('workflows', record.id)], [String(now), ...flatFields({ ...record, updatedAt: now })]);
+      await this._awaitReplicas();
+    });
   }
 
   /**
@@ -767,6 +792,22 @@ class RedisStore extends StoreBase {
     );
     return Number(deleted);
   }
+}
+
+/**
+ * options.waitReplicas `{ replicas, timeoutMs }` as WAIT's arguments, or
+ * null when not given. Its bound must leave time inside the call's.
+ * @returns {[string, string] | null}
+ */
+function waitReplicasOf(value, callTimeoutMs) {
+  if (value === undefined) return null;
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw invalidArgument('options.waitReplicas must be { replicas, timeoutMs }', { field: 'waitReplicas', reason: 'not an object' });
+  }
+  checkOptionKeys(value, ['replicas', 'timeoutMs'], 'options.waitReplicas');
+  const replicas = wholeNumber(value.replicas, 'waitReplicas.replicas', 1, 64);
+  const timeoutMs = wholeNumber(value.timeoutMs, 'waitReplicas.timeoutMs', 1, callTimeoutMs - 1);
+  return [String(replicas), String(timeoutMs)];
 }
 
 /** @type {(error: unknown) => boolean} */

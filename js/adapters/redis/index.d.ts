@@ -16,7 +16,15 @@ export { DEFAULT_TABLES, isStoreUnavailable, STORE_UNAVAILABLE } from '../../sto
 /** What the store needs of a client: node-redis's `sendCommand(args)` or ioredis's `call(...args)`. */
 export type RedisClientLike = { sendCommand(args: string[]): Promise<unknown> } | { call(...args: string[]): Promise<unknown> };
 
-export interface RedisStoreOptions extends Omit<StoreOptions, 'statementTimeoutMs'> {}
+export interface RedisStoreOptions extends Omit<StoreOptions, 'statementTimeoutMs'> {
+  /**
+   * After each commit (and putWorkflow), WAIT until `replicas` replicas have
+   * it, for at most `timeoutMs` (less than the store's `timeoutMs`); fewer is
+   * STORE_UNAVAILABLE reason `replicas-behind`. Blocks the client's
+   * connection meanwhile.
+   */
+  waitReplicas?: { replicas: number; timeoutMs: number };
+}
 
 /**
  * A durable store over one Redis server (not a Redis Cluster). Records are

@@ -705,6 +705,57 @@ describe('bounds without a server', () => {
   });
 });
 
+/**
+ * A primary and its replica of their own; 400 confirmations through 8
+ * concurrent deliveries on the primary, SIGKILLed once half are
+ * acknowledged; the replica promoted. Counts the acknowledged commits the
+ * promoted replica does not have.
+ */
+async function failover(waitReplicas) {
+  const primary = await startRedis({ appendfsync: 'no-aof' });
+  const replica = await startRedis({ appendfsync: 'no-aof', replicaOf: primary.url });
+  const tables = tablesFor(uniquePrefix());
+  const helper = await openStore('redis', {
+    url: primary.url,
+    tables,
+    timeoutMs: 1500,
+    ...(waitReplicas ? { waitReplicas: { replicas: 1, timeoutMs: 500 } } : {}),
+  });
+  try {
+    await replica.synced();
+    await helper.store.migrate();
+    const count = 400;
+    for (let i = 0; i < count; i += 1) await helper.store.putWorkflow(workflow(`wf-${i}`));
+    const acked = [];
+    let next = 0;
+    let killed = false;
+    const deliver = async () => {
+      while (!killed && next < count) {
+        const event = confirmation(`wf-${next++}`);
+        try {
+          await helper.store.process(event, { ruleSet: 'deposit-swap' });
+          if (!killed) acked.push(event.eventId);
+        } catch {
+          // after the kill: not acknowledged
+        }
+      }
+    };
+    const deliveries = Array.from({ length: 8 }, deliver);
+    while (acked.length < count / 2 && next < count) await new Promise((resolve) => setTimeout(resolve, 1));
+    primary.server.killNow();
+    killed = true;
+    await Promise.all(deliveries);
+    await replica.promote();
+    let lost = 0;
+    for (const id of acked) if (Number(await replica.command('EXISTS', `${tables.inbox}:r:${id}`)) === 0) lost += 1;
+    return { acked: acked.length, lost };
+  } finally {
+    helper.store.client.destroy();
+    await replica.close();
+    await primary.close();
+  }
+}
+
 // Redis with AOF `always`: a restart here is a SIGKILL of the server (servers.mjs), and what it acknowledged must survive it.
 describe('faults on a Redis server of its own (appendfsync always)', { skip: redisMissing() ?? false }, () => {
   let db;
@@ -756,6 +807,56 @@ describe('faults on a Redis server of its own (appendfsync always)', { skip: red
       await helper.drop().catch(() => {});
       await helper.close();
     }
+  });
+
+  it('waitReplicas: each acknowledged commit is on the replica; with the replica stopped a commit is STORE_UNAVAILABLE reason replicas-behind within its bound, and its redelivery answers duplicate-delivery', async () => {
+    const replica = await startRedis({ appendfsync: 'no-aof', replicaOf: db.url });
+    const tables = tablesFor(uniquePrefix());
+    const helper = await openStore('redis', { url: db.url, tables, timeoutMs: 3000, waitReplicas: { replicas: 1, timeoutMs: 400 } });
+    try {
+      await replica.synced();
+      await helper.store.migrate();
+      for (let i = 0; i < 20; i += 1) {
+        await helper.store.putWorkflow(workflow(`wf-${i}`));
+        assert.equal((await helper.store.process(confirmation(`wf-${i}`), { ruleSet: 'deposit-swap' })).outcome, 'applied');
+        const onReplica = await replica.command('HGET', `${tables.inbox}:r:${confirmation(`wf-${i}`).eventId}`, 'outcome');
+        assert.equal(onReplica, 'applied', `wf-${i}: the replica has the receipt when process() returns`);
+      }
+      await helper.store.putWorkflow(workflow('wf-late'));
+      replica.server.freeze();
+      let refused;
+      const started = performance.now();
+      try {
+        await helper.store.process(confirmation('wf-late'), { ruleSet: 'deposit-swap' });
+      } catch (error) {
+        refused = error;
+      } finally {
+        replica.server.resume();
+      }
+      const waited = performance.now() - started;
+      assert.ok(refused instanceof IdemflowError, String(refused));
+      assert.equal(refused.code, 'STORE_UNAVAILABLE');
+      assert.equal(refused.details.reason, 'replicas-behind');
+      assert.deepEqual([refused.details.acknowledged, refused.details.replicas], [0, 1]);
+      assert.ok(waited >= 350 && waited < 3000, `the commit waited its bound (${Math.round(waited)} ms)`);
+      const redelivered = await helper.store.process(confirmation('wf-late'), { ruleSet: 'deposit-swap' });
+      assert.equal(redelivered.outcome, 'duplicate-delivery', 'the commit stood on the primary');
+    } finally {
+      await helper.drop().catch(() => {});
+      await helper.close();
+      await replica.close();
+    }
+  });
+
+  it('failover: the primary SIGKILLed under 8 concurrent deliveries and its replica promoted; with waitReplicas no acknowledged commit is lost (without, the loss is counted)', async (t) => {
+    const counted = {};
+    for (const wait of [true, false]) counted[wait ? 'with' : 'without'] = await failover(wait);
+    t.diagnostic(
+      `with waitReplicas: ${counted.with.lost} of ${counted.with.acked} acknowledged commits lost; ` +
+        `without: ${counted.without.lost} of ${counted.without.acked} (replication is asynchronous)`,
+    );
+    assert.ok(counted.with.acked >= 100, `deliveries were acknowledged before the kill (${counted.with.acked})`);
+    assert.equal(counted.with.lost, 0, 'every commit acknowledged with waitReplicas is on the promoted replica');
   });
 
   it(`${DELIVERIES} deliveries through 4 worker processes while connections are killed and the server is SIGKILLed and restarted twice and stopped`, async (t) => {

@@ -370,6 +370,21 @@ describe('the clients RedisStore refuses', () => {
       (error) => error.code === 'INVALID_ARGUMENT',
       'a bound Redis cannot keep is refused, not ignored',
     );
+    for (const waitReplicas of [
+      null,
+      1,
+      { replicas: 0, timeoutMs: 100 },
+      { replicas: 1 },
+      { replicas: 1, timeoutMs: 30_000 },
+      { replicas: 1, timeoutMs: 100, quorum: true },
+    ]) {
+      assert.throws(
+        () => new RedisStore({ sendCommand() {} }, { waitReplicas }),
+        (error) => error.code === 'INVALID_ARGUMENT',
+        `waitReplicas ${JSON.stringify(waitReplicas)} is refused (its bound must end inside timeoutMs)`,
+      );
+    }
+    assert.doesNotThrow(() => new RedisStore({ sendCommand() {} }, { waitReplicas: { replicas: 2, timeoutMs: 500 } }));
   });
 });
 

@@ -499,11 +499,13 @@ function closeQuietly(client) {
  * killConnections(), close() }`. Its restart is a crash: SIGKILL, then a
  * start on the same port and data directory, which replays the AOF.
  */
-export async function startRedis({ appendfsync = 'always' } = {}) {
+export async function startRedis({ appendfsync = 'always', replicaOf = null } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'idemflow-faults-redis-'));
   const port = await freePort();
   const url = `redis://127.0.0.1:${port}`;
   const persistence = appendfsync === 'no-aof' ? ['--appendonly', 'no'] : ['--appendonly', 'yes', '--appendfsync', appendfsync];
+  // A replica of another of these (its url), read-only until promoted.
+  const replication = replicaOf === null ? [] : ['--replicaof', '127.0.0.1', new URL(replicaOf).port];
   const { createClient } = await import('redis');
   let admin = null;
   const connect = async () => {
@@ -516,7 +518,20 @@ export async function startRedis({ appendfsync = 'always' } = {}) {
     spawnServer: () =>
       spawn(
         REDIS_SERVER,
-        ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', ...persistence, '--protected-mode', 'no'],
+        [
+          '--port',
+          String(port),
+          '--bind',
+          '127.0.0.1',
+          '--dir',
+          dir,
+          '--save',
+          '',
+          ...persistence,
+          ...replication,
+          '--protected-mode',
+          'no',
+        ],
         { detached: true, stdio: ['ignore', 'pipe', 'pipe'] },
       ),
     ready: async () => {
@@ -550,6 +565,16 @@ export async function startRedis({ appendfsync = 'always' } = {}) {
     url,
     server,
     command,
+    /** A replica's link to its primary is up (resolves within 30 s, or throws). */
+    async synced() {
+      for (let i = 0; i < 300; i += 1) {
+        if (/master_link_status:up/.test(String(await command('INFO', 'replication')))) return;
+        await sleep(100);
+      }
+      throw new Error('the replica did not sync with its primary within 30 s');
+    },
+    /** A replica made a primary (REPLICAOF NO ONE), as a failover does. */
+    promote: () => command('REPLICAOF', 'NO', 'ONE'),
     /** CLIENT KILL on every other normal connection; how many it ended. */
     async killConnections() {
       server.faults.terminate += 1;
