@@ -43,8 +43,8 @@ const USAGE = `  idemflow outbox stats [--json]
   idemflow receipts purge --older-than 30d [--batch-size N]  (--yes | --dry-run)
       deletes inbox receipts recorded before then, in batches
     every outbox and receipts command takes --store <url> (or IDEMFLOW_STORE):
-    sqlite:path/to/file.db, postgres://..., mysql://..., mongodb://..., the
-    driver (better-sqlite3, pg, mysql2, mongodb) from this project, and
+    sqlite:path/to/file.db, postgres://..., mysql://..., mongodb://..., redis://...,
+    the driver (better-sqlite3, pg, mysql2, mongodb, redis or ioredis) from this project, and
     --tables workflows,inbox,outbox (or JSON) as in the stores' options`;
 
 /** The listOperations filter of the filter flags, `now` fixing --older-than and --newer-than. */

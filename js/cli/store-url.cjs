@@ -1,6 +1,7 @@
 'use strict';
 // A store from a URL, for the operator's commands: sqlite:path/to/file.db,
-// postgres://…, mysql://… (mariadb://…), mongodb://… (mongodb+srv://…). The
+// postgres://…, mysql://… (mariadb://…), mongodb://… (mongodb+srv://…),
+// redis://… (rediss://…: node-redis, or ioredis when that is what is installed). The
 // driver is the user's own: it is required from the project the command runs
 // in (process.cwd()), never from idemflow's folder, and a missing one is
 // INVALID_ARGUMENT naming the npm package to install. The tables are the
@@ -11,6 +12,7 @@ const path = require('node:path');
 const { createRequire } = require('node:module');
 const { IdemflowError } = require('../core/errors.cjs');
 const { UsageError } = require('./args.cjs');
+const { storeUnavailable } = require('../store/errors.cjs');
 
 function driverMissing(pkg, url, cwd) {
   return new IdemflowError(
@@ -74,7 +76,9 @@ function built(build, kind, close) {
  */
 async function openStoreUrl(url, { tables, cwd = process.cwd() } = {}) {
   if (typeof url !== 'string' || url.length === 0) {
-    throw new UsageError('--store is needed: sqlite:path/to/file.db, postgres://…, mysql://… or mongodb://… (or set IDEMFLOW_STORE)');
+    throw new UsageError(
+      '--store is needed: sqlite:path/to/file.db, postgres://…, mysql://…, mongodb://… or redis://… (or set IDEMFLOW_STORE)',
+    );
   }
   const options = tables === undefined ? {} : { tables };
   const scheme = /^([a-z][a-z0-9+]*):/.exec(url)?.[1];
@@ -151,9 +155,55 @@ async function openStoreUrl(url, { tables, cwd = process.cwd() } = {}) {
       });
       return store;
     }
+    case 'redis':
+    case 'rediss':
+      return openRedis(url, options, cwd);
     default:
-      throw new UsageError(`--store ${shown(url)}: the URL must start with sqlite:, postgres://, mysql://, mariadb:// or mongodb://`);
+      throw new UsageError(
+        `--store ${shown(url)}: the URL must start with sqlite:, postgres://, mysql://, mariadb://, mongodb:// or redis://`,
+      );
   }
+}
+
+/** A RedisStore over the project's node-redis (or, without it, its ioredis), connected once: a refused connection is STORE_UNAVAILABLE. */
+async function openRedis(url, options, cwd) {
+  const { RedisStore } = require('../adapters/redis/index.cjs');
+  const unreachable = (error) => storeUnavailable(error, 'connection-refused');
+  const redis = requireFrom(cwd, 'redis');
+  if (redis !== null) {
+    const client = redis.createClient({ url, socket: { connectTimeout: 10_000, reconnectStrategy: false } });
+    client.on('error', () => {}); // the command in flight reports it
+    const closeQuietly = async () => {
+      try {
+        client.destroy();
+      } catch {
+        // closed already
+      }
+    };
+    await client.connect().catch(async (error) => {
+      await closeQuietly();
+      throw unreachable(error);
+    });
+    return built(
+      () => new RedisStore(client, options),
+      'redis',
+      () => client.quit().catch(closeQuietly),
+    );
+  }
+  const ioredis = requireFrom(cwd, 'ioredis');
+  if (ioredis === null) throw driverMissing('redis', shown(url), cwd);
+  const Redis = ioredis.Redis ?? ioredis;
+  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 10_000, retryStrategy: () => null });
+  client.on('error', () => {});
+  await client.connect().catch((error) => {
+    client.disconnect();
+    throw unreachable(error);
+  });
+  return built(
+    () => new RedisStore(client, options),
+    'redis',
+    () => client.quit().catch(() => client.disconnect()),
+  );
 }
 
 module.exports = { openStoreUrl, parseTables, requireFrom };
