@@ -1,16 +1,17 @@
 // The long fault campaign (`make faults`): many more deliveries and faults
-// than the slice in test/faults.test.mjs, on a throwaway PostgreSQL 15 and
-// MariaDB of its own, and the figures printed: faults injected, deliveries,
+// than the slice in test/faults.test.mjs, on a throwaway PostgreSQL 15,
+// MariaDB and Redis (appendfsync always; its restart a SIGKILL) of its own, and the figures printed: faults injected, deliveries,
 // crashes, losses, duplicates. Exits 1 if any of the last three is not 0.
 // Each server gets two campaigns: workers calling processEvent per delivery,
 // and workers calling processBatch on batches of IDEMFLOW_FAULTS_BATCH (64),
 // SIGKILLed IDEMFLOW_FAULTS_KILLS (8) times on top of the server's faults.
 // IDEMFLOW_FAULTS_DELIVERIES (default 6000 per campaign) and
-// IDEMFLOW_FAULTS_COUNT (default 24 per campaign) scale it.
+// IDEMFLOW_FAULTS_COUNT (default 24 per campaign) scale it;
+// IDEMFLOW_FAULTS_ONLY (pg, mysql, redis: a comma list) picks servers.
 
 import { random } from './broker.mjs';
 import { canFillDisk, faultRun } from './fault-runs.mjs';
-import { mariadbMissing, postgresMissing, startMariadb, startPostgres } from './servers.mjs';
+import { mariadbMissing, postgresMissing, redisMissing, startMariadb, startPostgres, startRedis } from './servers.mjs';
 
 const deliveries = Number(process.env.IDEMFLOW_FAULTS_DELIVERIES || 6000);
 const count = Number(process.env.IDEMFLOW_FAULTS_COUNT || 24);
@@ -43,6 +44,13 @@ const servers = [
     seed: 91_002,
     start: () => startMariadb({ smallDirMb: 64 }),
   },
+  {
+    name: 'Redis (appendfsync always)',
+    kind: 'redis',
+    missing: redisMissing(),
+    seed: 91_003,
+    start: () => startRedis({ appendfsync: 'always' }),
+  },
 ];
 const kindsOf = (db) => (canFillDisk(db) ? ['terminate', 'pause', 'restart', 'diskFull'] : ['terminate', 'pause', 'restart']);
 const campaigns = [
@@ -50,15 +58,18 @@ const campaigns = [
   { name: `processBatch (batches of ${batchSize}, ${batchKills} SIGKILLs)`, batch: batchSize, kills: batchKills },
 ];
 
+const only = process.env.IDEMFLOW_FAULTS_ONLY ? new Set(process.env.IDEMFLOW_FAULTS_ONLY.split(',')) : null;
 const totals = { faults: 0, deliveries: 0, crashes: 0, losses: 0, duplicates: 0, orphanReceipts: 0 };
 for (const server of servers) {
+  if (only && !only.has(server.kind)) continue;
   if (server.missing) {
     console.log(`${server.name}: skipped (${server.missing})`);
     continue;
   }
   const db = await server.start();
   try {
-    if (!canFillDisk(db)) console.log(`${server.name}: no small disk (${db.tablespaceError ?? db.smallDirError}); no disk-full faults`);
+    if (!canFillDisk(db) && server.kind !== 'redis')
+      console.log(`${server.name}: no small disk (${db.tablespaceError ?? db.smallDirError}); no disk-full faults`);
     for (const [c, campaign] of campaigns.entries()) {
       const started = Date.now();
       const seed = server.seed + 1000 * c;
