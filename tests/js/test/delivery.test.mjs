@@ -9,7 +9,7 @@ import path from 'node:path';
 import test, { describe } from 'node:test';
 import { createDeliveryHandler, IdemflowError, InMemoryStore, RuleSet } from 'idemflow';
 import { SqliteStore } from 'idemflow/sqlite';
-import { MYSQL_URL, openStore, PG_URL, tablesFor, uniquePrefix } from '../workers/backends.mjs';
+import { MYSQL_URL, openStore, PG_URL, REDIS_URL, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 
 // Every deposit event here is the chain watcher's first observation of the deposit, its detection: sequence 1.
 const DEPOSIT = { depositRef: 'btc-mainnet:tx-abc:vout-0', amountUnits: '12500000', sequence: 1 };
@@ -53,6 +53,24 @@ const backends = {
       };
     },
   },
+  ...(REDIS_URL
+    ? {
+        redis: {
+          async open() {
+            const helper = await openStore('redis', { tables: tablesFor(uniquePrefix()) });
+            await helper.store.migrate();
+            await helper.store.putWorkflow(waitingSwap());
+            return {
+              store: helper.store,
+              async close() {
+                await helper.drop();
+                await helper.close();
+              },
+            };
+          },
+        },
+      }
+    : {}),
 };
 
 function assertInvalidBody(verdict, reason) {
@@ -70,7 +88,7 @@ for (const [name, backend] of Object.entries(backends)) {
       try {
         await fn(createDeliveryHandler(opened.store, { ruleSet: 'deposit-swap', ...options }), opened.store);
       } finally {
-        opened.close();
+        await opened.close();
       }
     }
 
@@ -215,8 +233,9 @@ for (const [name, backend] of Object.entries(backends)) {
       });
     });
 
-    test('throws fatal when the store has no tables, instead of retrying every message', async () => {
-      if (name === 'memory') return; // the in-memory store has no schema to miss
+    test('throws fatal when the store has no tables, instead of retrying every message', {
+      skip: name === 'sqlite' ? false : `${name} has no schema to miss`,
+    }, async () => {
       const dir = tempDir();
       const store = SqliteStore.open(path.join(dir, 'swaps.db'), {
         tables: { workflows: 'missing_workflows', inbox: 'missing_inbox', outbox: 'missing_outbox' },
@@ -246,6 +265,15 @@ for (const [name, backend] of Object.entries(backends)) {
               throw new IdemflowError('STORE_UNAVAILABLE', 'connection refused', { details: { reason: 'connection-refused' } });
             },
           };
+        } else if (name === 'redis') {
+          // A client that has quit: its next command fails as a lost connection does.
+          const { createClient } = await import('redis');
+          const { RedisStore } = await import('idemflow/redis');
+          const client = createClient({ url: REDIS_URL });
+          client.on('error', () => {});
+          await client.connect();
+          await client.quit();
+          store = new RedisStore(client, { tables: opened.store.tables });
         } else {
           opened.store.close();
         }
@@ -255,7 +283,7 @@ for (const [name, backend] of Object.entries(backends)) {
         assert.equal(verdict.error.code, 'STORE_UNAVAILABLE');
         assert.ok(verdict.retryAfterMs >= 1000 && verdict.retryAfterMs <= 2000, String(verdict.retryAfterMs));
       } finally {
-        opened.close();
+        await opened.close();
       }
     });
   });

@@ -1,5 +1,5 @@
 // The Idempotency-Key middleware on real servers (node:http, Express,
-// Fastify) over the in-memory store, SQLite and PostgreSQL: Stripe's
+// Fastify) over the in-memory store, SQLite, PostgreSQL and Redis: Stripe's
 // semantics, and the handler's own row committed with the stored response.
 
 import assert from 'node:assert/strict';
@@ -7,13 +7,14 @@ import path from 'node:path';
 import { describe, it } from 'node:test';
 
 import { InMemoryStore } from 'idemflow';
-import { PG_URL, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { PG_URL, REDIS_URL, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
 import { createApp, FRAMEWORKS, hostTable, post } from '../workers/http-apps.mjs';
 
 const STORES = [
   { id: 'memory' },
   { id: 'sqlite' },
   { id: 'pg', skip: PG_URL ? false : 'set IDEMFLOW_PG_URL to run the HTTP tests on PostgreSQL' },
+  { id: 'redis', skip: REDIS_URL ? false : 'set IDEMFLOW_REDIS_URL to run the HTTP tests on Redis' },
 ];
 const ORDER = { customer: 'c-7', items: [{ sku: 'A-1', quantity: 2 }], totalUnits: '4200' };
 
@@ -32,6 +33,28 @@ async function openStore(kind) {
     const host = hostTable('sqlite', store, `${prefix}_orders`);
     await host.create();
     return { store, host, close: () => store.close() };
+  }
+  if (kind === 'redis') {
+    const { createClient } = await import('redis');
+    const { RedisStore } = await import('idemflow/redis');
+    const client = createClient({ url: REDIS_URL });
+    client.on('error', () => {});
+    await client.connect();
+    const store = new RedisStore(client, { tables: tablesFor(prefix) });
+    await store.migrate();
+    const host = hostTable('redis', store, `${prefix}_orders`);
+    return {
+      store,
+      host,
+      close: async () => {
+        await host.drop();
+        for (const table of Object.values(tablesFor(prefix))) {
+          for await (const keys of client.scanIterator({ MATCH: `${table}:*`, COUNT: 1000 }))
+            if (keys.length > 0) await client.unlink(keys);
+        }
+        await client.quit();
+      },
+    };
   }
   const { default: pg } = await import('pg');
   const { PostgresStore } = await import('idemflow/postgres');

@@ -62,6 +62,20 @@ export function hostTable(kind, store, name) {
           await store.client.query(`DROP TABLE IF EXISTS "${name}"`);
         },
       };
+    case 'redis':
+      // A hash per order and a set of their ids, queued through tx.client into the commit.
+      return {
+        create: async () => {},
+        insert: async (context, orderId) => {
+          context.client.hset(`${name}:${orderId}`, { requestKey: context.key });
+          context.client.sadd(name, orderId);
+        },
+        count: async () => Number(await store.client.sCard(name)),
+        drop: async () => {
+          const members = await store.client.sMembers(name);
+          await store.client.unlink([name, ...members.map((id) => `${name}:${id}`)]);
+        },
+      };
     default:
       return null;
   }
