@@ -20,6 +20,16 @@ const running = new Set();
 process.on('exit', () => {
   for (const server of running) server.killNow();
 });
+// A run ended by a signal (a timeout's SIGTERM, ^C) takes its servers with it too: they run detached.
+for (const [signal, code] of [
+  ['SIGTERM', 143],
+  ['SIGINT', 130],
+]) {
+  process.once(signal, () => {
+    for (const server of running) server.killNow();
+    process.exit(code);
+  });
+}
 
 function executable(file) {
   try {
