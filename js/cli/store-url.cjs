@@ -12,7 +12,6 @@ const path = require('node:path');
 const { createRequire } = require('node:module');
 const { IdemflowError } = require('../core/errors.cjs');
 const { UsageError } = require('./args.cjs');
-const { storeUnavailable } = require('../store/errors.cjs');
 
 function driverMissing(pkg, url, cwd) {
   return new IdemflowError(
@@ -168,7 +167,12 @@ async function openStoreUrl(url, { tables, cwd = process.cwd() } = {}) {
 /** A RedisStore over the project's node-redis (or, without it, its ioredis), connected once: a refused connection is STORE_UNAVAILABLE. */
 async function openRedis(url, options, cwd) {
   const { RedisStore } = require('../adapters/redis/index.cjs');
-  const unreachable = (error) => storeUnavailable(error, 'connection-refused');
+  /** @param {any} error */
+  const unreachable = (error) =>
+    new IdemflowError('STORE_UNAVAILABLE', `the store is unavailable (connection-refused): ${error?.message ?? error}`, {
+      details: { reason: 'connection-refused' },
+      cause: error,
+    });
   const redis = requireFrom(cwd, 'redis');
   if (redis !== null) {
     const client = redis.createClient({ url, socket: { connectTimeout: 10_000, reconnectStrategy: false } });

