@@ -312,7 +312,10 @@ class RedisTransaction extends StoreTransaction {
       missing.forEach((key, i) => {
         const seen = read[i];
         this.#seen.set(key, seen);
-        if (!this.#guards.has(key)) this.#guards.set(key, [seen.v, () => lostRace(new Error(`${key} was written`), 'read-changed')]);
+        // A key that holds no hash is unreadable to its event, which writes nothing there: nothing to guard.
+        if (seen.v !== '!' && !this.#guards.has(key)) {
+          this.#guards.set(key, [seen.v, () => lostRace(new Error(`${key} was written`), 'read-changed')]);
+        }
       });
     }
     return keys.map((key) => /** @type {Seen} */ (this.#seen.get(key)));

@@ -66,7 +66,8 @@ end
 /**
  * A transaction's commit. ARGV[1] is the plan as JSON, every value text:
  *   i, o    the inbox and outbox table names
- *   g       guards [key, v]: the record's _v must still be v ('' : the record must not exist)
+ *   g       guards [key, v]: the record's _v must still be v ('' : the record must not exist); a key read
+ *           as something else than a hash has no guard (no delivery writes over it)
  *   t       the host's type checks [key, type, 'int' | '', field]: the key must be absent or of the type
  *           (and, with 'int', its value, or the hash field, a whole number) before anything is written
  *   w       writes, in order:
@@ -80,11 +81,12 @@ const COMMIT = `#!lua
 ${OPERATION_INDEX}
 local plan = cjson.decode(ARGV[1])
 for i, guard in ipairs(plan.g) do
-  local v = redis.call('HGET', guard[1], '_v')
   if guard[2] == '' then
     if redis.call('EXISTS', guard[1]) == 1 then return {'guard', i} end
-  elseif v ~= guard[2] then
-    return {'guard', i}
+  else
+    -- pcall: a key that stopped being a hash fails its guard instead of the script.
+    local v = redis.pcall('HGET', guard[1], '_v')
+    if v ~= guard[2] then return {'guard', i} end
   end
 end
 for i, check in ipairs(plan.t) do

@@ -320,6 +320,20 @@ describe('RedisStore over ioredis', { skip }, () => {
     assert.equal(await client.get(`${tables.inbox}:r:${ns}:e1`), 'not a hash');
     assert.equal(await store.getWorkflow(`${ns}:o1`), null);
   });
+
+  it('in a batch, a receipt key that holds no hash fails its own event (INVALID_RECORD); the others commit', async () => {
+    const { client, store, tables } = redis;
+    const ns = uniquePrefix();
+    await client.set(`${tables.inbox}:r:${ns}:bad`, 'not a hash');
+    const results = await processBatch(store, [request(`${ns}:bad`, `${ns}:o1`), request(`${ns}:good`, `${ns}:o2`)], { ruleSet });
+    assert.deepEqual(
+      results.map((r) => r.outcome ?? r.error?.code),
+      ['INVALID_RECORD', 'applied'],
+    );
+    assert.equal(await client.get(`${tables.inbox}:r:${ns}:bad`), 'not a hash', 'never written over');
+    assert.equal(await store.getWorkflow(`${ns}:o1`), null);
+    assert.notEqual(await store.getReceipt(`${ns}:good`), null);
+  });
 });
 
 describe('a client that cannot reach its server', () => {
