@@ -72,6 +72,8 @@ class HostCommands {
   checks = [];
   /** key → { type, known, values: Map<field | '', string | null> }: what this queue says of a key so far @type {Map<string, KeyState>} */
   #keys = new Map();
+  /** Each change of #keys, to go back to a mark: [key, the state before (undefined: none)] @type {[string, KeyState | undefined][]} */
+  #undo = [];
   #protect;
 
   /** @param {(key: string) => void} protect */
@@ -79,18 +81,30 @@ class HostCommands {
     this.#protect = protect;
   }
 
-  /** A copy to go back to (a savepoint). */
+  /** Where to go back to (a savepoint). */
   mark() {
-    const keys = new Map();
-    for (const [key, state] of this.#keys) keys.set(key, { ...state, values: new Map(state.values) });
-    return { writes: this.writes.length, checks: this.checks.length, keys };
+    return { writes: this.writes.length, checks: this.checks.length, undo: this.#undo.length };
   }
 
   /** @param {ReturnType<HostCommands['mark']>} mark */
   restore(mark) {
     this.writes.length = mark.writes;
     this.checks.length = mark.checks;
-    this.#keys = mark.keys;
+    while (this.#undo.length > mark.undo) {
+      const [key, before] = /** @type {[string, KeyState | undefined]} */ (this.#undo.pop());
+      if (before === undefined) this.#keys.delete(key);
+      else this.#keys.set(key, before);
+    }
+  }
+
+  /**
+   * A key's new state, the old one kept for restore().
+   * @param {string} key
+   * @param {KeyState} state
+   */
+  #set(key, state) {
+    this.#undo.push([key, this.#keys.get(key)]);
+    this.#keys.set(key, state);
   }
 
   /**
@@ -149,18 +163,18 @@ class HostCommands {
     }
   }
 
-  /** What the queue says of a key: `type` undefined (unknown: the stored key decides), null (absent) or a type; `known` when every value is the queue's. */
   /**
+   * What the queue says of a key, as a copy this command may change: `type`
+   * undefined (unknown: the stored key decides), null (absent) or a type;
+   * `known` when every value is the queue's.
    * @param {string} key
    * @returns {KeyState}
    */
   #stateOf(key) {
-    let state = this.#keys.get(key);
-    if (state === undefined) {
-      state = { type: undefined, known: false, values: new Map() };
-      this.#keys.set(key, state);
-    }
-    return state;
+    const before = this.#keys.get(key);
+    return before === undefined
+      ? { type: undefined, known: false, values: new Map() }
+      : { type: before.type, known: before.known, values: new Map(before.values) };
   }
 
   /**
@@ -172,11 +186,11 @@ class HostCommands {
   #touch(command, spec, texts) {
     const [key, ...rest] = texts;
     if (command === 'del') {
-      for (const deleted of texts) this.#keys.set(deleted, { type: null, known: true, values: new Map() });
+      for (const deleted of texts) this.#set(deleted, { type: null, known: true, values: new Map() });
       return;
     }
     if (command === 'set') {
-      this.#keys.set(key, { type: 'string', known: true, values: new Map([['', rest[0]]]) });
+      this.#set(key, { type: 'string', known: true, values: new Map([['', rest[0]]]) });
       return;
     }
     if (spec.type === null) return;
@@ -210,6 +224,7 @@ class HostCommands {
     } else if (command === 'hdel') {
       for (const removed of rest) state.values.set(removed, null);
     }
+    this.#set(key, state);
   }
 }
 

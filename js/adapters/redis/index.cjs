@@ -190,8 +190,10 @@ class RedisTransaction extends StoreTransaction {
   #writes = [];
   #host;
   #client;
-  /** @type {Map<string, { writes: number, seen: Map<string, Seen>, guards: Map<string, [string, () => Error]>, host: any }>} */
+  /** savepoint name → where to go back to: the writes queued, the undo log, the host's queue @type {Map<string, { writes: number, undo: number, host: any }>} */
   #marks = new Map();
+  /** While a savepoint is open: what each write changed in #seen and #guards, to undo [map, key, had, old] @type {[Map<string, any>, string, boolean, any][]} */
+  #undo = [];
   /** @type {{ check(): void }} */
   #deadline;
   /** keys this transaction holds (the keyed mode), given back when it ends: [key, token] @type {[string, string][]} */
@@ -228,32 +230,42 @@ class RedisTransaction extends StoreTransaction {
 
   /** @param {string} name */
   async savepoint(name) {
-    this.#marks.set(name, {
-      writes: this.#writes.length,
-      seen: new Map(this.#seen),
-      guards: new Map(this.#guards),
-      host: this.#host.mark(),
-    });
+    this.#marks.set(name, { writes: this.#writes.length, undo: this.#undo.length, host: this.#host.mark() });
   }
 
-  /** @param {string} name */
+  /**
+   * The writes since the savepoint are undone, not the reads: a key read
+   * since stays as read (and is checked at commit).
+   * @param {string} name
+   */
   async rollbackToSavepoint(name) {
     const mark = this.#marks.get(name);
     if (mark === undefined) throw invalidArgument(`no savepoint ${name}`, { reason: 'no savepoint' });
     this.#writes.length = mark.writes;
-    // The writes since are undone, not the reads: a key read since stays as read (and checked at commit).
-    const seen = new Map(mark.seen);
-    for (const [key, held] of this.#seen) if (!seen.has(key) && held.v !== 'queued') seen.set(key, held);
-    this.#seen = seen;
-    for (const [key, guard] of this.#guards) if (!mark.guards.has(key) && seen.has(key)) mark.guards.set(key, guard);
-    this.#guards = new Map(mark.guards);
+    while (this.#undo.length > mark.undo) {
+      const [map, key, had, old] = /** @type {[Map<string, any>, string, boolean, any]} */ (this.#undo.pop());
+      if (had) map.set(key, old);
+      else map.delete(key);
+    }
     this.#host.restore(mark.host);
-    this.#marks.set(name, { ...mark, host: this.#host.mark() });
   }
 
   /** @param {string} name */
   async releaseSavepoint(name) {
     this.#marks.delete(name);
+    if (this.#marks.size === 0) this.#undo.length = 0;
+  }
+
+  /**
+   * A write's change of #seen or #guards, kept to be undone while a savepoint is open.
+   * @template V
+   * @param {Map<string, V>} map
+   * @param {string} key
+   * @param {V} value
+   */
+  #change(map, key, value) {
+    if (this.#marks.size > 0) this.#undo.push([map, key, map.has(key), map.get(key)]);
+    map.set(key, value);
   }
 
   /**
@@ -338,7 +350,7 @@ class RedisTransaction extends StoreTransaction {
         : table === 'workflows'
           ? () => workflowChanged({ id, expect: null })
           : () => operationExists(record);
-    if (guard === undefined || guard[0] === '') this.#guards.set(key, ['', error]);
+    if (guard === undefined || guard[0] === '') this.#change(this.#guards, key, ['', error]);
     this.#queue(table, key, record, false);
     return true;
   }
@@ -358,15 +370,22 @@ class RedisTransaction extends StoreTransaction {
    * @param {boolean} ifAbsent
    */
   #queue(table, key, record, ifAbsent) {
+    /** @type {string[]} */
+    let fields;
     if (table === 'workflows') {
       const { createdAt, ...rest } = record;
-      this.#writes.push(['wf', key, String(createdAt), ...flatFields(rest)]);
-    } else if (table === 'inbox') {
-      this.#writes.push(['rc', key, record.eventId, String(record.recordedAt), ...flatFields(record)]);
+      fields = flatFields(rest);
+      this.#writes.push(['wf', key, String(createdAt), ...fields]);
+      fields.push('createdAt', String(createdAt));
     } else {
-      this.#writes.push(['op', key, record.id, ifAbsent ? '1' : '', ...flatFields(record)]);
+      fields = flatFields(record);
+      this.#writes.push(
+        table === 'inbox'
+          ? ['rc', key, record.eventId, String(record.recordedAt), ...fields]
+          : ['op', key, record.id, ifAbsent ? '1' : '', ...fields],
+      );
     }
-    if (!ifAbsent) this.#seen.set(key, { record: hashOf(flatFields(record)).hash, v: 'queued' });
+    if (!ifAbsent) this.#change(this.#seen, key, { record: hashOf(fields).hash, v: 'queued' });
   }
 
   /**
@@ -392,7 +411,7 @@ class RedisTransaction extends StoreTransaction {
     for (const field of change.removed) delete data[field];
     Object.assign(data, change.kept);
     const guard = this.#guards.get(key);
-    if (guard !== undefined) this.#guards.set(key, [guard[0], () => workflowChanged({ id: change.id, expect: change.expect })]);
+    if (guard !== undefined) this.#change(this.#guards, key, [guard[0], () => workflowChanged({ id: change.id, expect: change.expect })]);
     this.#queue(
       'workflows',
       key,
