@@ -438,10 +438,9 @@ class RedisTransaction extends StoreTransaction {
    * @param {string} key
    */
   async _tryHoldKey(key) {
-    const token = randomUUID();
     const name = this.#store._holdKey(key);
-    const held = await this.#store._send(['SET', name, token, 'NX', 'PX', String(/** @type {any} */ (this.#store).timeoutMs)]);
-    if (held === null) return false;
+    const token = await this.#store._take(name);
+    if (token === null) return false;
     this.holds.push([name, token]);
     return true;
   }
@@ -480,7 +479,8 @@ class RedisStore extends StoreBase {
   /** What telemetry calls this store (the `idemflow.store` attribute). */
   static kind = 'redis';
 
-  #timeouts;
+  /** options.timeoutMs: every call's bound, and a hold's expiry */
+  #timeoutMs;
   /** @type {Send} */
   #send;
   /** The key prefixes the host's commands may not write. @type {string[]} */
@@ -516,7 +516,7 @@ class RedisStore extends StoreBase {
     this.client = client;
     /** @type {{ workflows: string, inbox: string, outbox: string }} */
     this.tables = /** @type {{ workflows: string, inbox: string, outbox: string }} */ (resolveTables(opts.tables));
-    this.#timeouts = timeouts;
+    this.#timeoutMs = timeouts.timeoutMs;
     this.#send = senderOf(client);
     this.#owned = Object.values(this.tables).map((table) => `${table}:`);
     this.#wait = waitReplicasOf(opts.waitReplicas, timeouts.timeoutMs);
@@ -542,6 +542,26 @@ class RedisStore extends StoreBase {
       Object.assign(error.details, { acknowledged, replicas: Number(replicas) });
       throw error;
     }
+  }
+
+  /**
+   * @internal A key set to a fresh token only where absent, expiring after
+   * `ms` (a hold or a lock): the token, or null when another holds it.
+   * @param {string} key
+   * @param {number} [ms]
+   */
+  async _take(key, ms = this.#timeoutMs) {
+    const token = randomUUID();
+    return (await this._send(['SET', key, token, 'NX', 'PX', String(ms)])) === null ? null : token;
+  }
+
+  /**
+   * @internal The key deleted if it still holds `token`: a hold or lock given back by its owner only.
+   * @param {string} key
+   * @param {string} token
+   */
+  _giveBack(key, token) {
+    return this._script(SCRIPTS.RELEASE, [key], [token]);
   }
 
   /** @internal the key of a record */
@@ -619,7 +639,7 @@ class RedisStore extends StoreBase {
    * @returns {Promise<T>}
    */
   _call(operation, call) {
-    return withDeadline(this.#timeouts.timeoutMs, operation, () => call());
+    return withDeadline(this.#timeoutMs, operation, () => call());
   }
 
   /**
@@ -652,7 +672,7 @@ class RedisStore extends StoreBase {
   transaction(fn, options) {
     const { deadlineAt } = transactionOptions(options);
     return withDeadline(
-      this.#timeouts.timeoutMs,
+      this.#timeoutMs,
       'transaction',
       async (deadline) => {
         const tx = new RedisTransaction(this, deadline);
@@ -661,7 +681,7 @@ class RedisStore extends StoreBase {
           await tx._commit();
           return value;
         } finally {
-          for (const [name, token] of tx.holds) await this._script(SCRIPTS.RELEASE, [name], [token]).catch(() => {});
+          for (const [name, token] of tx.holds) await this._giveBack(name, token).catch(() => {});
         }
       },
       deadlineAt,
@@ -697,12 +717,11 @@ class RedisStore extends StoreBase {
    */
   async _tryLock(name, leaseMs) {
     const key = `${this.tables.inbox}:l:${name}`;
-    const token = randomUUID();
-    const held = await this._call('lock', () => this._send(['SET', key, token, 'NX', 'PX', String(leaseMs)]));
-    if (held === null) return null;
+    const token = await this._call('lock', () => this._take(key, leaseMs));
+    if (token === null) return null;
     return async () => {
       try {
-        await this._call('lock', () => this._script(SCRIPTS.RELEASE, [key], [token]));
+        await this._call('lock', () => this._giveBack(key, token));
       } catch {
         // The lease runs out by itself.
       }

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { describe, it } from 'node:test';
 
 import { InMemoryStore } from 'idemflow';
-import { PG_URL, REDIS_URL, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
+import { PG_URL, REDIS_URL, redisHelpers, tablesFor, tempDir, uniquePrefix } from '../workers/backends.mjs';
 import { createApp, FRAMEWORKS, hostTable, post } from '../workers/http-apps.mjs';
 
 const STORES = [
@@ -43,16 +43,14 @@ async function openStore(kind) {
     const store = new RedisStore(client, { tables: tablesFor(prefix) });
     await store.migrate();
     const host = hostTable('redis', store, `${prefix}_orders`);
+    const helpers = redisHelpers(store, client, tablesFor(prefix));
     return {
       store,
       host,
       close: async () => {
         await host.drop();
-        for (const table of Object.values(tablesFor(prefix))) {
-          for await (const keys of client.scanIterator({ MATCH: `${table}:*`, COUNT: 1000 }))
-            if (keys.length > 0) await client.unlink(keys);
-        }
-        await client.quit();
+        await helpers.drop();
+        await helpers.close();
       },
     };
   }
