@@ -55,14 +55,9 @@ async function seedWorkflows(helper, workflows) {
   for (const workflow of workflows) await helper.store.putWorkflow(workflow);
 }
 
-/** The rows of a table, read whole (Redis: every record, its fields named as the columns). */
-function rowsOf(helper, tables, which, columns) {
-  return helper.records ? helper.records(which) : helper.query(`SELECT ${columns} FROM ${tables[which]}`, []);
-}
-
 /** Reads the end state and checks every invariant; returns the counts it saw. */
-async function verify(helper, tables, planned) {
-  const operations = await rowsOf(helper, tables, 'outbox', 'workflow_id, type');
+async function verify(helper, planned) {
+  const operations = await helper.rows('outbox', 'workflow_id, type');
   const starts = new Map();
   for (const op of operations) if (op.type === 'START_EXCHANGE') starts.set(op.workflow_id, (starts.get(op.workflow_id) ?? 0) + 1);
   assert.equal(starts.size, WORKFLOWS, 'a START_EXCHANGE for every workflow');
@@ -73,14 +68,14 @@ async function verify(helper, tables, planned) {
   assert.equal(operations.length, WORKFLOWS, 'no other operation');
 
   const initial = new Map(planned.workflows.map((w) => [w.id, w.revision]));
-  const rows = await rowsOf(helper, tables, 'workflows', 'id, status, revision');
+  const rows = await helper.rows('workflows', 'id, status, revision');
   assert.equal(rows.length, WORKFLOWS);
   for (const row of rows) {
     assert.equal(row.status, 'exchange', row.id);
     assert.equal(Number(row.revision), initial.get(row.id) + 1, `${row.id} at revision + 1`);
   }
 
-  const receipts = await rowsOf(helper, tables, 'inbox', 'event_id, outcome');
+  const receipts = await helper.rows('inbox', 'event_id, outcome');
   const expected = new Set(planned.eventIds);
   assert.equal(receipts.length, expected.size, 'one receipt per distinct event id');
   assert.ok(
@@ -144,7 +139,7 @@ for (const backend of backends) {
           if (kills === 0) assert.equal(stats.outcomes.applied, WORKFLOWS, 'one applied acknowledgement per workflow');
           else assert.ok(stats.outcomes.applied <= WORKFLOWS);
           assert.equal(stats.kills, kills);
-          const checked = await verify(helper, tables, planned);
+          const checked = await verify(helper, planned);
           const line = summary(`${backend.name}, ${label}`, planned, stats, checked, seconds);
           t.diagnostic(line);
         } finally {

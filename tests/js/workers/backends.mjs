@@ -103,6 +103,7 @@ export async function openStore(kind, { tables, file, url, poolSize, ...options 
         count: async (which) => Number(one(`SELECT COUNT(*) AS n FROM ${quoteSql(tables[which])}`).n),
         rawData: async (id) => one(`SELECT data FROM ${quoteSql(tables.workflows)} WHERE id = ?`, id)?.data ?? null,
         query: async (sql, ...params) => store.db.prepare(sql).all(...params),
+        rows: async (which, columns) => store.db.prepare(`SELECT ${columns} FROM ${quoteSql(tables[which])}`).all(),
         dropColumn: async (which, column) => {
           store.db.exec(`ALTER TABLE ${quoteSql(tables[which])} DROP COLUMN ${column}`);
         },
@@ -218,6 +219,8 @@ function sqlHelpers(store, tables, quote, query, end, mark) {
     count: async (which) => Number((await query(`SELECT COUNT(*) AS n FROM ${quote(tables[which])}`, []))[0].n),
     rawData: async (id) => (await query(`SELECT data FROM ${quote(tables.workflows)} WHERE id = ${mark}`, [id]))[0]?.data ?? null,
     query,
+    /** Every row of a table: `columns` of it. */
+    rows: (which, columns) => query(`SELECT ${columns} FROM ${quote(tables[which])}`, []),
     /** Makes the table look like one an earlier version made: without `column`. */
     dropColumn: async (which, column) => {
       await query(`ALTER TABLE ${quote(tables[which])} DROP COLUMN ${column}`, []);
@@ -247,8 +250,8 @@ export function redisHelpers(store, client, tables) {
     count: async (which) => (await redisKeys(client, { [which]: tables[which] }, 'r:')).length,
     rawData: async (id) => (await client.hGet(recordKey('workflows', id), 'data')) ?? null,
     query: null,
-    /** Every record of a table, its fields named as the SQL stores' columns. */
-    records: async (which) => {
+    /** Every record of a table, its fields named as the SQL stores' columns (all of them: `columns` is for SQL). */
+    rows: async (which) => {
       const rows = [];
       for (const key of await redisKeys(client, { [which]: tables[which] }, 'r:')) {
         const row = {};

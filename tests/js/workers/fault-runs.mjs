@@ -90,7 +90,7 @@ export async function faultRun(
       onAcked,
     });
     await injecting;
-    const figures = await verify(helper, tables, planned);
+    const figures = await verify(helper, planned);
     return {
       deliveries: planned.counts.deliveries,
       eventIds: planned.counts.eventIds,
@@ -116,16 +116,14 @@ export async function faultRun(
  * a duplicate), and every applied receipt belongs to that one change (else
  * an orphan receipt).
  */
-async function verify(helper, tables, planned) {
+async function verify(helper, planned) {
   const confirmed = new Set();
   for (const unit of planned.units) {
     for (const { event } of unit) if (event.type === 'DEPOSIT_CONFIRMED') confirmed.add(event.workflowId);
   }
-  // Redis has no SQL: its helper reads every record of a table, fields named as the columns.
-  const rowsOf = (which, columns) => (helper.records ? helper.records(which) : helper.query(`SELECT ${columns} FROM ${tables[which]}`, []));
-  const receipts = await rowsOf('inbox', 'event_id, workflow_id, outcome');
-  const operations = await rowsOf('outbox', 'workflow_id, event_id, type');
-  const rows = await rowsOf('workflows', 'id, status, revision');
+  const receipts = await helper.rows('inbox', 'event_id, workflow_id, outcome');
+  const operations = await helper.rows('outbox', 'workflow_id, event_id, type');
+  const rows = await helper.rows('workflows', 'id, status, revision');
   const receiptIds = new Set(receipts.map((row) => row.event_id));
   const known = new Set(planned.eventIds);
   let losses = planned.eventIds.filter((id) => !receiptIds.has(id)).length;
