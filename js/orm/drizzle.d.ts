@@ -1,4 +1,4 @@
-// idemflow/drizzle: Drizzle ORM over idemflow's transaction (docs/adapters.md, "Drizzle, Kysely, Knex, TypeORM").
+// idemflow/drizzle: Drizzle ORM over idemflow's transaction (docs/adapters.md, "Drizzle, Kysely, Knex, TypeORM, Prisma").
 import type { BoundCallback, BoundHandler } from './types.js';
 
 export type { BoundCallback, BoundHandler } from './types.js';

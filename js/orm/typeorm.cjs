@@ -13,7 +13,7 @@
 const { AsyncLocalStorage } = require('node:async_hooks');
 const { checkConfig, checkFn, driverOf, invalid, load, settle, thenableQuery } = require('./bound.cjs');
 
-const SUPPORTED = ['pg', 'mysql2'];
+const SUPPORTED = ['pg', 'pglite', 'mysql2', 'better-sqlite3'];
 /** DataSource options that would point TypeORM at another connection, or run DDL inside idemflow's transaction. */
 const OWNED = [
   'driver',
@@ -23,6 +23,12 @@ const OWNED = [
   'username',
   'password',
   'socketPath',
+  'database',
+  'nativeBinding',
+  'prepareDatabase',
+  'key',
+  'enableWAL',
+  'statementCacheSize',
   'ssl',
   'extra',
   'replication',
@@ -81,6 +87,42 @@ const postgresStandIn = {
   },
 };
 
+/**
+ * PGlite, which TypeORM has no driver for, behind the node-postgres of
+ * postgresStandIn: each answer in pg's shape (rows, rowCount, command), a
+ * callback's or a promise's.
+ */
+const COMMAND = /^\s*(INSERT|UPDATE|DELETE|SELECT|MERGE)\b/i;
+function pgShaped(client, text, values) {
+  return client.query(text, values ?? []).then((result) => ({
+    rows: result.rows,
+    rowCount: result.affectedRows ?? result.rows.length,
+    command: COMMAND.exec(text)?.[1].toUpperCase() ?? null,
+    fields: result.fields,
+  }));
+}
+const pgliteStandIn = {
+  defaults: {},
+  Pool: class Pool extends postgresStandIn.Pool {
+    connect(callback) {
+      const client = clientOr(callback);
+      if (client === null) return;
+      const connection = {
+        query(text, values, done) {
+          const cb = typeof values === 'function' ? values : done;
+          const answer = pgShaped(client, text, typeof values === 'function' ? undefined : values);
+          if (cb === undefined) return answer;
+          answer.then((result) => cb(null, result), cb);
+        },
+        on: () => connection,
+        removeListener: () => connection,
+        release() {},
+      };
+      callback(null, connection, () => {});
+    }
+  },
+};
+
 /** mysql2 as TypeORM's MysqlDriver calls it: a pool whose every connection is tx.client, released to no one. */
 const mysqlStandIn = {
   createPool: () => ({
@@ -105,6 +147,37 @@ const mysqlStandIn = {
   }),
 };
 
+/**
+ * better-sqlite3 as TypeORM's BetterSqlite3Driver calls it: a Database class
+ * whose one handle answers the running callback's tx.client (SQLite stores
+ * run one transaction at a time, as TypeORM's driver runs one QueryRunner),
+ * closed by no one.
+ */
+function sqliteStandIn() {
+  const handle = {
+    prepare: (sql) => clientNow().prepare(sql),
+    exec: (sql) => {
+      clientNow().exec(sql);
+      return handle;
+    },
+    pragma: (...args) => clientNow().pragma(...args),
+    close() {},
+  };
+  return handle;
+}
+
+/** The DataSource types each driver's store takes. */
+const TYPES = { pg: ['postgres'], pglite: ['postgres'], mysql2: ['mysql', 'mariadb'], 'better-sqlite3': ['better-sqlite3'] };
+
+/** What each driver's DataSource is made with. */
+const DRIVERS = {
+  pg: { type: 'postgres', driver: postgresStandIn },
+  pglite: { type: 'postgres', driver: pgliteStandIn },
+  mysql2: { driver: mysqlStandIn },
+  // A statement TypeORM kept would be of an earlier callback's transaction (and refused): none is kept.
+  'better-sqlite3': { type: 'better-sqlite3', driver: sqliteStandIn, database: ':memory:', statementCacheSize: 0 },
+};
+
 /** The DataSources made, by driver: for options of the caller's while they are held. */
 const made = new WeakMap();
 
@@ -118,13 +191,8 @@ async function dataSourceFor(driver, options) {
   if (ready === undefined) {
     ready = (async () => {
       const { DataSource } = await load('typeorm', 'typeorm', 'idemflow/typeorm');
-      const type = driver === 'pg' ? 'postgres' : (options.type ?? 'mysql');
-      const dataSource = new DataSource({
-        ...options,
-        type,
-        driver: driver === 'pg' ? postgresStandIn : mysqlStandIn,
-        installExtensions: false,
-      });
+      const { type = options.type ?? 'mysql', ...made } = DRIVERS[driver];
+      const dataSource = new DataSource({ ...options, ...made, type, installExtensions: false });
       return dataSource.initialize();
     })();
     byDriver.set(driver, ready);
@@ -141,8 +209,8 @@ function optionsOf(config, tool) {
     });
   }
   const options = checkConfig(config, tool, OWNED);
-  if (options.type !== undefined && !['postgres', 'mysql', 'mariadb'].includes(options.type)) {
-    throw invalid(`${tool}: type ${options.type} is none of idemflow's stores' (postgres, mysql, mariadb)`, {
+  if (options.type !== undefined && !['postgres', 'mysql', 'mariadb', 'better-sqlite3'].includes(options.type)) {
+    throw invalid(`${tool}: type ${options.type} is none of idemflow's stores' (postgres, mysql, mariadb, better-sqlite3)`, {
       field: 'options.type',
       reason: 'not supported',
     });
@@ -161,8 +229,11 @@ async function typeormManager(tx, options, fn) {
   checkFn(fn, 'typeormManager', 'typeormManager(tx, options, fn)');
   const checked = optionsOf(options, 'typeormManager');
   const driver = driverOf(tx, 'typeormManager', SUPPORTED);
-  if (driver === 'pg' && checked.type !== undefined && checked.type !== 'postgres') {
-    throw invalid(`typeormManager: type ${checked.type} over a PostgreSQL store`, { field: 'options.type', reason: 'not the store' });
+  if (checked.type !== undefined && !TYPES[driver].includes(checked.type)) {
+    throw invalid(`typeormManager: type ${checked.type} over a store of ${driver} (${TYPES[driver].join(' or ')})`, {
+      field: 'options.type',
+      reason: 'not the store',
+    });
   }
   return current.run(tx.client, async () => {
     const dataSource = await dataSourceFor(driver, checked);

@@ -1,16 +1,16 @@
-// idemflow/typeorm: TypeORM over idemflow's transaction (docs/adapters.md, "Drizzle, Kysely, Knex, TypeORM").
+// idemflow/typeorm: TypeORM over idemflow's transaction (docs/adapters.md, "Drizzle, Kysely, Knex, TypeORM, Prisma").
 import type { BoundCallback, BoundHandler } from './types.js';
 
 export type { BoundCallback, BoundHandler } from './types.js';
 
 /**
  * TypeORM's DataSource options without any of a connection (url, host, port, username, password,
- * driver, extra, replication, poolSize) or a schema change (synchronize, migrationsRun, dropSchema):
+ * database, driver, extra, replication, poolSize) or a schema change (synchronize, migrationsRun, dropSchema):
  * entities, namingStrategy, logging, entityPrefix; `type: 'mariadb'` on MariaDB. Pass the same object each
  * call: its DataSource is made once, inside the first callback.
  */
 export interface TypeormOptions {
-  type?: 'postgres' | 'mysql' | 'mariadb';
+  type?: 'postgres' | 'mysql' | 'mariadb' | 'better-sqlite3';
   entities?: unknown[];
   [option: string]: unknown;
   url?: never;
@@ -18,13 +18,14 @@ export interface TypeormOptions {
   port?: never;
   username?: never;
   password?: never;
+  database?: never;
   driver?: never;
   synchronize?: never;
 }
 
 /**
  * An onApplied (or idempotent()'s work) that runs `fn(manager, decision)` with a TypeORM EntityManager on
- * idemflow's connection (pg, mysql2): its writes commit with the receipt, manager.transaction() is a
+ * idemflow's connection (pg, PGlite, mysql2, better-sqlite3): its writes commit with the receipt, manager.transaction() is a
  * savepoint. Name the manager's type on `fn`'s parameter (EntityManager).
  */
 // biome-ignore lint/suspicious/noExplicitAny: the manager's type is TypeORM's

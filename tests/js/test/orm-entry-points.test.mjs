@@ -337,7 +337,7 @@ describe('the helpers refuse what is not theirs', () => {
   });
 
   it('without the tool installed, the entry point loads and its helper fails with INVALID_ARGUMENT naming the package', () => {
-    // The installed package and better-sqlite3 alone, in a node_modules of their own: no drizzle-orm, kysely, knex or typeorm.
+    // The installed package and better-sqlite3 alone, in a node_modules of their own: no drizzle-orm, kysely, knex, typeorm or Prisma.
     const dir = mkdtempSync(join(tmpdir(), 'idemflow-no-tools-'));
     try {
       const modules = join(dir, 'node_modules');
@@ -350,7 +350,9 @@ describe('the helpers refuse what is not theirs', () => {
         const Database = require('better-sqlite3');
         const { processEvent, RuleSet } = require('idemflow');
         const { SqliteStore } = require('idemflow/sqlite');
-        const helpers = [require('idemflow/drizzle').withDrizzle, require('idemflow/kysely').withKysely, require('idemflow/knex').withKnex];
+        class SomeClient { $transaction() {} }
+        const withPrisma = (fn) => require('idemflow/prisma').withPrisma(SomeClient, fn);
+        const helpers = [require('idemflow/drizzle').withDrizzle, require('idemflow/kysely').withKysely, require('idemflow/knex').withKnex, withPrisma];
         (async () => {
           const store = new SqliteStore(new Database(':memory:'));
           await store.migrate();
@@ -371,6 +373,7 @@ describe('the helpers refuse what is not theirs', () => {
         ['INVALID_ARGUMENT', 'drizzle-orm', 'peer dependency not installed', null],
         ['INVALID_ARGUMENT', 'kysely', 'peer dependency not installed', null],
         ['INVALID_ARGUMENT', 'knex', 'peer dependency not installed', null],
+        ['INVALID_ARGUMENT', '@prisma/adapter-better-sqlite3', 'peer dependency not installed', null],
       ]);
     } finally {
       rmSync(dir, { recursive: true, force: true });
@@ -379,8 +382,8 @@ describe('the helpers refuse what is not theirs', () => {
 
   it('the entry points load without importing the tools', () => {
     const script = `
-      require('idemflow/drizzle'); require('idemflow/kysely'); require('idemflow/knex'); require('idemflow/typeorm');
-      const loaded = Object.keys(require.cache).filter((f) => /node_modules[\\\\/](drizzle-orm|kysely|knex|typeorm)[\\\\/]/.test(f));
+      require('idemflow/drizzle'); require('idemflow/kysely'); require('idemflow/knex'); require('idemflow/typeorm'); require('idemflow/prisma');
+      const loaded = Object.keys(require.cache).filter((f) => /node_modules[\\\\/](drizzle-orm|kysely|knex|typeorm|@prisma|prisma)[\\\\/]/.test(f));
       process.stdout.write(JSON.stringify(loaded));`;
     const run = spawnSync(process.execPath, ['-e', script], { cwd: fileURLToPath(new URL('..', import.meta.url)), encoding: 'utf8' });
     assert.equal(run.status, 0, run.stderr);

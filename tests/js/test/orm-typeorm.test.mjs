@@ -1,4 +1,4 @@
-// idemflow/typeorm on PostgreSQL and MariaDB: the callback gets an
+// idemflow/typeorm on PostgreSQL, PGlite, MariaDB and SQLite (better-sqlite3): the callback gets an
 // EntityManager on idemflow's connection, so the host's row and the receipt
 // commit together on success and neither on a throw; manager.transaction()
 // is a savepoint and a nested one rolls back alone; in processBatch one
@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
-import { idempotent, processBatch, processEvent, RuleSet } from 'idemflow';
+import { IdemflowError, idempotent, processBatch, processEvent, RuleSet } from 'idemflow';
 import { typeormManager, withTypeorm } from 'idemflow/typeorm';
 import { EntitySchema } from 'typeorm';
 import { BACKENDS, PG_URL, suiteStore, uniquePrefix } from '../workers/backends.mjs';
@@ -20,7 +20,7 @@ const ruleSet = RuleSet.builtin('order-shipment');
 const request = (eventId, orderId) => ({ eventId, workflowId: orderId, type: 'SHIPMENT_REQUESTED' });
 
 for (const backend of BACKENDS) {
-  if (backend.id !== 'pg' && backend.id !== 'mysql') continue;
+  if (!['pg', 'pglite', 'mysql', 'sqlite'].includes(backend.id)) continue;
   describe(`idemflow/typeorm on ${backend.name}`, { skip: backend.skip }, () => {
     const suite = suiteStore(backend, { before, after });
     const table = `${uniquePrefix()}_typeorm`;
@@ -33,11 +33,13 @@ for (const backend of BACKENDS) {
         orderId: { type: String, name: 'order_id' },
       },
     });
-    const options = { entities: [Shipment], ...(backend.id === 'mysql' ? { type: 'mariadb' } : {}) };
+    const options = { entities: [Shipment], ...{ mysql: { type: 'mariadb' }, sqlite: { type: 'better-sqlite3' } }[backend.id] };
     before(async () => {
       await shipmentsOf(backend.id, suite.helper, table).create();
     });
     const hasRow = async (eventId) => {
+      if (backend.id === 'sqlite')
+        return Number(suite.store.db.prepare(`SELECT COUNT(*) AS n FROM "${table}" WHERE event_id = ?`).get(eventId).n) > 0;
       const sql =
         backend.id === 'mysql'
           ? `SELECT COUNT(*) AS n FROM \`${table}\` WHERE event_id = ?`
@@ -136,7 +138,7 @@ for (const backend of BACKENDS) {
       assert.deepEqual([await hasRow(ids[0]), await hasRow(ids[1]), await hasRow(ids[2])], [true, false, true]);
     });
 
-    it("an isolation level on TypeORM's transaction is refused (transaction-control), nothing written", async () => {
+    it("an isolation level on TypeORM's transaction is refused (transaction-control), nothing written; SQLite's one level passes", async () => {
       const ns = uniquePrefix();
       const outcome = await outcomeOf(
         processEvent(suite.store, request(`${ns}:iso`, `${ns}:iso`), {
@@ -144,6 +146,12 @@ for (const backend of BACKENDS) {
           onApplied: withTypeorm((manager) => manager.transaction('SERIALIZABLE', (trx) => save(trx, `${ns}:iso`)), options),
         }),
       );
+      if (backend.id === 'sqlite') {
+        // TypeORM sets SQLite's level with a pragma, not in the transaction: every SQLite transaction is serializable.
+        assert.equal(outcome.outcome, 'applied', String(outcome.error));
+        assert.equal(await hasRow(`${ns}:iso`), true);
+        return;
+      }
       assert.equal(outcome.error?.code, 'INVALID_ARGUMENT', String(outcome.error));
       assert.equal(outcome.error.details.reason, 'transaction-control');
       assert.equal(await hasRow(`${ns}:iso`), false);
@@ -156,10 +164,15 @@ for (const backend of BACKENDS) {
           kept = manager.connection;
         }),
       );
-      const outside = await outcomeOf(kept.manager.find(Shipment));
-      assert.equal(outside.error?.code, 'INVALID_ARGUMENT', String(outside.error));
-      assert.equal(outside.error.details.reason, 'outside the transaction');
-      for (const key of ['host', 'url', 'synchronize', 'driver']) {
+      // TypeORM's SQLite driver wraps what its driver throws in a QueryFailedError: idemflow's refusal is its driverError.
+      const outside = await kept.manager.find(Shipment).then(
+        () => assert.fail('the DataSource read outside a callback'),
+        (error) => (error instanceof IdemflowError ? error : error.driverError),
+      );
+      assert.ok(outside instanceof IdemflowError, String(outside));
+      assert.equal(outside.code, 'INVALID_ARGUMENT');
+      assert.equal(outside.details.reason, 'outside the transaction');
+      for (const key of ['host', 'url', 'synchronize', 'driver', 'database']) {
         assert.throws(
           () => withTypeorm(() => null, { ...options, [key]: 'x' }),
           (error) => error.code === 'INVALID_ARGUMENT' && error.details.field === `options.${key}`,

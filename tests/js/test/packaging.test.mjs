@@ -87,6 +87,7 @@ test('every entry point exports the same names, bound to the same objects, from 
     './kysely',
     './knex',
     './typeorm',
+    './prisma',
     './testing',
   ]);
   for (const entry of entries) {

@@ -1,4 +1,4 @@
-// A strict consumer of idemflow/drizzle, idemflow/kysely and idemflow/knex, checked by
+// A strict consumer of idemflow/drizzle, idemflow/kysely, idemflow/knex, idemflow/typeorm and idemflow/prisma, checked by
 // `tsc -p tsconfig.json`: the helpers take callbacks typed with the tools' own types and
 // are an onApplied and idempotent()'s work as they are.
 
@@ -79,3 +79,31 @@ await processEvent(store, event, {
 await store.transaction((tx) => typeormManager(tx, typeormOptions, (manager: EntityManager) => manager.count(Shipment)));
 // @ts-expect-error the connection is idemflow's
 withTypeorm(() => null, { entities: [], host: 'elsewhere' });
+
+// Prisma: the generated client's class (declared here by shape: the test suite generates its own at run time).
+import { prismaTransaction, withPrisma } from 'idemflow/prisma';
+
+declare class PrismaClient {
+  constructor(options?: { log?: string[]; adapter?: unknown });
+  shipment: { create(args: { data: { orderId: string } }): Promise<{ id: number; orderId: string }> };
+  $transaction<T>(fn: (prisma: Omit<PrismaClient, '$connect' | '$disconnect'>) => Promise<T>): Promise<T>;
+  $connect(): Promise<void>;
+  $disconnect(): Promise<void>;
+}
+await processEvent(store, event, {
+  ruleSet,
+  onApplied: withPrisma(PrismaClient, async (prisma, decision) => {
+    const shipment = await prisma.shipment.create({ data: { orderId: decision.event.workflowId } });
+    return { shipmentId: shipment.id };
+  }),
+});
+const created: { id: number } = await store.transaction((tx) =>
+  prismaTransaction(tx, PrismaClient, (prisma) => prisma.shipment.create({ data: { orderId: 'x' } }), { schema: 'app' }),
+);
+void created;
+// @ts-expect-error the transaction client has no $connect
+withPrisma(PrismaClient, (prisma) => prisma.$connect());
+// @ts-expect-error the adapter is idemflow's
+withPrisma(PrismaClient, () => null, { adapter: {} });
+// @ts-expect-error the class, not an instance
+withPrisma(new PrismaClient(), () => null);

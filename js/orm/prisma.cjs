@@ -1,0 +1,212 @@
+'use strict';
+// idemflow/prisma: Prisma ORM (7, over its driver adapters) inside
+// idemflow's transaction. withPrisma(PrismaClient, fn, options) is an
+// onApplied (or idempotent()'s work) that hands `fn` a Prisma transaction
+// client on idemflow's connection: its writes commit or roll back with the
+// receipt, and its own nested $transaction() is a savepoint.
+//
+// How: one PrismaClient of the caller's generated class per options object
+// and driver, made inside the first callback, whose driver adapter is
+// Prisma's own (@prisma/adapter-pg, @prisma/adapter-better-sqlite3) over a
+// stand-in for the driver: every connection the adapter takes is the
+// tx.client of the callback running, and outside a callback there is none.
+// Each callback runs as one interactive $transaction of that client: its
+// BEGIN, COMMIT and ROLLBACK go through the guarded tx.client, which makes
+// them a savepoint of idemflow's transaction. Prisma's packages are optional
+// peers, imported when first used.
+
+const { AsyncLocalStorage } = require('node:async_hooks');
+const { createRequire } = require('node:module');
+const { checkConfig, checkFn, driverOf, invalid, load, settle, thenableQuery } = require('./bound.cjs');
+
+/** Prisma's adapter package for each driver of idemflow's stores that Prisma has one for. */
+const ADAPTERS = {
+  pg: { peer: '@prisma/adapter-pg', provider: 'postgres' },
+  'better-sqlite3': { peer: '@prisma/adapter-better-sqlite3', provider: 'sqlite' },
+};
+const SUPPORTED = Object.keys(ADAPTERS);
+/** Why the other drivers of idemflow's SQL stores have none. */
+const NONE = {
+  mysql2:
+    "Prisma's MariaDB/MySQL adapter (@prisma/adapter-mariadb) drives the mariadb connector, and idemflow's MySQL store holds a mysql2 connection",
+  pglite: 'Prisma has no adapter for PGlite',
+  'node:sqlite': "Prisma's SQLite adapters drive better-sqlite3 or libSQL, not node:sqlite",
+};
+/** PrismaClient options that would point it at another connection. */
+const OWNED = ['adapter', 'datasourceUrl', 'datasources', 'accelerateUrl'];
+/**
+ * Prisma ends an interactive transaction that runs longer than its timeout
+ * (5 s by default) on its own: here idemflow's deadline bounds the callback,
+ * so Prisma's bound is set past any store's.
+ */
+const UNBOUNDED = 2_147_483_647;
+
+/** The guarded tx.client of the callback running, for the stand-in drivers' connections. */
+const current = new AsyncLocalStorage();
+
+function clientNow() {
+  const client = current.getStore();
+  if (client === undefined) {
+    throw invalid(
+      "idemflow/prisma's client reaches the database only inside a callback of withPrisma or prismaTransaction: outside one there is no transaction of idemflow's to write in",
+      { field: 'prisma', reason: 'outside the transaction' },
+    );
+  }
+  return client;
+}
+
+/** A pg.Pool (of the pg that @prisma/adapter-pg loads, which it checks with instanceof) whose every connection is tx.client. */
+function postgresPool(adapterPath) {
+  const pg = createRequire(adapterPath)('pg');
+  class CallbackPool extends pg.Pool {
+    async connect() {
+      const client = clientNow();
+      const connection = {
+        query: (...args) => client.query(...args),
+        on: () => connection,
+        removeListener: () => connection,
+        release() {},
+      };
+      return connection;
+    }
+    query(...args) {
+      return clientNow().query(...args);
+    }
+    async end() {}
+  }
+  return new CallbackPool({ max: 1 });
+}
+
+/**
+ * A better-sqlite3 Database as Prisma's adapter calls it (prepare; BEGIN by
+ * a prepared statement), answering the running callback's tx.client, with
+ * 64-bit integers read as BigInt as the adapter expects of the handles it makes.
+ */
+const sqliteHandle = {
+  prepare(sql) {
+    const statement = clientNow().prepare(sql);
+    if (statement.reader) statement.safeIntegers(true);
+    return statement;
+  },
+  exec(sql) {
+    clientNow().exec(sql);
+    return sqliteHandle;
+  },
+  close() {},
+};
+
+/** The driver adapter factory Prisma's client is made with, over the stand-in of `driver`; `schema` the PostgreSQL schema of the models. */
+async function adapterFor(driver, schema) {
+  const { peer, provider } = ADAPTERS[driver];
+  const module = await load(peer, peer, 'idemflow/prisma');
+  if (driver === 'pg') {
+    const PrismaPg = module.PrismaPg ?? module.default?.PrismaPg;
+    return new PrismaPg(postgresPool(require.resolve(peer)), schema === undefined ? undefined : { schema });
+  }
+  const PrismaBetterSqlite3 = module.PrismaBetterSqlite3 ?? module.default?.PrismaBetterSqlite3;
+  // Prisma's adapter opens a database of its own from a URL: it is given an
+  // in-memory one, closed at once, and the stand-in in its place.
+  const own = await new PrismaBetterSqlite3({ url: ':memory:' }).connect();
+  own.client.close();
+  own.client = sqliteHandle;
+  return { provider, adapterName: own.adapterName, connect: async () => own };
+}
+
+/** The clients made, by driver: for options of the caller's while they are held (and by PrismaClient class). */
+const made = new WeakMap();
+
+function clientFor(PrismaClient, driver, options) {
+  let byClass = made.get(options);
+  if (byClass === undefined) {
+    byClass = new Map();
+    made.set(options, byClass);
+  }
+  const key = PrismaClient;
+  let byDriver = byClass.get(key);
+  if (byDriver === undefined) {
+    byDriver = new Map();
+    byClass.set(key, byDriver);
+  }
+  let ready = byDriver.get(driver);
+  if (ready === undefined) {
+    const { schema, ...clientOptions } = options;
+    ready = (async () => new PrismaClient({ ...clientOptions, adapter: await adapterFor(driver, schema) }))();
+    byDriver.set(driver, ready);
+    ready.catch(() => byDriver.delete(driver));
+  }
+  return ready;
+}
+
+const NO_OPTIONS = Object.freeze({});
+
+function checkClass(PrismaClient, tool) {
+  if (typeof PrismaClient !== 'function' || typeof PrismaClient.prototype?.$transaction !== 'function') {
+    throw invalid(
+      `${tool} takes your generated PrismaClient class first (import { PrismaClient } from your generator's output), not an instance or a client's options`,
+      { field: 'PrismaClient', reason: 'not a PrismaClient class' },
+    );
+  }
+}
+
+function optionsOf(config, tool) {
+  if (config === undefined) return NO_OPTIONS;
+  const options = checkConfig(config, tool, OWNED);
+  if (options.transactionOptions !== undefined) {
+    throw invalid(
+      `${tool}: transactionOptions are idemflow's: the isolation is its transaction's, and its deadline (the store's timeoutMs) bounds the callback`,
+      { field: 'options.transactionOptions', reason: 'set by idemflow' },
+    );
+  }
+  if (options.schema !== undefined && (typeof options.schema !== 'string' || options.schema === '')) {
+    throw invalid(`${tool}: schema is the name of the PostgreSQL schema your models are in`, {
+      field: 'options.schema',
+      reason: 'not a name',
+    });
+  }
+  return options;
+}
+
+/**
+ * Runs `fn(prisma)` with a Prisma transaction client on idemflow's
+ * transaction `tx` and answers what fn answers. `PrismaClient` is your
+ * generated class; `options` its constructor's options without any of a
+ * connection (log, omit, errorFormat) and, on PostgreSQL, `schema`: the
+ * schema the models are in when it is not `public` (Prisma names it in
+ * every statement). Pass the same object each call: its client is made once.
+ */
+async function prismaTransaction(tx, PrismaClient, fn, options) {
+  checkClass(PrismaClient, 'prismaTransaction');
+  checkFn(fn, 'prismaTransaction', 'prismaTransaction(tx, PrismaClient, fn)');
+  const checked = optionsOf(options, 'prismaTransaction');
+  const none = tx !== null && typeof tx === 'object' ? NONE[tx._driver] : undefined;
+  if (none !== undefined) {
+    throw invalid(`prismaTransaction has no driver for ${tx._driver}: ${none}`, {
+      field: 'tx',
+      reason: 'driver not supported',
+      driver: tx._driver,
+    });
+  }
+  const driver = driverOf(tx, 'prismaTransaction', SUPPORTED);
+  if (driver !== 'pg' && checked.schema !== undefined) {
+    throw invalid('prismaTransaction: schema names a PostgreSQL schema, and this store is SQLite', {
+      field: 'options.schema',
+      reason: 'not on SQLite',
+    });
+  }
+  return current.run(tx.client, async () => {
+    const prisma = await clientFor(PrismaClient, driver, checked);
+    return prisma.$transaction((db) => fn(db), { maxWait: UNBOUNDED, timeout: UNBOUNDED });
+  });
+}
+
+/** onApplied (or idempotent()'s work) that runs `fn(prisma, decision)` in prismaTransaction(tx, PrismaClient, …, options). */
+function withPrisma(PrismaClient, fn, options) {
+  checkClass(PrismaClient, 'withPrisma');
+  checkFn(fn, 'withPrisma', 'prismaTransaction(tx, PrismaClient, fn)');
+  const checked = optionsOf(options, 'withPrisma');
+  return async function bound(tx, decision) {
+    return prismaTransaction(tx, PrismaClient, (db) => settle(fn(db, decision), thenableQuery), checked);
+  };
+}
+
+module.exports = { withPrisma, prismaTransaction };
