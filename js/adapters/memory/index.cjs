@@ -7,8 +7,8 @@
 const { checkOptionKeys } = require('../../core/options.cjs');
 const { IdemflowError } = require('../../core/errors.cjs');
 const { invalidArgument } = require('../../store/errors.cjs');
-const { resolveClock } = require('../../store/options.cjs');
-const { Serializer, checkTimeLeft, transactionOptions } = require('../../store/bounds.cjs');
+const { resolveClock, resolveTimeouts } = require('../../store/options.cjs');
+const { Serializer, checkTimeLeft, transactionOptions, withDeadline } = require('../../store/bounds.cjs');
 const { StoreBase } = require('../../store/base.cjs');
 const { StoreTransaction } = require('../../store/transaction.cjs');
 const { operationMatches } = require('../../store/queries.cjs');
@@ -205,13 +205,14 @@ class InMemoryStore extends StoreBase {
 
   /**
    * @param {Iterable<object>} workflows the workflows that exist at the start
-   * @param {{ now?: () => number }} [options] `now`: the clock for recordedAt,
-   *   createdAt and updatedAt (ms since the epoch; default Date.now)
+   * @param {{ now?: () => number, timeoutMs?: number }} [options] `now`: the clock for recordedAt,
+   *   createdAt and updatedAt (ms since the epoch; default Date.now); `timeoutMs`
+   *   (default 30 s): how long a transaction waits for its callback before it is abandoned
    */
   constructor(workflows = [], options = {}) {
-    checkOptionKeys(options ?? {}, ['now'], 'InMemoryStore');
+    checkOptionKeys(options ?? {}, ['now', 'timeoutMs'], 'InMemoryStore');
     const clock = resolveClock(options?.now);
-    super({ now: clock });
+    super({ now: clock, timeoutMs: resolveTimeouts({ timeoutMs: options?.timeoutMs }).timeoutMs });
     this.#clock = clock;
     for (const workflow of workflows) {
       const id = workflow !== null && typeof workflow === 'object' ? workflow.id : undefined;
@@ -248,14 +249,16 @@ class InMemoryStore extends StoreBase {
 
   /**
    * Runs fn(tx) alone (calls queue behind each other in this process). If fn
-   * throws, none of its writes are kept.
+   * throws, none of its writes are kept; nor if it is still running after
+   * timeoutMs (or the call's deadline, when sooner): the call fails with
+   * STORE_UNAVAILABLE reason 'timeout' and the next one goes on.
    */
   async transaction(fn, options) {
     const { deadlineAt } = transactionOptions(options);
     return this.#alone(async () => {
       checkTimeLeft(deadlineAt, 'transaction');
       const tx = new MemoryTransaction(this, this.#data, this.#clock);
-      const result = await fn(tx);
+      const result = await withDeadline(this.timeoutMs, 'transaction', () => fn(tx), deadlineAt);
       tx.commitTo(this.#data);
       return result;
     });

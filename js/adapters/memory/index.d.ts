@@ -30,12 +30,15 @@ export interface InMemoryTransaction extends StoreTransaction {
 /** All-or-nothing transactions serialised within one process; not durable. */
 // biome-ignore lint/suspicious/noUnsafeDeclarationMerging: the class's outbox, admin and lock methods, typed once by their interfaces below
 export class InMemoryStore implements Store {
-  /** `options.now`: the clock for recordedAt, createdAt and updatedAt (default Date.now). */
-  constructor(workflows?: Iterable<Workflow>, options?: { now?: () => number });
+  /**
+   * `options.now`: the clock for recordedAt, createdAt and updatedAt (default Date.now); `options.timeoutMs`: how long a
+   * transaction waits for its callback before its writes are dropped and the call fails (default 30000).
+   */
+  constructor(workflows?: Iterable<Workflow>, options?: { now?: () => number; timeoutMs?: number });
   /** A store holding copies of a snapshot's tables (Maps, or arrays of [key, value] entries). */
   static fromSnapshot(
     snapshot: { [T in keyof MemorySnapshot]?: MemorySnapshot[T] | Iterable<[string, unknown]> },
-    options?: { now?: () => number },
+    options?: { now?: () => number; timeoutMs?: number },
   ): InMemoryStore;
   now(): number;
   transaction<T>(fn: (tx: InMemoryTransaction) => Promise<T>, options?: TransactionOptions): Promise<T>;

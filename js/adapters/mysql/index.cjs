@@ -263,8 +263,10 @@ class MysqlStore extends SqlStore {
     const { batch, deadlineAt } = transactionOptions(options);
     return this.#onConnection(
       'transaction',
-      async (connection, raw) => {
+      async (connection, raw, deadline) => {
         const tx = new MysqlTransaction(this, connection, raw);
+        // A callback still running at the deadline is abandoned: what it sends later through tx.client is refused.
+        deadline.onExpire(() => tx._end());
         try {
           return await onConnection(
             connection,
@@ -292,7 +294,7 @@ class MysqlStore extends SqlStore {
   }
 
   /**
-   * use(connection, raw) on a connection of this store, within
+   * use(connection, raw, deadline) on a connection of this store, within
    * options.timeoutMs: `connection` checks the deadline before every
    * statement and carries the server-side statement bound; `raw` is for the
    * rollback after a failure.
@@ -308,7 +310,7 @@ class MysqlStore extends SqlStore {
           return this.#serializer.run(async () => {
             deadline.check();
             const bounded = await this.#bounded(this.client, deadline, this.#watch);
-            return use(bounded, this.client);
+            return use(bounded, this.client, deadline);
           });
         }
         let connection;
@@ -331,7 +333,7 @@ class MysqlStore extends SqlStore {
         let broken = false;
         try {
           deadline.check();
-          return await use(await this.#bounded(connection, deadline, watch), connection);
+          return await use(await this.#bounded(connection, deadline, watch), connection, deadline);
         } catch (error) {
           // A full disk leaves the connection whole (the statement failed, the
           // transaction rolled back); anything else unavailable may not have.

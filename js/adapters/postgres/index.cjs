@@ -283,8 +283,10 @@ class PostgresStore extends SqlStore {
   transaction(fn, options) {
     const { batch, deadlineAt } = transactionOptions(options);
     return this.#inTransaction(
-      async (queryable, raw) => {
+      async (queryable, raw, deadline) => {
         const tx = new PostgresTransaction(this, queryable, raw);
+        // A callback still running at the deadline is abandoned: what it sends later through tx.client is refused.
+        deadline.onExpire(() => tx._end());
         try {
           const result = await fn(tx);
           await tx._beforeCommit();
@@ -337,7 +339,7 @@ class PostgresStore extends SqlStore {
   }
 
   /**
-   * work(queryable, raw) between BEGIN and COMMIT on one connection (`raw`
+   * work(queryable, raw, deadline) between BEGIN and COMMIT on one connection (`raw`
    * the driver's own handle of it, for tx.client), within
    * options.timeoutMs. Errors thrown by `work` pass through untouched; the
    * driver's own failures (BEGIN, COMMIT, acquiring a connection, a lost
@@ -352,7 +354,7 @@ class PostgresStore extends SqlStore {
     let workError = null;
     const guarded = async (queryable, raw) => {
       try {
-        return await work(queryable, raw);
+        return await work(queryable, raw, deadline);
       } catch (error) {
         workError = error;
         throw error;
@@ -361,10 +363,13 @@ class PostgresStore extends SqlStore {
     if (this.#kind === 'pglite') {
       // In process: no server to stop and no connection to lose. The bound still
       // holds while another transaction keeps PGlite's lock; work that gets the
-      // lock after its caller gave up runs nothing and rolls back.
+      // lock after its caller gave up runs nothing and rolls back. PGlite holds
+      // its one connection until the function it runs settles, so that function
+      // ends at the deadline too: a callback that never settles is abandoned,
+      // PGlite rolls its transaction back, and the next caller gets the lock.
       const watch = new ConnectionWatch(null);
       try {
-        return await this.client.transaction((tx) => guarded(guardedConnection(tx, deadline, watch), tx));
+        return await this.client.transaction((tx) => Promise.race([guarded(guardedConnection(tx, deadline, watch), tx), deadline.promise]));
       } catch (error) {
         if (error === workError) throw error;
         throw mapError(error);

@@ -9,8 +9,8 @@
 const { IdemflowError } = require('../../core/errors.cjs');
 const { checkOptionKeys, checkHandle } = require('../../core/options.cjs');
 const { STORE_UNAVAILABLE, invalidArgument, mapDriverError, isStoreUnavailable } = require('../../store/errors.cjs');
-const { DEFAULT_TABLES, STORE_OPTIONS, resolveClock, resolveRaceRetries } = require('../../store/options.cjs');
-const { Serializer, checkTimeLeft, transactionOptions } = require('../../store/bounds.cjs');
+const { DEFAULT_TABLES, STORE_OPTIONS, resolveClock, resolveRaceRetries, resolveTimeouts } = require('../../store/options.cjs');
+const { Deadline, Serializer, checkTimeLeft, transactionOptions } = require('../../store/bounds.cjs');
 const { SqlStore } = require('../../sql/store.cjs');
 const { SqlTransaction } = require('../../sql/transaction.cjs');
 const { migrateMissing } = require('../../sql/schema.cjs');
@@ -19,7 +19,7 @@ const { step } = require('../../core/step.cjs');
 const { guardSqlite, transactionEnded } = require('../../sql/client-guard.cjs');
 const dialect = require('./dialect.cjs');
 
-const SQLITE_OPTIONS = [...STORE_OPTIONS, 'busyTimeoutMs', 'synchronous', 'wal'];
+const SQLITE_OPTIONS = [...STORE_OPTIONS, 'timeoutMs', 'busyTimeoutMs', 'synchronous', 'wal'];
 
 const DEFAULT_BUSY_TIMEOUT_MS = 5000;
 const MAX_PREPARED = 256;
@@ -33,10 +33,31 @@ function isHandle(db) {
   return db !== null && typeof db === 'object' && typeof db.prepare === 'function' && typeof db.exec === 'function';
 }
 
-/** One transaction: statements run on the store's handle, synchronously, inside BEGIN IMMEDIATE … COMMIT. */
+/**
+ * One transaction: statements run on the store's handle, synchronously,
+ * inside BEGIN IMMEDIATE … COMMIT. Once it is abandoned at its deadline
+ * (rolled back, the handle given to the next caller) its statements are
+ * refused: they would run in another caller's transaction.
+ */
 class SqliteTransaction extends SqlTransaction {
+  /** @type {Error | null} */
+  #abandoned = null;
+
   constructor(store) {
-    super(store, (statement, onUnique) => store._executeNow(statement, onUnique), store.db);
+    super(
+      store,
+      (statement, onUnique) => {
+        if (this.#abandoned !== null) throw this.#abandoned;
+        return store._executeNow(statement, onUnique);
+      },
+      store.db,
+    );
+  }
+
+  /** @internal the deadline passed with the callback still running: nothing more of this transaction reaches the handle */
+  _abandon(error) {
+    this.#abandoned = error;
+    this._end();
   }
 
   /** @internal tx.client: the handle, guarded */
@@ -92,7 +113,9 @@ class SqliteStore extends SqlStore {
     // `owned` is how open() hands over the handle it opened.
     checkOptionKeys(options, [...SQLITE_OPTIONS, 'owned'], 'SqliteStore');
     const opts = options ?? {};
-    super(dialect, { tables: opts.tables, now: resolveClock(opts.now), raceRetries: resolveRaceRetries(opts) });
+    // A statement here runs in process and ends by itself; timeoutMs bounds a transaction whose callback does not.
+    const { timeoutMs } = resolveTimeouts({ timeoutMs: opts.timeoutMs });
+    super(dialect, { tables: opts.tables, now: resolveClock(opts.now), raceRetries: resolveRaceRetries(opts), timeoutMs });
     this.#db = db;
     this.#owned = opts.owned === true;
     const busyTimeoutMs = opts.busyTimeoutMs ?? DEFAULT_BUSY_TIMEOUT_MS;
@@ -177,28 +200,33 @@ class SqliteStore extends SqlStore {
 
   /**
    * Runs fn(tx) inside BEGIN IMMEDIATE … COMMIT; if fn throws, ROLLBACK and
-   * rethrow. Calls on one store queue behind each other.
+   * rethrow. Calls on one store queue behind each other. A fn still running
+   * after timeoutMs (or the call's deadline, when sooner) is abandoned: the
+   * transaction rolls back, the call fails with STORE_UNAVAILABLE reason
+   * 'timeout', and the handle goes to the next call.
    */
   transaction(fn, options) {
     const { deadlineAt } = transactionOptions(options);
     return this.#serializer.run(() => {
       checkTimeLeft(deadlineAt, 'transaction');
       const tx = new SqliteTransaction(this);
-      return this.#immediate(() => step(fn(tx), (result) => step(tx._beforeCommit(), () => result))).finally(() => tx._end());
+      const work = () => step(fn(tx), (result) => step(tx._beforeCommit(), () => result));
+      return this.#immediate(work, { tx, deadlineAt }).finally(() => tx._end());
     });
   }
 
   /**
    * BEGIN IMMEDIATE, work(), COMMIT; ROLLBACK and rethrow (as it was) if work
    * throws. A work that returns no promise runs to COMMIT without yielding,
-   * so it never holds the write lock across an await.
+   * so it never holds the write lock across an await; one that does is
+   * bounded (`bound`: the transaction and its call's deadline).
    */
-  async #immediate(work) {
+  async #immediate(work, bound = null) {
     this.#exec('BEGIN IMMEDIATE');
     let result;
     try {
       result = work();
-      if (typeof result?.then === 'function') result = await result;
+      if (typeof result?.then === 'function') result = await (bound === null ? result : this.#within(result, bound));
     } catch (error) {
       this.#rollback();
       throw error;
@@ -210,6 +238,19 @@ class SqliteStore extends SqlStore {
       throw error;
     }
     return result;
+  }
+
+  /** `pending`, or the timeout error once the transaction's time is up (the transaction abandoned first). */
+  async #within(pending, { tx, deadlineAt }) {
+    let ms = this.timeoutMs;
+    if (deadlineAt !== null) ms = Math.max(1, Math.min(ms, Math.ceil(deadlineAt - performance.now())));
+    const deadline = new Deadline(ms, 'transaction');
+    deadline.onExpire((error) => tx._abandon(error));
+    try {
+      return await Promise.race([pending, deadline.promise]);
+    } finally {
+      deadline.clear();
+    }
   }
 
   /**

@@ -25,6 +25,8 @@ export interface SqliteHandle {
 }
 
 export interface SqliteStoreOptions extends StoreOptions {
+  /** How long a transaction waits for its callback (onApplied, idempotent()'s work) before it is rolled back and the call fails (default 30000). */
+  timeoutMs?: number;
   /** PRAGMA busy_timeout: how long BEGIN IMMEDIATE waits for another writer (default 5000). */
   busyTimeoutMs?: number;
   /** PRAGMA synchronous; left as the handle has it unless given. FULL survives power loss, NORMAL (in WAL mode) a process crash. */

@@ -15,6 +15,7 @@ import { IdemflowError, processBatch, RuleSet } from 'idemflow';
 import { BACKENDS, suiteStore, tablesFor, uniquePrefix } from '../workers/backends.mjs';
 import { outcomeOf } from '../workers/fixtures.mjs';
 import { shipmentsOf } from '../workers/host-tables.mjs';
+import { prismaClientDir } from '../workers/prisma-client.mjs';
 
 const only = process.env.IDEMFLOW_BACKENDS ? new Set(process.env.IDEMFLOW_BACKENDS.split(',')) : null;
 const ruleSet = RuleSet.builtin('order-shipment');
@@ -199,8 +200,10 @@ for (const backend of BACKENDS) {
 }
 
 // ---- A worker killed in the middle of onApplied ------------------------------
+// Through tx.client and through each tool's helper (js/orm), on SQLite and PostgreSQL.
 
 const KILL_BACKENDS = BACKENDS.filter((backend) => backend.id === 'sqlite' || backend.id === 'pg');
+const TOOLS = ['raw', 'drizzle', 'kysely', 'knex', 'typeorm', 'prisma'];
 
 /** Runs own-writes-worker.mjs; resolves what it reported last, and how it ended. */
 function runWorker(config, { hang }) {
@@ -224,38 +227,42 @@ function runWorker(config, { hang }) {
 
 for (const backend of KILL_BACKENDS) {
   describe(`a worker SIGKILLed inside onApplied on ${backend.name}`, { skip: backend.skip }, () => {
-    it('leaves both the receipt and the host row, or neither; the restarted worker applies once', async () => {
-      const env = await backend.setup();
-      const tables = tablesFor(uniquePrefix());
-      const spec = env.spec(tables);
-      const helper = await env.open(tables, {});
-      const table = `${uniquePrefix()}_shipments`;
-      try {
-        await helper.store.migrate();
-        await shipmentsOf(backend.id, helper, table).create();
-        const config = { ...spec, table, eventId: `${table}:evt-1`, orderId: `${table}:order-1` };
-        const counts = async () => ({
-          receipt: (await helper.store.getReceipt(config.eventId)) !== null,
-          rows: await shipmentsOf(backend.id, helper, table).count(),
-        });
-        const killed = await runWorker(config, { hang: true });
-        assert.equal(killed.signal, 'SIGKILL', 'killed inside the callback');
-        assert.deepEqual(await counts(), { receipt: false, rows: 0 }, 'neither: the transaction died with its worker');
-        const restarted = await runWorker(config, { hang: false });
-        assert.deepEqual(restarted.last, { outcome: 'applied', output: { shipped: config.orderId } });
-        assert.deepEqual(await counts(), { receipt: true, rows: 1 }, 'both');
-        const again = await runWorker(config, { hang: false });
-        assert.deepEqual(
-          again.last,
-          { outcome: 'duplicate-delivery', output: { shipped: config.orderId } },
-          'a redelivery answers the output, and writes nothing',
-        );
-        assert.deepEqual(await counts(), { receipt: true, rows: 1 });
-      } finally {
-        await helper.drop?.();
-        await helper.close();
-        await env.close();
-      }
-    });
+    for (const tool of TOOLS) {
+      const through = tool === 'raw' ? 'tx.client' : `idemflow/${tool}`;
+      it(`through ${through}: leaves both the receipt and the host row, or neither; the restarted worker applies once`, async () => {
+        const env = await backend.setup();
+        const tables = tablesFor(uniquePrefix());
+        const spec = env.spec(tables);
+        const helper = await env.open(tables, {});
+        const table = `${uniquePrefix()}_shipments`;
+        try {
+          await helper.store.migrate();
+          await shipmentsOf(backend.id, helper, table).create();
+          const config = { ...spec, table, tool, eventId: `${table}:evt-1`, orderId: `${table}:order-1` };
+          if (tool === 'prisma') config.prismaClient = prismaClientDir(backend.id === 'pg' ? 'postgresql' : 'sqlite', table);
+          const counts = async () => ({
+            receipt: (await helper.store.getReceipt(config.eventId)) !== null,
+            rows: await shipmentsOf(backend.id, helper, table).count(),
+          });
+          const killed = await runWorker(config, { hang: true });
+          assert.equal(killed.signal, 'SIGKILL', 'killed inside the callback');
+          assert.deepEqual(await counts(), { receipt: false, rows: 0 }, 'neither: the transaction died with its worker');
+          const restarted = await runWorker(config, { hang: false });
+          assert.deepEqual(restarted.last, { outcome: 'applied', output: { shipped: config.orderId } });
+          assert.deepEqual(await counts(), { receipt: true, rows: 1 }, 'both');
+          const again = await runWorker(config, { hang: false });
+          assert.deepEqual(
+            again.last,
+            { outcome: 'duplicate-delivery', output: { shipped: config.orderId } },
+            'a redelivery answers the output, and writes nothing',
+          );
+          assert.deepEqual(await counts(), { receipt: true, rows: 1 });
+        } finally {
+          await helper.drop?.();
+          await helper.close();
+          await env.close();
+        }
+      });
+    }
   });
 }

@@ -36,11 +36,20 @@ model Shipment {
 
 /** The PrismaClient class generated for `provider` ('postgresql', 'sqlite') over the shipments table `table`. */
 export function prismaClientFor(provider, table) {
-  return generated(schemaOf(provider, table), `${provider}-${table}`);
+  return require(prismaClientDir(provider, table)).PrismaClient;
+}
+
+/** The directory of that client (for another process to require). */
+export function prismaClientDir(provider, table) {
+  return generatedDir(schemaOf(provider, table), `${provider}-${table}`);
 }
 
 /** The PrismaClient class generated from the schema text `schema` (its generator's output made ./client), under `name`. */
 export function generated(schema, name) {
+  return require(generatedDir(schema, name)).PrismaClient;
+}
+
+function generatedDir(schema, name) {
   const dir = join(project, 'node_modules', '.idemflow-prisma', name);
   if (!existsSync(join(dir, 'client', 'index.js'))) {
     mkdirSync(dir, { recursive: true });
@@ -64,5 +73,5 @@ export function generated(schema, name) {
     );
     if (run.status !== 0) throw new Error(`prisma generate failed (${run.status ?? run.signal}): ${run.stderr}${run.stdout}`);
   }
-  return require(join(dir, 'client')).PrismaClient;
+  return join(dir, 'client');
 }
