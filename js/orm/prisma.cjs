@@ -199,13 +199,32 @@ async function prismaTransaction(tx, PrismaClient, fn, options) {
   });
 }
 
+/**
+ * The database's own error inside a Prisma error (Prisma's adapters keep
+ * only its code and message: `meta.driverAdapterError.cause`), shaped as
+ * the driver's (pg: a SQLSTATE and a severity; better-sqlite3: a SQLITE_
+ * code), with the Prisma error as its cause; or the error as it was. So a
+ * unique violation or a deadlock of a Prisma statement is the lost race it
+ * is to idemflow (the delivery runs again), a lost connection unavailable.
+ */
+function driverShaped(error, driver) {
+  const original = error?.meta?.driverAdapterError?.cause;
+  if (typeof original?.originalCode !== 'string') return error;
+  const shaped = new Error(String(original.originalMessage ?? error.message), { cause: error });
+  return Object.assign(shaped, { code: original.originalCode }, driver === 'pg' ? { severity: 'ERROR' } : {});
+}
+
 /** onApplied (or idempotent()'s work) that runs `fn(prisma, decision)` in prismaTransaction(tx, PrismaClient, …, options). */
 function withPrisma(PrismaClient, fn, options) {
   checkClass(PrismaClient, 'withPrisma');
   checkFn(fn, 'withPrisma', 'prismaTransaction(tx, PrismaClient, fn)');
   const checked = optionsOf(options, 'withPrisma');
   return async function bound(tx, decision) {
-    return prismaTransaction(tx, PrismaClient, (db) => settle(fn(db, decision), thenableQuery), checked);
+    try {
+      return await prismaTransaction(tx, PrismaClient, (db) => settle(fn(db, decision), thenableQuery), checked);
+    } catch (error) {
+      throw driverShaped(error, tx._driver);
+    }
   };
 }
 

@@ -108,10 +108,21 @@ class SqlTransaction extends StoreTransaction {
     return true;
   }
 
-  /** The dialect's classification of a driver error (dialect.fromDriver says which errors are its driver's). */
+  /**
+   * The dialect's classification of a driver error (dialect.fromDriver says
+   * which errors are its driver's), found as thrown or inside the error a
+   * tool wrapped it in: its `cause` (Drizzle's DrizzleQueryError, an
+   * error of the host's own) or its `driverError` (TypeORM's
+   * QueryFailedError), a few levels deep.
+   */
   driverErrorOf(thrown) {
     const { dialect } = this._store._statements;
-    return dialect.fromDriver(thrown) ? mapDriverError(thrown, dialect.classify) : null;
+    let error = thrown;
+    for (let depth = 0; depth < 4 && error !== null && typeof error === 'object'; depth += 1) {
+      if (dialect.fromDriver(error)) return mapDriverError(error, dialect.classify);
+      error = error.driverError ?? error.cause ?? null;
+    }
+    return null;
   }
 
   // _read, _insert and _updateWorkflow answer synchronously when `execute`
