@@ -126,7 +126,7 @@ async function runApplied(onApplied, tx, decision) {
     // A refusal of tx.client is the delivery's answer, whatever the callback made of it.
     throw tx.endHostWork(true) ?? handlerError(thrown, decision.event?.eventId ?? decision.eventId, tx);
   }
-  const misuse = tx.endHostWork();
+  const misuse = tx.endHostWork(false, decision.event?.eventId ?? decision.eventId);
   if (misuse !== null) throw misuse;
   return outputOf(returned);
 }

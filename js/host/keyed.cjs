@@ -198,9 +198,13 @@ async function idempotent(store, request, work, options) {
           // The core's receipt, committed as a decision's is: work runs where onApplied would,
           // and what it returns (checked as onApplied's output, within this call's bound) is kept.
           const recordedAt = store.now();
-          const output = await tx.commitDecided({ receipt: decision.receipt, workflow: null, outbox: [] }, async () =>
-            outputOf(await work(tx), maxOutputBytes),
-          );
+          const output = await tx.commitDecided({ receipt: decision.receipt, workflow: null, outbox: [] }, async () => {
+            const returned = await work(tx);
+            // What the work left wrong through tx.client (a refusal, a statement that aborted the transaction) is its failure.
+            const misuse = tx.endHostWork(false);
+            if (misuse !== null) throw misuse;
+            return outputOf(returned, maxOutputBytes);
+          });
           return { output, replayed: false, recordedAt, key, fingerprint };
         });
       } catch (error) {

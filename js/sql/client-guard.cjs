@@ -347,6 +347,14 @@ function misuseError(reason, why, statement, field = 'tx.client') {
  * ROLLBACK TO of one made before the host's BEGIN, which would undo that
  * BEGIN's savepoint behind its back, is refused.
  */
+/** A PostgreSQL server's error (pg's DatabaseError, PGlite's): a SQLSTATE and a severity. */
+const isServerError = (error) =>
+  error !== null &&
+  typeof error === 'object' &&
+  typeof error.code === 'string' &&
+  /^[0-9A-Z]{5}$/.test(error.code) &&
+  typeof error.severity === 'string';
+
 class ClientGuard {
   #flavour;
   #count = 0;
@@ -354,6 +362,12 @@ class ClientGuard {
   #stack = [];
   #misuse = null;
   #closed = false;
+  /**
+   * PostgreSQL: the server's error of the host's last statement, if it
+   * failed. A failed statement aborts the transaction until a rollback (to a
+   * savepoint) succeeds, so a host statement that succeeds after it clears it.
+   */
+  #failed = null;
 
   constructor(flavour) {
     this.#flavour = flavour;
@@ -392,7 +406,7 @@ class ClientGuard {
    * starts afresh. A refusal always; a transaction of its own left open only
    * when it returned (`threw`: its throw rolls that back with the rest).
    */
-  settle(threw = false) {
+  settle(threw = false, eventId = undefined) {
     const misuse =
       this.#misuse ??
       (!threw && this.open
@@ -400,10 +414,32 @@ class ClientGuard {
             'transaction-left-open',
             'a callback that returned with a transaction of its own open (BEGIN without COMMIT or ROLLBACK)',
           )
-        : null);
+        : null) ??
+      (!threw && this.#failed !== null ? abortedByHost(this.#failed, eventId) : null);
     this.#misuse = null;
     this.#stack = [];
+    this.#failed = null;
     return misuse;
+  }
+
+  /**
+   * `pending` (a host statement's answer) as it is, noting on PostgreSQL
+   * whether it failed on the server (the transaction is aborted then) or
+   * succeeded (it is not). Anything but a promise passes untouched (a
+   * Submittable of pg's).
+   */
+  observe(pending) {
+    if (this.#flavour !== 'postgres' || typeof pending?.then !== 'function') return pending;
+    return pending.then(
+      (result) => {
+        this.#failed = null;
+        return result;
+      },
+      (error) => {
+        if (isServerError(error)) this.#failed ??= error;
+        throw error;
+      },
+    );
   }
 
   /** After idemflow's transaction ended: every statement is refused (a handle kept past the callback). */
@@ -531,6 +567,21 @@ function answer(promise, callback, spread) {
   return undefined;
 }
 
+/**
+ * A callback that returned after one of its statements failed on
+ * PostgreSQL: the transaction is aborted, so nothing of it can commit. The
+ * callback's failure (HANDLER_FAILED, its statement's error as the cause),
+ * not the store's 25P02 on idemflow's next statement.
+ */
+function abortedByHost(error, eventId) {
+  const which = eventId === undefined ? 'the callback failed' : `onApplied failed for event ${eventId}`;
+  return new IdemflowError(
+    'HANDLER_FAILED',
+    `${which}: it returned after its statement failed (${error.message}), which aborted the transaction; catch such an error inside a savepoint of your own (a nested transaction) to go on`,
+    { details: { ...(eventId === undefined ? {} : { eventId }), reason: 'statement-failed', driverCode: error.code }, cause: error },
+  );
+}
+
 function refusedCall(guard, method, why) {
   return () => guard.refuseCall(method, why);
 }
@@ -559,13 +610,11 @@ function guardPostgres(raw, guard, { pglite = false, before = () => null } = {})
       }
       const pending = before();
       if (plan === null) {
-        if (pending === null) return raw.query(...args);
-        return answer(
-          pending.then(() => raw.query(...args.filter((arg) => typeof arg !== 'function'))),
-          cb,
-        );
+        if (pending === null && cb === undefined) return guard.observe(raw.query(...args));
+        const sent = () => raw.query(...args.filter((arg) => typeof arg !== 'function'));
+        return answer(guard.observe(pending === null ? sent() : pending.then(sent)), cb);
       }
-      return answer(pending === null ? send(plan) : pending.then(() => send(plan)), cb);
+      return answer(guard.observe(pending === null ? send(plan) : pending.then(() => send(plan))), cb);
     },
     release: refusedCall(guard, 'release', 'tx.client.release(): idemflow releases the connection when the transaction ends'),
     end: refusedCall(guard, 'end', "tx.client.end(): the connection holds idemflow's transaction"),
@@ -574,13 +623,13 @@ function guardPostgres(raw, guard, { pglite = false, before = () => null } = {})
     overrides.exec = async (text, options) => {
       const plan = guard.plan(text);
       await before();
-      return plan === null ? raw.exec(text, options) : raw.exec(plan.join('; '), options);
+      return guard.observe(plan === null ? raw.exec(text, options) : raw.exec(plan.join('; '), options));
     };
     overrides.sql = async (strings, ...params) => {
       const text = Array.isArray(strings) ? strings.join('$0') : String(strings);
       const plan = guard.plan(text);
       await before();
-      return plan === null ? raw.sql(strings, ...params) : send(plan);
+      return guard.observe(plan === null ? raw.sql(strings, ...params) : send(plan));
     };
     overrides.rollback = async () => {
       await send(guard.plan('ROLLBACK'));

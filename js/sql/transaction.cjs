@@ -72,8 +72,8 @@ class SqlTransaction extends StoreTransaction {
    * What the callback that just ended did wrong through `client`, or null: a
    * refused statement; a transaction of its own left open, unless it threw.
    */
-  endHostWork(threw = false) {
-    return this.#guard === null ? null : this.#guard.settle(threw);
+  endHostWork(threw = false, eventId = undefined) {
+    return this.#guard === null ? null : this.#guard.settle(threw, eventId);
   }
 
   /**

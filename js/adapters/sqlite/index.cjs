@@ -78,8 +78,8 @@ class SqliteTransaction extends SqlTransaction {
   }
 
   /** After each callback too, since it costs nothing here: idemflow writes nothing more outside its transaction. */
-  endHostWork(threw = false) {
-    return super.endHostWork(threw) ?? (this._clientUsed ? this.#ended() : null);
+  endHostWork(threw = false, eventId = undefined) {
+    return super.endHostWork(threw, eventId) ?? (this._clientUsed ? this.#ended() : null);
   }
 
   #ended() {

@@ -360,6 +360,69 @@ for (const backend of BACKENDS) {
       }
     });
 
+    it("a statement of the callback that failed and was caught: on PostgreSQL the transaction is aborted, so the delivery is HANDLER_FAILED (the statement's error its cause), not STORE_UNAVAILABLE; caught inside a savepoint of its own it goes on", async () => {
+      const ns = uniquePrefix();
+      const before = await shipments.count();
+      const swallowing = async (tx, decision) => {
+        await shipments.insert(tx, decision.event.eventId, decision.event.workflowId);
+        await raw(tx, 'SELECT 1/0').catch(() => {});
+        return { swallowed: true };
+      };
+      const postgres = backend.id === 'pg' || backend.id === 'pglite';
+      const one = await outcomeOf(processEvent(suite.store, request(`${ns}:one`, `${ns}:one`), { ruleSet, onApplied: swallowing }));
+      const batch = await processBatch(suite.store, [request(`${ns}:b1`, `${ns}:b1`), request(`${ns}:b2`, `${ns}:b2`)], {
+        ruleSet,
+        onApplied: (tx, decision) =>
+          decision.event.eventId === `${ns}:b1`
+            ? swallowing(tx, decision)
+            : shipments.insert(tx, decision.event.eventId, decision.event.workflowId),
+      });
+      const keyed = await outcomeOf(
+        idempotent(suite.store, { key: `${ns}:key`, payload: 1 }, (tx) =>
+          swallowing(tx, { event: { eventId: `${ns}:key`, workflowId: `${ns}:key` } }),
+        ),
+      );
+      if (!postgres) {
+        // SQLite and MariaDB undo the failed statement alone: the rest goes on and commits.
+        assert.equal(one.outcome, 'applied');
+        assert.deepEqual(one.output, { swallowed: true });
+        assert.deepEqual(
+          batch.map((r) => r.outcome),
+          ['applied', 'applied'],
+        );
+        assert.equal(keyed.replayed, false);
+        return;
+      }
+      for (const [name, error] of [
+        ['processEvent', one.error],
+        ['processBatch', batch[0].error],
+        ['idempotent', keyed.error],
+      ]) {
+        assert.equal(error?.code, 'HANDLER_FAILED', `${name}: ${error}`);
+        assert.equal(error.details.reason, 'statement-failed');
+        assert.equal(error.details.driverCode, '22012');
+        assert.equal(error.cause?.code, '22012', `${name}: the statement's error is the cause`);
+      }
+      assert.equal(one.error.details.eventId, `${ns}:one`);
+      assert.equal(batch[0].error.details.eventId, `${ns}:b1`);
+      assert.equal(batch[1].outcome, 'applied', "the batch's other event commits");
+      for (const id of [`${ns}:one`, `${ns}:b1`]) assert.equal(await suite.store.getReceipt(id), null);
+      assert.equal(await shipments.count(), before + 1, "only b2's row");
+      // The failure caught inside a transaction of the callback's own (a savepoint), rolled back: the rest commits.
+      const recovered = await processEvent(suite.store, request(`${ns}:sp`, `${ns}:sp`), {
+        ruleSet,
+        onApplied: async (tx, decision) => {
+          await shipments.insert(tx, decision.event.eventId, decision.event.workflowId);
+          await raw(tx, 'BEGIN');
+          await raw(tx, 'SELECT 1/0').catch(() => {});
+          await raw(tx, 'ROLLBACK');
+          return { recovered: true };
+        },
+      });
+      assert.equal(recovered.outcome, 'applied');
+      assert.equal(await shipments.count(), before + 2);
+    });
+
     it("idempotent()'s work: a COMMIT through tx.client is refused, no record is kept, and the next call runs work and is replayed after", async () => {
       const ns = uniquePrefix();
       const request = { key: `${ns}:key`, payload: { amount: '5' } };
