@@ -7,8 +7,9 @@
 //
 // How: one PrismaClient of the caller's generated class per options object
 // and driver, made inside the first callback, whose driver adapter is
-// Prisma's own (@prisma/adapter-pg, @prisma/adapter-better-sqlite3) over a
-// stand-in for the driver: every connection the adapter takes is the
+// Prisma's own (@prisma/adapter-pg, @prisma/adapter-better-sqlite3,
+// @prisma/adapter-mariadb) over a stand-in for the driver (on MariaDB and
+// MySQL a mariadb-connector pool over idemflow's mysql2 connection): every connection the adapter takes is the
 // tx.client of the callback running, and outside a callback there is none.
 // Each callback runs as one interactive $transaction of that client: its
 // BEGIN, COMMIT and ROLLBACK go through the guarded tx.client, which makes
@@ -23,12 +24,11 @@ const { checkConfig, checkFn, driverOf, invalid, load, settle, thenableQuery } =
 const ADAPTERS = {
   pg: { peer: '@prisma/adapter-pg', provider: 'postgres' },
   'better-sqlite3': { peer: '@prisma/adapter-better-sqlite3', provider: 'sqlite' },
+  mysql2: { peer: '@prisma/adapter-mariadb', provider: 'mysql' },
 };
 const SUPPORTED = Object.keys(ADAPTERS);
 /** Why the other drivers of idemflow's SQL stores have none. */
 const NONE = {
-  mysql2:
-    "Prisma's MariaDB/MySQL adapter (@prisma/adapter-mariadb) drives the mariadb connector, and idemflow's MySQL store holds a mysql2 connection",
   pglite: 'Prisma has no adapter for PGlite',
   'node:sqlite': "Prisma's SQLite adapters drive better-sqlite3 or libSQL, not node:sqlite",
 };
@@ -95,6 +95,95 @@ const sqliteHandle = {
   close() {},
 };
 
+/** MySQL's column type codes, by the names the mariadb connector gives them (which Prisma's adapter reads). */
+const MYSQL_TYPES = {
+  0: 'DECIMAL',
+  1: 'TINY',
+  2: 'SHORT',
+  3: 'INT',
+  4: 'FLOAT',
+  5: 'DOUBLE',
+  6: 'NULL',
+  7: 'TIMESTAMP',
+  8: 'BIGINT',
+  9: 'INT24',
+  10: 'DATE',
+  11: 'TIME',
+  12: 'DATETIME',
+  13: 'YEAR',
+  14: 'NEWDATE',
+  15: 'VARCHAR',
+  16: 'BIT',
+  17: 'TIMESTAMP2',
+  18: 'DATETIME2',
+  19: 'TIME2',
+  245: 'JSON',
+  246: 'NEWDECIMAL',
+  247: 'ENUM',
+  248: 'SET',
+  249: 'TINY_BLOB',
+  250: 'MEDIUM_BLOB',
+  251: 'LONG_BLOB',
+  252: 'BLOB',
+  253: 'VAR_STRING',
+  254: 'STRING',
+  255: 'GEOMETRY',
+};
+
+/**
+ * Values as Prisma's MariaDB adapter asks the connector for them (its
+ * options rowsAsArray, dateStrings, jsonStrings, bitOneIsBoolean false):
+ * JSON as its text, 64-bit integers as decimal strings, geometry as bytes.
+ */
+function mysqlTypeCast(field, next) {
+  // MariaDB's JSON is a LONGTEXT that mysql2 parses when it sees its format; Prisma wants the text.
+  if (field.type === 'JSON' || field.extendedFormat === 'json' || field.type === 'LONGLONG') return field.string();
+  if (field.type === 'GEOMETRY') return field.buffer();
+  return next();
+}
+
+/**
+ * A mariadb-connector connection over the running callback's tx.client (a
+ * mysql2 connection): query/execute({ sql }, values) answer rows as arrays
+ * carrying `meta` (each column's name(), type, flags, collation), or the
+ * write's { affectedRows, insertId }.
+ */
+function mariadbConnection() {
+  const client = clientNow();
+  const run = async (request, values) => {
+    const sql = typeof request === 'string' ? request : request.sql;
+    const [result, fields] = await client.query({ sql, rowsAsArray: true, dateStrings: true, typeCast: mysqlTypeCast }, values ?? []);
+    if (!Array.isArray(result))
+      return { affectedRows: result.affectedRows, insertId: result.insertId, warningStatus: result.warningStatus };
+    const rows = result.slice();
+    rows.meta = (fields ?? []).map((field) => ({
+      name: () => field.name,
+      type: MYSQL_TYPES[field.columnType] ?? String(field.columnType),
+      flags: field.flags,
+      collation: { index: field.characterSet },
+      dataTypeFormat: field.extendedFormat ?? (field.columnType === 245 ? 'json' : undefined),
+    }));
+    return rows;
+  };
+  const connection = {
+    query: run,
+    execute: run,
+    on: () => connection,
+    off: () => connection,
+    release: async () => {},
+    end: async () => {},
+  };
+  return connection;
+}
+
+/** A mariadb-connector pool whose every connection is mariadbConnection(). */
+const mariadbPool = {
+  getConnection: async () => mariadbConnection(),
+  query: (request, values) => mariadbConnection().query(request, values),
+  end: async () => {},
+  on: () => mariadbPool,
+};
+
 /** The driver adapter factory Prisma's client is made with, over the stand-in of `driver`; `schema` the PostgreSQL schema of the models. */
 async function adapterFor(driver, schema) {
   const { peer, provider } = ADAPTERS[driver];
@@ -102,6 +191,10 @@ async function adapterFor(driver, schema) {
   if (driver === 'pg') {
     const PrismaPg = module.PrismaPg ?? module.default?.PrismaPg;
     return new PrismaPg(postgresPool(require.resolve(peer)), schema === undefined ? undefined : { schema });
+  }
+  if (driver === 'mysql2') {
+    const PrismaMariaDb = module.PrismaMariaDb ?? module.default?.PrismaMariaDb;
+    return new PrismaMariaDb(mariadbPool);
   }
   const PrismaBetterSqlite3 = module.PrismaBetterSqlite3 ?? module.default?.PrismaBetterSqlite3;
   // Prisma's adapter opens a database of its own from a URL: it is given an
@@ -188,9 +281,9 @@ async function prismaTransaction(tx, PrismaClient, fn, options) {
   }
   const driver = driverOf(tx, 'prismaTransaction', SUPPORTED);
   if (driver !== 'pg' && checked.schema !== undefined) {
-    throw invalid('prismaTransaction: schema names a PostgreSQL schema, and this store is SQLite', {
+    throw invalid(`prismaTransaction: schema names a PostgreSQL schema, and this store's driver is ${driver}`, {
       field: 'options.schema',
-      reason: 'not on SQLite',
+      reason: 'not PostgreSQL',
     });
   }
   return current.run(tx.client, async () => {
@@ -211,6 +304,7 @@ function driverShaped(error, driver) {
   const original = error?.meta?.driverAdapterError?.cause;
   if (typeof original?.originalCode !== 'string') return error;
   const shaped = new Error(String(original.originalMessage ?? error.message), { cause: error });
+  if (driver === 'mysql2') return Object.assign(shaped, { errno: Number(original.originalCode), sqlState: '' });
   return Object.assign(shaped, { code: original.originalCode }, driver === 'pg' ? { severity: 'ERROR' } : {});
 }
 

@@ -29,7 +29,7 @@ export interface PrismaOptions {
 /**
  * An onApplied (or idempotent()'s work) that runs `fn(prisma, decision)` with a Prisma transaction client
  * on idemflow's connection (pg through @prisma/adapter-pg, better-sqlite3 through
- * @prisma/adapter-better-sqlite3): its writes commit with the receipt, its nested $transaction() is a
+ * @prisma/adapter-better-sqlite3, mysql2 through @prisma/adapter-mariadb): its writes commit with the receipt, its nested $transaction() is a
  * savepoint. It returns the output (a JSON value), or a Prisma query unawaited, whose result is the
  * output when it is a JSON value.
  */
