@@ -200,9 +200,9 @@ for (const backend of BACKENDS) {
 }
 
 // ---- A worker killed in the middle of onApplied ------------------------------
-// Through tx.client and through each tool's helper (js/orm), on SQLite and PostgreSQL.
+// Through tx.client and through each tool's helper (js/orm), on SQLite, PostgreSQL and MariaDB.
 
-const KILL_BACKENDS = BACKENDS.filter((backend) => backend.id === 'sqlite' || backend.id === 'pg');
+const KILL_BACKENDS = BACKENDS.filter((backend) => ['sqlite', 'pg', 'mysql'].includes(backend.id));
 const TOOLS = ['raw', 'drizzle', 'kysely', 'knex', 'typeorm', 'prisma'];
 
 /** Runs own-writes-worker.mjs; resolves what it reported last, and how it ended. */
@@ -239,7 +239,8 @@ for (const backend of KILL_BACKENDS) {
           await helper.store.migrate();
           await shipmentsOf(backend.id, helper, table).create();
           const config = { ...spec, table, tool, eventId: `${table}:evt-1`, orderId: `${table}:order-1` };
-          if (tool === 'prisma') config.prismaClient = prismaClientDir(backend.id === 'pg' ? 'postgresql' : 'sqlite', table);
+          if (tool === 'prisma')
+            config.prismaClient = prismaClientDir({ pg: 'postgresql', mysql: 'mysql', sqlite: 'sqlite' }[backend.id], table);
           const counts = async () => ({
             receipt: (await helper.store.getReceipt(config.eventId)) !== null,
             rows: await shipmentsOf(backend.id, helper, table).count(),

@@ -19,19 +19,25 @@ async function handlerOf(after) {
     case 'raw':
       return async (tx) => {
         if (kind === 'pg') await tx.client.query(`INSERT INTO "${table}" (event_id, order_id) VALUES ($1, $2)`, [eventId, orderId]);
+        else if (kind === 'mysql') await tx.client.query(`INSERT INTO \`${table}\` (event_id, order_id) VALUES (?, ?)`, [eventId, orderId]);
         else tx.client.prepare(`INSERT INTO "${table}" (event_id, order_id) VALUES (?, ?)`).run(eventId, orderId);
         return after();
       };
     case 'drizzle': {
       const { withDrizzle } = await import('idemflow/drizzle');
-      const core = kind === 'pg' ? await import('drizzle-orm/pg-core') : await import('drizzle-orm/sqlite-core');
-      const shipments =
-        kind === 'pg'
-          ? core.pgTable(table, { eventId: core.text('event_id').notNull(), orderId: core.text('order_id').notNull() })
-          : core.sqliteTable(table, { eventId: core.text('event_id').notNull(), orderId: core.text('order_id').notNull() });
+      const core = await import({ pg: 'drizzle-orm/pg-core', mysql: 'drizzle-orm/mysql-core', sqlite: 'drizzle-orm/sqlite-core' }[kind]);
+      const shipments = {
+        pg: () => core.pgTable(table, { eventId: core.text('event_id').notNull(), orderId: core.text('order_id').notNull() }),
+        mysql: () =>
+          core.mysqlTable(table, {
+            eventId: core.varchar('event_id', { length: 200 }).notNull(),
+            orderId: core.varchar('order_id', { length: 200 }).notNull(),
+          }),
+        sqlite: () => core.sqliteTable(table, { eventId: core.text('event_id').notNull(), orderId: core.text('order_id').notNull() }),
+      }[kind]();
       return withDrizzle(async (db) => {
         const insert = db.insert(shipments).values({ eventId, orderId });
-        await (kind === 'pg' ? insert : insert.run());
+        await (kind === 'sqlite' ? insert.run() : insert);
         return after();
       });
     }
@@ -66,7 +72,7 @@ async function handlerOf(after) {
           await manager.insert(Shipment, { eventId, orderId });
           return after();
         },
-        { entities: [Shipment], ...(kind === 'sqlite' ? { type: 'better-sqlite3' } : {}) },
+        { entities: [Shipment], ...{ sqlite: { type: 'better-sqlite3' }, mysql: { type: 'mariadb' } }[kind] },
       );
     }
     case 'prisma': {
