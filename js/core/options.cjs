@@ -191,4 +191,44 @@ function optionsOf(options, known, where) {
   return copy;
 }
 
-module.exports = { optionsOf, checkOptionKeys, identifyHandle, checkHandle, editDistance, entry, member, messageOf };
+/**
+ * The one rule of each numeric option that several entry points take, so an
+ * option means the same wherever it enters: raceRetries in the store's
+ * options, processEvent's, processBatch's, the delivery handler's and
+ * idempotent()'s.
+ */
+const NUMERIC_OPTIONS = Object.freeze({
+  // How many more times a delivery whose transaction lost a race runs (each within the call's deadline).
+  raceRetries: Object.freeze({ min: 0, max: 100 }),
+});
+
+/**
+ * `value` of the numeric option `name` (NUMERIC_OPTIONS), checked by its one
+ * rule: undefined when not given, else a whole number within its bounds or
+ * INVALID_ARGUMENT (fatal: the calling code is wrong) naming the field and
+ * the bounds.
+ */
+function numericOption(name, value) {
+  if (value === undefined) return undefined;
+  const { min, max } = NUMERIC_OPTIONS[name];
+  if (!Number.isSafeInteger(value) || value < min || value > max) {
+    throw new IdemflowError('INVALID_ARGUMENT', `${name} must be a whole number from ${min} to ${max}`, {
+      disposition: 'fatal',
+      details: { field: name, reason: 'out of range', min, max },
+    });
+  }
+  return value;
+}
+
+module.exports = {
+  optionsOf,
+  checkOptionKeys,
+  identifyHandle,
+  checkHandle,
+  editDistance,
+  entry,
+  member,
+  messageOf,
+  NUMERIC_OPTIONS,
+  numericOption,
+};

@@ -8,7 +8,7 @@
 
 const { IdemflowError } = require('../core/errors.cjs');
 const { resolveRuleSet } = require('../core/rules.cjs');
-const { optionsOf } = require('../core/options.cjs');
+const { numericOption, optionsOf } = require('../core/options.cjs');
 const telemetry = require('../core/telemetry.cjs');
 const { appliedHookOf } = require('./applied.cjs');
 
@@ -27,14 +27,7 @@ function checkStore(store) {
 
 /** How many cycles a delivery may run: 1 + raceRetries (from the call, else the store, else the default). */
 function cyclesOf(raceRetries, store) {
-  if (raceRetries !== undefined) {
-    if (!Number.isSafeInteger(raceRetries) || raceRetries < 0) {
-      throw new IdemflowError('INVALID_ARGUMENT', 'raceRetries must be a whole number of at least 0', {
-        details: { field: 'raceRetries', reason: 'not a non-negative integer' },
-      });
-    }
-    return raceRetries + 1;
-  }
+  if (raceRetries !== undefined) return numericOption('raceRetries', raceRetries) + 1;
   const fromStore = store.raceRetries;
   return (Number.isSafeInteger(fromStore) && fromStore >= 0 ? fromStore : DEFAULT_RACE_RETRIES) + 1;
 }
@@ -42,7 +35,7 @@ function cyclesOf(raceRetries, store) {
 /**
  * When a call must end (performance.now() time): the store's timeoutMs
  * from now, for the whole call, its re-runs and fallbacks included; null
- * for a store without one (SQLite, memory: their calls wait on no server).
+ * for a store without one (a host's own store may have none).
  */
 function callDeadline(store) {
   const { timeoutMs } = store;

@@ -7,7 +7,7 @@
 
 const { IdemflowError } = require('../core/errors.cjs');
 const { resolveRuleSet } = require('../core/rules.cjs');
-const { messageOf, optionsOf } = require('../core/options.cjs');
+const { messageOf, numericOption, optionsOf } = require('../core/options.cjs');
 const { processEvent } = require('./event.cjs');
 const { processBatch } = require('./batch.cjs');
 const { hooksOf } = require('./cycle.cjs');
@@ -141,7 +141,7 @@ function createDeliveryHandler(store, handlerOptions) {
   const parse = options.parse ?? parseJson;
   if (typeof parse !== 'function') throw misconfigured('parse must be a function', 'parse must be a function');
   checkInteger(options.maxBytes, 'maxBytes', { min: 1, max: MAX_MAX_BYTES });
-  checkInteger(options.raceRetries, 'raceRetries', { min: 0, max: 999 });
+  numericOption('raceRetries', options.raceRetries);
   if (options.maxDeliveries !== Infinity) checkInteger(options.maxDeliveries, 'maxDeliveries', { min: 1, max: Number.MAX_SAFE_INTEGER });
   const maxBytes = options.maxBytes ?? DEFAULT_MAX_BYTES;
   const maxDeliveries = options.maxDeliveries ?? DEFAULT_MAX_DELIVERIES;

@@ -9,7 +9,7 @@
 // commits.
 
 const { IdemflowError } = require('../core/errors.cjs');
-const { checkOptionKeys } = require('../core/options.cjs');
+const { checkOptionKeys, numericOption } = require('../core/options.cjs');
 const { bindings: wasm, call } = require('../core/wasm.cjs');
 const { fingerprintPayload } = require('../core/payload.cjs');
 const { outputOf, MAX_OUTPUT_BYTES: DEFAULT_MAX_OUTPUT_BYTES } = require('./applied.cjs');
@@ -69,7 +69,7 @@ function optionsOf(options) {
     waitMs: bounded(opts.waitMs, 'waitMs', { min: 0, max: MAX_WAIT_MS, fallback: 0 }),
     retryAfterMs: bounded(opts.retryAfterMs, 'retryAfterMs', { min: 1, max: MAX_WAIT_MS, fallback: DEFAULT_RETRY_AFTER_MS }),
     maxOutputBytes: bounded(opts.maxOutputBytes, 'maxOutputBytes', { min: 2, max: MAX_OUTPUT_BYTES, fallback: DEFAULT_MAX_OUTPUT_BYTES }),
-    raceRetries: bounded(opts.raceRetries, 'raceRetries', { min: 0, max: 100, fallback: undefined }),
+    raceRetries: numericOption('raceRetries', opts.raceRetries),
   };
 }
 

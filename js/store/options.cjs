@@ -2,6 +2,7 @@
 // The options every store shares: table names, the clock, how often a lost
 // race runs again, and the time bounds of a call.
 
+const { numericOption } = require('../core/options.cjs');
 const { invalidArgument } = require('./errors.cjs');
 
 const DEFAULT_TABLES = Object.freeze({ workflows: 'workflows', inbox: 'event_inbox', outbox: 'event_outbox' });
@@ -49,15 +50,7 @@ function resolveTables(tables) {
  * when not given (the host cycle's default then holds).
  */
 function resolveRaceRetries(options) {
-  const { raceRetries } = options;
-  if (raceRetries === undefined) return undefined;
-  if (!Number.isSafeInteger(raceRetries) || raceRetries < 0) {
-    throw invalidArgument('options.raceRetries must be a whole number of at least 0', {
-      field: 'raceRetries',
-      reason: 'not a non-negative integer',
-    });
-  }
-  return raceRetries;
+  return numericOption('raceRetries', options.raceRetries);
 }
 
 function resolveClock(now) {

@@ -305,6 +305,35 @@ test('raceRetries: how often a lost race runs the cycle again, from the call or 
   assert.throws(() => new SqliteStore(new Database(':memory:'), { maxAttempts: 7 }), { code: 'INVALID_ARGUMENT' });
 });
 
+test('raceRetries has one rule wherever it enters: a whole number from 0 to 100 (the store, processEvent, processBatch, the delivery handler, idempotent)', async () => {
+  const { SqliteStore } = await import('idemflow/sqlite');
+  const { createDeliveryHandler, idempotent, processBatch } = await import('idemflow');
+  const Database = (await import('better-sqlite3')).default;
+  const ruleSet = RuleSet.builtin('order-shipment');
+  const shipment = (id) => ({ eventId: id, workflowId: id, type: 'SHIPMENT_REQUESTED' });
+  const entries = {
+    store: async (raceRetries) => new SqliteStore(new Database(':memory:'), { raceRetries }),
+    processEvent: (raceRetries) => processEvent(new InMemoryStore(), shipment(`pe-${raceRetries}`), { ruleSet, raceRetries }),
+    processBatch: async (raceRetries) => {
+      const [result] = await processBatch(new InMemoryStore(), [shipment(`pb-${raceRetries}`)], { ruleSet, raceRetries });
+      if (result.error) throw result.error;
+      return result;
+    },
+    deliveryHandler: async (raceRetries) => createDeliveryHandler(new InMemoryStore(), { ruleSet, raceRetries }),
+    idempotent: (raceRetries) => idempotent(new InMemoryStore(), { key: `k-${raceRetries}`, payload: 1 }, () => null, { raceRetries }),
+  };
+  for (const [name, enter] of Object.entries(entries)) {
+    for (const good of [0, 100]) await enter(good);
+    for (const bad of [-1, 101, 1.5, '3', 5000]) {
+      await assert.rejects(
+        (async () => enter(bad))(),
+        (error) => error.code === 'INVALID_ARGUMENT' && error.details.field === 'raceRetries' && error.details.reason === 'out of range',
+        `${name}: raceRetries ${JSON.stringify(bad)}`,
+      );
+    }
+  }
+});
+
 // decide runs the default rule set, deposit-swap v3: the swap in `deposit` holds the detected deposit (sequence 1) in its deposits map.
 test('decide returns the complete write set for applied', () => {
   const decision = decide({ event, receipt: null, workflow: SEED_WORKFLOW });
