@@ -9,8 +9,9 @@ use js_sys::{JsString, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
+use crate::answer::{self, ANSWER_INTS, ANSWER_NUMBERS};
 use crate::compat;
-use crate::decide::{self, Work, ANSWER_INTS, ANSWER_NUMBERS};
+use crate::decide::{self, Work};
 use crate::error::{Error, CODES};
 use crate::event;
 use crate::fingerprint;
@@ -19,6 +20,7 @@ use crate::limits::{self, MAX_DEFINITION_BYTES};
 use crate::outbox::{Policy, OPTIONS};
 use crate::packed::{self, Item, Layout, Packed, Record, Spans};
 use crate::ruleset::{table, RuleSet};
+use crate::stored;
 use crate::writes;
 
 /// Throws a JS `Error` carrying `idemflowCode`, `disposition` and `details`;
@@ -93,10 +95,10 @@ impl CompiledRuleSet {
     }
 
     /// Checks a workflow's facts map, given as its JSON text, as a decision
-    /// reads it (`decide::facts_of_text`): INVALID_RECORD naming the entry.
+    /// reads it (`stored::facts_of_text`): INVALID_RECORD naming the entry.
     #[wasm_bindgen(js_name = checkFacts)]
     pub fn check_facts(&self, text: &str) -> JsResult<()> {
-        decide::facts_of_text(self.rules(), text).map(|_| ()).map_err(throw)
+        stored::facts_of_text(self.rules(), text).map(|_| ()).map_err(throw)
     }
 
     /// The operation types its rules can emit, sorted, as a JSON array.
@@ -358,7 +360,7 @@ impl Decider {
         extra.clear();
         decide::decide_batch(rule_set, &packed, &work.spans, count, batch, |i, answer, fingerprint| {
             fingerprints[i * fingerprint::LEN..(i + 1) * fingerprint::LEN].copy_from_slice(fingerprint);
-            decide::write_answer(
+            answer::write_answer(
                 &answer,
                 &mut answer_ints[i * ANSWER_INTS..(i + 1) * ANSWER_INTS],
                 &mut answer_numbers[i * ANSWER_NUMBERS..(i + 1) * ANSWER_NUMBERS],

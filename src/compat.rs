@@ -3,12 +3,14 @@
 
 use serde_json::{Map, Value};
 
-use crate::decide::{decide_valid, record_arg, Outcome, Work};
+use crate::decide::{decide_valid, Work};
 use crate::error::{Error, Result};
 use crate::event;
 use crate::fingerprint;
+use crate::outcome::Outcome;
 use crate::packed::{self, Item, Layout, Packer};
 use crate::ruleset::RuleSet;
+use crate::stored::record_arg;
 
 /// The rule set the seed's answers come from: deposit-swap v1 (no jump from
 /// waiting to exchange). A host lays the event and workflow out for it.

@@ -13,46 +13,18 @@ use serde_json::{Map, Value};
 
 use crate::error::{truncate, Disposition, Error, Mismatch, Result};
 use crate::event::{self, Valid};
-use crate::field::{FieldKind, FieldValue};
-use crate::fingerprint::{self, PREFIX};
+use crate::field::FieldValue;
+use crate::fingerprint;
 use crate::input::Input;
 use crate::jcs::MAX_SAFE_INTEGER;
-use crate::json::text::Writer;
-use crate::packed::{self, Item, Layout, Packer, Spans, MAX_FACTS, MAX_FACTS_BYTES, MAX_RESULT_BYTES};
+use crate::outcome::{Original, Outcome};
+use crate::packed::{self, Item, Layout, Packer, Spans, MAX_FACTS, MAX_FACTS_BYTES};
 use crate::ruleset::{Answer, FailCode, RuleSet, View};
+use crate::stored::{
+    entry_path, read_facts, read_workflow, record_arg, record_error, recorded_value, stored_fingerprint,
+    stored_original,
+};
 use crate::writes::{self, Filling};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Outcome {
-    /// The event moved the workflow: write the receipt, the update and the operations.
-    Applied,
-    /// The workflow already reflects this fact (a new event id for it): write the receipt only.
-    AlreadyApplied,
-    /// A valid event that no longer changes anything (a timer that lost the race): receipt only.
-    Stale,
-    /// This event id was recorded before with the same meaning: write nothing.
-    DuplicateDelivery,
-}
-
-/// Outcomes by the code the decider answers with.
-pub const OUTCOMES: [Outcome; 4] =
-    [Outcome::Applied, Outcome::AlreadyApplied, Outcome::Stale, Outcome::DuplicateDelivery];
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Applied => "applied",
-            Outcome::AlreadyApplied => "already-applied",
-            Outcome::Stale => "stale",
-            Outcome::DuplicateDelivery => "duplicate-delivery",
-        }
-    }
-
-    fn code(self) -> i32 {
-        OUTCOMES.iter().position(|o| *o == self).unwrap_or(0) as i32
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -85,19 +57,6 @@ pub struct ReceiptResult {
     pub operation_ids: Vec<String>,
     pub status: Option<String>,
     pub revision: Option<u64>,
-}
-
-/// A duplicate's answer: what the first delivery of its event id produced,
-/// read back from the stored receipt. `decided_at` is the receipt's
-/// `recordedAt` (integer ms), `None` when the host passed none.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Original {
-    pub outcome: Outcome,
-    pub operation_ids: Vec<String>,
-    pub status: Option<String>,
-    pub revision: Option<u64>,
-    pub decided_at: Option<u64>,
 }
 
 /// The status and revision the workflow must still have for the write to apply.
@@ -180,22 +139,6 @@ pub struct Decided {
 pub struct Work {
     pub spans: Spans,
     pub canonical: String,
-}
-
-fn record_error(record: &'static str, field: &str, reason: impl Into<String>) -> Error {
-    Error::InvalidRecord { record, field: field.to_string(), reason: reason.into() }
-}
-
-/// A stored record argument: `Ok(false)` for none, an argument error for
-/// what is neither an object nor null.
-pub(crate) fn record_arg(item: &Item, which: u32, name: &str) -> Result<bool> {
-    let kind = match item.arg(which) {
-        packed::ARG_OBJECT | packed::ARG_BINARY => return Ok(true),
-        packed::ARG_MISSING | packed::ARG_NULL => return Ok(false),
-        packed::ARG_STRING => "unknown",
-        other => packed::KINDS.get((other - packed::ARG_OTHER) as usize).copied().unwrap_or("unknown"),
-    };
-    Err(Error::InvalidArgument { reason: format!("{name} must be an object or null, not {kind}") })
 }
 
 /// Decides one item: `fingerprint` receives its fingerprint (`fingerprint::LEN` bytes).
@@ -557,37 +500,6 @@ impl<'a: 'b, 'b> View<'b> for Reading<'a, 'b> {
     }
 }
 
-/// How an error names a field of a fact's entry: `deposits["btc:tx:0"].sequence`.
-fn entry_path(rule_set: &RuleSet, key: &str, member: &str) -> String {
-    let name = rule_set.facts().map_or("facts", |f| f.name.as_str());
-    let key = serde_json::to_string(&truncate(key)).unwrap_or_default();
-    if member.is_empty() {
-        format!("{name}[{key}]")
-    } else {
-        format!("{name}[{key}].{member}")
-    }
-}
-
-/// The workflow's facts map, checked: an object of at most [`MAX_FACTS`]
-/// entries and [`MAX_FACTS_BYTES`] of JSON text, each entry `{event, <record
-/// fields>, operations}` as this version writes it (a record field left out
-/// or null is unrecorded); absent or null is no map. Anything else is
-/// INVALID_RECORD naming the entry and its member.
-/// With the map, the length of the text it was read from.
-fn read_facts(rule_set: &RuleSet, item: &Item, layout: Layout) -> Result<(Map<String, Value>, usize)> {
-    let Some(facts) = rule_set.facts() else { return Ok((Map::new(), 0)) };
-    let name = facts.name.as_str();
-    let text = match item.read(layout.workflow_facts()) {
-        Input::Absent | Input::Null => return Ok((Map::new(), 0)),
-        Input::Text(text) if text.len() <= MAX_FACTS_BYTES => text,
-        Input::Text(_) | Input::TooLong => {
-            return Err(record_error("workflow", name, format!("is longer than {MAX_FACTS_BYTES} bytes of JSON")))
-        }
-        other => return Err(record_error("workflow", name, format!("must be an object, not {}", other.kind()))),
-    };
-    Ok((facts_of_text(rule_set, text)?, text.len()))
-}
-
 /// About how many bytes of JSON the facts map takes once `transition` has
 /// written the event's entry, never fewer: the stored text without the
 /// entry it had, with the new entry's members at their JSON lengths (and a
@@ -618,216 +530,6 @@ fn facts_bytes_after(
         transition.emit.iter().filter(|e| e.id_template.per_fact).map(|e| json(&e.id_template.name) + 1).sum();
     new += json("operations") + 3 + kept_operations + emitted + 16;
     stored.saturating_sub(old) + new
-}
-
-/// A facts map's JSON text, checked as [`read_facts`] checks what it reads
-/// (a host's `putWorkflow` checks what it is handed with it). Errors are
-/// INVALID_RECORD naming the entry and its member.
-pub(crate) fn facts_of_text(rule_set: &RuleSet, text: &str) -> Result<Map<String, Value>> {
-    let Some(facts) = rule_set.facts() else { return Ok(Map::new()) };
-    let name = facts.name.as_str();
-    if text.len() > MAX_FACTS_BYTES {
-        return Err(record_error("workflow", name, format!("is longer than {MAX_FACTS_BYTES} bytes of JSON")));
-    }
-    let map = match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => map,
-        _ => return Err(record_error("workflow", name, "must be a JSON object of fact entries")),
-    };
-    if map.len() > MAX_FACTS {
-        return Err(record_error("workflow", name, format!("holds {} entries, more than {MAX_FACTS}", map.len())));
-    }
-    for (key, entry) in &map {
-        let bad = |member: &str, reason: String| record_error("workflow", &entry_path(rule_set, key, member), reason);
-        let Value::Object(entry) = entry else { return Err(bad("", "must be an object".into())) };
-        for (member, value) in entry {
-            match member.as_str() {
-                "event" => {
-                    let known =
-                        value.as_str().and_then(|t| rule_set.event_index(t)).is_some_and(|e| facts.events.contains(&e));
-                    if !known {
-                        return Err(bad("event", "must name a fact event type of the rule set".into()));
-                    }
-                }
-                "operations" => {
-                    let names: Option<Vec<&str>> =
-                        value.as_array().and_then(|ops| ops.iter().map(Value::as_str).collect());
-                    match names {
-                        Some(names) if names.windows(2).all(|w| w[0] < w[1]) => {}
-                        _ => {
-                            return Err(bad("operations", "must be a sorted array of distinct operation names".into()))
-                        }
-                    }
-                }
-                other => match facts.record.iter().find(|f| rule_set.fields[**f].name == other) {
-                    Some(&f) => {
-                        if let Err(reason) = rule_set.fields[f].kind.check_value(crate::input::from_json(value)) {
-                            return Err(bad(other, reason));
-                        }
-                    }
-                    None => {
-                        return Err(bad(
-                            &truncate(other),
-                            "is not a member of a fact entry (event, the recorded fields, operations)".into(),
-                        ))
-                    }
-                },
-            }
-        }
-        if !entry.contains_key("event") {
-            return Err(bad("event", "is required".into()));
-        }
-    }
-    Ok(map)
-}
-
-/// What the stored workflow recorded for rule-set field `field`: `None` when
-/// absent or null, INVALID_RECORD naming the field when it is not of its kind.
-fn recorded_value<'a>(
-    rule_set: &RuleSet,
-    item: &Item<'a>,
-    layout: Layout,
-    field: usize,
-) -> Result<Option<FieldValue<'a>>> {
-    let spec = &rule_set.fields[field];
-    match item.read(layout.workflow_field(field)) {
-        Input::Absent | Input::Null => Ok(None),
-        other => spec.kind.check_value(other).map(Some).map_err(|reason| record_error("workflow", &spec.name, reason)),
-    }
-}
-
-/// The stored workflow's status index and revision.
-fn read_workflow(rule_set: &RuleSet, item: &Item, layout: Layout, event: &Valid) -> Result<(usize, u64)> {
-    let id_slot = layout.workflow(packed::WORKFLOW_ID);
-    // The very string of the event's workflowId (SAME) was checked with it.
-    if !item.same(id_slot, layout.event(packed::EVENT_WORKFLOW_ID)) {
-        let id = FieldKind::Text.check(item.read(id_slot)).map_err(|reason| record_error("workflow", "id", reason))?;
-        if id != event.workflow_id {
-            return Err(Error::InvalidArgument {
-                reason: format!(
-                    "workflow.id {:?} is not the event's workflowId {:?}",
-                    truncate(id),
-                    truncate(event.workflow_id)
-                ),
-            });
-        }
-    }
-    let status_slot = layout.workflow(packed::WORKFLOW_STATUS);
-    let status = match item.known(status_slot) {
-        Some(i) if i < rule_set.statuses.len() => i,
-        _ => {
-            let name = FieldKind::Text
-                .check(item.read(status_slot))
-                .map_err(|reason| record_error("workflow", "status", reason))?;
-            rule_set.status_index(name).ok_or_else(|| {
-                record_error(
-                    "workflow",
-                    "status",
-                    format!("{:?} is not a status of rule set {}", truncate(name), rule_set.id),
-                )
-            })?
-        }
-    };
-    let revision = match item.read(layout.workflow(packed::WORKFLOW_REVISION)) {
-        Input::Number(n) if n.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER as f64).contains(&n) => n as u64,
-        other => {
-            return Err(record_error(
-                "workflow",
-                "revision",
-                format!("must be a whole number from 0 to 2^53 - 1, not {}", other.kind()),
-            ))
-        }
-    };
-    Ok((status, revision))
-}
-
-/// A stored fingerprint must have the shape this version writes: `fp1:` and 64
-/// lowercase hex digits. Anything else is a corrupt record, not a conflict.
-fn stored_fingerprint(input: Input<'_>) -> Result<&str> {
-    let reason = match input {
-        Input::Text(fp) => {
-            let digest = fp.strip_prefix(PREFIX).unwrap_or_default();
-            if digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-                return Ok(fp);
-            }
-            format!("must be {PREFIX} followed by 64 lowercase hex digits")
-        }
-        other => FieldKind::Text.check(other).err().unwrap_or_else(|| "must be a string".into()),
-    };
-    Err(record_error("receipt", "fingerprint", reason))
-}
-
-fn whole(value: &Value) -> Option<u64> {
-    value.as_u64().filter(|n| *n <= MAX_SAFE_INTEGER)
-}
-
-/// The first delivery's result from a stored receipt: `None` when the receipt
-/// has no `result` (written before receipts kept one); INVALID_RECORD naming
-/// the field when what is there is not what this version writes. The result
-/// is JSON text (a host lays a structured value out as its JSON).
-fn stored_original(item: &Item, layout: Layout) -> Result<Option<Original>> {
-    let text = match item.read(layout.receipt(packed::RECEIPT_RESULT)) {
-        Input::Absent | Input::Null => return Ok(None),
-        Input::Text(text) if text.len() <= MAX_RESULT_BYTES => text,
-        Input::Text(_) | Input::TooLong => {
-            return Err(record_error("receipt", "result", format!("is longer than {MAX_RESULT_BYTES} bytes")))
-        }
-        other => return Err(record_error("receipt", "result", format!("must be an object, not {}", other.kind()))),
-    };
-    let bad = |reason: &str| record_error("receipt", "result", reason.to_string());
-    let result = match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => map,
-        _ => return Err(bad("must be a JSON object")),
-    };
-    let operation_ids = match result.get("operationIds") {
-        Some(Value::Array(ids)) => ids
-            .iter()
-            .map(|id| id.as_str().filter(|id| !id.is_empty()).map(str::to_string))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| bad("operationIds must hold non-empty strings"))?,
-        _ => return Err(bad("operationIds must be an array")),
-    };
-    let status = match result.get("status") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(status)) => Some(status.clone()),
-        Some(_) => return Err(bad("status must be a string or null")),
-    };
-    let revision = match result.get("revision") {
-        None | Some(Value::Null) => None,
-        Some(value) => {
-            Some(whole(value).ok_or_else(|| bad("revision must be a whole number from 0 to 2^53 - 1 or null"))?)
-        }
-    };
-    let outcome = match item.read(layout.receipt(packed::RECEIPT_OUTCOME)) {
-        Input::Text("applied") => Outcome::Applied,
-        Input::Text("already-applied") => Outcome::AlreadyApplied,
-        Input::Text("stale") => Outcome::Stale,
-        other => {
-            return Err(record_error(
-                "receipt",
-                "outcome",
-                format!("must be applied, already-applied or stale, not {}", describe(&other)),
-            ))
-        }
-    };
-    let decided_at = match item.read(layout.receipt(packed::RECEIPT_RECORDED_AT)) {
-        Input::Absent | Input::Null => None,
-        Input::Number(n) if n.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER as f64).contains(&n) => Some(n as u64),
-        other => {
-            return Err(record_error(
-                "receipt",
-                "recordedAt",
-                format!("must be a whole number from 0 to 2^53 - 1, not {}", other.kind()),
-            ))
-        }
-    };
-    Ok(Some(Original { outcome, operation_ids, status, revision, decided_at }))
-}
-
-fn describe(input: &Input) -> String {
-    match input {
-        Input::Text(text) => format!("{:?}", truncate(text)),
-        other => other.kind().to_string(),
-    }
 }
 
 /// The decision as a value: the decider's answer with the rule's write
@@ -921,75 +623,4 @@ pub fn decide(
         _ => None,
     };
     Ok(render(rule_set, &valid, &decided, &String::from_utf8_lossy(&fingerprint), facts))
-}
-
-/// Per item, the answer's `i32`s: whether it was decided, then what.
-pub const ANSWER_INTS: usize = 7;
-pub const DECIDED: i32 = 0;
-pub const FAILED: i32 = 1;
-/// Per item, the answer's numbers: the revision read and the one written.
-pub const ANSWER_NUMBERS: usize = 2;
-
-/// One item's answer in the host's regions: `ints` (`ANSWER_INTS`), `numbers`
-/// (`ANSWER_NUMBERS`); a duplicate's original or an error goes into `extra`
-/// as JSON text, at the offset and length the ints say.
-pub fn write_answer(answer: &Result<Decided>, ints: &mut [i32], numbers: &mut [f64], extra: &mut String) {
-    let start = extra.len();
-    match answer {
-        Ok(decided) => {
-            if let Some(original) = &decided.original {
-                extra.push_str(&serde_json::to_string(original).unwrap_or_default());
-            }
-            ints.copy_from_slice(&[
-                DECIDED,
-                decided.outcome.code(),
-                decided.rule as i32,
-                decided.state as i32,
-                decided.event_type as i32,
-                start as i32,
-                (extra.len() - start) as i32,
-            ]);
-            numbers[0] = decided.expect_revision as f64;
-            numbers[1] = decided.revision as f64;
-        }
-        Err(error) => {
-            extra.push_str(&error.to_json().to_string());
-            ints.copy_from_slice(&[FAILED, -1, -1, -1, -1, start as i32, (extra.len() - start) as i32]);
-            numbers[0] = 0.0;
-            numbers[1] = 0.0;
-        }
-    }
-}
-
-/// The answer regions as the layout describes them to a host.
-pub fn describe_answers(w: &mut Writer) {
-    w.open_object();
-    w.key("ints").int(ANSWER_INTS as i64).key("numbers").int(ANSWER_NUMBERS as i64);
-    w.key("fingerprintBytes").int(fingerprint::LEN as i64);
-    w.key("decided").int(DECIDED as i64).key("failed").int(FAILED as i64);
-    w.key("outcomes").strings(OUTCOMES.iter().map(|o| o.as_str()));
-    w.key("duplicate").int(Outcome::DuplicateDelivery.code() as i64).key("applied").int(Outcome::Applied.code() as i64);
-    w.key("from").open_object();
-    for (name, kind) in [
-        ("CONSTANT", writes::CONSTANT),
-        ("REVISION", writes::REVISION),
-        ("EVENT_FIELD", writes::EVENT_FIELD),
-        ("REMOVED", writes::REMOVED),
-        ("WORKFLOW_ID", writes::WORKFLOW_ID),
-        ("FACT_KEY", writes::FACT_KEY),
-        ("FACTS", writes::FACTS),
-    ] {
-        w.key(name).int(kind as i64);
-    }
-    w.close_object();
-    // How a fact key is escaped in a per-fact operation id (FACT_KEY): `[from, to]`, in order.
-    w.key("factKeyEscapes").open_array();
-    for (from, to) in crate::ruleset::FACT_KEY_ESCAPES {
-        w.open_array().string(&from.to_string()).string(to).close_array();
-    }
-    w.close_array();
-    // How long an operation id may be, and what replaces a fact key that would make it longer (crate::operation_id).
-    w.key("operationIdMaxBytes").int(crate::operation_id::MAX_OPERATION_ID_BYTES as i64);
-    w.key("hashedFactKeyPrefix").string(crate::operation_id::HASHED_FACT_KEY_PREFIX);
-    w.close_object();
 }

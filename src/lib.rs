@@ -6,6 +6,7 @@
 //! This crate is pure Rust; `binding` (wasm32 only) is the one module that
 //! talks to JavaScript.
 
+pub mod answer;
 pub mod compat;
 pub mod decide;
 pub mod error;
@@ -18,16 +19,19 @@ pub mod json;
 pub mod limits;
 pub mod operation_id;
 pub mod outbox;
+pub mod outcome;
 pub mod packed;
 pub mod proof;
 pub mod ruleset;
 pub mod sha256;
 pub mod sort;
+pub mod stored;
 pub mod writes;
 
 #[cfg(target_arch = "wasm32")]
 pub mod binding;
 
-pub use decide::{decide, Decision, Outcome};
+pub use decide::{decide, Decision};
 pub use error::{Disposition, Error, Result};
+pub use outcome::Outcome;
 pub use ruleset::RuleSet;

@@ -498,7 +498,7 @@ pub fn description_json() -> String {
     w.key("text").int(MAX_TEXT_BYTES as i64).key("result").int(MAX_RESULT_BYTES as i64);
     w.key("message").int(MAX_MESSAGE_UNITS as i64).close_object();
     w.key("answers");
-    crate::decide::describe_answers(&mut w);
+    crate::answer::describe_answers(&mut w);
     w.key("outboxPolicyOptions").strings(crate::outbox::OPTIONS).close_object();
     w.finish()
 }

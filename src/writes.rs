@@ -32,7 +32,7 @@ pub fn emitted_types(rule_set: &RuleSet) -> Vec<String> {
 
 /// Where a value of a write comes from.
 #[derive(Debug, Clone, PartialEq)]
-pub enum From {
+pub enum Source {
     Constant(String),
     /// The workflow's revision after the write.
     Revision,
@@ -66,7 +66,7 @@ pub struct FactsUpdate {
     pub untracked: bool,
 }
 
-/// The kinds of [`From`] in the host's form: `[kind, arg]`.
+/// The kinds of [`Source`] in the host's form: `[kind, arg]`.
 pub const CONSTANT: u8 = 0;
 pub const REVISION: u8 = 1;
 pub const EVENT_FIELD: u8 = 2;
@@ -80,8 +80,8 @@ pub const FACTS: u8 = 6;
 pub struct Operation {
     pub operation_type: String,
     /// The id's parts, concatenated.
-    pub id: Vec<From>,
-    pub payload: Vec<(String, From)>,
+    pub id: Vec<Source>,
+    pub payload: Vec<(String, Source)>,
     /// Written only where no operation of the id exists: a per-fact
     /// operation of an answer that leaves its fact untracked.
     pub if_absent: bool,
@@ -90,7 +90,7 @@ pub struct Operation {
 #[derive(Debug, Clone)]
 pub struct Write {
     /// Keys in the order a JSON object of them serialises.
-    pub set: Vec<(String, From)>,
+    pub set: Vec<(String, Source)>,
     pub outbox: Vec<Operation>,
 }
 
@@ -99,21 +99,22 @@ pub fn template(rule_set: &RuleSet, rule: usize, event_type: usize) -> Option<Wr
     let Answer::Applied(transition) = &rule_set.rules.get(rule)?.answer else { return None };
     let declared = &rule_set.events.get(event_type)?.fields;
     // A field the event type does not carry is recorded as "".
-    let from_event = |f: usize| if declared.contains(&f) { From::EventField(f) } else { From::Constant(String::new()) };
+    let from_event =
+        |f: usize| if declared.contains(&f) { Source::EventField(f) } else { Source::Constant(String::new()) };
     // Into a JSON object's map: its order, and a later insert overwrites an earlier one.
     let mut set: Map<String, Value> = Map::new();
-    let mut sources: Vec<From> = Vec::new();
-    let mut put = |map: &mut Map<String, Value>, key: &str, from: From| {
+    let mut sources: Vec<Source> = Vec::new();
+    let mut put = |map: &mut Map<String, Value>, key: &str, from: Source| {
         sources.push(from);
         map.insert(key.to_string(), json!(sources.len() - 1));
     };
-    put(&mut set, "status", From::Constant(rule_set.statuses[transition.to].name.clone()));
-    put(&mut set, "revision", From::Revision);
+    put(&mut set, "status", Source::Constant(rule_set.statuses[transition.to].name.clone()));
+    put(&mut set, "revision", Source::Revision);
     for &f in &transition.record {
         put(&mut set, &rule_set.fields[f].name, from_event(f));
     }
     for &f in &transition.clear {
-        put(&mut set, &rule_set.fields[f].name, From::Removed);
+        put(&mut set, &rule_set.fields[f].name, Source::Removed);
     }
     if let Some(facts) = rule_set.facts().filter(|f| f.events.contains(&event_type)) {
         let mut operations: Vec<String> =
@@ -127,7 +128,7 @@ pub fn template(rule_set: &RuleSet, rule: usize, event_type: usize) -> Option<Wr
             operations,
             untracked: transition.untracked,
         };
-        put(&mut set, &facts.name, From::Facts(update));
+        put(&mut set, &facts.name, Source::Facts(update));
     }
     let mut outbox = Vec::new();
     let mut payloads = Vec::new();
@@ -142,16 +143,16 @@ pub fn template(rule_set: &RuleSet, rule: usize, event_type: usize) -> Option<Wr
             .parts()
             .into_iter()
             .map(|part| match part {
-                IdPart::Constant(text) => From::Constant(text),
-                IdPart::Revision => From::Revision,
-                IdPart::WorkflowId => From::WorkflowId,
-                IdPart::FactKey => From::FactKey(rule_set.facts().map_or(0, |f| f.key)),
+                IdPart::Constant(text) => Source::Constant(text),
+                IdPart::Revision => Source::Revision,
+                IdPart::WorkflowId => Source::WorkflowId,
+                IdPart::FactKey => Source::FactKey(rule_set.facts().map_or(0, |f| f.key)),
             })
             .collect();
         let if_absent = transition.untracked && emit.id_template.per_fact;
         outbox.push(Operation { operation_type: emit.operation_type.clone(), id, payload: Vec::new(), if_absent });
     }
-    let entries = |map: Map<String, Value>| -> Vec<(String, From)> {
+    let entries = |map: Map<String, Value>| -> Vec<(String, Source)> {
         map.into_iter().map(|(key, at)| (key, sources[at.as_u64().unwrap_or(0) as usize].clone())).collect()
     };
     for (operation, payload) in outbox.iter_mut().zip(payloads) {
@@ -161,15 +162,15 @@ pub fn template(rule_set: &RuleSet, rule: usize, event_type: usize) -> Option<Wr
 }
 
 /// A source's `kind, arg` (two values of the array it is written in).
-fn write_source(w: &mut Writer, from: &From) {
+fn write_source(w: &mut Writer, from: &Source) {
     match from {
-        From::Constant(text) => w.int(CONSTANT as i64).string(text),
-        From::Revision => w.int(REVISION as i64).int(0),
-        From::EventField(f) => w.int(EVENT_FIELD as i64).int(*f as i64),
-        From::Removed => w.int(REMOVED as i64).int(0),
-        From::WorkflowId => w.int(WORKFLOW_ID as i64).int(0),
-        From::FactKey(f) => w.int(FACT_KEY as i64).int(*f as i64),
-        From::Facts(update) => {
+        Source::Constant(text) => w.int(CONSTANT as i64).string(text),
+        Source::Revision => w.int(REVISION as i64).int(0),
+        Source::EventField(f) => w.int(EVENT_FIELD as i64).int(*f as i64),
+        Source::Removed => w.int(REMOVED as i64).int(0),
+        Source::WorkflowId => w.int(WORKFLOW_ID as i64).int(0),
+        Source::FactKey(f) => w.int(FACT_KEY as i64).int(*f as i64),
+        Source::Facts(update) => {
             w.int(FACTS as i64).open_object();
             w.key("key").int(update.key as i64).key("event").string(&update.event).key("record").open_array();
             for (name, f) in &update.record {
@@ -183,7 +184,7 @@ fn write_source(w: &mut Writer, from: &From) {
 }
 
 /// `[[key, kind, arg], ...]`.
-fn write_entries(w: &mut Writer, list: &[(String, From)]) {
+fn write_entries(w: &mut Writer, list: &[(String, Source)]) {
     w.open_array();
     for (key, from) in list {
         w.open_array().string(key);
@@ -228,16 +229,16 @@ pub struct Filling<'a, F: Fn(usize) -> FieldValue<'a>> {
 }
 
 impl<'a, F: Fn(usize) -> FieldValue<'a>> Filling<'a, F> {
-    pub fn value(&self, from: &From) -> Value {
+    pub fn value(&self, from: &Source) -> Value {
         match from {
-            From::Constant(text) => Value::String(text.clone()),
-            From::Revision => Value::from(self.revision),
+            Source::Constant(text) => Value::String(text.clone()),
+            Source::Revision => Value::from(self.revision),
             // A count is recorded and sent as a number, every other value as a string.
-            From::EventField(f) => (self.value_of)(*f).to_json(),
-            From::Removed => Value::Null,
-            From::WorkflowId => Value::String(self.workflow_id.to_string()),
-            From::FactKey(f) => Value::String(crate::ruleset::escape_fact_key(&(self.value_of)(*f).display())),
-            From::Facts(update) => {
+            Source::EventField(f) => (self.value_of)(*f).to_json(),
+            Source::Removed => Value::Null,
+            Source::WorkflowId => Value::String(self.workflow_id.to_string()),
+            Source::FactKey(f) => Value::String(crate::ruleset::escape_fact_key(&(self.value_of)(*f).display())),
+            Source::Facts(update) => {
                 let key = (self.value_of)(update.key).display();
                 let mut map = self.facts.cloned().unwrap_or_default();
                 if update.untracked {
@@ -264,14 +265,14 @@ impl<'a, F: Fn(usize) -> FieldValue<'a>> Filling<'a, F> {
         }
     }
 
-    pub fn map(&self, entries: &[(String, From)]) -> Map<String, Value> {
+    pub fn map(&self, entries: &[(String, Source)]) -> Map<String, Value> {
         entries.iter().map(|(key, from)| (key.clone(), self.value(from))).collect()
     }
 
     /// An operation id: its parts concatenated; when that is longer than
     /// [`MAX_OPERATION_ID_BYTES`], the same with the fact key hashed
     /// (`crate::operation_id` says why that always fits).
-    pub fn text(&self, parts: &[From]) -> String {
+    pub fn text(&self, parts: &[Source]) -> String {
         let full = self.concatenated(parts, false);
         if full.len() <= MAX_OPERATION_ID_BYTES {
             return full;
@@ -279,11 +280,11 @@ impl<'a, F: Fn(usize) -> FieldValue<'a>> Filling<'a, F> {
         self.concatenated(parts, true)
     }
 
-    fn concatenated(&self, parts: &[From], hash_fact_key: bool) -> String {
+    fn concatenated(&self, parts: &[Source], hash_fact_key: bool) -> String {
         let mut out = String::new();
         for part in parts {
             match (part, hash_fact_key) {
-                (From::FactKey(f), true) => out.push_str(&hashed_fact_key(&(self.value_of)(*f).display())),
+                (Source::FactKey(f), true) => out.push_str(&hashed_fact_key(&(self.value_of)(*f).display())),
                 _ => match self.value(part) {
                     Value::String(text) => out.push_str(&text),
                     other => out.push_str(&other.to_string()),

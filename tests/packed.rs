@@ -336,7 +336,7 @@ fn every_way_a_host_lays_a_value_out_decides_alike_one_by_one_and_in_batches() {
 }
 
 fn outcome_index(decided: &Decided) -> usize {
-    idemflow::decide::OUTCOMES.iter().position(|o| *o == decided.outcome).unwrap()
+    idemflow::outcome::OUTCOMES.iter().position(|o| *o == decided.outcome).unwrap()
 }
 
 #[test]

@@ -11,8 +11,9 @@ use serde_json::{json, Map, Value};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_test::wasm_bindgen_test;
 
+use idemflow::answer::{ANSWER_INTS, ANSWER_NUMBERS, DECIDED};
 use idemflow::binding::{self, CompiledRuleSet, Decider};
-use idemflow::decide::{ANSWER_INTS, ANSWER_NUMBERS, DECIDED, OUTCOMES};
+use idemflow::outcome::OUTCOMES;
 use idemflow::packed::Packer;
 use idemflow::RuleSet;
 

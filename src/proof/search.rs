@@ -30,9 +30,10 @@ use std::hash::{BuildHasherDefault, Hasher};
 use serde_json::{json, Map, Value};
 
 use super::check::Check;
-use crate::decide::{self, Outcome};
+use crate::decide;
 use crate::error::{Disposition, Error, Result};
 use crate::limits::{MAX_REORDER_CONFIGURATIONS, MAX_REORDER_HISTORIES, MAX_REORDER_KINDS};
+use crate::outcome::Outcome;
 use crate::ruleset::RuleSet;
 
 /// Numbered observations of the one fact of a one-fact history, at most.
