@@ -229,6 +229,5 @@ module.exports = {
   entry,
   member,
   messageOf,
-  NUMERIC_OPTIONS,
   numericOption,
 };

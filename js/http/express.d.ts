@@ -1,6 +1,6 @@
 // idemflow/express: the Idempotency-Key middleware for Express and any connect-style stack over node:http.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { IdempotencyContext, IdempotencyOptions } from '../index.js';
+import type { IdempotencyContext, IdempotencyOptions } from './types.js';
 
 export type {
   IdempotencyContext,
@@ -9,8 +9,8 @@ export type {
   StripeSignatureOptions,
   WebhookReceiver,
   WebhookReceiverOptions,
-} from '../index.js';
-export { createWebhookReceiver, signStandardWebhook, signStripe, standardWebhooksSignature, stripeSignature } from '../index.js';
+} from './types.js';
+export { createWebhookReceiver, signStandardWebhook, signStripe, standardWebhooksSignature, stripeSignature } from './types.js';
 
 /** A request the middleware has seen: the client's bytes, and the keyed context when it runs the handler. */
 export interface IdempotentRequest extends IncomingMessage {

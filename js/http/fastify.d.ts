@@ -1,6 +1,6 @@
 // idemflow/fastify: the Idempotency-Key plugin and the webhook route for Fastify.
 import type { FastifyPluginCallback, FastifyRequest } from 'fastify';
-import type { IdempotencyContext, IdempotencyOptions, WebhookReceiver } from '../index.js';
+import type { IdempotencyContext, IdempotencyOptions, WebhookReceiver } from './types.js';
 
 export type {
   IdempotencyContext,
@@ -9,8 +9,8 @@ export type {
   StripeSignatureOptions,
   WebhookReceiver,
   WebhookReceiverOptions,
-} from '../index.js';
-export { createWebhookReceiver, signStandardWebhook, signStripe, standardWebhooksSignature, stripeSignature } from '../index.js';
+} from './types.js';
+export { createWebhookReceiver, signStandardWebhook, signStripe, standardWebhooksSignature, stripeSignature } from './types.js';
 
 /** A route's own settings (`config: { idempotency }`): the plugin's, overridden; false turns it off. */
 export type RouteIdempotency = Partial<Omit<IdempotencyOptions<FastifyRequest>, 'store'>> | false;

@@ -1,5 +1,5 @@
 // idemflow/prisma: Prisma ORM 7 over idemflow's transaction (docs/adapters.md, "Drizzle, Kysely, Knex, TypeORM, Prisma").
-import type { AppliedDecision } from '../index.js';
+import type { AppliedDecision } from '../host/types.js';
 import type { BoundHandler } from './types.js';
 
 export type { BoundHandler } from './types.js';

@@ -1,5 +1,6 @@
 // Types the tools' entry points share (idemflow/drizzle, idemflow/kysely, idemflow/knex).
-import type { AppliedDecision, JsonValue } from '../index.js';
+import type { JsonValue } from '../core/types.js';
+import type { AppliedDecision } from '../host/types.js';
 
 /**
  * The callback of withDrizzle / withKysely / withKnex: the tool's own object bound to

@@ -1,5 +1,5 @@
 // idemflow/kafka: an outbox handler that relays each operation to a Kafka topic.
-import type { ClaimedOperation, HandlerContext, StoredOperation } from '../index.js';
+import type { ClaimedOperation, HandlerContext, StoredOperation } from './types.js';
 
 /** A record header's name per relayed field. */
 export declare const RELAY_HEADERS: Readonly<{

@@ -1,26 +1,11 @@
 // Types shared by the durable stores (idemflow/sqlite, idemflow/postgres,
 // idemflow/mysql, idemflow/mongodb).
-import type {
-  BatchResult,
-  EventInput,
-  ExclusiveLocks,
-  OutboxAdmin,
-  OutboxStore,
-  ProcessOptions,
-  ProcessResult,
-  PutWorkflowOptions,
-  ReceiptResult,
-  RecordedOutcome,
-  RuleSetRef,
-  Store,
-  StoredOperation,
-  StoreTransaction,
-  TransactionOptions,
-  Workflow,
-} from '../index.js';
+import type { EventInput, ProcessResult, PutWorkflowOptions, ReceiptResult, RecordedOutcome, RuleSetRef, Workflow } from '../core/types.js';
+import type { BatchResult, ExclusiveLocks, ProcessOptions, Store, StoreTransaction, TransactionOptions } from '../host/types.js';
+import type { OutboxAdmin, OutboxStore, StoredOperation } from '../outbox/types.js';
 
 /** The outbox row and its statuses are the package's own types (idemflow's StoredOperation). */
-export type { OperationStatus, StoredOperation } from '../index.js';
+export type { OperationStatus, StoredOperation } from '../outbox/types.js';
 
 /** Names of the three tables (collections in MongoDB); `schema.name` is allowed in SQL. */
 export interface TableNames {

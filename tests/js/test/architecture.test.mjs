@@ -1,7 +1,7 @@
 // The shape of the package's JavaScript (docs/development.md, "Architecture"): one file
 // loads the wasm module, and imports point one way, from the outer folders
 // (adapters, outbox, cli) through sql, store and the host cycle to core,
-// never back.
+// never back; the type files (.d.ts) too, none of them through the package's barrel.
 
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -86,6 +86,42 @@ test('imports point from adapters, outbox and cli through sql, store and host to
   );
   const wrong = edges.filter((e) => !allowed(e.from, e.to) && !(e.from === 'cli' && e.specifier === '../package.json'));
   assert.deepEqual(wrong, [], 'imports against the direction of the layers');
+});
+
+/** Every .d.ts file under js/ but the package's own index.d.ts (the barrel the package's users import). */
+function typeFiles(dir = js) {
+  const files = [];
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) files.push(...typeFiles(path));
+    else if (entry.name.endsWith('.d.ts') && path !== join(js, 'index.d.ts')) files.push(path);
+  }
+  return files;
+}
+
+// What a layer's types may name beyond its code's imports: the stores name the outbox's types (the outbox
+// store interface every store implements), the outbox the host's ExclusiveLocks (its retention takes them).
+const TYPES_ALSO = { store: ['outbox'], adapters: ['outbox'], outbox: ['host'] };
+
+test('type files import their own layer or the layers below it, never the package barrel', () => {
+  const edges = [];
+  for (const file of typeFiles()) {
+    for (const specifier of specifiers(readFileSync(file, 'utf8'))) {
+      const target = resolve(dirname(file), specifier);
+      edges.push({
+        file: relative(js, file),
+        specifier,
+        from: layerOf(file),
+        to: relative(js, target).startsWith('..') ? 'outside' : layerOf(target),
+      });
+    }
+  }
+  assert.ok(edges.length > 20, `the type files' imports were read (${edges.length})`);
+  const barrel = edges.filter((e) => e.to === 'root');
+  assert.deepEqual(barrel, [], "type files that import the package's index.d.ts");
+  const also = (from) => TYPES_ALSO[from.startsWith('adapters/') ? 'adapters' : from] ?? [];
+  const wrong = edges.filter((e) => e.from !== 'root' && !allowed(e.from, e.to) && !also(e.from).includes(e.to));
+  assert.deepEqual(wrong, [], 'type imports against the direction of the layers');
 });
 
 /** The first import cycle found among the package's files (lazy requires included), or null. */
