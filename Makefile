@@ -53,6 +53,7 @@ lint: tools $(BIOME_STAMP)
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --target wasm32-unknown-unknown --all-targets -- -D warnings
 	$(BIOME) check --error-on-warnings .
+	node scripts/unused-exports.cjs
 
 pkg: tools $(TARBALL)
 

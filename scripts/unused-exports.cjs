@@ -72,6 +72,15 @@ function namesRead(text, from, target) {
   return read;
 }
 
+/**
+ * Exports the package's tests read through a module's path (a seam no user
+ * reaches): each with the test that reads it.
+ */
+const TEST_SEAMS = new Set([
+  // tests/js/test/hostile-rulesets.test.mjs: a definition is proven once per process.
+  'js/core/rules.cjs: proofStats',
+]);
+
 function unusedExports() {
   const files = sources();
   const texts = new Map(files.map((file) => [file, fs.readFileSync(file, 'utf8')]));
@@ -84,7 +93,8 @@ function unusedExports() {
       if (other !== file) for (const name of namesRead(text, other, file)) used.add(name);
     }
     for (const name of exportedNames(texts.get(file))) {
-      if (!used.has(name)) unused.push(`${path.relative(root, file)}: ${name}`);
+      const entry = `${path.relative(root, file)}: ${name}`;
+      if (!used.has(name) && !TEST_SEAMS.has(entry)) unused.push(entry);
     }
   }
   return unused;

@@ -210,4 +210,4 @@ async function openRedis(url, options, cwd) {
   );
 }
 
-module.exports = { openStoreUrl, parseTables, requireFrom };
+module.exports = { openStoreUrl, parseTables };

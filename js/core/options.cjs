@@ -220,14 +220,4 @@ function numericOption(name, value) {
   return value;
 }
 
-module.exports = {
-  optionsOf,
-  checkOptionKeys,
-  identifyHandle,
-  checkHandle,
-  editDistance,
-  entry,
-  member,
-  messageOf,
-  numericOption,
-};
+module.exports = { optionsOf, checkOptionKeys, checkHandle, entry, member, messageOf, numericOption };

@@ -504,8 +504,5 @@ module.exports = {
   handlerEnded,
   purged,
   observeBacklog,
-  storeKind,
-  spanContextOf,
-  traceparentOf,
   activeTraceparent,
 };

@@ -542,4 +542,4 @@ async function oneByOne(call, valid, results) {
   }
 }
 
-module.exports = { processBatch, MAX_BATCH };
+module.exports = { processBatch };

@@ -155,4 +155,4 @@ async function commitWriteSet(tx, writeSet) {
   for (const operation of writeSet.outbox) await insertOperation(tx, operation);
 }
 
-module.exports = { CONTRACT, contractOf, commitWriteSet, orUnreadable, readEach, withOutput };
+module.exports = { CONTRACT, contractOf, commitWriteSet, orUnreadable, readEach };

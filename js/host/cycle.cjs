@@ -164,16 +164,4 @@ function withCorrelation(writeSet, metadata, traceContext) {
   return { ...writeSet, outbox: writeSet.outbox.map((operation) => ({ ...operation, metadata, traceContext })) };
 }
 
-module.exports = {
-  PROCESS_OPTIONS,
-  callOf,
-  cyclesOf,
-  callDeadline,
-  metadataOf,
-  hooksOf,
-  isLostRace,
-  noteLostRace,
-  afterLostRace,
-  resultOf,
-  withCorrelation,
-};
+module.exports = { callOf, hooksOf, isLostRace, noteLostRace, afterLostRace, resultOf, withCorrelation };

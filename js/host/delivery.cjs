@@ -316,4 +316,4 @@ function createDeliveryHandler(store, handlerOptions) {
   return handle;
 }
 
-module.exports = { createDeliveryHandler, DEFAULT_MAX_BYTES, DEFAULT_MAX_DELIVERIES };
+module.exports = { createDeliveryHandler, DEFAULT_MAX_BYTES };

@@ -224,4 +224,4 @@ async function idempotent(store, request, work, options) {
   });
 }
 
-module.exports = { idempotent, DEFAULT_RETRY_AFTER_MS };
+module.exports = { idempotent };

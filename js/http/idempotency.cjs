@@ -353,4 +353,4 @@ function createIdempotency(options, base = null) {
   return { begin, settings };
 }
 
-module.exports = { createIdempotency, settingsOf, DEFAULTS, isJson, keyOf, recordKeyOf };
+module.exports = { createIdempotency, isJson };

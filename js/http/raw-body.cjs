@@ -111,4 +111,4 @@ function bodyKept(body, maxBytes) {
   return bytes;
 }
 
-module.exports = { HttpRefusal, readRawBody, bodyKept };
+module.exports = { HttpRefusal, readRawBody };

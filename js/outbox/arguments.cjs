@@ -315,7 +315,6 @@ function drainSettings(options) {
 }
 
 module.exports = {
-  STORE_METHODS,
   consumerSettings,
   stopSettings,
   drainSettings,
@@ -324,6 +323,4 @@ module.exports = {
   settlesWithin,
   emptyTally,
   tally,
-  readHandlers,
-  wholeOption,
 };

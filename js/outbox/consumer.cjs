@@ -10,7 +10,6 @@ const { EventEmitter } = require('node:events');
 const { IdemflowError } = require('../core/errors.cjs');
 const telemetry = require('../core/telemetry.cjs');
 const {
-  STORE_METHODS,
   consumerSettings,
   describeFailure,
   drainSettings,
@@ -21,24 +20,6 @@ const {
   tally,
 } = require('./arguments.cjs');
 
-const EVENTS = Object.freeze([
-  'claimed',
-  'done',
-  'retry-scheduled',
-  'dead',
-  'released',
-  'lease-lost',
-  'stale-completion',
-  'store-error',
-  'stopped',
-  'quarantined',
-  'unhandled-type',
-  'breaker-opened',
-  'breaker-half-open',
-  'breaker-closed',
-  'type-halted',
-  'type-resumed',
-]);
 // What the consumer recorded, as the idemflow.outbox.operations counter names it (the events' names).
 const RESULT_NAMES = { done: 'done', retry: 'retry-scheduled', dead: 'dead', release: 'released', stale: 'stale-completion' };
 
@@ -715,4 +696,4 @@ function createOutboxConsumer(store, handlers, options) {
   return new OutboxConsumer(store, handlers, options);
 }
 
-module.exports = { createOutboxConsumer, OutboxConsumer, STORE_METHODS, EVENTS };
+module.exports = { createOutboxConsumer };

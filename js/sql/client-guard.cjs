@@ -754,4 +754,4 @@ function guardSqlite(raw, guard, self) {
   });
 }
 
-module.exports = { ClientGuard, transactionEnded, guardPostgres, guardMysql, guardSqlite, statementsOf, controlOf, OWN_PREFIX };
+module.exports = { ClientGuard, transactionEnded, guardPostgres, guardMysql, guardSqlite };

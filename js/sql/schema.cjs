@@ -149,4 +149,4 @@ async function migrateMissing(tables, { missingOf, create }) {
   if (missing.length > 0) await create(missing);
 }
 
-module.exports = { baseName, indexName, createTable, columnDefinition, schemaParts, migrateMissing, DEFINITIONS, PORTABLE_TYPES };
+module.exports = { baseName, indexName, createTable, columnDefinition, migrateMissing, DEFINITIONS, PORTABLE_TYPES };

@@ -498,4 +498,4 @@ class StoreBase {
   }
 }
 
-module.exports = { StoreBase, guardedChange };
+module.exports = { StoreBase };

@@ -167,7 +167,6 @@ function isStoreUnavailable(error) {
 
 module.exports = {
   STORE_UNAVAILABLE,
-  WRITE_TOO_LARGE,
   invalidArgument,
   receiptExists,
   workflowChanged,
@@ -175,8 +174,6 @@ module.exports = {
   lostRace,
   storeUnavailable,
   schemaMissing,
-  writeTooLarge,
-  driverCode,
   isNetworkError,
   mapDriverError,
   timedOut,

@@ -83,14 +83,4 @@ function resolveTimeouts(options) {
   };
 }
 
-module.exports = {
-  DEFAULT_TABLES,
-  STORE_OPTIONS,
-  TIMEOUT_OPTIONS,
-  DEFAULT_TIMEOUT_MS,
-  DEFAULT_STATEMENT_TIMEOUT_MS,
-  resolveTables,
-  resolveRaceRetries,
-  resolveClock,
-  resolveTimeouts,
-};
+module.exports = { DEFAULT_TABLES, STORE_OPTIONS, TIMEOUT_OPTIONS, resolveTables, resolveRaceRetries, resolveClock, resolveTimeouts };

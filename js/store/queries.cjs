@@ -159,16 +159,4 @@ function statsOf(rows, oldestDueAt, now) {
   };
 }
 
-module.exports = {
-  DEFAULT_LIST_LIMIT,
-  PAGE_SIZE,
-  FILTER_KEYS,
-  LIST_KEYS,
-  STATUSES,
-  listRequest,
-  requeueRequest,
-  nowRequest,
-  operationMatches,
-  statsOf,
-  wholeNumber,
-};
+module.exports = { PAGE_SIZE, listRequest, requeueRequest, nowRequest, operationMatches, statsOf, wholeNumber };

@@ -165,4 +165,4 @@ function createRetention(store, options) {
   return retention;
 }
 
-module.exports = { createRetention, Retention };
+module.exports = { createRetention };

@@ -380,4 +380,4 @@ class InMemoryStore extends StoreBase {
   }
 }
 
-module.exports = { InMemoryStore, MemoryTransaction };
+module.exports = { InMemoryStore };

@@ -262,4 +262,4 @@ function isObject(value) {
   return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
 
-module.exports = { HostCommands, hostClient, COMMANDS };
+module.exports = { HostCommands, hostClient };
