@@ -8,6 +8,7 @@
 // connection (the app's own pool) through the helper; kept past the callback
 // it is refused, as tx.client is.
 
+const { AsyncLocalStorage } = require('node:async_hooks');
 const { IdemflowError } = require('../core/errors.cjs');
 const { outputOf } = require('../host/applied.cjs');
 
@@ -153,4 +154,29 @@ function bind(fn, tool, of, make, kind = thenableQuery) {
   };
 }
 
-module.exports = { driverOf, load, checkConfig, bind, checkFn, settle, thenableQuery, invalid };
+/**
+ * Where a tool's long-lived object (TypeORM's DataSource, Prisma's client)
+ * finds the connection of the callback running: `run(client, fn)` runs fn
+ * with tx.client as the current one; `now()` answers it, and outside a
+ * callback refuses with INVALID_ARGUMENT (`outside`: what the tool's object
+ * is called, for the message; `field`: for the details), so the object
+ * reaches no connection but idemflow's, and none between callbacks.
+ */
+function callbackClients(outside, field) {
+  const current = new AsyncLocalStorage();
+  return {
+    run: (client, fn) => current.run(client, fn),
+    now() {
+      const client = current.getStore();
+      if (client === undefined) {
+        throw invalid(
+          `${outside} reaches the database only inside a callback: outside one there is no transaction of idemflow's to write in`,
+          { field, reason: 'outside the transaction' },
+        );
+      }
+      return client;
+    },
+  };
+}
+
+module.exports = { driverOf, load, checkConfig, bind, checkFn, settle, thenableQuery, invalid, callbackClients };

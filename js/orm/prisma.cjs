@@ -16,9 +16,8 @@
 // them a savepoint of idemflow's transaction. Prisma's packages are optional
 // peers, imported when first used.
 
-const { AsyncLocalStorage } = require('node:async_hooks');
 const { createRequire } = require('node:module');
-const { checkConfig, checkFn, driverOf, invalid, load, settle, thenableQuery } = require('./bound.cjs');
+const { callbackClients, checkConfig, checkFn, driverOf, invalid, load, settle, thenableQuery } = require('./bound.cjs');
 
 /** Prisma's adapter package for each driver of idemflow's stores that Prisma has one for. */
 const ADAPTERS = {
@@ -42,18 +41,8 @@ const OWNED = ['adapter', 'datasourceUrl', 'datasources', 'accelerateUrl'];
 const UNBOUNDED = 2_147_483_647;
 
 /** The guarded tx.client of the callback running, for the stand-in drivers' connections. */
-const current = new AsyncLocalStorage();
-
-function clientNow() {
-  const client = current.getStore();
-  if (client === undefined) {
-    throw invalid(
-      "idemflow/prisma's client reaches the database only inside a callback of withPrisma or prismaTransaction: outside one there is no transaction of idemflow's to write in",
-      { field: 'prisma', reason: 'outside the transaction' },
-    );
-  }
-  return client;
-}
+const clients = callbackClients("idemflow/prisma's client (of withPrisma or prismaTransaction)", 'prisma');
+const clientNow = clients.now;
 
 /** A pg.Pool (of the pg that @prisma/adapter-pg loads, which it checks with instanceof) whose every connection is tx.client. */
 function postgresPool(adapterPath) {
@@ -286,7 +275,7 @@ async function prismaTransaction(tx, PrismaClient, fn, options) {
       reason: 'not PostgreSQL',
     });
   }
-  return current.run(tx.client, async () => {
+  return clients.run(tx.client, async () => {
     const prisma = await clientFor(PrismaClient, driver, checked);
     return prisma.$transaction((db) => fn(db), { maxWait: UNBOUNDED, timeout: UNBOUNDED });
   });

@@ -10,8 +10,7 @@
 // DataSource reaches no other connection, and outside a callback none at
 // all. typeorm is an optional peer dependency, imported when first used.
 
-const { AsyncLocalStorage } = require('node:async_hooks');
-const { checkConfig, checkFn, driverOf, invalid, load, settle, thenableQuery } = require('./bound.cjs');
+const { callbackClients, checkConfig, checkFn, driverOf, invalid, load, settle, thenableQuery } = require('./bound.cjs');
 
 const SUPPORTED = ['pg', 'pglite', 'mysql2', 'better-sqlite3'];
 /** DataSource options that would point TypeORM at another connection, or run DDL inside idemflow's transaction. */
@@ -40,18 +39,8 @@ const OWNED = [
 ];
 
 /** The guarded tx.client of the callback running, for the stand-in drivers' connections. */
-const current = new AsyncLocalStorage();
-
-function clientNow() {
-  const client = current.getStore();
-  if (client === undefined) {
-    throw invalid(
-      "idemflow/typeorm's DataSource reaches the database only inside a callback of withTypeorm or typeormManager: outside one there is no transaction of idemflow's to write in",
-      { field: 'dataSource', reason: 'outside the transaction' },
-    );
-  }
-  return client;
-}
+const clients = callbackClients("idemflow/typeorm's DataSource (of withTypeorm or typeormManager)", 'dataSource');
+const clientNow = clients.now;
 
 /** The running callback's tx.client, or null after handing `callback` the refusal (a driver's callback style). */
 function clientOr(callback) {
@@ -235,7 +224,7 @@ async function typeormManager(tx, options, fn) {
       reason: 'not the store',
     });
   }
-  return current.run(tx.client, async () => {
+  return clients.run(tx.client, async () => {
     const dataSource = await dataSourceFor(driver, checked);
     const runner = dataSource.createQueryRunner();
     await runner.connect();

@@ -19,7 +19,7 @@ import { withTypeorm } from 'idemflow/typeorm';
 import { EntitySchema } from 'typeorm';
 import { BACKENDS, suiteStore, uniquePrefix } from '../workers/backends.mjs';
 import { outcomeOf } from '../workers/fixtures.mjs';
-import { shipmentsOf } from '../workers/host-tables.mjs';
+import { shipmentsOf, typeormShipments } from '../workers/host-tables.mjs';
 import { prismaClientFor } from '../workers/prisma-client.mjs';
 
 const ruleSet = RuleSet.builtin('order-shipment');
@@ -36,15 +36,7 @@ async function toolsOf(kind, table) {
           orderId: core.varchar('order_id', { length: 200 }).notNull(),
         })
       : core.pgTable(table, { eventId: core.text('event_id').notNull(), orderId: core.text('order_id').notNull() });
-  const Shipment = new EntitySchema({
-    name: 'Shipment',
-    tableName: table,
-    columns: {
-      id: { type: Number, primary: true, generated: true },
-      eventId: { type: String, name: 'event_id' },
-      orderId: { type: String, name: 'order_id' },
-    },
-  });
+  const Shipment = typeormShipments(EntitySchema, table);
   const tools = {
     drizzle: {
       handler: (fn) => withDrizzle(fn),

@@ -14,7 +14,7 @@ import { typeormManager, withTypeorm } from 'idemflow/typeorm';
 import { EntitySchema } from 'typeorm';
 import { BACKENDS, PG_URL, suiteStore, uniquePrefix } from '../workers/backends.mjs';
 import { outcomeOf } from '../workers/fixtures.mjs';
-import { shipmentsOf } from '../workers/host-tables.mjs';
+import { shipmentsOf, typeormShipments } from '../workers/host-tables.mjs';
 
 const ruleSet = RuleSet.builtin('order-shipment');
 const request = (eventId, orderId) => ({ eventId, workflowId: orderId, type: 'SHIPMENT_REQUESTED' });
@@ -24,15 +24,7 @@ for (const backend of BACKENDS) {
   describe(`idemflow/typeorm on ${backend.name}`, { skip: backend.skip }, () => {
     const suite = suiteStore(backend, { before, after });
     const table = `${uniquePrefix()}_typeorm`;
-    const Shipment = new EntitySchema({
-      name: 'Shipment',
-      tableName: table,
-      columns: {
-        id: { type: Number, primary: true, generated: true },
-        eventId: { type: String, name: 'event_id' },
-        orderId: { type: String, name: 'order_id' },
-      },
-    });
+    const Shipment = typeormShipments(EntitySchema, table);
     const options = { entities: [Shipment], ...{ mysql: { type: 'mariadb' }, sqlite: { type: 'better-sqlite3' } }[backend.id] };
     before(async () => {
       await shipmentsOf(backend.id, suite.helper, table).create();

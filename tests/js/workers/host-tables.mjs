@@ -78,3 +78,16 @@ export function shipmentsOf(kind, helper, name) {
       throw new Error(`no shipments table for ${kind}`);
   }
 }
+
+/** TypeORM's entity of the host's shipments table `table` (the columns above), made with typeorm's EntitySchema. */
+export function typeormShipments(EntitySchema, table) {
+  return new EntitySchema({
+    name: 'Shipment',
+    tableName: table,
+    columns: {
+      id: { type: Number, primary: true, generated: true },
+      eventId: { type: String, name: 'event_id' },
+      orderId: { type: String, name: 'order_id' },
+    },
+  });
+}

@@ -7,6 +7,7 @@
 import { createRequire } from 'node:module';
 import { RuleSet } from 'idemflow';
 import { openStore } from './backends.mjs';
+import { typeormShipments } from './host-tables.mjs';
 
 const { kind, table, eventId, orderId, tool = 'raw', prismaClient, ...options } = JSON.parse(process.env.IDEMFLOW_OWN_WRITES);
 const hang = process.env.IDEMFLOW_HANG_IN_CALLBACK === '1';
@@ -58,15 +59,7 @@ async function handlerOf(after) {
     case 'typeorm': {
       const { withTypeorm } = await import('idemflow/typeorm');
       const { EntitySchema } = await import('typeorm');
-      const Shipment = new EntitySchema({
-        name: 'Shipment',
-        tableName: table,
-        columns: {
-          id: { type: Number, primary: true, generated: true },
-          eventId: { type: String, name: 'event_id' },
-          orderId: { type: String, name: 'order_id' },
-        },
-      });
+      const Shipment = typeormShipments(EntitySchema, table);
       return withTypeorm(
         async (manager) => {
           await manager.insert(Shipment, { eventId, orderId });
