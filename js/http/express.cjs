@@ -7,8 +7,6 @@
 const { createIdempotency, isJson } = require('./idempotency.cjs');
 const { HttpRefusal, readRawBody } = require('./raw-body.cjs');
 const { problemOfRefusal, responseBypassed, sendNode } = require('./response.cjs');
-const { createWebhookReceiver } = require('./webhook.cjs');
-const { stripeSignature, signStripe, standardWebhooksSignature, signStandardWebhook } = require('./signature.cjs');
 
 /**
  * A body parser's `verify` option that keeps the bytes the client sent:
@@ -157,12 +155,4 @@ function idempotency(options) {
   };
 }
 
-module.exports = {
-  idempotency,
-  rawBody,
-  createWebhookReceiver,
-  stripeSignature,
-  signStripe,
-  standardWebhooksSignature,
-  signStandardWebhook,
-};
+module.exports = { idempotency, rawBody };

@@ -2,15 +2,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyContext, IdempotencyOptions } from './types.js';
 
-export type {
-  IdempotencyContext,
-  IdempotencyOptions,
-  StandardWebhooksSignatureOptions,
-  StripeSignatureOptions,
-  WebhookReceiver,
-  WebhookReceiverOptions,
-} from './types.js';
-export { createWebhookReceiver, signStandardWebhook, signStripe, standardWebhooksSignature, stripeSignature } from './types.js';
+export type { IdempotencyContext, IdempotencyOptions } from './types.js';
 
 /** A request the middleware has seen: the client's bytes, and the keyed context when it runs the handler. */
 export interface IdempotentRequest extends IncomingMessage {

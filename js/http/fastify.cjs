@@ -7,10 +7,9 @@
 // sent; the reply is held in onSend until the keyed transaction commits.
 
 const { Transform } = require('node:stream');
+const { IdemflowError } = require('../core/errors.cjs');
 const { createIdempotency } = require('./idempotency.cjs');
 const { problem, responseBypassed } = require('./response.cjs');
-const { createWebhookReceiver } = require('./webhook.cjs');
-const { stripeSignature, signStripe, standardWebhooksSignature, signStandardWebhook } = require('./signature.cjs');
 
 const RAW = Symbol('idemflow raw body');
 const FINISH = Symbol('idemflow finish');
@@ -171,7 +170,12 @@ idempotency[Symbol.for('fastify.display-name')] = 'idemflow-idempotency';
  */
 function webhook(fastify, { receiver, url }, done) {
   if (typeof receiver?.receive !== 'function' || typeof url !== 'string') {
-    done(new TypeError('webhook needs { receiver: createWebhookReceiver(...), url }'));
+    done(
+      new IdemflowError('INVALID_ARGUMENT', 'webhook needs { receiver: createWebhookReceiver(...), url }', {
+        disposition: 'fatal',
+        details: { field: typeof url !== 'string' ? 'url' : 'receiver', reason: 'webhook options' },
+      }),
+    );
     return;
   }
   fastify.removeAllContentTypeParsers();
@@ -183,12 +187,4 @@ function webhook(fastify, { receiver, url }, done) {
   done();
 }
 
-module.exports = {
-  idempotency,
-  webhook,
-  createWebhookReceiver,
-  stripeSignature,
-  signStripe,
-  standardWebhooksSignature,
-  signStandardWebhook,
-};
+module.exports = { idempotency, webhook };

@@ -2,15 +2,7 @@
 import type { FastifyPluginCallback, FastifyRequest } from 'fastify';
 import type { IdempotencyContext, IdempotencyOptions, WebhookReceiver } from './types.js';
 
-export type {
-  IdempotencyContext,
-  IdempotencyOptions,
-  StandardWebhooksSignatureOptions,
-  StripeSignatureOptions,
-  WebhookReceiver,
-  WebhookReceiverOptions,
-} from './types.js';
-export { createWebhookReceiver, signStandardWebhook, signStripe, standardWebhooksSignature, stripeSignature } from './types.js';
+export type { IdempotencyContext, IdempotencyOptions } from './types.js';
 
 /** A route's own settings (`config: { idempotency }`): the plugin's, overridden; false turns it off. */
 export type RouteIdempotency = Partial<Omit<IdempotencyOptions<FastifyRequest>, 'store'>> | false;

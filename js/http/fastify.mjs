@@ -1,7 +1,6 @@
 // idemflow/fastify for ES modules: the same objects as fastify.cjs.
 import fastify from './fastify.cjs';
 
-export const { idempotency, webhook, createWebhookReceiver, stripeSignature, signStripe, standardWebhooksSignature, signStandardWebhook } =
-  fastify;
+export const { idempotency, webhook } = fastify;
 
 export default fastify;

@@ -231,3 +231,17 @@ for (const kind of STORES) {
     });
   }
 }
+
+describe('idemflow/fastify webhook options', () => {
+  it('a webhook registered without a receiver or a url fails the start with INVALID_ARGUMENT naming the field', async () => {
+    for (const [options, field] of [
+      [{ url: '/hook' }, 'receiver'],
+      [{ receiver: { receive: async () => ({}) } }, 'url'],
+    ]) {
+      const app = Fastify();
+      app.register(webhook, options);
+      await assert.rejects(app.ready(), (error) => error.code === 'INVALID_ARGUMENT' && error.details.field === field);
+      await app.close().catch(() => {});
+    }
+  });
+});
