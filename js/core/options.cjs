@@ -209,15 +209,29 @@ const NUMERIC_OPTIONS = Object.freeze({
  * the bounds.
  */
 function numericOption(name, value) {
-  if (value === undefined) return undefined;
   const { min, max } = NUMERIC_OPTIONS[name];
+  return wholeNumberOr(value, undefined, name, min, max);
+}
+
+/**
+ * `value`, a whole number from `min` to `max`, or INVALID_ARGUMENT (fatal)
+ * naming `field` and the bounds: the one check of an integer argument or
+ * option in the package.
+ */
+function wholeNumber(value, field, min = 0, max = Number.MAX_SAFE_INTEGER) {
   if (!Number.isSafeInteger(value) || value < min || value > max) {
-    throw new IdemflowError('INVALID_ARGUMENT', `${name} must be a whole number from ${min} to ${max}`, {
+    const upTo = max === Number.MAX_SAFE_INTEGER ? '2^53 - 1' : String(max);
+    throw new IdemflowError('INVALID_ARGUMENT', `${field} must be a whole number from ${min} to ${upTo}`, {
       disposition: 'fatal',
-      details: { field: name, reason: 'out of range', min, max },
+      details: { field, reason: 'out of range', min, max },
     });
   }
   return value;
 }
 
-module.exports = { optionsOf, checkOptionKeys, checkHandle, entry, member, messageOf, numericOption };
+/** wholeNumber(value, …), or `fallback` when the value is not given (undefined). */
+function wholeNumberOr(value, fallback, field, min = 0, max = Number.MAX_SAFE_INTEGER) {
+  return value === undefined ? fallback : wholeNumber(value, field, min, max);
+}
+
+module.exports = { optionsOf, checkOptionKeys, checkHandle, entry, member, messageOf, numericOption, wholeNumber, wholeNumberOr };

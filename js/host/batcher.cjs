@@ -14,15 +14,10 @@
 // every batch has settled, so the worker can acknowledge them and exit.
 
 const { IdemflowError } = require('../core/errors.cjs');
-const { optionsOf } = require('../core/options.cjs');
+const { optionsOf, wholeNumber } = require('../core/options.cjs');
 
 function misconfigured(field, message) {
   return new IdemflowError('INVALID_ARGUMENT', `createBatcher: ${message}`, { disposition: 'fatal', details: { field, reason: message } });
-}
-
-function wholeNumber(value, field, min) {
-  if (!Number.isSafeInteger(value) || value < min) throw misconfigured(field, `${field} must be a whole number of at least ${min}`);
-  return value;
 }
 
 /**

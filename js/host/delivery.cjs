@@ -7,7 +7,7 @@
 
 const { IdemflowError } = require('../core/errors.cjs');
 const { resolveRuleSet } = require('../core/rules.cjs');
-const { messageOf, numericOption, optionsOf } = require('../core/options.cjs');
+const { messageOf, numericOption, optionsOf, wholeNumberOr } = require('../core/options.cjs');
 const { processEvent } = require('./event.cjs');
 const { processBatch } = require('./batch.cjs');
 const { hooksOf } = require('./cycle.cjs');
@@ -51,13 +51,6 @@ function invalidBody(reason, message, extra = {}) {
     disposition: 'reject',
     details: { reason, ...extra },
   });
-}
-
-function checkInteger(value, name, { min, max }) {
-  if (value === undefined) return;
-  if (!Number.isSafeInteger(value) || value < min || value > max) {
-    throw misconfigured(`${name} must be an integer from ${min} to ${max}`, `bad ${name}`);
-  }
 }
 
 /** A short description of a value the caller passed, for a message (never throws). */
@@ -140,9 +133,9 @@ function createDeliveryHandler(store, handlerOptions) {
   }
   const parse = options.parse ?? parseJson;
   if (typeof parse !== 'function') throw misconfigured('parse must be a function', 'parse must be a function');
-  checkInteger(options.maxBytes, 'maxBytes', { min: 1, max: MAX_MAX_BYTES });
+  wholeNumberOr(options.maxBytes, undefined, 'maxBytes', 1, MAX_MAX_BYTES);
   numericOption('raceRetries', options.raceRetries);
-  if (options.maxDeliveries !== Infinity) checkInteger(options.maxDeliveries, 'maxDeliveries', { min: 1, max: Number.MAX_SAFE_INTEGER });
+  if (options.maxDeliveries !== Infinity) wholeNumberOr(options.maxDeliveries, undefined, 'maxDeliveries', 1, Number.MAX_SAFE_INTEGER);
   const maxBytes = options.maxBytes ?? DEFAULT_MAX_BYTES;
   const maxDeliveries = options.maxDeliveries ?? DEFAULT_MAX_DELIVERIES;
   let policy;

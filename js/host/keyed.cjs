@@ -9,7 +9,7 @@
 // commits.
 
 const { IdemflowError } = require('../core/errors.cjs');
-const { checkOptionKeys, numericOption } = require('../core/options.cjs');
+const { checkOptionKeys, numericOption, wholeNumberOr } = require('../core/options.cjs');
 const { bindings: wasm, call } = require('../core/wasm.cjs');
 const { fingerprintPayload } = require('../core/payload.cjs');
 const { outputOf, MAX_OUTPUT_BYTES: DEFAULT_MAX_OUTPUT_BYTES } = require('./applied.cjs');
@@ -24,13 +24,6 @@ const DEFAULT_RACE_RETRIES = 4;
 
 function invalidArgument(message, field) {
   return new IdemflowError('INVALID_ARGUMENT', message, { details: { field, reason: message } });
-}
-
-function bounded(value, field, { min, max, fallback }) {
-  if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value < min || value > max)
-    throw invalidArgument(`${field} must be a whole number from ${min} to ${max}`, field);
-  return value;
 }
 
 /** A key or fingerprint as the caller gave it: non-empty, well-formed text (the core bounds its length). */
@@ -66,9 +59,9 @@ function optionsOf(options) {
   checkOptionKeys(options, ['waitMs', 'retryAfterMs', 'maxOutputBytes', 'raceRetries'], 'idempotent');
   const opts = options ?? {};
   return {
-    waitMs: bounded(opts.waitMs, 'waitMs', { min: 0, max: MAX_WAIT_MS, fallback: 0 }),
-    retryAfterMs: bounded(opts.retryAfterMs, 'retryAfterMs', { min: 1, max: MAX_WAIT_MS, fallback: DEFAULT_RETRY_AFTER_MS }),
-    maxOutputBytes: bounded(opts.maxOutputBytes, 'maxOutputBytes', { min: 2, max: MAX_OUTPUT_BYTES, fallback: DEFAULT_MAX_OUTPUT_BYTES }),
+    waitMs: wholeNumberOr(opts.waitMs, 0, 'waitMs', 0, MAX_WAIT_MS),
+    retryAfterMs: wholeNumberOr(opts.retryAfterMs, DEFAULT_RETRY_AFTER_MS, 'retryAfterMs', 1, MAX_WAIT_MS),
+    maxOutputBytes: wholeNumberOr(opts.maxOutputBytes, DEFAULT_MAX_OUTPUT_BYTES, 'maxOutputBytes', 2, MAX_OUTPUT_BYTES),
     raceRetries: numericOption('raceRetries', opts.raceRetries),
   };
 }

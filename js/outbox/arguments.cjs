@@ -7,7 +7,7 @@
 const os = require('node:os');
 const { randomUUID } = require('node:crypto');
 const { IdemflowError } = require('../core/errors.cjs');
-const { checkOptionKeys } = require('../core/options.cjs');
+const { checkOptionKeys, wholeNumberOr } = require('../core/options.cjs');
 const { POLICY_OPTIONS, createPolicy } = require('../core/policy.cjs');
 
 /** What a store must offer the consumer (docs/outbox.md, "The store interface"). */
@@ -177,14 +177,6 @@ function readHandlers(handlers) {
   return new Map(entries);
 }
 
-function wholeOption(value, field, fallback, min, max) {
-  if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value < min || value > max) {
-    throw invalidArgument(`options.${field} must be a whole number from ${min} to ${max}`, { field, reason: 'out of range' });
-  }
-  return value;
-}
-
 /**
  * The start-up check: every operation type the rule sets in `ruleSets` can
  * emit (the core's answer) has a handler, or is named in `ignoreTypes`
@@ -283,16 +275,16 @@ function consumerSettings(store, handlers, options = {}) {
     policy,
     /** consumer.policy: the settings, and the wait after failed attempt `attempt` of `operationId`, as the core computes it. */
     policyView: Object.freeze({ ...policy.settings, backoffDelay: (operationId, attempt) => policy.backoff(operationId, attempt).delayMs }),
-    concurrency: wholeOption(opts.concurrency, 'concurrency', DEFAULT_CONCURRENCY, 1, MAX_CONCURRENCY),
-    pollIntervalMs: wholeOption(opts.pollIntervalMs, 'pollIntervalMs', DEFAULT_POLL_INTERVAL_MS, 1, 3_600_000),
+    concurrency: wholeNumberOr(opts.concurrency, DEFAULT_CONCURRENCY, 'concurrency', 1, MAX_CONCURRENCY),
+    pollIntervalMs: wholeNumberOr(opts.pollIntervalMs, DEFAULT_POLL_INTERVAL_MS, 'pollIntervalMs', 1, 3_600_000),
     owner: opts.owner ?? `${os.hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`,
     clock: opts.now ?? (typeof store.now === 'function' ? () => store.now() : Date.now),
     autoRenew: opts.autoRenew ?? true,
-    typeCheckPolls: wholeOption(opts.typeCheckPolls, 'typeCheckPolls', DEFAULT_TYPE_CHECK_POLLS, 0, 1_000_000),
-    backlogIntervalMs: wholeOption(opts.backlogIntervalMs, 'backlogIntervalMs', 5000, 0, 3_600_000),
+    typeCheckPolls: wholeNumberOr(opts.typeCheckPolls, DEFAULT_TYPE_CHECK_POLLS, 'typeCheckPolls', 0, 1_000_000),
+    backlogIntervalMs: wholeNumberOr(opts.backlogIntervalMs, 5000, 'backlogIntervalMs', 0, 3_600_000),
     // Consecutive "unavailable" failures of one type that open its breaker (0: no breaker).
-    breakerThreshold: wholeOption(opts.breakerThreshold, 'breakerThreshold', 5, 0, 1_000_000),
-    breakerProbeMs: wholeOption(opts.breakerProbeMs, 'breakerProbeMs', 30_000, 1, 86_400_000),
+    breakerThreshold: wholeNumberOr(opts.breakerThreshold, 5, 'breakerThreshold', 0, 1_000_000),
+    breakerProbeMs: wholeNumberOr(opts.breakerProbeMs, 30_000, 'breakerProbeMs', 1, 86_400_000),
   };
 }
 
@@ -303,15 +295,15 @@ function stopSettings(options) {
   const opts = options ?? {};
   checkOptionKeys(opts, ['timeoutMs', 'abortGraceMs'], 'consumer.stop');
   return {
-    timeoutMs: opts.timeoutMs === Infinity ? Infinity : wholeOption(opts.timeoutMs, 'timeoutMs', Infinity, 0, 2 ** 31 - 1),
-    abortGraceMs: wholeOption(opts.abortGraceMs, 'abortGraceMs', DEFAULT_ABORT_GRACE_MS, 0, 2 ** 31 - 1),
+    timeoutMs: opts.timeoutMs === Infinity ? Infinity : wholeNumberOr(opts.timeoutMs, Infinity, 'timeoutMs', 0, 2 ** 31 - 1),
+    abortGraceMs: wholeNumberOr(opts.abortGraceMs, DEFAULT_ABORT_GRACE_MS, 'abortGraceMs', 0, 2 ** 31 - 1),
   };
 }
 
 /** drain()'s `{ maxRounds }`. */
 function drainSettings(options) {
   checkOptionKeys(options, ['maxRounds'], 'consumer.drain');
-  return { maxRounds: wholeOption(options?.maxRounds, 'maxRounds', 1000, 1, Number.MAX_SAFE_INTEGER) };
+  return { maxRounds: wholeNumberOr(options?.maxRounds, 1000, 'maxRounds', 1, Number.MAX_SAFE_INTEGER) };
 }
 
 module.exports = {

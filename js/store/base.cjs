@@ -19,7 +19,7 @@
 // "Writing a store", says what each must guarantee.
 
 const { IdemflowError } = require('../core/errors.cjs');
-const { checkOptionKeys } = require('../core/options.cjs');
+const { checkOptionKeys, wholeNumber } = require('../core/options.cjs');
 const { processEvent } = require('../host/event.cjs');
 const { processBatch } = require('../host/batch.cjs');
 const telemetry = require('../core/telemetry.cjs');
@@ -45,13 +45,6 @@ function namedArgs(args, method, known) {
   }
   if (known !== undefined) checkOptionKeys(args, known, method);
   return args;
-}
-
-function wholeNumber(value, field, min = 0) {
-  if (!Number.isSafeInteger(value) || value < min) {
-    throw invalidArgument(`${field} must be a whole number from ${min} to 2^53 - 1`, { field, reason: 'not a safe integer' });
-  }
-  return value;
 }
 
 /** A time in ms since the epoch, from a number or a Date. */

@@ -6,7 +6,7 @@
 // different question). `operationMatches` is the filter as a predicate, for
 // the stores that hold their records in process.
 
-const { checkOptionKeys } = require('../core/options.cjs');
+const { checkOptionKeys, wholeNumber } = require('../core/options.cjs');
 const { invalidArgument } = require('./errors.cjs');
 const { OPERATION_STATUSES, checkText } = require('./records.cjs');
 
@@ -25,16 +25,6 @@ function namedArgs(args, method, known) {
   }
   checkOptionKeys(args, known, method);
   return args;
-}
-
-function wholeNumber(value, field, min = 0, max = Number.MAX_SAFE_INTEGER) {
-  if (!Number.isSafeInteger(value) || value < min || value > max) {
-    throw invalidArgument(`${field} must be a whole number from ${min} to ${max === Number.MAX_SAFE_INTEGER ? '2^53 - 1' : max}`, {
-      field,
-      reason: 'out of range',
-    });
-  }
-  return value;
 }
 
 /** A time in ms since the epoch, from a number or a Date. */
@@ -159,4 +149,4 @@ function statsOf(rows, oldestDueAt, now) {
   };
 }
 
-module.exports = { PAGE_SIZE, listRequest, requeueRequest, nowRequest, operationMatches, statsOf, wholeNumber };
+module.exports = { PAGE_SIZE, listRequest, requeueRequest, nowRequest, operationMatches, statsOf };

@@ -10,7 +10,7 @@
 // `maxStates` and says so (a coded error), never silently.
 
 const { IdemflowError } = require('../core/errors.cjs');
-const { optionsOf } = require('../core/options.cjs');
+const { optionsOf, wholeNumberOr } = require('../core/options.cjs');
 const { AssertionError } = require('node:assert');
 const { canonicalJson } = require('../core/payload.cjs');
 const { resolveRuleSet } = require('../core/rules.cjs');
@@ -23,12 +23,6 @@ const EPOCH = Date.UTC(2026, 0, 1);
 
 function invalid(field, reason) {
   return new IdemflowError('INVALID_ARGUMENT', `exploreOrders: ${reason}`, { disposition: 'fatal', details: { field, reason } });
-}
-
-function wholeNumber(value, field, fallback, min) {
-  if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value < min) throw invalid(field, `${field} must be a whole number of at least ${min}`);
-  return value;
 }
 
 function optionsFor(options) {
@@ -44,8 +38,8 @@ function optionsFor(options) {
     workflows,
     events: given.events,
     copies: given.duplicates ? 2 : 1,
-    retries: wholeNumber(given.retries, 'retries', 2, 0),
-    maxStates: wholeNumber(given.maxStates, 'maxStates', DEFAULT_MAX_STATES, 1),
+    retries: wholeNumberOr(given.retries, 2, 'retries', 0),
+    maxStates: wholeNumberOr(given.maxStates, DEFAULT_MAX_STATES, 'maxStates', 1),
   };
 }
 

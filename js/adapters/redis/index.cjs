@@ -34,7 +34,7 @@ const {
 const { transactionOptions, watchClient, withDeadline } = require('../../store/bounds.cjs');
 const { StoreBase } = require('../../store/base.cjs');
 const { StoreTransaction } = require('../../store/transaction.cjs');
-const { operationMatches, wholeNumber } = require('../../store/queries.cjs');
+const { operationMatches } = require('../../store/queries.cjs');
 const { SCRIPTS } = require('./scripts.cjs');
 const { HostCommands, hostClient } = require('./commands.cjs');
 

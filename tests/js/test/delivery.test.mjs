@@ -310,7 +310,11 @@ describe('delivery handler arguments and worker faults', () => {
     assertFatal(() => createDeliveryHandler(store(), null));
     assertFatal(() => createDeliveryHandler(store(), { parse: 'json' }));
     for (const maxBytes of [0, -1, 1.5, Number.NaN, '1024', 2 ** 40]) {
-      assertFatal(() => createDeliveryHandler(store(), { maxBytes }), 'bad maxBytes');
+      assertFatal(() => createDeliveryHandler(store(), { maxBytes }), 'out of range');
+      assert.throws(
+        () => createDeliveryHandler(store(), { maxBytes }),
+        (error) => error.details.field === 'maxBytes',
+      );
     }
     assertFatal(() => createDeliveryHandler(store(), { baseDelayMs: -5 }));
   });
