@@ -11,7 +11,7 @@
 
 const { randomUUID } = require('node:crypto');
 const { IdemflowError } = require('../../core/errors.cjs');
-const { checkHandle, checkOptionKeys } = require('../../core/options.cjs');
+const { checkHandle, checkOptionKeys, wholeNumber } = require('../../core/options.cjs');
 const {
   STORE_UNAVAILABLE,
   isStoreUnavailable: isUnavailable,
