@@ -179,4 +179,39 @@ function callbackClients(outside, field) {
   };
 }
 
-module.exports = { driverOf, load, checkConfig, bind, checkFn, settle, thenableQuery, invalid, callbackClients };
+/**
+ * A cache of what a helper makes once (TypeORM's DataSource, Prisma's
+ * client): `made(options, keys, make)` answers the promise made for the
+ * caller's options object (held weakly) and `keys` (the driver, a class),
+ * calling `make()` the first time; a make that fails is forgotten, so the
+ * next callback tries again.
+ */
+function madeOnce() {
+  const byOptions = new WeakMap();
+  return (options, keys, make) => {
+    let level = byOptions.get(options);
+    if (level === undefined) {
+      level = new Map();
+      byOptions.set(options, level);
+    }
+    for (const key of keys.slice(0, -1)) {
+      let next = level.get(key);
+      if (next === undefined) {
+        next = new Map();
+        level.set(key, next);
+      }
+      level = next;
+    }
+    const last = keys[keys.length - 1];
+    let ready = level.get(last);
+    if (ready === undefined) {
+      const cache = level;
+      ready = Promise.resolve().then(make);
+      cache.set(last, ready);
+      ready.catch(() => cache.delete(last));
+    }
+    return ready;
+  };
+}
+
+module.exports = { driverOf, load, checkConfig, bind, checkFn, settle, thenableQuery, invalid, callbackClients, madeOnce };

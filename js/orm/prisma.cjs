@@ -17,7 +17,7 @@
 // peers, imported when first used.
 
 const { createRequire } = require('node:module');
-const { callbackClients, checkConfig, checkFn, driverOf, invalid, load, settle, thenableQuery } = require('./bound.cjs');
+const { callbackClients, checkConfig, madeOnce, checkFn, driverOf, invalid, load, settle, thenableQuery } = require('./bound.cjs');
 
 /** Prisma's adapter package for each driver of idemflow's stores that Prisma has one for. */
 const ADAPTERS = {
@@ -194,29 +194,14 @@ async function adapterFor(driver, schema) {
   return { provider, adapterName: own.adapterName, connect: async () => own };
 }
 
-/** The clients made, by driver: for options of the caller's while they are held (and by PrismaClient class). */
-const made = new WeakMap();
+/** The clients made, by the caller's options object, the PrismaClient class and the driver. */
+const made = madeOnce();
 
 function clientFor(PrismaClient, driver, options) {
-  let byClass = made.get(options);
-  if (byClass === undefined) {
-    byClass = new Map();
-    made.set(options, byClass);
-  }
-  const key = PrismaClient;
-  let byDriver = byClass.get(key);
-  if (byDriver === undefined) {
-    byDriver = new Map();
-    byClass.set(key, byDriver);
-  }
-  let ready = byDriver.get(driver);
-  if (ready === undefined) {
+  return made(options, [PrismaClient, driver], async () => {
     const { schema, ...clientOptions } = options;
-    ready = (async () => new PrismaClient({ ...clientOptions, adapter: await adapterFor(driver, schema) }))();
-    byDriver.set(driver, ready);
-    ready.catch(() => byDriver.delete(driver));
-  }
-  return ready;
+    return new PrismaClient({ ...clientOptions, adapter: await adapterFor(driver, schema) });
+  });
 }
 
 const NO_OPTIONS = Object.freeze({});

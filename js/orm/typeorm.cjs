@@ -10,7 +10,7 @@
 // DataSource reaches no other connection, and outside a callback none at
 // all. typeorm is an optional peer dependency, imported when first used.
 
-const { callbackClients, checkConfig, checkFn, driverOf, invalid, load, settle, thenableQuery } = require('./bound.cjs');
+const { callbackClients, checkConfig, madeOnce, checkFn, driverOf, invalid, load, settle, thenableQuery } = require('./bound.cjs');
 
 const SUPPORTED = ['pg', 'pglite', 'mysql2', 'better-sqlite3'];
 /** DataSource options that would point TypeORM at another connection, or run DDL inside idemflow's transaction. */
@@ -167,27 +167,15 @@ const DRIVERS = {
   'better-sqlite3': { type: 'better-sqlite3', driver: sqliteStandIn, database: ':memory:', statementCacheSize: 0 },
 };
 
-/** The DataSources made, by driver: for options of the caller's while they are held. */
-const made = new WeakMap();
+/** The DataSources made, by the caller's options object and the driver. */
+const made = madeOnce();
 
-async function dataSourceFor(driver, options) {
-  let byDriver = made.get(options);
-  if (byDriver === undefined) {
-    byDriver = new Map();
-    made.set(options, byDriver);
-  }
-  let ready = byDriver.get(driver);
-  if (ready === undefined) {
-    ready = (async () => {
-      const { DataSource } = await load('typeorm', 'typeorm', 'idemflow/typeorm');
-      const { type = options.type ?? 'mysql', ...made } = DRIVERS[driver];
-      const dataSource = new DataSource({ ...options, ...made, type, installExtensions: false });
-      return dataSource.initialize();
-    })();
-    byDriver.set(driver, ready);
-    ready.catch(() => byDriver.delete(driver));
-  }
-  return ready;
+function dataSourceFor(driver, options) {
+  return made(options, [driver], async () => {
+    const { DataSource } = await load('typeorm', 'typeorm', 'idemflow/typeorm');
+    const { type = options.type ?? 'mysql', ...settings } = DRIVERS[driver];
+    return new DataSource({ ...options, ...settings, type, installExtensions: false }).initialize();
+  });
 }
 
 function optionsOf(config, tool) {
