@@ -338,6 +338,14 @@ function misuseError(reason, why, statement, field = 'tx.client') {
   );
 }
 
+/** A PostgreSQL server's error (pg's DatabaseError, PGlite's): a SQLSTATE and a severity. */
+const isServerError = (error) =>
+  error !== null &&
+  typeof error === 'object' &&
+  typeof error.code === 'string' &&
+  /^[0-9A-Z]{5}$/.test(error.code) &&
+  typeof error.severity === 'string';
+
 /**
  * The guard of one transaction's tx.client: `plan(text)` says what to send
  * for a statement (null: the text as it is; else the statements that map it),
@@ -347,14 +355,6 @@ function misuseError(reason, why, statement, field = 'tx.client') {
  * ROLLBACK TO of one made before the host's BEGIN, which would undo that
  * BEGIN's savepoint behind its back, is refused.
  */
-/** A PostgreSQL server's error (pg's DatabaseError, PGlite's): a SQLSTATE and a severity. */
-const isServerError = (error) =>
-  error !== null &&
-  typeof error === 'object' &&
-  typeof error.code === 'string' &&
-  /^[0-9A-Z]{5}$/.test(error.code) &&
-  typeof error.severity === 'string';
-
 class ClientGuard {
   #flavour;
   #count = 0;
